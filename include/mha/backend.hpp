@@ -1,0 +1,75 @@
+// mha: the backend interface. A backend turns (config, formulation, weights) into a plan once;
+// the plan runs forward passes many times.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "mha/config.hpp"
+#include "mha/run_options.hpp"
+#include "mha/tensor_view.hpp"
+#include "mha/weights.hpp"
+
+namespace mha {
+
+// A prepared module: weights split or packed the way one backend wants them, primitives built.
+// Immutable after prepare(): run() is const and safe to call from several threads at once.
+class plan {
+ public:
+  virtual ~plan() = default;
+  plan(const plan&) = delete;
+  plan& operator=(const plan&) = delete;
+
+  // One forward pass. x: (batch, seq_len, d_in), y: (batch, seq_len, d_out), both row-major
+  // float32, batch >= 1, 1 <= seq_len <= context_length, x and y not overlapping. y is fully
+  // overwritten. Throws mha::invalid_argument (naming the shape or option) before touching y
+  // when any of that does not hold; y's contents are unspecified if a backend fails later.
+  // Allocates per-call scratch of O(batch * seq_len * d_out) floats (plus O(seq_len^2) per head
+  // for backends that materialise scores), freed before returning.
+  void run(tensor_view<const float> x, tensor_view<float> y, const run_options& options = {}) const;
+
+  const mha::config& config() const noexcept { return config_; }
+  mha::formulation formulation() const noexcept { return formulation_; }
+  std::string_view backend_name() const noexcept { return backend_name_; }
+
+ protected:
+  plan(const mha::config& cfg, mha::formulation form, std::string_view backend_name)
+      : config_(cfg), formulation_(form), backend_name_(backend_name) {}
+
+ private:
+  // Called by run() once the arguments are validated.
+  virtual void execute(tensor_view<const float> x, tensor_view<float> y,
+                       const run_options& options) const = 0;
+
+  mha::config config_;
+  mha::formulation formulation_;
+  std::string backend_name_;
+};
+
+// One implementation of the module: "naive", "xsimd", "onednn", "tbb". Backends are stateless
+// singletons reached through their accessor (mha::naive_backend(), ...) or the registry; all
+// per-module state lives in the plans they prepare.
+class backend {
+ public:
+  virtual ~backend() = default;
+
+  virtual std::string_view name() const noexcept = 0;
+  // One line for humans: what it is built on and, for SIMD backends, the ISA in use.
+  virtual std::string description() const = 0;
+
+  // Validates cfg and w (mha::invalid_argument naming the problem), then splits or packs the
+  // weights and builds whatever the backend needs. Expensive; never inside a timed loop.
+  // Both formulations are always supported. The plan keeps no reference to w.
+  std::unique_ptr<plan> prepare(const config& cfg, formulation form, const weights& w) const;
+
+ protected:
+  backend() = default;
+
+ private:
+  // Called by prepare() once cfg and w are validated.
+  virtual std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
+                                          const weights& w) const = 0;
+};
+
+}  // namespace mha

@@ -1,0 +1,22 @@
+// mha: everything, for users of the umbrella target mha::mha.
+#pragma once
+
+#include "mha/backend.hpp"
+#include "mha/backends/naive.hpp"
+#include "mha/build_config.hpp"
+#include "mha/config.hpp"
+#include "mha/error.hpp"
+#include "mha/problem.hpp"
+#include "mha/registry.hpp"
+#include "mha/run_options.hpp"
+#include "mha/tensor_view.hpp"
+#include "mha/weights.hpp"
+#if MHA_WITH_XSIMD
+#include "mha/backends/xsimd.hpp"
+#endif
+#if MHA_WITH_ONEDNN
+#include "mha/backends/onednn.hpp"
+#endif
+#if MHA_WITH_TBB
+#include "mha/backends/tbb.hpp"
+#endif

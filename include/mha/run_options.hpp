@@ -1,0 +1,20 @@
+// mha: per-call options of plan::run.
+#pragma once
+
+#include <cstdint>
+
+namespace mha {
+
+// Options of one plan::run call. The defaults are inference on all cores.
+struct run_options {
+  // Worker threads: 0 = all cores. Must be >= 0. Single-threaded backends ignore it; results
+  // are bitwise identical for every value (fixed partitioning, DESIGN §2.2).
+  int threads = 0;
+  // Training mode: apply dropout with config::dropout to the attention weights (DESIGN §1.1).
+  bool training = false;
+  // Dropout seed. The mask is a pure function of (seed, b, h, i, j): the same on every backend,
+  // thread count and call.
+  std::uint64_t seed = 0;
+};
+
+}  // namespace mha

@@ -1,0 +1,57 @@
+// mha: the parameters of a module, in PyTorch nn.Linear layout, and their per-head slices.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "mha/config.hpp"
+
+namespace mha {
+
+// One nn.Linear: y = x W^T + b. `weight` is (out, in) row-major; `bias` is (out) or empty
+// (no bias). An unused layer (out_proj when config::out_proj is false) has out == in == 0.
+struct linear_weights {
+  std::int64_t out = 0;
+  std::int64_t in = 0;
+  std::vector<float> weight;
+  std::vector<float> bias;
+
+  bool has_bias() const noexcept { return !bias.empty(); }
+};
+
+// One head of the wrapper form: its own (head_dim, d_in) Q/K/V projections, in storage that
+// belongs to this head alone.
+struct head_weights {
+  linear_weights query, key, value;
+};
+
+// A module's parameters in the split layout (DESIGN §1): query/key/value are (d_out, d_in),
+// out_proj is (d_out, d_out). Names match a PyTorch state_dict: W_query.weight -> query.weight,
+// out_proj.bias -> out_proj.bias. Plain data: copy, move and edit freely; validate() checks it
+// against a config before a backend uses it.
+struct weights {
+  linear_weights query, key, value, out_proj;
+
+  // nn.Linear's default initialisation, reproducibly: every weight and bias element drawn from
+  // U(-1/sqrt(in), 1/sqrt(in)) with the counter-based generator of DESIGN §1.1, so a seed gives
+  // the same weights on every machine. Biases exist where cfg says so. Validates cfg first.
+  static weights random(const config& cfg, std::uint64_t seed);
+
+  // Head h's weights: rows [h*head_dim, (h+1)*head_dim) of query/key/value (and their biases),
+  // copied into new storage. Throws mha::invalid_argument when h is not in [0, n_heads) or when
+  // the weights do not match cfg.
+  head_weights head(const config& cfg, std::int64_t h) const;
+
+  // The inverse of head(): stacks per-head weights (the wrapper layout of a state_dict) into the
+  // split layout. Throws mha::invalid_argument when heads.size() != n_heads or a head's shapes
+  // do not match cfg.
+  static weights from_heads(const config& cfg, std::span<const head_weights> heads,
+                            linear_weights out_proj);
+};
+
+// Throws mha::invalid_argument naming the first tensor whose shape or presence disagrees with
+// cfg ("W_key.weight has 100 elements, expected d_out*d_in = 96"). Validates cfg first.
+void validate(const config& cfg, const weights& w);
+
+}  // namespace mha

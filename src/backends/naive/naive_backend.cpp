@@ -1,0 +1,124 @@
+// The naive backend: the spec as plain loops, one small function per step (DESIGN §1).
+// Single-threaded, float accumulation, no blocking: the readable reference, not a fast path.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/driver.hpp"
+#include "mha/backends/naive.hpp"
+
+namespace mha {
+namespace {
+
+using detail::attention_args;
+
+// y = x W^T + b, one output element at a time.
+void project(const linear_weights& w, const float* x, std::int64_t rows, float* y) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t o = 0; o < w.out; ++o) {
+      float dot = 0.0f;
+      for (std::int64_t i = 0; i < w.in; ++i) dot += x[r * w.in + i] * w.weight[o * w.in + i];
+      y[r * w.out + o] = w.has_bias() ? dot + w.bias[o] : dot;
+    }
+  }
+}
+
+// S[i][j] = scale * q_i . k_j for one head.
+void scores(const attention_args& a, std::int64_t b, std::int64_t h, std::vector<float>& s) {
+  for (std::int64_t i = 0; i < a.seq_len; ++i) {
+    for (std::int64_t j = 0; j < a.seq_len; ++j) {
+      const float* q = a.q.row(b, h, i);
+      const float* k = a.k.row(b, h, j);
+      float dot = 0.0f;
+      for (std::int64_t d = 0; d < a.head_dim; ++d) dot += q[d] * k[d];
+      s[i * a.seq_len + j] = a.scale * dot;
+    }
+  }
+}
+
+// S[i][j] = -inf for j > i: token i does not see later tokens.
+void causal_mask(std::int64_t t, std::vector<float>& s) {
+  for (std::int64_t i = 0; i < t; ++i) {
+    for (std::int64_t j = i + 1; j < t; ++j) s[i * t + j] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+// Each row of S becomes softmax(row): exp(s - max) / sum, the max subtracted for stability.
+void softmax_rows(std::int64_t t, std::vector<float>& s) {
+  for (std::int64_t i = 0; i < t; ++i) {
+    float* row = s.data() + i * t;
+    const float max = *std::max_element(row, row + t);
+    float sum = 0.0f;
+    for (std::int64_t j = 0; j < t; ++j) {
+      row[j] = std::exp(row[j] - max);
+      sum += row[j];
+    }
+    for (std::int64_t j = 0; j < t; ++j) row[j] /= sum;
+  }
+}
+
+// Training mode: A[i][j] *= 0 or 1/(1-p), the shared mask of DESIGN §1.1.
+void dropout(const attention_args& a, std::int64_t b, std::int64_t h, std::vector<float>& s) {
+  std::vector<float> multipliers(static_cast<std::size_t>(a.seq_len));
+  for (std::int64_t i = 0; i < a.seq_len; ++i) {
+    detail::dropout_multipliers(a.dropout, b, a.first_head + h, i, 0, a.seq_len,
+                                multipliers.data());
+    for (std::int64_t j = 0; j < a.seq_len; ++j) s[i * a.seq_len + j] *= multipliers[j];
+  }
+}
+
+// out_i = sum_j A[i][j] v_j.
+void weighted_values(const attention_args& a, std::int64_t b, std::int64_t h,
+                     const std::vector<float>& s) {
+  for (std::int64_t i = 0; i < a.seq_len; ++i) {
+    float* out = a.out.row(b, h, i);
+    std::fill(out, out + a.head_dim, 0.0f);
+    for (std::int64_t j = 0; j < a.seq_len; ++j) {
+      const float* v = a.v.row(b, h, j);
+      for (std::int64_t d = 0; d < a.head_dim; ++d) out[d] += s[i * a.seq_len + j] * v[d];
+    }
+  }
+}
+
+struct naive_kernels : detail::sequential_execution {
+  using packed_linear = linear_weights;  // nn.Linear's own layout, used as is
+  static packed_linear pack(const linear_weights& w) { return w; }
+  static void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) {
+    project(w, x, rows, y);
+  }
+  static void attention(const attention_args& a) {
+    std::vector<float> s(static_cast<std::size_t>(a.seq_len * a.seq_len));
+    for (std::int64_t b = 0; b < a.batch; ++b) {
+      for (std::int64_t h = 0; h < a.heads; ++h) {
+        scores(a, b, h, s);
+        if (a.causal) causal_mask(a.seq_len, s);
+        softmax_rows(a.seq_len, s);
+        if (a.dropout.active()) dropout(a, b, h, s);
+        weighted_values(a, b, h, s);
+      }
+    }
+  }
+};
+
+struct naive_impl final : backend {
+  std::string_view name() const noexcept override { return "naive"; }
+  std::string description() const override {
+    return "reference loops, single-threaded, float accumulation";
+  }
+
+ private:
+  std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
+                                  const weights& w) const override {
+    return std::make_unique<detail::driver_plan<naive_kernels>>(cfg, form, w, name());
+  }
+};
+
+}  // namespace
+
+const backend& naive_backend() {
+  static const naive_impl instance;
+  return instance;
+}
+
+}  // namespace mha

@@ -1,0 +1,35 @@
+// Internal: the attention core's arguments, shared by every kernel set.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dropout.hpp"
+
+namespace mha::detail {
+
+// (batch, heads, rows, head_dim) viewed through strides, so one layout describes both a head
+// slice of a (B, T, d_out) projection (split_weight: head_stride = head_dim, row_stride = d_out)
+// and a head's own (B, T, head_dim) buffer (wrapper). Elements within a row are contiguous.
+template <class T>
+struct head_view {
+  T* data = nullptr;
+  std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+
+  T* row(std::int64_t b, std::int64_t h, std::int64_t i) const noexcept {
+    return data + b * batch_stride + h * head_stride + i * row_stride;
+  }
+};
+
+// out[b, h] = dropout(softmax(scale * q[b, h] k[b, h]^T + causal mask)) v[b, h]
+// for every b < batch, h < heads; each (b, h) is a (seq_len, head_dim) problem.
+struct attention_args {
+  head_view<const float> q, k, v;
+  head_view<float> out;
+  std::int64_t batch = 0, heads = 0, seq_len = 0, head_dim = 0;
+  std::int64_t first_head = 0;  // module-wide index of head 0 here: the dropout mask's h
+  bool causal = true;
+  float scale = 1.0f;  // 1 / sqrt(head_dim)
+  dropout_spec dropout;
+};
+
+}  // namespace mha::detail

@@ -1,0 +1,136 @@
+// Internal: the wrapper and split-weight formulations, written once over a kernel set.
+//
+// A kernel set K supplies:
+//   typename K::packed_linear;                      // one nn.Linear in the kernels' layout
+//   static K::packed_linear K::pack(const linear_weights&);
+//   // y (rows, out) = x (rows, in) W^T + b; x and y contiguous row-major.
+//   static void K::linear(const packed_linear&, const float* x, std::int64_t rows, float* y);
+//   static void K::attention(const attention_args&);
+//   // Run f() in the execution context options ask for (e.g. a thread arena), and f(i) for
+//   // i < n, in any order or concurrently. sequential_execution is the single-thread answer.
+//   template <class F> static void K::run(const run_options&, F&& f);
+//   template <class F> static void K::for_each(std::int64_t n, F&& f);
+#pragma once
+
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "common/attention_args.hpp"
+#include "common/buffer.hpp"
+#include "mha/backend.hpp"
+
+namespace mha::detail {
+
+struct sequential_execution {
+  template <class F>
+  static void run(const run_options&, F&& f) {
+    f();
+  }
+  template <class F>
+  static void for_each(std::int64_t n, F&& f) {
+    for (std::int64_t i = 0; i < n; ++i) f(i);
+  }
+};
+
+template <class K>
+class driver_plan final : public plan {
+ public:
+  driver_plan(const mha::config& cfg, mha::formulation form, const weights& w,
+              std::string_view backend_name)
+      : plan(cfg, form, backend_name) {
+    if (form == mha::formulation::split_weight) {
+      split_.emplace(qkv{K::pack(w.query), K::pack(w.key), K::pack(w.value)});
+    } else {
+      // The wrapper's heads own separately allocated weights, packed one head at a time.
+      for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
+        const head_weights hw = w.head(cfg, h);
+        heads_.push_back({K::pack(hw.query), K::pack(hw.key), K::pack(hw.value)});
+      }
+    }
+    if (cfg.out_proj) out_proj_.emplace(K::pack(w.out_proj));
+  }
+
+ private:
+  struct qkv {
+    typename K::packed_linear query, key, value;
+  };
+
+  void execute(tensor_view<const float> x, tensor_view<float> y,
+               const run_options& options) const override {
+    K::run(options, [&] {
+      const mha::config& cfg = config();
+      const std::int64_t rows = x.batch() * x.seq_len();
+      // Heads' outputs land in their column block of `context`: (B, T, H * head_dim).
+      float_buffer context_storage(cfg.out_proj ? static_cast<std::size_t>(rows * cfg.d_out) : 0);
+      float* context = cfg.out_proj ? context_storage.data() : y.data();
+
+      attention_args args;
+      args.batch = x.batch();
+      args.seq_len = x.seq_len();
+      args.head_dim = cfg.head_dim();
+      args.causal = cfg.causal;
+      args.scale = 1.0f / std::sqrt(static_cast<float>(cfg.head_dim()));
+      if (options.training) args.dropout = {cfg.dropout, options.seed};
+
+      if (formulation() == mha::formulation::split_weight) {
+        split_weight(x, context, args);
+      } else {
+        wrapper(x, context, args);
+      }
+      if (out_proj_) K::linear(*out_proj_, context, rows, y.data());
+    });
+  }
+
+  // One projection per Q, K, V over all heads; the (B, T, d_out) results are viewed as
+  // (B, H, T, head_dim) through strides, and attention writes each head into its columns of
+  // `context`, which is the merge.
+  void split_weight(tensor_view<const float> x, float* context, attention_args args) const {
+    const mha::config& cfg = config();
+    const std::int64_t rows = x.batch() * x.seq_len();
+    const auto size = static_cast<std::size_t>(rows * cfg.d_out);
+    float_buffer q(size), k(size), v(size);
+    K::linear(split_->query, x.data(), rows, q.data());
+    K::linear(split_->key, x.data(), rows, k.data());
+    K::linear(split_->value, x.data(), rows, v.data());
+
+    const std::int64_t batch_stride = x.seq_len() * cfg.d_out, head_stride = cfg.head_dim();
+    args.q = {q.data(), batch_stride, head_stride, cfg.d_out};
+    args.k = {k.data(), batch_stride, head_stride, cfg.d_out};
+    args.v = {v.data(), batch_stride, head_stride, cfg.d_out};
+    args.out = {context, batch_stride, head_stride, cfg.d_out};
+    args.heads = cfg.n_heads;
+    K::attention(args);
+  }
+
+  // H independent heads: each projects x with its own (head_dim, d_in) weights into its own
+  // buffers, attends, and writes its (B, T, head_dim) result into its column block of `context`
+  // (the concatenation).
+  void wrapper(tensor_view<const float> x, float* context, const attention_args& shared) const {
+    const mha::config& cfg = config();
+    const std::int64_t rows = x.batch() * x.seq_len(), hd = cfg.head_dim();
+    K::for_each(cfg.n_heads, [&](std::int64_t h) {
+      const auto size = static_cast<std::size_t>(rows * hd);
+      float_buffer q(size), k(size), v(size);
+      K::linear(heads_[h].query, x.data(), rows, q.data());
+      K::linear(heads_[h].key, x.data(), rows, k.data());
+      K::linear(heads_[h].value, x.data(), rows, v.data());
+
+      attention_args args = shared;
+      const std::int64_t batch_stride = x.seq_len() * hd;
+      args.q = {q.data(), batch_stride, 0, hd};
+      args.k = {k.data(), batch_stride, 0, hd};
+      args.v = {v.data(), batch_stride, 0, hd};
+      args.out = {context + h * hd, x.seq_len() * cfg.d_out, 0, cfg.d_out};
+      args.heads = 1;
+      args.first_head = h;
+      K::attention(args);
+    });
+  }
+
+  std::optional<qkv> split_;  // split_weight form
+  std::vector<qkv> heads_;    // n_heads entries in wrapper form
+  std::optional<typename K::packed_linear> out_proj_;
+};
+
+}  // namespace mha::detail

@@ -1,0 +1,73 @@
+#include <cmath>
+#include <limits>
+
+#include "core/checks.hpp"
+#include "core/text.hpp"
+#include "mha/error.hpp"
+
+namespace mha {
+namespace detail {
+
+void check_byte_count(std::string_view where, std::string_view what,
+                      std::initializer_list<std::int64_t> dims, std::int64_t element_bytes) {
+  std::int64_t bytes = element_bytes;
+  for (std::int64_t d : dims) {
+    if (__builtin_mul_overflow(bytes, d, &bytes)) {
+      std::string shape;
+      for (std::int64_t e : dims) shape += (shape.empty() ? "" : " x ") + std::to_string(e);
+      throw invalid_argument(text(where, ": ", what, " of shape (", shape, ") has a byte count ",
+                                  "that overflows a 64-bit integer"));
+    }
+  }
+}
+
+void check_config(const config& cfg, std::string_view where) {
+  auto positive = [&](std::int64_t value, const char* name) {
+    if (value < 1) throw invalid_argument(text(where, ": ", name, " (", value, ") must be >= 1"));
+  };
+  positive(cfg.d_in, "d_in");
+  positive(cfg.d_out, "d_out");
+  positive(cfg.n_heads, "n_heads");
+  positive(cfg.context_length, "context_length");
+  if (cfg.d_out % cfg.n_heads != 0) {
+    throw invalid_argument(
+        text(where, ": d_out (", cfg.d_out, ") must be divisible by n_heads (", cfg.n_heads, ")"));
+  }
+  // Written so that NaN fails too.
+  if (!(cfg.dropout >= 0.0f && cfg.dropout < 1.0f)) {
+    throw invalid_argument(text(where, ": dropout (", cfg.dropout, ") must be in [0, 1)"));
+  }
+  check_byte_count(where, "W_query.weight", {cfg.d_out, cfg.d_in}, sizeof(float));
+  check_byte_count(where, "out_proj.weight", {cfg.d_out, cfg.d_out}, sizeof(float));
+}
+
+}  // namespace detail
+
+void validate(const config& cfg) { detail::check_config(cfg, "mha"); }
+
+std::string to_string(const config& cfg) {
+  return detail::text("d_in=", cfg.d_in, " d_out=", cfg.d_out, " n_heads=", cfg.n_heads,
+                      " context_length=", cfg.context_length, " causal=", cfg.causal,
+                      " qkv_bias=", cfg.qkv_bias, " out_proj=", cfg.out_proj,
+                      " dropout=", cfg.dropout);
+}
+
+std::string_view to_string(formulation f) noexcept {
+  switch (f) {
+    case formulation::wrapper:
+      return "wrapper";
+    case formulation::split_weight:
+      return "split_weight";
+  }
+  return "unknown";
+}
+
+formulation parse_formulation(std::string_view name) {
+  for (formulation f : {formulation::wrapper, formulation::split_weight}) {
+    if (name == to_string(f)) return f;
+  }
+  throw invalid_argument(
+      detail::text("mha: unknown formulation '", name, "'; expected wrapper or split_weight"));
+}
+
+}  // namespace mha

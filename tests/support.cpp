@@ -1,0 +1,107 @@
+#include "support.hpp"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <sstream>
+
+#include "mha/registry.hpp"
+
+namespace mha_test {
+
+mha::config shape::config() const {
+  mha::config c;
+  c.d_in = d_in;
+  c.d_out = d_out;
+  c.n_heads = n_heads;
+  c.context_length = seq_len;
+  c.causal = causal;
+  c.qkv_bias = qkv_bias;
+  c.out_proj = out_proj;
+  return c;
+}
+
+std::string shape::name() const {
+  std::ostringstream s;
+  s << "b" << batch << "_t" << seq_len << "_din" << d_in << "_dout" << d_out << "_h" << n_heads;
+  if (!causal) s << "_noncausal";
+  if (qkv_bias) s << "_qkvbias";
+  if (!out_proj) s << "_noproj";
+  return s.str();
+}
+
+const std::vector<shape>& conformance_shapes() {
+  //                               B   T  d_in d_out  H  causal bias  proj
+  static const std::vector<shape> shapes = {
+      {1, 1, 8, 8, 1},                          // T = 1: one token, one head
+      {1, 2, 5, 6, 3},                          // head_dim 2, d_in odd
+      {3, 7, 12, 9, 3, true, true, true},       // head_dim 3 (odd), biases, batch 3
+      {1, 17, 16, 12, 12},                      // head_dim 1
+      {3, 64, 32, 48, 4, true, false, false},   // no out_proj
+      {1, 65, 24, 40, 4, false},                // non-causal, T one past a power of two
+      {1, 17, 40, 192, 96},                     // 96 heads of head_dim 2
+      {3, 65, 96, 96, 96, false, true, true},   // 96 heads of head_dim 1, non-causal, biases
+      {1, 64, 64, 64, 1},                       // one wide head
+      {3, 2, 7, 5, 1, false, true, false},      // head_dim 5, everything off but bias
+      {1, 65, 33, 36, 12, true, true, true},    // 12 heads of head_dim 3, biases
+      {3, 17, 20, 12, 4, false, false, false},  // non-causal, no out_proj
+      {1, 7, 16, 24, 3},                        // head_dim 8
+      {1, 64, 48, 80, 16},                      // head_dim 5, 16 heads
+      {3, 1, 9, 8, 4},                          // T = 1 with batch 3
+      {1, 65, 32, 17, 1},                       // head_dim 17: one past a register
+      {1, 33, 31, 99, 3, true, true, true},     // head_dim 33, every tail at once
+  };
+  return shapes;
+}
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names;
+  for (const mha::backend* b : mha::available_backends()) names.emplace_back(b->name());
+  return names;
+}
+
+std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& e : v) e = dist(gen);
+  return v;
+}
+
+std::vector<float> forward(const mha::backend& backend, mha::formulation form,
+                           const mha::config& cfg, const mha::weights& w,
+                           const std::vector<float>& x, std::int64_t batch, std::int64_t seq_len,
+                           const mha::run_options& options) {
+  const auto plan = backend.prepare(cfg, form, w);
+  std::vector<float> y(static_cast<std::size_t>(batch * seq_len * cfg.d_out),
+                       std::numeric_limits<float>::quiet_NaN());
+  plan->run({x.data(), batch, seq_len, cfg.d_in}, {y.data(), batch, seq_len, cfg.d_out}, options);
+  return y;
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0.0;
+  for (double e : v) m = std::max(m, std::abs(e));
+  return m;
+}
+
+template <class A, class B>
+static double max_diff(const A& a, const B& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double m = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    if (std::isnan(d)) return d;
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
+  return max_diff(a, b);
+}
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  return max_diff(a, b);
+}
+
+}  // namespace mha_test

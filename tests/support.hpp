@@ -1,0 +1,44 @@
+// Helpers shared by the test files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mha/backend.hpp"
+#include "mha/config.hpp"
+
+namespace mha_test {
+
+// One test shape: a module and the input it runs on.
+struct shape {
+  std::int64_t batch, seq_len, d_in, d_out, n_heads;
+  bool causal = true, qkv_bias = false, out_proj = true;
+
+  mha::config config() const;
+  // "b3_t17_din24_dout30_h3" plus "_noncausal", "_qkvbias", "_noproj".
+  std::string name() const;
+};
+
+// The conformance shapes: T in {1,2,7,17,64,65}, B in {1,3}, d_in != d_out, head_dim 1 and odd
+// and above one AVX-512 register, H in {1,3,4,12,96}, every flag both ways.
+const std::vector<shape>& conformance_shapes();
+
+// Names of every backend in mha::available_backends(), best first.
+std::vector<std::string> backend_names();
+
+// n floats uniform in [-scale, scale), reproducible from seed.
+std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale = 1.0f);
+
+// Prepares `form` on `backend` and runs x (batch, seq_len, d_in) through it.
+std::vector<float> forward(const mha::backend& backend, mha::formulation form,
+                           const mha::config& cfg, const mha::weights& w,
+                           const std::vector<float>& x, std::int64_t batch, std::int64_t seq_len,
+                           const mha::run_options& options = {});
+
+double max_abs(const std::vector<double>& v);
+// max_i |a_i - b_i|; NaN when any element is NaN (so comparisons with it fail).
+double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b);
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+}  // namespace mha_test
