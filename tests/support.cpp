@@ -54,10 +54,14 @@ const std::vector<shape>& conformance_shapes() {
   return shapes;
 }
 
-std::vector<std::string> backend_names() {
-  std::vector<std::string> names;
-  for (const mha::backend* b : mha::available_backends()) names.emplace_back(b->name());
-  return names;
+const std::vector<backend_case>& backend_cases() {
+  static const std::vector<backend_case> cases = [] {
+    std::vector<backend_case> list;
+    for (const mha::backend* b : mha::available_backends())
+      list.push_back({std::string(b->name()), b});
+    return list;
+  }();
+  return cases;
 }
 
 std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale) {

@@ -24,8 +24,15 @@ struct shape {
 // and above one AVX-512 register, H in {1,3,4,12,96}, every flag both ways.
 const std::vector<shape>& conformance_shapes();
 
-// Names of every backend in mha::available_backends(), best first.
-std::vector<std::string> backend_names();
+// A backend under test and the label its tests carry ("naive", "xsimd_avx2", ...).
+struct backend_case {
+  std::string label;
+  const mha::backend* backend;
+};
+
+// Every backend of mha::available_backends(), best first, plus variants a backend offers for
+// testing (an xsimd ISA other than the one dispatched to, ...).
+const std::vector<backend_case>& backend_cases();
 
 // n floats uniform in [-scale, scale), reproducible from seed.
 std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale = 1.0f);

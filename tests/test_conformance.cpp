@@ -9,7 +9,7 @@
 namespace {
 
 using mha_test::shape;
-using param = std::tuple<std::string, mha::formulation, shape>;
+using param = std::tuple<mha_test::backend_case, mha::formulation, shape>;
 
 // Allowed error relative to max|y|: float32 accumulation over K <= 96 terms in the projections
 // and T <= 65 in attention stays within a few ulp of the largest output.
@@ -18,7 +18,7 @@ constexpr double relative_tolerance = 1e-5;
 class Conformance : public testing::TestWithParam<param> {};
 
 TEST_P(Conformance, MatchesDoubleReference) {
-  const auto& [backend_name, form, s] = GetParam();
+  const auto& [backend, form, s] = GetParam();
   const mha::config cfg = s.config();
   const mha::weights w = mha::weights::random(cfg, 1234);
   // Inputs x10: scores well away from 0 exercise the softmax's max subtraction.
@@ -26,7 +26,7 @@ TEST_P(Conformance, MatchesDoubleReference) {
       mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 99, 10.0f);
 
   const std::vector<float> y =
-      mha_test::forward(mha::require_backend(backend_name), form, cfg, w, x, s.batch, s.seq_len);
+      mha_test::forward(*backend.backend, form, cfg, w, x, s.batch, s.seq_len);
   const std::vector<double> expected = mha_test::reference_forward(cfg, w, x, s.batch, s.seq_len);
 
   const double scale = mha_test::max_abs(expected);
@@ -36,12 +36,12 @@ TEST_P(Conformance, MatchesDoubleReference) {
 }
 
 std::string param_name(const testing::TestParamInfo<param>& info) {
-  const auto& [backend_name, form, s] = info.param;
-  return backend_name + "_" + std::string(mha::to_string(form)) + "_" + s.name();
+  const auto& [backend, form, s] = info.param;
+  return backend.label + "_" + std::string(mha::to_string(form)) + "_" + s.name();
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Conformance,
-                         testing::Combine(testing::ValuesIn(mha_test::backend_names()),
+                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
                                           testing::Values(mha::formulation::wrapper,
                                                           mha::formulation::split_weight),
                                           testing::ValuesIn(mha_test::conformance_shapes())),

@@ -68,7 +68,8 @@ TEST(DropoutMask, EveryCoordinateMatters) {
   EXPECT_EQ(base, row(d, 0, 0, 0));
 }
 
-class Dropout : public testing::TestWithParam<std::tuple<std::string, mha::formulation>> {
+class Dropout
+    : public testing::TestWithParam<std::tuple<mha_test::backend_case, mha::formulation>> {
  protected:
   static constexpr std::int64_t batch = 2, t = 24;
   mha::config cfg(float p) const {
@@ -82,8 +83,8 @@ class Dropout : public testing::TestWithParam<std::tuple<std::string, mha::formu
   }
   std::vector<float> run(float p, const mha::run_options& options) const {
     const mha::config c = cfg(p);
-    return mha_test::forward(mha::require_backend(std::get<0>(GetParam())), std::get<1>(GetParam()),
-                             c, mha::weights::random(c, 3), x, batch, t, options);
+    return mha_test::forward(*std::get<0>(GetParam()).backend, std::get<1>(GetParam()), c,
+                             mha::weights::random(c, 3), x, batch, t, options);
   }
   const std::vector<float> x = mha_test::random_floats(batch * t * 12, 4, 2.0f);
 };
@@ -112,11 +113,11 @@ TEST_P(Dropout, MatchesReferenceInTrainingMode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Dropout,
-                         testing::Combine(testing::ValuesIn(mha_test::backend_names()),
+                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
                                           testing::Values(mha::formulation::wrapper,
                                                           mha::formulation::split_weight)),
                          [](const auto& p) {
-                           return std::get<0>(p.param) + "_" +
+                           return std::get<0>(p.param).label + "_" +
                                   std::string(mha::to_string(std::get<1>(p.param)));
                          });
 

@@ -9,11 +9,11 @@
 
 namespace {
 
-using param = std::tuple<std::string, mha::formulation>;
+using param = std::tuple<mha_test::backend_case, mha::formulation>;
 
 class Properties : public testing::TestWithParam<param> {
  protected:
-  const mha::backend& backend() const { return mha::require_backend(std::get<0>(GetParam())); }
+  const mha::backend& backend() const { return *std::get<0>(GetParam()).backend; }
   mha::formulation form() const { return std::get<1>(GetParam()); }
 
   std::vector<float> run(const mha::config& cfg, const mha::weights& w, const std::vector<float>& x,
@@ -199,20 +199,20 @@ TEST_P(Properties, PlanOwnsItsWeights) {
 }
 
 std::string param_name(const testing::TestParamInfo<param>& info) {
-  return std::get<0>(info.param) + "_" + std::string(mha::to_string(std::get<1>(info.param)));
+  return std::get<0>(info.param).label + "_" + std::string(mha::to_string(std::get<1>(info.param)));
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Properties,
-                         testing::Combine(testing::ValuesIn(mha_test::backend_names()),
+                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
                                           testing::Values(mha::formulation::wrapper,
                                                           mha::formulation::split_weight)),
                          param_name);
 
 // The two formulations compute the same function (once per backend).
-class Formulations : public testing::TestWithParam<std::string> {};
+class Formulations : public testing::TestWithParam<mha_test::backend_case> {};
 
 TEST_P(Formulations, WrapperEqualsSplitWeight) {
-  const mha::backend& backend = mha::require_backend(GetParam());
+  const mha::backend& backend = *GetParam().backend;
   mha::config cfg = make_config(40, 60, 5, 19);
   cfg.qkv_bias = true;
   const mha::weights w = mha::weights::random(cfg, 8);
@@ -225,7 +225,9 @@ TEST_P(Formulations, WrapperEqualsSplitWeight) {
   EXPECT_LE(mha_test::max_abs_diff(wrapper, split), 1e-5 * scale);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, Formulations, testing::ValuesIn(mha_test::backend_names()),
-                         [](const testing::TestParamInfo<std::string>& p) { return p.param; });
+INSTANTIATE_TEST_SUITE_P(All, Formulations, testing::ValuesIn(mha_test::backend_cases()),
+                         [](const testing::TestParamInfo<mha_test::backend_case>& p) {
+                           return p.param.label;
+                         });
 
 }  // namespace
