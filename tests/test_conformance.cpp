@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "mha/registry.hpp"
-#include "reference.hpp"
+#include "reference/reference.hpp"
 #include "support.hpp"
 
 namespace {
@@ -27,7 +27,7 @@ TEST_P(Conformance, MatchesDoubleReference) {
 
   const std::vector<float> y =
       mha_test::forward(*backend.backend, form, cfg, w, x, s.batch, s.seq_len);
-  const std::vector<double> expected = mha_test::reference_forward(cfg, w, x, s.batch, s.seq_len);
+  const std::vector<double> expected = mha_reference::forward(cfg, w, x, s.batch, s.seq_len);
 
   const double scale = mha_test::max_abs(expected);
   ASSERT_GT(scale, 0.0);

@@ -6,7 +6,7 @@
 #include "core/dropout.hpp"
 #include "core/philox.hpp"
 #include "mha/registry.hpp"
-#include "reference.hpp"
+#include "reference/reference.hpp"
 #include "support.hpp"
 
 namespace {
@@ -107,7 +107,7 @@ TEST_P(Dropout, MatchesReferenceInTrainingMode) {
   const mha::config c = cfg(0.3f);
   const mha::weights w = mha::weights::random(c, 3);
   const mha::run_options options{.threads = 0, .training = true, .seed = 5};
-  const auto expected = mha_test::reference_forward(c, w, x, batch, t, options);
+  const auto expected = mha_reference::forward(c, w, x, batch, t, options);
   EXPECT_LE(mha_test::max_abs_diff(run(0.3f, options), expected),
             1e-5 * mha_test::max_abs(expected));
 }

@@ -57,6 +57,9 @@ class backend {
   virtual std::string_view name() const noexcept = 0;
   // One line for humans: what it is built on and, for SIMD backends, the ISA in use.
   virtual std::string description() const = 0;
+  // The most threads run() can use on this machine: 1 for single-threaded backends (which
+  // ignore run_options::threads), the hardware concurrency for parallel ones.
+  virtual int max_threads() const noexcept { return 1; }
 
   // Validates cfg and w (mha::invalid_argument naming the problem), then splits or packs the
   // weights and builds whatever the backend needs. Expensive; never inside a timed loop.

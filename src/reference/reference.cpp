@@ -1,0 +1,89 @@
+#include "reference/reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/dropout.hpp"
+
+namespace mha_reference {
+namespace {
+
+// (rows, l.out) = (rows, l.in) W^T + b for the `count` rows of x starting at `first`, double
+// accumulation.
+std::vector<double> project(const mha::linear_weights& l, std::span<const double> x,
+                            std::int64_t first, std::int64_t count) {
+  std::vector<double> y(static_cast<std::size_t>(count * l.out));
+  for (std::int64_t r = 0; r < count; ++r) {
+    const double* xr = x.data() + (first + r) * l.in;
+    for (std::int64_t o = 0; o < l.out; ++o) {
+      double acc = l.has_bias() ? l.bias[o] : 0.0;
+      for (std::int64_t i = 0; i < l.in; ++i) acc += xr[i] * double{l.weight[o * l.in + i]};
+      y[r * l.out + o] = acc;
+    }
+  }
+  return y;
+}
+
+}  // namespace
+
+std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
+                                 std::span<const float> x, std::int64_t batch, std::int64_t seq_len,
+                                 std::span<const row> rows, const mha::run_options& options) {
+  const std::int64_t hd = cfg.head_dim(), d = cfg.d_out;
+  const mha::detail::dropout_spec drop{options.training ? cfg.dropout : 0.0f, options.seed};
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<double> result(rows.size() * static_cast<std::size_t>(d));
+  std::vector<double> a(static_cast<std::size_t>(seq_len)), context(static_cast<std::size_t>(d));
+
+  for (std::int64_t b = 0; b < batch; ++b) {
+    if (std::none_of(rows.begin(), rows.end(), [&](const row& r) { return r.batch == b; }))
+      continue;
+    const std::vector<double> xb(x.begin() + b * seq_len * cfg.d_in,
+                                 x.begin() + (b + 1) * seq_len * cfg.d_in);
+    const std::vector<double> k = project(w.key, xb, 0, seq_len),
+                              v = project(w.value, xb, 0, seq_len);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      if (rows[r].batch != b) continue;
+      const std::int64_t i = rows[r].token;
+      const std::vector<double> q = project(w.query, xb, i, 1);
+      for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
+        // S[i][j] = q_i . k_j / sqrt(hd), -inf above the diagonal when causal; softmax over j.
+        double max = -std::numeric_limits<double>::infinity();
+        for (std::int64_t j = 0; j < seq_len; ++j) {
+          double s = 0.0;
+          for (std::int64_t e = 0; e < hd; ++e) s += q[h * hd + e] * k[j * d + h * hd + e];
+          a[j] = (cfg.causal && j > i) ? -std::numeric_limits<double>::infinity() : s * scale;
+          max = std::max(max, a[j]);
+        }
+        double sum = 0.0;
+        for (std::int64_t j = 0; j < seq_len; ++j) sum += (a[j] = std::exp(a[j] - max));
+        for (std::int64_t j = 0; j < seq_len; ++j) {
+          a[j] /= sum;
+          if (drop.active()) {
+            a[j] = mha::detail::dropout_keep(drop, b, h, i, j) ? a[j] / (1.0 - drop.p) : 0.0;
+          }
+        }
+        for (std::int64_t e = 0; e < hd; ++e) {
+          double acc = 0.0;
+          for (std::int64_t j = 0; j < seq_len; ++j) acc += a[j] * v[j * d + h * hd + e];
+          context[h * hd + e] = acc;
+        }
+      }
+      const std::vector<double> y = cfg.out_proj ? project(w.out_proj, context, 0, 1) : context;
+      std::copy(y.begin(), y.end(), result.begin() + static_cast<std::ptrdiff_t>(r) * d);
+    }
+  }
+  return result;
+}
+
+std::vector<double> forward(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
+                            std::int64_t batch, std::int64_t seq_len,
+                            const mha::run_options& options) {
+  std::vector<row> all;
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t t = 0; t < seq_len; ++t) all.push_back({b, t});
+  return forward_rows(cfg, w, x, batch, seq_len, all, options);
+}
+
+}  // namespace mha_reference
