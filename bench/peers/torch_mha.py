@@ -29,7 +29,8 @@ torch loaded is OpenBLAS (Debian's torch sends FP32 matmuls to the system libbla
 reference BLAS they are ~40x slower than with libopenblas0-openmp, and the pthread OpenBLAS
 ignores torch's thread count unless told). The context records torch's and the BLAS's settings.
 Exit status: 0 on success (skipped and failed benchmarks are recorded in the JSON), 2 on bad
-arguments, 1 on other errors; the output file appears only when complete.
+arguments, 3 when torch is not installed, 1 on other errors; the output file appears only when
+complete.
 """
 
 from __future__ import annotations
@@ -50,8 +51,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-from torch import nn
+try:
+    import torch
+    from torch import nn
+except ImportError:  # said plainly, with its own exit status, so a sweep can skip the peers
+    print(
+        f"torch_mha: PyTorch is not installed for {sys.executable} "
+        "(apt-get install python3-torch libopenblas0-openmp); no PyTorch peers measured",
+        file=sys.stderr,
+    )
+    sys.exit(3)
 
 # Relative tolerance of the agreement check: max |y - y_split| <= RTOL * max |y_split|.
 # FP32 sums over d_in <= 6144 terms differ between the three modules' orders by ~1e-6.
@@ -469,9 +478,9 @@ def counters(s: PeerShape, threads: int, seconds: float) -> dict:
         "d_out": s.d_out,
         "H": s.n_heads,
         "head_dim": s.head_dim,
-        # Google Benchmark's own "threads" field (1 here) is overwritten by mha's counter of the
-        # same name when a JSON reader keeps the last duplicate key; this file says it once.
-        "threads": threads,
+        # As mha_bench: not "threads", which is Google Benchmark's own field (1 here).
+        "threads": 1,
+        "n_threads": threads,
     }
 
 

@@ -24,28 +24,35 @@ TIE_MARGIN = 0.05
 
 @dataclass
 class Peak:
-    """Measured FP32 FMA peak, GFLOP/s. Rule for a benchmark run on n threads:
-    n == 1: the 1-core peak; n > 1: the all-core peak * min(n, num_cpus) / num_cpus
-    (the 1-core peak when only that is known: n * one_core is not measured, so not assumed)."""
+    """Measured FP32 FMA peak, GFLOP/s, and the rule that picks the peak of an n-thread run:
+    n == 1: the 1-core peak; n > 1: the all-core peak * min(n, T) / T, where T is the thread
+    count the all-core peak was measured on (the 1-core peak alone is not assumed to scale)."""
 
     one_core: float | None = None
     all_cores: float | None = None
-    num_cpus: int | None = None
+    all_core_threads: int | None = None
     source: str = "not measured"
 
     RULE = (
         "% of peak divides model GFLOP/s by the measured FP32 FMA peak for the benchmark's "
-        "thread count: the 1-core peak for threads:1, and the all-core peak scaled by "
-        "threads / num_cpus otherwise."
+        "thread count: the 1-core peak for threads:1, and otherwise the all-core peak scaled "
+        "by threads / the thread count it was measured on."
     )
 
     def for_threads(self, threads: int) -> float | None:
         if threads == 1 and self.one_core:
             return self.one_core
-        if self.all_cores and self.num_cpus:
-            return self.all_cores * min(threads, self.num_cpus) / self.num_cpus
+        if self.all_cores and self.all_core_threads:
+            t = self.all_core_threads
+            return self.all_cores * min(threads, t) / t
         return None
 
+
+# mha_bench's context keys (bench/machine_context.cpp), read first. Other files may name their
+# peak differently: classify_peak_key() accepts those, explicitly.
+PEAK_ONE_CORE_KEY = "mha_fma_peak_gflops_one_core"
+PEAK_ALL_CORES_KEY = "mha_fma_peak_gflops_all_cores"
+PEAK_THREADS_KEY = "mha_fma_peak_threads"
 
 _NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 
@@ -60,10 +67,12 @@ def _number(value) -> float | None:
 def classify_peak_key(key: str) -> str | None:
     """'one' for a 1-core peak context key, 'all' for an all-core one, None otherwise.
 
-    A peak key contains 'peak'; it is all-core when it says 'all' (all_cores, allcores...),
-    1-core when it says 1/one/single next to core/thread (peak_1core, fma_peak_one_core...)."""
+    A peak key contains 'peak' and 'gflops'; it is all-core when it says 'all' (all_cores,
+    allcores...), 1-core when it says 1/one/single next to core/thread/cpu (peak_gflops_1core,
+    fma_peak_gflops_one_core...). Per-ISA variants (..._one_core_avx2) count only when no
+    plain key exists: the shortest matching key wins."""
     k = key.lower()
-    if "peak" not in k:
+    if "peak" not in k or "gflops" not in k:
         return None
     if "all" in k:
         return "all"
@@ -73,29 +82,38 @@ def classify_peak_key(key: str) -> str | None:
 
 
 def find_peak(results: ResultSet, one_core: float | None = None, all_cores: float | None = None) -> Peak:
-    """The peak from the contexts (first file that has one) unless given explicitly."""
+    """The peak from the first context that has one, unless given explicitly. The all-core
+    peak's thread count is the context's mha_fma_peak_threads, else its num_cpus."""
     peak = Peak()
     sources = []
     for path, context in results.contexts:
-        if peak.num_cpus is None and _number(context.get("num_cpus")):
-            peak.num_cpus = int(_number(context["num_cpus"]))
-        for key, value in context.items():
+        if peak.one_core is not None and peak.all_cores is not None:
+            break
+        found = {}
+        for key in sorted(context, key=len):
             kind = classify_peak_key(key)
-            number = _number(value)
-            if kind is None or not number or number <= 0:
-                continue
-            if kind == "one" and peak.one_core is None:
-                peak.one_core = number
-                sources.append(f"'{key}' in {path}")
-            elif kind == "all" and peak.all_cores is None:
-                peak.all_cores = number
-                sources.append(f"'{key}' in {path}")
+            number = _number(context[key])
+            if kind and kind not in found and number and number > 0:
+                found[kind] = (key, number)
+        if peak.one_core is None and "one" in found:
+            peak.one_core = found["one"][1]
+            sources.append(f"'{found['one'][0]}' in {path}")
+        if peak.all_cores is None and "all" in found:
+            peak.all_cores = found["all"][1]
+            sources.append(f"'{found['all'][0]}' in {path}")
+            threads = _number(context.get(PEAK_THREADS_KEY, context.get("num_cpus")))
+            peak.all_core_threads = int(threads) if threads else None
     if one_core is not None:
         peak.one_core = one_core
         sources.append("--peak-1core")
     if all_cores is not None:
         peak.all_cores = all_cores
         sources.append("--peak-all")
+        if peak.all_core_threads is None:
+            threads = next(
+                (_number(c.get("num_cpus")) for _, c in results.contexts if c.get("num_cpus")), None
+            )
+            peak.all_core_threads = int(threads) if threads else None
     if sources:
         peak.source = ", ".join(sources)
     return peak

@@ -138,7 +138,9 @@ def series_grid(
     ylabel: str,
 ) -> None:
     """One panel per (thread count: rows) x (series: columns); `draw` fills a panel from its
-    table. A panel without data says so."""
+    table. Rows and columns without any data are left out; a panel without data says so."""
+    thread_counts = [n for n in thread_counts if any(table_for(s, n) for s in series_list)]
+    series_list = [s for s in series_list if any(table_for(s, n) for n in thread_counts)]
     nrows, ncols = len(thread_counts), len(series_list)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.4 * ncols, 3.6 * nrows + 1.0), squeeze=False)
     for r, threads in enumerate(thread_counts):

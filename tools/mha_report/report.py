@@ -10,6 +10,10 @@ from .document import Bullets, Figure, Heading, Para, Table
 from .results import ResultSet, is_peer
 
 
+# A benchmark whose repetitions vary more than this (stddev / mean) is called noisy.
+NOISY_CV = 0.05
+
+
 # ---- number formats shared with the A/B report ----
 
 
@@ -75,7 +79,7 @@ def _context_section(results: ResultSet, peak: Peak) -> list:
             for text in (
                 f"1 core: **{peak.one_core:.1f} GFLOP/s**" if peak.one_core else "",
                 f"all cores: **{peak.all_cores:.1f} GFLOP/s**" if peak.all_cores else "",
-                f"num_cpus: {peak.num_cpus}" if peak.num_cpus else "",
+                f"all-core peak measured on {peak.all_core_threads} threads" if peak.all_cores else "",
             )
             if text
         )
@@ -158,6 +162,24 @@ def _gflops_section(
         "model GFLOP/s",
     )
     blocks.append(Figure(stem, f"GFLOP/s against {name}; right axis: % of measured peak"))
+    above = [
+        (pct, f"{b} {f}", series.x(shape), n)
+        for (series, n), table in tables.items()
+        if table is not None
+        for shape, (_, values) in zip(series.shapes, table.rows)
+        for (b, f), v in zip(table.columns, values)
+        if (pct := analysis.percent_of_peak(v, peak, n)) is not None and pct > 100
+    ]
+    if above:
+        pct, variant, x, n = max(above)
+        blocks.append(
+            Para(
+                f"**{len(above)} value(s) exceed 100% of the measured peak** (up to {pct:.0f}%: "
+                f"{variant} at {axis_name(axis)}={x}, {_threads_text(n)}): the peak calibration "
+                "measured less than these runs reached (a busy machine during calibration, or "
+                "turbo), so % of peak is overstated there."
+            )
+        )
     for (series, n), table in tables.items():
         if table is None:
             continue
@@ -169,6 +191,10 @@ def _gflops_section(
             )
         )
     return blocks
+
+
+def axis_name(axis: str) -> str:
+    return "H" if axis == "heads" else "T"
 
 
 def _scaling_section(results: ResultSet, folder: Path) -> list:
@@ -289,6 +315,16 @@ def _summary(results: ResultSet, heads: list[Series]) -> list:
         + (f"; PyTorch peers {', '.join(peers)}" if peers else "; no PyTorch peers")
         + f"; threads {', '.join(map(str, results.thread_counts()))}."
     ]
+    noisy = [m for m in results.measurements.values() if m.cv is not None and m.cv > NOISY_CV]
+    if noisy:
+        worst = max(noisy, key=lambda m: m.cv)
+        items.append(
+            f"{len(noisy)} benchmark(s) vary by more than {NOISY_CV * 100:.0f}% (coefficient of "
+            f"variation) between repetitions; worst {worst.cv * 100:.0f}%: `{worst.key.name()}`. "
+            "Treat differences of that size as noise."
+        )
+    elif not any(m.repetitions > 1 for m in results.measurements.values()):
+        items.append("One repetition per benchmark: run-to-run noise is not known.")
     blocks: list = [Heading(2, "Summary"), Bullets(items)]
     rows = []
     for series in heads:

@@ -10,7 +10,7 @@ Contract of the input (what this module needs, nothing more):
   repetitions, run_type "aggregate" entries (aggregate_name mean/median/stddev/cv) summaries;
 - an entry with error_occurred (1.7.1) or skipped (1.8+) records a failed or skipped benchmark;
 - the counter GFLOPS (model FLOPs per second / 1e9) when present gives the FLOP count; the plain
-  counters B, T, d_in, d_out, H, threads when present must agree with the name.
+  counters B, T, d_in, d_out, H, head_dim, n_threads when present must agree with the name.
 Everything else is carried along (the context is shown in the report) but not required.
 Bad input raises ReportError naming the file, the benchmark and what was expected.
 """
@@ -218,9 +218,10 @@ _COUNTER_FIELDS = {
     "d_out": lambda k: k.shape.d_out,
     "H": lambda k: k.shape.n_heads,
     "head_dim": lambda k: k.shape.head_dim,
+    "n_threads": lambda k: k.threads,
 }
-# Not "threads": Google Benchmark writes its own "threads" field (always 1 here) in the same
-# object, so a counter of that name is a duplicate key whose surviving value is ambiguous.
+# mha_bench names its thread counter n_threads: "threads" is Google Benchmark's own field
+# (always 1 here, the benchmark runs on one Google Benchmark thread).
 
 
 def _check_counters(entry: dict, key: Key, where: str) -> None:

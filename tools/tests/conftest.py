@@ -65,6 +65,7 @@ def entries(
         "d_out": s.d_out,
         "H": s.n_heads,
         "head_dim": s.head_dim,
+        "n_threads": threads,
     }
     times = [seconds * f for f in spread]
     out = []
@@ -137,8 +138,11 @@ CONTEXT = {
     "library_build_type": "debug",
     "mha_preset": "heads",
     "cpu_model": "Synthetic CPU",
-    "fma_peak_gflops_1core": "100.0",
-    "fma_peak_gflops_all_cores": "200.0",
+    "mha_fma_peak_isa": "avx512",
+    "mha_fma_peak_gflops_one_core": "100.0",
+    "mha_fma_peak_gflops_all_cores": "200.0",
+    "mha_fma_peak_threads": "2",
+    "mha_fma_peak_gflops_one_core_avx2": "99.0",
 }
 
 

@@ -24,28 +24,41 @@ def heads(tmp_path):
 
 
 def test_peak_keys_are_classified_explicitly():
-    assert classify_peak_key("fma_peak_gflops_1core") == "one"
-    assert classify_peak_key("peak_gflops_one_core") == "one"
-    assert classify_peak_key("fp32_fma_peak_single_thread") == "one"
-    assert classify_peak_key("fma_peak_gflops_all_cores") == "all"
-    assert classify_peak_key("peak_allcores") == "all"
+    assert classify_peak_key("mha_fma_peak_gflops_one_core") == "one"
+    assert classify_peak_key("mha_fma_peak_gflops_one_core_avx2") == "one"
+    assert classify_peak_key("peak_gflops_1core") == "one"
+    assert classify_peak_key("fp32_fma_peak_gflops_single_thread") == "one"
+    assert classify_peak_key("mha_fma_peak_gflops_all_cores") == "all"
+    assert classify_peak_key("peak_gflops_allcores") == "all"
     assert classify_peak_key("fma_peak_gflops_12cores") is None  # ambiguous: not guessed
-    assert classify_peak_key("num_cpus") is None
+    assert classify_peak_key("mha_fma_peak_threads") is None
+    assert classify_peak_key("mha_probe_gflops_naive_wrapper") is None
 
 
 def test_peak_rule_one_core_for_one_thread_all_cores_scaled_otherwise(heads):
-    peak = find_peak(heads)  # fixture context: 100 (1 core), 200 (all), num_cpus 2
-    assert (peak.one_core, peak.all_cores, peak.num_cpus) == (100.0, 200.0, 2)
+    peak = find_peak(heads)  # fixture context: 100 (1 core; 99 for avx2), 200 on 2 threads
+    assert (peak.one_core, peak.all_cores, peak.all_core_threads) == (100.0, 200.0, 2)
+    assert "'mha_fma_peak_gflops_one_core' in" in peak.source
     assert peak.for_threads(1) == 100.0
     assert peak.for_threads(2) == 200.0
     assert Peak(None, 400.0, 4).for_threads(1) == 100.0
     assert Peak(None, 400.0, 4).for_threads(3) == 300.0
-    assert Peak(None, 400.0, 4).for_threads(8) == 400.0  # more threads than cores: capped
-    assert Peak(50.0, None, 4).for_threads(2) is None  # not assumed to scale
+    assert Peak(None, 400.0, 4).for_threads(8) == 400.0  # more threads than measured: capped
+    assert Peak(50.0, None, None).for_threads(2) is None  # not assumed to scale
     overridden = find_peak(heads, one_core=80.0)
     assert overridden.for_threads(1) == 80.0 and "--peak-1core" in overridden.source
     assert analysis.percent_of_peak(50.0, peak, 1) == pytest.approx(50.0)
     assert analysis.percent_of_peak(50.0, Peak(), 1) is None
+
+
+def test_peak_threads_fall_back_to_num_cpus(tmp_path):
+    s = Shape(1, 8, 8, 8, 1)
+    context = {"num_cpus": 4, "fma_peak_gflops_all_cores": "400"}
+    results = load([write(tmp_path / "p.json", entries("naive", "wrapper", s, 1, 1.0), context)])
+    peak = find_peak(results)
+    assert (peak.one_core, peak.all_cores, peak.all_core_threads) == (None, 400.0, 4)
+    assert peak.for_threads(1) == 100.0
+    assert find_peak(results, all_cores=800.0).for_threads(2) == 400.0
 
 
 def test_both_heads_series_are_inferred_from_the_shapes(heads):

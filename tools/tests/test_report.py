@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import CONTEXT, HEADS, ROOT, entries, heads_run, skipped, write
+from conftest import CONTEXT, HEADS, ROOT, entries, heads_run, model_flops, skipped, write
 
 from mha_report import cli
 from mha_report.results import Shape
@@ -223,3 +223,20 @@ def test_inputs_without_attention_benchmarks_are_an_error(tmp_path, capsys):
     path = write(tmp_path / "other.json", [{"name": "BM_Other", "real_time": 1, "time_unit": "ns"}])
     assert cli.main([str(path), "--out", str(tmp_path / "r")]) == 1
     assert "no attention benchmarks" in capsys.readouterr().err
+
+
+def test_noisy_repetitions_and_rates_above_the_peak_are_said(tmp_path):
+    data = []
+    for h in (1, 2):
+        s = Shape(1, 64, 64, 64, h)
+        flops = model_flops(s)
+        # 150 GFLOP/s against a 100 GFLOP/s 1-core peak; the wrapper's repetitions spread 20%.
+        data += entries("xsimd", "split_weight", s, 1, flops / 150e9)
+        data += entries("xsimd", "wrapper", s, 1, flops / 50e9, spread=(0.8, 1.0, 1.2))
+    out = tmp_path / "r"
+    assert cli.main([str(write(tmp_path / "n.json", data)), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "**2 value(s) exceed 100% of the measured peak** (up to 150%: xsimd split_weight at H=2" in md
+    assert (
+        "2 benchmark(s) vary by more than 5% (coefficient of variation) between repetitions; worst 20%" in md
+    )

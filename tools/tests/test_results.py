@@ -94,6 +94,11 @@ def test_files_merge_by_name_and_the_same_benchmark_twice_is_an_error(tmp_path):
             '{"benchmarks": [{"name": "mha/naive/wrapper/b4/t256/din768/dout768/h12/threads:1", "real_time": 1, "H": 8}]}',
             "counter H = 8 but the name says 12",
         ),
+        (
+            '{"benchmarks": [{"name": "mha/naive/wrapper/b4/t256/din768/dout768/h12/threads:2", "real_time": 1, '
+            '"threads": 1, "n_threads": 1}]}',
+            "counter n_threads = 1 but the name says 2",
+        ),
     ],
 )
 def test_malformed_input_is_an_error_naming_the_problem(tmp_path, content, message):

@@ -163,7 +163,7 @@ def test_tiny_run_writes_google_benchmark_json_the_report_reads(tmp_path):
     assert len(iterations) == (2 * 3 + 2) * 2
     for b in iterations:
         key = parse_name(b["name"])
-        assert key.backend in ("torch", "torch_nn_mha") and key.threads == 1
+        assert key.backend in ("torch", "torch_nn_mha") and key.threads == b["n_threads"] == 1
         assert (b["B"], b["T"], b["d_in"], b["d_out"], b["H"], b["head_dim"]) == (
             1,
             8,
