@@ -48,8 +48,13 @@ import socket
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+# The shape and its problem string are the report's (tools/mha_report/results.py): one
+# definition of how benchmark names spell a shape on the Python side.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from mha_report.results import Shape  # noqa: E402
 
 try:
     import torch
@@ -178,50 +183,30 @@ class UsageError(Exception):
 
 
 @dataclass
-class PeerShape:
-    batch: int
-    seq_len: int
-    d_in: int
-    d_out: int
-    n_heads: int
-    causal: bool = True
-    qkv_bias: bool = False
-    out_proj: bool = True
-    threads: list[int] = field(default_factory=lambda: [1])
+class Job:
+    """One shape and the thread counts to time it at."""
 
-    def problem(self) -> str:
-        """mha::to_string(problem) after the formulation: 'b4/t256/din768/dout768/h12[/flags]'."""
-        s = f"b{self.batch}/t{self.seq_len}/din{self.d_in}/dout{self.d_out}/h{self.n_heads}"
-        if not self.causal:
-            s += "/noncausal"
-        if self.qkv_bias:
-            s += "/qkv_bias"
-        if not self.out_proj:
-            s += "/no_out_proj"
-        return s
+    shape: Shape
+    threads: list[int]
 
-    @property
-    def head_dim(self) -> int:
-        return self.d_out // self.n_heads
 
-    def flops(self) -> float:
-        """Model FLOPs of one forward pass, DESIGN §3 (the count mha_bench uses)."""
-        b, t, d_in, d_out = self.batch, self.seq_len, self.d_in, self.d_out
-        pairs = t * (t + 1) / 2 if self.causal else t * t
-        total = 2 * b * t * d_in * d_out * 3 + 4 * b * self.n_heads * self.head_dim * pairs
-        return total + (2 * b * t * d_out * d_out if self.out_proj else 0)
+def flops(s: Shape) -> float:
+    """Model FLOPs of one forward pass, DESIGN §3 (the count mha_bench uses)."""
+    b, t, d_in, d_out = s.batch, s.seq_len, s.d_in, s.d_out
+    pairs = t * (t + 1) / 2 if s.causal else t * t
+    total = 2 * b * t * d_in * d_out * 3 + 4 * b * s.n_heads * s.head_dim * pairs
+    return total + (2 * b * t * d_out * d_out if s.out_proj else 0)
 
-    def validate(self, where: str) -> None:
-        for name in ("batch", "seq_len", "d_in", "d_out", "n_heads"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise UsageError(f"{where}: {name} = {value!r}, expected an integer >= 1")
-        if self.d_out % self.n_heads:
-            raise UsageError(f"{where}: d_out ({self.d_out}) must be divisible by n_heads ({self.n_heads})")
-        if not self.threads or any(not isinstance(n, int) or n < 1 for n in self.threads):
-            raise UsageError(
-                f"{where}: threads = {self.threads!r}, expected a non-empty list of integers >= 1"
-            )
+
+def validate(s: Shape, threads: list, where: str) -> None:
+    for name in ("batch", "seq_len", "d_in", "d_out", "n_heads"):
+        value = getattr(s, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise UsageError(f"{where}: {name} = {value!r}, expected an integer >= 1")
+    if s.d_out % s.n_heads:
+        raise UsageError(f"{where}: d_out ({s.d_out}) must be divisible by n_heads ({s.n_heads})")
+    if not threads or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in threads):
+        raise UsageError(f"{where}: threads = {threads!r}, expected a non-empty list of integers >= 1")
 
 
 _SHAPE_FIELDS = {
@@ -238,7 +223,7 @@ _SHAPE_FIELDS = {
 }
 
 
-def shapes_from_file(path: str) -> list[PeerShape]:
+def shapes_from_file(path: str) -> list[Job]:
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
@@ -257,11 +242,12 @@ def shapes_from_file(path: str) -> list[PeerShape]:
         missing = {"batch", "seq_len", "d_in", "d_out", "n_heads"} - set(item)
         if unknown or missing:
             raise UsageError(f"{where}: unknown fields {sorted(unknown)}, missing {sorted(missing)}")
-        fields = {k: v for k, v in item.items() if k != "series"}
-        shape = PeerShape(**fields)
-        shape.threads = list(shape.threads)
-        shape.validate(where)
-        out.append(shape)
+        job = Job(
+            Shape(**{k: v for k, v in item.items() if k not in ("series", "threads")}),
+            item.get("threads", [1]),
+        )
+        validate(job.shape, job.threads, where)
+        out.append(job)
     return out
 
 
@@ -270,7 +256,7 @@ _SHAPE_TEXT = re.compile(
 )
 
 
-def shape_from_text(text: str) -> PeerShape:
+def shape_from_text(text: str) -> Shape:
     match = _SHAPE_TEXT.match(text)
     if not match:
         raise UsageError(
@@ -279,10 +265,10 @@ def shape_from_text(text: str) -> PeerShape:
         )
     b, t, d_in, d_out, h = (int(g) for g in match.groups()[:5])
     flags = match.group(6).split("/")
-    shape = PeerShape(
+    shape = Shape(
         b, t, d_in, d_out, h, "noncausal" not in flags, "qkv_bias" in flags, "no_out_proj" not in flags
     )
-    shape.validate(f"--shape {text}")
+    validate(shape, [1], f"--shape {text}")
     return shape
 
 
@@ -381,7 +367,7 @@ def _cpu_model() -> str:
 # Building, checking and timing
 
 
-def build_modules(s: PeerShape, seed: int) -> dict[str, nn.Module]:
+def build_modules(s: Shape, seed: int) -> dict[str, nn.Module]:
     """{'torch/wrapper', 'torch/split_weight', 'torch_nn_mha/split_weight'} with the same
     weights: the split module's nn.Linear initialisation, sliced per head for the wrapper and
     packed as in_proj for nn.MultiheadAttention (absent when it cannot express the shape)."""
@@ -418,7 +404,7 @@ def build_modules(s: PeerShape, seed: int) -> dict[str, nn.Module]:
     return modules
 
 
-def nn_mha_unsupported(s: PeerShape) -> str | None:
+def nn_mha_unsupported(s: Shape) -> str | None:
     if s.d_in != s.d_out:
         return f"nn.MultiheadAttention needs d_in == d_out (got {s.d_in}, {s.d_out})"
     if not s.out_proj:
@@ -463,14 +449,14 @@ def time_module(module: nn.Module, x: torch.Tensor, min_time: float, repetitions
 # Google Benchmark JSON
 
 
-def bench_name(module: str, s: PeerShape, threads: int) -> str:
+def bench_name(module: str, s: Shape, threads: int) -> str:
     backend, formulation = module.split("/")
-    return f"mha/{backend}/{formulation}/{s.problem()}/threads:{threads}/real_time"
+    return f"mha/{backend}/{formulation}/{s.problem_suffix()}/threads:{threads}/real_time"
 
 
-def counters(s: PeerShape, threads: int, seconds: float) -> dict:
+def counters(s: Shape, threads: int, seconds: float) -> dict:
     return {
-        "GFLOPS": s.flops() / seconds * 1e-9,
+        "GFLOPS": flops(s) / seconds * 1e-9,
         "tokens_per_s": s.batch * s.seq_len / seconds,
         "B": s.batch,
         "T": s.seq_len,
@@ -484,9 +470,7 @@ def counters(s: PeerShape, threads: int, seconds: float) -> dict:
     }
 
 
-def entries(
-    name: str, family: int, s: PeerShape, threads: int, iterations: int, runs, label: str
-) -> list[dict]:
+def entries(name: str, family: int, s: Shape, threads: int, iterations: int, runs, label: str) -> list[dict]:
     """Iteration entries (one per repetition) and mean/median/stddev/cv aggregates, in ms."""
     base = {"name": name, "family_index": family, "per_family_instance_index": 0, "run_name": name}
     out = []
@@ -609,30 +593,33 @@ def run(args) -> int:
         raise UsageError(
             f"--min-time {args.min_time} / --repetitions {args.repetitions}: expected > 0 and >= 1"
         )
-    shapes = (shapes_from_file(args.shapes) if args.shapes else []) + [shape_from_text(t) for t in args.shape]
-    if not shapes:
+    jobs = (shapes_from_file(args.shapes) if args.shapes else []) + [
+        Job(shape_from_text(t), [1]) for t in args.shape
+    ]
+    if not jobs:
         raise UsageError("no shapes: give --shapes FILE and/or --shape b<B>/t<T>/din<d_in>/dout<d_out>/h<H>")
     if args.threads:
         threads = parse_threads(args.threads)
-        for s in shapes:
-            s.threads = threads
+        for job in jobs:
+            job.threads = threads
     blas = Blas()
     if blas.warning() and not args.quiet:
         print(f"torch_mha: WARNING: {blas.warning()}", file=sys.stderr)
-    total = sum(len(s.threads) * (3 if nn_mha_unsupported(s) is None else 2) for s in shapes)
+    total = sum(len(j.threads) * (3 if nn_mha_unsupported(j.shape) is None else 2) for j in jobs)
     benchmarks, worst, done, start = [], 0.0, 0, time.perf_counter()
-    for family, s in enumerate(shapes):
+    for family, job in enumerate(jobs):
+        s = job.shape
         modules = build_modules(s, args.seed)
         torch.manual_seed(args.seed + 1)
         x = torch.rand(s.batch, s.seq_len, s.d_in)
-        set_threads(blas, max(s.threads))
+        set_threads(blas, max(job.threads))
         errors = check(modules, x)
         worst = max([worst] + list(errors.values()))
         unsupported = nn_mha_unsupported(s)
         if unsupported:
             errors["torch_nn_mha/split_weight"] = None
         for module_name, err in errors.items():
-            for n in s.threads:
+            for n in job.threads:
                 name = bench_name(module_name, s, n)
                 if err is None:
                     benchmarks.append(failed(name, family, f"skipped: {unsupported}"))

@@ -116,11 +116,14 @@ def test_shapes_file_fields_and_threads(tmp_path):
         "series": "d_model",
     }
     path.write_text(json.dumps({"shapes": [item]}))
-    (s,) = peers.shapes_from_file(str(path))
-    assert (s.problem(), s.threads) == ("b4/t256/din768/dout768/h12", [1, 2])
-    assert s.flops() == model_flops(Shape(4, 256, 768, 768, 12))
+    (job,) = peers.shapes_from_file(str(path))
+    assert (job.shape, job.threads) == (Shape(4, 256, 768, 768, 12), [1, 2])
+    assert peers.flops(job.shape) == model_flops(job.shape)
     path.write_text(json.dumps([dict(item, heads=3)]))
     with pytest.raises(peers.UsageError, match=r"unknown fields \['heads'\]"):
+        peers.shapes_from_file(str(path))
+    path.write_text(json.dumps([dict(item, batch="4")]))
+    with pytest.raises(peers.UsageError, match="batch = '4', expected an integer >= 1"):
         peers.shapes_from_file(str(path))
     path.write_text(json.dumps([dict(item, threads=[])]))
     with pytest.raises(peers.UsageError, match="threads = \\[\\], expected a non-empty list"):
