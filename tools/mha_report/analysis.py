@@ -152,15 +152,6 @@ class Series:
         d = f"{s.d_out}" if s.d_in == s.d_out else f"{s.d_in}->{s.d_out}"
         return f"d_model = {d}, H = {s.n_heads} (B={s.batch}{flags})"
 
-    @property
-    def slug(self) -> str:
-        s = self.shapes[0]
-        if self.kind == "d_model":
-            return f"dmodel{s.d_out}_b{s.batch}_t{s.seq_len}"
-        if self.kind == "head_dim":
-            return f"hd{s.head_dim}_b{s.batch}_t{s.seq_len}"
-        return f"d{s.d_out}_h{s.n_heads}_b{s.batch}"
-
 
 def _flag_key(s: Shape) -> tuple:
     return (s.causal, s.qkv_bias, s.out_proj)

@@ -98,7 +98,8 @@ def _context_section(results: ResultSet, peak: Peak) -> list:
 
 
 def _series_table_block(table: SeriesTable, header: list[str], cell) -> Table:
-    rows = [[str(x)] + [cell(v, j) for j, v in enumerate(values)] for x, values in table.rows]
+    """One row per point of the series: x, then cell(value) per column."""
+    rows = [[str(x)] + [cell(v) for v in values] for x, values in table.rows]
     return Table([table.series.x_name] + header, rows, numeric=set(range(len(header) + 1)))
 
 
@@ -131,7 +132,7 @@ def _speedup_section(results: ResultSet, series_list: list[Series], folder: Path
         if table is None:
             continue
         blocks.append(Heading(3, f"{series.title}, {_threads_text(n)}"))
-        blocks.append(_series_table_block(table, table.columns, lambda v, _j: fmt_ratio(v)))
+        blocks.append(_series_table_block(table, table.columns, fmt_ratio))
     return blocks
 
 
@@ -143,7 +144,7 @@ def _gflops_section(
     if not any(tables.values()):
         return []
     stem = f"gflops_vs_{axis}"
-    name = "H" if axis == "heads" else "sequence length T"
+    name, short = ("H", "H") if axis == "heads" else ("sequence length T", "T")
     blocks: list = [
         Heading(2, f"GFLOP/s and % of peak against {name}"),
         Para(
@@ -175,7 +176,7 @@ def _gflops_section(
         blocks.append(
             Para(
                 f"**{len(above)} value(s) exceed 100% of the measured peak** (up to {pct:.0f}%: "
-                f"{variant} at {axis_name(axis)}={x}, {_threads_text(n)}): the peak calibration "
+                f"{variant} at {short}={x}, {_threads_text(n)}): the peak calibration "
                 "measured less than these runs reached (a busy machine during calibration, or "
                 "turbo), so % of peak is overstated there."
             )
@@ -187,14 +188,10 @@ def _gflops_section(
         blocks.append(Heading(3, f"{series.title}, {_threads_text(n)}"))
         blocks.append(
             _series_table_block(
-                table, header, lambda v, _j, n=n: fmt_gflops(v, analysis.percent_of_peak(v, peak, n))
+                table, header, lambda v, n=n: fmt_gflops(v, analysis.percent_of_peak(v, peak, n))
             )
         )
     return blocks
-
-
-def axis_name(axis: str) -> str:
-    return "H" if axis == "heads" else "T"
 
 
 def _scaling_section(results: ResultSet, folder: Path) -> list:
