@@ -95,7 +95,7 @@ def log_y(ax) -> None:
     a narrow one (a ratio axis spanning 0.8-1.3 still gets labels). Call after plotting."""
     ax.set_yscale("log")
     low, high = ax.get_ylim()
-    subs = (1.0, 2.0, 5.0) if high / low > 30 else (1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
+    subs = (1.0, 2.0, 5.0) if high / low > 30 else (1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
     ax.yaxis.set_major_formatter(FuncFormatter(_plain_number))
     ax.yaxis.set_minor_locator(NullLocator())
@@ -247,22 +247,22 @@ def ab_strip(folder: Path, stem: str, groups: list[tuple[str, list[tuple[float, 
     coloured by verdict ('faster', 'slower', 'noise', 'n/a')."""
     verdict_colour = {"faster": "#2ca02c", "slower": "#d62728", "noise": "#9e9e9e", "n/a": "#cccccc"}
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) + 2.5), 4.6))
-    seen = set()
     for i, (_, points) in enumerate(groups):
         n = len(points)
         for j, (ratio, verdict) in enumerate(points):
             x = i + (j - (n - 1) / 2) * min(0.6 / max(n, 1), 0.08)
-            label = verdict if verdict not in seen else None
-            seen.add(verdict)
-            ax.plot(x, ratio, "o", markersize=4, color=verdict_colour[verdict], label=label)
+            ax.plot(x, ratio, "o", markersize=4, color=verdict_colour[verdict])
+    present = [v for v in verdict_colour if any(v == verdict for _, pts in groups for _, verdict in pts)]
+    for v in present:  # legend entries in a fixed order, only for verdicts that occur
+        ax.plot([], [], "o", markersize=4, color=verdict_colour[v], label=v)
     ax.axhline(1.0, color="black", linewidth=1.0, linestyle=":", label="1.0 = unchanged")
-    ax.set_yscale("log", base=2)
-    ax.yaxis.set_major_formatter(FuncFormatter(_plain_number))
     ratios = [r for _, pts in groups for r, _ in pts]
+    ax.set_yscale("log")
     if ratios:
         spread = max(abs(math.log2(r)) for r in ratios)
         bound = 2 ** max(spread * 1.15, 0.1)
         ax.set_ylim(1 / bound, bound)
+    log_y(ax)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels([g for g, _ in groups], rotation=30, ha="right")
     ax.set_xlim(-0.6, len(groups) - 0.4)
