@@ -309,15 +309,17 @@ def _read_entries(entries: list, source: str) -> ResultSet:
         if message is not None:
             part.failures.append(Failure(run_name, message, source, key))
             continue
-        _check_counters(entry, key, where)
         group = groups.setdefault(run_name, {"key": key, "times": [], "flops": [], "agg": {}})
         if entry.get("run_type", "iteration") == "aggregate":
+            # Counters of aggregates are that statistic (stddev of a shape counter is 0): not
+            # checked against the name.
             aggregate = entry.get("aggregate_name", "")
             if aggregate in ("mean", "median"):
                 group["agg"][aggregate] = _seconds(entry, where)
             elif aggregate == "cv":
                 group["agg"]["cv"] = float(entry["real_time"])
             continue
+        _check_counters(entry, key, where)
         seconds = _seconds(entry, where)
         group["times"].append(seconds)
         if "GFLOPS" in entry:

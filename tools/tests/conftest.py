@@ -111,6 +111,9 @@ def entries(
                     "real_time": value * (1 if agg == "cv" else scale),
                     "cpu_time": value * (1 if agg == "cv" else scale),
                     "time_unit": unit,
+                    # As Google Benchmark: each counter is the statistic over the repetitions
+                    # (constant shape counters: their mean, median, then 0 for stddev and cv).
+                    **{k: v if agg in ("mean", "median") else 0 for k, v in counters.items()},
                 }
             )
     return out
