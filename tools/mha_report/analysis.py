@@ -1,0 +1,403 @@
+"""What the report computes from a ResultSet: peak, series, speedups, scaling, recommendations.
+
+Pure functions of the measurements (no plotting, no text layout), so tests can check every
+number the report prints.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from .results import Measurement, ResultSet, Shape, is_peer
+
+FORMULATIONS = ("split_weight", "wrapper")
+
+# "Which backend to link": a runner-up less than this much slower is a tie.
+TIE_MARGIN = 0.05
+
+
+# ---------------------------------------------------------------------------------------------
+# Peak
+
+
+@dataclass
+class Peak:
+    """Measured FP32 FMA peak, GFLOP/s, and the rule that picks the peak of an n-thread run:
+    n == 1: the 1-core peak; n > 1: the all-core peak * min(n, T) / T, where T is the thread
+    count the all-core peak was measured on (the 1-core peak alone is not assumed to scale)."""
+
+    one_core: float | None = None
+    all_cores: float | None = None
+    all_core_threads: int | None = None
+    source: str = "not measured"
+
+    RULE = (
+        "% of peak divides model GFLOP/s by the measured FP32 FMA peak for the benchmark's "
+        "thread count: the 1-core peak for threads:1, and otherwise the all-core peak scaled "
+        "by threads / the thread count it was measured on."
+    )
+
+    def for_threads(self, threads: int) -> float | None:
+        if threads == 1 and self.one_core:
+            return self.one_core
+        if self.all_cores and self.all_core_threads:
+            t = self.all_core_threads
+            return self.all_cores * min(threads, t) / t
+        return None
+
+
+# mha_bench's context keys (bench/machine_context.cpp), read first. Other files may name their
+# peak differently: classify_peak_key() accepts those, explicitly.
+PEAK_ONE_CORE_KEY = "mha_fma_peak_gflops_one_core"
+PEAK_ALL_CORES_KEY = "mha_fma_peak_gflops_all_cores"
+PEAK_THREADS_KEY = "mha_fma_peak_threads"
+
+_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
+
+
+def _number(value) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    match = _NUMBER.search(str(value))
+    return float(match.group(0)) if match else None
+
+
+def classify_peak_key(key: str) -> str | None:
+    """'one' for a 1-core peak context key, 'all' for an all-core one, None otherwise.
+
+    A peak key contains 'peak' and 'gflops'; it is all-core when it says 'all' (all_cores,
+    allcores...), 1-core when it says 1/one/single next to core/thread/cpu (peak_gflops_1core,
+    fma_peak_gflops_one_core...). Per-ISA variants (..._one_core_avx2) count only when no
+    plain key exists: the shortest matching key wins."""
+    k = key.lower()
+    if "peak" not in k or "gflops" not in k:
+        return None
+    if "all" in k:
+        return "all"
+    if re.search(r"(^|[^0-9])(1|one|single)[_\- ]?(core|thread|cpu)", k):
+        return "one"
+    return None
+
+
+def find_peak(results: ResultSet, one_core: float | None = None, all_cores: float | None = None) -> Peak:
+    """The peak from the first context that has one, unless given explicitly. The all-core
+    peak's thread count is the context's mha_fma_peak_threads, else its num_cpus."""
+    peak = Peak()
+    sources = []
+    for path, context in results.contexts:
+        if peak.one_core is not None and peak.all_cores is not None:
+            break
+        found = {}
+        for key in sorted(context, key=len):
+            kind = classify_peak_key(key)
+            number = _number(context[key])
+            if kind and kind not in found and number and number > 0:
+                found[kind] = (key, number)
+        if peak.one_core is None and "one" in found:
+            peak.one_core = found["one"][1]
+            sources.append(f"'{found['one'][0]}' in {path}")
+        if peak.all_cores is None and "all" in found:
+            peak.all_cores = found["all"][1]
+            sources.append(f"'{found['all'][0]}' in {path}")
+            threads = _number(context.get(PEAK_THREADS_KEY, context.get("num_cpus")))
+            peak.all_core_threads = int(threads) if threads else None
+    if one_core is not None:
+        peak.one_core = one_core
+        sources.append("--peak-1core")
+    if all_cores is not None:
+        peak.all_cores = all_cores
+        sources.append("--peak-all")
+        if peak.all_core_threads is None:
+            threads = next(
+                (_number(c.get("num_cpus")) for _, c in results.contexts if c.get("num_cpus")), None
+            )
+            peak.all_core_threads = int(threads) if threads else None
+    if sources:
+        peak.source = ", ".join(sources)
+    return peak
+
+
+# ---------------------------------------------------------------------------------------------
+# Series: shapes that differ only in H (fixed d_model or fixed head_dim) or only in T
+
+
+@dataclass(frozen=True)
+class Series:
+    """Shapes along one axis. kind: 'd_model' (fixed d_in, d_out; H varies), 'head_dim'
+    (fixed head_dim, d_model = head_dim * H), or 'seq' (T varies). shapes sorted by x."""
+
+    kind: str
+    shapes: tuple[Shape, ...]
+
+    def x(self, shape: Shape) -> int:
+        return shape.seq_len if self.kind == "seq" else shape.n_heads
+
+    @property
+    def x_name(self) -> str:
+        return "T (tokens)" if self.kind == "seq" else "H (heads)"
+
+    @property
+    def title(self) -> str:
+        s = self.shapes[0]
+        flags = "".join(f", {f}" for f in s.flags())
+        if self.kind == "d_model":
+            d = f"{s.d_out}" if s.d_in == s.d_out else f"{s.d_in}->{s.d_out}"
+            return f"fixed d_model = {d} (B={s.batch}, T={s.seq_len}{flags})"
+        if self.kind == "head_dim":
+            return (
+                f"fixed head_dim = {s.head_dim}, d_model = {s.head_dim}·H (B={s.batch}, T={s.seq_len}{flags})"
+            )
+        d = f"{s.d_out}" if s.d_in == s.d_out else f"{s.d_in}->{s.d_out}"
+        return f"d_model = {d}, H = {s.n_heads} (B={s.batch}{flags})"
+
+
+def _flag_key(s: Shape) -> tuple:
+    return (s.causal, s.qkv_bias, s.out_proj)
+
+
+def _series_from_groups(kind: str, groups: dict, x) -> list[Series]:
+    found = []
+    for members in groups.values():
+        if len({x(s) for s in members}) >= 2:
+            found.append(Series(kind, tuple(sorted(members, key=x))))
+    return sorted(found, key=lambda s: (s.shapes[0].batch, s.shapes[0].seq_len, s.shapes[0].d_out))
+
+
+def heads_series(shapes: list[Shape]) -> list[Series]:
+    """Every group of >= 2 shapes that differ only in H (fixed d_model), then every group that
+    keeps head_dim fixed with d_in = d_out = head_dim * H. A shape may be in several series."""
+    by_d_model: dict[tuple, list[Shape]] = {}
+    by_head_dim: dict[tuple, list[Shape]] = {}
+    for s in set(shapes):
+        by_d_model.setdefault((s.batch, s.seq_len, s.d_in, s.d_out) + _flag_key(s), []).append(s)
+        if s.d_in == s.d_out:
+            by_head_dim.setdefault((s.batch, s.seq_len, s.head_dim) + _flag_key(s), []).append(s)
+    h = lambda s: s.n_heads  # noqa: E731
+    return _series_from_groups("d_model", by_d_model, h) + _series_from_groups("head_dim", by_head_dim, h)
+
+
+def seq_series(shapes: list[Shape]) -> list[Series]:
+    """Every group of >= 2 shapes that differ only in T."""
+    groups: dict[tuple, list[Shape]] = {}
+    for s in set(shapes):
+        groups.setdefault((s.batch, s.d_in, s.d_out, s.n_heads) + _flag_key(s), []).append(s)
+    return _series_from_groups("seq", groups, lambda s: s.seq_len)
+
+
+# ---------------------------------------------------------------------------------------------
+# Split / wrapper speedup and GFLOP/s along a series
+
+
+def speedup(results: ResultSet, backend: str, shape: Shape, threads: int) -> float | None:
+    """time(wrapper) / time(split_weight) on the same backend, shape and threads (> 1: split
+    is faster); None unless both were measured."""
+    wrapper = results.get(backend, "wrapper", shape, threads)
+    split = results.get(backend, "split_weight", shape, threads)
+    if wrapper is None or split is None:
+        return None
+    return wrapper.median_s / split.median_s
+
+
+@dataclass
+class SeriesTable:
+    """Values along one series at one thread count. columns: names; rows: (x, [value|None])."""
+
+    series: Series
+    threads: int
+    columns: list
+    rows: list[tuple[int, list]]
+
+    def column(self, name) -> list[tuple[int, float]]:
+        i = self.columns.index(name)
+        return [(x, values[i]) for x, values in self.rows if values[i] is not None]
+
+
+def speedup_table(results: ResultSet, series: Series, threads: int) -> SeriesTable | None:
+    """Split/wrapper speedup per backend along the series; None when no backend has both."""
+    columns = [
+        b
+        for b in results.backends()
+        if any(speedup(results, b, s, threads) is not None for s in series.shapes)
+    ]
+    if not columns:
+        return None
+    rows = [(series.x(s), [speedup(results, b, s, threads) for b in columns]) for s in series.shapes]
+    return SeriesTable(series, threads, columns, rows)
+
+
+def variants(results: ResultSet) -> list[tuple[str, str]]:
+    """(backend, formulation) pairs measured, mha backends first."""
+    pairs = {(k.backend, k.formulation) for k in results.measurements}
+    return sorted(pairs, key=lambda p: (is_peer(p[0]), p[0], p[1]))
+
+
+def gflops_table(results: ResultSet, series: Series, threads: int) -> SeriesTable | None:
+    """Model GFLOP/s per (backend, formulation) along the series; None when nothing has the
+    GFLOPS counter there."""
+    columns = []
+    for backend, form in variants(results):
+        points = [results.get(backend, form, s, threads) for s in series.shapes]
+        if any(m is not None and m.gflops is not None for m in points):
+            columns.append((backend, form))
+    if not columns:
+        return None
+    rows = []
+    for s in series.shapes:
+        values = []
+        for backend, form in columns:
+            m = results.get(backend, form, s, threads)
+            values.append(None if m is None else m.gflops)
+        rows.append((series.x(s), values))
+    return SeriesTable(series, threads, columns, rows)
+
+
+def percent_of_peak(gflops: float | None, peak: Peak, threads: int) -> float | None:
+    p = peak.for_threads(threads)
+    return None if gflops is None or not p else 100.0 * gflops / p
+
+
+# ---------------------------------------------------------------------------------------------
+# Thread scaling
+
+
+@dataclass
+class Scaling:
+    """Parallel speedup time(1 thread) / time(n threads) of one (backend, formulation) over
+    every shape measured at both: geometric mean, min, max and the number of shapes."""
+
+    backend: str
+    formulation: str
+    threads: int
+    geomean: float
+    low: float
+    high: float
+    shapes: int
+
+    @property
+    def efficiency(self) -> float:
+        return self.geomean / self.threads
+
+
+def thread_scaling(results: ResultSet) -> list[Scaling]:
+    out = []
+    for backend, form in variants(results):
+        for n in results.thread_counts():
+            if n == 1:
+                continue
+            ratios = []
+            for shape in results.shapes():
+                one = results.get(backend, form, shape, 1)
+                many = results.get(backend, form, shape, n)
+                if one is not None and many is not None:
+                    ratios.append(one.median_s / many.median_s)
+            if ratios:
+                geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+                out.append(Scaling(backend, form, n, geomean, min(ratios), max(ratios), len(ratios)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Which backend to link
+
+
+@dataclass
+class Choice:
+    """For one shape and thread count: the fastest linkable (backend, formulation), the best of
+    any other linkable backend (the alternative to linking it), the margin between them, and
+    the fastest PyTorch peer as a reference point."""
+
+    shape: Shape
+    threads: int
+    best: Measurement | None
+    runner_up: Measurement | None
+    margin: float | None  # runner_up time / best time - 1
+    tie: bool
+    peer: Measurement | None
+    recommendation: str
+
+
+def _variant(m: Measurement) -> str:
+    return f"{m.key.backend} {m.key.formulation}"
+
+
+def _ranges_overlap(a: Measurement, b: Measurement) -> bool:
+    if a.repetitions < 2 or b.repetitions < 2:
+        return False
+    return min(b.times_s) <= max(a.times_s) and min(a.times_s) <= max(b.times_s)
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:.2f}×"
+
+
+def choose(results: ResultSet, shape: Shape, threads: int) -> Choice:
+    candidates = [m for k, m in results.measurements.items() if k.shape == shape and k.threads == threads]
+    linkable = sorted((m for m in candidates if not is_peer(m.key.backend)), key=lambda m: m.median_s)
+    peers = sorted((m for m in candidates if is_peer(m.key.backend)), key=lambda m: m.median_s)
+    peer = peers[0] if peers else None
+    if not linkable:
+        return Choice(shape, threads, None, None, None, False, peer, "no mha backend measured here")
+    best = linkable[0]
+    others = [m for m in linkable if m.key.backend != best.key.backend]
+    runner_up = others[0] if others else None
+    # The same backend's other formulation: how much the formulation choice matters.
+    sibling = next((m for m in linkable[1:] if m.key.backend == best.key.backend), None)
+    form_note = (
+        f" ({sibling.key.formulation}: {_times(sibling.median_s / best.median_s)} slower)" if sibling else ""
+    )
+    if runner_up is None:
+        text = f"only {best.key.backend} measured: run {best.key.formulation}{form_note}"
+        return Choice(shape, threads, best, None, None, False, peer, text)
+    margin = runner_up.median_s / best.median_s - 1
+    tie = margin < TIE_MARGIN or _ranges_overlap(best, runner_up)
+    if tie:
+        text = (
+            f"{best.key.backend} or {runner_up.key.backend}: within noise "
+            f"({margin * 100:.1f}% apart); either will do"
+        )
+    else:
+        text = (
+            f"link {best.key.backend}, run {best.key.formulation}{form_note}; "
+            f"{_times(1 + margin)} faster than {runner_up.key.backend}"
+        )
+    return Choice(shape, threads, best, runner_up, margin, tie, peer, text)
+
+
+def choices(results: ResultSet) -> list[Choice]:
+    """One Choice per (shape, threads) measured, ordered by threads, then shape."""
+    cells = sorted({(k.threads, k.shape) for k in results.measurements})
+    return [choose(results, shape, threads) for threads, shape in cells]
+
+
+def win_counts(chosen: list[Choice], threads: int) -> list[tuple[str, int, int]]:
+    """(backend formulation, shapes won, shapes with a choice) at one thread count, most wins
+    first; ties count for the faster one."""
+    relevant = [c for c in chosen if c.threads == threads and c.best is not None]
+    wins: dict[str, int] = {}
+    for c in relevant:
+        wins[_variant(c.best)] = wins.get(_variant(c.best), 0) + 1
+    return sorted(((v, n, len(relevant)) for v, n in wins.items()), key=lambda t: (-t[1], t[0]))
+
+
+def relative_time_table(results: ResultSet, series: Series, threads: int) -> SeriesTable | None:
+    """Per backend (mha backends, then peers): its faster formulation's time divided by the
+    fastest mha backend's time at each point (1.0 = the one to link). None when fewer than two
+    backends were measured along the series."""
+    columns = [
+        b
+        for b in results.backends()
+        if any(results.get(b, f, s, threads) for s in series.shapes for f in FORMULATIONS)
+    ]
+    if len(columns) < 2:
+        return None
+    rows = []
+    for s in series.shapes:
+        fastest = choose(results, s, threads).best
+        values = []
+        for b in columns:
+            times = [m.median_s for f in FORMULATIONS if (m := results.get(b, f, s, threads))]
+            values.append(min(times) / fastest.median_s if times and fastest else None)
+        rows.append((series.x(s), values))
+    return SeriesTable(series, threads, columns, rows)

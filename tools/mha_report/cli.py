@@ -1,0 +1,82 @@
+"""Command line: the report of one or more result files, or an A/B comparison of two."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from . import ab, analysis, report, results
+from .results import ReportError
+
+# Files this tool writes into an output folder: replaced as a whole on every run, so a figure
+# that a new run no longer has does not linger from an old one. Nothing else there is touched.
+_OWNED_SUFFIXES = (".png", ".svg")
+_OWNED_NAMES = ("report.md", "report.html")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mha_report",
+        description="Write report.md, report.html and figures (PNG, SVG) from mha_bench and "
+        "PyTorch-peer JSON results (Google Benchmark format), or compare two runs with --ab.",
+    )
+    p.add_argument("results", nargs="*", help="result files, merged by benchmark name")
+    p.add_argument("--ab", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two result files instead")
+    p.add_argument("--out", required=True, help="output folder (created; its report files are replaced)")
+    p.add_argument("--title", default="mha performance report", help="report title")
+    p.add_argument(
+        "--peak-1core", type=float, help="FP32 FMA peak of one core, GFLOP/s (overrides the context)"
+    )
+    p.add_argument(
+        "--peak-all", type=float, help="FP32 FMA peak of all cores, GFLOP/s (overrides the context)"
+    )
+    p.add_argument("--alpha", type=float, default=ab.ALPHA, help="A/B significance level (default 0.05)")
+    p.add_argument(
+        "--no-scipy", action="store_true", help="A/B: use the range rule even when scipy is present"
+    )
+    return p
+
+
+def _replace_outputs(staging: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.iterdir():
+        if old.is_file() and (old.name in _OWNED_NAMES or old.suffix in _OWNED_SUFFIXES):
+            old.unlink()
+    for new in staging.iterdir():
+        shutil.move(str(new), out / new.name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if bool(args.ab) == bool(args.results):
+        _parser().error("give result files, or --ab BEFORE AFTER (not both)")
+    for value, flag in ((args.peak_1core, "--peak-1core"), (args.peak_all, "--peak-all")):
+        if value is not None and not value > 0:
+            _parser().error(f"{flag} {value}: expected a positive GFLOP/s figure")
+    if not 0 < args.alpha < 1:
+        _parser().error(f"--alpha {args.alpha}: expected a value in (0, 1)")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Everything is written to a staging folder first: a failure leaves the old report intact.
+    staging = Path(tempfile.mkdtemp(prefix=".mha_report-", dir=out.parent))
+    try:
+        if args.ab:
+            before, after = (results.load([path]) for path in args.ab)
+            ab.generate(before, after, tuple(args.ab), staging, args.alpha, not args.no_scipy)
+        else:
+            loaded = results.load(args.results)
+            if not loaded.measurements and not loaded.failures:
+                raise ReportError("the inputs hold no attention benchmarks (names 'mha/...')")
+            peak = analysis.find_peak(loaded, args.peak_1core, args.peak_all)
+            report.generate(loaded, peak, staging, args.title)
+        _replace_outputs(staging, out)
+    except ReportError as e:
+        print(f"mha_report: {e}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    print(f"mha_report: wrote {out / 'report.md'} and {out / 'report.html'}")
+    return 0

@@ -1,0 +1,137 @@
+"""A report as a list of blocks, rendered once to Markdown and once to self-contained HTML.
+
+Inline markup in text: `code` and **bold** (the subset both renderers understand).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Heading:
+    level: int
+    text: str
+
+
+@dataclass
+class Para:
+    text: str
+
+
+@dataclass
+class Bullets:
+    items: list[str]
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+    # Columns aligned right (numbers); the others left.
+    numeric: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Figure:
+    """A figure written as <stem>.png and <stem>.svg in the report folder."""
+
+    stem: str
+    caption: str
+
+
+Block = Heading | Para | Bullets | Table | Figure
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(blocks: list[Block]) -> str:
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            out.append("#" * b.level + " " + b.text)
+        elif isinstance(b, Para):
+            out.append(b.text)
+        elif isinstance(b, Bullets):
+            out.append("\n".join(f"- {item}" for item in b.items))
+        elif isinstance(b, Table):
+            align = ["---:" if i in b.numeric else "---" for i in range(len(b.headers))]
+            lines = [
+                "| " + " | ".join(_md_cell(h) for h in b.headers) + " |",
+                "| " + " | ".join(align) + " |",
+            ]
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
+            out.append("\n".join(lines))
+        elif isinstance(b, Figure):
+            out.append(f"![{b.caption}]({b.stem}.png)\n\n*{b.caption}* ([SVG]({b.stem}.svg))")
+    return "\n\n".join(out) + "\n"
+
+
+def _inline_html(text: str) -> str:
+    escaped = html.escape(text, quote=False)
+    escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", escaped)
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em;
+       color: #222; line-height: 1.45; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; }
+th { background: #f2f2f2; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+code { background: #f4f4f4; padding: 0 0.2em; }
+figure { margin: 1.2em 0; }
+figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-style: italic; color: #555; }
+"""
+
+
+def to_html(blocks: list[Block], title: str, folder: Path) -> str:
+    """Self-contained HTML: figures embedded as base64 PNG read from `folder`."""
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
+    ]
+    for b in blocks:
+        if isinstance(b, Heading):
+            out.append(f"<h{b.level}>{_inline_html(b.text)}</h{b.level}>")
+        elif isinstance(b, Para):
+            out.append(f"<p>{_inline_html(b.text)}</p>")
+        elif isinstance(b, Bullets):
+            out.append("<ul>" + "".join(f"<li>{_inline_html(i)}</li>" for i in b.items) + "</ul>")
+        elif isinstance(b, Table):
+            head = "".join(f"<th>{_inline_html(h)}</th>" for h in b.headers)
+            body = "".join(
+                "<tr>"
+                + "".join(
+                    f'<td class="num">{_inline_html(c)}</td>'
+                    if i in b.numeric
+                    else f"<td>{_inline_html(c)}</td>"
+                    for i, c in enumerate(row)
+                )
+                + "</tr>"
+                for row in b.rows
+            )
+            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        elif isinstance(b, Figure):
+            data = base64.b64encode((folder / f"{b.stem}.png").read_bytes()).decode("ascii")
+            out.append(
+                f'<figure><img alt="{html.escape(b.caption)}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{_inline_html(b.caption)}</figcaption></figure>"
+            )
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def write(blocks: list[Block], title: str, folder: Path) -> None:
+    """Writes report.md and report.html into folder (the figures must already be there)."""
+    (folder / "report.md").write_text(to_markdown(blocks), encoding="utf-8")
+    (folder / "report.html").write_text(to_html(blocks, title, folder), encoding="utf-8")

@@ -1,0 +1,273 @@
+"""Figures (matplotlib, Agg): each saved as <stem>.png and <stem>.svg in the report folder.
+
+Conventions: colour = backend (fixed per name, so figures of different runs compare), line
+style = formulation (solid split_weight, dashed wrapper), log2 x axis with the measured values
+as ticks, log y for rates and ratios, the 1.0 line on every ratio plot.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
+
+from .analysis import Peak, Scaling, Series, SeriesTable  # noqa: E402
+from .results import is_peer  # noqa: E402
+
+plt.rcParams.update(
+    {
+        "svg.hashsalt": "mha_report",  # reproducible SVG ids
+        "font.size": 9,
+        "axes.titlesize": 9,
+        "legend.fontsize": 8,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+    }
+)
+
+_BACKEND_COLOURS = {
+    "naive": "#7f7f7f",
+    "xsimd": "#1f77b4",
+    "onednn": "#ff7f0e",
+    "tbb": "#2ca02c",
+    "torch": "#d62728",
+    "torch_nn_mha": "#9467bd",
+}
+_SPARE_COLOURS = ["#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#637939"]
+_MARKERS = {"naive": "o", "xsimd": "s", "onednn": "^", "tbb": "D", "torch": "v", "torch_nn_mha": "P"}
+_FORM_STYLE = {"split_weight": "-", "wrapper": "--"}
+
+
+def colour(backend: str) -> str:
+    if backend in _BACKEND_COLOURS:
+        return _BACKEND_COLOURS[backend]
+    return _SPARE_COLOURS[sum(map(ord, backend)) % len(_SPARE_COLOURS)]
+
+
+def backend_label(backend: str) -> str:
+    return f"{backend} (PyTorch, reference)" if is_peer(backend) else backend
+
+
+def line_style(backend: str, formulation: str | None = None) -> dict:
+    """Keyword arguments of ax.plot for one backend (and formulation)."""
+    style = {
+        "color": colour(backend),
+        "marker": _MARKERS.get(backend, "x"),
+        "markersize": 4,
+        "linewidth": 1.4,
+        "linestyle": _FORM_STYLE.get(formulation, "-") if formulation else "-",
+        "label": backend_label(backend) + (f" · {formulation}" if formulation else ""),
+    }
+    return style
+
+
+def save(fig, folder: Path, stem: str) -> None:
+    fig.savefig(folder / f"{stem}.png", dpi=110)
+    fig.savefig(folder / f"{stem}.svg", metadata={"Date": None})
+    plt.close(fig)
+
+
+def _plain_number(value: float, _pos=None) -> str:
+    if value >= 100 or value == int(value):
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+def log2_x(ax, values: list[int]) -> None:
+    """Log2 x axis whose ticks are exactly the measured values, written as plain integers."""
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(values))
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+    if len(ticks) > 1:
+        ax.set_xlim(ticks[0] / 1.25, ticks[-1] * 1.25)
+
+
+def log_y(ax) -> None:
+    """Log y axis labelled with plain numbers: 1-2-5 steps over a wide range, finer steps over
+    a narrow one (a ratio axis spanning 0.8-1.3 still gets labels). Call after plotting."""
+    ax.set_yscale("log")
+    low, high = ax.get_ylim()
+    subs = (1.0, 2.0, 5.0) if high / low > 30 else (1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.yaxis.set_major_formatter(FuncFormatter(_plain_number))
+    ax.yaxis.set_minor_locator(NullLocator())
+
+
+def _threads_text(n: int) -> str:
+    return f"{n} thread" + ("" if n == 1 else "s")
+
+
+def _figure_legend(fig, axes) -> float:
+    """One legend for all panels, below them; returns its height in inches."""
+    handles, labels = {}, []
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            if label not in handles:
+                handles[label] = h
+                labels.append(label)
+    if not labels:
+        return 0.0
+    columns = min(4, len(labels))
+    fig.legend(
+        [handles[label] for label in labels],
+        labels,
+        loc="lower center",
+        ncol=columns,
+        bbox_to_anchor=(0.5, 0.0),
+        frameon=False,
+    )
+    return 0.22 * math.ceil(len(labels) / columns) + 0.1
+
+
+def series_grid(
+    folder: Path,
+    stem: str,
+    title: str,
+    series_list: list[Series],
+    thread_counts: list[int],
+    table_for: Callable[[Series, int], SeriesTable | None],
+    draw: Callable[[object, SeriesTable], None],
+    ylabel: str,
+) -> None:
+    """One panel per (thread count: rows) x (series: columns); `draw` fills a panel from its
+    table. Rows and columns without any data are left out; a panel without data says so."""
+    thread_counts = [n for n in thread_counts if any(table_for(s, n) for s in series_list)]
+    series_list = [s for s in series_list if any(table_for(s, n) for n in thread_counts)]
+    nrows, ncols = len(thread_counts), len(series_list)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.4 * ncols, 3.6 * nrows + 1.0), squeeze=False)
+    for r, threads in enumerate(thread_counts):
+        for c, series in enumerate(series_list):
+            ax = axes[r][c]
+            ax.set_title(f"{series.title}, {_threads_text(threads)}")
+            table = table_for(series, threads)
+            log2_x(ax, [series.x(s) for s in series.shapes])
+            ax.set_xlabel(series.x_name)
+            ax.set_ylabel(ylabel)
+            if table is None:
+                ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+                continue
+            draw(ax, table)
+    fig.suptitle(title, fontsize=11)
+    legend_height = _figure_legend(fig, [ax for row in axes for ax in row])
+    height = fig.get_figheight()
+    fig.tight_layout(rect=(0, legend_height / height, 1, 1 - 0.35 / height))
+    save(fig, folder, stem)
+
+
+def _ratio_limits(ax) -> None:
+    """Room around the 1.0 line on a ratio axis, symmetric in log space when the data allow."""
+    ax.set_yscale("log")
+    low, high = ax.get_ylim()
+    ax.set_ylim(min(low, 0.8), max(high, 1.25))
+
+
+def draw_speedup(ax, table: SeriesTable) -> None:
+    for backend in table.columns:
+        points = table.column(backend)
+        ax.plot([x for x, _ in points], [v for _, v in points], **line_style(backend))
+    ax.axhline(1.0, color="black", linewidth=1.0, linestyle=":", label="1.0 = same speed")
+    _ratio_limits(ax)
+    log_y(ax)
+
+
+def draw_gflops(peak: Peak) -> Callable:
+    def draw(ax, table: SeriesTable) -> None:
+        for backend, form in table.columns:
+            points = table.column((backend, form))
+            ax.plot([x for x, _ in points], [v for _, v in points], **line_style(backend, form))
+        ax.set_yscale("log")
+        p = peak.for_threads(table.threads)
+        if p:
+            ax.axhline(p, color="black", linewidth=0.8, linestyle="-.", label="measured FMA peak")
+            low, high = ax.get_ylim()
+            ax.set_ylim(low, max(high, p * 1.15))
+        log_y(ax)
+        if p:
+            secondary = ax.secondary_yaxis(
+                "right", functions=(lambda g: g / p * 100, lambda pct: pct * p / 100)
+            )
+            secondary.set_ylabel("% of peak")
+            secondary.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            secondary.yaxis.set_major_formatter(FuncFormatter(_plain_number))
+            secondary.yaxis.set_minor_locator(NullLocator())
+
+    return draw
+
+
+def draw_relative_time(ax, table: SeriesTable) -> None:
+    """table values: time / fastest linkable time per backend (best formulation)."""
+    for backend in table.columns:
+        points = table.column(backend)
+        style = line_style(backend)
+        if is_peer(backend):
+            style["linestyle"] = ":"
+        ax.plot([x for x, _ in points], [v for _, v in points], **style)
+    ax.axhline(1.0, color="black", linewidth=1.0, linestyle=":", label="1.0 = fastest mha backend")
+    _ratio_limits(ax)
+    log_y(ax)
+
+
+def thread_scaling(folder: Path, stem: str, scaling: list[Scaling]) -> None:
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    threads = sorted({1} | {s.threads for s in scaling})
+    for backend, form in sorted(
+        {(s.backend, s.formulation) for s in scaling}, key=lambda v: (is_peer(v[0]), v)
+    ):
+        rows = sorted(
+            (s for s in scaling if (s.backend, s.formulation) == (backend, form)), key=lambda s: s.threads
+        )
+        xs = [1] + [s.threads for s in rows]
+        ys = [1.0] + [s.geomean for s in rows]
+        low = [0.0] + [max(0.0, s.geomean - s.low) for s in rows]
+        high = [0.0] + [max(0.0, s.high - s.geomean) for s in rows]
+        ax.errorbar(xs, ys, yerr=[low, high], capsize=3, **line_style(backend, form))
+    ax.plot(threads, threads, color="black", linewidth=0.8, linestyle=":", label="ideal (= threads)")
+    log2_x(ax, threads)
+    ax.set_yscale("log")
+    ax.set_ylim(0.9, max([threads[-1]] + [s.high for s in scaling]) * 1.1)
+    log_y(ax)
+    ax.set_xlabel("threads")
+    ax.set_ylabel("speedup over 1 thread (×), geometric mean over shapes")
+    ax.set_title("Thread scaling (bars: min and max over shapes)")
+    ax.legend(loc="upper left", frameon=False)
+    fig.tight_layout()
+    save(fig, folder, stem)
+
+
+def ab_strip(folder: Path, stem: str, groups: list[tuple[str, list[tuple[float, str]]]]) -> None:
+    """A/B ratios: one column per group (backend · formulation), one dot per benchmark,
+    coloured by verdict ('faster', 'slower', 'noise', 'n/a')."""
+    verdict_colour = {"faster": "#2ca02c", "slower": "#d62728", "noise": "#9e9e9e", "n/a": "#cccccc"}
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) + 2.5), 4.6))
+    for i, (_, points) in enumerate(groups):
+        n = len(points)
+        for j, (ratio, verdict) in enumerate(points):
+            x = i + (j - (n - 1) / 2) * min(0.6 / max(n, 1), 0.08)
+            ax.plot(x, ratio, "o", markersize=4, color=verdict_colour[verdict])
+    present = [v for v in verdict_colour if any(v == verdict for _, pts in groups for _, verdict in pts)]
+    for v in present:  # legend entries in a fixed order, only for verdicts that occur
+        ax.plot([], [], "o", markersize=4, color=verdict_colour[v], label=v)
+    ax.axhline(1.0, color="black", linewidth=1.0, linestyle=":", label="1.0 = unchanged")
+    ratios = [r for _, pts in groups for r, _ in pts]
+    ax.set_yscale("log")
+    if ratios:
+        spread = max(abs(math.log2(r)) for r in ratios)
+        bound = 2 ** max(spread * 1.15, 0.1)
+        ax.set_ylim(1 / bound, bound)
+    log_y(ax)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([g for g, _ in groups], rotation=30, ha="right")
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    ax.set_ylabel("time ratio after / before (< 1: faster)")
+    ax.set_title("A/B: median time ratio per benchmark")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    save(fig, folder, stem)

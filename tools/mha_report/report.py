@@ -1,0 +1,440 @@
+"""The main report: sections built from a ResultSet, each only when its data is there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import analysis, document, figures
+from .analysis import Peak, Series, SeriesTable
+from .document import Bullets, Figure, Heading, Para, Table
+from .results import ResultSet, is_peer
+
+
+# A benchmark whose repetitions vary more than this (stddev / mean) is called noisy.
+NOISY_CV = 0.05
+
+
+# ---- number formats shared with the A/B report ----
+
+
+def fmt_time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}×"
+
+
+def fmt_gflops(value: float | None, pct: float | None = None) -> str:
+    if value is None:
+        return "–"
+    text = f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+    return text if pct is None else f"{text} ({pct:.0f}%)"
+
+
+def _threads_text(n: int) -> str:
+    return f"{n} thread" + ("" if n == 1 else "s")
+
+
+# ---- context ----
+
+_CONTEXT_SKIP = {"caches", "load_avg"}
+
+
+def _context_rows(context: dict) -> list[list[str]]:
+    rows = []
+    for key, value in context.items():
+        if key in _CONTEXT_SKIP or isinstance(value, (dict, list)):
+            continue
+        rows.append([f"`{key}`", str(value)])
+    caches = context.get("caches")
+    if isinstance(caches, list) and caches:
+        text = ", ".join(
+            f"L{c.get('level', '?')} {c.get('type', '')} {int(c.get('size', 0)) // 1024} KiB"
+            + (f" (shared by {c['num_sharing']})" if c.get("num_sharing", 1) > 1 else "")
+            for c in caches
+            if isinstance(c, dict)
+        )
+        rows.append(["`caches`", text])
+    if isinstance(context.get("load_avg"), list):
+        rows.append(["`load_avg`", ", ".join(f"{v:.2f}" for v in context["load_avg"])])
+    return rows
+
+
+def _context_section(results: ResultSet, peak: Peak) -> list:
+    blocks: list = [Heading(2, "Machine and build")]
+    for path, context in results.contexts:
+        backends = sorted({m.key.backend for m in results.measurements.values() if m.source == path})
+        kind = "PyTorch peers" if backends and all(map(is_peer, backends)) else "benchmarks"
+        blocks.append(Heading(3, f"{kind}: `{Path(path).name}`"))
+        rows = _context_rows(context)
+        blocks.append(Table(["key", "value"], rows) if rows else Para("This file has no context."))
+    blocks.append(Heading(3, "Measured peak"))
+    if peak.one_core or peak.all_cores:
+        per = ", ".join(
+            text
+            for text in (
+                f"1 core: **{peak.one_core:.1f} GFLOP/s**" if peak.one_core else "",
+                f"all cores: **{peak.all_cores:.1f} GFLOP/s**" if peak.all_cores else "",
+                f"all-core peak measured on {peak.all_core_threads} threads" if peak.all_cores else "",
+            )
+            if text
+        )
+        blocks.append(Para(f"FP32 FMA peak ({per}; from {peak.source}). {Peak.RULE}"))
+    else:
+        blocks.append(
+            Para(
+                "No measured FP32 FMA peak in the inputs (no context key with 'peak' for 1 core "
+                "or all cores, and no --peak-1core / --peak-all): % of peak is not reported."
+            )
+        )
+    return blocks
+
+
+# ---- split vs wrapper ----
+
+
+def _series_table_block(table: SeriesTable, header: list[str], cell) -> Table:
+    """One row per point of the series: x, then cell(value) per column."""
+    rows = [[str(x)] + [cell(v) for v in values] for x, values in table.rows]
+    return Table([table.series.x_name] + header, rows, numeric=set(range(len(header) + 1)))
+
+
+def _speedup_section(results: ResultSet, series_list: list[Series], folder: Path) -> list:
+    threads = results.thread_counts()
+    tables = {(s, n): analysis.speedup_table(results, s, n) for s in series_list for n in threads}
+    if not any(tables.values()):
+        return []
+    blocks: list = [
+        Heading(2, "Split-weight vs wrapper against H"),
+        Para(
+            "Speedup = median time of the wrapper / median time of split_weight, same backend, "
+            "shape and threads: above 1.0 split-weight is faster. Both series of the heads "
+            "preset: fixed d_model (head_dim shrinks as H grows) and fixed head_dim (d_model "
+            "grows with H)."
+        ),
+    ]
+    figures.series_grid(
+        folder,
+        "speedup_vs_heads",
+        "Split-weight speedup over the wrapper",
+        series_list,
+        threads,
+        lambda s, n: tables[(s, n)],
+        figures.draw_speedup,
+        "wrapper time / split_weight time (×)",
+    )
+    blocks.append(Figure("speedup_vs_heads", "Split/wrapper speedup against H, per backend"))
+    for (series, n), table in tables.items():
+        if table is None:
+            continue
+        blocks.append(Heading(3, f"{series.title}, {_threads_text(n)}"))
+        blocks.append(_series_table_block(table, table.columns, fmt_ratio))
+    return blocks
+
+
+def _gflops_section(
+    results: ResultSet, series_list: list[Series], peak: Peak, folder: Path, axis: str
+) -> list:
+    threads = results.thread_counts()
+    tables = {(s, n): analysis.gflops_table(results, s, n) for s in series_list for n in threads}
+    if not any(tables.values()):
+        return []
+    stem = f"gflops_vs_{axis}"
+    name, short = ("H", "H") if axis == "heads" else ("sequence length T", "T")
+    blocks: list = [
+        Heading(2, f"GFLOP/s and % of peak against {name}"),
+        Para(
+            "Model GFLOP/s (DESIGN §3 FLOP count / median time) per backend and formulation; "
+            "cells show GFLOP/s and, in brackets, % of the measured peak for that thread count."
+        ),
+    ]
+    figures.series_grid(
+        folder,
+        stem,
+        f"Throughput against {name}",
+        series_list,
+        threads,
+        lambda s, n: tables[(s, n)],
+        figures.draw_gflops(peak),
+        "model GFLOP/s",
+    )
+    blocks.append(Figure(stem, f"GFLOP/s against {name}; right axis: % of measured peak"))
+    above = [
+        (pct, f"{b} {f}", series.x(shape), n)
+        for (series, n), table in tables.items()
+        if table is not None
+        for shape, (_, values) in zip(series.shapes, table.rows)
+        for (b, f), v in zip(table.columns, values)
+        if (pct := analysis.percent_of_peak(v, peak, n)) is not None and pct > 100
+    ]
+    if above:
+        pct, variant, x, n = max(above)
+        blocks.append(
+            Para(
+                f"**{len(above)} value(s) exceed 100% of the measured peak** (up to {pct:.0f}%: "
+                f"{variant} at {short}={x}, {_threads_text(n)}): the peak calibration "
+                "measured less than these runs reached (a busy machine during calibration, or "
+                "turbo), so % of peak is overstated there."
+            )
+        )
+    for (series, n), table in tables.items():
+        if table is None:
+            continue
+        header = [f"{b} {f}" for b, f in table.columns]
+        blocks.append(Heading(3, f"{series.title}, {_threads_text(n)}"))
+        blocks.append(
+            _series_table_block(
+                table, header, lambda v, n=n: fmt_gflops(v, analysis.percent_of_peak(v, peak, n))
+            )
+        )
+    return blocks
+
+
+def _scaling_section(results: ResultSet, folder: Path) -> list:
+    scaling = analysis.thread_scaling(results)
+    if not scaling:
+        return []
+    figures.thread_scaling(folder, "thread_scaling", scaling)
+    rows = [
+        [
+            s.backend,
+            s.formulation,
+            str(s.threads),
+            fmt_ratio(s.geomean),
+            f"{s.efficiency * 100:.0f}%",
+            f"{fmt_ratio(s.low)} – {fmt_ratio(s.high)}",
+            str(s.shapes),
+        ]
+        for s in scaling
+    ]
+    return [
+        Heading(2, "Thread scaling"),
+        Para(
+            "Parallel speedup = median time on 1 thread / median time on n threads, over every "
+            "shape measured at both; efficiency = speedup / n."
+        ),
+        Figure("thread_scaling", "Speedup over 1 thread, geometric mean over shapes"),
+        Table(
+            ["backend", "formulation", "threads", "speedup (geomean)", "efficiency", "min – max", "shapes"],
+            rows,
+            numeric={2, 3, 4, 5, 6},
+        ),
+    ]
+
+
+# ---- which backend to link ----
+
+
+def _choice_row(c: analysis.Choice) -> list[str]:
+    def variant(m):
+        return "–" if m is None else f"{m.key.backend} {m.key.formulation}"
+
+    peer = "–"
+    if c.peer is not None:
+        peer = f"{variant(c.peer)} {fmt_time(c.peer.median_s)}"
+        if c.best is not None:
+            peer += f" ({fmt_ratio(c.peer.median_s / c.best.median_s)})"
+    return [
+        c.shape.label(),
+        variant(c.best),
+        "–" if c.best is None else fmt_time(c.best.median_s),
+        variant(c.runner_up),
+        "–" if c.runner_up is None else fmt_time(c.runner_up.median_s),
+        "–" if c.margin is None else f"{c.margin * 100:.{1 if c.margin < 1 else 0}f}%",
+        peer,
+        c.recommendation,
+    ]
+
+
+def _link_section(results: ResultSet, series_list: list[Series], folder: Path) -> list:
+    chosen = analysis.choices(results)
+    if not any(c.best for c in chosen):
+        return [
+            Heading(2, "Which backend to link"),
+            Para("No mha backend was measured (PyTorch peers only): nothing to recommend."),
+        ]
+    blocks: list = [
+        Heading(2, "Which backend to link"),
+        Para(
+            "Per shape and thread count: the fastest mha backend and formulation, the best of "
+            "any other mha backend (the alternative to linking it), and the margin = runner-up "
+            f"time / fastest time − 1. A margin under {analysis.TIE_MARGIN * 100:.0f}%, or "
+            "overlapping repetition ranges, is called within noise. PyTorch is a reference "
+            "point, not a candidate: its best time, and in brackets that time / the fastest mha "
+            "time."
+        ),
+    ]
+    summary = []
+    for n in results.thread_counts():
+        wins = analysis.win_counts(chosen, n)
+        if wins:
+            text = "; ".join(f"{v}: {k} of {total}" for v, k, total in wins)
+            summary.append(f"{_threads_text(n)}: fastest on the most shapes: {text}")
+    blocks.append(Bullets(summary))
+    threads = results.thread_counts()
+    tables = {(s, n): analysis.relative_time_table(results, s, n) for s in series_list for n in threads}
+    if any(tables.values()):
+        figures.series_grid(
+            folder,
+            "link_choice",
+            "Each backend's faster formulation, relative to the fastest mha backend",
+            series_list,
+            threads,
+            lambda s, n: tables[(s, n)],
+            figures.draw_relative_time,
+            "time / fastest mha time (×)",
+        )
+        blocks.append(Figure("link_choice", "Time relative to the fastest mha backend (1.0 = link this one)"))
+    for n in threads:
+        blocks.append(Heading(3, _threads_text(n)))
+        blocks.append(
+            Table(
+                ["shape", "fastest", "time", "runner-up", "time", "margin", "PyTorch best", "recommendation"],
+                [_choice_row(c) for c in chosen if c.threads == n],
+                numeric={2, 4, 5},
+            )
+        )
+    return blocks
+
+
+# ---- summary, failures, absences ----
+
+
+def _summary(results: ResultSet, heads: list[Series]) -> list:
+    mha = [b for b in results.backends() if not is_peer(b)]
+    peers = [b for b in results.backends() if is_peer(b)]
+    items = [
+        f"{len(results.measurements)} benchmarks: mha backends {', '.join(mha) or 'none'}"
+        + (f"; PyTorch peers {', '.join(peers)}" if peers else "; no PyTorch peers")
+        + f"; threads {', '.join(map(str, results.thread_counts()))}."
+    ]
+    noisy = [m for m in results.measurements.values() if m.cv is not None and m.cv > NOISY_CV]
+    if noisy:
+        worst = max(noisy, key=lambda m: m.cv)
+        items.append(
+            f"{len(noisy)} benchmark(s) vary by more than {NOISY_CV * 100:.0f}% (coefficient of "
+            f"variation) between repetitions; worst {worst.cv * 100:.0f}%: `{worst.key.name()}`. "
+            "Treat differences of that size as noise."
+        )
+    elif not any(m.repetitions > 1 for m in results.measurements.values()):
+        items.append("One repetition per benchmark: run-to-run noise is not known.")
+    blocks: list = [Heading(2, "Summary"), Bullets(items)]
+    rows = []
+    for series in heads:
+        for n in results.thread_counts():
+            table = analysis.speedup_table(results, series, n)
+            for backend in table.columns if table else []:
+                points = table.column(backend)
+                (x0, v0), (x1, v1) = points[0], points[-1]
+                best_x, best_v = max(points, key=lambda p: p[1])
+                rows.append(
+                    [
+                        backend,
+                        series.title,
+                        str(n),
+                        f"{fmt_ratio(v0)} (H={x0})",
+                        f"{fmt_ratio(v1)} (H={x1})",
+                        f"{fmt_ratio(best_v)} (H={best_x})",
+                    ]
+                )
+    if rows:
+        blocks.append(
+            Para(
+                "Split-weight speedup over the wrapper (wrapper time / split_weight time; "
+                "above 1.0 split-weight is faster):"
+            )
+        )
+        blocks.append(
+            Table(
+                ["backend", "series", "threads", "smallest H", "largest H", "largest speedup"],
+                rows,
+                numeric={2, 3, 4, 5},
+            )
+        )
+    return blocks
+
+
+def _failures_section(results: ResultSet) -> list:
+    blocks: list = []
+    if results.failures:
+        rows = [[f"`{f.name}`", f.message, Path(f.source).name] for f in results.failures]
+        blocks += [
+            Heading(2, "Skipped and failed benchmarks"),
+            Para(f"{len(rows)} benchmark(s) without timing: they appear in no table or figure."),
+            Table(["benchmark", "reason", "file"], rows),
+        ]
+    if results.unrecognised:
+        rows = [[f"`{name}`", Path(src).name] for name, src in results.unrecognised]
+        blocks += [
+            Heading(2, "Other benchmarks"),
+            Para("Not attention benchmarks (names not 'mha/...'): listed, not analysed."),
+            Table(["benchmark", "file"], rows),
+        ]
+    return blocks
+
+
+def build(results: ResultSet, peak: Peak, folder: Path, title: str) -> list:
+    """Writes the figures into folder and returns the report's blocks."""
+    heads = analysis.heads_series(results.shapes())
+    seqs = analysis.seq_series(results.shapes())
+    blocks: list = [
+        Heading(1, title),
+        Para(
+            "Generated by `tools/mha_report` from "
+            + ", ".join(f"`{Path(p).name}`" for p, _ in results.contexts)
+            + ". Times are medians over repetitions of the real time per forward pass."
+        ),
+    ]
+    warnings = [
+        f"**{key}** (`{Path(path).name}`): {value}"
+        for path, context in results.contexts
+        for key, value in context.items()
+        if "warning" in key.lower()
+    ]
+    if warnings:
+        blocks += [Heading(2, "Warnings"), Bullets(warnings)]
+    blocks += _summary(results, heads)
+    blocks += _context_section(results, peak)
+    absent = []
+    if heads:
+        speed = _speedup_section(results, heads, folder)
+        blocks += speed
+        if not speed:
+            absent.append("split/wrapper speedup: no backend has both formulations along an H series.")
+        blocks += _gflops_section(results, heads, peak, folder, "heads")
+    else:
+        absent.append(
+            "split/wrapper speedup and GFLOP/s against H: no shapes that differ only in H "
+            "(run the heads preset)."
+        )
+    if seqs:
+        blocks += _gflops_section(results, seqs, peak, folder, "seq")
+    else:
+        absent.append("GFLOP/s against T: no shapes that differ only in T (run the seq preset).")
+    scaling = _scaling_section(results, folder)
+    blocks += scaling
+    if not scaling:
+        absent.append("thread scaling: no shape was measured at 1 thread and at more.")
+    if not any(m.flops for m in results.measurements.values()):
+        absent.append("GFLOP/s and % of peak: no GFLOPS counter in the inputs.")
+    elif not (peak.one_core or peak.all_cores):
+        absent.append("% of peak: no measured peak in the inputs.")
+    if not any(is_peer(b) for b in results.backends()):
+        absent.append("PyTorch peers: not in the inputs (bench/peers/torch_mha.py).")
+    blocks += _link_section(results, heads + seqs, folder)
+    blocks += _failures_section(results)
+    if absent:
+        blocks += [Heading(2, "Not in this run"), Bullets(absent)]
+    return blocks
+
+
+def generate(results: ResultSet, peak: Peak, folder: Path, title: str = "mha performance report") -> list:
+    """Writes report.md, report.html and every figure (PNG + SVG) into folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    blocks = build(results, peak, folder, title)
+    document.write(blocks, title, folder)
+    return blocks

@@ -1,0 +1,359 @@
+"""Reading Google Benchmark 1.7.1 JSON files written by mha_bench and bench/peers/torch_mha.py.
+
+Contract of the input (what this module needs, nothing more):
+- a top-level object with "benchmarks" (a list) and optionally "context" (an object);
+- attention benchmarks are named
+  mha/<backend>/<formulation>/b<B>/t<T>/din<d_in>/dout<d_out>/h<H>[/noncausal][/qkv_bias]
+  [/no_out_proj]/threads:<n>, in any order after the formulation, optionally followed by the
+  components Google Benchmark appends itself (real_time, min_time:..., repeats:..., ...);
+- each entry has real_time and time_unit (ns, us, ms or s); run_type "iteration" entries are
+  repetitions, run_type "aggregate" entries (aggregate_name mean/median/stddev/cv) summaries;
+- an entry with error_occurred (1.7.1) or skipped (1.8+) records a failed or skipped benchmark;
+- the counter GFLOPS (model FLOPs per second / 1e9) when present gives the FLOP count; the plain
+  counters B, T, d_in, d_out, H, head_dim, n_threads when present must agree with the name.
+Everything else is carried along (the context is shown in the report) but not required.
+Bad input raises ReportError naming the file, the benchmark and what was expected.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TIME_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+# Components Google Benchmark itself appends to a benchmark's name (benchmark_register.cc).
+_GB_NAME_SUFFIX = re.compile(
+    r"^(real_time|manual_time|process_time|(min_time|min_warmup_time|iterations|repeats):.*)$"
+)
+_SHAPE_TOKEN = re.compile(r"^(b|t|din|dout|h)(\d+)$")
+_AGGREGATE_SUFFIX = re.compile(r"_(mean|median|stddev|cv)$")
+
+# Backends whose names start with one of these are PyTorch peers: shown as reference points,
+# never recommended for linking (bench/peers/torch_mha.py writes them).
+PEER_BACKEND_PREFIXES = ("torch",)
+
+
+class ReportError(Exception):
+    """Bad input to the report generator; the message names the file, value and expectation."""
+
+
+def is_peer(backend: str) -> bool:
+    """True for PyTorch reference backends (not linkable mha backends)."""
+    return backend.startswith(PEER_BACKEND_PREFIXES)
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """One module + input shape, as mha::problem without the formulation."""
+
+    batch: int
+    seq_len: int
+    d_in: int
+    d_out: int
+    n_heads: int
+    causal: bool = True
+    qkv_bias: bool = False
+    out_proj: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_out // self.n_heads
+
+    def flags(self) -> list[str]:
+        """The non-default flags in name order: noncausal, qkv_bias, no_out_proj."""
+        return [
+            name
+            for name, on in (
+                ("noncausal", not self.causal),
+                ("qkv_bias", self.qkv_bias),
+                ("no_out_proj", not self.out_proj),
+            )
+            if on
+        ]
+
+    def problem_suffix(self) -> str:
+        """'b4/t256/din768/dout768/h12[/flags]': mha::to_string(problem) after the formulation."""
+        parts = [
+            f"b{self.batch}",
+            f"t{self.seq_len}",
+            f"din{self.d_in}",
+            f"dout{self.d_out}",
+            f"h{self.n_heads}",
+        ]
+        return "/".join(parts + self.flags())
+
+    def label(self) -> str:
+        """Short human label: 'B4 T256 d768 H12 (hd 64)', d_in->d_out when they differ."""
+        d = f"d{self.d_out}" if self.d_in == self.d_out else f"d{self.d_in}->{self.d_out}"
+        text = f"B{self.batch} T{self.seq_len} {d} H{self.n_heads} (hd {self.head_dim})"
+        return " ".join([text] + self.flags())
+
+
+@dataclass(frozen=True, order=True)
+class Key:
+    """What one benchmark measures: backend, formulation, shape, thread count."""
+
+    backend: str
+    formulation: str
+    shape: Shape
+    threads: int
+
+    def name(self) -> str:
+        """The canonical benchmark name (without Google Benchmark's own suffixes)."""
+        return (
+            f"mha/{self.backend}/{self.formulation}/{self.shape.problem_suffix()}" f"/threads:{self.threads}"
+        )
+
+
+@dataclass
+class Measurement:
+    """The repetitions of one benchmark, reduced.
+
+    times_s: real time per iteration of each repetition, seconds (empty when the file holds
+    aggregates only); median_s: their median (or the median aggregate); flops: model FLOPs per
+    iteration from the GFLOPS counter, None without that counter."""
+
+    key: Key
+    source: str
+    times_s: list[float]
+    median_s: float
+    flops: float | None
+    cv: float | None
+    label: str = ""
+
+    @property
+    def gflops(self) -> float | None:
+        """Model GFLOP/s at the median time."""
+        return None if self.flops is None else self.flops / self.median_s * 1e-9
+
+    @property
+    def repetitions(self) -> int:
+        return len(self.times_s)
+
+
+@dataclass
+class Failure:
+    """A benchmark that was skipped (time budget) or failed its check, with the reason."""
+
+    name: str
+    message: str
+    source: str
+    key: Key | None = None
+
+
+@dataclass
+class ResultSet:
+    """Every benchmark of one or more files, merged by canonical name."""
+
+    measurements: dict[Key, Measurement] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    contexts: list[tuple[str, dict]] = field(default_factory=list)
+    # Benchmarks whose names are not attention benchmarks (name, file): listed, not analysed.
+    unrecognised: list[tuple[str, str]] = field(default_factory=list)
+
+    def backends(self) -> list[str]:
+        """Backends measured: mha backends first (alphabetical), then peers."""
+        names = {k.backend for k in self.measurements}
+        return sorted(names, key=lambda b: (is_peer(b), b))
+
+    def thread_counts(self) -> list[int]:
+        return sorted({k.threads for k in self.measurements})
+
+    def shapes(self) -> list[Shape]:
+        return sorted({k.shape for k in self.measurements})
+
+    def get(self, backend: str, formulation: str, shape: Shape, threads: int):
+        return self.measurements.get(Key(backend, formulation, shape, threads))
+
+
+def parse_name(name: str) -> Key | None:
+    """The Key of an attention benchmark name; None when the name is not 'mha/...'.
+
+    Raises ReportError for an 'mha/' name with a missing or unknown component."""
+    parts = name.split("/")
+    if len(parts) < 3 or parts[0] != "mha":
+        return None
+    backend, formulation = parts[1], parts[2]
+    dims: dict[str, int] = {}
+    flags: set[str] = set()
+    threads = None
+    for token in parts[3:]:
+        shape_match = _SHAPE_TOKEN.match(token)
+        if shape_match:
+            dims[shape_match.group(1)] = int(shape_match.group(2))
+        elif token in ("noncausal", "qkv_bias", "no_out_proj"):
+            flags.add(token)
+        elif token.startswith("threads:") and token[8:].isdigit():
+            threads = int(token[8:])
+        elif not _GB_NAME_SUFFIX.match(token):
+            raise ReportError(f"benchmark '{name}': unknown name component '{token}'")
+    missing = [k for k in ("b", "t", "din", "dout", "h") if k not in dims]
+    if missing or threads is None:
+        absent = missing + ([] if threads is not None else ["threads:<n>"])
+        raise ReportError(f"benchmark '{name}': missing name component(s) {', '.join(absent)}")
+    if dims["h"] == 0 or dims["dout"] % dims["h"] != 0:
+        raise ReportError(f"benchmark '{name}': d_out ({dims['dout']}) is not a multiple of H ({dims['h']})")
+    shape = Shape(
+        batch=dims["b"],
+        seq_len=dims["t"],
+        d_in=dims["din"],
+        d_out=dims["dout"],
+        n_heads=dims["h"],
+        causal="noncausal" not in flags,
+        qkv_bias="qkv_bias" in flags,
+        out_proj="no_out_proj" not in flags,
+    )
+    return Key(backend, formulation, shape, threads)
+
+
+# Plain counters that restate the name; a mismatch means the file is inconsistent.
+_COUNTER_FIELDS = {
+    "B": lambda k: k.shape.batch,
+    "T": lambda k: k.shape.seq_len,
+    "d_in": lambda k: k.shape.d_in,
+    "d_out": lambda k: k.shape.d_out,
+    "H": lambda k: k.shape.n_heads,
+    "head_dim": lambda k: k.shape.head_dim,
+    "n_threads": lambda k: k.threads,
+}
+# mha_bench names its thread counter n_threads: "threads" is Google Benchmark's own field
+# (always 1 here, the benchmark runs on one Google Benchmark thread).
+
+
+def _check_counters(entry: dict, key: Key, where: str) -> None:
+    for counter, expected in _COUNTER_FIELDS.items():
+        if counter in entry and round(float(entry[counter])) != expected(key):
+            raise ReportError(
+                f"{where}: counter {counter} = {entry[counter]} but the name says {expected(key)}"
+            )
+
+
+def _seconds(entry: dict, where: str) -> float:
+    unit = entry.get("time_unit", "ns")
+    if unit not in TIME_UNIT_SECONDS:
+        raise ReportError(f"{where}: time_unit '{unit}', expected one of ns, us, ms, s")
+    try:
+        value = float(entry["real_time"]) * TIME_UNIT_SECONDS[unit]
+    except (KeyError, TypeError, ValueError):
+        raise ReportError(f"{where}: real_time missing or not a number") from None
+    if not value > 0:
+        raise ReportError(f"{where}: real_time {entry['real_time']} must be positive")
+    return value
+
+
+def _failure_message(entry: dict) -> str | None:
+    if entry.get("error_occurred"):
+        return str(entry.get("error_message", "error (no message)"))
+    skipped = entry.get("skipped")
+    if skipped and skipped not in ("NotSkipped", 0, False):
+        return str(entry.get("skip_message", entry.get("error_message", "skipped")))
+    return None
+
+
+def _run_name(entry: dict) -> str:
+    if "run_name" in entry:
+        return str(entry["run_name"])
+    name = str(entry.get("name", ""))
+    if entry.get("run_type") == "aggregate":
+        name = _AGGREGATE_SUFFIX.sub("", name)
+    return name
+
+
+def _load_document(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise ReportError(f"{path}: cannot read ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
+        raise ReportError(f"{path}: expected a Google Benchmark JSON object with a 'benchmarks' list")
+    if not isinstance(doc.get("context", {}), dict):
+        raise ReportError(f"{path}: 'context' must be an object")
+    return doc
+
+
+def load(paths: list[str | Path]) -> ResultSet:
+    """Reads and merges result files. The same benchmark in two files is an error (compare
+    two runs with A/B mode instead); so is any malformed entry."""
+    results = ResultSet()
+    for raw_path in paths:
+        path = Path(raw_path)
+        doc = _load_document(path)
+        source = str(path)
+        results.contexts.append((source, doc.get("context", {})))
+        _merge(results, _read_entries(doc["benchmarks"], source))
+    return results
+
+
+def _read_entries(entries: list, source: str) -> ResultSet:
+    """One file's benchmarks grouped by run name and reduced to Measurements."""
+    groups: dict[str, dict] = {}
+    part = ResultSet()
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or "name" not in entry:
+            raise ReportError(f"{source}: benchmarks[{index}] is not an object with a 'name'")
+        run_name = _run_name(entry)
+        where = f"{source}: benchmark '{entry['name']}'"
+        key = parse_name(run_name)
+        message = _failure_message(entry)
+        if key is None:
+            if message is None and entry.get("run_type") != "aggregate":
+                part.unrecognised.append((run_name, source))
+            continue
+        if message is not None:
+            part.failures.append(Failure(run_name, message, source, key))
+            continue
+        group = groups.setdefault(run_name, {"key": key, "times": [], "flops": [], "agg": {}})
+        if entry.get("run_type", "iteration") == "aggregate":
+            # Counters of aggregates are that statistic (stddev of a shape counter is 0): not
+            # checked against the name.
+            aggregate = entry.get("aggregate_name", "")
+            if aggregate in ("mean", "median"):
+                group["agg"][aggregate] = _seconds(entry, where)
+            elif aggregate == "cv":
+                group["agg"]["cv"] = float(entry["real_time"])
+            continue
+        _check_counters(entry, key, where)
+        seconds = _seconds(entry, where)
+        group["times"].append(seconds)
+        if "GFLOPS" in entry:
+            group["flops"].append(float(entry["GFLOPS"]) * 1e9 * seconds)
+        if entry.get("label"):
+            group["label"] = str(entry["label"])
+    for run_name, group in groups.items():
+        times = group["times"]
+        if times:
+            median = statistics.median(times)
+            cv = statistics.stdev(times) / statistics.fmean(times) if len(times) > 1 else None
+        elif group["agg"].get("median") or group["agg"].get("mean"):
+            median = group["agg"].get("median") or group["agg"]["mean"]
+            cv = group["agg"].get("cv")
+        else:
+            raise ReportError(f"{source}: benchmark '{run_name}' has neither repetitions nor a median")
+        flops = statistics.median(group["flops"]) if group["flops"] else None
+        key = group["key"]
+        if key in part.measurements:
+            raise ReportError(
+                f"{source}: benchmarks '{part.measurements[key].key.name()}' and '{run_name}' "
+                "measure the same thing"
+            )
+        part.measurements[key] = Measurement(key, source, times, median, flops, cv, group.get("label", ""))
+    return part
+
+
+def _merge(into: ResultSet, part: ResultSet) -> None:
+    for key, measurement in part.measurements.items():
+        if key in into.measurements:
+            raise ReportError(
+                f"benchmark '{key.name()}' is in both {into.measurements[key].source} and "
+                f"{measurement.source}; to compare two runs use --ab BEFORE AFTER"
+            )
+        into.measurements[key] = measurement
+    into.failures.extend(part.failures)
+    into.unrecognised.extend(part.unrecognised)

@@ -1,0 +1,192 @@
+"""Synthetic Google Benchmark 1.7.1 JSON, written the way mha_bench writes it, for the tests.
+
+Times come from simple models chosen by each test (so expected numbers are computed from the
+model, not copied from the generator's output). Repetitions are the model time scaled by
+REPETITION_SPREAD, whose median is exactly 1: the median time is the model time.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+TOOLS = Path(__file__).resolve().parent.parent
+ROOT = TOOLS.parent
+sys.path.insert(0, str(TOOLS))
+
+from mha_report.results import Shape  # noqa: E402
+
+REPETITION_SPREAD = (0.99, 1.0, 1.01)
+HEADS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
+
+
+def model_flops(s: Shape) -> float:
+    """DESIGN §3, written out again as the tests' oracle."""
+    pairs = s.seq_len * (s.seq_len + 1) / 2 if s.causal else s.seq_len**2
+    total = 2 * s.batch * s.seq_len * s.d_in * s.d_out * 3 + 4 * s.batch * s.n_heads * s.head_dim * pairs
+    if s.out_proj:
+        total += 2 * s.batch * s.seq_len * s.d_out * s.d_out
+    return total
+
+
+def bench_name(backend: str, form: str, s: Shape, threads: int) -> str:
+    flags = "".join(
+        f"/{f}"
+        for f, on in (("noncausal", not s.causal), ("qkv_bias", s.qkv_bias), ("no_out_proj", not s.out_proj))
+        if on
+    )
+    return (
+        f"mha/{backend}/{form}/b{s.batch}/t{s.seq_len}/din{s.d_in}/dout{s.d_out}/h{s.n_heads}"
+        f"{flags}/threads:{threads}/real_time"
+    )
+
+
+def entries(
+    backend,
+    form,
+    s: Shape,
+    threads,
+    seconds,
+    spread=REPETITION_SPREAD,
+    unit="ms",
+    aggregates=True,
+    label="checked",
+):
+    """The JSON entries of one benchmark: one iteration entry per repetition (+ aggregates)."""
+    name = bench_name(backend, form, s, threads)
+    scale = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}[unit]
+    flops = model_flops(s)
+    counters = {
+        "B": s.batch,
+        "T": s.seq_len,
+        "d_in": s.d_in,
+        "d_out": s.d_out,
+        "H": s.n_heads,
+        "head_dim": s.head_dim,
+        "n_threads": threads,
+    }
+    times = [seconds * f for f in spread]
+    out = []
+    for i, t in enumerate(times):
+        out.append(
+            {
+                "name": name,
+                "family_index": 0,
+                "per_family_instance_index": 0,
+                "run_name": name,
+                "run_type": "iteration",
+                "repetitions": len(times),
+                "repetition_index": i,
+                "threads": 1,
+                "iterations": 10,
+                "real_time": t * scale,
+                "cpu_time": t * scale,
+                "time_unit": unit,
+                "GFLOPS": flops / t * 1e-9,
+                "tokens_per_s": s.batch * s.seq_len / t,
+                **counters,
+                "label": label,
+            }
+        )
+    if aggregates and len(times) > 1:
+        mean, median, stdev = statistics.fmean(times), statistics.median(times), statistics.stdev(times)
+        for agg, value, agg_unit in (
+            ("mean", mean, "time"),
+            ("median", median, "time"),
+            ("stddev", stdev, "time"),
+            ("cv", stdev / mean, "percentage"),
+        ):
+            out.append(
+                {
+                    "name": f"{name}_{agg}",
+                    "run_name": name,
+                    "run_type": "aggregate",
+                    "repetitions": len(times),
+                    "threads": 1,
+                    "aggregate_name": agg,
+                    "aggregate_unit": agg_unit,
+                    "iterations": len(times),
+                    "real_time": value * (1 if agg == "cv" else scale),
+                    "cpu_time": value * (1 if agg == "cv" else scale),
+                    "time_unit": unit,
+                    # As Google Benchmark: each counter is the statistic over the repetitions
+                    # (constant shape counters: their mean, median, then 0 for stddev and cv).
+                    **{k: v if agg in ("mean", "median") else 0 for k, v in counters.items()},
+                }
+            )
+    return out
+
+
+def skipped(backend, form, s: Shape, threads, message="skipped: estimated 412 s exceeds the time budget"):
+    name = bench_name(backend, form, s, threads)
+    return {
+        "name": name,
+        "run_name": name,
+        "run_type": "iteration",
+        "error_occurred": True,
+        "error_message": message,
+    }
+
+
+CONTEXT = {
+    "date": "2026-11-21T10:00:00+00:00",
+    "host_name": "testhost",
+    "num_cpus": 2,
+    "mhz_per_cpu": 3700,
+    "cpu_scaling_enabled": False,
+    "caches": [{"type": "Data", "level": 1, "size": 32768, "num_sharing": 1}],
+    "load_avg": [0.5, 0.4, 0.3],
+    "library_build_type": "debug",
+    "mha_preset": "heads",
+    "cpu_model": "Synthetic CPU",
+    "mha_fma_peak_isa": "avx512",
+    "mha_fma_peak_gflops_one_core": "100.0",
+    "mha_fma_peak_gflops_all_cores": "200.0",
+    "mha_fma_peak_threads": "2",
+    "mha_fma_peak_gflops_one_core_avx2": "99.0",
+}
+
+
+def write(path: Path, benchmarks: list, context: dict | None = None) -> Path:
+    path.write_text(
+        json.dumps({"context": CONTEXT if context is None else context, "benchmarks": benchmarks})
+    )
+    return path
+
+
+def d_model_series(d=768, batch=4, seq=256):
+    return [Shape(batch, seq, d, d, h) for h in HEADS if d % h == 0]
+
+
+def head_dim_series(hd=64, batch=1, seq=128):
+    return [Shape(batch, seq, hd * h, hd * h, h) for h in HEADS]
+
+
+# The heads-preset model used by several tests. Rates in GFLOP/s on 1 thread; 2 threads are
+# 1.8x faster. split/wrapper speedup = 1 + H/16 for xsimd, 1 for naive, 0.8 for torch.
+SPLIT_RATE = {"naive": 2.0, "xsimd": 50.0, "torch": 40.0, "torch_nn_mha": 45.0}
+
+
+def speedup_model(backend: str, h: int) -> float:
+    return {"naive": 1.0, "xsimd": 1 + h / 16, "torch": 0.8}[backend]
+
+
+def model_seconds(backend: str, form: str, s: Shape, threads: int) -> float:
+    t = model_flops(s) / (SPLIT_RATE[backend] * 1e9)
+    if form == "wrapper":
+        t *= speedup_model(backend, s.n_heads)
+    return t / (1.8 if threads == 2 else 1.0)
+
+
+def heads_run(backends=("naive", "xsimd"), threads=(1, 2), shapes=None):
+    shapes = shapes or d_model_series() + head_dim_series()
+    out = []
+    for b in backends:
+        forms = ("split_weight",) if b == "torch_nn_mha" else ("split_weight", "wrapper")
+        for form in forms:
+            for s in shapes:
+                for n in threads:
+                    out += entries(b, form, s, n, model_seconds(b, form, s, n))
+    return out
