@@ -112,7 +112,7 @@ std::string usage(std::string_view program) {
          "Measures every built backend x formulation x shape x thread count of a preset "
          "(bench/README.md).\n"
          "\n"
-         "  --preset NAME         quick (default): 6 shapes, about a minute per backend here;\n"
+         "  --preset NAME         quick (default): 6 GPT-2-wide shapes, a minute or two;\n"
          "                        heads: H = 1..96 at d_model 768 (B4 T256) and at head_dim 64 (B1 "
          "T128);\n"
          "                        seq: T = 64..4096 at GPT-2 small; threads: 1..nproc at GPT-2 "

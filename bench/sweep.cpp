@@ -4,7 +4,6 @@
 #include <array>
 #include <cstdio>
 #include <regex>
-#include <sstream>
 
 #include "mha/error.hpp"
 
