@@ -1,0 +1,330 @@
+// mha_bench: every built backend x formulation x shape x thread count of a preset, registered
+// at run time from mha::available_backends(), so a new backend is measured with no change
+// here. Each benchmark prepares its plan, runs once and checks the output against the oracle,
+// then times plan::run only (bench/README.md: flags, names, counters, context).
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "check.hpp"
+#include "command_line.hpp"
+#include "fma_peak.hpp"
+#include "machine_context.hpp"
+#include "mha/error.hpp"
+#include "mha/registry.hpp"
+#include "progress.hpp"
+#include "sweep.hpp"
+
+namespace {
+
+using namespace mha_bench;
+
+// The shape the backends' speeds are probed on (single-threaded, before the sweep) to
+// estimate each case's time for the budget and the ETA: a GPT-2-wide module on a short input,
+// 0.31 GFLOP, about 0.12 s on the naive backend and milliseconds on the others.
+constexpr shape probe_shape{.batch = 1, .seq_len = 64, .d_model = 768, .heads = 12};
+
+using rate_key = std::pair<std::size_t, mha::formulation>;  // backend index, formulation
+
+// Single-thread GFLOP/s of each backend x formulation the cases use, on probe_shape: the
+// faster of two runs (the first pays for one-time work such as JIT code generation), timed in
+// process CPU time so that other load on the machine does not move the budget's decisions.
+// 0 when the probe throws (the case then reports the error itself).
+std::map<rate_key, double> probe_rates(std::span<const bench_case> cases,
+                                       std::span<const mha::backend* const> backends) {
+  std::map<rate_key, double> rates;
+  const mha::weights w = mha::weights::random(probe_shape.config(), 1);
+  const std::vector<float> x(
+      static_cast<std::size_t>(probe_shape.batch * probe_shape.seq_len * probe_shape.d_model),
+      0.5f);
+  std::vector<float> y(x.size());
+  for (const bench_case& c : cases) {
+    const rate_key key{c.backend, c.form};
+    if (rates.contains(key)) continue;
+    const mha::problem p = probe_shape.problem(c.form);
+    double best = 0;
+    try {
+      const auto plan = backends[c.backend]->prepare(p.cfg, p.form, w);
+      for (int run = 0; run < 2; ++run) {
+        const std::clock_t start = std::clock();
+        plan->run({x.data(), p.batch, p.seq_len, p.cfg.d_in},
+                  {y.data(), p.batch, p.seq_len, p.cfg.d_out}, {.threads = 1});
+        const double seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
+        best = std::max(best, mha::flops(p) * 1e-9 / std::max(seconds, 1e-6));
+      }
+    } catch (const std::exception&) {
+      best = 0;
+    }
+    rates[key] = best;
+  }
+  return rates;
+}
+
+// Shared by every benchmark of the sweep. Google Benchmark calls one benchmark function several
+// times in a row (growing the iteration count, then once per repetition), so the current
+// shape's fixture and the current case's plan and check are built once and kept until another
+// shape or case starts: at most one of each is alive, which bounds memory at d_model 6144.
+class sweep_runner {
+ public:
+  sweep_runner(std::vector<bench_case> cases, std::vector<const mha::backend*> backends,
+               std::vector<std::optional<std::string>> skip, double tolerance,
+               mha_bench::progress progress)
+      : cases_(std::move(cases)),
+        backends_(std::move(backends)),
+        skip_(std::move(skip)),
+        tolerance_(tolerance),
+        progress_(std::move(progress)) {}
+
+  const std::vector<bench_case>& cases() const noexcept { return cases_; }
+  // Cases that failed their check or threw: the process exits with 1 when there are any.
+  int failures() const noexcept { return failures_; }
+
+  void run(benchmark::State& state, std::size_t index) {
+    const bench_case& c = cases_[index];
+    progress_.start(index, skip_[index].value_or(""));
+    state.SetLabel(c.label());
+    if (skip_[index]) {
+      state.SkipWithError(skip_[index]->c_str());
+      return;
+    }
+    prepared& p = prepare(index);
+    if (!p.error.empty()) {
+      state.SkipWithError(p.error.c_str());
+      return;
+    }
+    const mha::problem pr = c.problem();
+    const mha::tensor_view<const float> x(fixture_->x().data(), pr.batch, pr.seq_len, pr.cfg.d_in);
+    const mha::tensor_view<float> y(p.y.data(), pr.batch, pr.seq_len, pr.cfg.d_out);
+    const mha::run_options options{.threads = c.threads};
+    for (auto _ : state) {
+      p.plan->run(x, y, options);
+      benchmark::ClobberMemory();
+    }
+    auto& k = state.counters;
+    using counter = benchmark::Counter;
+    k["GFLOPS"] = counter(mha::flops(pr) * 1e-9, counter::kIsIterationInvariantRate);
+    k["tokens_per_s"] =
+        counter(static_cast<double>(pr.batch * pr.seq_len), counter::kIsIterationInvariantRate);
+    k["B"] = static_cast<double>(pr.batch);
+    k["T"] = static_cast<double>(pr.seq_len);
+    k["d_in"] = static_cast<double>(pr.cfg.d_in);
+    k["d_out"] = static_cast<double>(pr.cfg.d_out);
+    k["H"] = static_cast<double>(pr.cfg.n_heads);
+    k["head_dim"] = static_cast<double>(pr.cfg.head_dim());
+    // Not "threads": Google Benchmark writes its own "threads" (always 1 here) in each entry.
+    k["n_threads"] = c.threads;
+    k["check_rows"] = static_cast<double>(p.check.rows);
+    k["check_max_err"] = p.check.max_error;
+    k["check_rel_err"] = p.check.relative_error();
+  }
+
+ private:
+  struct prepared {
+    std::size_t index = 0;
+    std::unique_ptr<mha::plan> plan;
+    std::vector<float> y;
+    check_result check;
+    std::string error;  // why the case cannot be timed; empty when it can
+  };
+
+  prepared& prepare(std::size_t index) {
+    if (current_ && current_->index == index) return *current_;
+    const bench_case& c = cases_[index];
+    current_.reset();  // free the previous plan before building the next one
+    current_.emplace();
+    current_->index = index;
+    prepared& p = *current_;
+    try {
+      if (!fixture_ || !(fixture_->shape() == c.shape)) {
+        fixture_.reset();
+        fixture_.emplace(c.shape);
+      }
+      const mha::problem pr = c.problem();
+      p.plan = backends_[c.backend]->prepare(pr.cfg, pr.form, fixture_->weights());
+      p.y.assign(static_cast<std::size_t>(pr.batch * pr.seq_len * pr.cfg.d_out), 0.0f);
+      p.plan->run({fixture_->x().data(), pr.batch, pr.seq_len, pr.cfg.d_in},
+                  {p.y.data(), pr.batch, pr.seq_len, pr.cfg.d_out}, {.threads = c.threads});
+      p.check = fixture_->check(p.y);
+      if (!p.check.passed(tolerance_)) {
+        char buffer[160];
+        std::snprintf(buffer, sizeof buffer,
+                      "wrong result: max |y - reference| = %.3g > %.3g * max|reference| "
+                      "(%.3g) over %zu rows",
+                      p.check.max_error, tolerance_, p.check.max_reference, p.check.rows);
+        p.error = buffer;
+      }
+    } catch (const std::exception& e) {
+      p.error = std::string("error: ") + e.what();
+    }
+    if (!p.error.empty()) {
+      ++failures_;
+      p.plan.reset();
+    }
+    return p;
+  }
+
+  std::vector<bench_case> cases_;
+  std::vector<const mha::backend*> backends_;
+  std::vector<std::optional<std::string>> skip_;
+  double tolerance_;
+  mha_bench::progress progress_;
+  std::optional<shape_fixture> fixture_;
+  std::optional<prepared> current_;
+  int failures_ = 0;
+};
+
+std::string fixed(double value, const char* format) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, format, value);
+  return buffer;
+}
+
+int run_sweep(int argc, char** argv) {
+  const std::vector<std::string> raw(argv + 1, argv + argc);
+  for (const std::string& a : raw) {
+    // Before benchmark::Initialize, which would print its own help and exit.
+    if (a == "--help" || a == "-h") {
+      std::cout << usage("mha_bench");
+      return 0;
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  const options opt = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
+  std::ostream* log = opt.quiet ? nullptr : &std::cerr;
+
+  const int hardware_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::vector<series> plan = apply(preset(opt.preset, hardware_threads), opt.lists);
+  const expansion sweep = expand(plan);
+  for (const std::string& d : sweep.dropped) std::cerr << "mha_bench: dropped " << d << '\n';
+  if (opt.list_shapes) {
+    for (const sweep_point& p : sweep.points) {
+      std::cout << "B=" << p.shape.batch << " T=" << p.shape.seq_len << " d_in=" << p.shape.d_model
+                << " d_out=" << p.shape.d_model << " H=" << p.shape.heads
+                << " head_dim=" << p.shape.head_dim() << " threads=" << p.threads
+                << " series=" << join(p.series, ",") << '\n';
+    }
+    return 0;
+  }
+
+  std::vector<const mha::backend*> backends;
+  if (opt.backends.empty()) {
+    backends = mha::available_backends();
+  } else {
+    for (const std::string& name : opt.backends) backends.push_back(&mha::require_backend(name));
+  }
+  std::vector<backend_info> infos;
+  for (const mha::backend* b : backends)
+    infos.push_back({std::string(b->name()), b->max_threads()});
+
+  // Only the cases --benchmark_filter selects are registered, so counts, probes and the ETA
+  // cover what will run.
+  std::vector<bench_case> cases;
+  const std::string filter = benchmark::GetBenchmarkFilter();
+  for (bench_case& c : make_cases(sweep.points, infos, opt.formulations)) {
+    if (filter_selects(filter, c.name() + "/real_time")) cases.push_back(std::move(c));
+  }
+  if (cases.empty()) {
+    std::cerr << "mha_bench: no benchmark of preset " << opt.preset
+              << " matches --benchmark_filter=" << filter << '\n';
+    return 2;
+  }
+
+  if (log) *log << "mha_bench: measuring the FP32 FMA peak..." << std::endl;
+  const fma_peak peak = measure_fma_peak(hardware_threads);
+  if (log) {
+    *log << "mha_bench: FMA peak " << fixed(peak.gflops_one_core, "%.1f")
+         << " GFLOP/s on one core (" << peak.isa << "), " << fixed(peak.gflops_all_cores, "%.1f")
+         << " GFLOP/s on " << peak.threads << " threads" << std::endl;
+  }
+  const std::map<rate_key, double> rates = probe_rates(cases, backends);
+
+  const double min_time = benchmark_flag(raw, "benchmark_min_time", 0.5);
+  const int repetitions = static_cast<int>(benchmark_flag(raw, "benchmark_repetitions", 1));
+  std::vector<std::optional<std::string>> skip;
+  std::vector<std::string> names;
+  std::vector<double> expected;
+  int over_budget = 0;
+  for (const bench_case& c : cases) {
+    const double rate = rates.at({c.backend, c.form});
+    const double seconds = rate > 0 ? estimated_seconds(c, rate) : 0.0;
+    skip.push_back(budget_skip_reason(seconds, opt.budget_seconds));
+    names.push_back(c.name());
+    expected.push_back(skip.back() ? 0.0 : expected_wall_seconds(seconds, min_time, repetitions));
+    over_budget += skip.back() ? 1 : 0;
+  }
+  if (log) {
+    double total = 0;
+    for (double e : expected) total += e;
+    *log << "mha_bench: preset " << opt.preset << ", " << cases.size() << " benchmarks ("
+         << over_budget << " over the " << fixed(opt.budget_seconds, "%g") << " s budget), about "
+         << format_duration(total) << std::endl;
+  }
+
+  sweep_runner runner(std::move(cases), backends, std::move(skip), opt.tolerance,
+                      progress(std::move(names), std::move(expected), log));
+  for (std::size_t i = 0; i < runner.cases().size(); ++i) {
+    benchmark::RegisterBenchmark(runner.cases()[i].name().c_str(),
+                                 [&runner, i](benchmark::State& state) { runner.run(state, i); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+
+  add_machine_context();
+  add_peak_context(peak);
+  benchmark::AddCustomContext("mha_preset", opt.preset);
+  std::vector<std::string> series_text;
+  for (const series& s : plan) series_text.push_back(to_string(s));
+  benchmark::AddCustomContext("mha_series", join(series_text, "; "));
+  benchmark::AddCustomContext("mha_dropped_shapes", join(sweep.dropped, "; "));
+  std::vector<std::string> backend_names, formulation_names;
+  for (const mha::backend* b : backends) {
+    const std::string name(b->name());
+    backend_names.push_back(name);
+    benchmark::AddCustomContext("mha_backend_" + name + "_description", b->description());
+    benchmark::AddCustomContext("mha_backend_" + name + "_max_threads",
+                                std::to_string(b->max_threads()));
+  }
+  for (mha::formulation f : opt.formulations) formulation_names.emplace_back(mha::to_string(f));
+  benchmark::AddCustomContext("mha_backends", join(backend_names, ","));
+  benchmark::AddCustomContext("mha_formulations", join(formulation_names, ","));
+  for (const auto& [key, rate] : rates) {
+    benchmark::AddCustomContext("mha_probe_gflops_" + backend_names[key.first] + "_" +
+                                    std::string(mha::to_string(key.second)),
+                                fixed(rate, "%.2f"));
+  }
+  benchmark::AddCustomContext("mha_budget_s", fixed(opt.budget_seconds, "%g"));
+  benchmark::AddCustomContext("mha_over_budget", std::to_string(over_budget));
+  benchmark::AddCustomContext(
+      "mha_check",
+      "before timing, one run per benchmark against the double-precision oracle "
+      "(mha_reference::forward_rows) on batch elements {0, B-1} x tokens {0, T/3, 2T/3, T-1}; "
+      "passes when max|y - reference| <= mha_check_tolerance * max|reference|");
+  benchmark::AddCustomContext("mha_check_tolerance", fixed(opt.tolerance, "%g"));
+  benchmark::AddCustomContext("mha_command", join(raw, " "));
+
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  if (runner.failures() > 0) {
+    std::cerr << "mha_bench: " << runner.failures()
+              << " benchmark(s) failed their check or threw; see their error_message\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_sweep(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << '\n';
+    return 2;
+  }
+}

@@ -1,0 +1,151 @@
+#include "command_line.hpp"
+
+#include <charconv>
+#include <functional>
+#include <map>
+
+#include "mha/error.hpp"
+
+namespace mha_bench {
+namespace {
+
+[[noreturn]] void fail(std::string_view flag, std::string_view value, std::string_view expected) {
+  throw mha::invalid_argument("mha_bench: " + std::string(flag) + " '" + std::string(value) +
+                              "': expected " + std::string(expected));
+}
+
+template <class T>
+T parse_number(std::string_view flag, std::string_view text, std::string_view expected) {
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) fail(flag, text, expected);
+  return value;
+}
+
+std::vector<std::string> split(std::string_view flag, std::string_view text) {
+  std::vector<std::string> items;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', begin);
+    const std::string_view item = text.substr(begin, comma - begin);
+    if (item.empty()) fail(flag, text, "a comma-separated list without empty items");
+    items.emplace_back(item);
+    if (comma == std::string_view::npos) return items;
+    begin = comma + 1;
+  }
+}
+
+template <class T>
+std::vector<T> positive_list(std::string_view flag, std::string_view text) {
+  std::vector<T> values;
+  for (const std::string& item : split(flag, text)) {
+    const T v = parse_number<T>(flag, item, "a comma-separated list of integers >= 1");
+    if (v < 1) fail(flag, text, "a comma-separated list of integers >= 1");
+    values.push_back(v);
+  }
+  return values;
+}
+
+double non_negative(std::string_view flag, std::string_view text) {
+  const double v = parse_number<double>(flag, text, "a number of seconds >= 0");
+  if (!(v >= 0)) fail(flag, text, "a number of seconds >= 0");
+  return v;
+}
+
+}  // namespace
+
+options parse_command_line(std::span<const std::string> args) {
+  options o;
+  using setter = std::function<void(std::string_view flag, std::string_view value)>;
+  const std::map<std::string_view, setter> with_value = {
+      {"--preset", [&](auto, auto v) { o.preset = v; }},
+      {"--backends", [&](auto f, auto v) { o.backends = split(f, v); }},
+      {"--formulations",
+       [&](auto f, auto v) {
+         o.formulations.clear();
+         for (const std::string& name : split(f, v))
+           o.formulations.push_back(mha::parse_formulation(name));
+       }},
+      {"--batch", [&](auto f, auto v) { o.lists.batch = positive_list<std::int64_t>(f, v); }},
+      {"--seq", [&](auto f, auto v) { o.lists.seq_len = positive_list<std::int64_t>(f, v); }},
+      {"--heads", [&](auto f, auto v) { o.lists.heads = positive_list<std::int64_t>(f, v); }},
+      {"--d-model", [&](auto f, auto v) { o.lists.d_model = positive_list<std::int64_t>(f, v); }},
+      {"--threads", [&](auto f, auto v) { o.lists.threads = positive_list<int>(f, v); }},
+      {"--budget", [&](auto f, auto v) { o.budget_seconds = non_negative(f, v); }},
+      {"--tolerance",
+       [&](auto f, auto v) {
+         o.tolerance = parse_number<double>(f, v, "a number > 0");
+         if (!(o.tolerance > 0)) fail(f, v, "a number > 0");
+       }},
+  };
+  const std::map<std::string_view, bool*> switches = {
+      {"--quiet", &o.quiet}, {"--list-shapes", &o.list_shapes}, {"--help", &o.help}};
+
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view arg = args[i];
+    const std::size_t eq = arg.find('=');
+    const std::string_view flag = arg.substr(0, eq);
+    if (const auto s = switches.find(flag); s != switches.end() && eq == std::string_view::npos) {
+      *s->second = true;
+    } else if (const auto w = with_value.find(flag); w != with_value.end()) {
+      if (eq != std::string_view::npos) {
+        w->second(flag, arg.substr(eq + 1));
+      } else if (i + 1 < args.size()) {
+        w->second(flag, args[++i]);
+      } else {
+        throw mha::invalid_argument("mha_bench: " + std::string(flag) + " needs a value");
+      }
+    } else {
+      throw mha::invalid_argument("mha_bench: unknown argument '" + std::string(arg) +
+                                  "' (--help lists the flags)");
+    }
+  }
+  return o;
+}
+
+std::string usage(std::string_view program) {
+  const auto names = preset_names();
+  const std::string presets = join(std::vector<std::string>(names.begin(), names.end()), "|");
+  return "usage: " + std::string(program) + " [--preset " + presets +
+         "] [overrides] [--benchmark_* flags]\n"
+         "\n"
+         "Measures every built backend x formulation x shape x thread count of a preset "
+         "(bench/README.md).\n"
+         "\n"
+         "  --preset NAME         quick (default): 6 GPT-2-wide shapes, a minute or two;\n"
+         "                        heads: H = 1..96 at d_model 768 (B4 T256) and at head_dim 64 (B1 "
+         "T128);\n"
+         "                        seq: T = 64..4096 at GPT-2 small; threads: 1..nproc at GPT-2 "
+         "small;\n"
+         "                        full: all of them\n"
+         "  --backends a,b        backends to measure (default: every one built, best first)\n"
+         "  --formulations a,b    wrapper,split_weight (default: both)\n"
+         "  --batch, --seq, --heads, --d-model, --threads LIST\n"
+         "                        replace that list in every series of the preset (--d-model "
+         "leaves\n"
+         "                        the fixed-head_dim series alone); shapes whose d_model is not\n"
+         "                        divisible by H are dropped, with a notice\n"
+         "  --budget SECONDS      skip cases whose forward pass is estimated slower (default 5; 0 "
+         "= none)\n"
+         "  --tolerance X         check: max|y - reference| <= X * max|reference| (default 1e-4)\n"
+         "  --list-shapes         print the shapes and thread counts of the sweep, then exit\n"
+         "  --quiet               no progress lines on stderr\n"
+         "\n"
+         "Google Benchmark 1.7.1 flags work alongside, e.g. --benchmark_filter=REGEX,\n"
+         "--benchmark_out=FILE --benchmark_out_format=json, --benchmark_repetitions=N,\n"
+         "--benchmark_min_time=SECONDS (a plain number in 1.7.1: 0.2, not 0.2s).\n";
+}
+
+double benchmark_flag(std::span<const std::string> args, std::string_view name, double fallback) {
+  const std::string prefix = "--" + std::string(name) + "=";
+  for (const std::string& arg : args) {
+    if (!arg.starts_with(prefix)) continue;
+    const std::string_view text = std::string_view(arg).substr(prefix.size());
+    double value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec == std::errc() && end == text.data() + text.size()) fallback = value;
+  }
+  return fallback;
+}
+
+}  // namespace mha_bench

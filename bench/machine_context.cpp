@@ -1,0 +1,87 @@
+#include "machine_context.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "build_info.hpp"
+#include "mha/build_config.hpp"
+#include "sweep.hpp"
+
+namespace mha_bench {
+namespace {
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (!line.starts_with("model name")) continue;
+    const std::size_t colon = line.find(':');
+    if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
+  }
+  return "unknown";
+}
+
+// The extensions that decide which kernels a backend can use.
+std::string cpu_isa() {
+  std::vector<std::string> isa;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const auto add = [&](const char* name, bool present) {
+    if (present) isa.emplace_back(name);
+  };
+  add("sse4.2", __builtin_cpu_supports("sse4.2"));
+  add("avx2", __builtin_cpu_supports("avx2"));
+  add("fma", __builtin_cpu_supports("fma"));
+  add("avx512f", __builtin_cpu_supports("avx512f"));
+  add("avx512bw", __builtin_cpu_supports("avx512bw"));
+  add("avx512vl", __builtin_cpu_supports("avx512vl"));
+  add("avx512vnni", __builtin_cpu_supports("avx512vnni"));
+  add("avx512bf16", __builtin_cpu_supports("avx512bf16"));
+#endif
+  return isa.empty() ? "unknown" : join(isa, " ");
+}
+
+std::string compiler() {
+#if defined(__clang__)
+  return "clang " __clang_version__;
+#elif defined(__GNUC__)
+  return "gcc " __VERSION__;
+#else
+  return "unknown";
+#endif
+}
+
+std::string gflops(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f", value);
+  return buffer;
+}
+
+}  // namespace
+
+void add_machine_context() {
+  benchmark::AddCustomContext("mha_version", MHA_VERSION);
+  benchmark::AddCustomContext("mha_cpu_model", cpu_model());
+  benchmark::AddCustomContext("mha_cpu_isa", cpu_isa());
+  benchmark::AddCustomContext("mha_hardware_threads",
+                              std::to_string(std::max(1u, std::thread::hardware_concurrency())));
+  benchmark::AddCustomContext("mha_compiler", compiler());
+  benchmark::AddCustomContext("mha_build_type", MHA_BENCH_BUILD_TYPE);
+  benchmark::AddCustomContext("mha_cxx_flags", MHA_BENCH_CXX_FLAGS);
+  benchmark::AddCustomContext("mha_library_versions", MHA_BENCH_LIBRARY_VERSIONS);
+}
+
+void add_peak_context(const fma_peak& peak) {
+  benchmark::AddCustomContext("mha_fma_peak_isa", peak.isa);
+  benchmark::AddCustomContext("mha_fma_peak_gflops_one_core", gflops(peak.gflops_one_core));
+  benchmark::AddCustomContext("mha_fma_peak_gflops_all_cores", gflops(peak.gflops_all_cores));
+  benchmark::AddCustomContext("mha_fma_peak_threads", std::to_string(peak.threads));
+  for (const auto& [isa, value] : peak.one_core_by_isa)
+    benchmark::AddCustomContext("mha_fma_peak_gflops_one_core_" + isa, gflops(value));
+}
+
+}  // namespace mha_bench

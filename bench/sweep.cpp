@@ -1,0 +1,269 @@
+#include "sweep.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <regex>
+
+#include "mha/error.hpp"
+
+namespace mha_bench {
+namespace {
+
+// GPT-2 small: the anchor shape of DESIGN §5 and of the backend targets.
+constexpr std::int64_t gpt2_d_model = 768, gpt2_heads = 12, gpt2_context = 1024;
+
+constexpr std::array<std::string_view, 5> names = {"quick", "heads", "seq", "threads", "full"};
+
+std::vector<int> one_and_all(int hardware_threads) {
+  if (hardware_threads == 1) return {1};
+  return {1, hardware_threads};
+}
+
+std::vector<int> one_to_all(int hardware_threads) {
+  std::vector<int> t;
+  for (int n = 1; n <= hardware_threads; ++n) t.push_back(n);
+  return t;
+}
+
+// H in the heads preset: divisors of 768 from 1 to 96, so both series have whole head_dims
+// (down to 8 at d_model 768; up to d_model 6144 at head_dim 64).
+const std::vector<std::int64_t> heads_axis = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96};
+
+std::vector<series> quick(int hw) {
+  // A first look in about a minute: split vs wrapper at five head counts of a GPT-2-wide
+  // module (head_dim 768 down to 8, short sequence so the naive backend fits its budget), and
+  // GPT-2 small at its full context, where backends differ most.
+  return {{"quick_heads", {1}, {128}, {1, 4, 12, 48, 96}, {gpt2_d_model}, 0, one_and_all(hw)},
+          {"gpt2_small", {1}, {gpt2_context}, {gpt2_heads}, {gpt2_d_model}, 0, one_and_all(hw)}};
+}
+
+std::vector<series> heads(int hw) {
+  return {{"heads_d_model", {4}, {256}, heads_axis, {gpt2_d_model}, 0, one_and_all(hw)},
+          {"heads_head_dim", {1}, {128}, heads_axis, {}, 64, one_and_all(hw)}};
+}
+
+std::vector<series> seq(int hw) {
+  return {{"seq",
+           {1},
+           {64, 128, 256, 512, 1024, 2048, 4096},
+           {gpt2_heads},
+           {gpt2_d_model},
+           0,
+           one_and_all(hw)}};
+}
+
+std::vector<series> threads(int hw) {
+  return {{"threads", {1}, {gpt2_context}, {gpt2_heads}, {gpt2_d_model}, 0, one_to_all(hw)}};
+}
+
+template <class T>
+void require_positive(std::span<const T> values, std::string_view series_name,
+                      std::string_view what) {
+  if (values.empty()) {
+    throw mha::invalid_argument("mha_bench: series " + std::string(series_name) + " has no " +
+                                std::string(what) + " values");
+  }
+  for (T v : values) {
+    if (v < 1) {
+      throw mha::invalid_argument("mha_bench: " + std::string(what) + " (" + std::to_string(v) +
+                                  ") must be >= 1");
+    }
+  }
+}
+
+void add_series_name(std::vector<std::string>& to, const std::string& name) {
+  if (std::find(to.begin(), to.end(), name) == to.end()) to.push_back(name);
+}
+
+std::string format_seconds(double s) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.3g", s);
+  return buffer;
+}
+
+}  // namespace
+
+std::string join(std::span<const std::string> parts, std::string_view separator) {
+  std::string joined;
+  for (const std::string& p : parts) {
+    if (!joined.empty()) joined += separator;
+    joined += p;
+  }
+  return joined;
+}
+
+mha::config shape::config() const {
+  return mha::config{
+      .d_in = d_model, .d_out = d_model, .n_heads = heads, .context_length = seq_len};
+}
+
+mha::problem shape::problem(mha::formulation form) const {
+  return mha::problem{config(), form, batch, seq_len};
+}
+
+std::string to_string(const series& s) {
+  const auto list = [](const auto& values) {
+    std::vector<std::string> text;
+    for (auto v : values) text.push_back(std::to_string(v));
+    return join(text, ",");
+  };
+  const std::string d_model = s.head_dim > 0 ? std::to_string(s.head_dim) + "*H" : list(s.d_model);
+  return s.name + ": B=" + list(s.batch) + " T=" + list(s.seq_len) + " d_model=" + d_model +
+         " H=" + list(s.heads) + " threads=" + list(s.threads);
+}
+
+std::span<const std::string_view> preset_names() noexcept { return names; }
+
+std::vector<series> preset(std::string_view name, int hardware_threads) {
+  if (hardware_threads < 1) {
+    throw mha::invalid_argument("mha_bench: hardware_threads (" + std::to_string(hardware_threads) +
+                                ") must be >= 1");
+  }
+  if (name == "quick") return quick(hardware_threads);
+  if (name == "heads") return heads(hardware_threads);
+  if (name == "seq") return seq(hardware_threads);
+  if (name == "threads") return threads(hardware_threads);
+  if (name == "full") {
+    std::vector<series> all;
+    for (auto part : {quick, heads, seq, threads}) {
+      for (series& s : part(hardware_threads)) all.push_back(std::move(s));
+    }
+    return all;
+  }
+  throw mha::invalid_argument("mha_bench: unknown preset '" + std::string(name) +
+                              "'; expected one of " +
+                              join(std::vector<std::string>(names.begin(), names.end()), ", "));
+}
+
+std::vector<series> apply(std::vector<series> list, const overrides& o) {
+  for (series& s : list) {
+    if (o.batch) s.batch = *o.batch;
+    if (o.seq_len) s.seq_len = *o.seq_len;
+    if (o.heads) s.heads = *o.heads;
+    if (o.d_model && s.head_dim == 0) s.d_model = *o.d_model;
+    if (o.threads) s.threads = *o.threads;
+  }
+  return list;
+}
+
+expansion expand(std::span<const series> list) {
+  expansion out;
+  // Shapes in first-seen order; each shape's points are gathered so they run together.
+  std::vector<shape> shapes;
+  std::vector<std::vector<sweep_point>> points_of;
+  for (const series& s : list) {
+    require_positive<std::int64_t>(s.batch, s.name, "batch");
+    require_positive<std::int64_t>(s.seq_len, s.name, "seq_len");
+    require_positive<std::int64_t>(s.heads, s.name, "heads");
+    require_positive<int>(s.threads, s.name, "threads");
+    if (s.head_dim == 0) require_positive<std::int64_t>(s.d_model, s.name, "d_model");
+    for (std::int64_t h : s.heads) {
+      const std::vector<std::int64_t> widths =
+          s.head_dim > 0 ? std::vector<std::int64_t>{s.head_dim * h} : s.d_model;
+      for (std::int64_t d : widths) {
+        for (std::int64_t b : s.batch) {
+          for (std::int64_t t : s.seq_len) {
+            if (d % h != 0) {
+              out.dropped.push_back("d_model " + std::to_string(d) + " is not divisible by " +
+                                    std::to_string(h) + " heads (B=" + std::to_string(b) +
+                                    " T=" + std::to_string(t) + ", series " + s.name + ")");
+              continue;
+            }
+            const shape sh{b, t, d, h};
+            auto it = std::find(shapes.begin(), shapes.end(), sh);
+            if (it == shapes.end()) {
+              shapes.push_back(sh);
+              points_of.emplace_back();
+              it = shapes.end() - 1;
+            }
+            std::vector<sweep_point>& pts =
+                points_of[static_cast<std::size_t>(it - shapes.begin())];
+            for (int n : s.threads) {
+              auto p = std::find_if(pts.begin(), pts.end(),
+                                    [&](const sweep_point& q) { return q.threads == n; });
+              if (p == pts.end()) p = pts.insert(pts.end(), sweep_point{sh, n, {}});
+              add_series_name(p->series, s.name);
+            }
+          }
+        }
+      }
+    }
+  }
+  if (shapes.empty()) {
+    throw mha::invalid_argument(
+        "mha_bench: no shape left to measure" +
+        (out.dropped.empty() ? std::string() : "; dropped: " + join(out.dropped, "; ")));
+  }
+  for (auto& pts : points_of) {
+    std::sort(pts.begin(), pts.end(),
+              [](const sweep_point& a, const sweep_point& b) { return a.threads < b.threads; });
+    for (sweep_point& p : pts) out.points.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string bench_case::name() const {
+  return "mha/" + backend_name + "/" + mha::to_string(problem()) +
+         "/threads:" + std::to_string(threads);
+}
+
+std::string bench_case::label() const { return "series=" + join(series, ","); }
+
+std::vector<bench_case> make_cases(std::span<const sweep_point> points,
+                                   std::span<const backend_info> backends,
+                                   std::span<const mha::formulation> formulations) {
+  std::vector<bench_case> cases;
+  for (std::size_t first = 0; first < points.size();) {
+    // points[first, last) share one shape (expand() keeps them together).
+    std::size_t last = first;
+    while (last < points.size() && points[last].shape == points[first].shape) ++last;
+    for (std::size_t b = 0; b < backends.size(); ++b) {
+      for (mha::formulation form : formulations) {
+        const std::size_t shape_start = cases.size();
+        for (std::size_t p = first; p < last; ++p) {
+          const int n = std::clamp(points[p].threads, 1, std::max(1, backends[b].max_threads));
+          auto it = std::find_if(cases.begin() + static_cast<std::ptrdiff_t>(shape_start),
+                                 cases.end(), [&](const bench_case& c) { return c.threads == n; });
+          if (it == cases.end()) {
+            it = cases.insert(cases.end(),
+                              bench_case{b, backends[b].name, form, points[p].shape, n, {}});
+          }
+          for (const std::string& s : points[p].series) add_series_name(it->series, s);
+        }
+      }
+    }
+    first = last;
+  }
+  return cases;
+}
+
+bool filter_selects(std::string_view filter, std::string_view name) {
+  // The steps of benchmark::FindBenchmarks in 1.7.1, in its order.
+  std::string spec(filter);
+  if (spec.empty() || spec == "all") spec = ".";
+  bool negative = false;
+  if (spec.front() == '-') {
+    negative = true;
+    spec.erase(0, 1);
+  }
+  try {
+    const std::regex re(spec, std::regex::extended);
+    return std::regex_search(name.begin(), name.end(), re) != negative;
+  } catch (const std::regex_error& e) {
+    throw mha::invalid_argument("mha_bench: --benchmark_filter '" + std::string(filter) +
+                                "' is not a valid regular expression: " + e.what());
+  }
+}
+
+double estimated_seconds(const bench_case& c, double gflops_one_thread) {
+  return mha::flops(c.problem()) * 1e-9 / (gflops_one_thread * c.threads);
+}
+
+std::optional<std::string> budget_skip_reason(double seconds, double budget_seconds) {
+  if (budget_seconds <= 0 || seconds <= budget_seconds) return std::nullopt;
+  return "over budget: estimated " + format_seconds(seconds) + " s per forward pass > --budget " +
+         format_seconds(budget_seconds) + " s";
+}
+
+}  // namespace mha_bench

@@ -1,0 +1,131 @@
+// mha_bench: what a sweep measures. Presets expand into series of shapes, shapes into
+// benchmark cases (backend x formulation x shape x thread count), and slow cases are skipped
+// when their estimated time exceeds the budget. Pure functions over plain data: no timing, no
+// Google Benchmark, so all of it is unit-tested (tests/test_bench_sweep.cpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mha/config.hpp"
+#include "mha/problem.hpp"
+
+namespace mha_bench {
+
+// One forward-pass shape of a sweep: input (batch, seq_len, d_model) through a module with
+// d_in = d_out = d_model and `heads` heads (causal, out_proj, no qkv bias: the defaults).
+struct shape {
+  std::int64_t batch = 1, seq_len = 1, d_model = 1, heads = 1;
+
+  std::int64_t head_dim() const noexcept { return d_model / heads; }
+  // The module (context_length = seq_len) and the problem in formulation `form`.
+  mha::config config() const;
+  mha::problem problem(mha::formulation form) const;
+  bool operator==(const shape&) const = default;
+};
+
+// A family of shapes a report draws as one line: every combination of its lists. Either
+// d_model lists fixed model widths, or head_dim > 0 derives d_model = head_dim * H for each H
+// (the fixed-head_dim series of the heads preset).
+struct series {
+  std::string name;  // "heads_d_model", "heads_head_dim", "seq", "threads", "quick_heads", ...
+  std::vector<std::int64_t> batch, seq_len, heads, d_model;
+  std::int64_t head_dim = 0;
+  std::vector<int> threads;  // run_options::threads values; each >= 1
+};
+
+// The parts separated by `separator`: join({"a", "b"}, ",") == "a,b".
+std::string join(std::span<const std::string> parts, std::string_view separator);
+
+// "heads_head_dim: B=1 T=128 d_model=64*H H=1,2,...,96 threads=1,2".
+std::string to_string(const series& s);
+
+// "quick", "heads", "seq", "threads", "full": the names preset() accepts.
+std::span<const std::string_view> preset_names() noexcept;
+
+// The series of a preset (issue 3; bench/README.md lists them). `hardware_threads` (>= 1) sets
+// the thread counts: {1, hardware_threads} everywhere, 1..hardware_threads in "threads".
+// "full" is every series of the other presets. Throws mha::invalid_argument for an unknown
+// name, listing the valid ones.
+std::vector<series> preset(std::string_view name, int hardware_threads);
+
+// Command-line replacements for a preset's lists. A set field replaces that list in every
+// series; d_model replaces fixed widths only (a fixed-head_dim series keeps d_model = 64 * H).
+struct overrides {
+  std::optional<std::vector<std::int64_t>> batch, seq_len, heads, d_model;
+  std::optional<std::vector<int>> threads;
+};
+
+// The series with `o` applied.
+std::vector<series> apply(std::vector<series> list, const overrides& o);
+
+// One shape at one thread count, with the name of every series that contains it.
+struct sweep_point {
+  mha_bench::shape shape;
+  int threads = 1;
+  std::vector<std::string> series;
+};
+
+struct expansion {
+  // Each (shape, threads) once, shapes in first-seen order and each shape's thread counts
+  // together, so a sweep builds a shape's weights and reference once.
+  std::vector<sweep_point> points;
+  // Shapes left out because d_model is not divisible by heads, one line each, e.g.
+  // "b1/t128/d_model1000/h3: d_model 1000 is not divisible by 3 heads".
+  std::vector<std::string> dropped;
+};
+
+// Every combination of every series' lists. Throws mha::invalid_argument when a value is out
+// of range (sizes and thread counts must be >= 1) or when no shape is left.
+expansion expand(std::span<const series> list);
+
+// What make_cases needs to know about a backend.
+struct backend_info {
+  std::string name;
+  int max_threads = 1;  // mha::backend::max_threads()
+};
+
+// One benchmark: a backend computing one formulation of one shape at one thread count.
+struct bench_case {
+  std::size_t backend = 0;  // index into the backend list given to make_cases
+  std::string backend_name;
+  mha::formulation form = mha::formulation::split_weight;
+  mha_bench::shape shape;
+  int threads = 1;
+  std::vector<std::string> series;
+
+  mha::problem problem() const { return shape.problem(form); }
+  // "mha/naive/split_weight/b4/t256/din768/dout768/h12/threads:1" (Google Benchmark appends
+  // "/real_time").
+  std::string name() const;
+  // "series=heads_head_dim,seq": the series the case belongs to (the JSON's "label").
+  std::string label() const;
+};
+
+// The cases of a sweep in run order: shape-major, then backend (list order), formulation,
+// thread count. A backend's thread counts are capped at its max_threads and merged, so a
+// single-threaded backend runs threads:1 only, in the union of the merged points' series.
+std::vector<bench_case> make_cases(std::span<const sweep_point> points,
+                                   std::span<const backend_info> backends,
+                                   std::span<const mha::formulation> formulations);
+
+// Whether Google Benchmark's --benchmark_filter `filter` selects `name`, as 1.7.1 decides it:
+// a POSIX extended regex searched in the name; a leading '-' negates; "" and "all" select all.
+// Throws mha::invalid_argument for a malformed regex.
+bool filter_selects(std::string_view filter, std::string_view name);
+
+// Estimated seconds of one forward pass of `c`, from the backend's single-thread rate on this
+// formulation (GFLOP/s of model FLOPs) and perfect scaling over c.threads: an optimistic
+// estimate, so the budget never skips a case that would fit.
+double estimated_seconds(const bench_case& c, double gflops_one_thread);
+
+// Why a case whose forward pass is estimated at `seconds` is skipped under `budget_seconds`
+// (0 = no budget), or nullopt when it runs:
+// "over budget: estimated 25.3 s per forward pass > --budget 5 s".
+std::optional<std::string> budget_skip_reason(double seconds, double budget_seconds);
+
+}  // namespace mha_bench

@@ -1,0 +1,107 @@
+"""Smoke test of mha_bench: one tiny shape, every built backend and formulation, through the
+real binary. Checks the JSON's names, counters and context, and that the check and the budget
+skip what they must. Standard library only (run by ctest with /usr/bin/python3).
+
+usage: bench_smoke.py MHA_BENCH WORK_DIR
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+B, T, D, H = 2, 16, 32, 2
+SHAPE = ["--batch", str(B), "--seq", str(T), "--d-model", str(D), "--heads", str(H)]
+COUNTERS = ["GFLOPS", "tokens_per_s", "B", "T", "d_in", "d_out", "H", "head_dim", "n_threads",
+            "check_rows", "check_max_err", "check_rel_err"]
+CONTEXT = ["mha_version", "mha_cpu_model", "mha_cpu_isa", "mha_hardware_threads", "mha_compiler",
+           "mha_build_type", "mha_cxx_flags", "mha_library_versions", "mha_fma_peak_isa",
+           "mha_fma_peak_threads", "mha_preset", "mha_series", "mha_backends",
+           "mha_formulations", "mha_budget_s", "mha_over_budget", "mha_check",
+           "mha_check_tolerance", "mha_command"]
+
+
+def run(binary, out, *extra):
+    """Runs mha_bench on the tiny shape; returns (exit code, stderr, parsed JSON)."""
+    args = [binary, *SHAPE, "--benchmark_min_time=0.01", f"--benchmark_out={out}",
+            "--benchmark_out_format=json", *extra]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    with open(out) as f:
+        return done.returncode, done.stderr, json.load(f)
+
+
+def expect(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def model_flops():
+    hd = D // H
+    return 2 * B * T * D * D * 3 + 2 * B * T * D * D + 4 * B * H * hd * T * (T + 1) / 2
+
+
+def check_measured(result):
+    code, stderr, data = result
+    expect(code == 0, f"exit code {code}: {stderr}")
+    context = data["context"]
+    for key in CONTEXT:
+        expect(key in context, f"context lacks {key}")
+    expect(float(context["mha_fma_peak_gflops_one_core"]) > 0, "no one-core peak")
+    expect(float(context["mha_fma_peak_gflops_all_cores"]) > 0, "no all-cores peak")
+    expect("benchmark 1.7" in context["mha_library_versions"], context["mha_library_versions"])
+    backends = context["mha_backends"].split(",")
+    expect("naive" in backends, f"naive missing from {backends}")
+
+    seen = set()
+    for b in data["benchmarks"]:
+        name = b["name"]
+        expect(not b.get("error_occurred"), f"{name}: {b.get('error_message')}")
+        m = re.fullmatch(rf"mha/(\w+)/(wrapper|split_weight)/b{B}/t{T}/din{D}/dout{D}/h{H}"
+                         r"/threads:(\d+)/real_time", name)
+        expect(m, f"unexpected name {name}")
+        backend, form, threads = m.group(1), m.group(2), int(m.group(3))
+        seen.add((backend, form))
+        for c in COUNTERS:
+            expect(c in b, f"{name} lacks counter {c}")
+        expect((b["B"], b["T"], b["d_in"], b["d_out"], b["H"], b["head_dim"]) ==
+               (B, T, D, D, H, D // H), f"{name}: shape counters")
+        max_threads = int(context[f"mha_backend_{backend}_max_threads"])
+        expect(b["n_threads"] == threads and 1 <= threads <= max_threads, f"{name}: threads")
+        expect(b["label"].startswith("series="), f"{name}: label {b.get('label')}")
+        expect(b["time_unit"] == "ms", f"{name}: time unit")
+        seconds = b["real_time"] * 1e-3
+        expect(abs(b["GFLOPS"] - model_flops() * 1e-9 / seconds) <= 1e-6 * b["GFLOPS"],
+               f"{name}: GFLOPS {b['GFLOPS']} is not model FLOPs / real_time")
+        expect(abs(b["tokens_per_s"] - B * T / seconds) <= 1e-6 * b["tokens_per_s"],
+               f"{name}: tokens_per_s")
+        expect(b["check_rows"] == 8, f"{name}: {b['check_rows']} rows checked")
+        expect(b["check_rel_err"] <= float(context["mha_check_tolerance"]), f"{name}: check")
+    for backend in backends:
+        for form in ("wrapper", "split_weight"):
+            expect((backend, form) in seen, f"no benchmark of {backend} {form}")
+    expect(re.search(r"\[1/\d+\] mha/\S+  ETA ", stderr), f"no progress line in: {stderr}")
+
+
+def check_all_skipped(result, code, message):
+    got, stderr, data = result
+    expect(got == code, f"exit code {got}, expected {code}: {stderr}")
+    expect(data["benchmarks"], "no benchmarks")
+    for b in data["benchmarks"]:
+        expect(b.get("error_occurred") and b["error_message"].startswith(message),
+               f"{b['name']}: expected '{message}...', got {b.get('error_message')}")
+
+
+def main():
+    binary, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    check_measured(run(binary, os.path.join(work, "measured.json")))
+    # No float32 result is within 1e-30 of the double oracle: every check must fail, exit 1.
+    check_all_skipped(run(binary, os.path.join(work, "wrong.json"), "--quiet",
+                          "--tolerance=1e-30"), 1, "wrong result")
+    check_all_skipped(run(binary, os.path.join(work, "budget.json"), "--quiet",
+                          "--budget=1e-12"), 0, "over budget")
+    print("bench_smoke: passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,373 @@
+// The sweep logic of mha_bench (bench/): presets, overrides, expansion, cases, budget, filter,
+// check, progress and command line. Behaviour only: nothing here is timed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "check.hpp"
+#include "command_line.hpp"
+#include "mha/error.hpp"
+#include "progress.hpp"
+#include "sweep.hpp"
+
+namespace {
+
+using mha_bench::bench_case;
+using mha_bench::expansion;
+using mha_bench::shape;
+using mha_bench::sweep_point;
+using testing::ElementsAre;
+using testing::HasSubstr;
+
+constexpr auto wrapper = mha::formulation::wrapper;
+constexpr auto split = mha::formulation::split_weight;
+
+std::vector<sweep_point> points_of(std::string_view preset, int hardware_threads = 2) {
+  return mha_bench::expand(mha_bench::preset(preset, hardware_threads)).points;
+}
+
+std::vector<sweep_point> in_series(const std::vector<sweep_point>& points, const std::string& s) {
+  std::vector<sweep_point> out;
+  for (const sweep_point& p : points) {
+    if (std::find(p.series.begin(), p.series.end(), s) != p.series.end()) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<std::int64_t> heads_at_one_thread(const std::vector<sweep_point>& points) {
+  std::vector<std::int64_t> h;
+  for (const sweep_point& p : points) {
+    if (p.threads == 1) h.push_back(p.shape.heads);
+  }
+  return h;
+}
+
+TEST(BenchPresets, HeadsCoversBothSeriesUpTo96Heads) {
+  const auto points = points_of("heads");
+  const auto d_model = in_series(points, "heads_d_model");
+  const auto head_dim = in_series(points, "heads_head_dim");
+  const std::vector<std::int64_t> axis = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96};
+  EXPECT_EQ(heads_at_one_thread(d_model), axis);
+  EXPECT_EQ(heads_at_one_thread(head_dim), axis);
+  for (const sweep_point& p : d_model) {
+    EXPECT_EQ(p.shape.d_model, 768);
+    EXPECT_EQ(p.shape.batch, 4);
+    EXPECT_EQ(p.shape.seq_len, 256);
+  }
+  for (const sweep_point& p : head_dim) {
+    EXPECT_EQ(p.shape.head_dim(), 64);
+    EXPECT_EQ(p.shape.d_model, 64 * p.shape.heads);
+    EXPECT_EQ(p.shape.batch, 1);
+    EXPECT_EQ(p.shape.seq_len, 128);
+  }
+  EXPECT_EQ(head_dim.back().shape.d_model, 6144);
+}
+
+TEST(BenchPresets, EveryPresetShapeHasWholeHeads) {
+  for (std::string_view name : mha_bench::preset_names()) {
+    for (const sweep_point& p : points_of(name)) {
+      EXPECT_EQ(p.shape.d_model % p.shape.heads, 0) << name;
+      EXPECT_FALSE(p.series.empty()) << name;
+    }
+  }
+}
+
+TEST(BenchPresets, SeqSweepsGpt2SmallUpTo4096Tokens) {
+  std::vector<std::int64_t> t;
+  for (const sweep_point& p : points_of("seq")) {
+    EXPECT_EQ(p.shape, (shape{1, p.shape.seq_len, 768, 12}));
+    if (p.threads == 1) t.push_back(p.shape.seq_len);
+  }
+  EXPECT_THAT(t, ElementsAre(64, 128, 256, 512, 1024, 2048, 4096));
+}
+
+TEST(BenchPresets, ThreadsRunsOneToEveryCore) {
+  std::vector<int> threads;
+  for (const sweep_point& p : points_of("threads", 4)) {
+    EXPECT_EQ(p.shape, (shape{1, 1024, 768, 12}));
+    threads.push_back(p.threads);
+  }
+  EXPECT_THAT(threads, ElementsAre(1, 2, 3, 4));
+  // Elsewhere one thread and all of them; a one-core machine has one thread count.
+  for (const sweep_point& p : points_of("quick", 4)) EXPECT_TRUE(p.threads == 1 || p.threads == 4);
+  for (const sweep_point& p : points_of("heads", 1)) EXPECT_EQ(p.threads, 1);
+}
+
+TEST(BenchPresets, QuickIsAHandfulOfGpt2WideShapes) {
+  std::set<std::pair<std::int64_t, std::int64_t>> shapes;  // (T, H)
+  for (const sweep_point& p : points_of("quick")) {
+    EXPECT_EQ(p.shape.d_model, 768);
+    shapes.insert({p.shape.seq_len, p.shape.heads});
+  }
+  EXPECT_GE(shapes.size(), 4u);
+  EXPECT_LE(shapes.size(), 8u);
+  EXPECT_TRUE(shapes.contains({1024, 12})) << "GPT-2 small";
+}
+
+TEST(BenchPresets, FullIsTheUnionWithoutDuplicates) {
+  const auto full = points_of("full");
+  std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>> seen;
+  for (const sweep_point& p : full) {
+    const auto key =
+        std::tuple(p.shape.batch, p.shape.seq_len, p.shape.d_model, p.shape.heads, p.threads);
+    EXPECT_TRUE(seen.insert(key).second) << "duplicate point";
+  }
+  for (std::string_view name : {"quick", "heads", "seq", "threads"}) {
+    for (const sweep_point& p : points_of(name)) {
+      EXPECT_TRUE(seen.contains(
+          std::tuple(p.shape.batch, p.shape.seq_len, p.shape.d_model, p.shape.heads, p.threads)))
+          << name;
+    }
+  }
+  // GPT-2 small is in the quick, seq and threads presets: one point, every series named.
+  const auto gpt2 = std::find_if(full.begin(), full.end(), [](const sweep_point& p) {
+    return p.shape == shape{1, 1024, 768, 12} && p.threads == 1;
+  });
+  ASSERT_NE(gpt2, full.end());
+  EXPECT_THAT(gpt2->series, ElementsAre("gpt2_small", "seq", "threads"));
+}
+
+TEST(BenchPresets, ShapesOfOnePointAreContiguous) {
+  const auto full = points_of("full");
+  std::vector<shape> order;
+  for (const sweep_point& p : full) {
+    if (order.empty() || !(order.back() == p.shape)) order.push_back(p.shape);
+  }
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    for (std::size_t j = i + 1; j < order.size(); ++j) EXPECT_FALSE(order[i] == order[j]);
+  }
+}
+
+TEST(BenchPresets, UnknownPresetListsTheValidOnes) {
+  try {
+    mha_bench::preset("huge", 2);
+    FAIL() << "no exception";
+  } catch (const mha::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'huge'"));
+    EXPECT_THAT(e.what(), HasSubstr("quick, heads, seq, threads, full"));
+  }
+}
+
+TEST(BenchOverrides, ReplaceListsInEverySeries) {
+  mha_bench::overrides o;
+  o.heads = {2, 4};
+  o.batch = {3};
+  o.d_model = {256};
+  o.threads = {1};
+  const expansion e = mha_bench::expand(mha_bench::apply(mha_bench::preset("heads", 2), o));
+  std::set<std::pair<std::int64_t, std::int64_t>> d_model_by_heads;
+  for (const sweep_point& p : e.points) {
+    EXPECT_EQ(p.shape.batch, 3);
+    EXPECT_EQ(p.threads, 1);
+    d_model_by_heads.insert({p.shape.heads, p.shape.d_model});
+  }
+  // The fixed-d_model series takes --d-model; the fixed-head_dim one keeps d_model = 64 * H.
+  EXPECT_EQ(d_model_by_heads, (std::set<std::pair<std::int64_t, std::int64_t>>{
+                                  {2, 256}, {4, 256}, {2, 128}, {4, 256}}));
+}
+
+TEST(BenchOverrides, NonDivisibleShapesAreDroppedAndListed) {
+  mha_bench::overrides o;
+  o.d_model = {100};
+  o.heads = {3, 4};
+  const expansion e = mha_bench::expand(mha_bench::apply(mha_bench::preset("seq", 1), o));
+  for (const sweep_point& p : e.points) EXPECT_EQ(p.shape.heads, 4);
+  ASSERT_FALSE(e.dropped.empty());
+  EXPECT_THAT(e.dropped.front(), HasSubstr("d_model 100 is not divisible by 3 heads"));
+}
+
+TEST(BenchOverrides, NothingLeftOrBadValuesThrow) {
+  mha_bench::overrides o;
+  o.d_model = {100};
+  o.heads = {3};
+  EXPECT_THROW(mha_bench::expand(mha_bench::apply(mha_bench::preset("seq", 1), o)),
+               mha::invalid_argument);
+  mha_bench::overrides zero;
+  zero.seq_len = {0};
+  EXPECT_THROW(mha_bench::expand(mha_bench::apply(mha_bench::preset("seq", 1), zero)),
+               mha::invalid_argument);
+}
+
+TEST(BenchCases, NamesReadLikeTheProblemString) {
+  const std::vector<sweep_point> points = {{shape{4, 256, 768, 12}, 2, {"heads_d_model"}}};
+  const std::vector<mha_bench::backend_info> backends = {{"tbb", 2}};
+  const auto cases = mha_bench::make_cases(points, backends, std::vector{split});
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_EQ(cases[0].name(), "mha/tbb/split_weight/b4/t256/din768/dout768/h12/threads:2");
+  EXPECT_EQ(cases[0].label(), "series=heads_d_model");
+}
+
+TEST(BenchCases, ThreadCountsAreCappedPerBackend) {
+  const shape s{1, 64, 64, 4};
+  const std::vector<sweep_point> points = {
+      {s, 1, {"a"}}, {s, 2, {"a", "b"}}, {s, 4, {"c"}}, {shape{1, 8, 8, 2}, 1, {"a"}}};
+  const std::vector<mha_bench::backend_info> backends = {{"parallel", 2}, {"serial", 1}};
+  const auto cases = mha_bench::make_cases(points, backends, std::vector{wrapper, split});
+  std::vector<std::string> names;
+  for (const bench_case& c : cases) names.push_back(c.name() + " " + c.label());
+  EXPECT_THAT(names,
+              ElementsAre("mha/parallel/wrapper/b1/t64/din64/dout64/h4/threads:1 series=a",
+                          "mha/parallel/wrapper/b1/t64/din64/dout64/h4/threads:2 series=a,b,c",
+                          "mha/parallel/split_weight/b1/t64/din64/dout64/h4/threads:1 series=a",
+                          "mha/parallel/split_weight/b1/t64/din64/dout64/h4/threads:2 series=a,b,c",
+                          "mha/serial/wrapper/b1/t64/din64/dout64/h4/threads:1 series=a,b,c",
+                          "mha/serial/split_weight/b1/t64/din64/dout64/h4/threads:1 series=a,b,c",
+                          "mha/parallel/wrapper/b1/t8/din8/dout8/h2/threads:1 series=a",
+                          "mha/parallel/split_weight/b1/t8/din8/dout8/h2/threads:1 series=a",
+                          "mha/serial/wrapper/b1/t8/din8/dout8/h2/threads:1 series=a",
+                          "mha/serial/split_weight/b1/t8/din8/dout8/h2/threads:1 series=a"));
+  EXPECT_EQ(cases[4].backend, 1u);
+}
+
+TEST(BenchBudget, EstimateIsFlopsOverRateAndThreads) {
+  bench_case c;
+  c.shape = shape{1, 1024, 768, 12};
+  c.threads = 2;
+  const double gflop = mha::flops(c.problem()) * 1e-9;
+  EXPECT_DOUBLE_EQ(mha_bench::estimated_seconds(c, 4.0), gflop / 8.0);
+}
+
+TEST(BenchBudget, SkipsOnlyCasesOverTheBudget) {
+  EXPECT_FALSE(mha_bench::budget_skip_reason(4.9, 5.0));
+  EXPECT_FALSE(mha_bench::budget_skip_reason(5.0, 5.0));
+  const auto reason = mha_bench::budget_skip_reason(25.3, 5.0);
+  ASSERT_TRUE(reason);
+  EXPECT_THAT(*reason, HasSubstr("over budget"));
+  EXPECT_THAT(*reason, HasSubstr("25.3 s"));
+  EXPECT_THAT(*reason, HasSubstr("--budget 5 s"));
+  EXPECT_FALSE(mha_bench::budget_skip_reason(1e9, 0.0)) << "0 disables the budget";
+}
+
+TEST(BenchFilter, FollowsGoogleBenchmarkRules) {
+  const std::string name = "mha/naive/wrapper/b1/t8/din16/dout16/h2/threads:1/real_time";
+  EXPECT_TRUE(mha_bench::filter_selects("", name));
+  EXPECT_TRUE(mha_bench::filter_selects("all", name));
+  EXPECT_TRUE(mha_bench::filter_selects("naive/.*/h2/", name));
+  EXPECT_FALSE(mha_bench::filter_selects("split_weight", name));
+  EXPECT_FALSE(mha_bench::filter_selects("-naive", name));
+  EXPECT_TRUE(mha_bench::filter_selects("-split_weight", name));
+  EXPECT_THROW(mha_bench::filter_selects("(", name), mha::invalid_argument);
+}
+
+TEST(BenchCheck, SampleRowsIncludeFirstAndLastTokenOfFirstAndLastBatch) {
+  const auto rows = mha_bench::sample_rows(4, 256);
+  std::set<std::pair<std::int64_t, std::int64_t>> seen;
+  for (const mha_reference::row& r : rows) {
+    EXPECT_TRUE(r.batch >= 0 && r.batch < 4 && r.token >= 0 && r.token < 256);
+    EXPECT_TRUE(seen.insert({r.batch, r.token}).second) << "duplicate row";
+  }
+  for (auto row : {std::pair<std::int64_t, std::int64_t>{0, 0}, {0, 255}, {3, 0}, {3, 255}})
+    EXPECT_TRUE(seen.contains(row));
+  EXPECT_LE(rows.size(), 8u);
+  const auto one = mha_bench::sample_rows(1, 1);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].token, 0);
+}
+
+TEST(BenchCheck, ComparesSampledRowsRelativeToTheReference) {
+  // y (1, 3, 2); rows 0 and 2 are checked.
+  const std::vector<mha_reference::row> rows = {{0, 0}, {0, 2}};
+  const std::vector<double> reference = {1.0, -4.0, 2.0, 0.5};
+  std::vector<float> y = {1.0f, -4.0f, 99.0f, 99.0f, 2.0f, 0.5f};  // row 1 is not checked
+  auto r = mha_bench::compare_rows(y, 3, 2, rows, reference);
+  EXPECT_EQ(r.rows, 2u);
+  EXPECT_EQ(r.max_error, 0.0);
+  EXPECT_EQ(r.max_reference, 4.0);
+  EXPECT_TRUE(r.passed(1e-4));
+
+  y[5] = 0.5f + 1e-3f;  // error 1e-3 = 2.5e-4 of max|reference|
+  r = mha_bench::compare_rows(y, 3, 2, rows, reference);
+  EXPECT_NEAR(r.relative_error(), 2.5e-4, 1e-8);
+  EXPECT_FALSE(r.passed(1e-4));
+  EXPECT_TRUE(r.passed(1e-3));
+
+  y[0] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(mha_bench::compare_rows(y, 3, 2, rows, reference).passed(1.0));
+}
+
+TEST(BenchCheck, FixtureChecksAgainstTheOracleOnSampledRows) {
+  const mha_bench::shape_fixture f(shape{2, 5, 8, 2});
+  // The oracle on every row of the fixture's own inputs passes; a sampled row changed fails.
+  const auto all = mha_reference::forward(f.shape().config(), f.weights(), f.x(), 2, 5);
+  std::vector<float> y(all.begin(), all.end());
+  EXPECT_TRUE(f.check(y).passed(1e-6));
+  y[(1 * 5 + 4) * 8 + 3] += 1.0f;  // batch 1, last token: a sampled row
+  EXPECT_FALSE(f.check(y).passed(1e-3));
+}
+
+TEST(BenchProgress, EtaScalesTheRemainingEstimateByTheObservedPace) {
+  const mha_bench::progress p({"a", "b", "c"}, {1.0, 2.0, 3.0}, nullptr);
+  EXPECT_DOUBLE_EQ(p.eta_seconds(0, 0.0), 6.0);
+  EXPECT_DOUBLE_EQ(p.eta_seconds(1, 2.0), 10.0);  // a took twice its estimate
+  EXPECT_DOUBLE_EQ(p.eta_seconds(2, 1.5), 1.5);   // a and b took half
+}
+
+TEST(BenchProgress, PrintsEachBenchmarkOnce) {
+  std::ostringstream out;
+  mha_bench::progress p({"mha/a", "mha/b"}, {1.0, 1.0}, &out);
+  p.start(0);
+  p.start(0);
+  p.start(1, "over budget: estimated 9 s");
+  const std::string text = out.str();
+  EXPECT_THAT(text, testing::StartsWith("[1/2] mha/a  ETA"));
+  EXPECT_THAT(text, HasSubstr("[2/2] mha/b  (over budget: estimated 9 s)  ETA"));
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+}
+
+TEST(BenchProgress, ExpectedWallFollowsGoogleBenchmarksIterationGrowth) {
+  EXPECT_DOUBLE_EQ(mha_bench::expected_wall_seconds(0.01, 0.5, 1), 0.01 + 0.8);
+  EXPECT_DOUBLE_EQ(mha_bench::expected_wall_seconds(2.0, 0.5, 3), 2.0 + 6.0);
+  EXPECT_EQ(mha_bench::format_duration(4.25), "4.2s");
+  EXPECT_EQ(mha_bench::format_duration(185), "3m05s");
+  EXPECT_EQ(mha_bench::format_duration(7620), "2h07m");
+}
+
+TEST(BenchCommandLine, ParsesFlagsInBothForms) {
+  const std::vector<std::string> args = {
+      "--preset", "heads", "--backends=xsimd,naive",      "--heads", "1,96", "--threads=1,2",
+      "--budget", "0",     "--formulations=split_weight", "--quiet"};
+  const mha_bench::options o = mha_bench::parse_command_line(args);
+  EXPECT_EQ(o.preset, "heads");
+  EXPECT_THAT(o.backends, ElementsAre("xsimd", "naive"));
+  EXPECT_THAT(*o.lists.heads, ElementsAre(1, 96));
+  EXPECT_THAT(*o.lists.threads, ElementsAre(1, 2));
+  EXPECT_FALSE(o.lists.seq_len);
+  EXPECT_EQ(o.budget_seconds, 0.0);
+  EXPECT_THAT(o.formulations, ElementsAre(split));
+  EXPECT_TRUE(o.quiet);
+  EXPECT_FALSE(o.list_shapes);
+}
+
+TEST(BenchCommandLine, RejectsBadInputNamingIt) {
+  const auto error_of = [](std::vector<std::string> args) -> std::string {
+    try {
+      mha_bench::parse_command_line(args);
+    } catch (const mha::invalid_argument& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_THAT(error_of({"--heads", "1,,2"}), HasSubstr("--heads '1,,2'"));
+  EXPECT_THAT(error_of({"--seq=0"}), HasSubstr("--seq '0'"));
+  EXPECT_THAT(error_of({"--batch", "x"}), HasSubstr("--batch"));
+  EXPECT_THAT(error_of({"--budget", "-1"}), HasSubstr("--budget '-1'"));
+  EXPECT_THAT(error_of({"--tolerance", "0"}), HasSubstr("--tolerance '0'"));
+  EXPECT_THAT(error_of({"--formulations", "fused"}), HasSubstr("'fused'"));
+  EXPECT_THAT(error_of({"--threads"}), HasSubstr("--threads needs a value"));
+  EXPECT_THAT(error_of({"--bogus"}), HasSubstr("unknown argument '--bogus'"));
+}
+
+TEST(BenchCommandLine, ReadsGoogleBenchmarkFlagsForTheEstimate) {
+  const std::vector<std::string> args = {"--benchmark_min_time=0.2", "--benchmark_repetitions=3",
+                                         "--benchmark_min_time_bogus=9"};
+  EXPECT_EQ(mha_bench::benchmark_flag(args, "benchmark_min_time", 0.5), 0.2);
+  EXPECT_EQ(mha_bench::benchmark_flag(args, "benchmark_repetitions", 1), 3.0);
+  EXPECT_EQ(mha_bench::benchmark_flag(args, "benchmark_filter", 7), 7.0);
+}
+
+}  // namespace
