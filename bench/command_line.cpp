@@ -72,6 +72,7 @@ options parse_command_line(std::span<const std::string> args) {
       {"--d-model", [&](auto f, auto v) { o.lists.d_model = positive_list<std::int64_t>(f, v); }},
       {"--threads", [&](auto f, auto v) { o.lists.threads = positive_list<int>(f, v); }},
       {"--budget", [&](auto f, auto v) { o.budget_seconds = non_negative(f, v); }},
+      {"--dump-shapes", [&](auto, auto v) { o.dump_shapes = v; }},
       {"--tolerance",
        [&](auto f, auto v) {
          o.tolerance = parse_number<double>(f, v, "a number > 0");
@@ -129,6 +130,8 @@ std::string usage(std::string_view program) {
          "= none)\n"
          "  --tolerance X         check: max|y - reference| <= X * max|reference| (default 1e-4)\n"
          "  --list-shapes         print the shapes and thread counts of the sweep, then exit\n"
+         "  --dump-shapes FILE    write them as JSON for bench/peers/torch_mha.py --shapes, then "
+         "exit\n"
          "  --quiet               no progress lines on stderr\n"
          "\n"
          "Google Benchmark 1.7.1 flags work alongside, e.g. --benchmark_filter=REGEX,\n"

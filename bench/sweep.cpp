@@ -147,6 +147,29 @@ std::vector<series> apply(std::vector<series> list, const overrides& o) {
   return list;
 }
 
+std::string shapes_json(const expansion& e) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < e.points.size();) {
+    // expand() keeps a shape's points together: one object per run of equal shapes.
+    const shape& sh = e.points[i].shape;
+    std::vector<std::string> threads, names;
+    for (; i < e.points.size() && e.points[i].shape == sh; ++i) {
+      threads.push_back(std::to_string(e.points[i].threads));
+      for (const std::string& n : e.points[i].series) add_series_name(names, n);
+    }
+    const mha::config c = sh.config();
+    out +=
+        std::string(out.size() > 1 ? ",\n " : "\n ") + "{\"batch\": " + std::to_string(sh.batch) +
+        ", \"seq_len\": " + std::to_string(sh.seq_len) + ", \"d_in\": " + std::to_string(c.d_in) +
+        ", \"d_out\": " + std::to_string(c.d_out) + ", \"n_heads\": " + std::to_string(c.n_heads) +
+        ", \"causal\": " + (c.causal ? "true" : "false") +
+        ", \"qkv_bias\": " + (c.qkv_bias ? "true" : "false") +
+        ", \"out_proj\": " + (c.out_proj ? "true" : "false") + ", \"threads\": [" +
+        join(threads, ", ") + "], \"series\": \"" + join(names, ",") + "\"}";
+  }
+  return out + "\n]\n";
+}
+
 expansion expand(std::span<const series> list) {
   expansion out;
   // Shapes in first-seen order; each shape's points are gathered so they run together.

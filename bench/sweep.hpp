@@ -83,6 +83,13 @@ struct expansion {
 // of range (sizes and thread counts must be >= 1) or when no shape is left.
 expansion expand(std::span<const series> list);
 
+// The shapes of an expansion as the JSON list bench/peers/torch_mha.py --shapes reads, one
+// object per shape with every thread count and series name it appears with:
+// [{"batch": 1, "seq_len": 128, "d_in": 768, "d_out": 768, "n_heads": 12, "causal": true,
+//   "qkv_bias": false, "out_proj": true, "threads": [1, 2], "series": "quick_heads"}, ...]
+// The peers time exactly the shapes mha_bench does without keeping their own preset lists.
+std::string shapes_json(const expansion& e);
+
 // What make_cases needs to know about a backend.
 struct backend_info {
   std::string name;

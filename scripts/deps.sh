@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs, with apt-get, the Debian 12 packages mha needs that this machine lacks.
 # Idempotent: prints what is present and installs only what is missing. Run as root or with sudo.
+#   scripts/deps.sh              the project's packages (below)
+#   scripts/deps.sh PACKAGE...   just these (optional extras, e.g. libopenblas0-openmp)
 set -euo pipefail
 
 packages=(
@@ -10,6 +12,7 @@ packages=(
   libbenchmark-dev libbenchmark-tools                      # benchmarks, compare.py
   python3-numpy python3-matplotlib python3-pytest python3-scipy  # reports and their tests
 )
+if (($#)); then packages=("$@"); fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -2,11 +2,14 @@
 # The main job: installs what is missing, builds Release, runs a benchmark preset over every
 # built backend and writes results/<host>-<date>-<preset>.json (bench/README.md: its schema).
 #
-#   scripts/sweep.sh [--preset quick|heads|seq|threads|full] [mha_bench flags...]
+#   scripts/sweep.sh [--preset quick|heads|seq|threads|full] [--with-pytorch] [mha_bench flags...]
 #
-# Other flags go to mha_bench as they are (--backends, --heads, --threads, --budget,
-# --benchmark_repetitions=3, ...; `mha_bench --help` lists them); sweep.sh sets --preset and
-# --benchmark_out itself.
+# --with-pytorch also times the same shapes in PyTorch (bench/peers/torch_mha.py) when
+# python3-torch is installed (it says so and goes on without when it is not), making sure torch
+# has OpenBLAS rather than the reference BLAS under it. Other flags go to mha_bench as they are
+# (--backends, --heads, --threads, --budget, --benchmark_repetitions=3, ...; `mha_bench --help`
+# lists them); sweep.sh sets --preset and --benchmark_out itself. Ends by writing the report to
+# reports/latest/ (tools/mha_report).
 #   MHA_SWEEP_BUILD_DIR  build directory (default: build/release)
 set -euo pipefail
 start=$SECONDS
@@ -14,12 +17,19 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MHA_SWEEP_BUILD_DIR:-$root/build/release}
 
 preset=quick
+with_pytorch=0
 bench_args=()
+# The peers repeat what mha_bench does: its defaults unless these flags say otherwise.
+min_time=0.5
+repetitions=1
 while (($#)); do
   case $1 in
+    --with-pytorch) with_pytorch=1; shift ;;
+    --benchmark_min_time=*) min_time=${1#*=}; bench_args+=("$1"); shift ;;
+    --benchmark_repetitions=*) repetitions=${1#*=}; bench_args+=("$1"); shift ;;
     --preset) preset=${2:?"--preset needs a name: quick, heads, seq, threads or full"}; shift 2 ;;
     --preset=*) preset=${1#*=}; shift ;;
-    -h | --help) sed -n '2,10s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,14s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
     --benchmark_out=* | --benchmark_out_format=*)
       echo "sweep.sh: $1: sweep.sh chooses the output file itself" >&2; exit 2 ;;
     *) bench_args+=("$1"); shift ;;
@@ -50,10 +60,35 @@ fi
 mv "$partial" "$out"
 echo "sweep.sh: wrote ${out#"$root"/} in $((SECONDS - start)) s"
 
+# ---- PyTorch peers: the same shapes, timed in PyTorch ----
+results=("$out")
+if ((with_pytorch)); then
+  if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    # Debian's torch sends FP32 matmuls to the system BLAS: without OpenBLAS that is the
+    # reference BLAS, ~40x slower (tools/README.md), which would misrepresent PyTorch.
+    "$root/scripts/deps.sh" libopenblas0-openmp
+    shapes=$root/results/.$(basename "$out" .json).shapes.json
+    peers=${out%.json}-pytorch.json
+    peers_partial=$root/results/.$(basename "$peers" .json).partial
+    trap 'rm -f "$partial" "$shapes" "$peers_partial"' EXIT
+    "$build/bench/mha_bench" --preset "$preset" --dump-shapes "$shapes" "${bench_args[@]}"
+    /usr/bin/python3 "$root/bench/peers/torch_mha.py" --shapes "$shapes" --out "$peers_partial" \
+      --min-time "$min_time" --repetitions "$repetitions"
+    mv "$peers_partial" "$peers"
+    results+=("$peers")
+    echo "sweep.sh: wrote ${peers#"$root"/}"
+  else
+    echo "sweep.sh: --with-pytorch: PyTorch is not installed, so no PyTorch peers in this run" \
+      "(apt-get install python3-torch libopenblas0-openmp adds them)" >&2
+  fi
+fi
+
 # ---- report ----
-# The report generator (tools/mha_report, issue 4) will turn "$out" into reports/latest/ here.
-# Until it lands, the JSON file is the result.
-echo "sweep.sh: no report generator yet (tools/mha_report, issue 4); bench/README.md describes the JSON"
+report=$root/reports/latest
+rm -rf "$report"
+/usr/bin/python3 "$root/tools/mha_report" "${results[@]}" --out "$report"
+echo "sweep.sh: report in ${report#"$root"/}/report.md (and report.html)"
+echo "sweep.sh: done in $((SECONDS - start)) s"
 
 if ((status == 1)); then
   echo "sweep.sh: some benchmarks failed their check; see error_message in the JSON" >&2

@@ -370,4 +370,19 @@ TEST(BenchCommandLine, ReadsGoogleBenchmarkFlagsForTheEstimate) {
   EXPECT_EQ(mha_bench::benchmark_flag(args, "benchmark_filter", 7), 7.0);
 }
 
+// The peers' shape file lists each shape once, with all its thread counts and series.
+TEST(ShapesJson, OneObjectPerShapeWithItsThreadsAndSeries) {
+  const std::string json = mha_bench::shapes_json(mha_bench::expand(mha_bench::preset("quick", 2)));
+  EXPECT_THAT(json,
+              HasSubstr("{\"batch\": 1, \"seq_len\": 128, \"d_in\": 768, \"d_out\": 768, "
+                        "\"n_heads\": 12, \"causal\": true, \"qkv_bias\": false, "
+                        "\"out_proj\": true, \"threads\": [1, 2], \"series\": \"quick_heads\"}"));
+  std::size_t objects = 0;
+  for (std::size_t at = json.find('{'); at != std::string::npos; at = json.find('{', at + 1))
+    ++objects;
+  EXPECT_EQ(objects, points_of("quick").size() / 2);  // two thread counts per shape
+  EXPECT_EQ(json.front(), '[');
+  EXPECT_EQ(json.substr(json.size() - 2), "]\n");
+}
+
 }  // namespace
