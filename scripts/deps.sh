@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   cmake g++ make ninja-build pkg-config ccache             # build
+  nlohmann-json3-dev                                       # safetensors headers (io)
   libxsimd-dev libdnnl-dev ocl-icd-opencl-dev libtbb-dev   # optional backends (dnnl needs OpenCL)
   libgtest-dev libgmock-dev                                # tests
   libbenchmark-dev libbenchmark-tools                      # benchmarks, compare.py

@@ -1,5 +1,8 @@
 #include "support.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -107,5 +110,16 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return max_diff(a, b);
 }
+
+void scratch_test::SetUp() {
+  const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  std::replace(name.begin(), name.end(), '/', '_');
+  dir_ = std::filesystem::temp_directory_path() /
+         ("mha_test_" + std::to_string(getpid()) + "_" + name);
+  std::filesystem::create_directories(dir_);
+}
+
+void scratch_test::TearDown() { std::filesystem::remove_all(dir_); }
 
 }  // namespace mha_test
