@@ -63,6 +63,7 @@ std::vector<float> forward(const mha::backend& backend, mha::formulation form,
                            const mha::run_options& options = {});
 
 double max_abs(const std::vector<double>& v);
+double max_abs(const std::vector<float>& v);
 // max_i |a_i - b_i|; NaN when any element is NaN (so comparisons with it fail).
 double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b);
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
@@ -75,5 +76,13 @@ class scratch_test : public testing::Test {
   void TearDown() override;
   std::filesystem::path dir_;
 };
+
+// What the `mha` command (built with the tests) printed and returned.
+struct command_result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr interleaved
+};
+// Runs `mha args...` and waits for it.
+command_result run_mha(const std::vector<std::string>& args);
 
 }  // namespace mha_test
