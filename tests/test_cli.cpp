@@ -111,6 +111,10 @@ TEST_F(Cli, InputErrorsExitTwoNamingTheProblem) {
   expect_usage_error({"run", "--weights", golden / "split_basic.safetensors", "--input",
                       dir_ / "scalar.npy", "--output", dir_ / "y.npy"},
                      {"scalar.npy", "shape ()", "(batch, tokens, d_in) or (tokens, d_in)"});
+  mha::io::write_npy(dir_ / "empty.npy", {{0, 8}, {}});
+  expect_usage_error({"run", "--weights", golden / "split_basic.safetensors", "--input",
+                      dir_ / "empty.npy", "--output", dir_ / "y.npy"},
+                     {"empty.npy", "shape (0, 8)", "all >= 1"});
   EXPECT_FALSE(fs::exists(dir_ / "y.npy")) << "no output after a failure";
 }
 

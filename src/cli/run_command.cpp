@@ -1,4 +1,5 @@
 // mha run: one forward pass of a module loaded from a state_dict, .npy in, .npy out.
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -37,9 +38,10 @@ int run_module(const arguments& a) {
   }
 
   mha::io::tensor x = mha::io::read_npy(input_path);
-  if (x.shape.size() != 2 && x.shape.size() != 3) {
+  if ((x.shape.size() != 2 && x.shape.size() != 3) ||
+      std::find(x.shape.begin(), x.shape.end(), 0) != x.shape.end()) {
     throw mha::invalid_argument(input_path + ": input has shape " + shape_text(x.shape) +
-                                ", expected (batch, tokens, d_in) or (tokens, d_in)");
+                                ", expected (batch, tokens, d_in) or (tokens, d_in), all >= 1");
   }
   const bool batched = x.shape.size() == 3;
   const std::int64_t batch = batched ? x.shape[0] : 1;
