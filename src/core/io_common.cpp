@@ -12,7 +12,9 @@ using mha::detail::text;
 
 void decode_f32(const std::byte* p, std::size_t n, float* out) noexcept {
   if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(out, p, n * sizeof(float));
+    // An empty tensor's out may be nullptr, which memcpy must not get even for 0 bytes (found by
+    // fuzz_npy under UBSan).
+    if (n != 0) std::memcpy(out, p, n * sizeof(float));
   } else {
     for (std::size_t i = 0; i < n; ++i)
       out[i] = std::bit_cast<float>(load_le<std::uint32_t>(p + 4 * i));
