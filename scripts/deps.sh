@@ -7,8 +7,10 @@ set -euo pipefail
 
 packages=(
   cmake g++ make ninja-build pkg-config ccache             # build
+  nlohmann-json3-dev                                       # safetensors headers (io)
   libxsimd-dev libdnnl-dev ocl-icd-opencl-dev libtbb-dev   # optional backends (dnnl needs OpenCL)
   libgtest-dev libgmock-dev                                # tests
+  clang-14 libclang-rt-14-dev                              # fuzz targets (libFuzzer, sanitizers)
   libbenchmark-dev libbenchmark-tools                      # benchmarks, compare.py
   python3-numpy python3-matplotlib python3-pytest python3-scipy  # reports and their tests
 )

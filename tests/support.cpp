@@ -1,6 +1,12 @@
 #include "support.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -89,6 +95,12 @@ double max_abs(const std::vector<double>& v) {
   return m;
 }
 
+double max_abs(const std::vector<float>& v) {
+  double m = 0.0;
+  for (float e : v) m = std::max(m, std::abs(static_cast<double>(e)));
+  return m;
+}
+
 template <class A, class B>
 static double max_diff(const A& a, const B& b) {
   if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
@@ -106,6 +118,53 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
 }
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return max_diff(a, b);
+}
+
+namespace {
+
+// 'text' for /bin/sh, with embedded quotes closed, escaped and reopened.
+std::string shell_quoted(const std::string& text) {
+  std::string q = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      q += "'\\''";
+    } else {
+      q += c;
+    }
+  }
+  return q + "'";
+}
+
+}  // namespace
+
+void scratch_test::SetUp() {
+  const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  std::replace(name.begin(), name.end(), '/', '_');
+  dir_ = std::filesystem::temp_directory_path() /
+         ("mha_test_" + std::to_string(getpid()) + "_" + name);
+  std::filesystem::create_directories(dir_);
+}
+
+void scratch_test::TearDown() { std::filesystem::remove_all(dir_); }
+
+command_result run_mha(const std::vector<std::string>& args) {
+  std::string line = shell_quoted(MHA_CLI_PATH);
+  for (const std::string& a : args) {
+    line += ' ';
+    line += shell_quoted(a);
+  }
+  line += " 2>&1";
+  command_result result;
+  FILE* pipe = popen(line.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> chunk;
+  while (std::size_t n = std::fread(chunk.data(), 1, chunk.size(), pipe)) {
+    result.output.append(chunk.data(), n);
+  }
+  const int status = pclose(pipe);
+  if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  return result;
 }
 
 }  // namespace mha_test

@@ -1,7 +1,13 @@
 // Helpers shared by the test files.
 #pragma once
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -9,6 +15,19 @@
 #include "mha/config.hpp"
 
 namespace mha_test {
+
+// Runs f, expects an exception of type E whose message contains every fragment.
+template <class E, class F>
+void expect_error(F&& f, std::initializer_list<const char*> fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception thrown";
+  } catch (const E& e) {
+    for (const char* fragment : fragments) EXPECT_THAT(e.what(), testing::HasSubstr(fragment));
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
 
 // One test shape: a module and the input it runs on.
 struct shape {
@@ -44,8 +63,26 @@ std::vector<float> forward(const mha::backend& backend, mha::formulation form,
                            const mha::run_options& options = {});
 
 double max_abs(const std::vector<double>& v);
+double max_abs(const std::vector<float>& v);
 // max_i |a_i - b_i|; NaN when any element is NaN (so comparisons with it fail).
 double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b);
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+// A test with its own empty directory dir_, removed afterwards. Unique per process and test, so
+// concurrent ctest runs (even from other checkouts) never share files.
+class scratch_test : public testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+  std::filesystem::path dir_;
+};
+
+// What the `mha` command (built with the tests) printed and returned.
+struct command_result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr interleaved
+};
+// Runs `mha args...` and waits for it.
+command_result run_mha(const std::vector<std::string>& args);
 
 }  // namespace mha_test

@@ -8,23 +8,11 @@
 
 #include "mha/error.hpp"
 #include "mha/mha.hpp"
+#include "support.hpp"
 
 namespace {
 
-using testing::HasSubstr;
-
-// Runs f, expects an exception of type E whose message contains every fragment.
-template <class E, class F>
-void expect_error(F&& f, std::initializer_list<const char*> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception thrown";
-  } catch (const E& e) {
-    for (const char* fragment : fragments) EXPECT_THAT(e.what(), HasSubstr(fragment));
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using mha_test::expect_error;
 
 mha::config good_config() {
   mha::config c;

@@ -6,6 +6,7 @@
 #include "mha/build_config.hpp"
 #include "mha/config.hpp"
 #include "mha/error.hpp"
+#include "mha/io.hpp"
 #include "mha/problem.hpp"
 #include "mha/registry.hpp"
 #include "mha/run_options.hpp"

@@ -1,0 +1,118 @@
+// mha run: one forward pass of a module loaded from a state_dict, .npy in, .npy out.
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cli/arguments.hpp"
+#include "mha/error.hpp"
+#include "mha/io.hpp"
+#include "mha/registry.hpp"
+
+namespace mha_cli {
+namespace {
+
+constexpr std::int64_t int_max = std::numeric_limits<int>::max();
+constexpr std::int64_t int64_max = std::numeric_limits<std::int64_t>::max();
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+int run_module(const arguments& a) {
+  const mha::backend& backend =
+      a.has("backend") ? mha::require_backend(a.required("backend")) : mha::default_backend();
+  const mha::formulation form = mha::parse_formulation(a.text_or("formulation", "split_weight"));
+  const std::string& weights_path = a.required("weights");
+  const std::string& input_path = a.required("input");
+  const std::string& output_path = a.required("output");
+  const mha::run_options options{
+      .threads = static_cast<int>(a.integer_or("threads", 0, 0, int_max)),
+      .training = a.has("training"),
+      .seed = a.unsigned_or("seed", 0)};
+  if (a.has("dropout") && !options.training) {
+    throw usage_error("--dropout applies in training mode only; add --training");
+  }
+
+  mha::io::tensor x = mha::io::read_npy(input_path);
+  if ((x.shape.size() != 2 && x.shape.size() != 3) ||
+      std::find(x.shape.begin(), x.shape.end(), 0) != x.shape.end()) {
+    throw mha::invalid_argument(input_path + ": input has shape " + shape_text(x.shape) +
+                                ", expected (batch, tokens, d_in) or (tokens, d_in), all >= 1");
+  }
+  const bool batched = x.shape.size() == 3;
+  const std::int64_t batch = batched ? x.shape[0] : 1;
+  const std::int64_t tokens = x.shape[batched ? 1 : 0];
+  const std::int64_t d_in = x.shape.back();
+
+  mha::io::loaded_module m = mha::io::load_module(
+      weights_path, {.n_heads = a.integer_or("heads", 0, 1, int64_max),
+                     .context_length = a.integer_or("context-length", 0, 1, int64_max)});
+  mha::config cfg = m.cfg;
+  if (cfg.context_length == 0) cfg.context_length = tokens;  // no mask, no option: any T
+  cfg.causal = !a.has("no-causal");
+  cfg.dropout = static_cast<float>(a.real_or("dropout", 0.0));
+  if (d_in != cfg.d_in) {
+    throw mha::invalid_argument(input_path + ": input has shape " + shape_text(x.shape) +
+                                " but the weights in " + weights_path +
+                                " take d_in = " + std::to_string(cfg.d_in));
+  }
+  if (tokens > cfg.context_length) {
+    throw mha::invalid_argument(input_path + ": input has " + std::to_string(tokens) +
+                                " tokens, more than context_length " +
+                                std::to_string(cfg.context_length) +
+                                " (the mask buffer of the weights, or --context-length)");
+  }
+
+  const auto plan = backend.prepare(cfg, form, m.w);
+  std::vector<std::int64_t> y_shape = x.shape;
+  y_shape.back() = cfg.d_out;
+  mha::io::tensor y{y_shape,
+                    std::vector<float>(static_cast<std::size_t>(batch * tokens * cfg.d_out))};
+  plan->run({x.values.data(), batch, tokens, d_in}, {y.values.data(), batch, tokens, cfg.d_out},
+            options);
+  mha::io::write_npy(output_path, y);
+
+  std::printf("%s %s, %s-layout weights (n_heads %lld): %s -> %s float32 in %s\n",
+              std::string(backend.name()).c_str(), std::string(mha::to_string(form)).c_str(),
+              m.layout == mha::formulation::wrapper ? "wrapper" : "split",
+              static_cast<long long>(cfg.n_heads), shape_text(x.shape).c_str(),
+              shape_text(y.shape).c_str(), output_path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+const command& run_command() {
+  static const command c{
+      "run",
+      "run a module's state_dict (safetensors) on an input (.npy)",
+      "usage: mha run --weights W.safetensors --input X.npy --output Y.npy [options]\n\n"
+      "Runs the module whose PyTorch state_dict is in W.safetensors on X and writes Y.\n"
+      "  --weights W        split names (W_query.weight, ..., out_proj.bias) or wrapper\n"
+      "                     names (heads.{h}.W_query.weight, ...); F32, F16, BF16 or F64\n"
+      "  --input X          float32 or float64 .npy, (batch, tokens, d_in) or (tokens, d_in)\n"
+      "  --output Y         float32 .npy, (batch, tokens, d_out) or (tokens, d_out)\n"
+      "  --backend B        a name from `mha backends` (default: MHA_BACKEND, else the best)\n"
+      "  --formulation F    wrapper or split_weight (default split_weight); either runs\n"
+      "                     weights of either layout\n"
+      "  --heads H          number of heads, when the file has no metadata num_heads and no\n"
+      "                     heads.{h} groups (must agree with them when it has)\n"
+      "  --no-causal        every token attends to every token\n"
+      "  --context-length N largest tokens accepted (default: the mask buffer's size, else\n"
+      "                     any); must not exceed the mask's size\n"
+      "  --threads N        worker threads, 0 = all cores (default 0)\n"
+      "  --training         apply dropout to the attention weights\n"
+      "  --dropout P        dropout probability in [0, 1) (needs --training)\n"
+      "  --seed S           dropout seed (default 0); the mask is the same on every backend\n",
+      {"backend", "formulation", "weights", "input", "output", "heads", "context-length", "threads",
+       "dropout", "seed"},
+      {"no-causal", "training"},
+      run_module};
+  return c;
+}
+
+}  // namespace mha_cli

@@ -1,0 +1,75 @@
+// Internal: what the safetensors, .npy and state_dict code share. Untrusted bytes are only ever
+// read through the span-checked helpers here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/text.hpp"
+#include "mha/error.hpp"
+#include "mha/io.hpp"
+
+namespace mha::io::detail {
+
+// The unsigned little-endian integer in bytes [0, N). The caller checked the span's size.
+template <class U>
+U load_le(const std::byte* p) noexcept {
+  U value = 0;
+  for (std::size_t i = sizeof(U); i-- > 0;)
+    value = static_cast<U>((value << 8) | std::to_integer<U>(p[i]));
+  return value;
+}
+
+// `value` as N little-endian bytes appended to `out`.
+template <class U>
+void append_le(std::vector<std::byte>& out, U value) {
+  for (std::size_t i = 0; i < sizeof(U); ++i) out.push_back(std::byte(value >> (8 * i)));
+}
+
+inline void append_text(std::vector<std::byte>& out, std::string_view s) {
+  // resize + memcpy: GCC 12 flags vector::insert of a byte range after reserve() with a false
+  // -Wstringop-overflow.
+  const std::size_t old_size = out.size();
+  out.resize(old_size + s.size());
+  if (!s.empty()) std::memcpy(out.data() + old_size, s.data(), s.size());
+}
+
+// The float32 values of n little-endian IEEE binary32 elements starting at p.
+void decode_f32(const std::byte* p, std::size_t n, float* out) noexcept;
+void append_f32(std::vector<std::byte>& out, std::span<const float> values);
+
+// A name from an untrusted file, fit for a one-line message: quoted, control and non-ASCII
+// bytes escaped (\xNN), cut after 64 bytes ("...").
+std::string printable(std::string_view name);
+
+// "(2, 3, 4)", "()" for a scalar.
+std::string shape_text(std::span<const std::int64_t> shape);
+
+// The number of elements of `shape` in `elements`; false when a dimension is negative or the
+// byte count, elements * element_bytes, overflows int64.
+bool element_count(std::span<const std::int64_t> shape, std::int64_t element_bytes,
+                   std::int64_t& elements) noexcept;
+
+// Throws mha::invalid_argument "<what> has shape ..." unless t is valid (see io::tensor); `what`
+// names the tensor ("safetensors: tensor 'W_query.weight'").
+void check_tensor(std::string_view what, const tensor& t);
+
+// The whole file; mha::error naming the path and the system's reason when it cannot be read.
+std::vector<std::byte> read_file(const std::filesystem::path& path);
+// Writes `bytes` to a temporary file next to `path`, then renames it over `path`, so a failed
+// write never leaves a partial file under the final name. mha::error on failure.
+void write_file(const std::filesystem::path& path, std::span<const std::byte> bytes);
+
+// Throws mha::format_error "<source>: <args...>".
+template <class... Args>
+[[noreturn]] void fail(std::string_view source, Args&&... args) {
+  throw format_error(mha::detail::text(source, ": ", std::forward<Args>(args)...));
+}
+
+}  // namespace mha::io::detail

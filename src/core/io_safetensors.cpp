@@ -1,0 +1,298 @@
+// safetensors: 8-byte little-endian header length N, N bytes of JSON
+//   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...,
+//    "__metadata__": {"key": "value"}}
+// then the data; offsets are relative to the first byte after the header.
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/io_common.hpp"
+#include "mha/io.hpp"
+
+namespace mha::io {
+namespace {
+
+using detail::fail;
+using detail::printable;
+using detail::shape_text;
+using nlohmann::json;
+
+constexpr std::string_view metadata_key = "__metadata__";
+
+// IEEE binary16 -> binary32, exactly (every half is a float).
+float half_to_float(std::uint16_t h) noexcept {
+  const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
+  const std::uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  // Rebias the exponent from 15 to 127.
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+// Decoders of n elements of one dtype into float32; false when an element has no float value.
+bool decode_f32(const std::byte* p, std::size_t n, float* out) noexcept {
+  detail::decode_f32(p, n, out);
+  return true;
+}
+bool decode_f16(const std::byte* p, std::size_t n, float* out) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = half_to_float(detail::load_le<std::uint16_t>(p + 2 * i));
+  return true;
+}
+bool decode_bf16(const std::byte* p, std::size_t n, float* out) noexcept {
+  // bfloat16 is the top half of a binary32.
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = std::bit_cast<float>(std::uint32_t{detail::load_le<std::uint16_t>(p + 2 * i)} << 16);
+  }
+  return true;
+}
+bool decode_f64(const std::byte* p, std::size_t n, float* out) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<float>(std::bit_cast<double>(detail::load_le<std::uint64_t>(p + 8 * i)));
+  }
+  return true;
+}
+bool decode_bool(const std::byte* p, std::size_t n, float* out) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (p[i] != std::byte{0} && p[i] != std::byte{1}) return false;
+    out[i] = p[i] == std::byte{1} ? 1.0f : 0.0f;
+  }
+  return true;
+}
+
+struct dtype {
+  std::string_view name;
+  std::int64_t bytes;
+  bool (*decode)(const std::byte*, std::size_t, float*) noexcept;
+};
+constexpr std::array<dtype, 5> dtypes = {{{"F32", 4, decode_f32},
+                                          {"F16", 2, decode_f16},
+                                          {"BF16", 2, decode_bf16},
+                                          {"F64", 8, decode_f64},
+                                          {"BOOL", 1, decode_bool}}};
+
+// One checked header entry: the tensor's bytes are data[begin, end).
+struct entry {
+  std::string name;
+  const dtype* type;
+  std::vector<std::int64_t> shape;
+  std::int64_t elements;
+  std::uint64_t begin, end;
+};
+
+// The header as JSON. Rejects duplicate keys at any depth (nlohmann would keep the last).
+json parse_header(std::string_view header, std::string_view source) {
+  std::vector<std::set<std::string, std::less<>>> open_objects;
+  auto no_duplicates = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      open_objects.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      open_objects.pop_back();
+    } else if (event == json::parse_event_t::key) {
+      const auto& key = parsed.get_ref<const std::string&>();
+      if (!open_objects.back().insert(key).second) {
+        fail(source, "header has the key ", printable(key), " twice");
+      }
+    }
+    return true;
+  };
+  try {
+    return json::parse(header, no_duplicates);
+  } catch (const json::exception& e) {
+    fail(source, "header is not valid JSON: ", e.what());
+  }
+}
+
+// A JSON value that must be a non-negative integer below 2^63.
+std::uint64_t unsigned_value(const json& v, std::string_view source, std::string_view what) {
+  if (!v.is_number_unsigned() ||
+      v.get<std::uint64_t>() > std::uint64_t{std::numeric_limits<std::int64_t>::max()}) {
+    // nlohmann rejects non-finite numbers (1e999, NaN) while parsing; 2.5, -1, 2^64 and
+    // non-numbers end here.
+    const std::string shown = v.is_number() ? v.dump() : "a JSON " + std::string(v.type_name());
+    fail(source, what, " has ", shown, ", expected an integer in [0, 2^63)");
+  }
+  return v.get<std::uint64_t>();
+}
+
+entry parse_entry(const std::string& name, const json& info, std::uint64_t data_bytes,
+                  std::string_view source) {
+  const std::string label = "tensor " + printable(name);
+  if (!info.is_object())
+    fail(source, label, " is a JSON ", info.type_name(), ", expected an object");
+  for (const auto& [field, value] : info.items()) {
+    if (field != "dtype" && field != "shape" && field != "data_offsets") {
+      fail(source, label, " has the unexpected field ", printable(field),
+           "; expected dtype, shape and data_offsets");
+    }
+  }
+  for (const char* field : {"dtype", "shape", "data_offsets"}) {
+    if (!info.contains(field)) fail(source, label, " lacks the field '", field, "'");
+  }
+
+  entry e{name, nullptr, {}, 0, 0, 0};
+  const json& type = info["dtype"];
+  if (!type.is_string()) fail(source, label, " has a dtype that is a JSON ", type.type_name());
+  const auto& type_name = type.get_ref<const std::string&>();
+  for (const dtype& d : dtypes) {
+    if (type_name == d.name) e.type = &d;
+  }
+  if (e.type == nullptr) {
+    fail(source, label, " has the unsupported dtype ", printable(type_name),
+         "; supported: F32, F16, BF16, F64, BOOL");
+  }
+
+  const json& shape = info["shape"];
+  if (!shape.is_array()) fail(source, label, " has a shape that is a JSON ", shape.type_name());
+  for (const json& d : shape) {
+    e.shape.push_back(static_cast<std::int64_t>(unsigned_value(d, source, label + " shape")));
+  }
+  if (!detail::element_count(e.shape, e.type->bytes, e.elements)) {
+    fail(source, label, " has shape ", shape_text(e.shape), " whose byte count overflows int64");
+  }
+
+  const json& offsets = info["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2) {
+    fail(source, label, " has data_offsets ", offsets.is_array() ? "of size " : "of type ",
+         offsets.is_array() ? std::to_string(offsets.size()) : offsets.type_name(),
+         ", expected [begin, end]");
+  }
+  e.begin = unsigned_value(offsets[0], source, label + " data_offsets[0]");
+  e.end = unsigned_value(offsets[1], source, label + " data_offsets[1]");
+  if (e.begin > e.end || e.end > data_bytes) {
+    fail(source, label, " has data_offsets [", e.begin, ", ", e.end,
+         "] outside the data section [0, ", data_bytes, "]");
+  }
+  const auto expected = static_cast<std::uint64_t>(e.elements * e.type->bytes);
+  if (e.end - e.begin != expected) {
+    fail(source, label, " is ", e.type->name, " of shape ", shape_text(e.shape), " (", expected,
+         " bytes) but data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin, " bytes");
+  }
+  return e;
+}
+
+// The entries' byte ranges, in order, must tile the data section exactly.
+void check_tiling(std::vector<entry>& entries, std::uint64_t data_bytes, std::string_view source) {
+  std::sort(entries.begin(), entries.end(), [](const entry& a, const entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t covered = 0;
+  const entry* previous = nullptr;
+  for (const entry& e : entries) {
+    if (e.begin < covered) {
+      fail(source, "tensor ", printable(e.name), " data_offsets [", e.begin, ", ", e.end,
+           "] overlap tensor ", printable(previous->name), " [", previous->begin, ", ",
+           previous->end, "]");
+    }
+    if (e.begin > covered) {
+      fail(source, "data bytes [", covered, ", ", e.begin, ") belong to no tensor (next is ",
+           printable(e.name), ")");
+    }
+    covered = e.end;
+    previous = &e;
+  }
+  if (covered != data_bytes) {
+    fail(source, "data section has ", data_bytes, " bytes but the tensors cover ", covered);
+  }
+}
+
+}  // namespace
+
+tensor_file parse_safetensors(std::span<const std::byte> bytes, std::string_view source) {
+  if (bytes.size() < 8) {
+    fail(source, "file is ", bytes.size(), " bytes, too short for the 8-byte header length");
+  }
+  const auto header_bytes = detail::load_le<std::uint64_t>(bytes.data());
+  if (header_bytes > max_safetensors_header_bytes) {
+    fail(source, "header length ", header_bytes, " exceeds the limit of ",
+         max_safetensors_header_bytes, " bytes");
+  }
+  if (header_bytes > bytes.size() - 8) {
+    fail(source, "header length ", header_bytes, " runs past the end of the file (",
+         bytes.size() - 8, " bytes follow the length)");
+  }
+  const std::span<const std::byte> data = bytes.subspan(8 + header_bytes);
+  const json header = parse_header(
+      {reinterpret_cast<const char*>(bytes.data() + 8), static_cast<std::size_t>(header_bytes)},
+      source);
+  if (!header.is_object())
+    fail(source, "header is a JSON ", header.type_name(), ", expected an object");
+
+  tensor_file file;
+  std::vector<entry> entries;
+  for (const auto& [name, info] : header.items()) {
+    if (name != metadata_key) {
+      entries.push_back(parse_entry(name, info, data.size(), source));
+      continue;
+    }
+    if (!info.is_object())
+      fail(source, metadata_key, " is a JSON ", info.type_name(), ", expected an object");
+    for (const auto& [key, value] : info.items()) {
+      if (!value.is_string()) {
+        fail(source, metadata_key, " value of ", printable(key), " is a JSON ", value.type_name(),
+             ", expected a string");
+      }
+      file.metadata.emplace(key, value.get<std::string>());
+    }
+  }
+  check_tiling(entries, data.size(), source);
+
+  for (const entry& e : entries) {
+    tensor t{e.shape, std::vector<float>(static_cast<std::size_t>(e.elements))};
+    if (!e.type->decode(data.data() + e.begin, t.values.size(), t.values.data())) {
+      fail(source, "tensor ", printable(e.name), " of dtype BOOL holds a byte other than 0 or 1");
+    }
+    file.tensors.emplace(e.name, std::move(t));
+  }
+  return file;
+}
+
+std::vector<std::byte> safetensors_bytes(const tensor_file& file) {
+  json header = json::object();
+  if (!file.metadata.empty()) header[metadata_key] = file.metadata;
+  std::uint64_t offset = 0;
+  for (const auto& [name, t] : file.tensors) {
+    if (name == metadata_key) {
+      throw invalid_argument(
+          mha::detail::text("safetensors: ", printable(name), " is reserved, not a tensor name"));
+    }
+    detail::check_tensor("safetensors: tensor " + printable(name), t);
+    const std::uint64_t end = offset + t.values.size() * sizeof(float);
+    header[name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, end}}};
+    offset = end;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::exception& e) {
+    throw invalid_argument(
+        mha::detail::text("safetensors: a tensor name or metadata string is "
+                          "not valid UTF-8 (",
+                          e.what(), ")"));
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+
+  std::vector<std::byte> out;
+  out.reserve(8 + text.size() + offset);
+  detail::append_le<std::uint64_t>(out, text.size());
+  detail::append_text(out, text);
+  for (const auto& [name, t] : file.tensors) detail::append_f32(out, t.values);
+  return out;
+}
+
+tensor_file read_safetensors(const std::filesystem::path& path) {
+  return parse_safetensors(detail::read_file(path), path.string());
+}
+
+void write_safetensors(const std::filesystem::path& path, const tensor_file& file) {
+  detail::write_file(path, safetensors_bytes(file));
+}
+
+}  // namespace mha::io

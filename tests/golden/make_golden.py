@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+"""Writes the PyTorch goldens: for each case, the module's state_dict (safetensors), an input and
+PyTorch's output (.npy), and cases.json describing how to run them.
+
+The modules are the seeds' (DESIGN.md §1): the split-weight MultiHeadAttention and the wrapper of
+CausalAttention heads (per-head d_out = head_dim), dropout 0 in eval mode, plus two switches the
+spec has and the seeds lack: `causal` (skip the mask) and `out_proj` (the split form without it,
+the wrapper with one). Safetensors files are written here (no extra package): F32, F16, BF16, F64
+and a BOOL mask all appear, so the readers' conversions are checked against PyTorch too.
+
+Run with Debian's interpreter and python3-torch:  /usr/bin/python3 tests/golden/make_golden.py
+The tests need only the files this writes, not torch.
+"""
+
+import json
+import pathlib
+import struct
+
+import numpy as np
+import torch
+from torch import nn
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+class CausalAttention(nn.Module):
+    """One head of the wrapper (the seeds' CausalAttention)."""
+
+    def __init__(self, d_in, d_out, context_length, qkv_bias, causal):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.causal = causal
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        _, num_tokens, _ = x.shape
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(1, 2)
+        if self.causal:
+            scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
+        return weights @ values
+
+
+class MultiHeadAttentionWrapper(nn.Module):
+    """H independent CausalAttention heads, concatenated; an optional out_proj after them."""
+
+    def __init__(self, d_in, head_dim, context_length, num_heads, qkv_bias, causal, out_proj):
+        super().__init__()
+        self.heads = nn.ModuleList(
+            [CausalAttention(d_in, head_dim, context_length, qkv_bias, causal) for _ in range(num_heads)])
+        d_out = head_dim * num_heads
+        self.out_proj = nn.Linear(d_out, d_out) if out_proj else None
+
+    def forward(self, x):
+        context = torch.cat([head(x) for head in self.heads], dim=-1)
+        return self.out_proj(context) if self.out_proj is not None else context
+
+
+class MultiHeadAttention(nn.Module):
+    """The seeds' split-weight MultiHeadAttention."""
+
+    def __init__(self, d_in, d_out, context_length, num_heads, qkv_bias, causal, out_proj):
+        super().__init__()
+        assert d_out % num_heads == 0
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out) if out_proj else None
+        self.causal = causal
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, num_tokens, _ = x.shape
+        split = lambda t: t.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        queries, keys, values = split(self.W_query(x)), split(self.W_key(x)), split(self.W_value(x))
+        scores = queries @ keys.transpose(2, 3)
+        if self.causal:
+            scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
+        context = (weights @ values).transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
+        return self.out_proj(context) if self.out_proj is not None else context
+
+
+# name, layout, B, T, d_in, d_out (total), H, context_length, and what each case covers.
+# heads_in_metadata False: the test passes --heads. batch 0: a 2-D (T, d_in) input.
+CASES = [
+    dict(name="split_basic", layout="split", batch=2, seq=6, d_in=8, d_out=8, heads=2, context=8),
+    dict(name="split_qkv_bias", layout="split", batch=1, seq=5, d_in=6, d_out=12, heads=3, context=5,
+         qkv_bias=True),
+    dict(name="split_no_out_proj", layout="split", batch=2, seq=7, d_in=10, d_out=8, heads=4, context=7,
+         out_proj=False, heads_in_metadata=False),
+    dict(name="split_noncausal_f16", layout="split", batch=2, seq=9, d_in=8, d_out=8, heads=2, context=12,
+         causal=False, dtype="F16"),
+    dict(name="split_h96_hd2", layout="split", batch=1, seq=4, d_in=8, d_out=192, heads=96, context=4,
+         out_proj=False),
+    dict(name="split_t1_bf16", layout="split", batch=2, seq=1, d_in=8, d_out=12, heads=3, context=4,
+         dtype="BF16"),
+    dict(name="split_b3_f64", layout="split", batch=3, seq=5, d_in=12, d_out=6, heads=2, context=6,
+         qkv_bias=True, dtype="F64", input_dtype=np.float64),
+    dict(name="split_t33", layout="split", batch=2, seq=33, d_in=32, d_out=32, heads=4, context=40,
+         qkv_bias=True),
+    dict(name="wrapper_basic", layout="wrapper", batch=2, seq=5, d_in=6, d_out=6, heads=3, context=6,
+         out_proj=False),
+    dict(name="wrapper_qkv_bias_out_proj_2d", layout="wrapper", batch=0, seq=7, d_in=5, d_out=6, heads=2,
+         context=8, qkv_bias=True, heads_in_metadata=False),
+    dict(name="wrapper_noncausal_bool_mask", layout="wrapper", batch=3, seq=3, d_in=4, d_out=8, heads=4,
+         context=3, causal=False, out_proj=False, mask_dtype="BOOL"),
+]
+
+
+def tensor_bytes(t, dtype):
+    if dtype == "F32":
+        return t.float().numpy().astype("<f4").tobytes()
+    if dtype == "F16":
+        return t.half().numpy().astype("<f2").tobytes()
+    if dtype == "BF16":
+        return t.bfloat16().view(torch.int16).numpy().astype("<i2").tobytes()
+    if dtype == "F64":
+        return t.double().numpy().astype("<f8").tobytes()
+    if dtype == "BOOL":
+        return t.bool().numpy().astype(np.uint8).tobytes()
+    raise ValueError(dtype)
+
+
+def write_safetensors(path, tensors, metadata):
+    """tensors: name -> (tensor, dtype). Header padded with spaces to 8 bytes, as the reference does."""
+    header, blobs, offset = {}, [], 0
+    for name, (t, dtype) in tensors.items():
+        data = tensor_bytes(t.detach().contiguous(), dtype)
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    if metadata:
+        header["__metadata__"] = metadata
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def round_to(module, dtype):
+    """Rounds the parameters to the storage dtype, so PyTorch computes with what the file holds."""
+    cast = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}[dtype]
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(p.to(cast).float())
+
+
+def make_case(index, case):
+    c = dict(qkv_bias=False, causal=True, out_proj=True, heads_in_metadata=True, dtype="F32",
+             input_dtype=np.float32, mask_dtype=None) | case
+    torch.manual_seed(1000 + index)
+    args = dict(context_length=c["context"], num_heads=c["heads"], qkv_bias=c["qkv_bias"], causal=c["causal"],
+                out_proj=c["out_proj"])
+    if c["layout"] == "split":
+        module = MultiHeadAttention(c["d_in"], c["d_out"], **args)
+    else:
+        module = MultiHeadAttentionWrapper(c["d_in"], c["d_out"] // c["heads"], **args)
+    module.eval()
+    round_to(module, c["dtype"])
+
+    batch = max(c["batch"], 1)
+    x = torch.randn(batch, c["seq"], c["d_in"]) * 2.0
+    with torch.no_grad():
+        y = module(x)
+    if c["batch"] == 0:  # a 2-D (T, d_in) file for the command's 2-D path
+        x, y = x[0], y[0]
+
+    name = c["name"]
+    state = {k: (v, c["mask_dtype"] or c["dtype"]) if k.endswith("mask") else (v, c["dtype"])
+             for k, v in module.state_dict().items()}
+    metadata = {"num_heads": str(c["heads"])} if c["heads_in_metadata"] else {}
+    write_safetensors(HERE / f"{name}.safetensors", state, metadata)
+    np.save(HERE / f"{name}.x.npy", x.numpy().astype(c["input_dtype"]))
+    np.save(HERE / f"{name}.y.npy", y.numpy().astype(np.float32))
+    return {
+        "name": name,
+        "layout": c["layout"],
+        "heads_option": None if c["heads_in_metadata"] else c["heads"],
+        "causal": c["causal"],
+        "weights": f"{name}.safetensors",
+        "input": f"{name}.x.npy",
+        "output": f"{name}.y.npy",
+    }
+
+
+def main():
+    torch.set_num_threads(1)
+    manifest = {
+        "generator": "tests/golden/make_golden.py",
+        "torch": torch.__version__,
+        "cases": [make_case(i, case) for i, case in enumerate(CASES)],
+    }
+    (HERE / "cases.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    total = sum(p.stat().st_size for p in HERE.iterdir() if p.suffix in (".npy", ".safetensors"))
+    print(f"wrote {len(CASES)} cases to {HERE} ({total} bytes of tensors)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+// The `mha` command: subcommands, help, exit codes (0 success, 1 a check failed, 2 usage or
+// input error with a one-line message naming the problem), and that run's options reach the plan.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "mha/backends/naive.hpp"
+#include "mha/io.hpp"
+#include "mha/registry.hpp"
+#include "support.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using mha_test::run_mha;
+using testing::HasSubstr;
+
+const fs::path golden = MHA_GOLDEN_DIR;
+
+std::size_t lines(const std::string& s) {
+  return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n'));
+}
+
+// Expects exit code 2 and one line naming every fragment.
+void expect_usage_error(const std::vector<std::string>& args,
+                        std::initializer_list<const char*> fragments) {
+  const mha_test::command_result r = run_mha(args);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(lines(r.output), 1u) << r.output;
+  for (const char* f : fragments) EXPECT_THAT(r.output, HasSubstr(f));
+}
+
+class Cli : public mha_test::scratch_test {
+ protected:
+  // `mha run` on the split_basic golden with extra arguments, writing dir_/y.npy.
+  std::vector<std::string> run_args(std::initializer_list<std::string> extra) const {
+    std::vector<std::string> args = {"run",
+                                     "--weights",
+                                     golden / "split_basic.safetensors",
+                                     "--input",
+                                     golden / "split_basic.x.npy",
+                                     "--output",
+                                     dir_ / "y.npy"};
+    args.insert(args.end(), extra);
+    return args;
+  }
+};
+
+TEST_F(Cli, BackendsListsTheRegistry) {
+  const mha_test::command_result r = run_mha({"backends"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const mha::backend* b : mha::available_backends()) {
+    EXPECT_THAT(r.output, HasSubstr(std::string(b->name())));
+    EXPECT_THAT(r.output, HasSubstr(b->description()));
+  }
+  EXPECT_EQ(lines(r.output), 1 + mha::available_backends().size());
+}
+
+TEST_F(Cli, HelpOnEveryCommand) {
+  for (const char* command : {"backends", "run", "verify"}) {
+    const mha_test::command_result r = run_mha({command, "--help"});
+    EXPECT_EQ(r.exit_code, 0) << command;
+    EXPECT_THAT(r.output, HasSubstr(std::string("usage: mha ") + command));
+  }
+  const mha_test::command_result top = run_mha({"--help"});
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_THAT(top.output, HasSubstr("exit codes"));
+  EXPECT_EQ(run_mha({}).exit_code, 2) << "no command";
+}
+
+TEST_F(Cli, UsageErrorsExitTwoWithOneLine) {
+  expect_usage_error({"frobnicate"}, {"unknown command 'frobnicate'"});
+  expect_usage_error(run_args({"--frob"}), {"unknown option --frob"});
+  expect_usage_error({"run", "--input", "x.npy"}, {"--weights is required"});
+  expect_usage_error(run_args({"--threads", "two"}), {"--threads expects an integer", "'two'"});
+  expect_usage_error(run_args({"--threads", "-1"}), {"--threads", "'-1'"});
+  expect_usage_error(run_args({"--heads"}), {"--heads needs a value"});
+  expect_usage_error(run_args({"--seed", "1", "--seed", "2"}), {"--seed is given twice"});
+  expect_usage_error(run_args({"--dropout", "0.1"}), {"--dropout", "--training"});
+  expect_usage_error(run_args({"extra"}), {"unexpected argument 'extra'"});
+  expect_usage_error(run_args({"--formulation", "fused"}), {"unknown formulation 'fused'"});
+  expect_usage_error(run_args({"--backend", "gpu"}), {"unknown backend 'gpu'", "naive"});
+  expect_usage_error(run_args({"--training", "--dropout", "1.5"}), {"dropout (1.5)"});
+}
+
+TEST_F(Cli, InputErrorsExitTwoNamingTheProblem) {
+  expect_usage_error(run_args({"--context-length", "4"}),
+                     {"split_basic.x.npy", "6 tokens", "context_length 4"});
+  expect_usage_error(run_args({"--context-length", "9"}),
+                     {"context_length 9", "mask buffer (8, 8)"});
+  expect_usage_error(run_args({"--heads", "4"}),
+                     {"metadata num_heads gives 2", "(--heads) gives 4"});
+  expect_usage_error({"run", "--weights", golden / "split_basic.safetensors", "--input",
+                      golden / "wrapper_basic.x.npy", "--output", dir_ / "y.npy"},
+                     {"wrapper_basic.x.npy", "(2, 5, 6)", "d_in = 8"});
+  expect_usage_error({"run", "--weights", golden / "split_no_out_proj.safetensors", "--input",
+                      golden / "split_no_out_proj.x.npy", "--output", dir_ / "y.npy"},
+                     {"number of heads is unknown", "--heads"});
+  expect_usage_error({"run", "--weights", golden / "split_basic.x.npy", "--input",
+                      golden / "split_basic.x.npy", "--output", dir_ / "y.npy"},
+                     {"split_basic.x.npy", "header length"});
+  expect_usage_error({"run", "--weights", golden / "split_basic.safetensors", "--input",
+                      golden / "split_basic.safetensors", "--output", dir_ / "y.npy"},
+                     {"split_basic.safetensors", "not a .npy file"});
+  expect_usage_error({"run", "--weights", golden / "split_basic.safetensors", "--input",
+                      golden / "split_basic.x.npy", "--output", dir_ / "missing" / "y.npy"},
+                     {"cannot create", "y.npy"});
+  mha::io::write_npy(dir_ / "scalar.npy", {{}, {1.0f}});
+  expect_usage_error({"run", "--weights", golden / "split_basic.safetensors", "--input",
+                      dir_ / "scalar.npy", "--output", dir_ / "y.npy"},
+                     {"scalar.npy", "shape ()", "(batch, tokens, d_in) or (tokens, d_in)"});
+  mha::io::write_npy(dir_ / "empty.npy", {{0, 8}, {}});
+  expect_usage_error({"run", "--weights", golden / "split_basic.safetensors", "--input",
+                      dir_ / "empty.npy", "--output", dir_ / "y.npy"},
+                     {"empty.npy", "shape (0, 8)", "all >= 1"});
+  EXPECT_FALSE(fs::exists(dir_ / "y.npy")) << "no output after a failure";
+}
+
+TEST_F(Cli, TrainingOptionsReachThePlan) {
+  const mha::io::tensor x = mha::io::read_npy(golden / "split_basic.x.npy");
+  mha::io::loaded_module m = mha::io::load_module(golden / "split_basic.safetensors");
+  m.cfg.dropout = 0.5f;
+  const std::vector<float> inference = mha_test::forward(
+      mha::naive_backend(), mha::formulation::wrapper, m.cfg, m.w, x.values, 2, 6);
+  const std::vector<float> expected =
+      mha_test::forward(mha::naive_backend(), mha::formulation::wrapper, m.cfg, m.w, x.values, 2, 6,
+                        {.threads = 1, .training = true, .seed = 3});
+  ASSERT_NE(expected, inference) << "dropout 0.5 changes the output";
+
+  const mha_test::command_result r =
+      run_mha(run_args({"--backend", "naive", "--formulation", "wrapper", "--training", "--dropout",
+                        "0.5", "--seed", "3", "--threads", "1"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(mha::io::read_npy(dir_ / "y.npy").values, expected);
+}
+
+TEST_F(Cli, ContextLengthOptionWithoutMask) {
+  // No mask in the file: any T runs unless --context-length caps it.
+  mha::io::tensor_file f = mha::io::read_safetensors(golden / "split_basic.safetensors");
+  f.tensors.erase("mask");
+  mha::io::write_safetensors(dir_ / "w.safetensors", f);
+  mha::io::write_npy(dir_ / "x.npy", {{20, 8}, mha_test::random_floats(160, 4)});
+  const std::vector<std::string> args = {"run",         "--weights",    dir_ / "w.safetensors",
+                                         "--input",     dir_ / "x.npy", "--output",
+                                         dir_ / "y.npy"};
+  const mha_test::command_result r = run_mha(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(mha::io::read_npy(dir_ / "y.npy").shape, (std::vector<std::int64_t>{20, 8}));
+  std::vector<std::string> capped = args;
+  capped.insert(capped.end(), {"--context-length", "19"});
+  expect_usage_error(capped, {"20 tokens", "context_length 19"});
+}
+
+TEST_F(Cli, VerifyPassesEveryBackendAndFormulation) {
+  const mha_test::command_result r = run_mha({"verify"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::size_t rows = lines(r.output) - 2;  // header and summary
+  EXPECT_EQ(rows % (2 * mha::available_backends().size()), 0u);
+  const std::string summary = std::to_string(rows) + " of " + std::to_string(rows) + " passed";
+  EXPECT_THAT(r.output, HasSubstr(summary));
+  EXPECT_THAT(r.output, testing::Not(HasSubstr("FAIL")));
+  for (const mha::backend* b : mha::available_backends()) {
+    EXPECT_THAT(r.output, HasSubstr(std::string(b->name()) + " "));
+  }
+}
+
+TEST_F(Cli, VerifyExitsOneWhenACheckFails) {
+  // No float computation matches the double reference to 0.
+  const mha_test::command_result r = run_mha({"verify", "--backend", "naive", "--tolerance", "0"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("FAIL"));
+  expect_usage_error({"verify", "--backend", "nosuch"}, {"unknown backend 'nosuch'"});
+}
+
+}  // namespace
