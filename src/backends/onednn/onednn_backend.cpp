@@ -24,6 +24,7 @@ namespace {
 using detail::attention_steps;
 using detail::float_buffer;
 using detail::matmul_step;
+using detail::packed_linear;
 using detail::reorder_step;
 using detail::text;
 
@@ -34,15 +35,16 @@ const dnnl::engine& cpu_engine() {
   return engine;
 }
 
-// Runs f(), rethrowing a dnnl::error as mha::error naming the backend, what it was `doing` and
-// the problem: "onednn: oneDNN failed building the primitives of split_weight/b4/t256/...: ...".
-template <class F>
-decltype(auto) rethrowing_dnnl_errors(const char* doing, const problem& p, F&& f) {
+// Runs f(), rethrowing a dnnl::error as mha::error naming the backend and what failed, as
+// what() says it (called on failure only): "onednn: oneDNN failed running
+// split_weight/b4/t256/din768/dout768/h12: could not execute a primitive (dnnl_status_t 5)".
+template <class What, class F>
+decltype(auto) rethrowing_dnnl_errors(What&& what, F&& f) {
   try {
     return f();
   } catch (const dnnl::error& e) {
-    throw error(text(onednn_name, ": oneDNN failed ", doing, " ", to_string(p), ": ", e.what(),
-                     " (dnnl_status_t ", static_cast<int>(e.status), ")"));
+    throw error(text(onednn_name, ": oneDNN failed ", what(), ": ", e.what(), " (dnnl_status_t ",
+                     static_cast<int>(e.status), ")"));
   }
 }
 
@@ -89,13 +91,13 @@ std::int64_t group_size(std::int64_t count, std::int64_t seq_len) {
 //                 buffer; after the last head, head merge (the concatenation); out_proj.
 // With one head the split and merge are identities and are left out.
 struct shape_steps {
+  // `projected` is any of the plan's Q/K/V layers (they share shape, layout and bias presence),
+  // `out` its out_proj layer or null.
   shape_steps(const dnnl::engine& engine, const config& cfg, formulation form, std::int64_t b,
-              std::int64_t t)
+              std::int64_t t, const packed_linear& projected, const packed_linear* out)
       : batch(b),
         seq_len(t),
-        projection(detail::make_linear(
-            engine, b * t, cfg.d_in, form == formulation::split_weight ? cfg.d_out : cfg.head_dim(),
-            cfg.qkv_bias)),
+        projection(detail::make_linear(engine, b * t, projected)),
         attention(engine, t, cfg.head_dim(),
                   group_size(form == formulation::split_weight ? b * cfg.n_heads : b, t),
                   cfg.causal, 1.0f / std::sqrt(static_cast<float>(cfg.head_dim()))) {
@@ -110,9 +112,7 @@ struct shape_steps {
                                                      : detail::head_major::heads_outer,
                                                  b, t, h, hd));
     }
-    if (cfg.out_proj) {
-      out_proj.emplace(detail::make_linear(engine, b * t, cfg.d_out, cfg.d_out, /*bias=*/true));
-    }
+    if (out != nullptr) out_proj.emplace(detail::make_linear(engine, b * t, *out));
     scratchpad_bytes =
         std::max({detail::scratchpad_bytes(projection.pd), attention.scratchpad_bytes(),
                   scratchpad_of(head_split), scratchpad_of(head_merge), scratchpad_of(out_proj)});
@@ -229,19 +229,36 @@ struct batch_head {
   std::int64_t b, h;
 };
 
+// Q, K and V projections: of all heads (split_weight) or of one head (wrapper).
+struct qkv {
+  packed_linear query, key, value;
+};
+
+qkv pack_qkv(const linear_weights& query, const linear_weights& key, const linear_weights& value) {
+  const dnnl::engine& e = cpu_engine();
+  return {detail::pack_linear(e, query), detail::pack_linear(e, key),
+          detail::pack_linear(e, value)};
+}
+
 class onednn_plan final : public plan {
  public:
   onednn_plan(const mha::config& cfg, mha::formulation form, const weights& w)
       : plan(cfg, form, onednn_name) {
-    if (form == mha::formulation::split_weight) {
-      query_ = w.query;
-      key_ = w.key;
-      value_ = w.value;
-    } else {
-      // The wrapper's heads own separately allocated (head_dim, d_in) weights.
-      for (std::int64_t h = 0; h < cfg.n_heads; ++h) heads_.push_back(w.head(cfg, h));
-    }
-    if (cfg.out_proj) out_proj_ = w.out_proj;
+    rethrowing_dnnl_errors([&] { return text("packing the weights of ", to_string(cfg)); },
+                           [&] {
+                             if (form == mha::formulation::split_weight) {
+                               qkv_.push_back(pack_qkv(w.query, w.key, w.value));
+                             } else {
+                               // The wrapper's heads own separately allocated (head_dim, d_in)
+                               // weights.
+                               for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
+                                 const head_weights head = w.head(cfg, h);
+                                 qkv_.push_back(pack_qkv(head.query, head.key, head.value));
+                               }
+                             }
+                             if (cfg.out_proj)
+                               out_proj_.emplace(detail::pack_linear(cpu_engine(), w.out_proj));
+                           });
   }
 
   std::vector<std::string> implementations(std::int64_t batch, std::int64_t seq_len) const {
@@ -253,11 +270,16 @@ class onednn_plan final : public plan {
 
   std::shared_ptr<const shape_steps> steps(std::int64_t batch, std::int64_t seq_len) const {
     return cache_.get(batch, seq_len, [&] {
-      return rethrowing_dnnl_errors("building the primitives of",
-                                    {config(), formulation(), batch, seq_len}, [&] {
-                                      return std::make_shared<const shape_steps>(
-                                          cpu_engine(), config(), formulation(), batch, seq_len);
-                                    });
+      return rethrowing_dnnl_errors(
+          [&] {
+            return text("building the primitives of ",
+                        to_string(problem{config(), formulation(), batch, seq_len}));
+          },
+          [&] {
+            return std::make_shared<const shape_steps>(cpu_engine(), config(), formulation(), batch,
+                                                       seq_len, qkv_.front().query,
+                                                       out_proj_ ? &*out_proj_ : nullptr);
+          });
     });
   }
 
@@ -282,7 +304,10 @@ class onednn_plan final : public plan {
                const run_options& options) const override {
     const openmp_threads threads(options.threads);
     const auto s = steps(x.batch(), x.seq_len());
-    rethrowing_dnnl_errors("running", {config(), formulation(), x.batch(), x.seq_len()}, [&] {
+    auto what = [&] {
+      return text("running ", to_string(problem{config(), formulation(), x.batch(), x.seq_len()}));
+    };
+    rethrowing_dnnl_errors(what, [&] {
       const call_buffers b(sizes(*s));
       // The heads' merged output: out_proj's input, or y itself.
       float* context = s->out_proj ? b[piece::context] : y.data();
@@ -299,8 +324,8 @@ class onednn_plan final : public plan {
       }
       if (s->head_merge) s->head_merge->run(stream, heads_out, context, b.scratchpad_bytes());
       if (s->out_proj) {
-        s->out_proj->run(stream, context, out_proj_.weight.data(), out_proj_.bias.data(), y.data(),
-                         nullptr, b.scratchpad_bytes());
+        s->out_proj->run(stream, context, out_proj_->weight_data(), out_proj_->bias_data(),
+                         y.data(), nullptr, b.scratchpad_bytes());
       }
       stream.wait();
     });
@@ -308,9 +333,8 @@ class onednn_plan final : public plan {
 
   // out (rows, width) = x W^T + b with the shape's projection.
   static void project(const shape_steps& s, dnnl::stream& stream, const float* x,
-                      const linear_weights& w, float* out, const call_buffers& b) {
-    s.projection.run(stream, x, w.weight.data(), w.has_bias() ? w.bias.data() : nullptr, out,
-                     nullptr, b.scratchpad_bytes());
+                      const packed_linear& w, float* out, const call_buffers& b) {
+    s.projection.run(stream, x, w.weight_data(), w.bias_data(), out, nullptr, b.scratchpad_bytes());
   }
 
   // Attention over `count` consecutive (seq_len, head_dim) slices of q, k, v into out, a group
@@ -333,13 +357,15 @@ class onednn_plan final : public plan {
 
   void split_weight(const shape_steps& s, dnnl::stream& stream, const float* x, float* heads_out,
                     const call_buffers& b, const detail::dropout_spec& dropout) const {
-    for (const auto& [w, out] : {std::pair{&query_, b[piece::q]}, std::pair{&key_, b[piece::k]},
-                                 std::pair{&value_, b[piece::v]}}) {
+    const qkv& w = qkv_.front();
+    for (const auto& [layer, out] :
+         {std::pair{&w.query, b[piece::q]}, std::pair{&w.key, b[piece::k]},
+          std::pair{&w.value, b[piece::v]}}) {
       if (s.head_split) {
-        project(s, stream, x, *w, b[piece::staging], b);
+        project(s, stream, x, *layer, b[piece::staging], b);
         s.head_split->run(stream, b[piece::staging], out, b.scratchpad_bytes());
       } else {
-        project(s, stream, x, *w, out, b);
+        project(s, stream, x, *layer, out, b);
       }
     }
     const std::int64_t heads = config().n_heads;
@@ -353,7 +379,7 @@ class onednn_plan final : public plan {
                const call_buffers& b, const detail::dropout_spec& dropout) const {
     const std::int64_t per_head = s.batch * s.seq_len * config().head_dim();
     for (std::int64_t h = 0; h < config().n_heads; ++h) {
-      const head_weights& w = heads_[static_cast<std::size_t>(h)];
+      const qkv& w = qkv_[static_cast<std::size_t>(h)];
       project(s, stream, x, w.query, b[piece::q], b);
       project(s, stream, x, w.key, b[piece::k], b);
       project(s, stream, x, w.value, b[piece::v], b);
@@ -364,9 +390,8 @@ class onednn_plan final : public plan {
     }
   }
 
-  linear_weights query_, key_, value_;  // split_weight form
-  std::vector<head_weights> heads_;     // wrapper form: n_heads entries
-  linear_weights out_proj_;             // empty without out_proj
+  std::vector<qkv> qkv_;  // split_weight: one entry; wrapper: one per head, in head order
+  std::optional<packed_linear> out_proj_;
   step_cache cache_;
 };
 

@@ -59,12 +59,37 @@ void matmul_step::run(dnnl::stream& stream, const float* src, const float* weigh
   primitive.execute(stream, args);
 }
 
-matmul_step make_linear(const dnnl::engine& engine, std::int64_t rows, std::int64_t in,
-                        std::int64_t out, bool bias) {
-  const dnnl::memory::desc x({rows, in}, dt::f32, tag::ab), w({in, out}, dt::f32, tag::ba),
-      b({1, out}, dt::f32, tag::ab), y({rows, out}, dt::f32, tag::ab);
-  const auto desc = bias ? dnnl::matmul::desc(x, w, b, y) : dnnl::matmul::desc(x, w, y);
-  return make_matmul(engine, desc, user_scratchpad());
+namespace {
+
+dnnl::matmul::desc linear_desc(std::int64_t rows, const dnnl::memory::desc& weights, bool bias) {
+  const std::int64_t in = weights.dims()[0], out = weights.dims()[1];
+  const dnnl::memory::desc x({rows, in}, dt::f32, tag::ab), b({1, out}, dt::f32, tag::ab),
+      y({rows, out}, dt::f32, tag::ab);
+  return bias ? dnnl::matmul::desc(x, weights, b, y) : dnnl::matmul::desc(x, weights, y);
+}
+
+}  // namespace
+
+packed_linear pack_linear(const dnnl::engine& engine, const linear_weights& w) {
+  const dnnl::memory::desc plain({w.in, w.out}, dt::f32, tag::ba);  // W (out, in) read as W^T
+  // The layout depends on (in, out), not on the row count (checked for rows 1 to 4096), so one
+  // row serves to ask.
+  const dnnl::memory::desc preferred =
+      dnnl::matmul::primitive_desc(
+          linear_desc(1, dnnl::memory::desc({w.in, w.out}, dt::f32, tag::any), w.has_bias()),
+          user_scratchpad(), engine)
+          .weights_desc();
+  packed_linear layer{dnnl::memory(preferred, engine), w.bias};
+  dnnl::memory source = view(plain, engine, w.weight.data());
+  dnnl::stream stream(engine);
+  dnnl::reorder(source, layer.weights).execute(stream, source, layer.weights);
+  stream.wait();
+  return layer;
+}
+
+matmul_step make_linear(const dnnl::engine& engine, std::int64_t rows, const packed_linear& layer) {
+  return make_matmul(engine, linear_desc(rows, layer.weights.get_desc(), !layer.bias.empty()),
+                     user_scratchpad());
 }
 
 void reorder_step::run(dnnl::stream& stream, const float* src, float* dst,
