@@ -126,6 +126,18 @@ TEST_P(OnednnPlan, ThreadCountChangesNeitherResultNorCallerSetting) {
   EXPECT_EQ(mha::onednn_backend().max_threads(), before);
 }
 
+// One token through long rows: the shape where a GEMM library is most tempted to split the
+// reduction across threads, which would change the rounding.
+TEST_P(OnednnPlan, OneLongTokenIsThreadCountIndependent) {
+  const mha::config wide{.d_in = 2048, .d_out = 64, .n_heads = 4, .context_length = 1};
+  const auto plan = mha::onednn_backend().prepare(wide, GetParam(), mha::weights::random(wide, 3));
+  const std::vector<float> x = mha_test::random_floats(2048, 8);
+  std::vector<float> y1(64), y2(64);
+  plan->run({x.data(), 1, 1, 2048}, {y1.data(), 1, 1, 64}, {.threads = 1});
+  plan->run({x.data(), 1, 1, 2048}, {y2.data(), 1, 1, 64}, {.threads = 2});
+  EXPECT_EQ(y1, y2);
+}
+
 INSTANTIATE_TEST_SUITE_P(All, OnednnPlan,
                          testing::Values(formulation::wrapper, formulation::split_weight),
                          [](const auto& p) { return std::string(mha::to_string(p.param)); });

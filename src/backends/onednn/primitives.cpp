@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_map>
 
 namespace mha::detail {
 namespace {
@@ -33,6 +34,14 @@ reorder_step make_reorder(const dnnl::engine& engine, const dnnl::memory::desc& 
   return {pd, dnnl::reorder(pd)};
 }
 
+// x (rows, in) -> y (rows, out) through `weights` (in, out), plus a (1, out) bias when `bias`.
+dnnl::matmul::desc linear_desc(std::int64_t rows, const dnnl::memory::desc& weights, bool bias) {
+  const std::int64_t in = weights.dims()[0], out = weights.dims()[1];
+  const dnnl::memory::desc x({rows, in}, dt::f32, tag::ab), b({1, out}, dt::f32, tag::ab),
+      y({rows, out}, dt::f32, tag::ab);
+  return bias ? dnnl::matmul::desc(x, weights, b, y) : dnnl::matmul::desc(x, weights, y);
+}
+
 // (batch, seq_len, heads * head_dim) row-major, seen as {batch, heads, seq_len, head_dim}.
 dnnl::memory::desc token_major(std::int64_t batch, std::int64_t seq_len, std::int64_t heads,
                                std::int64_t head_dim) {
@@ -58,17 +67,6 @@ void matmul_step::run(dnnl::stream& stream, const float* src, const float* weigh
   }
   primitive.execute(stream, args);
 }
-
-namespace {
-
-dnnl::matmul::desc linear_desc(std::int64_t rows, const dnnl::memory::desc& weights, bool bias) {
-  const std::int64_t in = weights.dims()[0], out = weights.dims()[1];
-  const dnnl::memory::desc x({rows, in}, dt::f32, tag::ab), b({1, out}, dt::f32, tag::ab),
-      y({rows, out}, dt::f32, tag::ab);
-  return bias ? dnnl::matmul::desc(x, weights, b, y) : dnnl::matmul::desc(x, weights, y);
-}
-
-}  // namespace
 
 packed_linear pack_linear(const dnnl::engine& engine, const linear_weights& w) {
   const dnnl::memory::desc plain({w.in, w.out}, dt::f32, tag::ba);  // W (out, in) read as W^T
