@@ -72,7 +72,7 @@ class openmp_threads {
 // of 64 KiB (one head per execution) / 256 KiB / 1 MiB / 4 MiB, but 128.8 with all 384 heads at
 // once (96 MiB of scores); at B1 T16 H96, one head per execution costs 1.84 ms against 1.20
 // grouped (per-execution overhead). Between 64 KiB and 4 MiB the differences are noise.
-constexpr std::int64_t score_budget_bytes = 256 * 1024;
+constexpr std::int64_t score_budget_bytes = std::int64_t{256} * 1024;
 
 // The largest divisor of `count` whose group * seq_len^2 scores fit the budget, at least 1.
 std::int64_t group_size(std::int64_t count, std::int64_t seq_len) {
@@ -395,34 +395,28 @@ class onednn_plan final : public plan {
   step_cache cache_;
 };
 
-const char* isa_name(dnnl::cpu_isa isa) {
-  switch (isa) {
-    case dnnl::cpu_isa::sse41:
-      return "sse41";
-    case dnnl::cpu_isa::avx:
-      return "avx";
-    case dnnl::cpu_isa::avx2:
-      return "avx2";
-    case dnnl::cpu_isa::avx2_vnni:
-      return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_mic:
-      return "avx512_mic";
-    case dnnl::cpu_isa::avx512_mic_4ops:
-      return "avx512_mic_4ops";
-    case dnnl::cpu_isa::avx512_core:
-      return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni:
-      return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16:
-      return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx:
-      return "avx512_core_amx";
-    default:
-      return "unknown ISA";
+// The ISA oneDNN's kernels run on (dnnl::get_effective_cpu_isa()), in oneDNN's spelling.
+std::string_view isa_name(dnnl::cpu_isa isa) {
+  using enum dnnl::cpu_isa;
+  static constexpr std::pair<dnnl::cpu_isa, std::string_view> names[] = {
+      {sse41, "sse41"},
+      {avx, "avx"},
+      {avx2, "avx2"},
+      {avx2_vnni, "avx2_vnni"},
+      {avx512_mic, "avx512_mic"},
+      {avx512_mic_4ops, "avx512_mic_4ops"},
+      {avx512_core, "avx512_core"},
+      {avx512_core_vnni, "avx512_core_vnni"},
+      {avx512_core_bf16, "avx512_core_bf16"},
+      {avx512_core_amx, "avx512_core_amx"}};
+  for (const auto& [value, name] : names) {
+    if (value == isa) return name;
   }
+  return "unknown ISA";
 }
 
-const char* runtime_name(unsigned runtime) {
+// dnnl::version()->cpu_runtime as a word.
+std::string_view runtime_name(unsigned runtime) {
   switch (runtime) {
     case DNNL_RUNTIME_OMP:
       return "OpenMP";
@@ -430,8 +424,6 @@ const char* runtime_name(unsigned runtime) {
       return "TBB";
     case DNNL_RUNTIME_SEQ:
       return "sequential";
-    case DNNL_RUNTIME_THREADPOOL:
-      return "threadpool";
     default:
       return "unknown";
   }
