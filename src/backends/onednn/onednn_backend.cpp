@@ -245,20 +245,7 @@ class onednn_plan final : public plan {
   onednn_plan(const mha::config& cfg, mha::formulation form, const weights& w)
       : plan(cfg, form, onednn_name) {
     rethrowing_dnnl_errors([&] { return text("packing the weights of ", to_string(cfg)); },
-                           [&] {
-                             if (form == mha::formulation::split_weight) {
-                               qkv_.push_back(pack_qkv(w.query, w.key, w.value));
-                             } else {
-                               // The wrapper's heads own separately allocated (head_dim, d_in)
-                               // weights.
-                               for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
-                                 const head_weights head = w.head(cfg, h);
-                                 qkv_.push_back(pack_qkv(head.query, head.key, head.value));
-                               }
-                             }
-                             if (cfg.out_proj)
-                               out_proj_.emplace(detail::pack_linear(cpu_engine(), w.out_proj));
-                           });
+                           [&] { pack(w); });
   }
 
   std::vector<std::string> implementations(std::int64_t batch, std::int64_t seq_len) const {
@@ -267,6 +254,20 @@ class onednn_plan final : public plan {
 
  private:
   using piece = call_buffers::piece;
+
+  void pack(const weights& w) {
+    const mha::config& cfg = config();
+    if (formulation() == mha::formulation::split_weight) {
+      qkv_.push_back(pack_qkv(w.query, w.key, w.value));
+    } else {
+      // The wrapper's heads own separately allocated (head_dim, d_in) weights.
+      for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
+        const head_weights head = w.head(cfg, h);
+        qkv_.push_back(pack_qkv(head.query, head.key, head.value));
+      }
+    }
+    if (cfg.out_proj) out_proj_.emplace(detail::pack_linear(cpu_engine(), w.out_proj));
+  }
 
   std::shared_ptr<const shape_steps> steps(std::int64_t batch, std::int64_t seq_len) const {
     return cache_.get(batch, seq_len, [&] {
@@ -287,13 +288,13 @@ class onednn_plan final : public plan {
     const mha::config& cfg = config();
     const auto rows = static_cast<std::size_t>(s.batch * s.seq_len);
     const auto d_out = static_cast<std::size_t>(cfg.d_out);
-    const auto qkv = rows * static_cast<std::size_t>(formulation() == mha::formulation::split_weight
-                                                         ? cfg.d_out
-                                                         : cfg.head_dim());
+    const auto qkv_floats =
+        rows * static_cast<std::size_t>(
+                   formulation() == mha::formulation::split_weight ? cfg.d_out : cfg.head_dim());
     std::array<std::size_t, piece::piece_count> n{};
     n[piece::scratchpad] = (s.scratchpad_bytes + sizeof(float) - 1) / sizeof(float);
     n[piece::staging] = s.head_split ? rows * d_out : 0;
-    n[piece::q] = n[piece::k] = n[piece::v] = qkv;
+    n[piece::q] = n[piece::k] = n[piece::v] = qkv_floats;
     n[piece::heads_out] = s.head_merge ? rows * d_out : 0;
     n[piece::context] = s.out_proj ? rows * d_out : 0;
     n[piece::scores] = s.attention.score_floats();
