@@ -1,0 +1,31 @@
+// mha::onednn: oneDNN's matmul, softmax and reorder primitives (link mha::onednn).
+#pragma once
+
+#include "mha/backend.hpp"
+
+namespace mha {
+
+// The oneDNN backend (oneDNN 2.x, fp32). Every step is a oneDNN primitive: the projections are
+// matmuls with fused bias on weights repacked at prepare() into the layout oneDNN prefers;
+// attention runs on head-major (seq_len, head_dim) blocks, a group of heads at a time: Q K^T as
+// a batched matmul with the 1/sqrt(head_dim) scale and the causal mask fused, softmax in place,
+// A V as a batched matmul; the head split (split_weight) and the merge are reorders.
+//
+// Plans: prepare() packs the weights (each projection's output width is padded to a multiple of
+// 64 floats in oneDNN's blocked layout). run() builds the primitives of its (batch, seq_len) the
+// first time it sees that shape (JIT compilation, milliseconds) and keeps those of the 8 most
+// recently used shapes, each with a (seq_len, seq_len) causal mask. Per call it allocates, as
+// one block freed before returning, about 6 * batch * seq_len * d_out floats plus one group's
+// scores (<= 256 KiB, or seq_len^2 floats when a single head needs more) and oneDNN's
+// scratchpad. run() is const and safe to call from several threads at once.
+//
+// Threads: oneDNN runs on OpenMP. run_options::threads > 0 sets the calling thread's OpenMP team
+// size (omp_set_num_threads) for the duration of run() and restores it afterwards; 0 leaves
+// OpenMP's setting alone (all cores unless OMP_NUM_THREADS says otherwise); max_threads() is
+// omp_get_max_threads() of the calling thread. Results are bitwise identical for every count.
+//
+// Errors: a failure inside oneDNN is rethrown as mha::error naming the backend, what failed and
+// the problem ("onednn: oneDNN failed running split_weight/b4/t256/din768/dout768/h12: ...").
+const backend& onednn_backend();
+
+}  // namespace mha

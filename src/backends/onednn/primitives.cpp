@@ -1,0 +1,178 @@
+#include "backends/onednn/primitives.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <unordered_map>
+
+namespace mha::detail {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+using dims = dnnl::memory::dims;
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+dnnl::memory view(const dnnl::memory::desc& md, const dnnl::engine& engine, const void* data) {
+  // oneDNN takes a non-const handle for every argument; it only writes to destinations.
+  return {md, engine, const_cast<void*>(data)};
+}
+
+matmul_step make_matmul(const dnnl::engine& engine, const dnnl::matmul::desc& desc,
+                        const dnnl::primitive_attr& attr) {
+  dnnl::matmul::primitive_desc pd(desc, attr, engine);
+  return {pd, dnnl::matmul(pd)};
+}
+
+reorder_step make_reorder(const dnnl::engine& engine, const dnnl::memory::desc& from,
+                          const dnnl::memory::desc& to) {
+  dnnl::reorder::primitive_desc pd(engine, from, engine, to, user_scratchpad());
+  return {pd, dnnl::reorder(pd)};
+}
+
+// x (rows, in) -> y (rows, out) through `weights` (in, out), plus a (1, out) bias when `bias`.
+dnnl::matmul::desc linear_desc(std::int64_t rows, const dnnl::memory::desc& weights, bool bias) {
+  const std::int64_t in = weights.dims()[0], out = weights.dims()[1];
+  const dnnl::memory::desc x({rows, in}, dt::f32, tag::ab), b({1, out}, dt::f32, tag::ab),
+      y({rows, out}, dt::f32, tag::ab);
+  return bias ? dnnl::matmul::desc(x, weights, b, y) : dnnl::matmul::desc(x, weights, y);
+}
+
+// (batch, seq_len, heads * head_dim) row-major, seen as {batch, heads, seq_len, head_dim}.
+dnnl::memory::desc token_major(std::int64_t batch, std::int64_t seq_len, std::int64_t heads,
+                               std::int64_t head_dim) {
+  const std::int64_t width = heads * head_dim;
+  return {{batch, heads, seq_len, head_dim}, dt::f32, dims{seq_len * width, head_dim, width, 1}};
+}
+
+}  // namespace
+
+void matmul_step::run(dnnl::stream& stream, const float* src, const float* weights,
+                      const float* bias, float* dst, const float* post,
+                      std::byte* scratchpad) const {
+  const dnnl::engine engine = pd.get_engine();
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, view(pd.src_desc(), engine, src)},
+      {DNNL_ARG_WEIGHTS, view(pd.weights_desc(), engine, weights)},
+      {DNNL_ARG_DST, view(pd.dst_desc(), engine, dst)},
+      {DNNL_ARG_SCRATCHPAD, view(pd.scratchpad_desc(), engine, scratchpad)}};
+  if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, view(pd.bias_desc(), engine, bias));
+  if (post != nullptr) {
+    const int arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1;
+    args.emplace(arg, view(pd.query_md(dnnl::query::exec_arg_md, arg), engine, post));
+  }
+  primitive.execute(stream, args);
+}
+
+packed_linear pack_linear(const dnnl::engine& engine, const linear_weights& w) {
+  const dnnl::memory::desc plain({w.in, w.out}, dt::f32, tag::ba);  // W (out, in) read as W^T
+  // The layout depends on (in, out), not on the row count (checked for rows 1 to 4096), so one
+  // row serves to ask.
+  const dnnl::memory::desc preferred =
+      dnnl::matmul::primitive_desc(
+          linear_desc(1, dnnl::memory::desc({w.in, w.out}, dt::f32, tag::any), w.has_bias()),
+          user_scratchpad(), engine)
+          .weights_desc();
+  packed_linear layer{dnnl::memory(preferred, engine), w.bias};
+  dnnl::memory source = view(plain, engine, w.weight.data());
+  dnnl::stream stream(engine);
+  dnnl::reorder(source, layer.weights).execute(stream, source, layer.weights);
+  stream.wait();
+  return layer;
+}
+
+matmul_step make_linear(const dnnl::engine& engine, std::int64_t rows, const packed_linear& layer) {
+  return make_matmul(engine, linear_desc(rows, layer.weights.get_desc(), !layer.bias.empty()),
+                     user_scratchpad());
+}
+
+void reorder_step::run(dnnl::stream& stream, const float* src, float* dst,
+                       std::byte* scratchpad) const {
+  const dnnl::engine engine = pd.get_engine();
+  primitive.execute(stream,
+                    {{DNNL_ARG_FROM, view(pd.src_desc(), engine, src)},
+                     {DNNL_ARG_TO, view(pd.dst_desc(), engine, dst)},
+                     {DNNL_ARG_SCRATCHPAD, view(pd.scratchpad_desc(), engine, scratchpad)}});
+}
+
+reorder_step make_head_split(const dnnl::engine& engine, std::int64_t batch, std::int64_t seq_len,
+                             std::int64_t heads, std::int64_t head_dim) {
+  return make_reorder(engine, token_major(batch, seq_len, heads, head_dim),
+                      {{batch, heads, seq_len, head_dim}, dt::f32, tag::abcd});
+}
+
+reorder_step make_head_merge(const dnnl::engine& engine, head_major from, std::int64_t batch,
+                             std::int64_t seq_len, std::int64_t heads, std::int64_t head_dim) {
+  // Dims {batch, heads, seq_len, head_dim} in both; heads-outer storage is the permutation bacd.
+  const dnnl::memory::desc source({batch, heads, seq_len, head_dim}, dt::f32,
+                                  from == head_major::batch_outer ? tag::abcd : tag::bacd);
+  return make_reorder(engine, source, token_major(batch, seq_len, heads, head_dim));
+}
+
+attention_steps::attention_steps(const dnnl::engine& engine, std::int64_t seq_len,
+                                 std::int64_t head_dim, std::int64_t group, bool causal,
+                                 float scale)
+    : seq_len_(seq_len), group_(group) {
+  const std::int64_t t = seq_len, g = group;
+  const dnnl::memory::desc q({1, g, t, head_dim}, dt::f32, tag::abcd);
+  const dnnl::memory::desc kt({1, g, head_dim, t}, dt::f32, tag::abdc);  // K read as K^T
+  const dnnl::memory::desc s({1, g, t, t}, dt::f32, tag::abcd);
+
+  dnnl::primitive_attr score_attr = user_scratchpad();
+  score_attr.set_output_scales(0, {scale});
+  if (causal) {
+    mask_ = float_buffer(static_cast<std::size_t>(t * t));
+    for (std::int64_t i = 0; i < t; ++i) {
+      for (std::int64_t j = 0; j < t; ++j)
+        mask_.data()[i * t + j] = j > i ? -std::numeric_limits<float>::infinity() : 0.0f;
+    }
+    dnnl::post_ops ops;
+    ops.append_binary(dnnl::algorithm::binary_add,
+                      dnnl::memory::desc({1, 1, t, t}, dt::f32, tag::abcd));
+    score_attr.set_post_ops(ops);
+  }
+  scores_ = make_matmul(engine, dnnl::matmul::desc(q, kt, s), score_attr);
+
+  softmax_pd_ = dnnl::softmax_v2_forward::primitive_desc(
+      dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_inference,
+                                     dnnl::algorithm::softmax_accurate, s, s, /*axis=*/3),
+      user_scratchpad(), engine);
+  softmax_ = dnnl::softmax_v2_forward(softmax_pd_);
+
+  context_ = make_matmul(engine, dnnl::matmul::desc(s, q, q), user_scratchpad());
+}
+
+void attention_steps::run_softmax(dnnl::stream& stream, float* scores,
+                                  std::byte* scratchpad) const {
+  const dnnl::engine engine = softmax_pd_.get_engine();
+  const dnnl::memory s = view(softmax_pd_.src_desc(), engine, scores);
+  softmax_.execute(
+      stream, {{DNNL_ARG_SRC, s},
+               {DNNL_ARG_DST, s},
+               {DNNL_ARG_SCRATCHPAD, view(softmax_pd_.scratchpad_desc(), engine, scratchpad)}});
+}
+
+std::size_t attention_steps::scratchpad_bytes() const {
+  return std::max({detail::scratchpad_bytes(scores_.pd), detail::scratchpad_bytes(context_.pd),
+                   detail::scratchpad_bytes(softmax_pd_)});
+}
+
+void attention_steps::describe(std::vector<std::string>& out) const {
+  out.push_back(detail::describe("scores", scores_.pd));
+  out.push_back(detail::describe("softmax", softmax_pd_));
+  out.push_back(detail::describe("context", context_.pd));
+}
+
+std::size_t scratchpad_bytes(const dnnl::primitive_desc_base& pd) {
+  return pd.scratchpad_desc().get_size();
+}
+
+std::string describe(const char* name, const dnnl::primitive_desc_base& pd) {
+  return std::string(name) + " " + pd.impl_info_str();
+}
+
+}  // namespace mha::detail

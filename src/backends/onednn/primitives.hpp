@@ -1,0 +1,132 @@
+// Internal: the oneDNN primitives of one forward-pass shape, and how to run them on raw buffers.
+//
+// Everything here is built once per (batch, seq_len) and then only executed. Every primitive uses
+// a user-managed scratchpad: oneDNN's default (library) scratchpad is shared by the primitives of
+// a thread and may only be used from the thread that created them, while user mode is thread-safe
+// as long as each execution passes its own scratchpad (oneDNN 2.6, dnnl::scratchpad_mode). So a
+// run allocates one scratchpad of the largest size its steps report and passes it to each step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <vector>
+
+#include "common/buffer.hpp"
+#include "mha/weights.hpp"
+
+namespace mha::detail {
+
+// One matmul primitive.
+struct matmul_step {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul primitive;
+
+  // dst = src * weights (+ bias) (+ the post-op operand `post`), each pointer viewed through the
+  // descriptors the step was built with. `bias` and `post` are null when the step has none.
+  void run(dnnl::stream& stream, const float* src, const float* weights, const float* bias,
+           float* dst, const float* post, std::byte* scratchpad) const;
+};
+
+// One nn.Linear repacked for oneDNN's matmul: W^T as (in, out) in the layout matmul prefers for
+// it (asked once per layer; on avx512_core brgemm's BA16a64b, 16 x 64 blocks with `out` padded
+// to a multiple of 64, whatever the row count), and the bias as is. Against W used in place
+// (format `ba`, which brgemm repacks block by block on every run), measured on one Zen4 core
+// with random data, GFLOP/s: (1024, 768, 768) 110.1 vs 106.2, 12 x (1024, 768, 64) 113.4 vs
+// 107.3, (128, 6144, 6144) 110.4 vs 103.7; forward B4 T256 d768 H12 split_weight 55.4 vs 57.4 ms.
+struct packed_linear {
+  dnnl::memory weights;     // owns its storage
+  std::vector<float> bias;  // (out), or empty for no bias
+
+  const float* weight_data() const { return static_cast<const float*>(weights.get_data_handle()); }
+  const float* bias_data() const { return bias.empty() ? nullptr : bias.data(); }
+};
+
+packed_linear pack_linear(const dnnl::engine& engine, const linear_weights& w);
+
+// y (rows, out) = x (rows, in) W^T + b for `layer`'s shape, weights layout and bias (present or
+// not). x and y contiguous row-major.
+matmul_step make_linear(const dnnl::engine& engine, std::int64_t rows, const packed_linear& layer);
+
+// One reorder primitive: the same (batch, heads, seq_len, head_dim) tensor moved between two
+// layouts.
+struct reorder_step {
+  dnnl::reorder::primitive_desc pd;
+  dnnl::reorder primitive;
+
+  void run(dnnl::stream& stream, const float* src, float* dst, std::byte* scratchpad) const;
+};
+
+// Where each head's (seq_len, head_dim) block sits in a head-major buffer.
+enum class head_major {
+  batch_outer,  // (batch, heads, seq_len, head_dim): the split_weight form's attention layout
+  heads_outer,  // (heads, batch, seq_len, head_dim): the wrapper's heads, one after another
+};
+
+// The head split: (batch, seq_len, heads * head_dim) row-major -> (batch, heads, seq_len,
+// head_dim) dense. A copy, kept because it measured faster than reading the heads in place
+// (B4 T256 d768, 1 thread, median ms, reorders included):
+// - strided views of a group of heads are no dense permutation, so oneDNN 2.6 runs them on
+//   gemm:jit instead of brgemm: H=12 58.8 vs 56.4 copied, H=96 82.3 vs 77.0;
+// - all heads of a block of query rows are a dense permutation (brgemm, no copies at all), but
+//   blocks small enough to keep the scores in cache leave short matmuls: H=2/12/24 at 256-row
+//   blocks 53.4/56.0/60.5 vs 54.8/56.8/61.2 copied, 64-row blocks 53.8/57.2/60.5: within noise,
+//   for a second attention layout; not kept.
+reorder_step make_head_split(const dnnl::engine& engine, std::int64_t batch, std::int64_t seq_len,
+                             std::int64_t heads, std::int64_t head_dim);
+
+// The head merge: a head-major buffer -> (batch, seq_len, heads * head_dim) row-major.
+reorder_step make_head_merge(const dnnl::engine& engine, head_major from, std::int64_t batch,
+                             std::int64_t seq_len, std::int64_t heads, std::int64_t head_dim);
+
+// The attention core over consecutive dense (seq_len, head_dim) slices, `group` at a time:
+//   scores  = scale * Q K^T (+ causal mask: -inf above the diagonal)   batched matmul
+//   weights = softmax over the last axis of scores, in place            softmax_v2
+//   out     = weights V                                                 batched matmul
+// One execution covers Q, K, V, out as {1, group, seq_len, head_dim} and the scores as
+// {1, group, seq_len, seq_len}; the mask is one {1, 1, seq_len, seq_len} tensor broadcast over
+// the group: the form oneDNN 2.6 keeps on brgemm (a mask broadcast over the outermost dimension
+// falls back to the reference kernel, notes/deps.md §5).
+class attention_steps {
+ public:
+  attention_steps(const dnnl::engine& engine, std::int64_t seq_len, std::int64_t head_dim,
+                  std::int64_t group, bool causal, float scale);
+
+  std::int64_t group() const noexcept { return group_; }
+  // Floats of one group's scores: group * seq_len^2.
+  std::size_t score_floats() const noexcept {
+    return static_cast<std::size_t>(group_ * seq_len_ * seq_len_);
+  }
+
+  // Attention for the `group` slices starting at q, k, v and out. `scores` holds score_floats();
+  // between(weights) runs after softmax, before the weights multiply V (training-mode dropout).
+  template <class Between>
+  void run_group(dnnl::stream& stream, const float* q, const float* k, const float* v, float* out,
+                 float* scores, std::byte* scratchpad, Between&& between) const {
+    scores_.run(stream, q, k, nullptr, scores, mask_.size() > 0 ? mask_.data() : nullptr,
+                scratchpad);
+    run_softmax(stream, scores, scratchpad);
+    between(scores);
+    context_.run(stream, scores, v, nullptr, out, nullptr, scratchpad);
+  }
+
+  std::size_t scratchpad_bytes() const;
+  // Appends "scores <implementation>", "softmax <...>", "context <...>".
+  void describe(std::vector<std::string>& out) const;
+
+ private:
+  void run_softmax(dnnl::stream& stream, float* scores, std::byte* scratchpad) const;
+
+  std::int64_t seq_len_, group_;
+  float_buffer mask_;  // (seq_len, seq_len) additive causal mask; empty when not causal
+  matmul_step scores_, context_;
+  dnnl::softmax_v2_forward::primitive_desc softmax_pd_;
+  dnnl::softmax_v2_forward softmax_;
+};
+
+std::size_t scratchpad_bytes(const dnnl::primitive_desc_base& pd);
+// "<name> <implementation>", e.g. "projection brg:avx512_core".
+std::string describe(const char* name, const dnnl::primitive_desc_base& pd);
+
+}  // namespace mha::detail
