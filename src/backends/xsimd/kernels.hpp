@@ -91,8 +91,10 @@ struct attention_layout {
   std::int64_t padded_rows = 0;  // block_rows rounded up for both micro-kernels' row counts
   std::int64_t score_cols = 0;   // seq_len rounded up to scores.nr and to the ISA's lanes
 
-  // Packed K^T (head_dim, seq_len) then packed V (seq_len, head_dim) of one head.
+  // Packed K^T (head_dim, seq_len) at the start, then packed V (seq_len, head_dim) at
+  // values_offset(), of one head.
   std::int64_t head_floats() const noexcept;
+  std::int64_t values_offset() const noexcept { return head_dim * score_cols; }
   // One row block: the scaled Q block, its scores / probabilities, 1/row sums, a dropout row.
   std::int64_t scratch_floats() const noexcept;
   // Carves `scratch` (scratch_floats() floats, 64-byte aligned) into its parts, each aligned.

@@ -291,7 +291,7 @@ void attention_rows(const attention_args& a, const attention_layout& l, const fl
   const attention_block<Arch, Tiles> block{a,
                                            l,
                                            head,
-                                           head + l.head_dim * l.score_cols,
+                                           head + l.values_offset(),
                                            b,
                                            h,
                                            row_begin,
