@@ -20,7 +20,8 @@ enum class xsimd_isa {
 // "avx512", "avx2" or "sse2": the names the environment variable MHA_XSIMD_ISA accepts.
 std::string_view to_string(xsimd_isa isa) noexcept;
 
-// The ISAs this CPU can run, best first (CPUID through xsimd). Never empty on x86-64.
+// The ISAs this CPU can run, best first: the CPU (and OS) supports the whole x86-64 level the
+// ISA's kernels are compiled for (x86-64-v4, -v3, baseline). Never empty on x86-64.
 std::vector<xsimd_isa> xsimd_supported_isas();
 
 // The ISA xsimd_backend() computes with: the one MHA_XSIMD_ISA names when that variable is set

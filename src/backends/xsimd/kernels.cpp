@@ -135,8 +135,24 @@ const isa_kernels& kernels_for(xsimd_isa isa) noexcept {
   return *kernel_table{}(xsimd::sse2{});
 }
 
+bool cpu_runs(xsimd_isa isa) noexcept {
+  switch (isa) {
+    case xsimd_isa::avx512:
+      return __builtin_cpu_supports("x86-64-v4");
+    case xsimd_isa::avx2:
+      return __builtin_cpu_supports("x86-64-v3");
+    case xsimd_isa::sse2:
+      return true;  // the x86-64 baseline
+  }
+  return false;
+}
+
 xsimd_isa best_isa() noexcept {
-  static const xsimd_isa best = xsimd::dispatch<kernel_archs>(kernel_table{})()->isa;
+  static const xsimd_isa best = [] {
+    auto isa = xsimd::dispatch<kernel_archs>(kernel_table{})()->isa;
+    while (!cpu_runs(isa)) isa = static_cast<xsimd_isa>(static_cast<int>(isa) + 1);
+    return isa;
+  }();
   return best;
 }
 

@@ -142,7 +142,13 @@ struct isa_kernels {
 // The kernels of `isa` (which this CPU must support: see xsimd_supported_isas()).
 const isa_kernels& kernels_for(xsimd_isa isa) noexcept;
 
-// The best ISA this CPU runs, chosen once by xsimd::dispatch.
+// Whether this CPU (and OS) runs the kernels of `isa`: the whole x86-64 level its translation
+// unit is compiled for (x86-64-v4, -v3, baseline), AVX state enabled by the OS.
+bool cpu_runs(xsimd_isa isa) noexcept;
+
+// The best ISA this CPU runs, chosen once: xsimd::dispatch's pick (CPUID feature bits), or the
+// next one down when cpu_runs() says no (xsimd 8.1 checks neither the OS's XGETBV state nor
+// the rest of the x86-64 level, e.g. BMI2 or AVX512VL, that our builds may use).
 xsimd_isa best_isa() noexcept;
 
 // Every (b, h) of `args`, one query-row block after another, on one thread: workspace allocated

@@ -2,7 +2,7 @@
 // chosen at prepare() (MHA_XSIMD_ISA, else the best this CPU runs).
 #include <cstdlib>
 #include <optional>
-#include <xsimd/xsimd.hpp>
+#include <xsimd/config/xsimd_config.hpp>
 
 #include "backends/xsimd/kernels.hpp"
 #include "common/driver.hpp"
@@ -21,19 +21,6 @@ std::string names_of(const std::vector<xsimd_isa>& isas) {
   std::string names;
   for (xsimd_isa isa : isas) names += (names.empty() ? "" : ", ") + std::string(to_string(isa));
   return names;
-}
-
-bool cpu_supports(xsimd_isa isa) noexcept {
-  const auto cpu = xsimd::available_architectures();
-  switch (isa) {
-    case xsimd_isa::avx512:  // best folds in AVX512F/CD/DQ as well as BW
-      return cpu.best >= xsimd::avx512bw::version();
-    case xsimd_isa::avx2:
-      return cpu.fma3_avx2;
-    case xsimd_isa::sse2:
-      return cpu.sse2;
-  }
-  return false;
 }
 
 // The kernel set of the shared drivers (common/driver.hpp) on one ISA, single-threaded.
@@ -107,7 +94,7 @@ std::string_view to_string(xsimd_isa isa) noexcept {
 std::vector<xsimd_isa> xsimd_supported_isas() {
   std::vector<xsimd_isa> isas;
   for (xsimd_isa isa : all_isas) {
-    if (cpu_supports(isa)) isas.push_back(isa);
+    if (detail::cpu_runs(isa)) isas.push_back(isa);
   }
   return isas;
 }
@@ -118,7 +105,7 @@ xsimd_isa xsimd_default_isa() {
   const std::string_view wanted(env);
   for (xsimd_isa isa : all_isas) {
     if (to_string(isa) != wanted) continue;
-    if (!cpu_supports(isa)) {
+    if (!detail::cpu_runs(isa)) {
       throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted,
                                   "', which this CPU does not support; it supports ",
                                   names_of(xsimd_supported_isas())));
@@ -144,7 +131,7 @@ const backend& xsimd_backend(xsimd_isa isa) {
     throw invalid_argument(text("xsimd: unknown xsimd_isa value ", static_cast<int>(isa),
                                 "; expected avx512, avx2 or sse2"));
   }
-  if (!cpu_supports(isa)) {
+  if (!detail::cpu_runs(isa)) {
     throw invalid_argument(text("xsimd: this CPU does not support ", to_string(isa),
                                 "; it supports ", names_of(xsimd_supported_isas())));
   }
