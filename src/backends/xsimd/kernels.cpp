@@ -17,8 +17,12 @@ constexpr std::int64_t round_up(std::int64_t x, std::int64_t multiple) noexcept 
 // Scratch parts start on a cache line (and an AVX-512 register boundary).
 constexpr std::int64_t line_floats = 16;
 
-// Query rows per attention block. A block's scores (rows x seq_len) should stay in L2 next to the
-// head's packed K^T and V while its three stages run.
+// Query rows per attention block: its scores (rows x seq_len) stay in L2 next to the head's
+// packed K^T and V while its three stages run. Attention alone, split form, one core, ms:
+//   rows per block           16     32     64    128
+//   B1 T1024 d768 H12      20.9   20.4   19.9   20.3
+//   B4 T256  d768 H12       7.5    6.4    6.4    6.4
+//   B1 T4096 d768 H12       276    278    281      -   (1 MB of scores at 64 rows: still fine)
 constexpr std::int64_t attention_block_rows = 64;
 
 }  // namespace

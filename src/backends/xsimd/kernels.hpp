@@ -126,8 +126,9 @@ struct isa_kernels {
   void (*attention_rows)(const attention_args& args, const attention_layout& layout,
                          const float* head, std::int64_t b, std::int64_t h, std::int64_t row_begin,
                          std::int64_t row_end, float* scratch) noexcept;
-  // Softmax pieces: the largest of x[0, n) (n >= 1; NaNs ignored unless all are NaN), and
-  // x[j] = exp(x[j] - shift) in place, returning the sum.
+  // Softmax pieces over a row with room for n rounded up to `lanes` floats: the largest of
+  // x[0, n) (n >= 1; the padding is read and ignored; with NaNs in x, some element or NaN), and
+  // x[j] = exp(x[j] - shift) in place for j < n, the padding set to 0, returning the sum.
   float (*row_max)(const float* x, std::int64_t n) noexcept;
   float (*exp_sum)(float* x, std::int64_t n, float shift) noexcept;
 
