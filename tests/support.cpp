@@ -11,7 +11,11 @@
 #include <random>
 #include <sstream>
 
+#include "mha/build_config.hpp"
 #include "mha/registry.hpp"
+#if MHA_WITH_XSIMD
+#include "mha/backends/xsimd.hpp"
+#endif
 
 namespace mha_test {
 
@@ -65,6 +69,13 @@ const std::vector<backend_case>& backend_cases() {
     std::vector<backend_case> list;
     for (const mha::backend* b : mha::available_backends())
       list.push_back({std::string(b->name()), b});
+#if MHA_WITH_XSIMD
+    // Every other ISA this CPU runs ("xsimd" itself is the dispatched one).
+    for (mha::xsimd_isa isa : mha::xsimd_supported_isas()) {
+      if (isa != mha::xsimd_default_isa())
+        list.push_back({"xsimd_" + std::string(mha::to_string(isa)), &mha::xsimd_backend(isa)});
+    }
+#endif
     return list;
   }();
   return cases;

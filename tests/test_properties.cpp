@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <thread>
 
 #include "mha/registry.hpp"
 #include "reference/reference.hpp"
@@ -182,6 +183,32 @@ TEST_P(Properties, Deterministic) {
   plan->run({x.data(), 2, t, cfg.d_in}, {y2.data(), 2, t, cfg.d_out});
   EXPECT_EQ(y1, y2);
   EXPECT_EQ(y1, run(cfg, w, x, 2, t));
+}
+
+// run() is const and thread-safe: threads sharing one plan, with different batch sizes (so
+// per-call scratch of different sizes), get exactly what sequential runs get.
+TEST_P(Properties, ConcurrentRunsMatchSequentialRuns) {
+  const std::int64_t t = 12;
+  const mha::config cfg = make_config(16, 24, 4, t);
+  const auto plan = backend().prepare(cfg, form(), mha::weights::random(cfg, 26));
+  constexpr int callers = 4;
+  std::vector<std::vector<float>> x(callers), expected(callers), got(callers);
+  for (int c = 0; c < callers; ++c) {
+    const std::int64_t batch = c + 1;
+    x[c] = mha_test::random_floats(batch * t * cfg.d_in, 27 + c);
+    expected[c].resize(batch * t * cfg.d_out);
+    got[c].resize(expected[c].size());
+    plan->run({x[c].data(), batch, t, cfg.d_in}, {expected[c].data(), batch, t, cfg.d_out});
+  }
+  std::vector<std::thread> threads;
+  for (int c = 0; c < callers; ++c) {
+    threads.emplace_back([&, c] {
+      for (int repeat = 0; repeat < 3; ++repeat)
+        plan->run({x[c].data(), c + 1, t, cfg.d_in}, {got[c].data(), c + 1, t, cfg.d_out});
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int c = 0; c < callers; ++c) EXPECT_EQ(got[c], expected[c]) << "caller " << c;
 }
 
 // A plan keeps no reference to the weights it was prepared from.

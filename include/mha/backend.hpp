@@ -25,8 +25,9 @@ class plan {
   // float32, batch >= 1, 1 <= seq_len <= context_length, x and y not overlapping. y is fully
   // overwritten. Throws mha::invalid_argument (naming the shape or option) before touching y
   // when any of that does not hold; y's contents are unspecified if a backend fails later.
-  // Allocates per-call scratch of O(batch * seq_len * d_out) floats (plus O(seq_len^2) per head
-  // for backends that materialise scores), freed before returning.
+  // Needs scratch of O(batch * seq_len * d_out) floats (plus O(seq_len^2) per head for
+  // backends that materialise scores). A plan may keep it for later calls (one set per
+  // concurrent caller, sized by the largest call) instead of freeing it before returning.
   void run(tensor_view<const float> x, tensor_view<float> y, const run_options& options = {}) const;
 
   const mha::config& config() const noexcept { return config_; }

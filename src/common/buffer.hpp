@@ -3,7 +3,10 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <utility>
+#include <vector>
 
 namespace mha::detail {
 
@@ -27,6 +30,58 @@ class float_buffer {
   };
   std::unique_ptr<float, deleter> data_;
   std::size_t size_ = 0;
+};
+
+// Scratch buffers a const, thread-safe object (a plan) reuses across calls. Each concurrent
+// caller leases a buffer no one else holds; it returns to the pool when the lease ends. The
+// pool keeps one buffer per concurrent caller, as large as the largest request, for the
+// owner's lifetime, so repeated runs touch pages that are already mapped (glibc returns freed
+// multi-MB blocks to the kernel, and fresh per-call buffers fault every page in again).
+class scratch_pool {
+ public:
+  // A buffer of at least `size` floats for its holder alone. Throws std::bad_alloc.
+  class lease {
+   public:
+    lease(const scratch_pool& pool, std::size_t size) : pool_(pool), buffer_(pool.take()) {
+      if (buffer_.size() >= size) return;
+      try {
+        buffer_ = float_buffer(size);
+      } catch (...) {
+        pool_.give_back(std::move(buffer_));
+        throw;
+      }
+    }
+    lease(const lease&) = delete;
+    lease& operator=(const lease&) = delete;
+    ~lease() { pool_.give_back(std::move(buffer_)); }
+
+    float* data() noexcept { return buffer_.data(); }
+
+   private:
+    const scratch_pool& pool_;
+    float_buffer buffer_;
+  };
+
+ private:
+  // Invariant: free_.capacity() >= free_.size() + leased_, so give_back() never allocates.
+  float_buffer take() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    free_.reserve(free_.size() + leased_ + 1);
+    ++leased_;
+    if (free_.empty()) return {};
+    float_buffer buffer = std::move(free_.back());
+    free_.pop_back();
+    return buffer;
+  }
+  void give_back(float_buffer buffer) const noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    --leased_;
+    free_.push_back(std::move(buffer));
+  }
+
+  mutable std::mutex mutex_;
+  mutable std::vector<float_buffer> free_;
+  mutable std::size_t leased_ = 0;
 };
 
 }  // namespace mha::detail

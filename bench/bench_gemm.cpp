@@ -1,0 +1,200 @@
+// bench_gemm: the xsimd GEMM (every ISA this CPU runs) next to oneDNN's matmul and OpenBLAS's
+// sgemm, single-threaded, at the projection shapes of the benchmark presets:
+//   C (M, N) = A (M, K) W^T, W an nn.Linear weight (N, K) row-major, no bias.
+// Every library gets its weights in its preferred layout outside the timed loop (our panels,
+// oneDNN's reorder to the format its matmul asks for; OpenBLAS takes W as is), as a plan does
+// in prepare(). Before timing, 64 sampled entries of C are checked against a double dot product.
+// Counters: GFLOPS (2MNK per second) and pct_peak against the FP32 FMA peak of one core.
+//   bench_gemm [--benchmark_filter=...] [google benchmark flags]
+#include <benchmark/benchmark.h>
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/xsimd/kernels.hpp"
+#include "core/text.hpp"
+#include "mha/backends/xsimd.hpp"
+
+#if MHA_BENCH_ONEDNN
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace {
+
+// FP32 FMA peak of one Zen4 core at its sustained clock, measured for DESIGN §5 (GFLOP/s).
+constexpr double peak_gflops = 117.0;
+
+struct shape {
+  std::int64_t m, k, n;
+  std::string name() const { return mha::detail::text("m", m, "/k", k, "/n", n); }
+};
+
+// The projections of the presets: Q/K/V and out_proj at d_model 768 (B*T = 1024 tokens), the
+// fused QKV width, wrapper heads of head_dim 64 and 8, and the largest fixed-head_dim model
+// (d_model 6144, 128 tokens).
+const std::vector<shape> shapes = {
+    {1024, 768, 768}, {1024, 768, 2304}, {1024, 768, 64}, {1024, 768, 8}, {128, 6144, 6144}};
+
+struct operands {
+  std::vector<float> a, w;  // A (m, k), W (n, k)
+  std::vector<float> c;     // C (m, n)
+  explicit operands(const shape& s) : a(s.m * s.k), w(s.n * s.k), c(s.m * s.n) {
+    std::mt19937 gen(7);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (float& e : a) e = dist(gen);
+    for (float& e : w) e = dist(gen);
+  }
+};
+
+// 64 entries of C (including both corners) against a double dot product; empty when all match.
+std::string check(const shape& s, const operands& o) {
+  std::mt19937 gen(11);
+  for (int sample = 0; sample < 64; ++sample) {
+    const std::int64_t i = sample == 0 ? 0 : sample == 1 ? s.m - 1 : gen() % s.m;
+    const std::int64_t j = sample == 0 ? 0 : sample == 1 ? s.n - 1 : gen() % s.n;
+    double dot = 0.0, magnitude = 0.0;
+    for (std::int64_t kk = 0; kk < s.k; ++kk) {
+      dot += double{o.a[i * s.k + kk]} * o.w[j * s.k + kk];
+      magnitude += std::abs(double{o.a[i * s.k + kk]} * o.w[j * s.k + kk]);
+    }
+    if (!(std::abs(o.c[i * s.n + j] - dot) <= 1e-5 * magnitude)) {
+      return mha::detail::text("wrong result at C[", i, "][", j, "]");
+    }
+  }
+  return {};
+}
+
+void run(benchmark::State& state, const shape& s, operands& o, const std::function<void()>& gemm) {
+  gemm();
+  if (const std::string error = check(s, o); !error.empty()) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  for (auto _ : state) {
+    gemm();
+    benchmark::ClobberMemory();
+  }
+  const double gflop = 2.0 * s.m * s.n * s.k * 1e-9;
+  state.counters["GFLOPS"] =
+      benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pct_peak"] = benchmark::Counter(gflop * 100.0 / peak_gflops,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["M"] = static_cast<double>(s.m);
+  state.counters["K"] = static_cast<double>(s.k);
+  state.counters["N"] = static_cast<double>(s.n);
+}
+
+void bm_xsimd(benchmark::State& state, shape s, mha::xsimd_isa isa) {
+  operands o(s);
+  const mha::detail::isa_kernels& kernels = mha::detail::kernels_for(isa);
+  const mha::detail::packed_matrix w(o.w.data(), nullptr, s.n, s.k, kernels.panel_width(s.n));
+  const mha::detail::panels_view b = w.view();
+  state.SetLabel("panels of " + std::to_string(b.nr));
+  run(state, s, o, [&] {
+    kernels.gemm({o.a.data(), s.k, b, o.c.data(), s.n, s.m}, 0, s.m, 0, b.panels());
+  });
+}
+
+#if MHA_BENCH_ONEDNN
+void bm_onednn(benchmark::State& state, shape s) {
+  using dnnl::memory;
+  using tag = memory::format_tag;
+  operands o(s);
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const memory::desc a_md({s.m, s.k}, memory::data_type::f32, tag::ab);
+  const memory::desc c_md({s.m, s.n}, memory::data_type::f32, tag::ab);
+  // B = W^T: (k, n) with W's (n, k) row-major storage is format ba.
+  const memory::desc w_md({s.k, s.n}, memory::data_type::f32, tag::ba);
+  const memory::desc any_md({s.k, s.n}, memory::data_type::f32, tag::any);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, any_md, c_md), engine);
+  memory w_user(w_md, engine, o.w.data()), w_packed(pd.weights_desc(), engine);
+  dnnl::reorder(w_user, w_packed).execute(stream, w_user, w_packed);
+  memory a(a_md, engine, o.a.data()), c(c_md, engine, o.c.data());
+  const dnnl::matmul matmul(pd);
+  state.SetLabel(pd.impl_info_str());
+  run(state, s, o, [&] {
+    matmul.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, w_packed}, {DNNL_ARG_DST, c}});
+    stream.wait();
+  });
+}
+#endif
+
+// OpenBLAS through its run-time library (libopenblas0, no -dev package needed); cblas_sgemm with
+// the enums of cblas.h as ints.
+struct openblas {
+  using sgemm_fn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
+                            int, float, float*, int);
+  sgemm_fn sgemm = nullptr;
+  std::string config;
+
+  static const openblas& get() {
+    static const openblas instance = [] {
+      openblas o;
+      void* lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+      if (lib == nullptr) return o;
+      auto set_threads = reinterpret_cast<void (*)(int)>(dlsym(lib, "openblas_set_num_threads"));
+      auto get_config = reinterpret_cast<const char* (*)()>(dlsym(lib, "openblas_get_config"));
+      o.sgemm = reinterpret_cast<sgemm_fn>(dlsym(lib, "cblas_sgemm"));
+      if (set_threads != nullptr) set_threads(1);
+      if (get_config != nullptr) o.config = get_config();
+      return o;
+    }();
+    return instance;
+  }
+};
+
+void bm_openblas(benchmark::State& state, shape s) {
+  const openblas& blas = openblas::get();
+  operands o(s);
+  state.SetLabel(blas.config);
+  constexpr int row_major = 101, no_trans = 111, trans = 112;  // CBLAS_ORDER, CBLAS_TRANSPOSE
+  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
+  run(state, s, o, [&] {
+    blas.sgemm(row_major, no_trans, trans, m, n, k, 1.0f, o.a.data(), k, o.w.data(), k, 0.0f,
+               o.c.data(), n);
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("peak_gflops_per_core", std::to_string(peak_gflops));
+  benchmark::AddCustomContext("xsimd", mha::xsimd_backend().description());
+#if MHA_BENCH_ONEDNN
+  omp_set_num_threads(1);  // oneDNN runs on OpenMP here (notes/deps.md §5)
+  const dnnl_version_t* v = dnnl_version();
+  benchmark::AddCustomContext(
+      "onednn", mha::detail::text(v->major, ".", v->minor, ".", v->patch, ", 1 OpenMP thread"));
+#endif
+  if (openblas::get().sgemm != nullptr)
+    benchmark::AddCustomContext("openblas", openblas::get().config + ", 1 thread");
+
+  for (const shape& s : shapes) {
+    for (mha::xsimd_isa isa : mha::xsimd_supported_isas()) {
+      const std::string name = mha::detail::text("gemm/xsimd_", mha::to_string(isa), "/", s.name());
+      benchmark::RegisterBenchmark(name.c_str(), bm_xsimd, s, isa)->UseRealTime();
+    }
+#if MHA_BENCH_ONEDNN
+    benchmark::RegisterBenchmark(mha::detail::text("gemm/onednn/", s.name()).c_str(), bm_onednn, s)
+        ->UseRealTime();
+#endif
+    if (openblas::get().sgemm != nullptr) {
+      benchmark::RegisterBenchmark(mha::detail::text("gemm/openblas/", s.name()).c_str(),
+                                   bm_openblas, s)
+          ->UseRealTime();
+    }
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

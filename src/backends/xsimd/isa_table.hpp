@@ -1,0 +1,28 @@
+// Internal: how the ISA-neutral code reaches the per-ISA kernel tables through xsimd::dispatch.
+#pragma once
+
+#include <xsimd/xsimd.hpp>
+
+#include "backends/xsimd/kernels.hpp"
+
+namespace mha::detail {
+
+// The archs with a kernel table, best first (xsimd::dispatch requires that order). The AVX2
+// kernels need FMA, hence fma3<avx2>; AVX-512 uses avx512bw because xsimd 8.1 needs AVX512DQ/BW
+// intrinsics for hadd and its avx512cd alias (notes/deps.md §4.2).
+using kernel_archs = xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, xsimd::sse2>;
+
+// xsimd::dispatch's functor: the isa_kernels compiled for Arch. Each specialization is defined
+// in the translation unit compiled for its arch (kernels_avx512.cpp, ...).
+struct kernel_table {
+  template <class Arch>
+  const isa_kernels* operator()(Arch) const noexcept;
+};
+template <>
+const isa_kernels* kernel_table::operator()(xsimd::avx512bw) const noexcept;
+template <>
+const isa_kernels* kernel_table::operator()(xsimd::fma3<xsimd::avx2>) const noexcept;
+template <>
+const isa_kernels* kernel_table::operator()(xsimd::sse2) const noexcept;
+
+}  // namespace mha::detail

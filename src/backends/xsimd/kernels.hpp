@@ -1,0 +1,159 @@
+// Internal: the xsimd backend's kernels, for this backend and for the ones that run them in
+// parallel (the TBB backend). BLIS's split: the framework here (packing, loops over tiles,
+// workspace sizes; ISA-neutral, compiled once) and register-tiled micro-kernels per ISA
+// (kernels_impl.hpp, templates over the xsimd arch; one translation unit per ISA instantiates
+// them and fills an isa_kernels table).
+//
+// GEMM: C (m, n) = A (m, k) B (k, n) + bias. A is read in place (rows with a stride); B is packed
+// once into column panels of `nr` columns, each panel (k, nr) contiguous, so one micro-kernel
+// call streams one panel row per reduction step and broadcasts one A element per C row.
+// Attention: per (batch, head), K^T and V are packed into the same panel form; query rows are
+// processed in blocks whose scores stay in cache (attention_layout).
+#pragma once
+
+#include <cstdint>
+
+#include "common/attention_args.hpp"
+#include "common/buffer.hpp"
+#include "mha/backends/xsimd.hpp"
+
+namespace mha::detail {
+
+// One register-tile shape of an ISA's micro-kernel: `mr` rows by `nr` columns of C.
+struct tile_shape {
+  int mr = 0, nr = 0;
+};
+
+// A packed B of GEMM: ceil(n / nr) column panels, panel p holding columns [p*nr, p*nr + nr) as a
+// (k, nr) row-major block at data + p*k*nr, columns past n zero. bias: n floats zero-padded to
+// panels*nr, or nullptr for none. Non-owning.
+struct panels_view {
+  const float* data = nullptr;
+  const float* bias = nullptr;
+  std::int64_t k = 0, n = 0;
+  int nr = 0;
+
+  std::int64_t panels() const noexcept { return (n + nr - 1) / nr; }
+  const float* panel(std::int64_t p) const noexcept { return data + p * k * nr; }
+};
+
+// Floats a packing of (k, n) into panels of nr columns occupies.
+constexpr std::int64_t packed_size(std::int64_t k, std::int64_t n, int nr) noexcept {
+  return k * ((n + nr - 1) / nr) * nr;
+}
+
+// Packs B (k, n), element (kk, nn) at src[kk * stride_k + nn * stride_n], into packed_size()
+// floats at dst in the panel layout of panels_view. An nn.Linear weight W (n, k) row-major is
+// B = W^T: stride_k = 1, stride_n = k. A row-major (k, n) matrix: stride_k = row stride,
+// stride_n = 1.
+void pack_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
+                 std::int64_t stride_n, int nr, float* dst) noexcept;
+
+// An owning packed B with its bias: an nn.Linear prepared once for the GEMM.
+class packed_matrix {
+ public:
+  packed_matrix() = default;
+  // weight: nn.Linear's (n, k) row-major; bias: n floats or nullptr.
+  packed_matrix(const float* weight, const float* bias, std::int64_t n, std::int64_t k, int nr);
+
+  panels_view view() const noexcept;
+
+ private:
+  float_buffer data_, bias_;
+  std::int64_t k_ = 0, n_ = 0;
+  int nr_ = 0;
+};
+
+// One GEMM C = A B + bias: A (m, k) with row stride lda; C (m, n) with row stride ldc.
+struct gemm_args {
+  const float* a = nullptr;
+  std::int64_t lda = 0;
+  panels_view b;
+  float* c = nullptr;
+  std::int64_t ldc = 0;
+  std::int64_t m = 0;
+};
+
+// The parts of one row block's scratch (attention_layout::scratch_parts).
+struct attention_scratch {
+  float* queries;   // padded_rows x head_dim: the block's queries times scale, zero-padded
+  float* scores;    // padded_rows x score_cols: scores, then probabilities
+  float* inv_sums;  // padded_rows: 1 / row sum
+  float* dropout;   // seq_len: one row of dropout multipliers
+};
+
+// The per-(seq_len, head_dim) geometry of the attention kernels on one ISA: panel widths, the
+// query-row block, and the floats each workspace needs.
+struct attention_layout {
+  tile_shape scores, values;  // micro-kernels of S = Q K^T and of O = P V
+  std::int64_t seq_len = 0, head_dim = 0;
+  std::int64_t block_rows = 0;   // query rows per attention_rows call (the last may be fewer)
+  std::int64_t padded_rows = 0;  // block_rows rounded up for both micro-kernels' row counts
+  std::int64_t score_cols = 0;   // seq_len rounded up to scores.nr and to the ISA's lanes
+
+  // Packed K^T (head_dim, seq_len) at the start, then packed V (seq_len, head_dim) at
+  // values_offset(), of one head.
+  std::int64_t head_floats() const noexcept;
+  std::int64_t values_offset() const noexcept { return head_dim * score_cols; }
+  // One row block: the scaled Q block, its scores / probabilities, 1/row sums, a dropout row.
+  std::int64_t scratch_floats() const noexcept;
+  // Carves `scratch` (scratch_floats() floats, 64-byte aligned) into its parts, each aligned.
+  attention_scratch scratch_parts(float* scratch) const noexcept;
+};
+
+// Head (b, h) of args.k and args.v packed into `head` (layout.head_floats() floats), as every
+// row block of that head reads them.
+void pack_head(const attention_args& args, const attention_layout& layout, std::int64_t b,
+               std::int64_t h, float* head) noexcept;
+
+// One ISA's kernels. All entries are noexcept, allocate nothing and may run concurrently on
+// disjoint outputs.
+struct isa_kernels {
+  xsimd_isa isa;
+  const char* arch_name;  // xsimd's name of the widest arch used: "avx512bw", "fma3+avx2", ...
+  int lanes;              // floats per widest register
+  // The micro-kernels' tile shapes, widest panel first.
+  const tile_shape* tiles;
+  int tile_count;
+
+  // C rows [row_begin, row_end) x column panels [panel_begin, panel_end) of C = A B + bias;
+  // g.b.nr must be one of tiles[].nr. Rows and panels of C outside the range are untouched.
+  void (*gemm)(const gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
+               std::int64_t panel_begin, std::int64_t panel_end) noexcept;
+  // Query rows [row_begin, row_end) of head (b, h), row_end - row_begin <= layout.block_rows:
+  // out rows = dropout(softmax(scale Q K^T + causal mask)) V, with `head` from pack_head and
+  // `scratch` layout.scratch_floats() floats owned by the caller.
+  void (*attention_rows)(const attention_args& args, const attention_layout& layout,
+                         const float* head, std::int64_t b, std::int64_t h, std::int64_t row_begin,
+                         std::int64_t row_end, float* scratch) noexcept;
+  // Softmax pieces over a row with room for n rounded up to `lanes` floats: the largest of
+  // x[0, n) (n >= 1; the padding is read and ignored; with NaNs in x, some element or NaN), and
+  // x[j] = exp(x[j] - shift) in place for j < n, the padding set to 0, returning the sum.
+  float (*row_max)(const float* x, std::int64_t n) noexcept;
+  float (*exp_sum)(float* x, std::int64_t n, float shift) noexcept;
+
+  // The panel width that wastes the fewest padding columns for an n-column B, the widest of
+  // equals (wider tiles run closer to peak).
+  int panel_width(std::int64_t n) const noexcept;
+  // The tile whose panel width is nr (one of tiles[]).
+  tile_shape tile_for(int nr) const noexcept;
+  attention_layout layout(std::int64_t seq_len, std::int64_t head_dim) const noexcept;
+};
+
+// The kernels of `isa` (which this CPU must support: see xsimd_supported_isas()).
+const isa_kernels& kernels_for(xsimd_isa isa) noexcept;
+
+// Whether this CPU (and OS) runs the kernels of `isa`: the whole x86-64 level its translation
+// unit is compiled for (x86-64-v4, -v3, baseline), AVX state enabled by the OS.
+bool cpu_runs(xsimd_isa isa) noexcept;
+
+// The best ISA this CPU runs, chosen once: xsimd::dispatch's pick (CPUID feature bits), or the
+// next one down when cpu_runs() says no (xsimd 8.1 checks neither the OS's XGETBV state nor
+// the rest of the x86-64 level, e.g. BMI2 or AVX512VL, that our builds may use).
+xsimd_isa best_isa() noexcept;
+
+// Every (b, h) of `args`, one query-row block after another, on one thread: workspace allocated
+// once per call.
+void attention(const isa_kernels& kernels, const attention_args& args);
+
+}  // namespace mha::detail

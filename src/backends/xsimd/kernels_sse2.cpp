@@ -1,0 +1,19 @@
+// The SSE2 kernels, the x86-64 baseline (compiled with -march=x86-64; see kernels_impl.hpp).
+// SSE2 has no FMA: xsimd::fma is a multiply and an add.
+#define MHA_XSIMD_ISA_NAMESPACE sse2
+#include "backends/xsimd/kernels_impl.hpp"
+
+namespace mha::detail {
+namespace sse2 {
+
+// 16 xmm registers: 12 accumulators + a panel row + a broadcast, as in the AVX2 tiles.
+using tiles = tile_list<tile<xsimd::sse2, 6, 2>, tile<xsimd::sse2, 12, 1>>;
+
+}  // namespace sse2
+
+template <>
+const isa_kernels* kernel_table::operator()(xsimd::sse2) const noexcept {
+  return sse2::kernels_of<xsimd::sse2, sse2::tiles>(xsimd_isa::sse2);
+}
+
+}  // namespace mha::detail
