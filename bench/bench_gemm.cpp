@@ -18,6 +18,7 @@
 
 #include "backends/xsimd/kernels.hpp"
 #include "core/text.hpp"
+#include "fma_peak.hpp"
 #include "mha/backends/xsimd.hpp"
 
 #if MHA_BENCH_ONEDNN
@@ -28,8 +29,8 @@
 
 namespace {
 
-// FP32 FMA peak of one Zen4 core at its sustained clock, measured for DESIGN §5 (GFLOP/s).
-constexpr double peak_gflops = 117.0;
+// FP32 FMA peak of one core (GFLOP/s), measured at start-up by the suite's calibration loop.
+double peak_gflops = 0.0;
 
 struct shape {
   std::int64_t m, k, n;
@@ -168,7 +169,10 @@ void bm_openblas(benchmark::State& state, shape s) {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("peak_gflops_per_core", std::to_string(peak_gflops));
+  const mha_bench::fma_peak peak = mha_bench::measure_fma_peak(1);
+  peak_gflops = peak.gflops_one_core;
+  benchmark::AddCustomContext("peak_gflops_per_core", mha::detail::text(peak_gflops, " (measured, ",
+                                                                        peak.isa, " FMA loop)"));
   benchmark::AddCustomContext("xsimd", mha::xsimd_backend().description());
 #if MHA_BENCH_ONEDNN
   omp_set_num_threads(1);  // oneDNN runs on OpenMP here (notes/deps.md §5)
