@@ -28,6 +28,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder (created; its report files are replaced)")
     p.add_argument("--title", default="mha performance report", help="report title")
     p.add_argument(
+        "--notes",
+        type=Path,
+        help="Markdown file with the run's written analysis, shown after the summary "
+        "(paragraphs, '- ' lists, '#' headings)",
+    )
+    p.add_argument(
         "--peak-1core", type=float, help="FP32 FMA peak of one core, GFLOP/s (overrides the context)"
     )
     p.add_argument(
@@ -71,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
             if not loaded.measurements and not loaded.failures:
                 raise ReportError("the inputs hold no attention benchmarks (names 'mha/...')")
             peak = analysis.find_peak(loaded, args.peak_1core, args.peak_all)
-            report.generate(loaded, peak, staging, args.title)
+            try:
+                notes = args.notes.read_text(encoding="utf-8") if args.notes else ""
+            except OSError as e:
+                raise ReportError(f"--notes {args.notes}: {e.strerror}") from e
+            report.generate(loaded, peak, staging, args.title, notes)
         _replace_outputs(staging, out)
     except ReportError as e:
         print(f"mha_report: {e}", file=sys.stderr)

@@ -47,6 +47,34 @@ class Figure:
 Block = Heading | Para | Bullets | Table | Figure
 
 
+def parse_notes(text: str, top_level: int) -> list[Block]:
+    """Blocks of a notes file, in the subset of Markdown the renderers share: blank-line
+    separated paragraphs, "- " bullet lists, and "#" headings (level shifted so that "#" becomes
+    top_level). Inline `code` and **bold** pass through."""
+    blocks: list[Block] = []
+    for chunk in re.split(r"\n\s*\n", text.strip()):
+        lines = [line.rstrip() for line in chunk.splitlines() if line.strip()]
+        if not lines:
+            continue
+        heading = re.match(r"^(#+)\s+(.*)$", lines[0])
+        if heading:
+            blocks.append(Heading(top_level + len(heading.group(1)) - 1, heading.group(2)))
+            lines = lines[1:]
+        if not lines:
+            continue
+        if lines[0].lstrip().startswith("- "):
+            items: list[str] = []
+            for line in lines:
+                if line.lstrip().startswith("- "):
+                    items.append(line.lstrip()[2:].strip())
+                else:  # a wrapped continuation of the previous item
+                    items[-1] += " " + line.strip()
+            blocks.append(Bullets(items))
+        else:
+            blocks.append(Para(" ".join(line.strip() for line in lines)))
+    return blocks
+
+
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 

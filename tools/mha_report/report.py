@@ -377,8 +377,9 @@ def _failures_section(results: ResultSet) -> list:
     return blocks
 
 
-def build(results: ResultSet, peak: Peak, folder: Path, title: str) -> list:
-    """Writes the figures into folder and returns the report's blocks."""
+def build(results: ResultSet, peak: Peak, folder: Path, title: str, notes: str = "") -> list:
+    """Writes the figures into folder and returns the report's blocks. `notes` (Markdown: see
+    document.parse_notes) is the run's written analysis, placed after the summary."""
     heads = analysis.heads_series(results.shapes())
     seqs = analysis.seq_series(results.shapes())
     blocks: list = [
@@ -398,6 +399,8 @@ def build(results: ResultSet, peak: Peak, folder: Path, title: str) -> list:
     if warnings:
         blocks += [Heading(2, "Warnings"), Bullets(warnings)]
     blocks += _summary(results, heads)
+    if notes.strip():
+        blocks += [Heading(2, "Notes on this run")] + document.parse_notes(notes, 3)
     blocks += _context_section(results, peak)
     absent = []
     if heads:
@@ -432,9 +435,11 @@ def build(results: ResultSet, peak: Peak, folder: Path, title: str) -> list:
     return blocks
 
 
-def generate(results: ResultSet, peak: Peak, folder: Path, title: str = "mha performance report") -> list:
+def generate(
+    results: ResultSet, peak: Peak, folder: Path, title: str = "mha performance report", notes: str = ""
+) -> list:
     """Writes report.md, report.html and every figure (PNG + SVG) into folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    blocks = build(results, peak, folder, title)
+    blocks = build(results, peak, folder, title, notes)
     document.write(blocks, title, folder)
     return blocks

@@ -240,3 +240,34 @@ def test_noisy_repetitions_and_rates_above_the_peak_are_said(tmp_path):
     assert (
         "2 benchmark(s) vary by more than 5% (coefficient of variation) between repetitions; worst 20%" in md
     )
+
+
+def test_notes_appear_after_the_summary_in_both_renderings(tmp_path):
+    notes = tmp_path / "notes.md"
+    notes.write_text(
+        "Why split is not faster everywhere.\n\n"
+        "# oneDNN\n"
+        "- narrow GEMMs run at **96%** of peak,\n"
+        "  as fast as wide ones\n"
+        "- the head split costs `1.4 ms`\n"
+    )
+    out = tmp_path / "report"
+    result = run_tool(small_run(tmp_path), "--out", out, "--notes", notes)
+    assert result.returncode == 0, result.stderr
+    md = (out / "report.md").read_text()
+    assert md.index("## Summary") < md.index("## Notes on this run") < md.index("## Machine and build")
+    assert "Why split is not faster everywhere." in md
+    assert "### oneDNN\n\n- narrow GEMMs run at **96%** of peak, as fast as wide ones\n" in md
+    assert "- the head split costs `1.4 ms`" in md
+    html_text = (out / "report.html").read_text()
+    assert "<strong>96%</strong>" in html_text and "<code>1.4 ms</code>" in html_text
+
+
+def test_missing_notes_file_is_an_error_naming_it(tmp_path, capsys):
+    assert (
+        cli.main(
+            [str(small_run(tmp_path)), "--out", str(tmp_path / "r"), "--notes", str(tmp_path / "nope.md")]
+        )
+        == 1
+    )
+    assert "nope.md" in capsys.readouterr().err
