@@ -1,0 +1,30 @@
+// mha::tbb: the xsimd backend's kernels run in parallel with oneTBB (link mha::tbb).
+#pragma once
+
+#include "mha/backend.hpp"
+
+namespace mha {
+
+// The TBB backend: both formulations over the xsimd kernels of the ISA xsimd_default_isa()
+// names at prepare() (the plan keeps it), in parallel:
+// - projections: the packed-panel GEMM (weights packed once at prepare()) over a fixed grid of
+//   96-row x 128-column tiles;
+// - attention: fused online softmax (no seq_len x seq_len scores), one task per (batch, head,
+//   block of 64 query rows), causal tiles above the diagonal skipped;
+// - wrapper: the heads as parallel tasks, each running its own projections and attention
+//   (themselves parallel); split_weight: each projection in parallel, then attention over
+//   every head at once.
+//
+// Threads: each run() executes in its own tbb::task_arena of run_options::threads slots (0:
+// every core, max_threads()). Results are bitwise identical for every thread count, and equal
+// to the xsimd backend's on the same ISA: partitions depend on the problem only and nothing is
+// reduced across threads.
+//
+// Memory: besides the O(batch * seq_len * d_out) scratch every backend keeps, each thread of a
+// run holds one packed head (2 * seq_len * head_dim floats) and one query block's scratch (a
+// few hundred KB, whatever seq_len), allocated per run() and freed before it returns.
+// run() is const and safe to call from several threads at once; concurrent runs each get
+// their own arena and compete for the same cores. Out of memory surfaces as std::bad_alloc.
+const backend& tbb_backend();
+
+}  // namespace mha
