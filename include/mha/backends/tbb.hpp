@@ -8,7 +8,7 @@ namespace mha {
 // The TBB backend: both formulations over the xsimd kernels of the ISA xsimd_default_isa()
 // names at prepare() (the plan keeps it), in parallel:
 // - projections: the packed-panel GEMM (weights packed once at prepare()) over a fixed grid of
-//   96-row x 128-column tiles;
+//   48-row x 128-column tiles;
 // - attention: fused online softmax (no seq_len x seq_len scores), one task per (batch, head,
 //   block of 64 query rows), causal tiles above the diagonal skipped;
 // - wrapper: the heads as parallel tasks, each running its own projections and attention

@@ -12,8 +12,14 @@ namespace mha::detail {
 namespace {
 
 // GEMM tiles: rows per tile, a multiple of every micro-kernel's row count (6, 8, 12, 16), and
-// columns per tile (whole panels).
-constexpr std::int64_t gemm_tile_rows = 96;
+// columns per tile (whole panels). Measured at M = 1024, K = 768, GFLOP/s on 2 threads (1 thread
+// within noise of the single-call GEMM for every grid):
+//   tile rows x cols      N = 768    N = 64    N = 8
+//   48 x 128 (kept)       224-229    226       175
+//   48 x 64, 48 x 256     227-229    225-226   175
+//   96 x 128              218-227    218-219   165-170   (11 row tiles: 6 + 5 on 2 threads)
+//   192 x 256             218        207       159-162
+constexpr std::int64_t gemm_tile_rows = 48;
 constexpr std::int64_t gemm_tile_cols = 128;
 
 }  // namespace
@@ -40,6 +46,26 @@ void parallel_gemm(const isa_kernels& kernels, const gemm_args& g) {
                                      std::min(panel + tile_panels, panels));
                       }
                     });
+}
+
+void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g) {
+  const std::int64_t row_tiles = (g.seq_len + gemm_tile_rows - 1) / gemm_tile_rows,
+                     per_head = g.panels_per_head(),
+                     tile_panels = std::max<std::int64_t>(1, gemm_tile_cols / g.b.nr),
+                     panel_tiles = (per_head + tile_panels - 1) / tile_panels;
+  // Tiles head-major, then row-block-major within a head.
+  const std::int64_t per_head_tiles = row_tiles * panel_tiles;
+  tbb::parallel_for(
+      tbb::blocked_range<std::int64_t>(0, g.batch * g.heads * per_head_tiles),
+      [&](const tbb::blocked_range<std::int64_t>& range) {
+        for (std::int64_t t = range.begin(); t != range.end(); ++t) {
+          const std::int64_t head = t / per_head_tiles, tile = t % per_head_tiles;
+          const std::int64_t h = head % g.heads, row = tile / panel_tiles * gemm_tile_rows,
+                             panel = h * per_head + tile % panel_tiles * tile_panels;
+          kernels.gemm(g.head(head / g.heads, h), row, std::min(row + gemm_tile_rows, g.seq_len),
+                       panel, std::min(panel + tile_panels, (h + 1) * per_head));
+        }
+      });
 }
 
 void parallel_attention(const isa_kernels& kernels, const attention_args& args,

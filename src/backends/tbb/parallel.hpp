@@ -26,6 +26,8 @@ void in_arena(int threads, const std::function<void()>& f);
 
 // isa_kernels::gemm over all rows and panels of g, tiles of the fixed grid in parallel.
 void parallel_gemm(const isa_kernels& kernels, const gemm_args& g);
+// detail::gemm(kernels, g), head-major output: each head's rows in tiles of the same grid.
+void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g);
 
 // detail::attention (same arguments, same results) with its query blocks in parallel: one task
 // per (b, h, block), each thread with its own attention_workspace (O(tile) scratch plus one

@@ -3,6 +3,8 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/version.h>
 
+#include <optional>
+
 #include "backends/tbb/parallel.hpp"
 #include "backends/xsimd/kernel_set.hpp"
 #include "core/text.hpp"
@@ -23,6 +25,16 @@ struct tbb_kernel_set : detail::xsimd_kernel_set<Isa> {
   static void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) {
     const detail::panels_view b = w.view();
     detail::parallel_gemm(base::kernels(), {x, b.k, b, y, b.n, rows});
+  }
+  static std::optional<detail::head_view<const float>> project_heads(const packed_linear& w,
+                                                                     const float* x,
+                                                                     std::int64_t batch,
+                                                                     std::int64_t seq_len,
+                                                                     std::int64_t heads, float* y) {
+    const detail::head_major_gemm g{x, w.view(), y, batch, seq_len, heads};
+    if (!detail::head_major_gemm::fits(g.b, heads)) return std::nullopt;
+    detail::parallel_gemm(base::kernels(), g);
+    return g.view();
   }
   static void attention(const detail::attention_args& args) {
     detail::parallel_attention(base::kernels(), args);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "backends/xsimd/kernels.hpp"
@@ -25,6 +26,16 @@ struct xsimd_kernel_set : sequential_execution {
   static void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) {
     const panels_view b = w.view();
     kernels().gemm({x, b.k, b, y, b.n, rows}, 0, rows, 0, b.panels());
+  }
+  // Head-major when each head's columns are whole panels (head_major_gemm), else nothing.
+  static std::optional<head_view<const float>> project_heads(const packed_linear& w, const float* x,
+                                                             std::int64_t batch,
+                                                             std::int64_t seq_len,
+                                                             std::int64_t heads, float* y) {
+    const head_major_gemm g{x, w.view(), y, batch, seq_len, heads};
+    if (!head_major_gemm::fits(g.b, heads)) return std::nullopt;
+    gemm(kernels(), g);
+    return g.view();
   }
   static void attention(const attention_args& args) { detail::attention(kernels(), args); }
 };

@@ -198,6 +198,15 @@ void attention_workspace::run_block(const isa_kernels& kernels, const attention_
                          std::min(first + layout_.block_rows, args.seq_len), scratch_.data());
 }
 
+void gemm(const isa_kernels& kernels, const head_major_gemm& g) noexcept {
+  for (std::int64_t bb = 0; bb < g.batch; ++bb) {
+    for (std::int64_t h = 0; h < g.heads; ++h) {
+      kernels.gemm(g.head(bb, h), 0, g.seq_len, h * g.panels_per_head(),
+                   (h + 1) * g.panels_per_head());
+    }
+  }
+}
+
 void attention(const isa_kernels& kernels, const attention_args& args, std::int64_t key_tile) {
   const attention_layout layout = kernels.layout(args.seq_len, args.head_dim, key_tile);
   attention_workspace workspace(layout);
