@@ -15,10 +15,10 @@ namespace mha {
 //   (themselves parallel); split_weight: each projection in parallel, then attention over
 //   every head at once.
 //
-// Threads: each run() executes in its own tbb::task_arena of run_options::threads slots (0:
-// every core, max_threads()). Results are bitwise identical for every thread count, and equal
-// to the xsimd backend's on the same ISA: partitions depend on the problem only and nothing is
-// reduced across threads.
+// Threads: each run() executes in a tbb::task_arena of run_options::threads slots (0: every
+// core, max_threads()) that belongs to the calling thread (kept for its later calls). Results are
+// bitwise identical for every thread count, and equal to the xsimd backend's on the same ISA:
+// partitions depend on the problem only and nothing is reduced across threads.
 //
 // Memory: besides the O(batch * seq_len * d_out) scratch every backend keeps, each thread of a
 // run holds one packed head (2 * seq_len * head_dim floats) and one query block's scratch (a

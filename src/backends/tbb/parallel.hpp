@@ -21,7 +21,8 @@ int default_threads() noexcept;
 
 // f() in a task arena of `threads` slots (0: default_threads(); more than the cores is allowed,
 // TBB then runs fewer workers than slots). Every parallel call below made inside f() runs in
-// that arena. Propagates f's exceptions.
+// that arena. The calling thread's arenas are kept for its next calls (the last 4 thread
+// counts) and never shared with other threads. Propagates f's exceptions.
 void in_arena(int threads, const std::function<void()>& f);
 
 // isa_kernels::gemm over all rows and panels of g, tiles of the fixed grid in parallel.
