@@ -27,7 +27,7 @@
 #include "backends/tbb/parallel.hpp"
 #include "backends/xsimd/kernels.hpp"
 #include "core/text.hpp"
-#include "fma_peak.hpp"
+#include "kernel_timing.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "reference/reference.hpp"
 
@@ -102,19 +102,9 @@ std::string check(const shape& s, const operands& o) {
 
 void run(benchmark::State& state, const shape& s, operands& o, int threads,
          const std::function<void()>& attention) {
-  attention();
-  if (const std::string error = check(s, o); !error.empty()) {
-    state.SkipWithError(error.c_str());
+  if (!mha_bench::check_then_time(
+          state, attention, [&] { return check(s, o); }, s.gflop(), peak_gflops, threads))
     return;
-  }
-  for (auto _ : state) {
-    attention();
-    benchmark::ClobberMemory();
-  }
-  state.counters["GFLOPS"] =
-      benchmark::Counter(s.gflop(), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["pct_peak"] = benchmark::Counter(s.gflop() * 100.0 / (threads * peak_gflops),
-                                                  benchmark::Counter::kIsIterationInvariantRate);
   state.counters["B"] = static_cast<double>(s.batch);
   state.counters["T"] = static_cast<double>(s.seq_len);
   state.counters["H"] = static_cast<double>(s.heads);
@@ -177,12 +167,7 @@ void bm_onednn(benchmark::State& state, shape s, int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  const mha_bench::fma_peak peak = mha_bench::measure_fma_peak(1);
-  peak_gflops = peak.gflops_one_core;
-  benchmark::AddCustomContext("peak_gflops_per_core",
-                              text(peak_gflops, " (measured, ", peak.isa, " FMA loop)"));
+  if (!mha_bench::initialize(&argc, argv, peak_gflops)) return 1;
   benchmark::AddCustomContext("xsimd", mha::xsimd_backend().description());
 #if MHA_BENCH_ONEDNN
   const dnnl_version_t* v = dnnl_version();
