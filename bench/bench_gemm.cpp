@@ -18,7 +18,7 @@
 
 #include "backends/xsimd/kernels.hpp"
 #include "core/text.hpp"
-#include "fma_peak.hpp"
+#include "kernel_timing.hpp"
 #include "mha/backends/xsimd.hpp"
 
 #if MHA_BENCH_ONEDNN
@@ -73,20 +73,9 @@ std::string check(const shape& s, const operands& o) {
 }
 
 void run(benchmark::State& state, const shape& s, operands& o, const std::function<void()>& gemm) {
-  gemm();
-  if (const std::string error = check(s, o); !error.empty()) {
-    state.SkipWithError(error.c_str());
+  if (!mha_bench::check_then_time(
+          state, gemm, [&] { return check(s, o); }, 2.0 * s.m * s.n * s.k * 1e-9, peak_gflops))
     return;
-  }
-  for (auto _ : state) {
-    gemm();
-    benchmark::ClobberMemory();
-  }
-  const double gflop = 2.0 * s.m * s.n * s.k * 1e-9;
-  state.counters["GFLOPS"] =
-      benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["pct_peak"] = benchmark::Counter(gflop * 100.0 / peak_gflops,
-                                                  benchmark::Counter::kIsIterationInvariantRate);
   state.counters["M"] = static_cast<double>(s.m);
   state.counters["K"] = static_cast<double>(s.k);
   state.counters["N"] = static_cast<double>(s.n);
@@ -167,12 +156,7 @@ void bm_openblas(benchmark::State& state, shape s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  const mha_bench::fma_peak peak = mha_bench::measure_fma_peak(1);
-  peak_gflops = peak.gflops_one_core;
-  benchmark::AddCustomContext("peak_gflops_per_core", mha::detail::text(peak_gflops, " (measured, ",
-                                                                        peak.isa, " FMA loop)"));
+  if (!mha_bench::initialize(&argc, argv, peak_gflops)) return 1;
   benchmark::AddCustomContext("xsimd", mha::xsimd_backend().description());
 #if MHA_BENCH_ONEDNN
   omp_set_num_threads(1);  // oneDNN runs on OpenMP here (notes/deps.md §5)

@@ -39,8 +39,9 @@ struct shape {
   std::string name() const;
 };
 
-// The conformance shapes: T in {1,2,7,17,64,65}, B in {1,3}, d_in != d_out, head_dim 1 and odd
-// and above one AVX-512 register, H in {1,3,4,12,96}, every flag both ways.
+// The conformance shapes: T in {1,2,7,17,33,64,65}, B in {1,3}, d_in != d_out, head_dim 1, odd,
+// above one AVX-512 register and a multiple of a GEMM panel (head-major projections), H in
+// {1,2,3,4,12,96}, every flag both ways.
 const std::vector<shape>& conformance_shapes();
 
 // A backend under test and the label its tests carry ("naive", "xsimd_avx2", ...).

@@ -12,6 +12,7 @@
 #include "backends/xsimd/kernels.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"
+#include "reference/reference.hpp"
 #include "support.hpp"
 
 namespace {
@@ -160,8 +161,8 @@ TEST_P(XsimdKernels, GemmSubRangesMatchDoubleProducts) {
   }
 }
 
-// row_max and exp_sum over every length up to a few registers, lanes past the end padded with
-// values that must be ignored; exp_sum zeroes them.
+// row_max and exp2_sum over every length up to a few registers, lanes past the end padded with
+// values that must be ignored; exp2_sum zeroes them.
 TEST_P(XsimdKernels, SoftmaxPiecesMatchScalarMath) {
   const std::int64_t lanes = kernels().lanes;
   for (std::int64_t n = 1; n <= 3 * lanes + 1; ++n) {
@@ -173,22 +174,111 @@ TEST_P(XsimdKernels, SoftmaxPiecesMatchScalarMath) {
 
     double sum = 0.0;
     std::vector<double> expected(static_cast<std::size_t>(n));
-    for (std::int64_t j = 0; j < n; ++j) sum += expected[j] = std::exp(double{x[j]} - largest);
-    const float got = kernels().exp_sum(x.data(), n, largest);
+    // 2^ of the float difference the kernel computes (its rounding is not the kernel's error).
+    for (std::int64_t j = 0; j < n; ++j) sum += expected[j] = std::exp2(double{x[j] - largest});
+    const float got = kernels().exp2_sum(x.data(), n, largest);
     EXPECT_NEAR(got, sum, 1e-6 * sum) << "n " << n;
-    for (std::int64_t j = 0; j < n; ++j) EXPECT_NEAR(x[j], expected[j], 1e-6) << "n " << n;
+    for (std::int64_t j = 0; j < n; ++j)
+      EXPECT_NEAR(x[j], expected[j], 2e-7 * expected[j]) << "n " << n << " j " << j;
     for (std::int64_t j = n; j < static_cast<std::int64_t>(x.size()); ++j)
       EXPECT_EQ(x[j], 0.0f) << "n " << n << " padding lane " << j;
   }
 }
 
-// -inf scores (masked) give exactly 0 weight and never NaN.
-TEST_P(XsimdKernels, ExpOfMinusInfinityIsZero) {
+// Across the whole range a weight can take, 2^x stays within 2e-7 of exp2 (one sweep of every
+// exponent, each value at several mantissas, including integers and half-integers, where the
+// reduction switches k).
+TEST_P(XsimdKernels, Exp2IsAccurateDownToItsCutoff) {
   const std::int64_t lanes = kernels().lanes;
-  std::vector<float> x(lanes, -std::numeric_limits<float>::infinity());
+  std::vector<float> x;
+  for (float v = 0.0f; v >= -125.0f; v -= 0.125f) x.push_back(v);
+  for (float v = -1e-8f; v > -1e-1f; v *= 3.0f) x.push_back(v);
+  const std::size_t n = x.size();
+  x.resize((n + lanes - 1) / lanes * lanes);
+  const std::vector<float> input(x.begin(), x.begin() + n);
+  kernels().exp2_sum(x.data(), static_cast<std::int64_t>(n), 0.0f);
+  for (std::size_t j = 0; j < n; ++j) {
+    const double expected = std::exp2(double{input[j]});
+    EXPECT_NEAR(x[j], expected, 2e-7 * expected) << "2^" << input[j];
+  }
+}
+
+// Below the cutoff, and for -inf scores, weights are exactly 0 (never NaN); NaN stays NaN.
+TEST_P(XsimdKernels, Exp2EdgeValues) {
+  const std::int64_t lanes = kernels().lanes;
+  std::vector<float> x(static_cast<std::size_t>(lanes), -std::numeric_limits<float>::infinity());
   x[0] = 0.0f;
-  EXPECT_EQ(kernels().exp_sum(x.data(), lanes, 0.0f), 1.0f);
+  if (lanes > 2) x[1] = -125.5f;
+  EXPECT_EQ(kernels().exp2_sum(x.data(), lanes, 0.0f), 1.0f);
   for (std::int64_t j = 1; j < lanes; ++j) EXPECT_EQ(x[j], 0.0f);
+
+  std::vector<float> y(static_cast<std::size_t>(lanes), -1.0f);
+  y[0] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(kernels().exp2_sum(y.data(), lanes, 0.0f)));
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], 0.5f);
+}
+
+// The attention kernel against the double oracle for key tiles from the narrowest the ISA allows
+// (narrower than a query block, so some rows have no key in a tile) through ragged ones to one
+// tile per row (the unfused form), on a sequence that is no multiple of any of them, an odd
+// head_dim and a multiple of the panels, causal or not, with and without dropout.
+TEST_P(XsimdKernels, AttentionMatchesReferenceForEveryKeyTile) {
+  for (const bool causal : {true, false}) {
+    for (const std::int64_t head_dim : {19, 64}) {
+      for (const float dropout : {0.0f, 0.3f}) {
+        const mha_reference::attention_shape shape{2, 3, 150, head_dim, causal, dropout, 17};
+        const std::int64_t size = shape.batch * shape.heads * shape.seq_len * head_dim;
+        const std::vector<float> q = mha_test::random_floats(size, 5, 3.0f),
+                                 k = mha_test::random_floats(size, 6, 3.0f),
+                                 v = mha_test::random_floats(size, 7);
+        std::vector<std::vector<double>> expected;
+        double largest = 0.0;
+        for (std::int64_t row = 0; row < shape.batch * shape.heads * shape.seq_len; ++row) {
+          const std::int64_t i = row % shape.seq_len, head = row / shape.seq_len;
+          expected.push_back(mha_reference::attention_row(shape, q, k, v, head / shape.heads,
+                                                          head % shape.heads, i));
+          largest = std::max(largest, mha_test::max_abs(expected.back()));
+        }
+        mha::detail::attention_args args;
+        const std::int64_t head_stride = shape.seq_len * head_dim;
+        std::vector<float> out(size);
+        args.q = {q.data(), shape.heads * head_stride, head_stride, head_dim};
+        args.k = {k.data(), shape.heads * head_stride, head_stride, head_dim};
+        args.v = {v.data(), shape.heads * head_stride, head_stride, head_dim};
+        args.out = {out.data(), shape.heads * head_stride, head_stride, head_dim};
+        args.batch = shape.batch;
+        args.heads = shape.heads;
+        args.seq_len = shape.seq_len;
+        args.head_dim = head_dim;
+        args.causal = causal;
+        args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        args.dropout = {dropout, shape.seed};
+        for (const std::int64_t key_tile : {1, 64, 100, 150}) {
+          std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
+          mha::detail::attention(kernels(), args, key_tile);
+          for (std::size_t row = 0; row < expected.size(); ++row) {
+            const std::vector<float> got(out.begin() + row * head_dim,
+                                         out.begin() + (row + 1) * head_dim);
+            ASSERT_LE(mha_test::max_abs_diff(got, expected[row]), 1e-5 * largest)
+                << "key tile " << key_tile << (causal ? " causal" : " non-causal") << " head_dim "
+                << head_dim << " dropout " << dropout << " row " << row % shape.seq_len
+                << " of head " << row / shape.seq_len;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Per-thread scratch is O(tile): it stops growing with the sequence once that passes the key
+// tile; the packed head grows linearly (T * head_dim), never with T^2.
+TEST_P(XsimdKernels, AttentionWorkspaceGrowsLinearlyInSequence) {
+  const mha::detail::attention_layout small = kernels().layout(1024, 64),
+                                      large = kernels().layout(8192, 64);
+  EXPECT_EQ(small.scratch_floats(), large.scratch_floats());
+  EXPECT_LE(large.head_floats(), 8 * small.head_floats() + 64);
+  EXPECT_GE(large.head_floats(), 2 * 8192 * 64);
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, XsimdKernels, testing::ValuesIn(mha::xsimd_supported_isas()),

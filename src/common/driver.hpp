@@ -6,6 +6,13 @@
 //   // y (rows, out) = x (rows, in) W^T + b; x and y contiguous row-major.
 //   static void K::linear(const packed_linear&, const float* x, std::int64_t rows, float* y);
 //   static void K::attention(const attention_args&);
+//   // Optional, for split_weight's Q, K, V: the projection of x (batch * seq_len rows) into y
+//   // (rows * out floats) in a layout the kernel set prefers, returned as its (batch, heads,
+//   // seq_len, out / heads) view; nullopt, writing nothing, when it has none for this shape.
+//   // Otherwise the driver uses linear() into (rows, out) row-major, seen through strides.
+//   static std::optional<head_view<const float>> K::project_heads(
+//       const packed_linear&, const float* x, std::int64_t batch, std::int64_t seq_len,
+//       std::int64_t heads, float* y);
 //   // Run f() in the execution context options ask for (e.g. a thread arena), and f(i) for
 //   // i < n, in any order or concurrently. sequential_execution is the single-thread answer.
 //   template <class F> static void K::run(const run_options&, F&& f);
@@ -90,24 +97,31 @@ class driver_plan final : public plan {
     });
   }
 
-  // One projection per Q, K, V over all heads; the (B, T, d_out) results are viewed as
-  // (B, H, T, head_dim) through strides, and attention writes each head into its columns of
-  // `context`, which is the merge.
+  // One projection per Q, K, V over all heads, seen as (B, H, T, head_dim) (project_heads);
+  // attention writes each head into its columns of `context`, which is the merge.
   void split_weight(tensor_view<const float> x, const qkv_buffers& buf, float* context,
                     attention_args args) const {
     const mha::config& cfg = config();
-    const std::int64_t rows = x.batch() * x.seq_len();
-    K::linear(split_->query, x.data(), rows, buf.q);
-    K::linear(split_->key, x.data(), rows, buf.k);
-    K::linear(split_->value, x.data(), rows, buf.v);
-
+    args.q = project_heads(split_->query, x, buf.q);
+    args.k = project_heads(split_->key, x, buf.k);
+    args.v = project_heads(split_->value, x, buf.v);
     const std::int64_t batch_stride = x.seq_len() * cfg.d_out, head_stride = cfg.head_dim();
-    args.q = {buf.q, batch_stride, head_stride, cfg.d_out};
-    args.k = {buf.k, batch_stride, head_stride, cfg.d_out};
-    args.v = {buf.v, batch_stride, head_stride, cfg.d_out};
     args.out = {context, batch_stride, head_stride, cfg.d_out};
     args.heads = cfg.n_heads;
     K::attention(args);
+  }
+
+  // x W^T + b into y, as heads: the kernel set's layout, or (B, T, d_out) row-major viewed with
+  // strides (row stride d_out, head h at column h * head_dim).
+  head_view<const float> project_heads(const typename K::packed_linear& w,
+                                       tensor_view<const float> x, float* y) const {
+    const mha::config& cfg = config();
+    if constexpr (requires { K::project_heads(w, x.data(), 1, 1, 1, y); }) {
+      if (const auto heads = K::project_heads(w, x.data(), x.batch(), x.seq_len(), cfg.n_heads, y))
+        return *heads;
+    }
+    K::linear(w, x.data(), x.batch() * x.seq_len(), y);
+    return {y, x.seq_len() * cfg.d_out, cfg.head_dim(), cfg.d_out};
   }
 
   // H independent heads: each projects x with its own (head_dim, d_in) weights into its own

@@ -25,6 +25,36 @@ std::vector<double> project(const mha::linear_weights& l, std::span<const double
   return y;
 }
 
+// One head's attention for query row i, in double: out[e] = sum_j a_j v_j[e] with
+// a = dropout(softmax_j(scale q . k_j), -inf for j > i when causal). k and v: seq_len rows of
+// head_dim elements, row j at k + j * stride; `a` has room for seq_len weights.
+template <class T>
+void attend(const double* q, const T* k, const T* v, std::int64_t stride, std::int64_t seq_len,
+            std::int64_t hd, std::int64_t i, bool causal, const mha::detail::dropout_spec& drop,
+            std::int64_t b, std::int64_t h, double* a, double* out) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  double max = -std::numeric_limits<double>::infinity();
+  for (std::int64_t j = 0; j < seq_len; ++j) {
+    double s = 0.0;
+    for (std::int64_t e = 0; e < hd; ++e) s += q[e] * double{k[j * stride + e]};
+    a[j] = (causal && j > i) ? -std::numeric_limits<double>::infinity() : s * scale;
+    max = std::max(max, a[j]);
+  }
+  double sum = 0.0;
+  for (std::int64_t j = 0; j < seq_len; ++j) sum += (a[j] = std::exp(a[j] - max));
+  for (std::int64_t j = 0; j < seq_len; ++j) {
+    a[j] /= sum;
+    if (drop.active()) {
+      a[j] = mha::detail::dropout_keep(drop, b, h, i, j) ? a[j] / (1.0 - drop.p) : 0.0;
+    }
+  }
+  for (std::int64_t e = 0; e < hd; ++e) {
+    double acc = 0.0;
+    for (std::int64_t j = 0; j < seq_len; ++j) acc += a[j] * double{v[j * stride + e]};
+    out[e] = acc;
+  }
+}
+
 }  // namespace
 
 std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
@@ -32,7 +62,6 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
                                  std::span<const row> rows, const mha::run_options& options) {
   const std::int64_t hd = cfg.head_dim(), d = cfg.d_out;
   const mha::detail::dropout_spec drop{options.training ? cfg.dropout : 0.0f, options.seed};
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   std::vector<double> result(rows.size() * static_cast<std::size_t>(d));
   std::vector<double> a(static_cast<std::size_t>(seq_len)), context(static_cast<std::size_t>(d));
 
@@ -48,27 +77,8 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
       const std::int64_t i = rows[r].token;
       const std::vector<double> q = project(w.query, xb, i, 1);
       for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
-        // S[i][j] = q_i . k_j / sqrt(hd), -inf above the diagonal when causal; softmax over j.
-        double max = -std::numeric_limits<double>::infinity();
-        for (std::int64_t j = 0; j < seq_len; ++j) {
-          double s = 0.0;
-          for (std::int64_t e = 0; e < hd; ++e) s += q[h * hd + e] * k[j * d + h * hd + e];
-          a[j] = (cfg.causal && j > i) ? -std::numeric_limits<double>::infinity() : s * scale;
-          max = std::max(max, a[j]);
-        }
-        double sum = 0.0;
-        for (std::int64_t j = 0; j < seq_len; ++j) sum += (a[j] = std::exp(a[j] - max));
-        for (std::int64_t j = 0; j < seq_len; ++j) {
-          a[j] /= sum;
-          if (drop.active()) {
-            a[j] = mha::detail::dropout_keep(drop, b, h, i, j) ? a[j] / (1.0 - drop.p) : 0.0;
-          }
-        }
-        for (std::int64_t e = 0; e < hd; ++e) {
-          double acc = 0.0;
-          for (std::int64_t j = 0; j < seq_len; ++j) acc += a[j] * v[j * d + h * hd + e];
-          context[h * hd + e] = acc;
-        }
+        attend(q.data() + h * hd, k.data() + h * hd, v.data() + h * hd, d, seq_len, hd, i,
+               cfg.causal, drop, b, h, a.data(), context.data() + h * hd);
       }
       const std::vector<double> y = cfg.out_proj ? project(w.out_proj, context, 0, 1) : context;
       std::copy(y.begin(), y.end(), result.begin() + static_cast<std::ptrdiff_t>(r) * d);
@@ -84,6 +94,17 @@ std::vector<double> forward(const mha::config& cfg, const mha::weights& w, std::
   for (std::int64_t b = 0; b < batch; ++b)
     for (std::int64_t t = 0; t < seq_len; ++t) all.push_back({b, t});
   return forward_rows(cfg, w, x, batch, seq_len, all, options);
+}
+
+std::vector<double> attention_row(const attention_shape& shape, std::span<const float> q,
+                                  std::span<const float> k, std::span<const float> v,
+                                  std::int64_t b, std::int64_t h, std::int64_t i) {
+  const std::int64_t hd = shape.head_dim, head = (b * shape.heads + h) * shape.seq_len * hd;
+  const std::vector<double> qi(q.begin() + head + i * hd, q.begin() + head + (i + 1) * hd);
+  std::vector<double> a(static_cast<std::size_t>(shape.seq_len)), out(static_cast<std::size_t>(hd));
+  attend(qi.data(), k.data() + head, v.data() + head, hd, shape.seq_len, hd, i, shape.causal,
+         {shape.dropout, shape.seed}, b, h, a.data(), out.data());
+  return out;
 }
 
 }  // namespace mha_reference

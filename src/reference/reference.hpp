@@ -31,4 +31,21 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
                                  std::span<const float> x, std::int64_t batch, std::int64_t seq_len,
                                  std::span<const row> rows, const mha::run_options& options = {});
 
+// The attention core alone (no projections), for checking attention kernels: q, k, v and the
+// result are (batch, heads, seq_len, head_dim), dense row-major.
+struct attention_shape {
+  std::int64_t batch = 1, heads = 1, seq_len = 1, head_dim = 1;
+  bool causal = true;
+  // Training-mode dropout on the attention weights with the shared mask of (seed, b, h, i, j),
+  // as forward() applies it in training mode; 0 = none.
+  float dropout = 0.0f;
+  std::uint64_t seed = 0;
+};
+
+// Row i of head (b, h): softmax_j(q_i . k_j / sqrt(head_dim), -inf for j > i when causal),
+// dropout applied, times V; head_dim values.
+std::vector<double> attention_row(const attention_shape& shape, std::span<const float> q,
+                                  std::span<const float> k, std::span<const float> v,
+                                  std::int64_t b, std::int64_t h, std::int64_t i);
+
 }  // namespace mha_reference

@@ -66,23 +66,6 @@ class openmp_threads {
   bool set_;
 };
 
-// One execution of the attention primitives covers a group of heads whose scores fit in this
-// many bytes, so they stay in L2 (1 MiB on Zen4) between the three primitives. Measured, 1
-// thread, split_weight d768, median ms: at B4 T256 H96, 76.4 / 80.6 / 78.7 / 82.2 with budgets
-// of 64 KiB (one head per execution) / 256 KiB / 1 MiB / 4 MiB, but 128.8 with all 384 heads at
-// once (96 MiB of scores); at B1 T16 H96, one head per execution costs 1.84 ms against 1.20
-// grouped (per-execution overhead). Between 64 KiB and 4 MiB the differences are noise.
-constexpr std::int64_t score_budget_bytes = std::int64_t{256} * 1024;
-
-// The largest divisor of `count` whose group * seq_len^2 scores fit the budget, at least 1.
-std::int64_t group_size(std::int64_t count, std::int64_t seq_len) {
-  const std::int64_t per_slice = seq_len * seq_len * static_cast<std::int64_t>(sizeof(float));
-  for (std::int64_t g = count; g > 1; --g) {
-    if (count % g == 0 && g * per_slice <= score_budget_bytes) return g;
-  }
-  return 1;
-}
-
 // The primitives of one input shape (batch, seq_len) of one plan.
 //   split_weight: x -> projection (d_out wide) -> head split, for Q, K, V; attention over the
 //                 batch * heads dense slices; head merge; out_proj.
@@ -98,9 +81,10 @@ struct shape_steps {
       : batch(b),
         seq_len(t),
         projection(detail::make_linear(engine, b * t, projected)),
-        attention(engine, t, cfg.head_dim(),
-                  group_size(form == formulation::split_weight ? b * cfg.n_heads : b, t),
-                  cfg.causal, 1.0f / std::sqrt(static_cast<float>(cfg.head_dim()))) {
+        attention(
+            engine, t, cfg.head_dim(),
+            detail::attention_group(form == formulation::split_weight ? b * cfg.n_heads : b, t),
+            cfg.causal, 1.0f / std::sqrt(static_cast<float>(cfg.head_dim()))) {
     const std::int64_t h = cfg.n_heads, hd = cfg.head_dim();
     if (h > 1) {
       if (form == formulation::split_weight) {

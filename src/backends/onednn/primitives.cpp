@@ -113,6 +113,15 @@ reorder_step make_head_merge(const dnnl::engine& engine, head_major from, std::i
   return make_reorder(engine, source, token_major(batch, seq_len, heads, head_dim));
 }
 
+std::int64_t attention_group(std::int64_t count, std::int64_t seq_len) {
+  constexpr std::int64_t score_budget_bytes = std::int64_t{256} * 1024;
+  const std::int64_t per_slice = seq_len * seq_len * static_cast<std::int64_t>(sizeof(float));
+  for (std::int64_t g = count; g > 1; --g) {
+    if (count % g == 0 && g * per_slice <= score_budget_bytes) return g;
+  }
+  return 1;
+}
+
 attention_steps::attention_steps(const dnnl::engine& engine, std::int64_t seq_len,
                                  std::int64_t head_dim, std::int64_t group, bool causal,
                                  float scale)

@@ -17,15 +17,21 @@ constexpr std::int64_t round_up(std::int64_t x, std::int64_t multiple) noexcept 
 // Scratch parts start on a cache line (and an AVX-512 register boundary).
 constexpr std::int64_t line_floats = 16;
 
-// Query rows per attention block: its scores (rows x seq_len) stay in L2 next to the head's
-// packed K^T and V while its three stages run. Attention alone, split form, one core, ms:
-//   rows per block           16     32     64    128
-//   B1 T1024 d768 H12      20.9   20.4   19.9   20.3
-//   B4 T256  d768 H12       7.5    6.4    6.4    6.4
-//   B1 T4096 d768 H12       276    278    281      -   (1 MB of scores at 64 rows: still fine)
+// Query rows per attention block. Attention alone (head-major Q, K, V), one core, median ms
+// over 9 runs at (B, T, H, head_dim) = (1, 1024, 12, 64) / (1, 4096, 12, 64) / (1, 256, 96, 8),
+// key tile 512, by rows per block:
+//   32: 17.3 / 255 / 2.39   64: 17.2 / 254 / 2.44   96: 17.2 / 255 / 2.34   128: 17.2 / 258 / 2.34
+// Within noise; 64 also makes enough parallel tasks (12 heads x 16 blocks at T = 1024).
 constexpr std::int64_t attention_block_rows = 64;
 
 }  // namespace
+
+// Keys per online-softmax step. Same measurement, 64 query rows per block, by key tile:
+//   128: 17.8 / 261 / 2.51    256: 17.2 / 256 / 2.37    512: 17.1 / 253 / 2.34
+//   whole rows (the unfused form): 17.1 / 257 / 2.34   (medians of 3 runs).
+// Narrower tiles pay per-tile costs (row maxima, the rescale); 512 keys make a 64 x 512 score
+// tile of 128 KB per thread, which stays in L2 between the three stages.
+const std::int64_t isa_kernels::default_key_tile = 512;
 
 void pack_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
                  std::int64_t stride_n, int nr, float* dst) noexcept {
@@ -66,22 +72,33 @@ panels_view packed_matrix::view() const noexcept {
   return {data_.data(), bias_.size() > 0 ? bias_.data() : nullptr, k_, n_, nr_};
 }
 
+std::int64_t attention_layout::values_offset() const noexcept {
+  return round_up(packed_size(head_dim, seq_len, scores.nr), line_floats);
+}
+
 std::int64_t attention_layout::head_floats() const noexcept {
   return values_offset() + packed_size(seq_len, head_dim, values.nr);
 }
 
 std::int64_t attention_layout::scratch_floats() const noexcept {
+  // Row statistics have room for whole registers (exp2_sum runs over them).
+  const std::int64_t row_floats = round_up(padded_rows, line_floats);
   return round_up(padded_rows * head_dim, line_floats) +
-         round_up(padded_rows * score_cols, line_floats) + round_up(padded_rows, line_floats) +
-         round_up(seq_len, line_floats);
+         round_up(padded_rows * score_cols, line_floats) +
+         round_up(padded_rows * acc_cols, line_floats) + 3 * row_floats +
+         round_up(score_cols, line_floats);
 }
 
 attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept {
+  const std::int64_t row_floats = round_up(padded_rows, line_floats);
   attention_scratch parts{};
   parts.queries = scratch;
   parts.scores = parts.queries + round_up(padded_rows * head_dim, line_floats);
-  parts.inv_sums = parts.scores + round_up(padded_rows * score_cols, line_floats);
-  parts.dropout = parts.inv_sums + round_up(padded_rows, line_floats);
+  parts.accumulators = parts.scores + round_up(padded_rows * score_cols, line_floats);
+  parts.row_max = parts.accumulators + round_up(padded_rows * acc_cols, line_floats);
+  parts.row_sum = parts.row_max + row_floats;
+  parts.rescale = parts.row_sum + row_floats;
+  parts.dropout = parts.rescale + row_floats;
   return parts;
 }
 
@@ -113,7 +130,8 @@ tile_shape isa_kernels::tile_for(int nr) const noexcept {
   return tiles[0];
 }
 
-attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t head_dim) const noexcept {
+attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t head_dim,
+                                     std::int64_t key_tile) const noexcept {
   attention_layout l;
   l.scores = tiles[0];
   l.values = tile_for(panel_width(head_dim));
@@ -122,8 +140,12 @@ attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t head_dim
   l.block_rows = std::min(seq_len, attention_block_rows);
   l.padded_rows =
       std::max(round_up(l.block_rows, l.scores.mr), round_up(l.block_rows, l.values.mr));
-  // Row vectors of the softmax read whole registers: room up to a multiple of the lanes too.
-  l.score_cols = round_up(seq_len, std::lcm(l.scores.nr, lanes));
+  // Key tiles start on a K^T panel, and the softmax reads rows as whole registers: both a
+  // multiple of the lanes and of the scores panel width.
+  const std::int64_t step = std::lcm(l.scores.nr, lanes);
+  l.key_tile = round_up(std::max<std::int64_t>(key_tile, 1), step);
+  l.score_cols = std::min(l.key_tile, round_up(seq_len, step));
+  l.acc_cols = round_up(head_dim, l.values.nr);
   return l;
 }
 
@@ -160,17 +182,38 @@ xsimd_isa best_isa() noexcept {
   return best;
 }
 
-void attention(const isa_kernels& kernels, const attention_args& args) {
-  const attention_layout layout = kernels.layout(args.seq_len, args.head_dim);
-  float_buffer head(static_cast<std::size_t>(layout.head_floats()));
-  float_buffer scratch(static_cast<std::size_t>(layout.scratch_floats()));
+attention_workspace::attention_workspace(const attention_layout& layout)
+    : layout_(layout),
+      head_(static_cast<std::size_t>(layout.head_floats())),
+      scratch_(static_cast<std::size_t>(layout.scratch_floats())) {}
+
+void attention_workspace::run_block(const isa_kernels& kernels, const attention_args& args,
+                                    std::int64_t b, std::int64_t h, std::int64_t block) noexcept {
+  if (const std::int64_t head = b * args.heads + h; head != packed_) {
+    pack_head(args, layout_, b, h, head_.data());
+    packed_ = head;
+  }
+  const std::int64_t first = block * layout_.block_rows;
+  kernels.attention_rows(args, layout_, head_.data(), b, h, first,
+                         std::min(first + layout_.block_rows, args.seq_len), scratch_.data());
+}
+
+void gemm(const isa_kernels& kernels, const head_major_gemm& g) noexcept {
+  for (std::int64_t bb = 0; bb < g.batch; ++bb) {
+    for (std::int64_t h = 0; h < g.heads; ++h) {
+      kernels.gemm(g.head(bb, h), 0, g.seq_len, h * g.panels_per_head(),
+                   (h + 1) * g.panels_per_head());
+    }
+  }
+}
+
+void attention(const isa_kernels& kernels, const attention_args& args, std::int64_t key_tile) {
+  const attention_layout layout = kernels.layout(args.seq_len, args.head_dim, key_tile);
+  attention_workspace workspace(layout);
   for (std::int64_t b = 0; b < args.batch; ++b) {
     for (std::int64_t h = 0; h < args.heads; ++h) {
-      pack_head(args, layout, b, h, head.data());
-      for (std::int64_t i = 0; i < args.seq_len; i += layout.block_rows) {
-        kernels.attention_rows(args, layout, head.data(), b, h, i,
-                               std::min(i + layout.block_rows, args.seq_len), scratch.data());
-      }
+      for (std::int64_t block = 0; block < layout.blocks(); ++block)
+        workspace.run_block(kernels, args, b, h, block);
     }
   }
 }

@@ -74,31 +74,69 @@ struct gemm_args {
   std::int64_t m = 0;
 };
 
-// The parts of one row block's scratch (attention_layout::scratch_parts).
-struct attention_scratch {
-  float* queries;   // padded_rows x head_dim: the block's queries times scale, zero-padded
-  float* scores;    // padded_rows x score_cols: scores, then probabilities
-  float* inv_sums;  // padded_rows: 1 / row sum
-  float* dropout;   // seq_len: one row of dropout multipliers
+// The split form's projection with C written head-major: C (batch * seq_len, n) = A B + bias
+// stored as (batch, heads, seq_len, n / heads), so attention reads each head's rows contiguously
+// (strided head rows cost the attention 4% at head_dim 64 and 17% at 32: B4 T256, one core).
+// Possible when every head's columns are whole panels of B (fits()); the micro-kernels then
+// write each head's block as a plain (seq_len, head_dim) matrix.
+struct head_major_gemm {
+  const float* a = nullptr;  // (batch * seq_len, b.k), row stride b.k
+  panels_view b;
+  float* c = nullptr;  // batch * seq_len * b.n floats
+  std::int64_t batch = 0, seq_len = 0, heads = 0;
+
+  static bool fits(const panels_view& b, std::int64_t heads) noexcept {
+    return (b.n / heads) % b.nr == 0;
+  }
+  std::int64_t head_dim() const noexcept { return b.n / heads; }
+  std::int64_t panels_per_head() const noexcept { return head_dim() / b.nr; }
+  // The GEMM of head (bb, h) alone: its seq_len rows of A and, over panels [h, h + 1) *
+  // panels_per_head(), its block of C as a (seq_len, head_dim) matrix. Its c points head_dim * h
+  // floats before the block (still inside c's buffer), since gemm() offsets by the column.
+  gemm_args head(std::int64_t bb, std::int64_t h) const noexcept {
+    const std::int64_t hd = head_dim();
+    return {a + bb * seq_len * b.k, b.k, b, c + ((bb * heads + h) * seq_len - h) * hd, hd, seq_len};
+  }
+  head_view<const float> view() const noexcept {
+    return {c, heads * seq_len * head_dim(), seq_len * head_dim(), head_dim()};
+  }
 };
 
-// The per-(seq_len, head_dim) geometry of the attention kernels on one ISA: panel widths, the
-// query-row block, and the floats each workspace needs.
+// The parts of one query block's scratch (attention_layout::scratch_parts).
+struct attention_scratch {
+  float* queries;       // padded_rows x head_dim: the block's queries times scale, zero-padded
+  float* scores;        // padded_rows x score_cols: one key tile's scores, then weights
+  float* accumulators;  // padded_rows x acc_cols: the output rows before dividing by row_sum
+  float* row_max;       // padded_rows: running max of each row's scores
+  float* row_sum;       // padded_rows: running sum of exp(score - row_max), undropped
+  float* rescale;       // padded_rows: exp(previous row_max - row_max) of the current key tile
+  float* dropout;       // score_cols: one row's dropout multipliers over a key tile
+};
+
+// The per-(seq_len, head_dim, key tile) geometry of the attention kernel on one ISA: panel
+// widths, the query-row block, the key tile, and the floats each workspace needs.
 struct attention_layout {
   tile_shape scores, values;  // micro-kernels of S = Q K^T and of O = P V
   std::int64_t seq_len = 0, head_dim = 0;
   std::int64_t block_rows = 0;   // query rows per attention_rows call (the last may be fewer)
   std::int64_t padded_rows = 0;  // block_rows rounded up for both micro-kernels' row counts
-  std::int64_t score_cols = 0;   // seq_len rounded up to scores.nr and to the ISA's lanes
+  std::int64_t key_tile = 0;     // keys per online-softmax step: a multiple of scores.nr and of
+                                 // the lanes; >= seq_len means one step over whole rows
+  std::int64_t score_cols = 0;   // columns of a scores tile: key_tile, or seq_len rounded up
+                                 // like key_tile when that is smaller
+  std::int64_t acc_cols = 0;     // head_dim rounded up to values.nr
 
   // Packed K^T (head_dim, seq_len) at the start, then packed V (seq_len, head_dim) at
   // values_offset(), of one head.
   std::int64_t head_floats() const noexcept;
-  std::int64_t values_offset() const noexcept { return head_dim * score_cols; }
-  // One row block: the scaled Q block, its scores / probabilities, 1/row sums, a dropout row.
+  std::int64_t values_offset() const noexcept;
+  // One query block's scratch: O(block_rows * (score_cols + head_dim)), independent of seq_len
+  // once seq_len >= key_tile.
   std::int64_t scratch_floats() const noexcept;
   // Carves `scratch` (scratch_floats() floats, 64-byte aligned) into its parts, each aligned.
   attention_scratch scratch_parts(float* scratch) const noexcept;
+  // Query blocks per head: ceil(seq_len / block_rows).
+  std::int64_t blocks() const noexcept { return (seq_len + block_rows - 1) / block_rows; }
 };
 
 // Head (b, h) of args.k and args.v packed into `head` (layout.head_floats() floats), as every
@@ -121,23 +159,31 @@ struct isa_kernels {
   void (*gemm)(const gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
                std::int64_t panel_begin, std::int64_t panel_end) noexcept;
   // Query rows [row_begin, row_end) of head (b, h), row_end - row_begin <= layout.block_rows:
-  // out rows = dropout(softmax(scale Q K^T + causal mask)) V, with `head` from pack_head and
-  // `scratch` layout.scratch_floats() floats owned by the caller.
+  // out rows = dropout(softmax(scale Q K^T + causal mask)) V, fused over key tiles of
+  // layout.key_tile (online softmax; no row of scores is ever whole unless one tile covers
+  // it), with `head` from pack_head and `scratch` layout.scratch_floats() floats owned by the
+  // caller. A row's result depends on the key tile, never on the block or on other rows.
   void (*attention_rows)(const attention_args& args, const attention_layout& layout,
                          const float* head, std::int64_t b, std::int64_t h, std::int64_t row_begin,
                          std::int64_t row_end, float* scratch) noexcept;
   // Softmax pieces over a row with room for n rounded up to `lanes` floats: the largest of
   // x[0, n) (n >= 1; the padding is read and ignored; with NaNs in x, some element or NaN), and
-  // x[j] = exp(x[j] - shift) in place for j < n, the padding set to 0, returning the sum.
+  // x[j] = 2^(x[j] - shift) in place for j < n (x[j] <= shift; exactly 0 below shift - 125;
+  // NaN stays NaN; relative error below 2e-7), the padding set to 0, returning the sum.
   float (*row_max)(const float* x, std::int64_t n) noexcept;
-  float (*exp_sum)(float* x, std::int64_t n, float shift) noexcept;
+  float (*exp2_sum)(float* x, std::int64_t n, float shift) noexcept;
 
   // The panel width that wastes the fewest padding columns for an n-column B, the widest of
   // equals (wider tiles run closer to peak).
   int panel_width(std::int64_t n) const noexcept;
   // The tile whose panel width is nr (one of tiles[]).
   tile_shape tile_for(int nr) const noexcept;
-  attention_layout layout(std::int64_t seq_len, std::int64_t head_dim) const noexcept;
+  // The attention geometry; key_tile is rounded up to a multiple of scores.nr and the lanes
+  // (default_key_tile: the measured fused kernel; seq_len or more: the unfused one).
+  attention_layout layout(std::int64_t seq_len, std::int64_t head_dim,
+                          std::int64_t key_tile = default_key_tile) const noexcept;
+  // Keys per online-softmax step of the fused kernel (measured: kernels.cpp).
+  static const std::int64_t default_key_tile;
 };
 
 // The kernels of `isa` (which this CPU must support: see xsimd_supported_isas()).
@@ -152,8 +198,33 @@ bool cpu_runs(xsimd_isa isa) noexcept;
 // the rest of the x86-64 level, e.g. BMI2 or AVX512VL, that our builds may use).
 xsimd_isa best_isa() noexcept;
 
-// Every (b, h) of `args`, one query-row block after another, on one thread: workspace allocated
-// once per call.
-void attention(const isa_kernels& kernels, const attention_args& args);
+// One thread's attention workspace for one attention call (one args, one layout): a packed
+// head and one query block's scratch, O(seq_len * head_dim + block_rows * (key_tile +
+// head_dim)) floats whatever the batch and head count. Allocated once; run_block() allocates
+// nothing. Not shared between threads.
+class attention_workspace {
+ public:
+  // Throws std::bad_alloc.
+  explicit attention_workspace(const attention_layout& layout);
+
+  // Query block `block` (rows [block * block_rows, ...)) of head (b, h) of `args`, with the
+  // layout the workspace was made for. Packs K and V of (b, h) unless they are the ones packed
+  // last, so blocks of one head in a row pack it once.
+  void run_block(const isa_kernels& kernels, const attention_args& args, std::int64_t b,
+                 std::int64_t h, std::int64_t block) noexcept;
+
+ private:
+  attention_layout layout_;
+  float_buffer head_, scratch_;
+  std::int64_t packed_ = -1;  // b * heads + h of the packed head, -1 before the first
+};
+
+// Every head of g, one after another, on the calling thread.
+void gemm(const isa_kernels& kernels, const head_major_gemm& g) noexcept;
+
+// Every query block of every (b, h) of `args`, in order, on the calling thread, with the
+// kernels' layout for key_tile (default: the fused kernel's). Throws std::bad_alloc.
+void attention(const isa_kernels& kernels, const attention_args& args,
+               std::int64_t key_tile = isa_kernels::default_key_tile);
 
 }  // namespace mha::detail

@@ -4,8 +4,7 @@
 #include <optional>
 #include <xsimd/config/xsimd_config.hpp>
 
-#include "backends/xsimd/kernels.hpp"
-#include "common/driver.hpp"
+#include "backends/xsimd/kernel_set.hpp"
 #include "core/text.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"
@@ -22,24 +21,6 @@ std::string names_of(const std::vector<xsimd_isa>& isas) {
   for (xsimd_isa isa : isas) names += (names.empty() ? "" : ", ") + std::string(to_string(isa));
   return names;
 }
-
-// The kernel set of the shared drivers (common/driver.hpp) on one ISA, single-threaded.
-template <xsimd_isa Isa>
-struct xsimd_kernels : detail::sequential_execution {
-  using packed_linear = detail::packed_matrix;
-
-  static const detail::isa_kernels& kernels() noexcept { return detail::kernels_for(Isa); }
-
-  static packed_linear pack(const linear_weights& w) {
-    return {w.weight.data(), w.has_bias() ? w.bias.data() : nullptr, w.out, w.in,
-            kernels().panel_width(w.out)};
-  }
-  static void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) {
-    const detail::panels_view b = w.view();
-    kernels().gemm({x, b.k, b, y, b.n, rows}, 0, rows, 0, b.panels());
-  }
-  static void attention(const detail::attention_args& args) { detail::attention(kernels(), args); }
-};
 
 class xsimd_impl final : public backend {
  public:
@@ -58,20 +39,7 @@ class xsimd_impl final : public backend {
 
   std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
                                   const weights& w) const override {
-    switch (isa()) {
-      case xsimd_isa::avx512:
-        return make<xsimd_isa::avx512>(cfg, form, w);
-      case xsimd_isa::avx2:
-        return make<xsimd_isa::avx2>(cfg, form, w);
-      case xsimd_isa::sse2:
-        break;
-    }
-    return make<xsimd_isa::sse2>(cfg, form, w);
-  }
-
-  template <xsimd_isa Isa>
-  std::unique_ptr<plan> make(const config& cfg, formulation form, const weights& w) const {
-    return std::make_unique<detail::driver_plan<xsimd_kernels<Isa>>>(cfg, form, w, name());
+    return detail::make_isa_plan<detail::xsimd_kernel_set>(isa(), cfg, form, w, name());
   }
 
   std::optional<xsimd_isa> pinned_;

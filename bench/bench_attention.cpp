@@ -1,0 +1,200 @@
+// bench_attention: the attention core alone (Q, K, V given; causal; no projections), the figure
+// to hold against other CPU flash-attention kernels:
+//   out[b, h] = softmax(Q K^T / sqrt(head_dim) + causal mask) V, every (b, h),
+// Q, K, V and out (B, H, T, head_dim) dense row-major, at (B, T, H, head_dim) = (1, 1024, 12, 64),
+// (1, 4096, 12, 64), (1, 256, 96, 8), on 1 and 2 threads (and every core when more):
+//   fused    the xsimd kernel with online softmax over key tiles (what the tbb and xsimd backends
+//            run), parallel over (b, h, 64-query block) tasks with the TBB framework;
+//   unfused  the same kernel with one key tile per row: each query block's whole rows of scores
+//            (64 x T floats), softmax, then P V;
+//   onednn   oneDNN's batched matmul (scale and causal mask fused) + softmax + batched matmul
+//            over groups of heads whose scores fit 256 KiB (the onednn backend's steps), threads
+//            through OpenMP.
+// Before timing, sampled rows (first and last batch element and head, tokens 0, T/3, 2T/3, T-1)
+// are checked against the double oracle (mha_reference::attention_row).
+// Counters: GFLOPS on causal pairs, 4 B H head_dim P with P = T (T + 1) / 2 (DESIGN §3), and
+// pct_peak against threads x the measured FP32 FMA peak of one core.
+//   bench_attention [--benchmark_filter=...] [google benchmark flags]
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/tbb/parallel.hpp"
+#include "backends/xsimd/kernels.hpp"
+#include "core/text.hpp"
+#include "kernel_timing.hpp"
+#include "mha/backends/xsimd.hpp"
+#include "reference/reference.hpp"
+
+#if MHA_BENCH_ONEDNN
+#include <omp.h>
+
+#include "backends/onednn/primitives.hpp"
+#endif
+
+namespace {
+
+using mha::detail::text;
+
+double peak_gflops = 0.0;  // FP32 FMA peak of one core, measured at start-up
+
+struct shape {
+  std::int64_t batch, seq_len, heads, head_dim;
+
+  std::string name() const { return text("b", batch, "/t", seq_len, "/h", heads, "/hd", head_dim); }
+  std::int64_t size() const { return batch * heads * seq_len * head_dim; }
+  double gflop() const {
+    return 4.0 * static_cast<double>(batch * heads * head_dim) * 0.5 *
+           static_cast<double>(seq_len) * static_cast<double>(seq_len + 1) * 1e-9;
+  }
+};
+
+const std::vector<shape> shapes = {{1, 1024, 12, 64}, {1, 4096, 12, 64}, {1, 256, 96, 8}};
+
+// Q, K, V uniform in [-1, 1) (K scaled up so the softmax is not flat), out, and the oracle's
+// sampled rows.
+struct operands {
+  explicit operands(const shape& s) : q(s.size()), k(s.size()), v(s.size()), out(s.size()) {
+    fill(q, 1, 1.0f);
+    fill(k, 2, 3.0f);
+    fill(v, 3, 1.0f);
+  }
+
+  static void fill(std::vector<float>& x, std::uint32_t seed, float scale) {
+    std::uint32_t state = seed;
+    for (float& e : x) {
+      state = state * 1664525u + 1013904223u;  // LCG: reproducible, fast for 50M floats
+      e = scale * (static_cast<float>(state >> 8) / 8388608.0f - 1.0f);
+    }
+  }
+
+  std::vector<float> q, k, v, out;
+};
+
+// max |out - oracle| over the sampled rows, relative to the largest oracle value; a message
+// when it exceeds the tolerance (float accumulation over up to 4096 keys stays far below it).
+std::string check(const shape& s, const operands& o) {
+  const mha_reference::attention_shape a{s.batch, s.heads, s.seq_len, s.head_dim};
+  double error = 0.0, largest = 0.0;
+  for (const std::int64_t b : {std::int64_t{0}, s.batch - 1}) {
+    for (const std::int64_t h : {std::int64_t{0}, s.heads / 2, s.heads - 1}) {
+      for (const std::int64_t i :
+           {std::int64_t{0}, s.seq_len / 3, 2 * s.seq_len / 3, s.seq_len - 1}) {
+        const std::vector<double> expected =
+            mha_reference::attention_row(a, o.q, o.k, o.v, b, h, i);
+        const float* got = o.out.data() + ((b * s.heads + h) * s.seq_len + i) * s.head_dim;
+        for (std::int64_t e = 0; e < s.head_dim; ++e) {
+          if (!(std::abs(got[e] - expected[e]) <= error)) error = std::abs(got[e] - expected[e]);
+          largest = std::max(largest, std::abs(expected[e]));
+        }
+      }
+    }
+  }
+  constexpr double tolerance = 1e-5;
+  if (error <= tolerance * largest) return {};
+  return text("wrong result: max error ", error, " > ", tolerance, " x max |reference| ", largest);
+}
+
+void run(benchmark::State& state, const shape& s, operands& o, int threads,
+         const std::function<void()>& attention) {
+  if (!mha_bench::check_then_time(
+          state, attention, [&] { return check(s, o); }, s.gflop(), peak_gflops, threads))
+    return;
+  state.counters["B"] = static_cast<double>(s.batch);
+  state.counters["T"] = static_cast<double>(s.seq_len);
+  state.counters["H"] = static_cast<double>(s.heads);
+  state.counters["head_dim"] = static_cast<double>(s.head_dim);
+  state.counters["n_threads"] = threads;
+}
+
+// The xsimd kernel through the TBB framework, key_tile as the layout takes it (seq_len: one tile
+// per row, the unfused form).
+void bm_xsimd(benchmark::State& state, shape s, int threads, std::int64_t key_tile) {
+  operands o(s);
+  const mha::detail::isa_kernels& kernels = mha::detail::kernels_for(mha::xsimd_default_isa());
+  mha::detail::attention_args args;
+  const std::int64_t head_stride = s.seq_len * s.head_dim, batch_stride = s.heads * head_stride;
+  args.q = {o.q.data(), batch_stride, head_stride, s.head_dim};
+  args.k = {o.k.data(), batch_stride, head_stride, s.head_dim};
+  args.v = {o.v.data(), batch_stride, head_stride, s.head_dim};
+  args.out = {o.out.data(), batch_stride, head_stride, s.head_dim};
+  args.batch = s.batch;
+  args.heads = s.heads;
+  args.seq_len = s.seq_len;
+  args.head_dim = s.head_dim;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const mha::detail::attention_layout layout = kernels.layout(s.seq_len, s.head_dim, key_tile);
+  state.SetLabel(text("key tile ", std::min(layout.key_tile, s.seq_len), ", ", kernels.arch_name));
+  run(state, s, o, threads, [&] {
+    mha::detail::in_arena(threads,
+                          [&] { mha::detail::parallel_attention(kernels, args, key_tile); });
+  });
+}
+
+#if MHA_BENCH_ONEDNN
+void bm_onednn(benchmark::State& state, shape s, int threads) {
+  operands o(s);
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const std::int64_t slices = s.batch * s.heads,
+                     group = mha::detail::attention_group(slices, s.seq_len);
+  const mha::detail::attention_steps steps(engine, s.seq_len, s.head_dim, group, /*causal=*/true,
+                                           1.0f / std::sqrt(static_cast<float>(s.head_dim)));
+  std::vector<float> scores(steps.score_floats());
+  std::vector<std::byte> scratchpad(steps.scratchpad_bytes());
+  std::vector<std::string> implementations;
+  steps.describe(implementations);
+  std::string label = text(group, " heads per execution");
+  for (const std::string& i : implementations) label += ", " + i;
+  state.SetLabel(label);
+  omp_set_num_threads(threads);  // oneDNN runs on OpenMP here (notes/deps.md §5)
+  run(state, s, o, threads, [&] {
+    for (std::int64_t first = 0; first < slices; first += group) {
+      const std::int64_t at = first * s.seq_len * s.head_dim;
+      steps.run_group(stream, o.q.data() + at, o.k.data() + at, o.v.data() + at, o.out.data() + at,
+                      scores.data(), scratchpad.data(), [](float*) {});
+    }
+    stream.wait();
+  });
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!mha_bench::initialize(&argc, argv, peak_gflops)) return 1;
+  benchmark::AddCustomContext("xsimd", mha::xsimd_backend().description());
+#if MHA_BENCH_ONEDNN
+  const dnnl_version_t* v = dnnl_version();
+  benchmark::AddCustomContext("onednn", text(v->major, ".", v->minor, ".", v->patch, ", OpenMP"));
+#endif
+
+  std::vector<int> thread_counts = {1, 2};
+  if (mha::detail::default_threads() > 2) thread_counts.push_back(mha::detail::default_threads());
+  for (const shape& s : shapes) {
+    for (const int threads : thread_counts) {
+      const std::string suffix = text("/", s.name(), "/threads:", threads);
+      benchmark::RegisterBenchmark(("attention/fused" + suffix).c_str(), bm_xsimd, s, threads,
+                                   mha::detail::isa_kernels::default_key_tile)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("attention/unfused" + suffix).c_str(), bm_xsimd, s, threads,
+                                   s.seq_len)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+#if MHA_BENCH_ONEDNN
+      benchmark::RegisterBenchmark(("attention/onednn" + suffix).c_str(), bm_onednn, s, threads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+#endif
+    }
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

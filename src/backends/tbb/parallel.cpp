@@ -1,0 +1,108 @@
+#include "backends/tbb/parallel.hpp"
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/enumerable_thread_specific.h>
+#include <oneapi/tbb/info.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+namespace mha::detail {
+namespace {
+
+// GEMM tiles: rows per tile, a multiple of every micro-kernel's row count (6, 8, 12, 16), and
+// columns per tile (whole panels). Measured at M = 1024, K = 768, GFLOP/s on 2 threads (1 thread
+// within noise of the single-call GEMM for every grid):
+//   tile rows x cols      N = 768    N = 64    N = 8
+//   48 x 128 (kept)       224-229    226       175
+//   48 x 64, 48 x 256     227-229    225-226   175
+//   96 x 128              218-227    218-219   165-170   (11 row tiles: 6 + 5 on 2 threads)
+//   192 x 256             218        207       159-162
+constexpr std::int64_t gemm_tile_rows = 48;
+constexpr std::int64_t gemm_tile_cols = 128;
+
+}  // namespace
+
+int default_threads() noexcept { return tbb::info::default_concurrency(); }
+
+void in_arena(int threads, const std::function<void()>& f) {
+  // The calling thread keeps its arenas of the last few thread counts: a new arena costs ~11 us
+  // per run on 2 threads (a worker has to join it), a kept one 0.3 us (tbb::parallel_for of 4
+  // trivial tasks, median of 2000). Per thread, so concurrent callers never share an arena.
+  struct kept {
+    int threads;
+    std::unique_ptr<tbb::task_arena> arena;
+  };
+  constexpr std::size_t keep = 4;
+  thread_local std::vector<kept> arenas;
+  const int slots = threads > 0 ? threads : tbb::task_arena::automatic;
+  auto found =
+      std::find_if(arenas.begin(), arenas.end(), [&](const kept& k) { return k.threads == slots; });
+  if (found == arenas.end()) {
+    if (arenas.size() == keep) arenas.erase(arenas.begin());  // the oldest
+    arenas.push_back({slots, std::make_unique<tbb::task_arena>(slots)});
+    found = arenas.end() - 1;
+  }
+  found->arena->execute(f);
+}
+
+void parallel_gemm(const isa_kernels& kernels, const gemm_args& g) {
+  const std::int64_t panels = g.b.panels(),
+                     tile_panels = std::max<std::int64_t>(1, gemm_tile_cols / g.b.nr);
+  const std::int64_t row_tiles = (g.m + gemm_tile_rows - 1) / gemm_tile_rows,
+                     panel_tiles = (panels + tile_panels - 1) / tile_panels;
+  // Tiles row-block-major: a thread's run of consecutive tiles shares its rows of A in L2.
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, row_tiles * panel_tiles),
+                    [&](const tbb::blocked_range<std::int64_t>& range) {
+                      for (std::int64_t t = range.begin(); t != range.end(); ++t) {
+                        const std::int64_t row = t / panel_tiles * gemm_tile_rows,
+                                           panel = t % panel_tiles * tile_panels;
+                        kernels.gemm(g, row, std::min(row + gemm_tile_rows, g.m), panel,
+                                     std::min(panel + tile_panels, panels));
+                      }
+                    });
+}
+
+void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g) {
+  const std::int64_t row_tiles = (g.seq_len + gemm_tile_rows - 1) / gemm_tile_rows,
+                     per_head = g.panels_per_head(),
+                     tile_panels = std::max<std::int64_t>(1, gemm_tile_cols / g.b.nr),
+                     panel_tiles = (per_head + tile_panels - 1) / tile_panels;
+  // Tiles head-major, then row-block-major within a head.
+  const std::int64_t per_head_tiles = row_tiles * panel_tiles;
+  tbb::parallel_for(
+      tbb::blocked_range<std::int64_t>(0, g.batch * g.heads * per_head_tiles),
+      [&](const tbb::blocked_range<std::int64_t>& range) {
+        for (std::int64_t t = range.begin(); t != range.end(); ++t) {
+          const std::int64_t head = t / per_head_tiles, tile = t % per_head_tiles;
+          const std::int64_t h = head % g.heads, row = tile / panel_tiles * gemm_tile_rows,
+                             panel = h * per_head + tile % panel_tiles * tile_panels;
+          kernels.gemm(g.head(head / g.heads, h), row, std::min(row + gemm_tile_rows, g.seq_len),
+                       panel, std::min(panel + tile_panels, (h + 1) * per_head));
+        }
+      });
+}
+
+void parallel_attention(const isa_kernels& kernels, const attention_args& args,
+                        std::int64_t key_tile) {
+  const attention_layout layout = kernels.layout(args.seq_len, args.head_dim, key_tile);
+  const std::int64_t blocks = layout.blocks();
+  // One workspace per thread that takes part, made on its first task.
+  tbb::enumerable_thread_specific<attention_workspace> workspaces(layout);
+  // Tasks head-major, blocks of a head consecutive: a thread running a stretch of them packs
+  // each head once.
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, args.batch * args.heads * blocks),
+                    [&](const tbb::blocked_range<std::int64_t>& range) {
+                      attention_workspace& workspace = workspaces.local();
+                      for (std::int64_t t = range.begin(); t != range.end(); ++t) {
+                        const std::int64_t head = t / blocks;
+                        workspace.run_block(kernels, args, head / args.heads, head % args.heads,
+                                            t % blocks);
+                      }
+                    });
+}
+
+}  // namespace mha::detail

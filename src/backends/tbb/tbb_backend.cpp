@@ -1,0 +1,76 @@
+// The TBB backend: the shared wrapper / split-weight drivers over the xsimd kernels, run in
+// parallel by the framework of parallel.hpp inside one task arena per run.
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/version.h>
+
+#include <optional>
+
+#include "backends/tbb/parallel.hpp"
+#include "backends/xsimd/kernel_set.hpp"
+#include "core/text.hpp"
+#include "mha/backends/tbb.hpp"
+#include "mha/backends/xsimd.hpp"
+
+namespace mha {
+namespace {
+
+// The xsimd kernel set of one ISA with its GEMM and attention in parallel, the driver's run()
+// in a task arena of run_options::threads and the wrapper's heads as parallel tasks (each
+// running its projections and attention, themselves parallel, nested in the same arena).
+template <xsimd_isa Isa>
+struct tbb_kernel_set : detail::xsimd_kernel_set<Isa> {
+  using base = detail::xsimd_kernel_set<Isa>;
+  using typename base::packed_linear;
+
+  static void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) {
+    const detail::panels_view b = w.view();
+    detail::parallel_gemm(base::kernels(), {x, b.k, b, y, b.n, rows});
+  }
+  static std::optional<detail::head_view<const float>> project_heads(const packed_linear& w,
+                                                                     const float* x,
+                                                                     std::int64_t batch,
+                                                                     std::int64_t seq_len,
+                                                                     std::int64_t heads, float* y) {
+    const detail::head_major_gemm g{x, w.view(), y, batch, seq_len, heads};
+    if (!detail::head_major_gemm::fits(g.b, heads)) return std::nullopt;
+    detail::parallel_gemm(base::kernels(), g);
+    return g.view();
+  }
+  static void attention(const detail::attention_args& args) {
+    detail::parallel_attention(base::kernels(), args);
+  }
+  template <class F>
+  static void run(const run_options& options, F&& f) {
+    detail::in_arena(options.threads, f);
+  }
+  template <class F>
+  static void for_each(std::int64_t n, F&& f) {
+    tbb::parallel_for(std::int64_t{0}, n, f);
+  }
+};
+
+class tbb_impl final : public backend {
+ public:
+  std::string_view name() const noexcept override { return "tbb"; }
+  std::string description() const override {
+    return detail::text("oneTBB ", TBB_VERSION_MAJOR, ".", TBB_VERSION_MINOR, " (",
+                        detail::default_threads(), " threads) over ",
+                        xsimd_backend().description());
+  }
+  int max_threads() const noexcept override { return detail::default_threads(); }
+
+ private:
+  std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
+                                  const weights& w) const override {
+    return detail::make_isa_plan<tbb_kernel_set>(xsimd_default_isa(), cfg, form, w, name());
+  }
+};
+
+}  // namespace
+
+const backend& tbb_backend() {
+  static const tbb_impl instance;
+  return instance;
+}
+
+}  // namespace mha
