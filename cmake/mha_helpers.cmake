@@ -25,14 +25,10 @@ function(mha_backend_option name description)
   endif()
 endfunction()
 
-# Sets MHA_WITH_<NAME> in the caller: built when its sources exist, its dependency is found and
-# it is not OFF; ON without the dependency fails loudly.
+# Sets MHA_WITH_<NAME> in the caller: built when its dependency is found and it is not OFF;
+# ON without the dependency fails loudly.
 function(mha_resolve_backend name found_var what)
-  string(TOLOWER ${name} folder)
-  if(NOT EXISTS ${PROJECT_SOURCE_DIR}/src/backends/${folder}/CMakeLists.txt)
-    set(with OFF)
-    set(status "not built (no sources yet)")
-  elseif(MHA_BACKEND_${name} STREQUAL "OFF")
+  if(MHA_BACKEND_${name} STREQUAL "OFF")
     set(with OFF)
     set(status "off (MHA_BACKEND_${name}=OFF)")
   elseif(${found_var})
