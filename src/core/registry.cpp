@@ -20,18 +20,20 @@ std::string names_of(const std::vector<const backend*>& list) {
 }  // namespace
 
 const std::vector<const backend*>& available_backends() {
+  // Best first, as measured on Zen4 (quick preset): tbb is fastest on 2 threads and ties xsimd
+  // on 1 (the same kernels); xsimd beats onednn single-threaded (GPT-2 small split_weight
+  // 60.5 vs 93 ms); naive is the readable reference.
   static const std::vector<const backend*> list = {
 #if MHA_WITH_TBB
-    &tbb_backend(),
-#endif
-#if MHA_WITH_ONEDNN
-    &onednn_backend(),
+      &tbb_backend(),
 #endif
 #if MHA_WITH_XSIMD
-    &xsimd_backend(),
+      &xsimd_backend(),
 #endif
-    &naive_backend()
-  };
+#if MHA_WITH_ONEDNN
+      &onednn_backend(),
+#endif
+      &naive_backend()};
   return list;
 }
 
