@@ -39,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--peak-all", type=float, help="FP32 FMA peak of all cores, GFLOP/s (overrides the context)"
     )
+    p.add_argument(
+        "--best-run",
+        action="store_true",
+        help="the result files are repeated runs of one sweep: per benchmark, keep the run with "
+        "the lowest median (interference on a shared machine only adds time)",
+    )
     p.add_argument("--alpha", type=float, default=ab.ALPHA, help="A/B significance level (default 0.05)")
     p.add_argument(
         "--no-scipy", action="store_true", help="A/B: use the range rule even when scipy is present"
@@ -73,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             before, after = (results.load([path]) for path in args.ab)
             ab.generate(before, after, tuple(args.ab), staging, args.alpha, not args.no_scipy)
         else:
-            loaded = results.load(args.results)
+            loaded = results.load(args.results, args.best_run)
             if not loaded.measurements and not loaded.failures:
                 raise ReportError("the inputs hold no attention benchmarks (names 'mha/...')")
             peak = analysis.find_peak(loaded, args.peak_1core, args.peak_all)

@@ -154,6 +154,8 @@ class ResultSet:
     contexts: list[tuple[str, dict]] = field(default_factory=list)
     # Benchmarks whose names are not attention benchmarks (name, file): listed, not analysed.
     unrecognised: list[tuple[str, str]] = field(default_factory=list)
+    # Benchmarks measured in more than one file (load(best_run=True) kept the fastest run).
+    repeated: int = 0
 
     def backends(self) -> list[str]:
         """Backends measured: mha backends first (alphabetical), then peers."""
@@ -278,16 +280,18 @@ def _load_document(path: Path) -> dict:
     return doc
 
 
-def load(paths: list[str | Path]) -> ResultSet:
+def load(paths: list[str | Path], best_run: bool = False) -> ResultSet:
     """Reads and merges result files. The same benchmark in two files is an error (compare
-    two runs with A/B mode instead); so is any malformed entry."""
+    two runs with A/B mode instead) unless best_run: then the files are repeated runs of one
+    sweep and each benchmark keeps the run with the lowest median, since interference on a
+    shared machine only ever adds time. Any malformed entry is an error."""
     results = ResultSet()
     for raw_path in paths:
         path = Path(raw_path)
         doc = _load_document(path)
         source = str(path)
         results.contexts.append((source, doc.get("context", {})))
-        _merge(results, _read_entries(doc["benchmarks"], source))
+        _merge(results, _read_entries(doc["benchmarks"], source), best_run)
     return results
 
 
@@ -347,13 +351,18 @@ def _read_entries(entries: list, source: str) -> ResultSet:
     return part
 
 
-def _merge(into: ResultSet, part: ResultSet) -> None:
+def _merge(into: ResultSet, part: ResultSet, best_run: bool = False) -> None:
     for key, measurement in part.measurements.items():
-        if key in into.measurements:
+        kept = into.measurements.get(key)
+        if kept is not None and not best_run:
             raise ReportError(
-                f"benchmark '{key.name()}' is in both {into.measurements[key].source} and "
-                f"{measurement.source}; to compare two runs use --ab BEFORE AFTER"
+                f"benchmark '{key.name()}' is in both {kept.source} and {measurement.source}; "
+                "to compare two runs use --ab BEFORE AFTER, to combine repeated runs --best-run"
             )
+        if kept is not None:
+            into.repeated += 1
+            if kept.median_s <= measurement.median_s:
+                continue
         into.measurements[key] = measurement
     into.failures.extend(part.failures)
     into.unrecognised.extend(part.unrecognised)

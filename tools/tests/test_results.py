@@ -73,8 +73,28 @@ def test_files_merge_by_name_and_the_same_benchmark_twice_is_an_error(tmp_path):
     merged = load([a, b])
     assert merged.backends() == ["naive", "torch"]
     assert len(merged.contexts) == 2
-    with pytest.raises(ReportError, match="is in both .*a.json and .*a2.json; to compare two runs use --ab"):
+    with pytest.raises(
+        ReportError, match="is in both .*a.json and .*a2.json; to compare two runs use --ab.*--best-run"
+    ):
         load([a, write(tmp_path / "a2.json", entries("naive", "wrapper", S, 1, 0.02))])
+
+
+def test_best_run_keeps_each_benchmarks_fastest_run_whichever_file_it_is_in(tmp_path):
+    first = write(
+        tmp_path / "first.json",
+        entries("tbb", "wrapper", S, 2, 0.060) + entries("tbb", "split_weight", S, 2, 0.027),
+    )
+    second = write(
+        tmp_path / "second.json",
+        entries("tbb", "wrapper", S, 2, 0.031) + entries("tbb", "split_weight", S, 2, 0.028),
+    )
+    merged = load([first, second], best_run=True)
+    assert merged.repeated == 2
+    wrapper = merged.get("tbb", "wrapper", S, 2)
+    assert wrapper.median_s == pytest.approx(0.031) and wrapper.source == str(second)
+    split = merged.get("tbb", "split_weight", S, 2)
+    assert split.median_s == pytest.approx(0.027) and split.source == str(first)
+    assert len(merged.contexts) == 2
 
 
 @pytest.mark.parametrize(
