@@ -43,13 +43,20 @@ def _threads_text(n: int) -> str:
 
 _CONTEXT_SKIP = {"caches", "load_avg"}
 
+# Google Benchmark's `library_build_type` describes libbenchmark itself (Debian's package says
+# "debug"), not the code it timed; readers take it for the latter, so the table says whose it is.
+_CONTEXT_EXPLAINED = {
+    "library_build_type": "Google Benchmark library's build, not the timed code's (see mha_build_type)",
+}
+
 
 def _context_rows(context: dict) -> list[list[str]]:
     rows = []
     for key, value in context.items():
         if key in _CONTEXT_SKIP or isinstance(value, (dict, list)):
             continue
-        rows.append([f"`{key}`", str(value)])
+        note = _CONTEXT_EXPLAINED.get(key)
+        rows.append([f"`{key}`", f"{value} ({note})" if note else str(value)])
     caches = context.get("caches")
     if isinstance(caches, list) and caches:
         text = ", ".join(

@@ -101,6 +101,7 @@ def test_heads_report_with_peers_has_every_section_figure_and_number(heads_repor
     # Context and peak, thread scaling (1.8x by construction), absent sections said.
     assert "1 core: **100.0 GFLOP/s**, all cores: **200.0 GFLOP/s**" in md
     assert "| `torch_version` | 1.13.1 |" in md
+    assert "| `library_build_type` | debug (Google Benchmark library's build, not the timed code's" in md
     scaling = table_after(md, "## Thread scaling")
     assert {r[3] for r in scaling} == {"1.80×"} and {r[4] for r in scaling} == {"90%"}
     assert "GFLOP/s against T: no shapes that differ only in T" in md
