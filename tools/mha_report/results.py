@@ -17,6 +17,7 @@ Bad input raises ReportError naming the file, the benchmark and what was expecte
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import statistics
@@ -266,9 +267,17 @@ def _run_name(entry: dict) -> str:
 
 
 def _load_document(path: Path) -> dict:
+    """A result file, plain or gzip-compressed (name ending in .gz: how committed reports keep
+    their inputs small)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                doc = json.load(f)
+        else:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+    except gzip.BadGzipFile:
+        raise ReportError(f"{path}: named .gz but not gzip-compressed") from None
     except OSError as e:
         raise ReportError(f"{path}: cannot read ({e.strerror})") from None
     except json.JSONDecodeError as e:

@@ -1,5 +1,6 @@
 """Reading Google Benchmark JSON: names, units, repetitions, aggregates, failures, bad input."""
 
+import gzip
 import json
 
 import pytest
@@ -126,6 +127,18 @@ def test_malformed_input_is_an_error_naming_the_problem(tmp_path, content, messa
     path.write_text(content)
     with pytest.raises(ReportError, match=message):
         load([path])
+
+
+def test_gzip_compressed_file_reads_like_the_plain_one(tmp_path):
+    plain = write(tmp_path / "r.json", entries("xsimd", "split_weight", S, 1, 0.012))
+    packed = tmp_path / "r.json.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    key = Key("xsimd", "split_weight", S, 1)
+    assert load([packed]).measurements[key].median_s == load([plain]).measurements[key].median_s
+    fake = tmp_path / "fake.json.gz"
+    fake.write_bytes(plain.read_bytes())
+    with pytest.raises(ReportError, match="fake.json.gz: named .gz but not gzip-compressed"):
+        load([fake])
 
 
 def test_missing_file_is_an_error(tmp_path):
