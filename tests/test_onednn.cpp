@@ -132,6 +132,24 @@ TEST_P(OnednnPlan, ThreadCountChangesNeitherResultNorCallerSetting) {
   EXPECT_EQ(mha::onednn_backend().max_threads(), before);
 }
 
+// Primitives are built per OpenMP team size (oneDNN fixes a primitive's thread partition when
+// it is created) and reused when a team size comes back.
+TEST_P(OnednnPlan, PrimitivesAreBuiltPerThreadCountAndReused) {
+  const auto plan = mha::onednn_backend().prepare(cfg, GetParam(), w);
+  const std::vector<float> x = input(2, context, 5);
+  const int all = omp_get_max_threads();
+  ASSERT_TRUE(mha::detail::onednn_cached_team_sizes(*plan, 2, context).empty());
+  run(*plan, x, 2, context, 1);
+  EXPECT_EQ(mha::detail::onednn_cached_team_sizes(*plan, 2, context), std::vector<int>{1});
+  run(*plan, x, 2, context, 2);
+  EXPECT_EQ(mha::detail::onednn_cached_team_sizes(*plan, 2, context), (std::vector<int>{2, 1}));
+  run(*plan, x, 2, context, 1);
+  EXPECT_EQ(mha::detail::onednn_cached_team_sizes(*plan, 2, context), (std::vector<int>{1, 2}));
+  run(*plan, x, 2, context, 0);  // 0: the caller's team size
+  EXPECT_EQ(mha::detail::onednn_cached_team_sizes(*plan, 2, context).front(), all);
+  EXPECT_THROW(mha::detail::onednn_cached_team_sizes(*plan, 2, context + 1), mha::invalid_argument);
+}
+
 // One token through long rows: the shape where a GEMM library is most tempted to split the
 // reduction across threads, which would change the rounding.
 TEST_P(OnednnPlan, OneLongTokenIsThreadCountIndependent) {

@@ -16,4 +16,9 @@ namespace mha::detail {
 std::vector<std::string> onednn_implementations(const plan& p, std::int64_t batch,
                                                 std::int64_t seq_len);
 
+// The OpenMP team sizes p holds primitives for at input shape (batch, seq_len), most recently
+// used first: one entry per run_options::threads value it ran the shape with (oneDNN fixes a
+// primitive's thread partition when it is created). Same errors as onednn_implementations.
+std::vector<int> onednn_cached_team_sizes(const plan& p, std::int64_t batch, std::int64_t seq_len);
+
 }  // namespace mha::detail

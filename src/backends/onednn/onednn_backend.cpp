@@ -66,7 +66,10 @@ class openmp_threads {
   bool set_;
 };
 
-// The primitives of one input shape (batch, seq_len) of one plan.
+// The primitives of one input shape (batch, seq_len) of one plan, for one OpenMP team size:
+// oneDNN sizes a primitive's work partition by omp_get_max_threads() when it is created and keeps
+// it for every execution (its own primitive cache keys on the thread count for the same reason),
+// so a primitive built for 1 thread would run single-threaded when asked for 2.
 //   split_weight: x -> projection (d_out wide) -> head split, for Q, K, V; attention over the
 //                 batch * heads dense slices; head merge; out_proj.
 //   wrapper:      per head, x -> projection (head_dim wide) for Q, K, V into the head's own
@@ -80,6 +83,7 @@ struct shape_steps {
               std::int64_t t, const packed_linear& projected, const packed_linear* out)
       : batch(b),
         seq_len(t),
+        threads(omp_get_max_threads()),
         projection(detail::make_linear(engine, b * t, projected)),
         attention(
             engine, t, cfg.head_dim(),
@@ -112,6 +116,7 @@ struct shape_steps {
   }
 
   std::int64_t batch, seq_len;
+  int threads;  // the OpenMP team size the primitives were created for
   matmul_step projection;  // x -> Q, K or V: all heads (split_weight) or one head (wrapper)
   std::optional<reorder_step> head_split;
   attention_steps attention;
@@ -126,24 +131,34 @@ struct shape_steps {
   }
 };
 
-// The steps of the most recently run shapes. Thread-safe: concurrent runs share entries through
+// The steps of the most recently run (shape, team size) pairs. Thread-safe: concurrent runs share entries through
 // shared_ptr, so evicting one never pulls it from under a run that is using it.
 class step_cache {
  public:
   template <class Build>
-  std::shared_ptr<const shape_steps> get(std::int64_t batch, std::int64_t seq_len,
+  std::shared_ptr<const shape_steps> get(std::int64_t batch, std::int64_t seq_len, int threads,
                                          Build&& build) const {
-    if (auto found = find(batch, seq_len)) return found;
+    if (auto found = find(batch, seq_len, threads)) return found;
     // Built outside the lock (it JIT-compiles kernels): other shapes keep running meanwhile.
     // Two threads may both build a new shape; the first to insert wins.
     std::shared_ptr<const shape_steps> built = build();
     std::lock_guard lock(mutex_);
     for (const auto& entry : recent_) {
-      if (entry->batch == batch && entry->seq_len == seq_len) return entry;
+      if (matches(*entry, batch, seq_len, threads)) return entry;
     }
     recent_.push_front(std::move(built));
     if (recent_.size() > capacity) recent_.pop_back();
     return recent_.front();
+  }
+
+  // The team sizes cached for (batch, seq_len), most recently used first.
+  std::vector<int> team_sizes(std::int64_t batch, std::int64_t seq_len) const {
+    std::lock_guard lock(mutex_);
+    std::vector<int> out;
+    for (const auto& entry : recent_) {
+      if (entry->batch == batch && entry->seq_len == seq_len) out.push_back(entry->threads);
+    }
+    return out;
   }
 
  private:
@@ -151,10 +166,15 @@ class step_cache {
   // generation loop) from holding every shape's kernels and (T, T) masks.
   static constexpr std::size_t capacity = 8;
 
-  std::shared_ptr<const shape_steps> find(std::int64_t batch, std::int64_t seq_len) const {
+  static bool matches(const shape_steps& s, std::int64_t batch, std::int64_t seq_len, int threads) {
+    return s.batch == batch && s.seq_len == seq_len && s.threads == threads;
+  }
+
+  std::shared_ptr<const shape_steps> find(std::int64_t batch, std::int64_t seq_len,
+                                          int threads) const {
     std::lock_guard lock(mutex_);
     for (auto it = recent_.begin(); it != recent_.end(); ++it) {
-      if ((*it)->batch == batch && (*it)->seq_len == seq_len) {
+      if (matches(**it, batch, seq_len, threads)) {
         recent_.splice(recent_.begin(), recent_, it);  // most recently used first
         return recent_.front();
       }
@@ -236,6 +256,10 @@ class onednn_plan final : public plan {
     return steps(batch, seq_len)->describe();
   }
 
+  std::vector<int> cached_team_sizes(std::int64_t batch, std::int64_t seq_len) const {
+    return cache_.team_sizes(batch, seq_len);
+  }
+
  private:
   using piece = call_buffers::piece;
 
@@ -253,8 +277,9 @@ class onednn_plan final : public plan {
     if (cfg.out_proj) out_proj_.emplace(detail::pack_linear(cpu_engine(), w.out_proj));
   }
 
+  // The shape's steps for the calling thread's current OpenMP team size (execute sets it first).
   std::shared_ptr<const shape_steps> steps(std::int64_t batch, std::int64_t seq_len) const {
-    return cache_.get(batch, seq_len, [&] {
+    return cache_.get(batch, seq_len, omp_get_max_threads(), [&] {
       return rethrowing_dnnl_errors(
           [&] {
             return text("building the primitives of ",
@@ -438,19 +463,36 @@ const backend& onednn_backend() {
   return instance;
 }
 
-std::vector<std::string> detail::onednn_implementations(const plan& p, std::int64_t batch,
-                                                        std::int64_t seq_len) {
+namespace {
+
+// p as the oneDNN plan it must be, with (batch, seq_len) in its range; `caller` names the
+// introspection function in the errors.
+const onednn_plan& introspected(std::string_view caller, const plan& p, std::int64_t batch,
+                                std::int64_t seq_len) {
   const auto* own = dynamic_cast<const onednn_plan*>(&p);
   if (own == nullptr) {
-    throw invalid_argument(text("onednn_implementations: the plan is from backend '",
-                                p.backend_name(), "', expected onednn"));
+    throw invalid_argument(
+        text(caller, ": the plan is from backend '", p.backend_name(), "', expected onednn"));
   }
   if (batch < 1 || seq_len < 1 || seq_len > p.config().context_length) {
-    throw invalid_argument(
-        text("onednn_implementations: shape (batch ", batch, ", seq_len ", seq_len,
-             ") needs batch >= 1 and 1 <= seq_len <= ", p.config().context_length));
+    throw invalid_argument(text(caller, ": shape (batch ", batch, ", seq_len ", seq_len,
+                                ") needs batch >= 1 and 1 <= seq_len <= ",
+                                p.config().context_length));
   }
-  return own->implementations(batch, seq_len);
+  return *own;
+}
+
+}  // namespace
+
+std::vector<std::string> detail::onednn_implementations(const plan& p, std::int64_t batch,
+                                                        std::int64_t seq_len) {
+  return introspected("onednn_implementations", p, batch, seq_len).implementations(batch, seq_len);
+}
+
+std::vector<int> detail::onednn_cached_team_sizes(const plan& p, std::int64_t batch,
+                                                  std::int64_t seq_len) {
+  return introspected("onednn_cached_team_sizes", p, batch, seq_len)
+      .cached_team_sizes(batch, seq_len);
 }
 
 }  // namespace mha
