@@ -203,15 +203,6 @@ int run_sweep(int argc, char** argv) {
   const std::vector<series> plan = apply(preset(opt.preset, hardware_threads), opt.lists);
   const expansion sweep = expand(plan);
   for (const std::string& d : sweep.dropped) std::cerr << "mha_bench: dropped " << d << '\n';
-  if (!opt.dump_shapes.empty()) {
-    std::ofstream file(opt.dump_shapes);
-    file << shapes_json(sweep);
-    if (!file.flush()) {
-      std::cerr << "mha_bench: cannot write --dump-shapes file '" << opt.dump_shapes << "'\n";
-      return 2;
-    }
-    return 0;
-  }
   if (opt.list_shapes) {
     for (const sweep_point& p : sweep.points) {
       std::cout << "B=" << p.shape.batch << " T=" << p.shape.seq_len << " d_in=" << p.shape.d_model
@@ -243,6 +234,15 @@ int run_sweep(int argc, char** argv) {
     std::cerr << "mha_bench: no benchmark of preset " << opt.preset
               << " matches --benchmark_filter=" << filter << '\n';
     return 2;
+  }
+  if (!opt.dump_shapes.empty()) {
+    std::ofstream file(opt.dump_shapes);
+    file << shapes_json(covered_points(sweep, cases));
+    if (!file.flush()) {
+      std::cerr << "mha_bench: cannot write --dump-shapes file '" << opt.dump_shapes << "'\n";
+      return 2;
+    }
+    return 0;
   }
 
   if (log) *log << "mha_bench: measuring the FP32 FMA peak..." << std::endl;

@@ -80,7 +80,7 @@ options parse_command_line(std::span<const std::string> args) {
        }},
   };
   const std::map<std::string_view, bool*> switches = {
-      {"--quiet", &o.quiet}, {"--list-shapes", &o.list_shapes}, {"--help", &o.help}};
+      {"--quiet", &o.quiet}, {"--list-shapes", &o.list_shapes}};
 
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view arg = args[i];
@@ -130,8 +130,9 @@ std::string usage(std::string_view program) {
          "= none)\n"
          "  --tolerance X         check: max|y - reference| <= X * max|reference| (default 1e-4)\n"
          "  --list-shapes         print the shapes and thread counts of the sweep, then exit\n"
-         "  --dump-shapes FILE    write them as JSON for bench/peers/torch_mha.py --shapes, then "
-         "exit\n"
+         "  --dump-shapes FILE    write the shapes and thread counts the selected benchmarks run\n"
+         "                        (after --backends and --benchmark_filter) as JSON for\n"
+         "                        bench/peers/torch_mha.py --shapes, then exit\n"
          "  --quiet               no progress lines on stderr\n"
          "\n"
          "Google Benchmark 1.7.1 flags work alongside, e.g. --benchmark_filter=REGEX,\n"

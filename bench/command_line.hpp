@@ -26,8 +26,7 @@ struct options {
   double tolerance = default_tolerance;  // --tolerance, relative to max|y| of the sample
   bool quiet = false;                    // --quiet: no progress on stderr
   bool list_shapes = false;              // --list-shapes: print the expanded shapes and exit
-  std::string dump_shapes;               // --dump-shapes FILE: write shapes_json() there and exit
-  bool help = false;                     // --help
+  std::string dump_shapes;               // --dump-shapes FILE: write the selected shapes, exit
 };
 
 // Parses the arguments left once benchmark::Initialize has taken its flags (program name

@@ -170,6 +170,17 @@ std::string shapes_json(const expansion& e) {
   return out + "\n]\n";
 }
 
+expansion covered_points(const expansion& e, std::span<const bench_case> cases) {
+  expansion out{.points = {}, .dropped = e.dropped};
+  for (const sweep_point& p : e.points) {
+    const bool covered = std::ranges::any_of(cases, [&](const bench_case& c) {
+      return c.shape == p.shape && c.threads == p.threads;
+    });
+    if (covered) out.points.push_back(p);
+  }
+  return out;
+}
+
 expansion expand(std::span<const series> list) {
   expansion out;
   // Shapes in first-seen order; each shape's points are gathered so they run together.

@@ -75,7 +75,7 @@ struct expansion {
   // together, so a sweep builds a shape's weights and reference once.
   std::vector<sweep_point> points;
   // Shapes left out because d_model is not divisible by heads, one line each, e.g.
-  // "b1/t128/d_model1000/h3: d_model 1000 is not divisible by 3 heads".
+  // "d_model 1000 is not divisible by 3 heads (B=1 T=128, series heads_d_model)".
   std::vector<std::string> dropped;
 };
 
@@ -119,6 +119,10 @@ struct bench_case {
 std::vector<bench_case> make_cases(std::span<const sweep_point> points,
                                    std::span<const backend_info> backends,
                                    std::span<const mha::formulation> formulations);
+
+// The points of e that at least one case runs (same shape and thread count), for the peers'
+// shape file: --backends and --benchmark_filter narrow what PyTorch times as they narrow mha_bench.
+expansion covered_points(const expansion& e, std::span<const bench_case> cases);
 
 // Whether Google Benchmark's --benchmark_filter `filter` selects `name`, as 1.7.1 decides it:
 // a POSIX extended regex searched in the name; a leading '-' negates; "" and "all" select all.

@@ -370,6 +370,23 @@ TEST(BenchCommandLine, ReadsGoogleBenchmarkFlagsForTheEstimate) {
   EXPECT_EQ(mha_bench::benchmark_flag(args, "benchmark_filter", 7), 7.0);
 }
 
+// The peers time what mha_bench runs: points no selected case runs are left out.
+TEST(ShapesJson, CoveredPointsAreThoseTheSelectedCasesRun) {
+  const shape a{1, 64, 64, 4}, b{1, 8, 8, 2};
+  mha_bench::expansion e;
+  e.points = {{a, 1, {"s"}}, {a, 2, {"s"}}, {b, 1, {"s"}}, {b, 2, {"s"}}};
+  e.dropped = {"one dropped shape"};
+  const std::vector<mha_bench::backend_info> serial = {{"serial", 1}};
+  auto cases = mha_bench::make_cases(e.points, serial, std::vector{split});
+  std::erase_if(cases, [&](const bench_case& c) { return c.shape == b; });  // a filter on /t64/
+  const mha_bench::expansion covered = mha_bench::covered_points(e, cases);
+  ASSERT_EQ(covered.points.size(), 1u);
+  EXPECT_EQ(covered.points[0].shape, a);
+  EXPECT_EQ(covered.points[0].threads, 1);
+  EXPECT_EQ(covered.dropped, e.dropped);
+  EXPECT_TRUE(mha_bench::covered_points(e, {}).points.empty());
+}
+
 // The peers' shape file lists each shape once, with all its thread counts and series.
 TEST(ShapesJson, OneObjectPerShapeWithItsThreadsAndSeries) {
   const std::string json = mha_bench::shapes_json(mha_bench::expand(mha_bench::preset("quick", 2)));
