@@ -194,7 +194,14 @@ TEST_F(Files, MissingFileNamesThePath) {
 }
 
 TEST_F(Files, DirectoryIsNotAFile) {
-  expect_error<mha::error>([&] { io::read_safetensors(dir_); }, {"cannot read", dir_.c_str()});
+  expect_error<mha::error>([&] { io::read_safetensors(dir_); },
+                           {"cannot read", dir_.c_str(), "not a regular file"});
+}
+
+// A device would be read without end (never ends the read, grows memory): refused up front.
+TEST_F(Files, EndlessDeviceIsRefused) {
+  expect_error<mha::error>([] { io::read_npy("/dev/zero"); },
+                           {"cannot read", "/dev/zero", "not a regular file"});
 }
 
 TEST_F(Files, UnwritablePathNamesIt) {

@@ -61,7 +61,8 @@ tensor_file parse_safetensors(std::span<const std::byte> bytes,
 std::vector<std::byte> safetensors_bytes(const tensor_file& file);
 
 // parse_safetensors / safetensors_bytes on a file. Throw mha::error when the file cannot be
-// opened, read or written (with the system's reason), plus the errors above.
+// opened, read or written (with the system's reason) or is not a regular file (a directory,
+// device or pipe), plus the errors above.
 tensor_file read_safetensors(const std::filesystem::path& path);
 void write_safetensors(const std::filesystem::path& path, const tensor_file& file);
 

@@ -78,6 +78,13 @@ void check_tensor(std::string_view what, const tensor& t) {
 }
 
 std::vector<std::byte> read_file(const std::filesystem::path& path) {
+  // Only regular files: a device or pipe (/dev/zero, a FIFO) would be read without end.
+  std::error_code status_error;
+  const std::filesystem::file_status status = std::filesystem::status(path, status_error);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw error(text("mha: cannot read '", path.string(),
+                     "': not a regular file (a directory, device or pipe); expected a file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw error(
