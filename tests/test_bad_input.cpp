@@ -244,6 +244,15 @@ TEST_F(BadRun, NegativeThreads) {
       {"threads (-2)", ">= 0"});
 }
 
+// An OpenMP runtime asked for a million threads fails to start them (and aborts): capped.
+TEST_F(BadRun, AbsurdThreadCount) {
+  expect_error<mha::invalid_argument>(
+      [&] {
+        plan->run({x.data(), 2, 10, 8}, {y.data(), 2, 10, 12}, {.threads = 1'000'000});
+      },
+      {"threads (1000000)", "<= 1024"});
+}
+
 TEST_F(BadRun, OutputUntouchedOnError) {
   std::fill(y.begin(), y.end(), 7.0f);
   EXPECT_THROW(plan->run({x.data(), 2, 10, 8}, {y.data(), 2, 10, 8}), mha::invalid_argument);

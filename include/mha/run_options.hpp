@@ -5,10 +5,15 @@
 
 namespace mha {
 
+// The most worker threads run_options::threads may ask for: more than any CPU this library
+// targets, few enough that an OpenMP runtime asked for them still starts them.
+inline constexpr int max_run_threads = 1024;
+
 // Options of one plan::run call. The defaults are inference on all cores.
 struct run_options {
-  // Worker threads: 0 = all cores. Must be >= 0. Single-threaded backends ignore it; results
-  // are bitwise identical for every value (fixed partitioning, DESIGN §2.2).
+  // Worker threads: 0 = all cores, else 1..max_run_threads (more than the cores oversubscribes
+  // them). Single-threaded backends ignore it; results are bitwise identical for every value
+  // (fixed partitioning, DESIGN §2.2).
   int threads = 0;
   // Training mode: apply dropout with config::dropout to the attention weights (DESIGN §1.1).
   bool training = false;

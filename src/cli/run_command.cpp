@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/arguments.hpp"
+#include "core/io_common.hpp"
 #include "mha/error.hpp"
 #include "mha/io.hpp"
 #include "mha/registry.hpp"
@@ -13,14 +14,9 @@
 namespace mha_cli {
 namespace {
 
-constexpr std::int64_t int_max = std::numeric_limits<int>::max();
-constexpr std::int64_t int64_max = std::numeric_limits<std::int64_t>::max();
+using mha::io::detail::shape_text;
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + ")";
-}
+constexpr std::int64_t int64_max = std::numeric_limits<std::int64_t>::max();
 
 int run_module(const arguments& a) {
   const mha::backend& backend =
@@ -30,7 +26,7 @@ int run_module(const arguments& a) {
   const std::string& input_path = a.required("input");
   const std::string& output_path = a.required("output");
   const mha::run_options options{
-      .threads = static_cast<int>(a.integer_or("threads", 0, 0, int_max)),
+      .threads = static_cast<int>(a.integer_or("threads", 0, 0, mha::max_run_threads)),
       .training = a.has("training"),
       .seed = a.unsigned_or("seed", 0)};
   if (a.has("dropout") && !options.training) {

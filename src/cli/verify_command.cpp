@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -61,7 +60,7 @@ int verify(const arguments& a) {
   if (a.has("backend")) backends = {&mha::require_backend(a.required("backend"))};
   const double tolerance = a.real_or("tolerance", 1e-5);
   const int threads =
-      static_cast<int>(a.integer_or("threads", 0, 0, std::numeric_limits<int>::max()));
+      static_cast<int>(a.integer_or("threads", 0, 0, mha::max_run_threads));
   if (!(tolerance >= 0.0)) throw usage_error("--tolerance must be >= 0");
 
   std::printf("%-8s %-58s %-12s %-15s %s\n", "backend", "problem", "mode", "max|err|/max|y|",

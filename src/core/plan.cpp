@@ -50,9 +50,9 @@ void check_run(std::string_view where, const config& cfg, tensor_view<const floa
     throw invalid_argument(
         text(where, ": input x and output y overlap in memory; run() needs ", "separate buffers"));
   }
-  if (options.threads < 0) {
-    throw invalid_argument(
-        text(where, ": run_options.threads (", options.threads, ") must be >= 0 (0 = all cores)"));
+  if (options.threads < 0 || options.threads > max_run_threads) {
+    throw invalid_argument(text(where, ": run_options.threads (", options.threads,
+                                ") must be >= 0 (0 = all cores) and <= ", max_run_threads));
   }
 }
 
