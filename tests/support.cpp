@@ -61,6 +61,7 @@ const std::vector<shape>& conformance_shapes() {
       {1, 65, 32, 17, 1},                       // head_dim 17: one past a register
       {1, 33, 31, 99, 3, true, true, true},     // head_dim 33, every tail at once
       {3, 33, 24, 64, 2, true, true, true},     // head_dim 32: whole panels (head-major Q/K/V)
+      {2, 600, 16, 32, 4, true, true, true},    // T past the fused kernel's 512-key tile
   };
   return shapes;
 }
