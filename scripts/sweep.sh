@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds Release, runs a benchmark preset over every
-# built backend and writes results/<host>-<date>-<preset>.json (bench/README.md: its schema).
+# built backend and writes results/<host>-<date>-<time>-<preset>.json (bench/README.md: its schema).
 #
 #   scripts/sweep.sh [--preset quick|heads|seq|threads|full] [--with-pytorch] [mha_bench flags...]
 #
@@ -84,8 +84,8 @@ if ((with_pytorch)); then
 fi
 
 # ---- report ----
+# mha_report replaces its own files only once the new report is complete.
 report=$root/reports/latest
-rm -rf "$report"
 /usr/bin/python3 "$root/tools/mha_report" "${results[@]}" --out "$report"
 echo "sweep.sh: report in ${report#"$root"/}/report.md (and report.html)"
 echo "sweep.sh: done in $((SECONDS - start)) s"

@@ -51,6 +51,14 @@ def smallest_p(n: int, m: int) -> float:
     return min(1.0, 2.0 / math.comb(n + m, n))
 
 
+def repetitions_for_u_test(alpha: float) -> int:
+    """The fewest repetitions per side (equal sides) at which the U-test can reach p < alpha."""
+    n = 2
+    while smallest_p(n, n) >= alpha:
+        n += 1
+    return n
+
+
 def verdict(before: Measurement, after: Measurement, alpha: float = ALPHA, use_scipy: bool = True):
     """(p_value, method, verdict) for one benchmark; see the module docstring for the rule."""
     a, b = before.times_s, after.times_s
@@ -118,11 +126,12 @@ def build(
             "Ratio = after median time / before median time (< 1: faster)."
         ),
         Para(
-            "Noise: with scipy and at least 4 repetitions per side, a two-sided Mann-Whitney U "
-            f"test of the repetition times (as Google Benchmark's compare.py), changed when "
-            f"p < {alpha}; otherwise changed when the [min, max] ranges of the repetitions do "
-            "not overlap (false alarm rate 10% at 3 vs 3 repetitions); 'n/a' with a single "
-            f"repetition. scipy: {'used' if use_scipy and mannwhitneyu is not None else 'not used'}."
+            f"Noise: with scipy and at least {repetitions_for_u_test(alpha)} repetitions per side "
+            "(the fewest at which the exact test can reach the threshold), a two-sided "
+            "Mann-Whitney U test of the repetition times (as Google Benchmark's compare.py), "
+            f"changed when p < {alpha}; otherwise changed when the [min, max] ranges of the "
+            "repetitions do not overlap (false alarm rate 10% at 3 vs 3 repetitions); 'n/a' with "
+            f"a single repetition. scipy: {'used' if use_scipy and mannwhitneyu is not None else 'not used'}."
         ),
     ]
     if not comparisons:

@@ -33,6 +33,13 @@ def test_smallest_p_of_the_exact_u_test():
     assert ab.smallest_p(1, 1) == 1.0
 
 
+def test_repetitions_the_u_test_needs_follow_alpha():
+    # 2 / C(8, 4) = 0.029 < 0.05 but 2 / C(6, 3) = 0.1 is not; 2 / C(10, 5) = 0.0079 < 0.01.
+    assert ab.repetitions_for_u_test(0.05) == 4
+    assert ab.repetitions_for_u_test(0.01) == 5
+    assert ab.repetitions_for_u_test(0.2) == 3
+
+
 @pytest.mark.skipif(ab.mannwhitneyu is None, reason="scipy not installed")
 def test_u_test_flags_a_clear_change_and_reports_scipys_p_value(tmp_path):
     before, after = pair(tmp_path, 0.010, 0.005)
