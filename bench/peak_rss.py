@@ -133,7 +133,7 @@ def main() -> int:
                     continue
                 forward = (peaks[args.seq] - peaks[1]) * 1024 - io_bytes
                 print(f"| {backend} | {form} | {peaks[args.seq] / 1024:.1f} | {peaks[1] / 1024:.1f} "
-                      f"| {forward / 2**20:.1f} |")
+                      f"| {round(forward / 2**20, 1) + 0.0:.1f} |")  # + 0.0: no "-0.0"
     return 1 if failed else 0
 
 
