@@ -60,15 +60,15 @@ def uniform(count: int, bound: float, rng: random.Random) -> array:
     return array("f", (rng.uniform(-bound, bound) for _ in range(count)))
 
 
-def peak_rss_kib(command: list[str]) -> tuple[int, str]:
-    """Runs command, returns (peak RSS in KiB, stderr); raises on failure."""
+def peak_rss_kib(command: list[str]) -> int:
+    """Runs command, returns its peak RSS in KiB; raises RuntimeError (with its stderr) on failure."""
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     stderr = child.stderr.read() if child.stderr else ""
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {child.returncode}: {stderr.strip()}")
-    return usage.ru_maxrss, stderr  # Linux: KiB
+    return usage.ru_maxrss  # Linux: KiB
 
 
 def positive(text: str) -> int:
@@ -122,7 +122,7 @@ def main() -> int:
                 peaks = {}
                 try:
                     for t, x in inputs.items():
-                        peaks[t], _ = peak_rss_kib([
+                        peaks[t] = peak_rss_kib([
                             args.mha, "run", "--backend", backend, "--formulation", form,
                             "--weights", str(weights), "--input", str(x),
                             "--output", str(folder / "y.npy"), "--threads", str(args.threads),

@@ -173,9 +173,8 @@ std::string shapes_json(const expansion& e) {
 expansion covered_points(const expansion& e, std::span<const bench_case> cases) {
   expansion out{.points = {}, .dropped = e.dropped};
   for (const sweep_point& p : e.points) {
-    const bool covered = std::ranges::any_of(cases, [&](const bench_case& c) {
-      return c.shape == p.shape && c.threads == p.threads;
-    });
+    const bool covered = std::ranges::any_of(
+        cases, [&](const bench_case& c) { return c.shape == p.shape && c.threads == p.threads; });
     if (covered) out.points.push_back(p);
   }
   return out;

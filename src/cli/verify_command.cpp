@@ -59,8 +59,7 @@ int verify(const arguments& a) {
   std::vector<const mha::backend*> backends = mha::available_backends();
   if (a.has("backend")) backends = {&mha::require_backend(a.required("backend"))};
   const double tolerance = a.real_or("tolerance", 1e-5);
-  const int threads =
-      static_cast<int>(a.integer_or("threads", 0, 0, mha::max_run_threads));
+  const int threads = static_cast<int>(a.integer_or("threads", 0, 0, mha::max_run_threads));
   if (!(tolerance >= 0.0)) throw usage_error("--tolerance must be >= 0");
 
   std::printf("%-8s %-58s %-12s %-15s %s\n", "backend", "problem", "mode", "max|err|/max|y|",

@@ -79,8 +79,9 @@ void check_tensor(std::string_view what, const tensor& t) {
 
 std::vector<std::byte> read_file(const std::filesystem::path& path) {
   // Only regular files: a device or pipe (/dev/zero, a FIFO) would be read without end.
-  std::error_code status_error;
-  const std::filesystem::file_status status = std::filesystem::status(path, status_error);
+  // A path that cannot be stat'ed (absent, no permission) falls through to the open's error.
+  std::error_code ignored;
+  const std::filesystem::file_status status = std::filesystem::status(path, ignored);
   if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
     throw error(text("mha: cannot read '", path.string(),
                      "': not a regular file (a directory, device or pipe); expected a file"));
@@ -98,7 +99,7 @@ std::vector<std::byte> read_file(const std::filesystem::path& path) {
     in.read(reinterpret_cast<char*>(bytes.data() + old_size), chunk);
     bytes.resize(old_size + static_cast<std::size_t>(in.gcount()));
   }
-  // eof ends a good read; bad (e.g. a directory: EISDIR) is a failure.
+  // eof ends a good read; bad is a read error.
   if (in.bad() || !in.eof()) {
     throw error(
         text("mha: cannot read '", path.string(), "': ", std::generic_category().message(errno)));

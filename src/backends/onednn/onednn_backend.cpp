@@ -116,7 +116,7 @@ struct shape_steps {
   }
 
   std::int64_t batch, seq_len;
-  int threads;  // the OpenMP team size the primitives were created for
+  int threads;             // the OpenMP team size the primitives were created for
   matmul_step projection;  // x -> Q, K or V: all heads (split_weight) or one head (wrapper)
   std::optional<reorder_step> head_split;
   attention_steps attention;
@@ -131,8 +131,8 @@ struct shape_steps {
   }
 };
 
-// The steps of the most recently run (shape, team size) pairs. Thread-safe: concurrent runs share entries through
-// shared_ptr, so evicting one never pulls it from under a run that is using it.
+// The steps of the most recently run (shape, team size) pairs. Thread-safe: concurrent runs share
+// entries through shared_ptr, so evicting one never pulls it from under a run that is using it.
 class step_cache {
  public:
   template <class Build>
@@ -475,9 +475,9 @@ const onednn_plan& introspected(std::string_view caller, const plan& p, std::int
         text(caller, ": the plan is from backend '", p.backend_name(), "', expected onednn"));
   }
   if (batch < 1 || seq_len < 1 || seq_len > p.config().context_length) {
-    throw invalid_argument(text(caller, ": shape (batch ", batch, ", seq_len ", seq_len,
-                                ") needs batch >= 1 and 1 <= seq_len <= ",
-                                p.config().context_length));
+    throw invalid_argument(
+        text(caller, ": shape (batch ", batch, ", seq_len ", seq_len,
+             ") needs batch >= 1 and 1 <= seq_len <= ", p.config().context_length));
   }
   return *own;
 }
