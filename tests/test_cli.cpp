@@ -54,6 +54,10 @@ TEST_F(Cli, BackendsListsTheRegistry) {
   for (const mha::backend* b : mha::available_backends()) {
     EXPECT_THAT(r.output, HasSubstr(std::string(b->name())));
     EXPECT_THAT(r.output, HasSubstr(b->description()));
+    std::string isa_column = b->isa();  // in its own column, between spaces
+    isa_column.insert(isa_column.begin(), ' ');
+    isa_column.push_back(' ');
+    EXPECT_THAT(r.output, HasSubstr(isa_column));
   }
   EXPECT_EQ(lines(r.output), 1 + mha::available_backends().size());
 }

@@ -69,6 +69,7 @@ TEST(XsimdIsa, EnvironmentForcesEachSupportedIsa) {
     EXPECT_EQ(mha::xsimd_default_isa(), isa);
     const std::string description = mha::xsimd_backend().description();
     EXPECT_NE(description.find(arch_name(isa)), std::string::npos) << description;
+    EXPECT_EQ(mha::xsimd_backend().isa(), mha::to_string(isa));
   }
 }
 
@@ -113,6 +114,7 @@ TEST(XsimdIsa, PinnedBackendsDescribeTheirIsa) {
     const std::string lanes = std::to_string(mha::detail::kernels_for(isa).lanes) + " lanes";
     EXPECT_NE(b.description().find(arch_name(isa)), std::string::npos) << b.description();
     EXPECT_NE(b.description().find(lanes), std::string::npos) << b.description();
+    EXPECT_EQ(b.isa(), mha::to_string(isa));
   }
 }
 

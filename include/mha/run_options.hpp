@@ -12,8 +12,9 @@ inline constexpr int max_run_threads = 1024;
 // Options of one plan::run call. The defaults are inference on all cores.
 struct run_options {
   // Worker threads: 0 = all cores, else 1..max_run_threads (more than the cores oversubscribes
-  // them). Single-threaded backends ignore it; results are bitwise identical for every value
-  // (fixed partitioning, DESIGN §2.2).
+  // them). Single-threaded backends ignore it. naive, xsimd and tbb give bitwise identical
+  // results for every value (fixed partitioning); oneDNN does on its AVX-512 kernels and agrees
+  // within onednn_thread_tolerance on AVX2 (mha/backends/onednn.hpp).
   int threads = 0;
   // Training mode: apply dropout with config::dropout to the attention weights (DESIGN §1.1).
   bool training = false;

@@ -9,10 +9,10 @@ namespace mha_cli {
 namespace {
 
 int list_backends(const arguments&) {
-  std::printf("%-10s %-8s %s\n", "backend", "threads", "description");
+  std::printf("%-10s %-8s %-16s %s\n", "backend", "threads", "isa", "description");
   for (const mha::backend* b : mha::available_backends()) {
-    std::printf("%-10s %-8d %s\n", std::string(b->name()).c_str(), b->max_threads(),
-                b->description().c_str());
+    std::printf("%-10s %-8d %-16s %s\n", std::string(b->name()).c_str(), b->max_threads(),
+                b->isa().c_str(), b->description().c_str());
   }
   return 0;
 }
@@ -25,7 +25,8 @@ const command& backends_command() {
       "list the backends built in, best first",
       "usage: mha backends\n\n"
       "Lists the backends built into this mha, best first: name, the most threads\n"
-      "`mha run --threads` can use, and a description (the ISA for SIMD backends).\n"
+      "`mha run --threads` can use, the instruction set its kernels dispatch to on this CPU\n"
+      "(after MHA_XSIMD_ISA / ONEDNN_MAX_CPU_ISA caps), and a description.\n"
       "The default backend is the first, or the one the environment variable MHA_BACKEND names.\n",
       {},
       {},

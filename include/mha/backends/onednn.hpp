@@ -22,10 +22,27 @@ namespace mha {
 // Threads: oneDNN runs on OpenMP. run_options::threads > 0 sets the calling thread's OpenMP team
 // size (omp_set_num_threads) for the duration of run() and restores it afterwards; 0 leaves
 // OpenMP's setting alone (all cores unless OMP_NUM_THREADS says otherwise); max_threads() is
-// omp_get_max_threads() of the calling thread. Results are bitwise identical for every count.
+// omp_get_max_threads() of the calling thread.
+//
+// Thread counts and rounding: the result depends on the thread count only through oneDNN's own
+// partitioning. Its AVX-512 kernels (brgemm, ISA avx512_core and up) never split a reduction
+// across threads, so there results are bitwise identical for every count; its AVX2 and older
+// kernels (gemm:jit sgemm) split long reductions by team size, so results of different counts
+// differ in the last bits: by at most onednn_thread_tolerance * max|y| (tests/test_onednn.cpp
+// holds both, and runs under ONEDNN_MAX_CPU_ISA=AVX2 on any CPU). Making AVX2 bitwise would
+// mean giving up oneDNN's threading of the projections; the naive, xsimd and tbb backends are
+// bitwise identical for every thread count on every ISA.
 //
 // Errors: a failure inside oneDNN is rethrown as mha::error naming the backend, what failed and
 // the problem ("onednn: oneDNN failed running split_weight/b4/t256/din768/dout768/h12: ...").
 const backend& onednn_backend();
+
+// How far apart (relative to max|y|) two thread counts' results of one plan may be when
+// onednn_thread_count_bitwise() is false: 32 float ulps of the largest output.
+inline constexpr double onednn_thread_tolerance = 32.0 / (1 << 23);
+
+// Whether oneDNN dispatches kernels that make results bitwise identical for every thread count
+// on this machine now (its effective ISA, after any ONEDNN_MAX_CPU_ISA cap, is avx512_core or up).
+bool onednn_thread_count_bitwise();
 
 }  // namespace mha

@@ -106,6 +106,8 @@ struct naive_impl final : backend {
   std::string description() const override {
     return "reference loops, single-threaded, float accumulation";
   }
+  // Plain loops compiled for the x86-64 baseline; whatever the compiler vectorises is SSE2.
+  std::string isa() const override { return "scalar"; }
 
  private:
   std::unique_ptr<plan> make_plan(const config& cfg, formulation form,

@@ -447,6 +447,7 @@ struct onednn_impl final : backend {
                 runtime_name(v->cpu_runtime), " runtime), ",
                 isa_name(dnnl::get_effective_cpu_isa()), ", fp32");
   }
+  std::string isa() const override { return std::string(isa_name(dnnl::get_effective_cpu_isa())); }
   int max_threads() const noexcept override { return omp_get_max_threads(); }
 
  private:
@@ -461,6 +462,19 @@ struct onednn_impl final : backend {
 const backend& onednn_backend() {
   static const onednn_impl instance;
   return instance;
+}
+
+bool onednn_thread_count_bitwise() {
+  using enum dnnl::cpu_isa;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case avx512_core:
+    case avx512_core_vnni:
+    case avx512_core_bf16:
+    case avx512_core_amx:
+      return true;
+    default:
+      return false;
+  }
 }
 
 namespace {

@@ -57,6 +57,7 @@ class tbb_impl final : public backend {
                         detail::default_threads(), " threads) over ",
                         xsimd_backend().description());
   }
+  std::string isa() const override { return std::string(to_string(xsimd_default_isa())); }
   int max_threads() const noexcept override { return detail::default_threads(); }
 
  private:

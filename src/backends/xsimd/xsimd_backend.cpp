@@ -29,17 +29,18 @@ class xsimd_impl final : public backend {
 
   std::string_view name() const noexcept override { return "xsimd"; }
   std::string description() const override {
-    const detail::isa_kernels& k = detail::kernels_for(isa());
+    const detail::isa_kernels& k = detail::kernels_for(active_isa());
     return text("xsimd ", XSIMD_VERSION_MAJOR, ".", XSIMD_VERSION_MINOR, ".", XSIMD_VERSION_PATCH,
                 ", ", k.arch_name, ", ", k.lanes, " lanes");
   }
+  std::string isa() const override { return std::string(to_string(active_isa())); }
 
  private:
-  xsimd_isa isa() const { return pinned_ ? *pinned_ : xsimd_default_isa(); }
+  xsimd_isa active_isa() const { return pinned_ ? *pinned_ : xsimd_default_isa(); }
 
   std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
                                   const weights& w) const override {
-    return detail::make_isa_plan<detail::xsimd_kernel_set>(isa(), cfg, form, w, name());
+    return detail::make_isa_plan<detail::xsimd_kernel_set>(active_isa(), cfg, form, w, name());
   }
 
   std::optional<xsimd_isa> pinned_;
