@@ -13,14 +13,16 @@
 // Before timing, sampled rows (first and last batch element and head, tokens 0, T/3, 2T/3, T-1)
 // are checked against the double oracle (mha_reference::attention_row).
 // Counters: GFLOPS on causal pairs, 4 B H head_dim P with P = T (T + 1) / 2 (DESIGN §3), and
-// pct_peak against threads x the measured FP32 FMA peak of one core.
-//   bench_attention [--benchmark_filter=...] [google benchmark flags]
+// pct_peak against threads x the measured FP32 FMA peak of one core, of the ISA the kernel runs.
+//   bench_attention [--isa avx512|avx2|sse2] [--benchmark_filter=...] [google benchmark flags]
+// --isa caps the xsimd kernels and oneDNN to the same ISA (kernel_timing.hpp).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,13 +37,19 @@
 #include <omp.h>
 
 #include "backends/onednn/primitives.hpp"
+#include "mha/backends/onednn.hpp"
 #endif
 
 namespace {
 
 using mha::detail::text;
 
-double peak_gflops = 0.0;  // FP32 FMA peak of one core, measured at start-up
+mha_bench::fma_peak peaks;  // FP32 FMA peaks of every ISA, measured at start-up
+
+// The one-core peak (GFLOP/s) for kernels dispatched to `isa` (backend::isa() spelling).
+double peak_for(std::string_view isa) {
+  return peaks.of(mha_bench::peak_isa_for(isa)).gflops_one_core;
+}
 
 struct shape {
   std::int64_t batch, seq_len, heads, head_dim;
@@ -101,10 +109,10 @@ std::string check(const shape& s, const operands& o) {
   return text("wrong result: max error ", error, " > ", tolerance, " x max |reference| ", largest);
 }
 
-void run(benchmark::State& state, const shape& s, operands& o, int threads,
+void run(benchmark::State& state, const shape& s, operands& o, int threads, std::string_view isa,
          const std::function<void()>& attention) {
   if (!mha_bench::check_then_time(
-          state, attention, [&] { return check(s, o); }, s.gflop(), peak_gflops, threads))
+          state, attention, [&] { return check(s, o); }, s.gflop(), peak_for(isa), threads))
     return;
   state.counters["B"] = static_cast<double>(s.batch);
   state.counters["T"] = static_cast<double>(s.seq_len);
@@ -131,7 +139,7 @@ void bm_xsimd(benchmark::State& state, shape s, int threads, std::int64_t key_ti
   args.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   const mha::detail::attention_layout layout = kernels.layout(s.seq_len, s.head_dim, key_tile);
   state.SetLabel(text("key tile ", std::min(layout.key_tile, s.seq_len), ", ", kernels.arch_name));
-  run(state, s, o, threads, [&] {
+  run(state, s, o, threads, mha::to_string(mha::xsimd_default_isa()), [&] {
     mha::detail::in_arena(threads,
                           [&] { mha::detail::parallel_attention(kernels, args, key_tile); });
   });
@@ -154,7 +162,7 @@ void bm_onednn(benchmark::State& state, shape s, int threads) {
   for (const std::string& i : implementations) label += ", " + i;
   state.SetLabel(label);
   omp_set_num_threads(threads);  // oneDNN runs on OpenMP here (notes/deps.md §5)
-  run(state, s, o, threads, [&] {
+  run(state, s, o, threads, mha::onednn_backend().isa(), [&] {
     for (std::int64_t first = 0; first < slices; first += group) {
       const std::int64_t at = first * s.seq_len * s.head_dim;
       steps.run_group(stream, o.q.data() + at, o.k.data() + at, o.v.data() + at, o.out.data() + at,
@@ -168,11 +176,14 @@ void bm_onednn(benchmark::State& state, shape s, int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!mha_bench::initialize(&argc, argv, peak_gflops)) return 1;
+  std::optional<mha_bench::fma_peak> measured = mha_bench::initialize(&argc, argv);
+  if (!measured) return 1;
+  peaks = *measured;
   benchmark::AddCustomContext("xsimd", mha::xsimd_backend().description());
 #if MHA_BENCH_ONEDNN
   const dnnl_version_t* v = dnnl_version();
-  benchmark::AddCustomContext("onednn", text(v->major, ".", v->minor, ".", v->patch, ", OpenMP"));
+  benchmark::AddCustomContext("onednn", text(v->major, ".", v->minor, ".", v->patch, ", OpenMP, ",
+                                             mha::onednn_backend().isa()));
 #endif
 
   std::vector<int> thread_counts = {1, 2};

@@ -4,6 +4,7 @@
 // then times plan::run only (bench/README.md: flags, names, counters, context).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "check.hpp"
@@ -180,6 +182,19 @@ class sweep_runner {
   int failures_ = 0;
 };
 
+// One peak/<isa>/... entry: 4 short one-thread trials of the FMA loop; GFLOPS is the best,
+// GFLOPS_min the worst (a plain value, not a rate: the entry's time is the trials').
+void measure_peak_entry(benchmark::State& state, const std::string& isa) {
+  std::vector<double> trials;
+  for (auto _ : state) trials = fma_trials_one_core(isa, 4);
+  if (trials.empty()) {
+    state.SkipWithError(("no FMA loop named " + isa).c_str());
+    return;
+  }
+  state.counters["GFLOPS"] = *std::max_element(trials.begin(), trials.end());
+  state.counters["GFLOPS_min"] = *std::min_element(trials.begin(), trials.end());
+}
+
 std::string fixed(double value, const char* format) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, format, value);
@@ -248,9 +263,11 @@ int run_sweep(int argc, char** argv) {
   if (log) *log << "mha_bench: measuring the FP32 FMA peak..." << std::endl;
   const fma_peak peak = measure_fma_peak(hardware_threads);
   if (log) {
-    *log << "mha_bench: FMA peak " << fixed(peak.gflops_one_core, "%.1f")
-         << " GFLOP/s on one core (" << peak.isa << "), " << fixed(peak.gflops_all_cores, "%.1f")
-         << " GFLOP/s on " << peak.threads << " threads" << std::endl;
+    for (const isa_peak& p : peak.by_isa) {
+      *log << "mha_bench: FMA peak (" << p.isa << ") " << fixed(p.gflops_one_core, "%.1f")
+           << " GFLOP/s on one core, " << fixed(p.gflops_all_cores, "%.1f") << " on "
+           << peak.threads << " threads" << std::endl;
+    }
   }
   const std::map<rate_key, double> rates = probe_rates(cases, backends);
 
@@ -278,15 +295,32 @@ int run_sweep(int argc, char** argv) {
 
   sweep_runner runner(std::move(cases), backends, std::move(skip), opt.tolerance,
                       progress(std::move(names), std::move(expected), log));
+  // The peaks of the ISAs in use, measured again at the start, middle and end of the run
+  // (entries peak/<isa>/threads:1/at:<k>), so a report can take the best and see the spread.
+  std::set<std::string> peak_isas;
+  for (const mha::backend* b : backends) peak_isas.emplace(peak_isa_for(b->isa()));
+  const auto register_peaks = [&](int at) {
+    for (const std::string& isa : peak_isas) {
+      benchmark::RegisterBenchmark(("peak/" + isa + "/threads:1/at:" + std::to_string(at)).c_str(),
+                                   [isa](benchmark::State& state) { measure_peak_entry(state, isa); })
+          ->Iterations(1)
+          ->Unit(benchmark::kMillisecond);
+    }
+  };
+  const std::size_t middle = runner.cases().size() / 2;
   for (std::size_t i = 0; i < runner.cases().size(); ++i) {
+    if (i == 0) register_peaks(0);
+    if (i == middle && middle > 0) register_peaks(1);
     benchmark::RegisterBenchmark(runner.cases()[i].name().c_str(),
                                  [&runner, i](benchmark::State& state) { runner.run(state, i); })
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
+  register_peaks(2);
 
   add_machine_context();
   add_peak_context(peak);
+  add_dispatch_context(backends);
   benchmark::AddCustomContext("mha_preset", opt.preset);
   std::vector<std::string> series_text;
   for (const series& s : plan) series_text.push_back(to_string(s));

@@ -13,11 +13,12 @@ namespace {
 using kernel = double (*)(std::int64_t rounds, float* sink) noexcept;
 
 struct isa_kernel {
-  const char* name;
+  std::string_view name;
   kernel run;
 };
 
-// Kernels this CPU can run, best first.
+// Loops this CPU can run, widest first. The portable loop runs everywhere: it is the yardstick
+// of SSE2 and scalar kernels.
 std::vector<isa_kernel> supported_kernels() {
   std::vector<isa_kernel> list;
 #if defined(__x86_64__)
@@ -25,7 +26,7 @@ std::vector<isa_kernel> supported_kernels() {
   if (__builtin_cpu_supports("x86-64-v4")) list.push_back({"avx512", detail::fma_rounds_avx512});
   if (__builtin_cpu_supports("x86-64-v3")) list.push_back({"avx2", detail::fma_rounds_avx2});
 #endif
-  if (list.empty()) list.push_back({"portable", detail::fma_rounds_portable});
+  list.push_back({"portable", detail::fma_rounds_portable});
   return list;
 }
 
@@ -61,14 +62,20 @@ std::int64_t calibrate(kernel k, double target) {
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(rounds * target / seconds));
 }
 
-double best_one_core(kernel k, std::int64_t rounds, int runs) {
-  double best = 0;
-  for (int r = 0; r < runs; ++r) {
+std::vector<double> one_core_trials(kernel k, std::int64_t rounds, int trials) {
+  std::vector<double> gflops;
+  for (int r = 0; r < trials; ++r) {
     const timed_run t = run_once(k, rounds);
-    best = std::max(best, t.flops / t.seconds * 1e-9);
+    gflops.push_back(t.flops / t.seconds * 1e-9);
   }
-  return best;
+  return gflops;
 }
+
+constexpr double run_seconds = 0.025;
+// Runs of run_seconds spent before the trials: a core that has not run wide vectors for a while
+// starts them slowly (an Intel Xeon here read 166-176 GFLOP/s on its first AVX-512 trials and
+// 217-228 after a quarter second of them).
+constexpr int warm_up_runs = 10;
 
 // Every thread runs the kernel once, released together; GFLOP/s over the wall time of all.
 double all_cores_once(kernel k, std::int64_t rounds, int threads) {
@@ -94,28 +101,46 @@ double all_cores_once(kernel k, std::int64_t rounds, int threads) {
 
 }  // namespace
 
-fma_peak measure_fma_peak(int threads) {
-  constexpr double run_seconds = 0.025;
+fma_peak measure_fma_peak(int threads, int trials) {
   fma_peak peak;
   peak.threads = std::max(1, threads);
-  std::int64_t best_rounds = 0;
-  kernel best_kernel = nullptr;
   for (const isa_kernel& k : supported_kernels()) {
     const std::int64_t rounds = calibrate(k.run, run_seconds);
-    const double gflops = best_one_core(k.run, rounds, 5);
-    peak.one_core_by_isa.emplace_back(k.name, gflops);
-    if (gflops > peak.gflops_one_core) {
-      peak.gflops_one_core = gflops;
-      peak.isa = k.name;
-      best_kernel = k.run;
-      best_rounds = rounds;
+    run_once(k.run, rounds * warm_up_runs);
+    isa_peak p{.isa = std::string(k.name), .one_core_trials = one_core_trials(k.run, rounds, std::max(1, trials))};
+    p.gflops_one_core = *std::max_element(p.one_core_trials.begin(), p.one_core_trials.end());
+    for (int r = 0; r < 3; ++r) {
+      p.gflops_all_cores = std::max(p.gflops_all_cores, all_cores_once(k.run, rounds, peak.threads));
     }
-  }
-  for (int r = 0; r < 3; ++r) {
-    peak.gflops_all_cores =
-        std::max(peak.gflops_all_cores, all_cores_once(best_kernel, best_rounds, peak.threads));
+    peak.by_isa.push_back(std::move(p));
   }
   return peak;
+}
+
+std::vector<double> fma_trials_one_core(std::string_view isa, int trials) {
+  for (const isa_kernel& k : supported_kernels()) {
+    if (k.name == isa) return one_core_trials(k.run, calibrate(k.run, run_seconds), trials);
+  }
+  return {};
+}
+
+const isa_peak& fma_peak::best() const {
+  return *std::max_element(by_isa.begin(), by_isa.end(), [](const isa_peak& a, const isa_peak& b) {
+    return a.gflops_one_core < b.gflops_one_core;
+  });
+}
+
+const isa_peak& fma_peak::of(std::string_view isa) const {
+  for (const isa_peak& p : by_isa) {
+    if (p.isa == isa) return p;
+  }
+  return best();
+}
+
+std::string_view peak_isa_for(std::string_view kernel_isa) {
+  if (kernel_isa.starts_with("avx512")) return "avx512";
+  if (kernel_isa.find("avx2") != std::string_view::npos) return "avx2";
+  return "portable";
 }
 
 }  // namespace mha_bench

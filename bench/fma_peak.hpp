@@ -4,25 +4,46 @@
 #pragma once
 
 #include <string>
-#include <utility>
+#include <string_view>
 #include <vector>
 
 namespace mha_bench {
 
-struct fma_peak {
-  std::string isa;              // kernel of the best one-core figure: "avx512", "avx2", "portable"
-  double gflops_one_core = 0;   // GFLOP/s on one thread (1 FMA = 2 FLOPs)
-  double gflops_all_cores = 0;  // GFLOP/s of `threads` threads running at once, kernel `isa`
-  int threads = 1;
-  // One-core GFLOP/s of every kernel this CPU can run, widest first.
-  std::vector<std::pair<std::string, double>> one_core_by_isa;
+// The peak of one instruction set's loop: "avx512", "avx2" or "portable".
+struct isa_peak {
+  std::string isa;
+  double gflops_one_core = 0;   // best one-thread trial (1 FMA = 2 FLOPs)
+  double gflops_all_cores = 0;  // best run of fma_peak::threads threads at once
+  // GFLOP/s of every one-thread trial, in the order run: the spread says how busy the machine
+  // was (a quiet core repeats within a percent or two).
+  std::vector<double> one_core_trials;
 };
 
-// Measures the peak with `threads` (>= 1) threads for the all-cores figure: per kernel, the
-// best of 5 runs of about 25 ms on the calling thread; then the best of 3 runs of every thread
-// at once (threads are not pinned). Kernels: AVX-512 (x86-64-v4) and AVX2+FMA (x86-64-v3)
-// when __builtin_cpu_supports says so, else a portable 4-lane loop (mul + add without FMA
-// hardware). Takes about 0.4 s; best-of runs make it robust to other load, not immune.
-fma_peak measure_fma_peak(int threads);
+struct fma_peak {
+  int threads = 1;  // threads of the all-cores figures
+  // Every loop this CPU runs, widest first.
+  std::vector<isa_peak> by_isa;
+
+  // The loop with the highest one-core figure.
+  const isa_peak& best() const;
+  // The loop named `isa`, or best() when this CPU has none of that name.
+  const isa_peak& of(std::string_view isa) const;
+};
+
+// Which measured peak the figures of kernels dispatched to `kernel_isa` are read against, in
+// the spelling of backend::isa(): "avx512..." -> "avx512"; "avx2", "fma3+avx2", "avx2_vnni"
+// -> "avx2"; anything else ("sse2", "sse41", "scalar") -> "portable".
+std::string_view peak_isa_for(std::string_view kernel_isa);
+
+// Measures every loop this CPU runs: `trials` one-thread runs of about 25 ms each, then the best
+// of 3 runs of `threads` (>= 1) threads at once (not pinned). Loops: AVX-512 (x86-64-v4) and
+// AVX2+FMA (x86-64-v3) when __builtin_cpu_supports says so, and a portable 4-lane loop (mul +
+// add where there is no FMA hardware). About 0.1 s per loop and 8 trials. The best of several
+// trials makes it robust to other load, not immune: the trials are kept so reports can say.
+fma_peak measure_fma_peak(int threads, int trials = 8);
+
+// `trials` one-thread runs of loop `isa` (a name of measure_fma_peak's loops), GFLOP/s each:
+// a re-measurement during a long run, to catch a start-up calibration on a busy machine.
+std::vector<double> fma_trials_one_core(std::string_view isa, int trials);
 
 }  // namespace mha_bench

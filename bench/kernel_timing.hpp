@@ -1,33 +1,65 @@
-// The timing loop of the kernel benchmarks (bench_gemm, bench_attention): run once, check, then
-// time; rate counters against the measured FMA peak.
+// Start-up and the timing loop of the kernel benchmarks (bench_gemm, bench_attention): the ISA
+// flag, the machine context, run once, check, then time; rate counters against the measured
+// FMA peak of the ISA each kernel runs.
 #pragma once
 
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <functional>
+#include <iostream>
+#include <optional>
 #include <string>
+#include <string_view>
 
-#include "core/text.hpp"
 #include "fma_peak.hpp"
+#include "machine_context.hpp"
 
 namespace mha_bench {
 
-// Google Benchmark's start-up: its flags parsed (false when one is unknown, reported), then the
-// FP32 FMA peak of one core measured into peak_gflops_per_core and recorded in the context.
-inline bool initialize(int* argc, char** argv, double& peak_gflops_per_core) {
+// `--isa avx512|avx2|sse2` (or `--isa=...`) taken out of argv: it caps this process's xsimd
+// kernels (MHA_XSIMD_ISA, which the tbb framework follows) and oneDNN (ONEDNN_MAX_CPU_ISA
+// AVX512_CORE, AVX2 or SSE41) before either is first used, so both sides of a comparison run
+// the same instruction set. Then Google Benchmark's flags (an unknown one is reported), the
+// machine context and the FMA peak of every ISA. nullopt, after saying why, on a bad flag.
+inline std::optional<fma_peak> initialize(int* argc, char** argv) {
+  std::string isa;
+  int kept = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--isa" && i + 1 < *argc) {
+      isa = argv[++i];
+    } else if (a.starts_with("--isa=")) {
+      isa = a.substr(6);
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  *argc = kept;
+  if (!isa.empty()) {
+    const char* onednn = isa == "avx512" ? "AVX512_CORE"
+                         : isa == "avx2" ? "AVX2"
+                         : isa == "sse2" ? "SSE41"
+                                         : nullptr;
+    if (onednn == nullptr) {
+      std::cerr << argv[0] << ": --isa '" << isa << "': expected avx512, avx2 or sse2\n";
+      return std::nullopt;
+    }
+    setenv("MHA_XSIMD_ISA", isa.c_str(), 1);
+    setenv("ONEDNN_MAX_CPU_ISA", onednn, 1);
+  }
   benchmark::Initialize(argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(*argc, argv)) return false;
-  const fma_peak peak = measure_fma_peak(1);
-  peak_gflops_per_core = peak.gflops_one_core;
-  benchmark::AddCustomContext(
-      "peak_gflops_per_core",
-      mha::detail::text(peak_gflops_per_core, " (measured, ", peak.isa, " FMA loop)"));
-  return true;
+  if (benchmark::ReportUnrecognizedArguments(*argc, argv)) return std::nullopt;
+  add_machine_context();
+  benchmark::AddCustomContext("mha_isa_overrides", isa_overrides());
+  fma_peak peak = measure_fma_peak(1);
+  add_peak_context(peak);
+  return peak;
 }
 
 // Runs kernel() once and check() (a message when the result is wrong: the benchmark is skipped
 // with it, and false returned), then times kernel() and sets the counters GFLOPS (gflop per
-// call) and pct_peak (against `threads` x peak_gflops_per_core).
+// call) and pct_peak (against `threads` x peak_gflops_per_core, the peak of the kernel's ISA).
 inline bool check_then_time(benchmark::State& state, const std::function<void()>& kernel,
                             const std::function<std::string()>& check, double gflop,
                             double peak_gflops_per_core, int threads = 1) {

@@ -3,7 +3,9 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,12 +78,48 @@ void add_machine_context() {
 }
 
 void add_peak_context(const fma_peak& peak) {
-  benchmark::AddCustomContext("mha_fma_peak_isa", peak.isa);
-  benchmark::AddCustomContext("mha_fma_peak_gflops_one_core", gflops(peak.gflops_one_core));
-  benchmark::AddCustomContext("mha_fma_peak_gflops_all_cores", gflops(peak.gflops_all_cores));
+  const isa_peak& best = peak.best();
+  benchmark::AddCustomContext("mha_fma_peak_isa", best.isa);
+  benchmark::AddCustomContext("mha_fma_peak_gflops_one_core", gflops(best.gflops_one_core));
+  benchmark::AddCustomContext("mha_fma_peak_gflops_all_cores", gflops(best.gflops_all_cores));
   benchmark::AddCustomContext("mha_fma_peak_threads", std::to_string(peak.threads));
-  for (const auto& [isa, value] : peak.one_core_by_isa)
-    benchmark::AddCustomContext("mha_fma_peak_gflops_one_core_" + isa, gflops(value));
+  for (const isa_peak& p : peak.by_isa) {
+    benchmark::AddCustomContext("mha_fma_peak_gflops_one_core_" + p.isa, gflops(p.gflops_one_core));
+    benchmark::AddCustomContext("mha_fma_peak_gflops_all_cores_" + p.isa,
+                                gflops(p.gflops_all_cores));
+    std::vector<std::string> trials;
+    for (double t : p.one_core_trials) trials.push_back(gflops(t));
+    benchmark::AddCustomContext("mha_fma_peak_trials_one_core_" + p.isa, join(trials, ","));
+  }
+}
+
+std::string isa_overrides() {
+  std::vector<std::string> set;
+  for (const char* name : {"MHA_XSIMD_ISA", "ONEDNN_MAX_CPU_ISA"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') set.push_back(std::string(name) + "=" + value);
+  }
+  return join(set, " ");
+}
+
+void add_dispatch_context(std::span<const mha::backend* const> backends) {
+  std::set<std::string> families;
+  std::vector<std::string> each;
+  for (const mha::backend* b : backends) {
+    const std::string name(b->name()), isa = b->isa();
+    benchmark::AddCustomContext("mha_backend_" + name + "_isa", isa);
+    benchmark::AddCustomContext("mha_backend_" + name + "_peak_isa",
+                                std::string(peak_isa_for(isa)));
+    if (isa == "scalar") continue;
+    const std::string_view family = peak_isa_for(isa);
+    families.emplace(family == "portable" ? "sse2" : family);
+    each.push_back(name + " " + isa);
+  }
+  const std::string dispatch = families.empty()       ? "scalar"
+                               : families.size() == 1 ? *families.begin()
+                                                      : "mixed (" + join(each, ", ") + ")";
+  benchmark::AddCustomContext("mha_dispatch", dispatch);
+  benchmark::AddCustomContext("mha_isa_overrides", isa_overrides());
 }
 
 }  // namespace mha_bench

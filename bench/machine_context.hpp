@@ -2,7 +2,10 @@
 // bench/README.md), so a result file says where and how it was measured.
 #pragma once
 
+#include <span>
+
 #include "fma_peak.hpp"
+#include "mha/backend.hpp"
 
 namespace mha_bench {
 
@@ -10,7 +13,16 @@ namespace mha_bench {
 // versions, mha version: benchmark::AddCustomContext, once before the benchmarks run.
 void add_machine_context();
 
-// The measured FMA peak (one core, all cores, per ISA), in GFLOP/s.
+// The measured FMA peak (one core, all cores, every one-core trial; per ISA), in GFLOP/s.
 void add_peak_context(const fma_peak& peak);
+
+// What each backend dispatched to and which peak its figures are read against
+// (mha_backend_<name>_isa, mha_backend_<name>_peak_isa), the ISA family the SIMD backends ran
+// under (mha_dispatch: "avx512", "avx2", "sse2", "mixed (...)", or "scalar" with none) and the
+// environment variables that capped it (mha_isa_overrides).
+void add_dispatch_context(std::span<const mha::backend* const> backends);
+
+// "MHA_XSIMD_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2": the ISA caps set in the environment, "" if none.
+std::string isa_overrides();
 
 }  // namespace mha_bench

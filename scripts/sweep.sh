@@ -8,8 +8,9 @@
 # python3-torch is installed (it says so and goes on without when it is not), making sure torch
 # has OpenBLAS rather than the reference BLAS under it. Other flags go to mha_bench as they are
 # (--backends, --heads, --threads, --budget, --benchmark_repetitions=3, ...; `mha_bench --help`
-# lists them); sweep.sh sets --preset and --benchmark_out itself. Ends by writing the report to
-# reports/latest/ (tools/mha_report).
+# lists them); sweep.sh sets --preset and --benchmark_out itself. The quick preset runs 3
+# repetitions unless --benchmark_repetitions says otherwise, so its report can state its own
+# run-to-run noise. Ends by writing the report to reports/latest/ (tools/mha_report).
 #   MHA_SWEEP_BUILD_DIR  build directory (default: build/release)
 set -euo pipefail
 start=$SECONDS
@@ -21,7 +22,7 @@ with_pytorch=0
 bench_args=()
 # The peers repeat what mha_bench does: its defaults unless these flags say otherwise.
 min_time=0.5
-repetitions=1
+repetitions=
 while (($#)); do
   case $1 in
     --with-pytorch) with_pytorch=1; shift ;;
@@ -29,12 +30,20 @@ while (($#)); do
     --benchmark_repetitions=*) repetitions=${1#*=}; bench_args+=("$1"); shift ;;
     --preset) preset=${2:?"--preset needs a name: quick, heads, seq, threads or full"}; shift 2 ;;
     --preset=*) preset=${1#*=}; shift ;;
-    -h | --help) sed -n '2,14s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
     --benchmark_out=* | --benchmark_out_format=*)
       echo "sweep.sh: $1: sweep.sh chooses the output file itself" >&2; exit 2 ;;
     *) bench_args+=("$1"); shift ;;
   esac
 done
+
+if [[ -z $repetitions ]]; then
+  repetitions=1
+  if [[ $preset == quick ]]; then
+    repetitions=3
+    bench_args+=("--benchmark_repetitions=3")
+  fi
+fi
 
 "$root/scripts/deps.sh"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMHA_BUILD_TESTS=OFF

@@ -18,7 +18,8 @@ CONTEXT = ["mha_version", "mha_cpu_model", "mha_cpu_isa", "mha_hardware_threads"
            "mha_build_type", "mha_cxx_flags", "mha_library_versions", "mha_fma_peak_isa",
            "mha_fma_peak_threads", "mha_preset", "mha_series", "mha_backends",
            "mha_formulations", "mha_budget_s", "mha_over_budget", "mha_check",
-           "mha_check_tolerance", "mha_command"]
+           "mha_check_tolerance", "mha_command", "mha_dispatch", "mha_isa_overrides"]
+PEAK_ISAS = {"avx512", "avx2", "portable"}
 
 
 def run(binary, out, *extra):
@@ -52,10 +53,27 @@ def check_measured(result):
     backends = context["mha_backends"].split(",")
     expect("naive" in backends, f"naive missing from {backends}")
 
-    seen = set()
+    peak_isas = set()
+    for backend in backends:
+        expect(context[f"mha_backend_{backend}_isa"], f"no ISA recorded for {backend}")
+        peak_isa = context[f"mha_backend_{backend}_peak_isa"]
+        expect(peak_isa in PEAK_ISAS, f"{backend}: peak ISA {peak_isa}")
+        expect(float(context[f"mha_fma_peak_gflops_one_core_{peak_isa}"]) > 0, f"no {peak_isa} peak")
+        trials = [float(t) for t in context[f"mha_fma_peak_trials_one_core_{peak_isa}"].split(",")]
+        expect(len(trials) >= 3 and max(trials) == float(
+            context[f"mha_fma_peak_gflops_one_core_{peak_isa}"]), f"{peak_isa} trials {trials}")
+        peak_isas.add(peak_isa)
+    expect(context["mha_backend_naive_isa"] == "scalar", "naive's ISA")
+
+    seen, peak_entries = set(), set()
     for b in data["benchmarks"]:
         name = b["name"]
         expect(not b.get("error_occurred"), f"{name}: {b.get('error_message')}")
+        peak = re.fullmatch(r"peak/(\w+)/threads:1/at:([012])(/iterations:1)?", name)
+        if peak:
+            expect(b["GFLOPS"] >= b["GFLOPS_min"] > 0, f"{name}: {b['GFLOPS']} {b['GFLOPS_min']}")
+            peak_entries.add((peak.group(1), int(peak.group(2))))
+            continue
         m = re.fullmatch(rf"mha/(\w+)/(wrapper|split_weight)/b{B}/t{T}/din{D}/dout{D}/h{H}"
                          r"/threads:(\d+)/real_time", name)
         expect(m, f"unexpected name {name}")
@@ -79,6 +97,8 @@ def check_measured(result):
     for backend in backends:
         for form in ("wrapper", "split_weight"):
             expect((backend, form) in seen, f"no benchmark of {backend} {form}")
+    expect(peak_entries == {(isa, at) for isa in peak_isas for at in (0, 1, 2)},
+           f"peak entries {sorted(peak_entries)} for ISAs {sorted(peak_isas)}")
     expect(re.search(r"\[1/\d+\] mha/\S+  ETA ", stderr), f"no progress line in: {stderr}")
 
 
@@ -87,6 +107,8 @@ def check_all_skipped(result, code, message):
     expect(got == code, f"exit code {got}, expected {code}: {stderr}")
     expect(data["benchmarks"], "no benchmarks")
     for b in data["benchmarks"]:
+        if b["name"].startswith("peak/"):
+            continue
         expect(b.get("error_occurred") and b["error_message"].startswith(message),
                f"{b['name']}: expected '{message}...', got {b.get('error_message')}")
 
