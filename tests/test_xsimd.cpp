@@ -124,7 +124,8 @@ class XsimdKernels : public testing::TestWithParam<xsimd_isa> {
 };
 
 // C = A W^T + bias in two sub-range calls per tile shape (rows split mid-block, panels split),
-// on awkward sizes: every edge micro-kernel, partial last panels, K = 1. Each call leaves C
+// on awkward sizes: every edge micro-kernel, partial last panels, K = 1, K over several k slices
+// of the blocking with a partial last one, rows over two row blocks. Each call leaves C
 // outside its range untouched, so tiles can be handed to threads in any partition.
 TEST_P(XsimdKernels, GemmSubRangesMatchDoubleProducts) {
   for (int t = 0; t < kernels().tile_count; ++t) {
@@ -132,7 +133,8 @@ TEST_P(XsimdKernels, GemmSubRangesMatchDoubleProducts) {
     for (const auto [m, k, n] : {std::array<std::int64_t, 3>{1, 1, 1},
                                  {37, 5, 2 * nr + 3},
                                  {23, 17, nr},
-                                 {4, 64, nr - 1}}) {
+                                 {4, 64, nr - 1},
+                                 {300, 2 * mha::detail::gemm_k_slice + 88, 2 * nr + 3}}) {
       const std::vector<float> a = mha_test::random_floats(m * k, 1),
                                w = mha_test::random_floats(n * k, 2),
                                bias = mha_test::random_floats(n, 3);
