@@ -243,12 +243,15 @@ def find_peaks(results: ResultSet, one_core: float | None = None, all_cores: flo
     overridden = one_core is not None or all_cores is not None
     fallback = find_peak(results, one_core, all_cores)
     if not overridden:
+        raised = False
         for fp in files.values():
             b = fp.best
             if b.one_core and (fallback.one_core is None or b.one_core > fallback.one_core):
-                fallback.one_core = b.one_core
+                fallback.one_core, raised = b.one_core, True
             if b.all_cores and (fallback.all_cores is None or b.all_cores > fallback.all_cores):
-                fallback.all_cores, fallback.all_core_threads = b.all_cores, b.all_core_threads
+                fallback.all_cores, fallback.all_core_threads, raised = b.all_cores, b.all_core_threads, True
+        if raised:
+            fallback.source = "the highest 1-core and all-core figures of the machine's files"
     return Peaks(files, backend_isa, fallback, overridden)
 
 
@@ -699,6 +702,10 @@ class CrossRow:
     def differs(self) -> bool:
         picks = {(m.key.backend, m.key.formulation) for m in self.cells if m is not None}
         return len(picks) > 1
+
+    @property
+    def backend_differs(self) -> bool:
+        return len({m.key.backend for m in self.cells if m is not None}) > 1
 
 
 def cross_machine(machines: list[ResultSet]) -> list[CrossRow]:

@@ -580,7 +580,7 @@ def _cross_machine(machines: list[ResultSet]) -> list:
     table = [
         [r.shape.label(), r.threads]
         + ["–" if m is None else f"{m.key.backend}·{m.key.formulation}" for m in r.cells]
-        + ["**differs**" if r.differs else ""]
+        + ["**differs**" if r.backend_differs else "formulation differs" if r.differs else ""]
         for r in rows
     ]
     differing = sum(r.differs for r in rows)
@@ -588,7 +588,9 @@ def _cross_machine(machines: list[ResultSet]) -> list:
         Para(
             "Which backend to link on each machine, per shape: the fastest mha backend · "
             "formulation at 1 thread and at the most threads measured on that machine ('all'). "
-            f"**{differing} of {len(rows)} rows differ** between machines (flagged)."
+            f"**{differing} of {len(rows)} rows differ** between machines (flagged: **differs** "
+            "when the backend differs, 'formulation differs' when only its formulation does; "
+            "see each machine's table for margins and noise)."
         ),
         Table(["shape", "threads"] + [_label(r) for r in machines] + ["choice"], table),
     ]
