@@ -232,9 +232,13 @@ def time_bars(folder: Path, stem: str, panels: list[tuple[str, list[str], dict]]
             )
         ax.set_xticks(range(len(labels)))
         ax.set_xticklabels(labels, rotation=15 if len(labels) > 2 else 0, ha="right" if len(labels) > 2 else "center")
-        ax.set_yscale("log")
-        log_y(ax)
-        ax.set_ylabel("median time (ms)")
+        values = [t for times in bars.values() for t in times if t]
+        if values and max(values) > 10 * min(values):  # a wide range: log axis, labelled so
+            ax.set_yscale("log")
+            log_y(ax)
+            ax.set_ylabel("median time (ms, log scale)")
+        else:  # bars from zero, so their heights compare
+            ax.set_ylabel("median time (ms)")
         ax.set_title(title)
     fig.suptitle("Time per forward pass (lower is faster)", fontsize=11)
     legend_height = _figure_legend(fig, [row[0] for row in axes])

@@ -387,8 +387,9 @@ def _link_bullets(results: ResultSet) -> list[str]:
             continue
         forms = ", ".join(f"{f} on {k}" for f, k in ls.formulations)
         text = (
-            f"**{_threads_text(n)}: link {ls.backend}** (run {forms} of its {sum(k for _, k in ls.formulations)} "
-            f"shapes); fastest mha backend on {ls.wins} of {ls.shapes} shapes"
+            f"**{_threads_text(n)}: link {ls.backend}** (its faster formulation: {forms} of "
+            f"{sum(k for _, k in ls.formulations)} shapes); fastest mha backend on {ls.wins} of "
+            f"{ls.shapes} shapes"
         )
         if ls.runner_up is None:
             text += "; no other mha backend measured."
