@@ -641,7 +641,9 @@ def link_summary(results: ResultSet, threads: int) -> LinkSummary | None:
 
     ranked = sorted(best, key=score)
     chosen = ranked[0]
-    wins = sum(1 for c in choices(results) if c.threads == threads and c.best and c.best.key.backend == chosen)
+    wins = sum(
+        1 for c in choices(results) if c.threads == threads and c.best and c.best.key.backend == chosen
+    )
     forms: dict[str, int] = {}
     for m in best[chosen].values():
         forms[m.key.formulation] = forms.get(m.key.formulation, 0) + 1

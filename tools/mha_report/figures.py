@@ -213,7 +213,9 @@ def time_bars(folder: Path, stem: str, panels: list[tuple[str, list[str], dict]]
     count: panels = [(title, shape labels, {(backend, formulation): [seconds | None per shape]})].
     Log time axis; bars of the wrapper hatched."""
     fig, axes = plt.subplots(
-        len(panels), 1, figsize=(max(6.4, 1.6 + 1.2 * max(len(p[1]) for p in panels) * 1.5), 3.4 * len(panels) + 0.8),
+        len(panels),
+        1,
+        figsize=(max(6.4, 1.6 + 1.2 * max(len(p[1]) for p in panels) * 1.5), 3.4 * len(panels) + 0.8),
         squeeze=False,
     )
     for ax, (title, labels, bars) in zip((row[0] for row in axes), panels):
@@ -231,7 +233,9 @@ def time_bars(folder: Path, stem: str, panels: list[tuple[str, list[str], dict]]
                 label=backend_label(backend) + f" · {form}",
             )
         ax.set_xticks(range(len(labels)))
-        ax.set_xticklabels(labels, rotation=15 if len(labels) > 2 else 0, ha="right" if len(labels) > 2 else "center")
+        ax.set_xticklabels(
+            labels, rotation=15 if len(labels) > 2 else 0, ha="right" if len(labels) > 2 else "center"
+        )
         values = [t for times in bars.values() for t in times if t]
         if values and max(values) > 10 * min(values):  # a wide range: log axis, labelled so
             ax.set_yscale("log")

@@ -111,7 +111,11 @@ def _peak_blocks(results: ResultSet, peaks: Peaks, level: int) -> list:
         )
         if text
     )
-    what = "Every benchmark's peak" if peaks.overridden else "Best peak (PyTorch peers, backends without a peak ISA)"
+    what = (
+        "Every benchmark's peak"
+        if peaks.overridden
+        else "Best peak (PyTorch peers, backends without a peak ISA)"
+    )
     blocks.append(Para(f"{what}: FP32 FMA {per}; from {peak.source}. {Peaks.RULE}"))
     return blocks
 
@@ -347,7 +351,9 @@ def _link_section(results: ResultSet, series_list: list[Series], folder: Path, p
             figures.draw_relative_time,
             "time / fastest mha time (×)",
         )
-        blocks.append(Figure(prefix + "link_choice", "Time relative to the fastest mha backend (1.0 = link this one)"))
+        blocks.append(
+            Figure(prefix + "link_choice", "Time relative to the fastest mha backend (1.0 = link this one)")
+        )
     for n in threads:
         blocks.append(Heading(3, _threads_text(n)))
         blocks.append(
@@ -427,7 +433,10 @@ def _answer(results: ResultSet, heads: list[Series], level: int = 2) -> list:
                 best_x, best_v = max(points, key=lambda p: p[1])
                 rows.append(
                     [backend, series.title, str(n)]
-                    + [_speedup_cell(results, backend, series, n, x, v) for x, v in ((x0, v0), (x1, v1), (best_x, best_v))]
+                    + [
+                        _speedup_cell(results, backend, series, n, x, v)
+                        for x, v in ((x0, v0), (x1, v1), (best_x, best_v))
+                    ]
                 )
     if rows:
         blocks.append(

@@ -190,7 +190,9 @@ def _dispatch_from(context: dict) -> str:
     if context.get("mha_dispatch"):
         return str(context["mha_dispatch"])
     descriptions = " ".join(
-        str(v) for k, v in sorted(context.items()) if k.startswith("mha_backend_") and k.endswith("_description")
+        str(v)
+        for k, v in sorted(context.items())
+        if k.startswith("mha_backend_") and k.endswith("_description")
     ).lower()
     for isa in ("avx512", "avx2", "sse2"):
         if isa in descriptions:
@@ -206,7 +208,9 @@ def machine_of(context: dict) -> Machine:
         threads = int(float(threads))
     except (TypeError, ValueError):
         threads = 0
-    return Machine(model, threads, _dispatch_from(context), str(context.get("mha_isa_overrides") or "").strip())
+    return Machine(
+        model, threads, _dispatch_from(context), str(context.get("mha_isa_overrides") or "").strip()
+    )
 
 
 @dataclass

@@ -20,7 +20,9 @@ def test_percent_of_peak_uses_the_backends_peak_isa(tmp_path):
     # avx2 dispatch: xsimd reads against the avx2 peak (100), naive against portable (40),
     # not against the best (avx512, 200).
     context = isa_context("avx2", one_avx512=200, one_avx2=100, one_portable=40, all_avx2=180)
-    data = rate_entries("xsimd", "split_weight", S1, 1, 50.0) + rate_entries("naive", "split_weight", S1, 1, 2.0)
+    data = rate_entries("xsimd", "split_weight", S1, 1, 50.0) + rate_entries(
+        "naive", "split_weight", S1, 1, 2.0
+    )
     data += rate_entries("xsimd", "split_weight", S1, 2, 90.0)
     (results,) = load_machines([write(tmp_path / "a.json", data, context)])
     peaks = analysis.find_peaks(results)
@@ -107,7 +109,9 @@ def test_two_machines_two_sections_and_a_cross_machine_table(tmp_path):
     md = (out / "report.md").read_text()
     native, forced = "Synthetic CPU, 2 threads, avx512", "AVX2 dispatch on Synthetic CPU, 2 threads"
     assert f"## Machine: {native}" in md and f"## Machine: {forced}" in md
-    assert md.index("## Answer") < md.index(f"## Machine: {native}") < md.index("## Appendix: machine and build")
+    assert (
+        md.index("## Answer") < md.index(f"## Machine: {native}") < md.index("## Appendix: machine and build")
+    )
     rows = table_after(md, "## Answer: which backend to link")
     assert len(rows) == 4  # 2 shapes x (1, all)
     by_shape = {(r[0], r[1]): r[2:] for r in rows}
@@ -143,7 +147,10 @@ def test_single_shape_run_gets_a_time_figure_and_answer_first(tmp_path):
     data = rate_entries("xsimd", "split_weight", S1, 1, 100.0) + rate_entries("xsimd", "wrapper", S1, 1, 50.0)
     data += rate_entries("onednn", "split_weight", S1, 1, 80.0)
     out = tmp_path / "r"
-    assert run_tool(write(tmp_path / "one.json", data, isa_context(one_avx512=200)), "--out", out).returncode == 0
+    assert (
+        run_tool(write(tmp_path / "one.json", data, isa_context(one_avx512=200)), "--out", out).returncode
+        == 0
+    )
     assert (out / "time_bars.png").stat().st_size > 1000 and (out / "time_bars.svg").exists()
     md = (out / "report.md").read_text()
     assert md.index("## Answer: which backend to link") < md.index("## Appendix: machine and build")
