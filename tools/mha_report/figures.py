@@ -189,8 +189,9 @@ def draw_gflops(peak_lines: Callable[[SeriesTable], list[tuple[str, float]]]) ->
             ax.plot([x for x, _ in points], [v for _, v in points], **line_style(backend, form))
         ax.set_yscale("log")
         lines = peak_lines(table)
-        for (label, p), style in zip(lines, ("-.", (0, (5, 2, 1, 2)), ":", "--")):
-            ax.axhline(p, color="black", linewidth=0.8, linestyle=style, label=label)
+        styles = (("-.", "black"), (":", "#555555"), ("--", "#999999"))
+        for (label, p), (style, tone) in zip(lines, styles):
+            ax.axhline(p, color=tone, linewidth=0.9, linestyle=style, label=label)
         if lines:
             low, high = ax.get_ylim()
             ax.set_ylim(low, max([high] + [p * 1.15 for _, p in lines]))

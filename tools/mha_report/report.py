@@ -652,13 +652,15 @@ def build(
         items = _link_bullets(r) or ["No mha backend measured: nothing to recommend."]
         blocks += [Para(f"**{_label(r)}**:"), Bullets(items + [_noise_text(r)])]
     blocks += _cross_machine(machines)
+    if notes.strip():
+        blocks += [Heading(2, "Notes on this run")] + document.parse_notes(notes, 3)
     appendices: list = []
     used: set[str] = set()
     for i, (r, p) in enumerate(zip(machines, peaks)):
         slug = r.machine.slug() if r.machine else f"machine{i + 1}"
         prefix = (slug if slug not in used else f"{slug}_{i + 1}") + "_"
         used.add(slug)
-        body, appendix = _machine_blocks(r, p, folder, notes if i == 0 else "", prefix, True)
+        body, appendix = _machine_blocks(r, p, folder, "", prefix, True)
         blocks += [Heading(2, f"Machine: {_label(r)}")] + _shift(body, 1)
         appendices += [Heading(3, _label(r))] + _shift(appendix[1:], 1)
     return blocks + [Heading(2, "Appendix: machine and build")] + appendices

@@ -160,3 +160,16 @@ def test_single_shape_run_gets_a_time_figure_and_answer_first(tmp_path):
     assert "not within noise" in md and "noise is not known" not in md
     html = (out / "report.html").read_text()
     assert html.index("Answer: which backend to link") < html.index("Appendix: machine and build")
+
+
+def test_cross_machine_rows_tell_backend_from_formulation_differences(tmp_path):
+    # Machine b: xsimd's wrapper is the faster formulation on S1 (same backend, other form).
+    a = write(tmp_path / "a.json", rate_entries("xsimd", "split_weight", S1, 1, 100.0), isa_context("avx512"))
+    b = write(
+        tmp_path / "b.json",
+        rate_entries("xsimd", "split_weight", S1, 1, 40.0) + rate_entries("xsimd", "wrapper", S1, 1, 50.0),
+        isa_context("avx2"),
+    )
+    (row,) = analysis.cross_machine(load_machines([a, b]))
+    assert (row.threads, row.differs, row.backend_differs) == ("1", True, False)
+    assert [m.key.formulation for m in row.cells] == ["split_weight", "wrapper"]
