@@ -189,9 +189,10 @@ def _file_peaks(source: str, context: dict, entries: list) -> FilePeaks:
 @dataclass
 class Peaks:
     """Which peak each benchmark's % of peak divides by: the peak of its backend's peak_isa
-    (mha_backend_<name>_peak_isa) in the file it came from; PyTorch peers, backends without
-    that key and files without per-ISA peaks: the best peak of the machine's files (the
-    highest 1-core and all-core figures). --peak-1core / --peak-all replace every peak."""
+    (mha_backend_<name>_peak_isa) in the file it came from; backends without that key: their
+    file's best peak; PyTorch peers (files without a peak): the best peak of the machine's
+    files (the highest 1-core and all-core figures). --peak-1core / --peak-all replace every
+    peak."""
 
     files: dict[str, FilePeaks]
     backend_isa: dict[tuple[str, str], str]
@@ -203,8 +204,9 @@ class Peaks:
         "benchmark's backend runs at (its `mha_backend_<name>_peak_isa`: avx512, avx2 or "
         "portable), taken from the same result file as the benchmark: the larger of the "
         "context's `mha_fma_peak_gflops_one_core_<isa>` / `..._all_cores_<isa>` and the "
-        "`peak/<isa>/...` entries measured during the run. PyTorch peers and files without "
-        "these keys use the best peak of the machine's files. The thread rule: the 1-core "
+        "`peak/<isa>/...` entries measured during the run. Backends without a peak ISA use "
+        "their file's best peak; PyTorch peers the best peak of the machine's files. The "
+        "thread rule: the 1-core "
         "peak for threads:1, otherwise the all-core peak scaled by threads / the thread count "
         "it was measured on."
     )
@@ -218,7 +220,12 @@ class Peaks:
 
     def for_measurement(self, m: Measurement) -> Peak:
         isa = self.isa_of(m)
-        return self.fallback if isa is None else self.files[m.source].per_isa[isa]
+        if isa is not None:
+            return self.files[m.source].per_isa[isa]
+        own = self.files.get(m.source)
+        if own and not self.overridden and (own.best.one_core or own.best.all_cores):
+            return own.best
+        return self.fallback
 
     def percent(self, m: Measurement | None) -> float | None:
         if m is None:

@@ -87,12 +87,22 @@ def _peak_blocks(results: ResultSet, peaks: Peaks, level: int) -> list:
             isa,
             "–" if p.one_core is None else f"{p.one_core:.1f}",
             "–" if p.all_cores is None else f"{p.all_cores:.1f} ({p.all_core_threads} threads)",
-            ", ".join(sorted(b for (src, b), i in peaks.backend_isa.items() if src == fp.source and i == isa))
+            ", ".join(
+                sorted(
+                    {
+                        m.key.backend
+                        for m in results.measurements.values()
+                        if m.source == fp.source
+                        and (peaks.isa_of(m) == isa or (isa == "best" and peaks.isa_of(m) is None))
+                    }
+                )
+            )
             or "–",
             p.source,
         ]
         for fp in peaks.files.values()
-        for isa, p in fp.per_isa.items()
+        for isa, p in list(fp.per_isa.items()) + [("best", fp.best)]
+        if p.one_core or p.all_cores
     ]
     if rows and not peaks.overridden:
         blocks.append(
@@ -112,9 +122,7 @@ def _peak_blocks(results: ResultSet, peaks: Peaks, level: int) -> list:
         if text
     )
     what = (
-        "Every benchmark's peak"
-        if peaks.overridden
-        else "Best peak (PyTorch peers, backends without a peak ISA)"
+        "Every benchmark's peak" if peaks.overridden else "Best peak of the machine's files (PyTorch peers)"
     )
     blocks.append(Para(f"{what}: FP32 FMA {per}; from {peak.source}. {Peaks.RULE}"))
     return blocks
@@ -186,7 +194,10 @@ def _peak_lines(results: ResultSet, peaks: Peaks):
                 p = peaks.for_measurement(m).for_threads(table.threads)
                 isa = peaks.isa_of(m)
                 if p:
-                    found[f"{isa} FMA peak" if isa else "measured FMA peak"] = p
+                    label = f"{isa} FMA peak" if isa else "measured FMA peak"
+                    if found.get(label, p) != p:  # two files' peaks: say whose
+                        label += f" ({Path(m.source).name})"
+                    found[label] = p
         return sorted(found.items(), key=lambda t: -t[1])
 
     return lines
