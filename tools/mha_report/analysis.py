@@ -706,6 +706,9 @@ class CrossRow:
     shape: Shape
     threads: str
     cells: list[Measurement | None]
+    # Every machine's own pick and the other machines' picks are within noise there (the
+    # per-shape rule: margin under TIE_MARGIN or overlapping repetition ranges).
+    within_noise: bool = False
 
     @property
     def differs(self) -> bool:
@@ -728,5 +731,23 @@ def cross_machine(machines: list[ResultSet]) -> list[CrossRow]:
                 n = 1 if label == "1" else (counts[-1] if counts and counts[-1] > 1 else None)
                 cells.append(choose(r, shape, n).best if n in counts else None)
             if any(cells):
-                rows.append(CrossRow(shape, label, cells))
+                row = CrossRow(shape, label, cells)
+                row.within_noise = row.differs and _picks_within_noise(machines, cells)
+                rows.append(row)
     return rows
+
+
+def _picks_within_noise(machines: list[ResultSet], cells: list) -> bool:
+    picks = {(m.key.backend, m.key.formulation) for m in cells if m is not None}
+    for r, mine in zip(machines, cells):
+        if mine is None:
+            continue
+        for backend, form in picks:
+            other = r.get(backend, form, mine.key.shape, mine.key.threads)
+            if other is None:
+                return False
+            if other is not mine and not (
+                other.median_s / mine.median_s - 1 < TIE_MARGIN or _ranges_overlap(mine, other)
+            ):
+                return False
+    return True

@@ -596,22 +596,32 @@ def _label(results: ResultSet) -> str:
     return results.machine.label() if results.machine else "this machine"
 
 
+def _cross_flag(r: analysis.CrossRow) -> str:
+    if not r.differs:
+        return ""
+    what = "backend differs" if r.backend_differs else "formulation differs"
+    return f"{what} (within noise)" if r.within_noise else f"**{what}**"
+
+
 def _cross_machine(machines: list[ResultSet]) -> list:
     rows = analysis.cross_machine(machines)
     table = [
         [r.shape.label(), r.threads]
         + ["–" if m is None else f"{m.key.backend}·{m.key.formulation}" for m in r.cells]
-        + ["**differs**" if r.backend_differs else "formulation differs" if r.differs else ""]
+        + [_cross_flag(r)]
         for r in rows
     ]
     differing = sum(r.differs for r in rows)
+    beyond = sum(r.differs and not r.within_noise for r in rows)
     return [
         Para(
             "Which backend to link on each machine, per shape: the fastest mha backend · "
             "formulation at 1 thread and at the most threads measured on that machine ('all'). "
-            f"**{differing} of {len(rows)} rows differ** between machines (flagged: **differs** "
-            "when the backend differs, 'formulation differs' when only its formulation does; "
-            "see each machine's table for margins and noise)."
+            f"**{differing} of {len(rows)} rows differ** between machines, **{beyond} beyond "
+            "noise** (flagged in bold; 'within noise' when, on every machine, the other "
+            f"machines' picks are less than {analysis.TIE_MARGIN * 100:.0f}% slower than its own "
+            "or their repetition ranges overlap; 'formulation differs' when the backend is the "
+            "same)."
         ),
         Table(["shape", "threads"] + [_label(r) for r in machines] + ["choice"], table),
     ]

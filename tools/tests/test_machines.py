@@ -116,9 +116,9 @@ def test_two_machines_two_sections_and_a_cross_machine_table(tmp_path):
     assert len(rows) == 4  # 2 shapes x (1, all)
     by_shape = {(r[0], r[1]): r[2:] for r in rows}
     assert by_shape[(S1.label(), "1")] == ["xsimd·split_weight", "xsimd·split_weight", ""]
-    assert by_shape[(S2.label(), "1")] == ["xsimd·split_weight", "onednn·split_weight", "**differs**"]
-    assert by_shape[(S2.label(), "all")][2] == "**differs**"
-    assert "**2 of 4 rows differ** between machines" in md
+    assert by_shape[(S2.label(), "1")] == ["xsimd·split_weight", "onednn·split_weight", "**backend differs**"]
+    assert by_shape[(S2.label(), "all")][2] == "**backend differs**"
+    assert "**2 of 4 rows differ** between machines, **2 beyond noise**" in md
     # Figures of each machine under their own names; % of peak per machine's ISA:
     # forced xsimd S1 at 50 GFLOP/s against the avx2 peak 100 = 50%.
     assert len(list(out.glob("*time_bars.png"))) == 2
@@ -173,3 +173,22 @@ def test_cross_machine_rows_tell_backend_from_formulation_differences(tmp_path):
     (row,) = analysis.cross_machine(load_machines([a, b]))
     assert (row.threads, row.differs, row.backend_differs) == ("1", True, False)
     assert [m.key.formulation for m in row.cells] == ["split_weight", "wrapper"]
+    # a never measured the wrapper: cannot be called noise.
+    assert not row.within_noise
+
+
+def test_cross_machine_differences_within_noise_are_said(tmp_path):
+    # a: xsimd 100, onednn 98 GFLOP/s (2% apart); b: onednn 100, xsimd 98: the picks differ,
+    # but on each machine the other's pick is within 5%.
+    rows = []
+    for name, (x, o) in (("a", (100.0, 98.0)), ("b", (98.0, 100.0))):
+        data = rate_entries("xsimd", "split_weight", S1, 1, x) + rate_entries(
+            "onednn", "split_weight", S1, 1, o
+        )
+        rows.append(write(tmp_path / f"{name}.json", data, isa_context("avx512" if name == "a" else "avx2")))
+    (row,) = analysis.cross_machine(load_machines(rows))
+    assert row.backend_differs and row.within_noise
+    out = tmp_path / "r"
+    assert run_tool(*rows, "--out", out).returncode == 0
+    (line,) = table_after((out / "report.md").read_text(), "## Answer: which backend to link")
+    assert line[2:] == ["xsimd·split_weight", "onednn·split_weight", "backend differs (within noise)"]
