@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 from .results import Measurement, ResultSet, Shape, is_peer
 
@@ -117,6 +119,184 @@ def find_peak(results: ResultSet, one_core: float | None = None, all_cores: floa
     if sources:
         peak.source = ", ".join(sources)
     return peak
+
+
+# ---------------------------------------------------------------------------------------------
+# Peaks per file and ISA (mha_bench's per-ISA keys and peak/<isa>/... entries)
+
+PEAK_ISAS = ("avx512", "avx2", "portable")
+# A file's peak this far below the best for the same CPU model and ISA, or trials spreading
+# this much (min vs max), gets a warning: % of peak from that file is flattered.
+PEAK_LOW = 0.10
+PEAK_SPREAD = 0.10
+
+
+@dataclass
+class FilePeaks:
+    """The peaks of one input file: per ISA (max of the context's per-ISA keys and its
+    peak/<isa>/... entries), the file's best peak (today's keys, or the best ISA), and per ISA
+    every single-core figure measured (start-up trials + peak entries' GFLOPS)."""
+
+    source: str
+    cpu_model: str
+    per_isa: dict[str, Peak]
+    best: Peak
+    trials: dict[str, list[float]]
+
+
+def _file_peaks(source: str, context: dict, entries: list) -> FilePeaks:
+    model = str(context.get("mha_cpu_model") or context.get("cpu_model") or "unknown CPU")
+    threads = _number(context.get(PEAK_THREADS_KEY, context.get("num_cpus")))
+    threads = int(threads) if threads else None
+    per_isa: dict[str, Peak] = {}
+    trials: dict[str, list[float]] = {}
+    name = Path(source).name
+    for isa in PEAK_ISAS:
+        mine = [e for e in entries if e.isa == isa and e.source == source]
+        one_values = [e.gflops for e in mine if e.threads == 1]
+        all_values = [e.gflops for e in mine if e.threads > 1 and e.threads == threads]
+        one_key, all_key = f"{PEAK_ONE_CORE_KEY}_{isa}", f"{PEAK_ALL_CORES_KEY}_{isa}"
+        sources = []
+        for key, values in ((one_key, one_values), (all_key, all_values)):
+            number = _number(context.get(key)) if key in context else None
+            if number and number > 0:
+                values.append(number)
+                sources.append(f"'{key}'")
+        if mine:
+            sources.append(f"{len(mine)} peak/{isa}/... entries")
+        if not one_values and not all_values:
+            continue
+        per_isa[isa] = Peak(
+            max(one_values, default=None),
+            max(all_values, default=None),
+            threads if all_values else None,
+            f"{' and '.join(sources)} in {name}",
+        )
+        trial_key = f"mha_fma_peak_trials_one_core_{isa}"
+        values = [_number(v) for v in str(context.get(trial_key, "")).split(",") if v.strip()]
+        values += [e.gflops for e in mine if e.threads == 1]
+        trials[isa] = [v for v in values if v]
+    single = ResultSet(contexts=[(source, context)])
+    best = find_peak(single)
+    for peak in per_isa.values():
+        if peak.one_core and (best.one_core is None or peak.one_core > best.one_core):
+            best.one_core, best.source = peak.one_core, peak.source
+        if peak.all_cores and (best.all_cores is None or peak.all_cores > best.all_cores):
+            best.all_cores, best.all_core_threads = peak.all_cores, peak.all_core_threads
+    return FilePeaks(source, model, per_isa, best, trials)
+
+
+@dataclass
+class Peaks:
+    """Which peak each benchmark's % of peak divides by: the peak of its backend's peak_isa
+    (mha_backend_<name>_peak_isa) in the file it came from; backends without that key: their
+    file's best peak; PyTorch peers (files without a peak): the best peak of the machine's
+    files (the highest 1-core and all-core figures). --peak-1core / --peak-all replace every
+    peak."""
+
+    files: dict[str, FilePeaks]
+    backend_isa: dict[tuple[str, str], str]
+    fallback: Peak
+    overridden: bool = False
+
+    RULE = (
+        "% of peak divides model GFLOP/s by the measured FP32 FMA peak of the ISA the "
+        "benchmark's backend runs at (its `mha_backend_<name>_peak_isa`: avx512, avx2 or "
+        "portable), taken from the same result file as the benchmark: the larger of the "
+        "context's `mha_fma_peak_gflops_one_core_<isa>` / `..._all_cores_<isa>` and the "
+        "`peak/<isa>/...` entries measured during the run. Backends without a peak ISA use "
+        "their file's best peak; PyTorch peers the best peak of the machine's files. The "
+        "thread rule: the 1-core "
+        "peak for threads:1, otherwise the all-core peak scaled by threads / the thread count "
+        "it was measured on."
+    )
+
+    def isa_of(self, m: Measurement) -> str | None:
+        if self.overridden:
+            return None
+        isa = self.backend_isa.get((m.source, m.key.backend))
+        peaks = self.files.get(m.source)
+        return isa if peaks and isa in peaks.per_isa else None
+
+    def for_measurement(self, m: Measurement) -> Peak:
+        isa = self.isa_of(m)
+        if isa is not None:
+            return self.files[m.source].per_isa[isa]
+        own = self.files.get(m.source)
+        if own and not self.overridden and (own.best.one_core or own.best.all_cores):
+            return own.best
+        return self.fallback
+
+    def percent(self, m: Measurement | None) -> float | None:
+        if m is None:
+            return None
+        return percent_of_peak(m.gflops, self.for_measurement(m), m.key.threads)
+
+    def any(self) -> bool:
+        return bool(self.fallback.one_core or self.fallback.all_cores)
+
+
+def find_peaks(results: ResultSet, one_core: float | None = None, all_cores: float | None = None) -> Peaks:
+    """Per-file, per-ISA peaks of one machine's results (see Peaks)."""
+    files = {
+        source: _file_peaks(source, context, results.peak_entries) for source, context in results.contexts
+    }
+    backend_isa = {}
+    for source, context in results.contexts:
+        for key, value in context.items():
+            match = re.match(r"^mha_backend_(.+)_peak_isa$", key)
+            if match and str(value) in PEAK_ISAS:
+                backend_isa[(source, match.group(1))] = str(value)
+    overridden = one_core is not None or all_cores is not None
+    fallback = find_peak(results, one_core, all_cores)
+    if not overridden:
+        raised = False
+        for fp in files.values():
+            b = fp.best
+            if b.one_core and (fallback.one_core is None or b.one_core > fallback.one_core):
+                fallback.one_core, raised = b.one_core, True
+            if b.all_cores and (fallback.all_cores is None or b.all_cores > fallback.all_cores):
+                fallback.all_cores, fallback.all_core_threads, raised = b.all_cores, b.all_core_threads, True
+        if raised:
+            fallback.source = "the highest 1-core and all-core figures of the machine's files"
+    return Peaks(files, backend_isa, fallback, overridden)
+
+
+def peak_warnings(all_peaks: list[Peaks]) -> list[str]:
+    """Warnings over every input: a file's per-ISA peak more than PEAK_LOW below the best for
+    the same CPU model and ISA among the inputs, or its single-core trials and peak entries
+    spreading more than PEAK_SPREAD (min vs max). Either way its % of peak is flattered."""
+    files = [fp for peaks in all_peaks for fp in peaks.files.values()]
+    out = []
+    for fp in files:
+        name = Path(fp.source).name
+        for isa, peak in sorted(fp.per_isa.items()):
+            for attr, what in (("one_core", "1-core"), ("all_cores", "all-core")):
+                mine = getattr(peak, attr)
+                rivals = [
+                    (getattr(o.per_isa[isa], attr), o.source)
+                    for o in files
+                    if o.cpu_model == fp.cpu_model and isa in o.per_isa and getattr(o.per_isa[isa], attr)
+                ]
+                if not mine or not rivals:
+                    continue
+                best, where = max(rivals)
+                if mine < (1 - PEAK_LOW) * best:
+                    out.append(
+                        f"`{name}`: its {isa} {what} FMA peak, {mine:.1f} GFLOP/s, is "
+                        f"{(1 - mine / best) * 100:.0f}% below the {best:.1f} GFLOP/s measured in "
+                        f"`{Path(where).name}` on the same CPU model ({fp.cpu_model}): % of peak "
+                        "from this file is flattered."
+                    )
+            values = fp.trials.get(isa, [])
+            if len(values) >= 2 and min(values) < (1 - PEAK_SPREAD) * max(values):
+                out.append(
+                    f"`{name}`: its {isa} 1-core FMA peak trials and peak entries spread "
+                    f"{(1 - min(values) / max(values)) * 100:.0f}% ({min(values):.1f} to "
+                    f"{max(values):.1f} GFLOP/s over {len(values)} figures): the machine was "
+                    "not steady; % of peak from this file is flattered."
+                )
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,3 +581,173 @@ def relative_time_table(results: ResultSet, series: Series, threads: int) -> Ser
             values.append(min(times) / fastest.median_s if times and fastest else None)
         rows.append((series.x(s), values))
     return SeriesTable(series, threads, columns, rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# The answer first: noise, the backend to link per thread count, split/wrapper ties
+
+# Noise is measured only from benchmarks with at least this many repetitions.
+NOISE_MIN_REPETITIONS = 3
+
+
+def noise_by_backend(results: ResultSet) -> dict[str, float]:
+    """Run-to-run noise per backend: the median coefficient of variation (stddev / mean of the
+    repetition times) over its benchmarks with >= NOISE_MIN_REPETITIONS repetitions."""
+    cvs: dict[str, list[float]] = {}
+    for m in results.measurements.values():
+        if m.repetitions >= NOISE_MIN_REPETITIONS and m.cv is not None:
+            cvs.setdefault(m.key.backend, []).append(m.cv)
+    return {b: statistics.median(v) for b, v in sorted(cvs.items())}
+
+
+@dataclass
+class LinkSummary:
+    """Which backend to link at one thread count, over every shape measured there: the backend
+    whose faster formulation has the lowest geometric-mean time relative to the fastest mha
+    time, its formulations' wins, the runner-up backend and the margin between their geometric
+    means (over the shapes both measured); tie when the margin is under TIE_MARGIN or under the
+    larger of the two backends' measured noise."""
+
+    threads: int
+    backend: str
+    wins: int
+    shapes: int
+    formulations: list[tuple[str, int]]  # (formulation, shapes where it is the faster one)
+    runner_up: str | None
+    margin: float | None
+    common: int
+    tie: bool
+    noise: float | None
+
+
+def _best_time(results: ResultSet, backend: str, shape: Shape, threads: int) -> Measurement | None:
+    found = [m for f in FORMULATIONS if (m := results.get(backend, f, shape, threads))]
+    return min(found, key=lambda m: m.median_s) if found else None
+
+
+def link_summary(results: ResultSet, threads: int) -> LinkSummary | None:
+    shapes = sorted({k.shape for k in results.measurements if k.threads == threads})
+    backends = [b for b in results.backends() if not is_peer(b)]
+    best = {b: {s: m for s in shapes if (m := _best_time(results, b, s, threads))} for b in backends}
+    best = {b: v for b, v in best.items() if v}
+    if not best:
+        return None
+
+    def geomean_ratio(a: str, b: str) -> tuple[float, int]:
+        common = [s for s in best[a] if s in best[b]]
+        if not common:
+            return 1.0, 0
+        logs = [math.log(best[a][s].median_s / best[b][s].median_s) for s in common]
+        return math.exp(sum(logs) / len(logs)), len(common)
+
+    # Rank by shapes covered first (a backend measured on fewer shapes cannot win by absence),
+    # then by geometric mean relative to every other backend.
+    def score(b: str) -> tuple:
+        others = [geomean_ratio(b, o)[0] for o in best if o != b]
+        return (-len(best[b]), math.exp(sum(map(math.log, others)) / len(others)) if others else 1.0)
+
+    ranked = sorted(best, key=score)
+    chosen = ranked[0]
+    wins = sum(
+        1 for c in choices(results) if c.threads == threads and c.best and c.best.key.backend == chosen
+    )
+    forms: dict[str, int] = {}
+    for m in best[chosen].values():
+        forms[m.key.formulation] = forms.get(m.key.formulation, 0) + 1
+    noise = noise_by_backend(results)
+    runner_up = margin = None
+    common, tie, level = 0, False, None
+    if len(ranked) > 1:
+        runner_up = min(ranked[1:], key=lambda o: geomean_ratio(o, chosen)[0])
+        ratio, common = geomean_ratio(runner_up, chosen)
+        margin = ratio - 1
+        levels = [noise[b] for b in (chosen, runner_up) if b in noise]
+        level = max(levels) if levels else None
+        tie = margin < TIE_MARGIN or (level is not None and margin < level)
+    return LinkSummary(
+        threads,
+        chosen,
+        wins,
+        len(shapes),
+        sorted(forms.items(), key=lambda t: -t[1]),
+        runner_up,
+        margin,
+        common,
+        tie,
+        level,
+    )
+
+
+def speedup_is_tie(results: ResultSet, backend: str, shape: Shape, threads: int) -> bool:
+    """A split/wrapper difference within noise: overlapping repetition ranges, or |speedup - 1|
+    under twice the backend's measured noise (needs >= NOISE_MIN_REPETITIONS repetitions)."""
+    wrapper = results.get(backend, "wrapper", shape, threads)
+    split = results.get(backend, "split_weight", shape, threads)
+    if wrapper is None or split is None:
+        return False
+    if min(wrapper.repetitions, split.repetitions) < NOISE_MIN_REPETITIONS:
+        return False
+    if _ranges_overlap(wrapper, split):
+        return True
+    noise = noise_by_backend(results).get(backend)
+    return noise is not None and abs(wrapper.median_s / split.median_s - 1) < 2 * noise
+
+
+# ---------------------------------------------------------------------------------------------
+# Several machines: which backend to link on each
+
+
+@dataclass
+class CrossRow:
+    """One shape at 1 thread ('1') or each machine's most threads ('all'): per machine the
+    fastest mha backend · formulation (None: not measured there); differs when the measured
+    machines disagree."""
+
+    shape: Shape
+    threads: str
+    cells: list[Measurement | None]
+    # Every machine's own pick and the other machines' picks are within noise there (the
+    # per-shape rule: margin under TIE_MARGIN or overlapping repetition ranges).
+    within_noise: bool = False
+
+    @property
+    def differs(self) -> bool:
+        picks = {(m.key.backend, m.key.formulation) for m in self.cells if m is not None}
+        return len(picks) > 1
+
+    @property
+    def backend_differs(self) -> bool:
+        return len({m.key.backend for m in self.cells if m is not None}) > 1
+
+
+def cross_machine(machines: list[ResultSet]) -> list[CrossRow]:
+    shapes = sorted({s for r in machines for s in r.shapes()})
+    rows = []
+    for label in ("1", "all"):
+        for shape in shapes:
+            cells = []
+            for r in machines:
+                counts = sorted({k.threads for k in r.measurements if k.shape == shape})
+                n = 1 if label == "1" else (counts[-1] if counts and counts[-1] > 1 else None)
+                cells.append(choose(r, shape, n).best if n in counts else None)
+            if any(cells):
+                row = CrossRow(shape, label, cells)
+                row.within_noise = row.differs and _picks_within_noise(machines, cells)
+                rows.append(row)
+    return rows
+
+
+def _picks_within_noise(machines: list[ResultSet], cells: list) -> bool:
+    picks = {(m.key.backend, m.key.formulation) for m in cells if m is not None}
+    for r, mine in zip(machines, cells):
+        if mine is None:
+            continue
+        for backend, form in picks:
+            other = r.get(backend, form, mine.key.shape, mine.key.threads)
+            if other is None:
+                return False
+            if other is not mine and not (
+                other.median_s / mine.median_s - 1 < TIE_MARGIN or _ranges_overlap(mine, other)
+            ):
+                return False
+    return True

@@ -79,15 +79,16 @@ def main(argv: list[str] | None = None) -> int:
             before, after = (results.load([path]) for path in args.ab)
             ab.generate(before, after, tuple(args.ab), staging, args.alpha, not args.no_scipy)
         else:
-            loaded = results.load(args.results, args.best_run)
-            if not loaded.measurements and not loaded.failures:
+            machines = results.load_machines(args.results, args.best_run)
+            if not any(r.measurements or r.failures for r in machines):
                 raise ReportError("the inputs hold no attention benchmarks (names 'mha/...')")
-            peak = analysis.find_peak(loaded, args.peak_1core, args.peak_all)
+            machines = [r for r in machines if r.measurements or r.failures]
+            peaks = [analysis.find_peaks(r, args.peak_1core, args.peak_all) for r in machines]
             try:
                 notes = args.notes.read_text(encoding="utf-8") if args.notes else ""
             except OSError as e:
                 raise ReportError(f"--notes {args.notes}: {e.strerror}") from e
-            report.generate(loaded, peak, staging, args.title, notes)
+            report.generate(machines, peaks, staging, args.title, notes)
         _replace_outputs(staging, out)
     except ReportError as e:
         print(f"mha_report: {e}", file=sys.stderr)

@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
-from .analysis import Peak, Scaling, Series, SeriesTable  # noqa: E402
+from .analysis import Scaling, Series, SeriesTable  # noqa: E402
 from .results import is_peer  # noqa: E402
 
 plt.rcParams.update(
@@ -178,19 +178,26 @@ def draw_speedup(ax, table: SeriesTable) -> None:
     log_y(ax)
 
 
-def draw_gflops(peak: Peak) -> Callable:
+def draw_gflops(peak_lines: Callable[[SeriesTable], list[tuple[str, float]]]) -> Callable:
+    """GFLOP/s lines; peak_lines(table) gives the peaks its columns are read against, as
+    (label, GFLOP/s at the table's thread count). One peak: a line and a right axis in % of it;
+    several (backends at different ISAs): a labelled line each, no % axis."""
+
     def draw(ax, table: SeriesTable) -> None:
         for backend, form in table.columns:
             points = table.column((backend, form))
             ax.plot([x for x, _ in points], [v for _, v in points], **line_style(backend, form))
         ax.set_yscale("log")
-        p = peak.for_threads(table.threads)
-        if p:
-            ax.axhline(p, color="black", linewidth=0.8, linestyle="-.", label="measured FMA peak")
+        lines = peak_lines(table)
+        styles = (("-.", "black"), (":", "#555555"), ("--", "#999999"))
+        for (label, p), (style, tone) in zip(lines, styles):
+            ax.axhline(p, color=tone, linewidth=0.9, linestyle=style, label=label)
+        if lines:
             low, high = ax.get_ylim()
-            ax.set_ylim(low, max(high, p * 1.15))
+            ax.set_ylim(low, max([high] + [p * 1.15 for _, p in lines]))
         log_y(ax)
-        if p:
+        if len(lines) == 1:
+            p = lines[0][1]
             secondary = ax.secondary_yaxis(
                 "right", functions=(lambda g: g / p * 100, lambda pct: pct * p / 100)
             )
@@ -200,6 +207,49 @@ def draw_gflops(peak: Peak) -> Callable:
             secondary.yaxis.set_minor_locator(NullLocator())
 
     return draw
+
+
+def time_bars(folder: Path, stem: str, panels: list[tuple[str, list[str], dict]]) -> None:
+    """Median time per shape (groups) and backend · formulation (bars), one panel per thread
+    count: panels = [(title, shape labels, {(backend, formulation): [seconds | None per shape]})].
+    Log time axis; bars of the wrapper hatched."""
+    fig, axes = plt.subplots(
+        len(panels),
+        1,
+        figsize=(max(6.4, 1.6 + 1.2 * max(len(p[1]) for p in panels) * 1.5), 3.4 * len(panels) + 0.8),
+        squeeze=False,
+    )
+    for ax, (title, labels, bars) in zip((row[0] for row in axes), panels):
+        width = 0.8 / max(len(bars), 1)
+        for i, ((backend, form), times) in enumerate(bars.items()):
+            xs = [j + (i - (len(bars) - 1) / 2) * width for j, t in enumerate(times) if t is not None]
+            ys = [t * 1e3 for t in times if t is not None]
+            ax.bar(
+                xs,
+                ys,
+                width,
+                color=colour(backend),
+                hatch="//" if form == "wrapper" else None,
+                edgecolor="white",
+                label=backend_label(backend) + f" · {form}",
+            )
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(
+            labels, rotation=15 if len(labels) > 2 else 0, ha="right" if len(labels) > 2 else "center"
+        )
+        values = [t for times in bars.values() for t in times if t]
+        if values and max(values) > 10 * min(values):  # a wide range: log axis, labelled so
+            ax.set_yscale("log")
+            log_y(ax)
+            ax.set_ylabel("median time (ms, log scale)")
+        else:  # bars from zero, so their heights compare
+            ax.set_ylabel("median time (ms)")
+        ax.set_title(title)
+    fig.suptitle("Time per forward pass (lower is faster)", fontsize=11)
+    legend_height = _figure_legend(fig, [row[0] for row in axes])
+    height = fig.get_figheight()
+    fig.tight_layout(rect=(0, legend_height / height, 1, 1 - 0.35 / height))
+    save(fig, folder, stem)
 
 
 def draw_relative_time(ax, table: SeriesTable) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import analysis, document, figures
-from .analysis import Peak, Series, SeriesTable
+from .analysis import Peaks, Series, SeriesTable
 from .document import Bullets, Figure, Heading, Para, Table
-from .results import ResultSet, is_peer
+from .results import Machine, ResultSet, is_peer
 
 
 # A benchmark whose repetitions vary more than this (stddev / mean) is called noisy.
@@ -71,34 +71,72 @@ def _context_rows(context: dict) -> list[list[str]]:
     return rows
 
 
-def _context_section(results: ResultSet, peak: Peak) -> list:
-    blocks: list = [Heading(2, "Machine and build")]
-    for path, context in results.contexts:
-        backends = sorted({m.key.backend for m in results.measurements.values() if m.source == path})
-        kind = "PyTorch peers" if backends and all(map(is_peer, backends)) else "benchmarks"
-        blocks.append(Heading(3, f"{kind}: `{Path(path).name}`"))
-        rows = _context_rows(context)
-        blocks.append(Table(["key", "value"], rows) if rows else Para("This file has no context."))
-    blocks.append(Heading(3, "Measured peak"))
-    if peak.one_core or peak.all_cores:
-        per = ", ".join(
-            text
-            for text in (
-                f"1 core: **{peak.one_core:.1f} GFLOP/s**" if peak.one_core else "",
-                f"all cores: **{peak.all_cores:.1f} GFLOP/s**" if peak.all_cores else "",
-                f"all-core peak measured on {peak.all_core_threads} threads" if peak.all_cores else "",
-            )
-            if text
-        )
-        blocks.append(Para(f"FP32 FMA peak ({per}; from {peak.source}). {Peak.RULE}"))
-    else:
-        blocks.append(
+def _peak_blocks(results: ResultSet, peaks: Peaks, level: int) -> list:
+    blocks: list = [Heading(level, "Measured peak")]
+    peak = peaks.fallback
+    if not peaks.any():
+        return blocks + [
             Para(
                 "No measured FP32 FMA peak in the inputs (no context key with 'peak' for 1 core "
                 "or all cores, and no --peak-1core / --peak-all): % of peak is not reported."
             )
+        ]
+    rows = [
+        [
+            f"`{Path(fp.source).name}`",
+            isa,
+            "–" if p.one_core is None else f"{p.one_core:.1f}",
+            "–" if p.all_cores is None else f"{p.all_cores:.1f} ({p.all_core_threads} threads)",
+            ", ".join(
+                sorted(
+                    {
+                        m.key.backend
+                        for m in results.measurements.values()
+                        if m.source == fp.source
+                        and (peaks.isa_of(m) == isa or (isa == "best" and peaks.isa_of(m) is None))
+                    }
+                )
+            )
+            or "–",
+            p.source,
+        ]
+        for fp in peaks.files.values()
+        for isa, p in list(fp.per_isa.items()) + [("best", fp.best)]
+        if p.one_core or p.all_cores
+    ]
+    if rows and not peaks.overridden:
+        blocks.append(
+            Table(
+                ["file", "ISA", "1 core GFLOP/s", "all cores GFLOP/s", "backends read against it", "from"],
+                rows,
+                numeric={2, 3},
+            )
         )
+    per = ", ".join(
+        text
+        for text in (
+            f"1 core: **{peak.one_core:.1f} GFLOP/s**" if peak.one_core else "",
+            f"all cores: **{peak.all_cores:.1f} GFLOP/s**" if peak.all_cores else "",
+            f"all-core peak measured on {peak.all_core_threads} threads" if peak.all_cores else "",
+        )
+        if text
+    )
+    what = (
+        "Every benchmark's peak" if peaks.overridden else "Best peak of the machine's files (PyTorch peers)"
+    )
+    blocks.append(Para(f"{what}: FP32 FMA {per}; from {peak.source}. {Peaks.RULE}"))
     return blocks
+
+
+def _context_section(results: ResultSet, peaks: Peaks, level: int = 2) -> list:
+    blocks: list = [Heading(level, "Appendix: machine and build")]
+    for path, context in results.contexts:
+        backends = sorted({m.key.backend for m in results.measurements.values() if m.source == path})
+        kind = "PyTorch peers" if backends and all(map(is_peer, backends)) else "benchmarks"
+        blocks.append(Heading(level + 1, f"{kind}: `{Path(path).name}`"))
+        rows = _context_rows(context)
+        blocks.append(Table(["key", "value"], rows) if rows else Para("This file has no context."))
+    return blocks + _peak_blocks(results, peaks, level + 1)
 
 
 # ---- split vs wrapper ----
@@ -110,7 +148,7 @@ def _series_table_block(table: SeriesTable, header: list[str], cell) -> Table:
     return Table([table.series.x_name] + header, rows, numeric=set(range(len(header) + 1)))
 
 
-def _speedup_section(results: ResultSet, series_list: list[Series], folder: Path) -> list:
+def _speedup_section(results: ResultSet, series_list: list[Series], folder: Path, prefix: str = "") -> list:
     threads = results.thread_counts()
     tables = {(s, n): analysis.speedup_table(results, s, n) for s in series_list for n in threads}
     if not any(tables.values()):
@@ -126,7 +164,7 @@ def _speedup_section(results: ResultSet, series_list: list[Series], folder: Path
     ]
     figures.series_grid(
         folder,
-        "speedup_vs_heads",
+        prefix + "speedup_vs_heads",
         "Split-weight speedup over the wrapper",
         series_list,
         threads,
@@ -134,7 +172,7 @@ def _speedup_section(results: ResultSet, series_list: list[Series], folder: Path
         figures.draw_speedup,
         "wrapper time / split_weight time (×)",
     )
-    blocks.append(Figure("speedup_vs_heads", "Split/wrapper speedup against H, per backend"))
+    blocks.append(Figure(prefix + "speedup_vs_heads", "Split/wrapper speedup against H, per backend"))
     for (series, n), table in tables.items():
         if table is None:
             continue
@@ -143,20 +181,43 @@ def _speedup_section(results: ResultSet, series_list: list[Series], folder: Path
     return blocks
 
 
+def _peak_lines(results: ResultSet, peaks: Peaks):
+    """For a GFLOP/s panel: the distinct peaks its columns are read against."""
+
+    def lines(table: SeriesTable) -> list[tuple[str, float]]:
+        found: dict[str, float] = {}
+        for backend, form in table.columns:
+            for shape in table.series.shapes:
+                m = results.get(backend, form, shape, table.threads)
+                if m is None:
+                    continue
+                p = peaks.for_measurement(m).for_threads(table.threads)
+                isa = peaks.isa_of(m)
+                if p:
+                    label = f"{isa} FMA peak" if isa else "measured FMA peak"
+                    if found.get(label, p) != p:  # two files' peaks: say whose
+                        label += f" ({Path(m.source).name})"
+                    found[label] = p
+        return sorted(found.items(), key=lambda t: -t[1])
+
+    return lines
+
+
 def _gflops_section(
-    results: ResultSet, series_list: list[Series], peak: Peak, folder: Path, axis: str
+    results: ResultSet, series_list: list[Series], peaks: Peaks, folder: Path, axis: str, prefix: str = ""
 ) -> list:
     threads = results.thread_counts()
     tables = {(s, n): analysis.gflops_table(results, s, n) for s in series_list for n in threads}
     if not any(tables.values()):
         return []
-    stem = f"gflops_vs_{axis}"
+    stem = f"{prefix}gflops_vs_{axis}"
     name, short = ("H", "H") if axis == "heads" else ("sequence length T", "T")
     blocks: list = [
         Heading(2, f"GFLOP/s and % of peak against {name}"),
         Para(
             "Model GFLOP/s (DESIGN §3 FLOP count / median time) per backend and formulation; "
-            "cells show GFLOP/s and, in brackets, % of the measured peak for that thread count."
+            "cells show GFLOP/s and, in brackets, % of the measured peak for that thread count "
+            "and the ISA of that backend (see the appendix)."
         ),
     ]
     figures.series_grid(
@@ -166,17 +227,19 @@ def _gflops_section(
         series_list,
         threads,
         lambda s, n: tables[(s, n)],
-        figures.draw_gflops(peak),
+        figures.draw_gflops(_peak_lines(results, peaks)),
         "model GFLOP/s",
     )
-    blocks.append(Figure(stem, f"GFLOP/s against {name}; right axis: % of measured peak"))
+    blocks.append(
+        Figure(stem, f"GFLOP/s against {name}; right axis (one peak in a panel): % of measured peak")
+    )
     above = [
         (pct, f"{b} {f}", series.x(shape), n)
         for (series, n), table in tables.items()
         if table is not None
         for shape, (_, values) in zip(series.shapes, table.rows)
         for (b, f), v in zip(table.columns, values)
-        if (pct := analysis.percent_of_peak(v, peak, n)) is not None and pct > 100
+        if (pct := peaks.percent(results.get(b, f, shape, n))) is not None and pct > 100
     ]
     if above:
         pct, variant, x, n = max(above)
@@ -193,19 +256,23 @@ def _gflops_section(
             continue
         header = [f"{b} {f}" for b, f in table.columns]
         blocks.append(Heading(3, f"{series.title}, {_threads_text(n)}"))
-        blocks.append(
-            _series_table_block(
-                table, header, lambda v, n=n: fmt_gflops(v, analysis.percent_of_peak(v, peak, n))
-            )
-        )
+        rows = [
+            [str(x)]
+            + [
+                fmt_gflops(v, peaks.percent(results.get(b, f, shape, n)))
+                for (b, f), v in zip(table.columns, values)
+            ]
+            for shape, (x, values) in zip(series.shapes, table.rows)
+        ]
+        blocks.append(Table([series.x_name] + header, rows, numeric=set(range(len(header) + 1))))
     return blocks
 
 
-def _scaling_section(results: ResultSet, folder: Path) -> list:
+def _scaling_section(results: ResultSet, folder: Path, prefix: str = "") -> list:
     scaling = analysis.thread_scaling(results)
     if not scaling:
         return []
-    figures.thread_scaling(folder, "thread_scaling", scaling)
+    figures.thread_scaling(folder, prefix + "thread_scaling", scaling)
     rows = [
         [
             s.backend,
@@ -224,7 +291,7 @@ def _scaling_section(results: ResultSet, folder: Path) -> list:
             "Parallel speedup = median time on 1 thread / median time on n threads, over every "
             "shape measured at both; efficiency = speedup / n."
         ),
-        Figure("thread_scaling", "Speedup over 1 thread, geometric mean over shapes"),
+        Figure(prefix + "thread_scaling", "Speedup over 1 thread, geometric mean over shapes"),
         Table(
             ["backend", "formulation", "threads", "speedup (geomean)", "efficiency", "min – max", "shapes"],
             rows,
@@ -257,7 +324,7 @@ def _choice_row(c: analysis.Choice) -> list[str]:
     ]
 
 
-def _link_section(results: ResultSet, series_list: list[Series], folder: Path) -> list:
+def _link_section(results: ResultSet, series_list: list[Series], folder: Path, prefix: str = "") -> list:
     chosen = analysis.choices(results)
     if not any(c.best for c in chosen):
         return [
@@ -287,7 +354,7 @@ def _link_section(results: ResultSet, series_list: list[Series], folder: Path) -
     if any(tables.values()):
         figures.series_grid(
             folder,
-            "link_choice",
+            prefix + "link_choice",
             "Each backend's faster formulation, relative to the fastest mha backend",
             series_list,
             threads,
@@ -295,7 +362,9 @@ def _link_section(results: ResultSet, series_list: list[Series], folder: Path) -
             figures.draw_relative_time,
             "time / fastest mha time (×)",
         )
-        blocks.append(Figure("link_choice", "Time relative to the fastest mha backend (1.0 = link this one)"))
+        blocks.append(
+            Figure(prefix + "link_choice", "Time relative to the fastest mha backend (1.0 = link this one)")
+        )
     for n in threads:
         blocks.append(Heading(3, _threads_text(n)))
         blocks.append(
@@ -308,10 +377,102 @@ def _link_section(results: ResultSet, series_list: list[Series], folder: Path) -
     return blocks
 
 
+# ---- the answer first ----
+
+
+def _noise_text(results: ResultSet) -> str:
+    noise = analysis.noise_by_backend(results)
+    if noise:
+        per = ", ".join(f"{b} {v * 100:.1f}%" for b, v in noise.items())
+        return (
+            "Run-to-run noise, measured (median coefficient of variation of the repetition "
+            f"times, benchmarks with ≥ {analysis.NOISE_MIN_REPETITIONS} repetitions): {per}."
+        )
+    if not any(m.repetitions > 1 for m in results.measurements.values()):
+        return "One repetition per benchmark: run-to-run noise is not known."
+    return (
+        f"Fewer than {analysis.NOISE_MIN_REPETITIONS} repetitions per benchmark: run-to-run noise "
+        "is not measured (the per-shape rule below uses the repetition ranges)."
+    )
+
+
+def _link_bullets(results: ResultSet) -> list[str]:
+    items = []
+    for n in results.thread_counts():
+        ls = analysis.link_summary(results, n)
+        if ls is None:
+            continue
+        forms = ", ".join(f"{f} on {k}" for f, k in ls.formulations)
+        text = (
+            f"**{_threads_text(n)}: link {ls.backend}** (its faster formulation: {forms} of "
+            f"{sum(k for _, k in ls.formulations)} shapes); fastest mha backend on {ls.wins} of "
+            f"{ls.shapes} shapes"
+        )
+        if ls.runner_up is None:
+            text += "; no other mha backend measured."
+        else:
+            noise = "" if ls.noise is None else f" or under the measured noise, {ls.noise * 100:.1f}%"
+            verdict = "within noise: either will do" if ls.tie else "not within noise"
+            text += (
+                f"; runner-up {ls.runner_up}, {ls.margin * 100:.1f}% slower (geometric mean over "
+                f"the {ls.common} shapes both measured): {verdict} (noise = a margin under "
+                f"{analysis.TIE_MARGIN * 100:.0f}%{noise})."
+            )
+        items.append(text)
+    return items
+
+
+def _speedup_cell(results: ResultSet, backend: str, series: Series, n: int, x: int, v: float) -> str:
+    shape = next(s for s in series.shapes if series.x(s) == x)
+    tie = analysis.speedup_is_tie(results, backend, shape, n)
+    return f"{fmt_ratio(v)} (H={x})" + (", tie within noise" if tie else "")
+
+
+def _answer(results: ResultSet, heads: list[Series], level: int = 2) -> list:
+    blocks: list = [Heading(level, "Answer: which backend to link")]
+    items = _link_bullets(results)
+    if not items:
+        items = ["No mha backend was measured (PyTorch peers only): nothing to recommend."]
+    blocks.append(Bullets(items + [_noise_text(results)]))
+    rows = []
+    for series in heads:
+        for n in results.thread_counts():
+            table = analysis.speedup_table(results, series, n)
+            for backend in table.columns if table else []:
+                points = table.column(backend)
+                (x0, v0), (x1, v1) = points[0], points[-1]
+                best_x, best_v = max(points, key=lambda p: p[1])
+                rows.append(
+                    [backend, series.title, str(n)]
+                    + [
+                        _speedup_cell(results, backend, series, n, x, v)
+                        for x, v in ((x0, v0), (x1, v1), (best_x, best_v))
+                    ]
+                )
+    if rows:
+        blocks.append(
+            Para(
+                "Split-weight speedup over the wrapper (wrapper time / split_weight time; above "
+                "1.0 split-weight is faster). A difference smaller than the noise (overlapping "
+                "repetition ranges, or under twice the backend's measured noise; needs "
+                f"≥ {analysis.NOISE_MIN_REPETITIONS} repetitions) is a tie within noise, as at "
+                "H = 1 where both do identical work:"
+            )
+        )
+        blocks.append(
+            Table(
+                ["backend", "series", "threads", "smallest H", "largest H", "largest speedup"],
+                rows,
+                numeric={2, 3, 4, 5},
+            )
+        )
+    return blocks
+
+
 # ---- summary, failures, absences ----
 
 
-def _summary(results: ResultSet, heads: list[Series]) -> list:
+def _summary(results: ResultSet) -> list:
     mha = [b for b in results.backends() if not is_peer(b)]
     peers = [b for b in results.backends() if is_peer(b)]
     items = [
@@ -327,42 +488,37 @@ def _summary(results: ResultSet, heads: list[Series]) -> list:
             f"variation) between repetitions; worst {worst.cv * 100:.0f}%: `{worst.key.name()}`. "
             "Treat differences of that size as noise."
         )
-    elif not any(m.repetitions > 1 for m in results.measurements.values()):
-        items.append("One repetition per benchmark: run-to-run noise is not known.")
-    blocks: list = [Heading(2, "Summary"), Bullets(items)]
-    rows = []
-    for series in heads:
-        for n in results.thread_counts():
-            table = analysis.speedup_table(results, series, n)
-            for backend in table.columns if table else []:
-                points = table.column(backend)
-                (x0, v0), (x1, v1) = points[0], points[-1]
-                best_x, best_v = max(points, key=lambda p: p[1])
-                rows.append(
-                    [
-                        backend,
-                        series.title,
-                        str(n),
-                        f"{fmt_ratio(v0)} (H={x0})",
-                        f"{fmt_ratio(v1)} (H={x1})",
-                        f"{fmt_ratio(best_v)} (H={best_x})",
-                    ]
-                )
-    if rows:
-        blocks.append(
-            Para(
-                "Split-weight speedup over the wrapper (wrapper time / split_weight time; "
-                "above 1.0 split-weight is faster):"
-            )
-        )
-        blocks.append(
-            Table(
-                ["backend", "series", "threads", "smallest H", "largest H", "largest speedup"],
-                rows,
-                numeric={2, 3, 4, 5},
-            )
-        )
-    return blocks
+    return [Heading(2, "Summary"), Bullets(items)]
+
+
+def _bars_section(results: ResultSet, series_list: list[Series], folder: Path, prefix: str = "") -> list:
+    """Time per backend × formulation for the shapes in no series (a single-shape run, or the
+    odd shapes of a mixed one): the figure every run with a timed mha benchmark gets."""
+    in_series = {s for series in series_list for s in series.shapes}
+    shapes = [s for s in results.shapes() if s not in in_series]
+    if not shapes or not any(not is_peer(k.backend) for k in results.measurements if k.shape in shapes):
+        return []
+    panels = []
+    for n in results.thread_counts():
+        here = [s for s in shapes if any(k.threads == n and k.shape == s for k in results.measurements)]
+        if not here:
+            continue
+        bars = {}
+        for backend, form in analysis.variants(results):
+            times = [(m.median_s if (m := results.get(backend, form, s, n)) else None) for s in here]
+            if any(times):
+                bars[(backend, form)] = times
+        panels.append((_threads_text(n), [s.label() for s in here], bars))
+    stem = prefix + "time_bars"
+    figures.time_bars(folder, stem, panels)
+    return [
+        Heading(2, "Time per backend and formulation"),
+        Para(
+            "Median time per forward pass for the shapes that belong to no H or T series "
+            "(lower is faster; hatched: wrapper)."
+        ),
+        Figure(stem, "Median time per backend and formulation, per thread count"),
+    ]
 
 
 def _failures_section(results: ResultSet) -> list:
@@ -384,75 +540,162 @@ def _failures_section(results: ResultSet) -> list:
     return blocks
 
 
-def build(results: ResultSet, peak: Peak, folder: Path, title: str, notes: str = "") -> list:
-    """Writes the figures into folder and returns the report's blocks. `notes` (Markdown: see
-    document.parse_notes) is the run's written analysis, placed after the summary."""
+def _machine_blocks(
+    results: ResultSet, peaks: Peaks, folder: Path, notes: str, prefix: str, answer: bool
+) -> tuple[list, list]:
+    """One machine's sections (answer, summary, notes, figures, link tables, failures, absent)
+    and its appendix."""
     heads = analysis.heads_series(results.shapes())
     seqs = analysis.seq_series(results.shapes())
-    blocks: list = [
-        Heading(1, title),
-        Para(
-            "Generated by `tools/mha_report` from "
-            + ", ".join(f"`{Path(p).name}`" for p, _ in results.contexts)
-            + ". Times are medians over repetitions of the real time per forward pass."
-            + (
-                f" {results.repeated} benchmarks were measured in more than one run; each "
-                "shows its run with the lowest median (`--best-run`)."
-                if results.repeated
-                else ""
-            )
-        ),
-    ]
-    warnings = [
-        f"**{key}** (`{Path(path).name}`): {value}"
-        for path, context in results.contexts
-        for key, value in context.items()
-        if "warning" in key.lower()
-    ]
-    if warnings:
-        blocks += [Heading(2, "Warnings"), Bullets(warnings)]
-    blocks += _summary(results, heads)
+    blocks: list = _answer(results, heads) if answer else []
+    blocks += _summary(results)
     if notes.strip():
         blocks += [Heading(2, "Notes on this run")] + document.parse_notes(notes, 3)
-    blocks += _context_section(results, peak)
     absent = []
     if heads:
-        speed = _speedup_section(results, heads, folder)
+        speed = _speedup_section(results, heads, folder, prefix)
         blocks += speed
         if not speed:
             absent.append("split/wrapper speedup: no backend has both formulations along an H series.")
-        blocks += _gflops_section(results, heads, peak, folder, "heads")
+        blocks += _gflops_section(results, heads, peaks, folder, "heads", prefix)
     else:
         absent.append(
             "split/wrapper speedup and GFLOP/s against H: no shapes that differ only in H "
             "(run the heads preset)."
         )
     if seqs:
-        blocks += _gflops_section(results, seqs, peak, folder, "seq")
+        blocks += _gflops_section(results, seqs, peaks, folder, "seq", prefix)
     else:
         absent.append("GFLOP/s against T: no shapes that differ only in T (run the seq preset).")
-    scaling = _scaling_section(results, folder)
+    blocks += _bars_section(results, heads + seqs, folder, prefix)
+    scaling = _scaling_section(results, folder, prefix)
     blocks += scaling
     if not scaling:
         absent.append("thread scaling: no shape was measured at 1 thread and at more.")
     if not any(m.flops for m in results.measurements.values()):
         absent.append("GFLOP/s and % of peak: no GFLOPS counter in the inputs.")
-    elif not (peak.one_core or peak.all_cores):
+    elif not peaks.any():
         absent.append("% of peak: no measured peak in the inputs.")
     if not any(is_peer(b) for b in results.backends()):
         absent.append("PyTorch peers: not in the inputs (bench/peers/torch_mha.py).")
-    blocks += _link_section(results, heads + seqs, folder)
+    blocks += _link_section(results, heads + seqs, folder, prefix)
     blocks += _failures_section(results)
     if absent:
         blocks += [Heading(2, "Not in this run"), Bullets(absent)]
+    return blocks, _context_section(results, peaks)
+
+
+def _shift(blocks: list, by: int) -> list:
+    for b in blocks:
+        if isinstance(b, Heading):
+            b.level += by
     return blocks
 
 
+def _label(results: ResultSet) -> str:
+    return results.machine.label() if results.machine else "this machine"
+
+
+def _cross_flag(r: analysis.CrossRow) -> str:
+    if not r.differs:
+        return ""
+    what = "backend differs" if r.backend_differs else "formulation differs"
+    return f"{what} (within noise)" if r.within_noise else f"**{what}**"
+
+
+def _cross_machine(machines: list[ResultSet]) -> list:
+    rows = analysis.cross_machine(machines)
+    table = [
+        [r.shape.label(), r.threads]
+        + ["–" if m is None else f"{m.key.backend}·{m.key.formulation}" for m in r.cells]
+        + [_cross_flag(r)]
+        for r in rows
+    ]
+    differing = sum(r.differs for r in rows)
+    beyond = sum(r.differs and not r.within_noise for r in rows)
+    return [
+        Para(
+            "Which backend to link on each machine, per shape: the fastest mha backend · "
+            "formulation at 1 thread and at the most threads measured on that machine ('all'). "
+            f"**{differing} of {len(rows)} rows differ** between machines, **{beyond} beyond "
+            "noise** (flagged in bold; 'within noise' when, on every machine, the other "
+            f"machines' picks are less than {analysis.TIE_MARGIN * 100:.0f}% slower than its own "
+            "or their repetition ranges overlap; 'formulation differs' when the backend is the "
+            "same)."
+        ),
+        Table(["shape", "threads"] + [_label(r) for r in machines] + ["choice"], table),
+    ]
+
+
+def build(
+    machines: list[ResultSet] | ResultSet,
+    peaks: list[Peaks] | Peaks,
+    folder: Path,
+    title: str,
+    notes: str = "",
+) -> list:
+    """Writes the figures into folder and returns the report's blocks: title, warnings, the
+    answer, then one machine's sections (or a section per machine, after a cross-machine
+    table), and the machine context as an appendix. `notes` (Markdown: see
+    document.parse_notes) is the run's written analysis, placed after the summary."""
+    if isinstance(machines, ResultSet):
+        machines, peaks = [machines], [peaks]
+    contexts = [c for r in machines for c in r.contexts]
+    repeated = sum(r.repeated for r in machines)
+    blocks: list = [
+        Heading(1, title),
+        Para(
+            "Generated by `tools/mha_report` from "
+            + ", ".join(f"`{Path(p).name}`" for p, _ in contexts)
+            + ". Times are medians over repetitions of the real time per forward pass."
+            + (
+                f" {repeated} benchmarks were measured in more than one run; each "
+                "shows its run with the lowest median (`--best-run`)."
+                if repeated
+                else ""
+            )
+        ),
+    ]
+    warnings = [
+        f"**{key}** (`{Path(path).name}`): {value}"
+        for path, context in contexts
+        for key, value in context.items()
+        if "warning" in key.lower()
+    ]
+    warnings += [f"**peak**: {text}" for text in analysis.peak_warnings(peaks)]
+    if warnings:
+        blocks += [Heading(2, "Warnings"), Bullets(warnings)]
+    if len(machines) == 1:
+        body, appendix = _machine_blocks(machines[0], peaks[0], folder, notes, "", True)
+        return blocks + body + appendix
+    blocks += [Heading(2, "Answer: which backend to link")]
+    for r in machines:
+        items = _link_bullets(r) or ["No mha backend measured: nothing to recommend."]
+        blocks += [Para(f"**{_label(r)}**:"), Bullets(items + [_noise_text(r)])]
+    blocks += _cross_machine(machines)
+    if notes.strip():
+        blocks += [Heading(2, "Notes on this run")] + document.parse_notes(notes, 3)
+    appendices: list = []
+    used: set[str] = set()
+    for i, (r, p) in enumerate(zip(machines, peaks)):
+        slug = r.machine.slug() if r.machine else f"machine{i + 1}"
+        prefix = (slug if slug not in used else f"{slug}_{i + 1}") + "_"
+        used.add(slug)
+        body, appendix = _machine_blocks(r, p, folder, "", prefix, True)
+        blocks += [Heading(2, f"Machine: {_label(r)}")] + _shift(body, 1)
+        appendices += [Heading(3, _label(r))] + _shift(appendix[1:], 1)
+    return blocks + [Heading(2, "Appendix: machine and build")] + appendices
+
+
 def generate(
-    results: ResultSet, peak: Peak, folder: Path, title: str = "mha performance report", notes: str = ""
+    machines: list[ResultSet] | ResultSet,
+    peaks: list[Peaks] | Peaks,
+    folder: Path,
+    title: str = "mha performance report",
+    notes: str = "",
 ) -> list:
     """Writes report.md, report.html and every figure (PNG + SVG) into folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    blocks = build(results, peak, folder, title, notes)
+    blocks = build(machines, peaks, folder, title, notes)
     document.write(blocks, title, folder)
     return blocks

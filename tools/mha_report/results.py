@@ -32,6 +32,9 @@ _GB_NAME_SUFFIX = re.compile(
 )
 _SHAPE_TOKEN = re.compile(r"^(b|t|din|dout|h)(\d+)$")
 _AGGREGATE_SUFFIX = re.compile(r"_(mean|median|stddev|cv)$")
+# mha_bench's FMA peak probes: peak/<isa>/threads:<n>/at:<k>/... (k = 0, 1, 2: start, middle and
+# end of the run), counters GFLOPS (best of its short trials) and GFLOPS_min.
+_PEAK_NAME = re.compile(r"^peak/(?P<isa>[A-Za-z0-9_]+)/threads:(?P<threads>\d+)/at:(?P<at>\d+)(/|$)")
 
 # Backends whose names start with one of these are PyTorch peers: shown as reference points,
 # never recommended for linking (bench/peers/torch_mha.py writes them).
@@ -146,6 +149,70 @@ class Failure:
     key: Key | None = None
 
 
+@dataclass(frozen=True)
+class PeakEntry:
+    """One repetition of a peak/<isa>/threads:<n>/at:<k> benchmark: FP32 FMA GFLOP/s measured
+    during the run (not an attention benchmark)."""
+
+    isa: str
+    threads: int
+    at: int
+    gflops: float
+    gflops_min: float | None
+    source: str
+
+
+@dataclass(frozen=True, order=True)
+class Machine:
+    """What a result describes: CPU model, hardware threads and the ISA mha dispatched to
+    (never the host name). overrides: the environment that forced the dispatch, or ''."""
+
+    cpu_model: str
+    threads: int
+    dispatch: str
+    overrides: str = ""
+
+    def label(self) -> str:
+        threads = f"{self.threads} thread" + ("" if self.threads == 1 else "s")
+        if self.overrides:
+            return f"{self.dispatch.upper()} dispatch on {self.cpu_model}, {threads}"
+        return f"{self.cpu_model}, {threads}, {self.dispatch}"
+
+    def slug(self) -> str:
+        """A file-name-safe short name (figure names of a machine start with it)."""
+        text = f"{self.cpu_model}-{self.threads}t-{self.dispatch}" + ("-forced" if self.overrides else "")
+        return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+def _dispatch_from(context: dict) -> str:
+    """mha_dispatch; older files: the ISA in the backends' descriptions (xsimd's 'avx512bw'),
+    else the peak's ISA, else 'native'."""
+    if context.get("mha_dispatch"):
+        return str(context["mha_dispatch"])
+    descriptions = " ".join(
+        str(v)
+        for k, v in sorted(context.items())
+        if k.startswith("mha_backend_") and k.endswith("_description")
+    ).lower()
+    for isa in ("avx512", "avx2", "sse2"):
+        if isa in descriptions:
+            return isa
+    return str(context.get("mha_fma_peak_isa") or "native")
+
+
+def machine_of(context: dict) -> Machine:
+    """The machine a file's context describes (see Machine)."""
+    model = str(context.get("mha_cpu_model") or context.get("cpu_model") or "unknown CPU")
+    threads = context.get("mha_hardware_threads") or context.get("num_cpus") or 0
+    try:
+        threads = int(float(threads))
+    except (TypeError, ValueError):
+        threads = 0
+    return Machine(
+        model, threads, _dispatch_from(context), str(context.get("mha_isa_overrides") or "").strip()
+    )
+
+
 @dataclass
 class ResultSet:
     """Every benchmark of one or more files, merged by canonical name."""
@@ -157,6 +224,10 @@ class ResultSet:
     unrecognised: list[tuple[str, str]] = field(default_factory=list)
     # Benchmarks measured in more than one file (load(best_run=True) kept the fastest run).
     repeated: int = 0
+    # FMA peak probes measured during the run (peak/<isa>/...): used for the peak, not listed.
+    peak_entries: list[PeakEntry] = field(default_factory=list)
+    # The machine these results describe (load_machines sets it; load leaves it None).
+    machine: Machine | None = None
 
     def backends(self) -> list[str]:
         """Backends measured: mha backends first (alphabetical), then peers."""
@@ -304,6 +375,46 @@ def load(paths: list[str | Path], best_run: bool = False) -> ResultSet:
     return results
 
 
+def load_machines(paths: list[str | Path], best_run: bool = False) -> list[ResultSet]:
+    """Reads result files and merges them per machine (machine_of the file's context), in the
+    order machines first appear. Within a machine as load(); the same benchmark on two machines
+    is fine. A file of PyTorch peers only attaches to the machine with the same CPU model (when
+    it names one) and thread count, else it forms a machine of its own."""
+    files = []
+    for raw_path in paths:
+        path = Path(raw_path)
+        doc = _load_document(path)
+        context = doc.get("context", {})
+        part = _read_entries(doc["benchmarks"], str(path))
+        backends = {k.backend for k in part.measurements} | {f.key.backend for f in part.failures if f.key}
+        peers_only = bool(backends) and all(map(is_peer, backends))
+        files.append((str(path), context, part, peers_only))
+    machines: dict[Machine, ResultSet] = {}
+
+    def add(machine: Machine, source: str, context: dict, part: ResultSet) -> None:
+        results = machines.setdefault(machine, ResultSet(machine=machine))
+        results.contexts.append((source, context))
+        _merge(results, part, best_run)
+
+    for source, context, part, peers_only in files:
+        if not peers_only:
+            add(machine_of(context), source, context, part)
+    for source, context, part, peers_only in files:
+        if peers_only:
+            own = machine_of(context)
+            named = bool(context.get("mha_cpu_model") or context.get("cpu_model"))
+            match = next(
+                (
+                    m
+                    for m in machines
+                    if m.threads == own.threads and (not named or m.cpu_model == own.cpu_model)
+                ),
+                None,
+            )
+            add(match or own, source, context, part)
+    return list(machines.values())
+
+
 def _read_entries(entries: list, source: str) -> ResultSet:
     """One file's benchmarks grouped by run name and reduced to Measurements."""
     groups: dict[str, dict] = {}
@@ -315,6 +426,21 @@ def _read_entries(entries: list, source: str) -> ResultSet:
         where = f"{source}: benchmark '{entry['name']}'"
         key = parse_name(run_name)
         message = _failure_message(entry)
+        peak = _PEAK_NAME.match(run_name)
+        if key is None and peak:
+            if message is None and entry.get("run_type", "iteration") != "aggregate" and "GFLOPS" in entry:
+                low = entry.get("GFLOPS_min")
+                part.peak_entries.append(
+                    PeakEntry(
+                        peak["isa"],
+                        int(peak["threads"]),
+                        int(peak["at"]),
+                        float(entry["GFLOPS"]),
+                        None if low is None else float(low),
+                        source,
+                    )
+                )
+            continue
         if key is None:
             if message is None and entry.get("run_type") != "aggregate":
                 part.unrecognised.append((run_name, source))
@@ -375,3 +501,4 @@ def _merge(into: ResultSet, part: ResultSet, best_run: bool = False) -> None:
         into.measurements[key] = measurement
     into.failures.extend(part.failures)
     into.unrecognised.extend(part.unrecognised)
+    into.peak_entries.extend(part.peak_entries)

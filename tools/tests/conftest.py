@@ -190,3 +190,55 @@ def heads_run(backends=("naive", "xsimd"), threads=(1, 2), shapes=None):
                 for n in threads:
                     out += entries(b, form, s, n, model_seconds(b, form, s, n))
     return out
+
+
+def peak_entries(isa: str, gflops: list[float], threads: int = 1, at: int = 0, aggregates=True) -> list:
+    """mha_bench's peak/<isa>/threads:<n>/at:<k> entries: one per repetition (GFLOPS = best of
+    the trials, GFLOPS_min = 0.95 of it), plus a mean aggregate carrying a misleading value."""
+    name = f"peak/{isa}/threads:{threads}/at:{at}/iterations:1"
+    out = [
+        {
+            "name": name,
+            "run_name": name,
+            "run_type": "iteration",
+            "repetitions": len(gflops),
+            "real_time": 100.0,
+            "time_unit": "ms",
+            "GFLOPS": g,
+            "GFLOPS_min": 0.95 * g,
+        }
+        for g in gflops
+    ]
+    if aggregates:
+        out.append(
+            {
+                "name": name + "_mean",
+                "run_name": name,
+                "run_type": "aggregate",
+                "aggregate_name": "mean",
+                "real_time": 100.0,
+                "time_unit": "ms",
+                "GFLOPS": 10 * max(gflops),  # ignored: aggregates are not peaks
+            }
+        )
+    return out
+
+
+def isa_context(dispatch="avx512", overrides="", **peaks) -> dict:
+    """A context as mha_bench writes it since issue 12: per-ISA peaks (keyword one_<isa> /
+    all_<isa> / trials_<isa>), backends' ISAs (xsimd, onednn: avx512 or avx2 as dispatched;
+    naive: portable), dispatch and overrides."""
+    context = dict(CONTEXT, mha_cpu_model="Synthetic CPU", mha_hardware_threads="2")
+    context.update(mha_dispatch=dispatch, mha_isa_overrides=overrides)
+    for backend in ("xsimd", "onednn"):
+        context[f"mha_backend_{backend}_isa"] = dispatch
+        context[f"mha_backend_{backend}_peak_isa"] = dispatch
+    context["mha_backend_naive_isa"] = "scalar"
+    context["mha_backend_naive_peak_isa"] = "portable"
+    for key, value in peaks.items():
+        kind, isa = key.split("_", 1)
+        name = {"one": "one_core", "all": "all_cores", "trials": "trials_one_core"}[kind]
+        prefix = "mha_fma_peak_trials" if kind == "trials" else "mha_fma_peak_gflops"
+        name = name.replace("trials_", "")
+        context[f"{prefix}_{name}_{isa}"] = str(value)
+    return context
