@@ -640,7 +640,8 @@ def build(
     document.parse_notes) is the run's written analysis, placed after the summary."""
     if isinstance(machines, ResultSet):
         machines, peaks = [machines], [peaks]
-    contexts = [c for r in machines for c in r.contexts]
+    # Every input once (a peers file may belong to several machines).
+    contexts = list({path: context for r in machines for path, context in r.contexts}.items())
     repeated = sum(r.repeated for r in machines)
     blocks: list = [
         Heading(1, title),

@@ -1,7 +1,9 @@
 """Issue 12: per-ISA peaks, peak warnings, several machines in one report, a figure for any
 run, the answer first. Fixtures are model-built: expected numbers follow from the model."""
 
-from conftest import entries, isa_context, model_flops, peak_entries, write
+from pathlib import Path
+
+from conftest import CONTEXT, entries, isa_context, model_flops, peak_entries, write
 from test_report import run_tool, table_after
 
 from mha_report import analysis
@@ -107,7 +109,7 @@ def test_two_machines_two_sections_and_a_cross_machine_table(tmp_path):
     result = run_tool(*two_machines(tmp_path), "--out", out)
     assert result.returncode == 0, result.stderr  # same names on two machines: accepted
     md = (out / "report.md").read_text()
-    native, forced = "Synthetic CPU, 2 threads, avx512", "AVX2 dispatch on Synthetic CPU, 2 threads"
+    native, forced = "Synthetic CPU, 2 threads, AVX-512", "AVX2 dispatch on Synthetic CPU, 2 threads"
     assert f"## Machine: {native}" in md and f"## Machine: {forced}" in md
     assert (
         md.index("## Answer") < md.index(f"## Machine: {native}") < md.index("## Appendix: machine and build")
@@ -141,6 +143,31 @@ def test_peer_files_attach_by_cpu_model_and_threads(tmp_path):
     assert [len(r.contexts) for r in machines] == [2, 1]
     assert machines[0].get("torch", "split_weight", S1, 1) is not None
     assert machines[1].machine.threads == 8
+
+
+def test_peer_files_without_dispatch_join_every_machine_of_their_cpu(tmp_path):
+    native, forced = two_machines(tmp_path)
+    torch = {"num_cpus": 2, "cpu_model": "Synthetic CPU", "torch_version": "1.13.1"}
+    peers = write(tmp_path / "peers.json", rate_entries("torch", "split_weight", S1, 1, 40.0), torch)
+    pinned = write(
+        tmp_path / "pinned.json",
+        rate_entries("torch", "wrapper", S1, 1, 40.0),
+        dict(torch, mha_cpu_model="Synthetic CPU", mha_hardware_threads="2", mha_dispatch="avx2"),
+    )
+    machines = load_machines([native, forced, peers, pinned])
+    assert [r.machine.dispatch for r in machines] == ["avx512", "avx2"]
+    # No dispatch: both machines of that CPU; dispatch avx2: only the forced-AVX2 machine.
+    assert [[Path(p).name for p, _ in r.contexts] for r in machines] == [
+        ["native.json", "peers.json"],
+        ["forced.json", "peers.json", "pinned.json"],
+    ]
+    assert [r.get("torch", "wrapper", S1, 1) is not None for r in machines] == [False, True]
+    out = tmp_path / "r"
+    assert run_tool(native, forced, peers, pinned, "--out", out).returncode == 0
+    md = (out / "report.md").read_text()
+    head = md.split("## Answer")[0]
+    assert head.count("`peers.json`") == 1  # listed once among the inputs
+    assert md.split("## Appendix")[1].count("PyTorch peers: `peers.json`") == 2
 
 
 def test_single_shape_run_gets_a_time_figure_and_answer_first(tmp_path):
