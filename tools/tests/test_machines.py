@@ -84,6 +84,49 @@ def test_low_and_spread_peaks_are_warned_about(tmp_path):
     assert md.index("## Warnings") < md.index("## Answer") and "is 25% below the 200.0" in md
 
 
+def test_older_files_are_warned_about_from_their_plain_peak_keys(tmp_path):
+    # Before per-ISA all-core keys: the plain all-core peak was measured at mha_fma_peak_isa.
+    # The reference report's two sweeps: 205.8 vs 231.1 GFLOP/s on 2 threads (11% below).
+    # A file of the same CPU model whose all-core peak is on 8 threads is not compared.
+    def old(all_cores, threads):
+        context = {k: v for k, v in CONTEXT.items() if not k.startswith("mha_fma_peak_gflops_one_core_")}
+        return dict(
+            context,
+            mha_fma_peak_isa="avx2",
+            mha_fma_peak_gflops_all_cores=str(all_cores),
+            mha_fma_peak_threads=str(threads),
+            num_cpus=threads,
+        )
+
+    data = rate_entries("xsimd", "split_weight", S1, 2, 100.0)
+    low = write(tmp_path / "low.json", data, old(205.8, 2))
+    high = write(tmp_path / "high.json", data, old(231.1, 2))
+    wide = write(tmp_path / "wide.json", data, old(800.0, 8))
+    machines = load_machines([low, high, wide], best_run=True)
+    assert [r.machine.threads for r in machines] == [2, 8]
+    peaks = [analysis.find_peaks(r) for r in machines]
+    assert peaks[0].files[str(low)].per_isa["avx2"].all_cores == 205.8
+    (warning,) = analysis.peak_warnings(peaks)
+    assert warning.startswith(
+        "`low.json`: its avx2 all-core FMA peak, 205.8 GFLOP/s on 2 threads, is 11% below the "
+        "231.1 GFLOP/s measured in `high.json`"
+    )
+
+
+def test_all_core_peak_entries_spreading_are_warned_about(tmp_path):
+    # The start-up all-core peak 200, a peak entry later in the run 170: 15% apart.
+    context = isa_context("avx512", one_avx512=100, all_avx512=200)
+    data = rate_entries("xsimd", "split_weight", S1, 2, 100.0)
+    data += peak_entries("avx512", [170.0], threads=2, at=1) + peak_entries("avx512", [99.0], at=1)
+    (results,) = load_machines([write(tmp_path / "s.json", data, context)])
+    peaks = analysis.find_peaks(results)
+    assert peaks.percent(results.get("xsimd", "split_weight", S1, 2)) == pytest_approx(50.0)
+    (warning,) = analysis.peak_warnings([peaks])
+    assert (
+        "its avx512 all-core FMA peak trials and peak entries spread 15% (170.0 to 200.0 GFLOP/s" in warning
+    )
+
+
 def two_machines(tmp_path):
     """One CPU, two dispatches, same benchmark names. avx512: xsimd fastest on both shapes;
     forced avx2: xsimd twice as slow, so onednn wins S2 (S1: xsimd still wins)."""
