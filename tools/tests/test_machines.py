@@ -262,3 +262,19 @@ def test_cross_machine_differences_within_noise_are_said(tmp_path):
     assert run_tool(*rows, "--out", out).returncode == 0
     (line,) = table_after((out / "report.md").read_text(), "## Answer: which backend to link")
     assert line[2:] == ["xsimd·split_weight", "onednn·split_weight", "backend differs (within noise)"]
+
+
+def test_a_series_without_any_other_figure_gets_time_bars(tmp_path):
+    # One backend and formulation along H, no GFLOPS counter: no speedup, GFLOP/s or
+    # link-choice figure could be drawn, so the time bars show every shape.
+    shapes = [Shape(1, 64, 64, 64, h) for h in (1, 2, 4)]
+    data = [
+        {k: v for k, v in e.items() if k != "GFLOPS"}
+        for s in shapes
+        for e in entries("naive", "split_weight", s, 1, 0.001 * s.n_heads)
+    ]
+    out = tmp_path / "r"
+    assert run_tool(write(tmp_path / "h.json", data), "--out", out).returncode == 0
+    assert sorted(p.name for p in out.glob("*.png")) == ["time_bars.png"]
+    md = (out / "report.md").read_text()
+    assert "Median time per forward pass (lower is faster; hatched: wrapper)." in md
