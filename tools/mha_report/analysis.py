@@ -149,7 +149,12 @@ class FilePeaks:
 def _file_peaks(source: str, context: dict, entries: list) -> FilePeaks:
     model = str(context.get("mha_cpu_model") or context.get("cpu_model") or "unknown CPU")
     threads = _number(context.get(PEAK_THREADS_KEY, context.get("num_cpus")))
+    # All-core peak entries count on the thread count of the context's all-core peak (without
+    # one: the most threads any entry of this file ran).
     threads = int(threads) if threads else None
+    threads = threads or max(
+        (e.threads for e in entries if e.source == source and e.threads > 1), default=None
+    )
     per_isa: dict[str, Peak] = {}
     trials: dict[tuple[str, str], list[float]] = {}
     name = Path(source).name

@@ -278,3 +278,18 @@ def test_a_series_without_any_other_figure_gets_time_bars(tmp_path):
     assert sorted(p.name for p in out.glob("*.png")) == ["time_bars.png"]
     md = (out / "report.md").read_text()
     assert "Median time per forward pass (lower is faster; hatched: wrapper)." in md
+
+
+def test_all_core_peak_entries_without_a_peak_thread_count_in_the_context(tmp_path):
+    # No mha_fma_peak_threads / num_cpus: the threads:4 entries give the all-core peak (4
+    # threads), against which 2 threads get half: 100 / (400 * 2/4) = 50%.
+    context = {k: v for k, v in isa_context("avx512", one_avx512=100).items()}
+    for key in ("mha_fma_peak_threads", "num_cpus", "mha_fma_peak_gflops_all_cores"):
+        del context[key]
+    data = rate_entries("xsimd", "split_weight", S1, 2, 100.0)
+    data += peak_entries("avx512", [380.0, 400.0], threads=4, at=0)
+    (results,) = load_machines([write(tmp_path / "t.json", data, context)])
+    peaks = analysis.find_peaks(results)
+    peak = peaks.files[str(tmp_path / "t.json")].per_isa["avx512"]
+    assert (peak.all_cores, peak.all_core_threads) == (400.0, 4)
+    assert peaks.percent(results.get("xsimd", "split_weight", S1, 2)) == pytest_approx(50.0)
