@@ -134,31 +134,43 @@ PEAK_SPREAD = 0.10
 @dataclass
 class FilePeaks:
     """The peaks of one input file: per ISA (max of the context's per-ISA keys and its
-    peak/<isa>/... entries), the file's best peak (today's keys, or the best ISA), and per ISA
-    every single-core figure measured (start-up trials + peak entries' GFLOPS)."""
+    peak/<isa>/... entries; older files: the plain keys count for mha_fma_peak_isa), the file's
+    best peak (today's keys, or the best ISA), and per (ISA, '1-core' | 'all-core') every figure
+    measured: the start-up trials (mha_fma_peak_trials_one_core_<isa>; all-core: the context's
+    peak) and the peak entries' GFLOPS."""
 
     source: str
     cpu_model: str
     per_isa: dict[str, Peak]
     best: Peak
-    trials: dict[str, list[float]]
+    trials: dict[tuple[str, str], list[float]]
 
 
 def _file_peaks(source: str, context: dict, entries: list) -> FilePeaks:
     model = str(context.get("mha_cpu_model") or context.get("cpu_model") or "unknown CPU")
     threads = _number(context.get(PEAK_THREADS_KEY, context.get("num_cpus")))
+    # All-core peak entries count on the thread count of the context's all-core peak (without
+    # one: the most threads any entry of this file ran).
     threads = int(threads) if threads else None
+    threads = threads or max(
+        (e.threads for e in entries if e.source == source and e.threads > 1), default=None
+    )
     per_isa: dict[str, Peak] = {}
-    trials: dict[str, list[float]] = {}
+    trials: dict[tuple[str, str], list[float]] = {}
     name = Path(source).name
+    # Older files: the plain keys were measured at mha_fma_peak_isa.
+    plain_isa = str(context.get("mha_fma_peak_isa", ""))
     for isa in PEAK_ISAS:
         mine = [e for e in entries if e.isa == isa and e.source == source]
         one_values = [e.gflops for e in mine if e.threads == 1]
         all_values = [e.gflops for e in mine if e.threads > 1 and e.threads == threads]
-        one_key, all_key = f"{PEAK_ONE_CORE_KEY}_{isa}", f"{PEAK_ALL_CORES_KEY}_{isa}"
         sources = []
-        for key, values in ((one_key, one_values), (all_key, all_values)):
-            number = _number(context.get(key)) if key in context else None
+        for keys, values in (
+            ((f"{PEAK_ONE_CORE_KEY}_{isa}", PEAK_ONE_CORE_KEY), one_values),
+            ((f"{PEAK_ALL_CORES_KEY}_{isa}", PEAK_ALL_CORES_KEY), all_values),
+        ):
+            key = keys[0] if keys[0] in context else keys[1] if isa == plain_isa else None
+            number = _number(context[key]) if key in context else None
             if number and number > 0:
                 values.append(number)
                 sources.append(f"'{key}'")
@@ -175,7 +187,8 @@ def _file_peaks(source: str, context: dict, entries: list) -> FilePeaks:
         trial_key = f"mha_fma_peak_trials_one_core_{isa}"
         values = [_number(v) for v in str(context.get(trial_key, "")).split(",") if v.strip()]
         values += [e.gflops for e in mine if e.threads == 1]
-        trials[isa] = [v for v in values if v]
+        trials[(isa, "1-core")] = [v for v in values if v]
+        trials[(isa, "all-core")] = all_values
     single = ResultSet(contexts=[(source, context)])
     best = find_peak(single)
     for peak in per_isa.values():
@@ -264,9 +277,10 @@ def find_peaks(results: ResultSet, one_core: float | None = None, all_cores: flo
 
 def peak_warnings(all_peaks: list[Peaks]) -> list[str]:
     """Warnings over every input: a file's per-ISA peak more than PEAK_LOW below the best for
-    the same CPU model and ISA among the inputs, or its single-core trials and peak entries
-    spreading more than PEAK_SPREAD (min vs max). Either way its % of peak is flattered."""
-    files = [fp for peaks in all_peaks for fp in peaks.files.values()]
+    the same CPU model and ISA among the inputs (all-core peaks: measured on the same thread
+    count), or its figures for one peak (start-up trials and peak entries) spreading more than
+    PEAK_SPREAD (min vs max). Either way its % of peak is flattered."""
+    files = list({fp.source: fp for peaks in all_peaks for fp in peaks.files.values()}.values())
     out = []
     for fp in files:
         name = Path(fp.source).name
@@ -276,26 +290,30 @@ def peak_warnings(all_peaks: list[Peaks]) -> list[str]:
                 rivals = [
                     (getattr(o.per_isa[isa], attr), o.source)
                     for o in files
-                    if o.cpu_model == fp.cpu_model and isa in o.per_isa and getattr(o.per_isa[isa], attr)
+                    if o.cpu_model == fp.cpu_model
+                    and isa in o.per_isa
+                    and getattr(o.per_isa[isa], attr)
+                    and (attr == "one_core" or o.per_isa[isa].all_core_threads == peak.all_core_threads)
                 ]
                 if not mine or not rivals:
                     continue
                 best, where = max(rivals)
+                on = "" if attr == "one_core" else f" on {peak.all_core_threads} threads"
                 if mine < (1 - PEAK_LOW) * best:
                     out.append(
-                        f"`{name}`: its {isa} {what} FMA peak, {mine:.1f} GFLOP/s, is "
+                        f"`{name}`: its {isa} {what} FMA peak, {mine:.1f} GFLOP/s{on}, is "
                         f"{(1 - mine / best) * 100:.0f}% below the {best:.1f} GFLOP/s measured in "
                         f"`{Path(where).name}` on the same CPU model ({fp.cpu_model}): % of peak "
                         "from this file is flattered."
                     )
-            values = fp.trials.get(isa, [])
-            if len(values) >= 2 and min(values) < (1 - PEAK_SPREAD) * max(values):
-                out.append(
-                    f"`{name}`: its {isa} 1-core FMA peak trials and peak entries spread "
-                    f"{(1 - min(values) / max(values)) * 100:.0f}% ({min(values):.1f} to "
-                    f"{max(values):.1f} GFLOP/s over {len(values)} figures): the machine was "
-                    "not steady; % of peak from this file is flattered."
-                )
+                values = fp.trials.get((isa, what), [])
+                if len(values) >= 2 and min(values) < (1 - PEAK_SPREAD) * max(values):
+                    out.append(
+                        f"`{name}`: its {isa} {what} FMA peak trials and peak entries spread "
+                        f"{(1 - min(values) / max(values)) * 100:.0f}% ({min(values):.1f} to "
+                        f"{max(values):.1f} GFLOP/s over {len(values)} figures): the machine was "
+                        "not steady; % of peak from this file is flattered."
+                    )
     return out
 
 

@@ -492,8 +492,9 @@ def _summary(results: ResultSet) -> list:
 
 
 def _bars_section(results: ResultSet, series_list: list[Series], folder: Path, prefix: str = "") -> list:
-    """Time per backend × formulation for the shapes in no series (a single-shape run, or the
-    odd shapes of a mixed one): the figure every run with a timed mha benchmark gets."""
+    """Time per backend × formulation for the shapes in none of series_list (a single-shape run,
+    or the odd shapes of a mixed one; every shape when series_list is empty): with it every run
+    with a timed mha benchmark gets a figure."""
     in_series = {s for series in series_list for s in series.shapes}
     shapes = [s for s in results.shapes() if s not in in_series]
     if not shapes or not any(not is_peer(k.backend) for k in results.measurements if k.shape in shapes):
@@ -514,8 +515,9 @@ def _bars_section(results: ResultSet, series_list: list[Series], folder: Path, p
     return [
         Heading(2, "Time per backend and formulation"),
         Para(
-            "Median time per forward pass for the shapes that belong to no H or T series "
-            "(lower is faster; hatched: wrapper)."
+            "Median time per forward pass "
+            + ("for the shapes that belong to no H or T series " if series_list else "")
+            + "(lower is faster; hatched: wrapper)."
         ),
         Figure(stem, "Median time per backend and formulation, per thread count"),
     ]
@@ -567,8 +569,12 @@ def _machine_blocks(
         blocks += _gflops_section(results, seqs, peaks, folder, "seq", prefix)
     else:
         absent.append("GFLOP/s against T: no shapes that differ only in T (run the seq preset).")
-    blocks += _bars_section(results, heads + seqs, folder, prefix)
     scaling = _scaling_section(results, folder, prefix)
+    link = _link_section(results, heads + seqs, folder, prefix)
+    # Bars for the shapes no series figure shows; for every shape when no other figure was
+    # drawn (e.g. one backend and formulation along a series, without the GFLOPS counter).
+    drawn = any(isinstance(b, Figure) for b in blocks + scaling + link)
+    blocks += _bars_section(results, heads + seqs if drawn else [], folder, prefix)
     blocks += scaling
     if not scaling:
         absent.append("thread scaling: no shape was measured at 1 thread and at more.")
@@ -578,7 +584,7 @@ def _machine_blocks(
         absent.append("% of peak: no measured peak in the inputs.")
     if not any(is_peer(b) for b in results.backends()):
         absent.append("PyTorch peers: not in the inputs (bench/peers/torch_mha.py).")
-    blocks += _link_section(results, heads + seqs, folder, prefix)
+    blocks += link
     blocks += _failures_section(results)
     if absent:
         blocks += [Heading(2, "Not in this run"), Bullets(absent)]
@@ -640,7 +646,8 @@ def build(
     document.parse_notes) is the run's written analysis, placed after the summary."""
     if isinstance(machines, ResultSet):
         machines, peaks = [machines], [peaks]
-    contexts = [c for r in machines for c in r.contexts]
+    # Every input once (a peers file may belong to several machines).
+    contexts = list({path: context for r in machines for path, context in r.contexts}.items())
     repeated = sum(r.repeated for r in machines)
     blocks: list = [
         Heading(1, title),

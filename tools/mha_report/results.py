@@ -162,21 +162,31 @@ class PeakEntry:
     source: str
 
 
+# How the report writes mha_dispatch's values; others ('mixed (...)') are shown as they are.
+DISPATCH_NAMES = {"avx512": "AVX-512", "avx2": "AVX2", "sse2": "SSE2", "native": "native dispatch"}
+
+
 @dataclass(frozen=True, order=True)
 class Machine:
     """What a result describes: CPU model, hardware threads and the ISA mha dispatched to
-    (never the host name). overrides: the environment that forced the dispatch, or ''."""
+    (never the host name): these three identify it. overrides: the environment that forced the
+    dispatch, or '' (only the label uses it)."""
 
     cpu_model: str
     threads: int
     dispatch: str
-    overrides: str = ""
+    overrides: str = field(default="", compare=False)
+
+    def dispatch_name(self) -> str:
+        return DISPATCH_NAMES.get(self.dispatch, self.dispatch)
 
     def label(self) -> str:
+        """'Intel(R) Xeon(R) Processor, 2 threads, AVX-512'; forced by overrides: 'AVX2
+        dispatch on Intel(R) Xeon(R) Processor, 2 threads'."""
         threads = f"{self.threads} thread" + ("" if self.threads == 1 else "s")
         if self.overrides:
-            return f"{self.dispatch.upper()} dispatch on {self.cpu_model}, {threads}"
-        return f"{self.cpu_model}, {threads}, {self.dispatch}"
+            return f"{self.dispatch_name()} dispatch on {self.cpu_model}, {threads}"
+        return f"{self.cpu_model}, {threads}, {self.dispatch_name()}"
 
     def slug(self) -> str:
         """A file-name-safe short name (figure names of a machine start with it)."""
@@ -378,8 +388,11 @@ def load(paths: list[str | Path], best_run: bool = False) -> ResultSet:
 def load_machines(paths: list[str | Path], best_run: bool = False) -> list[ResultSet]:
     """Reads result files and merges them per machine (machine_of the file's context), in the
     order machines first appear. Within a machine as load(); the same benchmark on two machines
-    is fine. A file of PyTorch peers only attaches to the machine with the same CPU model (when
-    it names one) and thread count, else it forms a machine of its own."""
+    is fine. A file of PyTorch peers (bench/peers/torch_mha.py writes no dispatch) joins every
+    machine with the same CPU model and thread count, e.g. both the native and a forced-AVX2
+    run of one CPU; with an mha_dispatch of its own only the machines of that dispatch. A file
+    that names no CPU model joins the first machine with its thread count. No match: a machine
+    of its own."""
     files = []
     for raw_path in paths:
         path = Path(raw_path)
@@ -401,18 +414,21 @@ def load_machines(paths: list[str | Path], best_run: bool = False) -> list[Resul
             add(machine_of(context), source, context, part)
     for source, context, part, peers_only in files:
         if peers_only:
-            own = machine_of(context)
-            named = bool(context.get("mha_cpu_model") or context.get("cpu_model"))
-            match = next(
-                (
-                    m
-                    for m in machines
-                    if m.threads == own.threads and (not named or m.cpu_model == own.cpu_model)
-                ),
-                None,
-            )
-            add(match or own, source, context, part)
+            for machine in _peer_machines(context, list(machines)) or [machine_of(context)]:
+                add(machine, source, context, part)
     return list(machines.values())
+
+
+def _peer_machines(context: dict, machines: list[Machine]) -> list[Machine]:
+    """The machines a file of PyTorch peers belongs to (see load_machines)."""
+    own = machine_of(context)
+    same = [m for m in machines if m.threads == own.threads]
+    if not (context.get("mha_cpu_model") or context.get("cpu_model")):
+        return same[:1]
+    same = [m for m in same if m.cpu_model == own.cpu_model]
+    if context.get("mha_dispatch"):
+        same = [m for m in same if m.dispatch == own.dispatch]
+    return same
 
 
 def _read_entries(entries: list, source: str) -> ResultSet:

@@ -1,7 +1,9 @@
 """Issue 12: per-ISA peaks, peak warnings, several machines in one report, a figure for any
 run, the answer first. Fixtures are model-built: expected numbers follow from the model."""
 
-from conftest import entries, isa_context, model_flops, peak_entries, write
+from pathlib import Path
+
+from conftest import CONTEXT, entries, isa_context, model_flops, peak_entries, write
 from test_report import run_tool, table_after
 
 from mha_report import analysis
@@ -82,6 +84,49 @@ def test_low_and_spread_peaks_are_warned_about(tmp_path):
     assert md.index("## Warnings") < md.index("## Answer") and "is 25% below the 200.0" in md
 
 
+def test_older_files_are_warned_about_from_their_plain_peak_keys(tmp_path):
+    # Before per-ISA all-core keys: the plain all-core peak was measured at mha_fma_peak_isa.
+    # The reference report's two sweeps: 205.8 vs 231.1 GFLOP/s on 2 threads (11% below).
+    # A file of the same CPU model whose all-core peak is on 8 threads is not compared.
+    def old(all_cores, threads):
+        context = {k: v for k, v in CONTEXT.items() if not k.startswith("mha_fma_peak_gflops_one_core_")}
+        return dict(
+            context,
+            mha_fma_peak_isa="avx2",
+            mha_fma_peak_gflops_all_cores=str(all_cores),
+            mha_fma_peak_threads=str(threads),
+            num_cpus=threads,
+        )
+
+    data = rate_entries("xsimd", "split_weight", S1, 2, 100.0)
+    low = write(tmp_path / "low.json", data, old(205.8, 2))
+    high = write(tmp_path / "high.json", data, old(231.1, 2))
+    wide = write(tmp_path / "wide.json", data, old(800.0, 8))
+    machines = load_machines([low, high, wide], best_run=True)
+    assert [r.machine.threads for r in machines] == [2, 8]
+    peaks = [analysis.find_peaks(r) for r in machines]
+    assert peaks[0].files[str(low)].per_isa["avx2"].all_cores == 205.8
+    (warning,) = analysis.peak_warnings(peaks)
+    assert warning.startswith(
+        "`low.json`: its avx2 all-core FMA peak, 205.8 GFLOP/s on 2 threads, is 11% below the "
+        "231.1 GFLOP/s measured in `high.json`"
+    )
+
+
+def test_all_core_peak_entries_spreading_are_warned_about(tmp_path):
+    # The start-up all-core peak 200, a peak entry later in the run 170: 15% apart.
+    context = isa_context("avx512", one_avx512=100, all_avx512=200)
+    data = rate_entries("xsimd", "split_weight", S1, 2, 100.0)
+    data += peak_entries("avx512", [170.0], threads=2, at=1) + peak_entries("avx512", [99.0], at=1)
+    (results,) = load_machines([write(tmp_path / "s.json", data, context)])
+    peaks = analysis.find_peaks(results)
+    assert peaks.percent(results.get("xsimd", "split_weight", S1, 2)) == pytest_approx(50.0)
+    (warning,) = analysis.peak_warnings([peaks])
+    assert (
+        "its avx512 all-core FMA peak trials and peak entries spread 15% (170.0 to 200.0 GFLOP/s" in warning
+    )
+
+
 def two_machines(tmp_path):
     """One CPU, two dispatches, same benchmark names. avx512: xsimd fastest on both shapes;
     forced avx2: xsimd twice as slow, so onednn wins S2 (S1: xsimd still wins)."""
@@ -107,7 +152,7 @@ def test_two_machines_two_sections_and_a_cross_machine_table(tmp_path):
     result = run_tool(*two_machines(tmp_path), "--out", out)
     assert result.returncode == 0, result.stderr  # same names on two machines: accepted
     md = (out / "report.md").read_text()
-    native, forced = "Synthetic CPU, 2 threads, avx512", "AVX2 dispatch on Synthetic CPU, 2 threads"
+    native, forced = "Synthetic CPU, 2 threads, AVX-512", "AVX2 dispatch on Synthetic CPU, 2 threads"
     assert f"## Machine: {native}" in md and f"## Machine: {forced}" in md
     assert (
         md.index("## Answer") < md.index(f"## Machine: {native}") < md.index("## Appendix: machine and build")
@@ -141,6 +186,31 @@ def test_peer_files_attach_by_cpu_model_and_threads(tmp_path):
     assert [len(r.contexts) for r in machines] == [2, 1]
     assert machines[0].get("torch", "split_weight", S1, 1) is not None
     assert machines[1].machine.threads == 8
+
+
+def test_peer_files_without_dispatch_join_every_machine_of_their_cpu(tmp_path):
+    native, forced = two_machines(tmp_path)
+    torch = {"num_cpus": 2, "cpu_model": "Synthetic CPU", "torch_version": "1.13.1"}
+    peers = write(tmp_path / "peers.json", rate_entries("torch", "split_weight", S1, 1, 40.0), torch)
+    pinned = write(
+        tmp_path / "pinned.json",
+        rate_entries("torch", "wrapper", S1, 1, 40.0),
+        dict(torch, mha_cpu_model="Synthetic CPU", mha_hardware_threads="2", mha_dispatch="avx2"),
+    )
+    machines = load_machines([native, forced, peers, pinned])
+    assert [r.machine.dispatch for r in machines] == ["avx512", "avx2"]
+    # No dispatch: both machines of that CPU; dispatch avx2: only the forced-AVX2 machine.
+    assert [[Path(p).name for p, _ in r.contexts] for r in machines] == [
+        ["native.json", "peers.json"],
+        ["forced.json", "peers.json", "pinned.json"],
+    ]
+    assert [r.get("torch", "wrapper", S1, 1) is not None for r in machines] == [False, True]
+    out = tmp_path / "r"
+    assert run_tool(native, forced, peers, pinned, "--out", out).returncode == 0
+    md = (out / "report.md").read_text()
+    head = md.split("## Answer")[0]
+    assert head.count("`peers.json`") == 1  # listed once among the inputs
+    assert md.split("## Appendix")[1].count("PyTorch peers: `peers.json`") == 2
 
 
 def test_single_shape_run_gets_a_time_figure_and_answer_first(tmp_path):
@@ -192,3 +262,34 @@ def test_cross_machine_differences_within_noise_are_said(tmp_path):
     assert run_tool(*rows, "--out", out).returncode == 0
     (line,) = table_after((out / "report.md").read_text(), "## Answer: which backend to link")
     assert line[2:] == ["xsimd·split_weight", "onednn·split_weight", "backend differs (within noise)"]
+
+
+def test_a_series_without_any_other_figure_gets_time_bars(tmp_path):
+    # One backend and formulation along H, no GFLOPS counter: no speedup, GFLOP/s or
+    # link-choice figure could be drawn, so the time bars show every shape.
+    shapes = [Shape(1, 64, 64, 64, h) for h in (1, 2, 4)]
+    data = [
+        {k: v for k, v in e.items() if k != "GFLOPS"}
+        for s in shapes
+        for e in entries("naive", "split_weight", s, 1, 0.001 * s.n_heads)
+    ]
+    out = tmp_path / "r"
+    assert run_tool(write(tmp_path / "h.json", data), "--out", out).returncode == 0
+    assert sorted(p.name for p in out.glob("*.png")) == ["time_bars.png"]
+    md = (out / "report.md").read_text()
+    assert "Median time per forward pass (lower is faster; hatched: wrapper)." in md
+
+
+def test_all_core_peak_entries_without_a_peak_thread_count_in_the_context(tmp_path):
+    # No mha_fma_peak_threads / num_cpus: the threads:4 entries give the all-core peak (4
+    # threads), against which 2 threads get half: 100 / (400 * 2/4) = 50%.
+    context = {k: v for k, v in isa_context("avx512", one_avx512=100).items()}
+    for key in ("mha_fma_peak_threads", "num_cpus", "mha_fma_peak_gflops_all_cores"):
+        del context[key]
+    data = rate_entries("xsimd", "split_weight", S1, 2, 100.0)
+    data += peak_entries("avx512", [380.0, 400.0], threads=4, at=0)
+    (results,) = load_machines([write(tmp_path / "t.json", data, context)])
+    peaks = analysis.find_peaks(results)
+    peak = peaks.files[str(tmp_path / "t.json")].per_isa["avx512"]
+    assert (peak.all_cores, peak.all_core_threads) == (400.0, 4)
+    assert peaks.percent(results.get("xsimd", "split_weight", S1, 2)) == pytest_approx(50.0)
