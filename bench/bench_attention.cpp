@@ -12,7 +12,7 @@
 //            through OpenMP.
 // Before timing, sampled rows (first and last batch element and head, tokens 0, T/3, 2T/3, T-1)
 // are checked against the double oracle (mha_reference::attention_row).
-// Counters: GFLOPS on causal pairs, 4 B H head_dim P with P = T (T + 1) / 2 (DESIGN §3), and
+// Counters: GFLOPS on causal pairs, 4 B H head_dim P with P = T (T + 1) / 2 (docs/design.md §3), and
 // pct_peak against threads x the measured FP32 FMA peak of one core, of the ISA the kernel runs.
 //   bench_attention [--isa avx512|avx2|sse2] [--benchmark_filter=...] [google benchmark flags]
 // --isa caps the xsimd kernels and oneDNN to the same ISA (kernel_timing.hpp).
@@ -161,7 +161,7 @@ void bm_onednn(benchmark::State& state, shape s, int threads) {
   std::string label = text(group, " heads per execution");
   for (const std::string& i : implementations) label += ", " + i;
   state.SetLabel(label);
-  omp_set_num_threads(threads);  // oneDNN runs on OpenMP here (notes/deps.md §5)
+  omp_set_num_threads(threads);  // oneDNN runs on OpenMP here (docs/dependencies.md §2)
   run(state, s, o, threads, mha::onednn_backend().isa(), [&] {
     for (std::int64_t first = 0; first < slices; first += group) {
       const std::int64_t at = first * s.seq_len * s.head_dim;

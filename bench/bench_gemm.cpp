@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
   peaks = *measured;
   benchmark::AddCustomContext("xsimd", mha::xsimd_backend().description());
 #if MHA_BENCH_ONEDNN
-  omp_set_num_threads(1);  // oneDNN runs on OpenMP here (notes/deps.md §5)
+  omp_set_num_threads(1);  // oneDNN runs on OpenMP here (docs/dependencies.md §2)
   const dnnl_version_t* v = dnnl_version();
   benchmark::AddCustomContext("onednn", mha::detail::text(v->major, ".", v->minor, ".", v->patch,
                                                          ", 1 OpenMP thread, ",

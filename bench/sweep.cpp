@@ -10,7 +10,7 @@
 namespace mha_bench {
 namespace {
 
-// GPT-2 small: the anchor shape of DESIGN §5 and of the backend targets.
+// GPT-2 small: the anchor shape of docs/design.md §5 and of the backend targets.
 constexpr std::int64_t gpt2_d_model = 768, gpt2_heads = 12, gpt2_context = 1024;
 
 constexpr std::array<std::string_view, 5> names = {"quick", "heads", "seq", "threads", "full"};

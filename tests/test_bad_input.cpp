@@ -1,4 +1,4 @@
-// The bad-input catalogue (DESIGN §1.2): one test per error case, each asserting the exception
+// The bad-input catalogue (docs/design.md §1.2): one test per error case, each asserting the exception
 // type and that the message names the offending value.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Training-mode dropout (DESIGN §1.1): the shared counter-based mask and its use by backends.
+// Training-mode dropout (docs/design.md §1.1): the shared counter-based mask and its use by backends.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -33,7 +33,7 @@ std::vector<mha_test::shape> kernel_shapes() {
   return shapes;
 }
 
-// A primitive on oneDNN's reference kernels ("ref:any") is a performance bug (notes/deps.md §5:
+// A primitive on oneDNN's reference kernels ("ref:any") is a performance bug (docs/dependencies.md §2:
 // a mask broadcast over the outermost dimension is 600x slower): none may appear.
 TEST(OnednnKernels, NoPrimitiveUsesAReferenceImplementation) {
   for (const mha_test::shape& s : kernel_shapes()) {

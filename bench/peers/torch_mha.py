@@ -5,10 +5,10 @@ written as Google Benchmark 1.7.1 JSON so tools/mha_report shows them next to mh
 Three modules, all in eval mode under torch.no_grad() (inference: dropout off, no autograd):
   mha/torch/wrapper/...         MultiHeadAttentionWrapper: H CausalAttention heads, each with its
                                 own (head_dim, d_in) Q/K/V nn.Linear, outputs concatenated, then
-                                out_proj (DESIGN §1; the seeds' wrapper plus the out_proj).
+                                out_proj (docs/design.md §1; the seeds' wrapper plus the out_proj).
   mha/torch/split_weight/...    MultiHeadAttention: one (d_out, d_in) Q/K/V projection each,
                                 view/transpose into heads, masked_fill_ with the causal mask,
-                                softmax, merge, out_proj (DESIGN §1, the seeds' module).
+                                softmax, merge, out_proj (docs/design.md §1, the seeds' module).
   mha/torch_nn_mha/split_weight/...
                                 torch.nn.MultiheadAttention(batch_first=True) with a boolean causal
                                 attn_mask; needs d_in == d_out and out_proj (skipped otherwise).
@@ -73,7 +73,7 @@ RTOL = 1e-4
 
 
 # ---------------------------------------------------------------------------------------------
-# The modules (DESIGN §1), written as the seeds write them, with the seeds' bugs left out.
+# The modules (docs/design.md §1), written as the seeds write them, with the seeds' bugs left out.
 
 
 class CausalAttention(nn.Module):
@@ -191,7 +191,7 @@ class Job:
 
 
 def flops(s: Shape) -> float:
-    """Model FLOPs of one forward pass, DESIGN §3 (the count mha_bench uses)."""
+    """Model FLOPs of one forward pass, docs/design.md §3 (the count mha_bench uses)."""
     b, t, d_in, d_out = s.batch, s.seq_len, s.d_in, s.d_out
     pairs = t * (t + 1) / 2 if s.causal else t * t
     total = 2 * b * t * d_in * d_out * 3 + 4 * b * s.n_heads * s.head_dim * pairs

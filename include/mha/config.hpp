@@ -21,7 +21,7 @@ struct config {
   bool causal = true;               // token i attends to tokens j <= i only
   bool qkv_bias = false;            // the Q, K and V projections have biases
   bool out_proj = true;             // a final (d_out, d_out) projection with bias follows the heads
-  float dropout = 0.0f;  // p, applied to attention weights in training mode only (DESIGN §1.1)
+  float dropout = 0.0f;  // p, applied to attention weights in training mode only (docs/design.md §1.1)
 
   // d_out / n_heads; 0 when n_heads is not positive (validate() rejects such a config).
   constexpr std::int64_t head_dim() const noexcept { return n_heads > 0 ? d_out / n_heads : 0; }
@@ -33,7 +33,7 @@ void validate(const config& cfg);
 // "d_in=768 d_out=768 n_heads=12 context_length=1024 causal qkv_bias=0 out_proj=1 dropout=0".
 std::string to_string(const config& cfg);
 
-// How a backend computes the module. Both compute the same function (DESIGN §1).
+// How a backend computes the module. Both compute the same function (docs/design.md §1).
 enum class formulation {
   // H independent heads, each with its own separately allocated (head_dim, d_in) Q/K/V
   // weights: H small projections per Q, K and V, outputs concatenated.

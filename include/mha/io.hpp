@@ -86,7 +86,7 @@ std::vector<std::byte> npy_bytes(const tensor& t);
 tensor read_npy(const std::filesystem::path& path);
 void write_npy(const std::filesystem::path& path, const tensor& t);
 
-// ---- a module's state_dict (DESIGN §1) ----
+// ---- a module's state_dict (docs/design.md §1) ----
 
 // What a state_dict determines: the module's shape and flags, its weights (split layout), and
 // which layout the file had. cfg.causal and cfg.dropout are the defaults (true, 0): a

@@ -22,7 +22,7 @@ struct problem {
 // ("/noncausal", "/qkv_bias", "/no_out_proj").
 std::string to_string(const problem& p);
 
-// Model FLOPs of one forward pass (DESIGN §3), as a double:
+// Model FLOPs of one forward pass (docs/design.md §3), as a double:
 //   2*B*T*d_in*d_out*3                (Q, K, V projections)
 // + 2*B*T*d_out*d_out                 (out_proj, when cfg.out_proj)
 // + 4*B*H*head_dim*P                  (Q K^T and A V), P = T*(T+1)/2 causal, T*T otherwise.

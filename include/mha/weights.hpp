@@ -26,7 +26,7 @@ struct head_weights {
   linear_weights query, key, value;
 };
 
-// A module's parameters in the split layout (DESIGN §1): query/key/value are (d_out, d_in),
+// A module's parameters in the split layout (docs/design.md §1): query/key/value are (d_out, d_in),
 // out_proj is (d_out, d_out). Names match a PyTorch state_dict: W_query.weight -> query.weight,
 // out_proj.bias -> out_proj.bias. Plain data: copy, move and edit freely; validate() checks it
 // against a config before a backend uses it.
@@ -34,7 +34,7 @@ struct weights {
   linear_weights query, key, value, out_proj;
 
   // nn.Linear's default initialisation, reproducibly: every weight and bias element drawn from
-  // U(-1/sqrt(in), 1/sqrt(in)) with the counter-based generator of DESIGN §1.1, so a seed gives
+  // U(-1/sqrt(in), 1/sqrt(in)) with the counter-based generator of docs/design.md §1.1, so a seed gives
   // the same weights on every machine. Biases exist where cfg says so. Validates cfg first.
   static weights random(const config& cfg, std::uint64_t seed);
 

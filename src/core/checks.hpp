@@ -1,4 +1,4 @@
-// Internal: the validation every public entry point shares (DESIGN §1.2).
+// Internal: the validation every public entry point shares (docs/design.md §1.2).
 #pragma once
 
 #include <cstdint>

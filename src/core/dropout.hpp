@@ -1,4 +1,4 @@
-// Internal: the training-mode dropout mask of DESIGN §1.1, shared by every backend.
+// Internal: the training-mode dropout mask of docs/design.md §1.1, shared by every backend.
 #pragma once
 
 #include <cstdint>

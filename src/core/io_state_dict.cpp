@@ -1,4 +1,4 @@
-// A PyTorch state_dict <-> (config, weights), names as in DESIGN §1.
+// A PyTorch state_dict <-> (config, weights), names as in docs/design.md §1.
 #include <algorithm>
 #include <array>
 #include <charconv>

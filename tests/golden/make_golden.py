@@ -2,7 +2,7 @@
 """Writes the PyTorch goldens: for each case, the module's state_dict (safetensors), an input and
 PyTorch's output (.npy), and cases.json describing how to run them.
 
-The modules are the seeds' (DESIGN.md §1): the split-weight MultiHeadAttention and the wrapper of
+The modules are the seeds' (docs/design.md §1): the split-weight MultiHeadAttention and the wrapper of
 CausalAttention heads (per-head d_out = head_dim), dropout 0 in eval mode, plus two switches the
 spec has and the seeds lack: `causal` (skip the mask) and `out_proj` (the split form without it,
 the wrapper with one). Safetensors files are written here (no extra package): F32, F16, BF16, F64

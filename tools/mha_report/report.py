@@ -215,7 +215,7 @@ def _gflops_section(
     blocks: list = [
         Heading(2, f"GFLOP/s and % of peak against {name}"),
         Para(
-            "Model GFLOP/s (DESIGN §3 FLOP count / median time) per backend and formulation; "
+            "Model GFLOP/s (docs/design.md §3 FLOP count / median time) per backend and formulation; "
             "cells show GFLOP/s and, in brackets, % of the measured peak for that thread count "
             "and the ISA of that backend (see the appendix)."
         ),

@@ -23,7 +23,7 @@ HEADS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
 
 
 def model_flops(s: Shape) -> float:
-    """DESIGN §3, written out again as the tests' oracle."""
+    """docs/design.md §3, written out again as the tests' oracle."""
     pairs = s.seq_len * (s.seq_len + 1) / 2 if s.causal else s.seq_len**2
     total = 2 * s.batch * s.seq_len * s.d_in * s.d_out * 3 + 4 * s.batch * s.n_heads * s.head_dim * pairs
     if s.out_proj:

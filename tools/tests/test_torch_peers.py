@@ -1,4 +1,4 @@
-"""bench/peers/torch_mha.py: the modules against a float64 oracle of DESIGN §1, the agreement
+"""bench/peers/torch_mha.py: the modules against a float64 oracle of docs/design.md §1, the agreement
 check, shape input, and a real (tiny) run whose JSON the report reads. Skipped without torch."""
 
 import importlib.util
@@ -23,7 +23,7 @@ spec.loader.exec_module(peers)
 
 
 def oracle(x, wq, wk, wv, wo, bo, bqkv, n_heads, causal):
-    """DESIGN §1 in float64 numpy: split weights, per-head softmax attention, merge, out_proj."""
+    """docs/design.md §1 in float64 numpy: split weights, per-head softmax attention, merge, out_proj."""
     x = x.astype(np.float64)
     b, t, _ = x.shape
     q, k, v = (

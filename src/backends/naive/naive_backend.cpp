@@ -1,4 +1,4 @@
-// The naive backend: the spec as plain loops, one small function per step (DESIGN §1).
+// The naive backend: the spec as plain loops, one small function per step (docs/design.md §1).
 // Single-threaded, float accumulation, no blocking: the readable reference, not a fast path.
 #include <algorithm>
 #include <cmath>
@@ -58,7 +58,7 @@ void softmax_rows(std::int64_t t, std::vector<float>& s) {
   }
 }
 
-// Training mode: A[i][j] *= 0 or 1/(1-p), the shared mask of DESIGN §1.1.
+// Training mode: A[i][j] *= 0 or 1/(1-p), the shared mask of docs/design.md §1.1.
 void dropout(const attention_args& a, std::int64_t b, std::int64_t h, std::vector<float>& s) {
   std::vector<float> multipliers(static_cast<std::size_t>(a.seq_len));
   for (std::int64_t i = 0; i < a.seq_len; ++i) {

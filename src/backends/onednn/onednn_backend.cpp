@@ -1,4 +1,4 @@
-// The oneDNN backend: both formulations as sequences of oneDNN primitives (DESIGN §2), built once
+// The oneDNN backend: both formulations as sequences of oneDNN primitives (docs/design.md §2), built once
 // per input shape and cached in the plan.
 #include <omp.h>
 
@@ -213,7 +213,7 @@ struct call_buffers {
 };
 
 // Training mode: row i of slice s of a group's attention weights (group, seq_len, seq_len) times
-// the shared dropout mask of (b, h) = where(s), row i (DESIGN §1.1).
+// the shared dropout mask of (b, h) = where(s), row i (docs/design.md §1.1).
 template <class Where>
 void apply_dropout(const detail::dropout_spec& dropout, float* weights, std::int64_t group,
                    std::int64_t seq_len, Where where) {

@@ -87,7 +87,7 @@ reorder_step make_head_merge(const dnnl::engine& engine, head_major from, std::i
 // One execution covers Q, K, V, out as {1, group, seq_len, head_dim} and the scores as
 // {1, group, seq_len, seq_len}; the mask is one {1, 1, seq_len, seq_len} tensor broadcast over
 // the group: the form oneDNN 2.6 keeps on brgemm (a mask broadcast over the outermost dimension
-// falls back to the reference kernel, notes/deps.md §5).
+// falls back to the reference kernel, docs/dependencies.md §2).
 class attention_steps {
  public:
   attention_steps(const dnnl::engine& engine, std::int64_t seq_len, std::int64_t head_dim,

@@ -9,7 +9,7 @@ namespace mha::detail {
 
 // The archs with a kernel table, best first (xsimd::dispatch requires that order). The AVX2
 // kernels need FMA, hence fma3<avx2>; AVX-512 uses avx512bw because xsimd 8.1 needs AVX512DQ/BW
-// intrinsics for hadd and its avx512cd alias (notes/deps.md §4.2).
+// intrinsics for hadd and its avx512cd alias (docs/dependencies.md §1.1).
 using kernel_archs = xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, xsimd::sse2>;
 
 // xsimd::dispatch's functor: the isa_kernels compiled for Arch. Each specialization is defined

@@ -6,7 +6,7 @@
 // A function emitted by two translation units under one name (an inline helper, or a template
 // instantiated with the same arguments, e.g. an AVX2-width tile used by both the AVX-512 and the
 // AVX2 builds) would be kept once by the linker for every caller, possibly running AVX-512 code
-// on a CPU without it (notes/deps.md §4.4). A test checks the objects for such symbols.
+// on a CPU without it (docs/dependencies.md §1.2). A test checks the objects for such symbols.
 #pragma once
 
 #include <cstdint>
