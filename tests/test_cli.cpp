@@ -4,7 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <sys/wait.h>
 
 #include "mha/backends/naive.hpp"
 #include "mha/io.hpp"
@@ -72,6 +77,49 @@ TEST_F(Cli, HelpOnEveryCommand) {
   EXPECT_EQ(top.exit_code, 0);
   EXPECT_THAT(top.output, HasSubstr("exit codes"));
   EXPECT_EQ(run_mha({}).exit_code, 2) << "no command";
+}
+
+// Only a standalone --help/-h asks for help; as an option's value it is that value (issue 17 B).
+TEST_F(Cli, HelpAsAnOptionValueIsAValue) {
+  for (const char* value : {"-h", "--help"}) {
+    const fs::path out = dir_ / value;
+    const mha_test::command_result r =
+        run_mha({"run", "--weights", golden / "split_basic.safetensors", "--input",
+                 golden / "split_basic.x.npy", "--output", out.string()});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, testing::Not(HasSubstr("usage:")));
+    EXPECT_TRUE(fs::is_regular_file(out)) << value;
+  }
+  expect_usage_error(run_args({"--backend", "-h"}), {"unknown backend '-h'"});
+  const mha_test::command_result help = run_mha(run_args({"--threads", "1", "-h"}));
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.output, HasSubstr("usage: mha run"));
+}
+
+// Runs `mha args` with standard output sent to /dev/full; returns the exit code, stderr in err.
+int run_into_full_device(const std::vector<std::string>& args, const fs::path& err_file,
+                         std::string& err) {
+  std::string line = std::string("'") + MHA_CLI_PATH + "'";
+  for (const std::string& a : args) line += " '" + a + "'";
+  line += " >/dev/full 2>'" + err_file.string() + "'";
+  const int status = std::system(line.c_str());
+  std::ifstream in(err_file);
+  err.assign(std::istreambuf_iterator<char>(in), {});
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A failed write to standard output is an error, not a silent success (issue 17 C).
+TEST_F(Cli, WriteErrorOnStandardOutputExitsTwo) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"backends"}, std::vector<std::string>{"--help"},
+        std::vector<std::string>{"run", "--help"},
+        std::vector<std::string>{"verify", "--backend", "naive"}, run_args({})}) {
+    std::string err;
+    EXPECT_EQ(run_into_full_device(args, dir_ / "err.txt", err), 2) << args[0] << ": " << err;
+    EXPECT_THAT(err, HasSubstr("cannot write to standard output")) << args[0];
+    EXPECT_EQ(lines(err), 1u) << err;
+  }
 }
 
 TEST_F(Cli, UsageErrorsExitTwoWithOneLine) {
