@@ -2,7 +2,15 @@
 // (each case asserts mha::format_error and that the message names the offending value).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
 #include <bit>
+#include <climits>
+#include <fstream>
+#include <iterator>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -179,13 +187,26 @@ TEST(Safetensors, WriterRejectsInvalidTensors) {
 
 using Files = mha_test::scratch_test;
 
+std::string contents(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+std::vector<std::filesystem::path> listing(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+
 TEST_F(Files, WriteThenReadBothFormats) {
   const io::tensor t{{2, 2}, {1, 2, 3, 4}};
   io::write_npy(dir_ / "t.npy", t);
   EXPECT_EQ(io::read_npy(dir_ / "t.npy").values, t.values);
   io::write_safetensors(dir_ / "t.safetensors", {{{"t", t}}, {}});
   EXPECT_EQ(io::read_safetensors(dir_ / "t.safetensors").tensors.at("t").values, t.values);
-  EXPECT_FALSE(std::filesystem::exists(dir_ / "t.npy.partial"));
+  EXPECT_EQ(listing(dir_).size(), 2u) << "no temporary file left";
 }
 
 TEST_F(Files, MissingFileNamesThePath) {
@@ -210,6 +231,103 @@ TEST_F(Files, UnwritablePathNamesIt) {
         io::write_npy(dir_ / "no" / "such" / "y.npy", {{1}, {1.0f}});
       },
       {"cannot create", "y.npy"});
+}
+
+// ---- how the output is written (issue 17 D) ----
+
+// A device (or a symlink to one) is written through, never replaced by a regular file.
+TEST_F(Files, DeviceOutputStaysADevice) {
+  io::write_npy("/dev/null", {{2}, {1, 2}});
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  std::filesystem::create_symlink("/dev/null", dir_ / "null");
+  io::write_npy(dir_ / "null", {{2}, {1, 2}});
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "null"));
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_EQ(listing(dir_).size(), 1u) << "no temporary file left";
+}
+
+TEST_F(Files, FifoOutputIsWrittenThrough) {
+  const std::filesystem::path fifo = dir_ / "pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string received;
+  std::thread reader([&] { received = contents(fifo); });
+  io::write_npy(fifo, {{3}, {1, 2, 3}});
+  reader.join();
+  EXPECT_EQ(io::parse_npy(std::as_bytes(std::span(received)), "fifo").values,
+            (std::vector<float>{1, 2, 3}));
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+}
+
+// What sits at the old fixed temporary name (<out>.partial) is neither followed nor removed.
+TEST_F(Files, NothingAtTheOldTemporaryNameIsTouched) {
+  {
+    std::ofstream(dir_ / "victim") << "keep";
+    std::ofstream(dir_ / "b.npy.partial") << "unrelated";
+  }
+  std::filesystem::create_symlink(dir_ / "victim", dir_ / "a.npy.partial");
+  io::write_npy(dir_ / "a.npy", {{1}, {1.0f}});
+  io::write_npy(dir_ / "b.npy", {{1}, {2.0f}});
+  EXPECT_EQ(contents(dir_ / "victim"), "keep");
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "a.npy.partial"));
+  EXPECT_EQ(contents(dir_ / "b.npy.partial"), "unrelated");
+  EXPECT_EQ(io::read_npy(dir_ / "a.npy").values, std::vector<float>{1.0f});
+  EXPECT_EQ(listing(dir_).size(), 5u) << "no temporary file left";
+}
+
+TEST_F(Files, ExistingModeIsKeptNewFileFollowsTheUmask) {
+  const std::filesystem::path p = dir_ / "secret.npy";
+  io::write_npy(p, {{1}, {1.0f}});
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  struct stat st {};
+  ASSERT_EQ(::stat(p.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0666u & ~mask);
+  ASSERT_EQ(::chmod(p.c_str(), 0600), 0);
+  io::write_npy(p, {{1}, {2.0f}});
+  ASSERT_EQ(::stat(p.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(io::read_npy(p).values, std::vector<float>{2.0f});
+}
+
+// A symlink to a regular file: the file is replaced, the link kept.
+TEST_F(Files, SymlinkToAFileKeepsTheLink) {
+  io::write_npy(dir_ / "real.npy", {{1}, {1.0f}});
+  std::filesystem::create_symlink("real.npy", dir_ / "link.npy");
+  io::write_npy(dir_ / "link.npy", {{1}, {3.0f}});
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "link.npy"));
+  EXPECT_EQ(io::read_npy(dir_ / "real.npy").values, std::vector<float>{3.0f});
+}
+
+TEST_F(Files, NamesOfNameMaxBytesWork) {
+  const std::filesystem::path p = dir_ / std::string(NAME_MAX - 4, 'n').append(".npy");
+  io::write_npy(p, {{1}, {1.0f}});
+  EXPECT_EQ(io::read_npy(p).values, std::vector<float>{1.0f});
+}
+
+// Two writers of the same output each leave a whole file, never a mix or an error.
+TEST_F(Files, ConcurrentWritersBothProduceAValidFile) {
+  const std::filesystem::path p = dir_ / "y.npy";
+  const io::tensor a{{4096}, std::vector<float>(4096, 1.0f)}, b{{4096}, std::vector<float>(4096, 2.0f)};
+  std::atomic<int> errors{0};
+  auto writer = [&](const io::tensor& t) {
+    for (int i = 0; i < 50; ++i) {
+      try {
+        io::write_npy(p, t);
+      } catch (const std::exception&) {
+        ++errors;
+      }
+    }
+  };
+  std::thread ta(writer, std::cref(a)), tb(writer, std::cref(b));
+  ta.join();
+  tb.join();
+  EXPECT_EQ(errors.load(), 0);
+  const std::vector<float> v = io::read_npy(p).values;
+  EXPECT_TRUE(v == a.values || v == b.values);
+  EXPECT_EQ(listing(dir_).size(), 1u) << "no temporary file left";
 }
 
 TEST_F(Files, ParseErrorsNameTheFile) {

@@ -1,9 +1,16 @@
 #include "core/io_common.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <system_error>
 
 namespace mha::io::detail {
@@ -107,32 +114,118 @@ std::vector<std::byte> read_file(const std::filesystem::path& path) {
   return bytes;
 }
 
-void write_file(const std::filesystem::path& path, std::span<const std::byte> bytes) {
-  std::filesystem::path temporary = path;
-  temporary += ".partial";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      throw error(text("mha: cannot create '", temporary.string(),
-                       "': ", std::generic_category().message(errno)));
+namespace {
+
+[[noreturn]] void write_error(std::string_view what, const std::filesystem::path& path,
+                              int reason) {
+  throw error(text("mha: cannot ", what, " '", path.string(),
+                   "': ", std::generic_category().message(reason)));
+}
+
+// Writes every byte to fd; false with errno set on failure.
+bool write_all(int fd, std::span<const std::byte> bytes) {
+  const auto* p = reinterpret_cast<const char*>(bytes.data());
+  std::size_t left = bytes.size();
+  while (left > 0) {
+    const ::ssize_t n = ::write(fd, p, std::min<std::size_t>(left, std::size_t{1} << 30));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
     }
-    out.write(reinterpret_cast<const char*>(bytes.data()),
-              static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    if (!out) {
-      const int reason = errno;
-      std::error_code ignored;
-      std::filesystem::remove(temporary, ignored);
-      throw error(text("mha: cannot write '", path.string(),
-                       "': ", std::generic_category().message(reason)));
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// Not a regular file (a device, FIFO, or a symlink to one): written through, as cp does.
+void write_through(const std::filesystem::path& path, std::span<const std::byte> bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) write_error("open", path, errno);
+  if (!write_all(fd, bytes)) {
+    const int reason = errno;
+    ::close(fd);
+    write_error("write", path, reason);
+  }
+  if (::close(fd) != 0) write_error("write", path, errno);
+}
+
+// A new file in `directory` with a unique short name, created with O_EXCL|O_NOFOLLOW so that
+// nothing already there (a file, a planted symlink) is followed, truncated or removed.
+int create_temporary(const std::filesystem::path& directory, std::filesystem::path& created) {
+  static std::atomic<std::uint64_t> counter{0};
+  std::random_device entropy;
+  static constexpr char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::uint64_t bits = (std::uint64_t{entropy()} << 32) ^ entropy() ^
+                         (std::uint64_t(::getpid()) << 20) ^ counter.fetch_add(1);
+    std::string name = ".mha-";
+    for (int i = 0; i < 8; ++i, bits /= 36) name += alphabet[bits % 36];
+    created = directory / name;
+    const int fd =
+        ::open(created.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  errno = EEXIST;
+  return -1;
+}
+
+}  // namespace
+
+void write_file(const std::filesystem::path& requested, std::span<const std::byte> bytes) {
+  std::filesystem::path path = requested;
+  struct ::stat existing {};
+  const bool exists = ::stat(path.c_str(), &existing) == 0;
+  if (exists && S_ISDIR(existing.st_mode)) write_error("write", path, EISDIR);
+  if (exists && !S_ISREG(existing.st_mode)) return write_through(path, bytes);
+  if (exists) {
+    // A symlink to a regular file: the file it names is replaced, the link kept.
+    std::error_code ec;
+    if (std::filesystem::is_symlink(std::filesystem::symlink_status(path, ec))) {
+      const std::filesystem::path target = std::filesystem::canonical(path, ec);
+      if (!ec) path = target;
     }
   }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) {
-    const std::string reason = ec.message();
-    std::filesystem::remove(temporary, ec);
-    throw error(text("mha: cannot write '", path.string(), "': ", reason));
+  std::filesystem::path directory = path.parent_path();
+  if (directory.empty()) directory = ".";
+
+  std::filesystem::path temporary;
+  const int fd = create_temporary(directory, temporary);
+  if (fd < 0) {
+    const int reason = errno;
+    throw error(text("mha: cannot create '", requested.string(), "' (a temporary file in '",
+                     directory.string(), "'): ", std::generic_category().message(reason)));
+  }
+  auto fail_removing = [&](std::string_view what, int reason) {
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    write_error(what, requested, reason);
+  };
+  if (exists) {
+    // The existing file's mode (and owner, where permitted) carries over; a new file gets
+    // 0666 & ~umask from open.
+    if (::fchmod(fd, existing.st_mode & 07777) != 0) fail_removing("write", errno);
+    if (::fchown(fd, existing.st_uid, existing.st_gid) != 0) {
+      // Only root may give a file away; keeping our own owner is what cp does too.
+    }
+  }
+  if (!write_all(fd, bytes)) fail_removing("write", errno);
+  if (::fsync(fd) != 0) fail_removing("write", errno);
+  if (::close(fd) != 0) {
+    const int reason = errno;
+    ::unlink(temporary.c_str());
+    write_error("write", requested, reason);
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int reason = errno;
+    ::unlink(temporary.c_str());
+    write_error("write", requested, reason);
+  }
+  // The rename itself durable: best effort (some file systems refuse fsync on a directory).
+  if (const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
   }
 }
 

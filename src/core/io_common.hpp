@@ -62,8 +62,13 @@ void check_tensor(std::string_view what, const tensor& t);
 
 // The whole file; mha::error naming the path and the system's reason when it cannot be read.
 std::vector<std::byte> read_file(const std::filesystem::path& path);
-// Writes `bytes` to a temporary file next to `path`, then renames it over `path`, so a failed
-// write never leaves a partial file under the final name. mha::error on failure.
+// Writes `bytes` to `path`. A regular file (or a new one) is replaced atomically: a temporary
+// file with a unique short name is created in the same directory (O_EXCL|O_NOFOLLOW), given the
+// existing file's mode (else 0666 & ~umask), written, fsync'ed and renamed over `path` (over the
+// file a symlink names, keeping the link), so a failed write never leaves a partial file under
+// the final name and concurrent writers each leave a whole file. A path that exists and is not
+// a regular file (a device, FIFO, or a symlink to one: /dev/null, /dev/stdout) is written
+// through, as cp does. mha::error on failure.
 void write_file(const std::filesystem::path& path, std::span<const std::byte> bytes);
 
 // Throws mha::format_error "<source>: <args...>".
