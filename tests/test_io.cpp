@@ -2,11 +2,13 @@
 // (each case asserts mha::format_error and that the message names the offending value).
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <climits>
 #include <fstream>
 #include <iterator>
@@ -330,6 +332,25 @@ TEST_F(Files, ConcurrentWritersBothProduceAValidFile) {
   EXPECT_EQ(listing(dir_).size(), 1u) << "no temporary file left";
 }
 
+// The header is checked before the data is read: a 2 GiB sparse file whose header is {} is
+// rejected without reading (or allocating) its data (issue 17 F).
+TEST_F(Files, HugeFileWithABadHeaderIsRejectedBeforeItsDataIsRead) {
+  const std::filesystem::path p = dir_ / "huge.safetensors";
+  {
+    const std::vector<std::byte> head = safetensors("{}      ");
+    std::ofstream out(p, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(head.data()), static_cast<std::streamsize>(head.size()));
+  }
+  std::filesystem::resize_file(p, std::uint64_t{2} << 30);  // sparse: no disk used
+  struct rusage before {}, after {};
+  ::getrusage(RUSAGE_SELF, &before);
+  expect_error<mha::format_error>([&] { io::read_safetensors(p); },
+                                  {"huge.safetensors", "data section has 2147483632 bytes",
+                                   "the tensors cover 0"});
+  ::getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak RSS added";
+}
+
 TEST_F(Files, ParseErrorsNameTheFile) {
   std::filesystem::path p = dir_ / "broken.npy";
   io::write_npy(p, {{3}, {1, 2, 3}});
@@ -371,6 +392,28 @@ TEST(BadSafetensors, DuplicateKeys) {
                          4, {"key 'x' twice"});
   expect_bad_safetensors(R"({"x":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
                          4, {"key 'dtype' twice"});
+}
+
+// Linear in the entries: 300,000 of them are parsed or rejected well under a second (the old
+// callback parser rescanned the parent object after each entry: 26 s for 40,000) (issue 17 E).
+TEST(BadSafetensors, HugeHeaderIsParsedInLinearTime) {
+  std::string header = "{";
+  constexpr int entries = 300000;
+  for (int i = 0; i < entries; ++i) header += "\"t" + std::to_string(i) + "\":{},";
+  for (const char* last : {"\"t0\":{}}", "\"z\":{}}"}) {
+    const std::string text = header + last;
+    const auto start = std::chrono::steady_clock::now();
+    expect_bad_safetensors(text, 0, {std::string(last).starts_with("\"t0") ? "key 't0' twice" : "lacks the field"});
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 3.0) << "the one timing bound of the suite: loose, against quadratic time";
+  }
+}
+
+// nlohmann's lexer stops at a NUL byte; what follows must not be silently ignored (issue 17 I).
+TEST(BadSafetensors, NulByteInTheHeader) {
+  expect_bad_safetensors(std::string_view("{}\0{\"junk\"", 10), 0, {"NUL byte at byte 2"});
+  expect_bad_safetensors(std::string_view("{}\0\0\0\0\0\0", 8), 0, {"NUL byte at byte 2"});
 }
 
 TEST(BadSafetensors, UnsupportedDtype) {

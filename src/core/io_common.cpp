@@ -114,6 +114,51 @@ std::vector<std::byte> read_file(const std::filesystem::path& path) {
   return bytes;
 }
 
+input_file::input_file(const std::filesystem::path& path) : path_(path) {
+  std::error_code ignored;
+  const std::filesystem::file_status status = std::filesystem::status(path, ignored);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw error(text("mha: cannot read '", path.string(),
+                     "': not a regular file (a directory, device or pipe); expected a file"));
+  }
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd_ < 0) {
+    throw error(
+        text("mha: cannot open '", path.string(), "': ", std::generic_category().message(errno)));
+  }
+  struct ::stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const int reason = S_ISREG(st.st_mode) ? errno : EINVAL;
+    ::close(fd_);
+    throw error(text("mha: cannot read '", path.string(),
+                     "': ", std::generic_category().message(reason)));
+  }
+  size_ = static_cast<std::uint64_t>(st.st_size);
+}
+
+input_file::~input_file() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void input_file::read(std::uint64_t offset, std::span<std::byte> out) const {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ::ssize_t n =
+        ::pread(fd_, out.data() + done, std::min<std::size_t>(out.size() - done, std::size_t{1} << 30),
+                static_cast<::off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw error(text("mha: cannot read '", path_.string(),
+                       "': ", std::generic_category().message(errno)));
+    }
+    if (n == 0) {
+      throw error(text("mha: cannot read '", path_.string(), "': the file shrank to ",
+                       offset + done, " bytes while being read"));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
 namespace {
 
 [[noreturn]] void write_error(std::string_view what, const std::filesystem::path& path,

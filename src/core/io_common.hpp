@@ -62,6 +62,26 @@ void check_tensor(std::string_view what, const tensor& t);
 
 // The whole file; mha::error naming the path and the system's reason when it cannot be read.
 std::vector<std::byte> read_file(const std::filesystem::path& path);
+// A regular file opened for reading in parts (a header, then the data it describes), so that
+// nothing is read before it was checked. mha::error naming the path and the system's reason.
+class input_file {
+ public:
+  // Refuses what is not a regular file (a device or pipe would be read without end).
+  explicit input_file(const std::filesystem::path& path);
+  ~input_file();
+  input_file(const input_file&) = delete;
+  input_file& operator=(const input_file&) = delete;
+  // The size when opened.
+  std::uint64_t size() const noexcept { return size_; }
+  // Exactly out.size() bytes from `offset`; mha::error when the file is shorter (it shrank).
+  void read(std::uint64_t offset, std::span<std::byte> out) const;
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
+
 // Writes `bytes` to `path`. A regular file (or a new one) is replaced atomically: a temporary
 // file with a unique short name is created in the same directory (O_EXCL|O_NOFOLLOW), given the
 // existing file's mode (else 0666 & ~umask), written, fsync'ed and renamed over `path` (over the
