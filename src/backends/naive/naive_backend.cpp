@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/driver.hpp"
+#include "core/checks.hpp"
 #include "mha/backends/naive.hpp"
 
 namespace mha {
@@ -88,6 +89,7 @@ struct naive_kernels : detail::sequential_execution {
     project(w, x, rows, y);
   }
   static void attention(const attention_args& a) {
+    detail::check_score_memory("naive", a.seq_len, 1);
     std::vector<float> s(static_cast<std::size_t>(a.seq_len * a.seq_len));
     for (std::int64_t b = 0; b < a.batch; ++b) {
       for (std::int64_t h = 0; h < a.heads; ++h) {

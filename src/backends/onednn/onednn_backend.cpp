@@ -11,6 +11,7 @@
 
 #include "backends/onednn/introspection.hpp"
 #include "backends/onednn/primitives.hpp"
+#include "core/checks.hpp"
 #include "common/buffer.hpp"
 #include "core/dropout.hpp"
 #include "core/text.hpp"
@@ -313,6 +314,8 @@ class onednn_plan final : public plan {
   void execute(tensor_view<const float> x, tensor_view<float> y,
                const run_options& options) const override {
     const openmp_threads threads(options.threads);
+    // The scores of a group of heads (at least one T x T slice) and the causal mask (T x T).
+    detail::check_score_memory("onednn", x.seq_len(), config().causal ? 2 : 1);
     const auto s = steps(x.batch(), x.seq_len());
     auto what = [&] {
       return text("running ", to_string(problem{config(), formulation(), x.batch(), x.seq_len()}));
