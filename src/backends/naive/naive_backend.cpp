@@ -25,10 +25,14 @@ void project(const linear_weights& w, const float* x, std::int64_t rows, float* 
   }
 }
 
-// S[i][j] = scale * q_i . k_j for one head.
+// The keys row i attends to: j < keys(a, i). Masked keys never enter the arithmetic, so a
+// NaN or Inf in a later token cannot reach an earlier row (not even as 0 * NaN).
+std::int64_t keys(const attention_args& a, std::int64_t i) { return a.causal ? i + 1 : a.seq_len; }
+
+// S[i][j] = scale * q_i . k_j for one head (the masked entries are set by causal_mask).
 void scores(const attention_args& a, std::int64_t b, std::int64_t h, std::vector<float>& s) {
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
-    for (std::int64_t j = 0; j < a.seq_len; ++j) {
+    for (std::int64_t j = 0; j < keys(a, i); ++j) {
       const float* q = a.q.row(b, h, i);
       const float* k = a.k.row(b, h, j);
       float dot = 0.0f;
@@ -75,7 +79,7 @@ void weighted_values(const attention_args& a, std::int64_t b, std::int64_t h,
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
     float* out = a.out.row(b, h, i);
     std::fill(out, out + a.head_dim, 0.0f);
-    for (std::int64_t j = 0; j < a.seq_len; ++j) {
+    for (std::int64_t j = 0; j < keys(a, i); ++j) {
       const float* v = a.v.row(b, h, j);
       for (std::int64_t d = 0; d < a.head_dim; ++d) out[d] += s[i * a.seq_len + j] * v[d];
     }
