@@ -60,6 +60,13 @@ TEST(BadConfig, DropoutOne) {
   expect_error<mha::invalid_argument>([&] { mha::validate(c); }, {"dropout (1)", "[0, 1)"});
 }
 
+// Floats in messages carry enough digits to tell them from their neighbours (issue 17 I).
+TEST(BadConfig, DropoutJustBelowOneIsPrintedInFull) {
+  mha::config c = good_config();
+  c.dropout = std::nextafter(1.0f, 2.0f);
+  expect_error<mha::invalid_argument>([&] { mha::validate(c); }, {"dropout (1.0000001)"});
+}
+
 TEST(BadConfig, DropoutNegative) {
   mha::config c = good_config();
   c.dropout = -0.25f;

@@ -96,12 +96,12 @@ TEST_F(Cli, HelpAsAnOptionValueIsAValue) {
   EXPECT_THAT(help.output, HasSubstr("usage: mha run"));
 }
 
-// Runs `mha args` with standard output sent to /dev/full; returns the exit code, stderr in err.
-int run_into_full_device(const std::vector<std::string>& args, const fs::path& err_file,
-                         std::string& err) {
+// Runs `mha args` with standard output sent to `out`; returns the exit code, stderr in err.
+int run_redirected(const std::vector<std::string>& args, const std::string& out,
+                   const fs::path& err_file, std::string& err) {
   std::string line = std::string("'") + MHA_CLI_PATH + "'";
   for (const std::string& a : args) line += " '" + a + "'";
-  line += " >/dev/full 2>'" + err_file.string() + "'";
+  line += " >'" + out + "' 2>'" + err_file.string() + "'";
   const int status = std::system(line.c_str());
   std::ifstream in(err_file);
   err.assign(std::istreambuf_iterator<char>(in), {});
@@ -116,10 +116,36 @@ TEST_F(Cli, WriteErrorOnStandardOutputExitsTwo) {
         std::vector<std::string>{"run", "--help"},
         std::vector<std::string>{"verify", "--backend", "naive"}, run_args({})}) {
     std::string err;
-    EXPECT_EQ(run_into_full_device(args, dir_ / "err.txt", err), 2) << args[0] << ": " << err;
+    EXPECT_EQ(run_redirected(args, "/dev/full", dir_ / "err.txt", err), 2) << args[0] << ": " << err;
     EXPECT_THAT(err, HasSubstr("cannot write to standard output")) << args[0];
     EXPECT_EQ(lines(err), 1u) << err;
   }
+}
+
+// The library never prints: no runtime warning on stderr either, even with more threads than
+// cores (oneTBB warns when an arena asks for more workers than it allows) (issue 17 I).
+TEST_F(Cli, NothingOnStderrWithMoreThreadsThanCores) {
+  for (const mha::backend* b : mha::available_backends()) {
+    for (const char* form : {"wrapper", "split_weight"}) {
+      std::string err;
+      EXPECT_EQ(run_redirected(run_args({"--backend", std::string(b->name()), "--formulation", form,
+                                         "--threads", "64"}),
+                               "/dev/null", dir_ / "err.txt", err),
+                0)
+          << b->name();
+      EXPECT_EQ(err, "") << b->name() << " " << form;
+    }
+  }
+}
+
+// A probability that rounds to 1 in float32 is refused as given, not as "dropout (1)".
+TEST_F(Cli, DropoutIsReportedAsGiven) {
+  expect_usage_error(run_args({"--training", "--dropout", "0.99999999"}),
+                     {"'0.99999999'", "rounds to 1 in float32"});
+  expect_usage_error(run_args({"--training", "--dropout", "1.5"}), {"[0, 1)", "'1.5'"});
+  const mha_test::command_result r =
+      run_mha(run_args({"--training", "--dropout", "0.99999994", "--backend", "naive"}));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST_F(Cli, UsageErrorsExitTwoWithOneLine) {
@@ -134,7 +160,7 @@ TEST_F(Cli, UsageErrorsExitTwoWithOneLine) {
   expect_usage_error(run_args({"extra"}), {"unexpected argument 'extra'"});
   expect_usage_error(run_args({"--formulation", "fused"}), {"unknown formulation 'fused'"});
   expect_usage_error(run_args({"--backend", "gpu"}), {"unknown backend 'gpu'", "naive"});
-  expect_usage_error(run_args({"--training", "--dropout", "1.5"}), {"dropout (1.5)"});
+  expect_usage_error(run_args({"--training", "--dropout", "1.5"}), {"--dropout", "'1.5'"});
 }
 
 TEST_F(Cli, InputErrorsExitTwoNamingTheProblem) {

@@ -416,6 +416,22 @@ TEST(BadSafetensors, NulByteInTheHeader) {
   expect_bad_safetensors(std::string_view("{}\0\0\0\0\0\0", 8), 0, {"NUL byte at byte 2"});
 }
 
+// Raw bytes from the file are escaped in messages, including what the JSON parser quotes.
+TEST(BadSafetensors, NonPrintableBytesAreEscapedInMessages) {
+  try {
+    io::parse_safetensors(safetensors("{\"a\": \xff\xfe}"));
+    ADD_FAILURE() << "no exception";
+  } catch (const mha::format_error& e) {
+    const std::string message = e.what();
+    EXPECT_THAT(message, testing::HasSubstr("not valid JSON"));
+    for (const char c : message) {
+      EXPECT_TRUE(static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f)
+          << message;
+    }
+    EXPECT_THAT(message, testing::HasSubstr("\\xff"));
+  }
+}
+
 TEST(BadSafetensors, UnsupportedDtype) {
   expect_bad_safetensors(R"({"x":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8,
                          {"'x'", "unsupported dtype 'I64'", "F32, F16, BF16, F64"});
@@ -505,6 +521,9 @@ TEST(BadNpy, WrongMagic) { expect_bad_npy(bytes_of("PK\x03\x04 not numpy"), {"no
 
 TEST(BadNpy, UnsupportedVersion) {
   expect_bad_npy(npy(f4_dict("()"), 4, 4), {"format version 4.0"});
+  std::vector<std::byte> minor = npy(f4_dict("()"), 4, 1);
+  minor[7] = std::byte{7};  // 1.7: only 1.0, 2.0 and 3.0 exist
+  expect_bad_npy(minor, {"format version 1.7", "expected 1.0, 2.0 or 3.0"});
 }
 
 TEST(BadNpy, HeaderLengthPastEndOrOverTheCap) {

@@ -33,12 +33,11 @@ void append_f32(std::vector<std::byte>& out, std::span<const float> values) {
   for (float v : values) append_le(out, std::bit_cast<std::uint32_t>(v));
 }
 
-std::string printable(std::string_view name) {
-  constexpr std::size_t shown = 64;
-  std::string out = "'";
-  for (std::size_t i = 0; i < name.size() && i < shown; ++i) {
-    const auto c = static_cast<unsigned char>(name[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+namespace {
+void append_escaped(std::string& out, std::string_view s, bool quote_escaped) {
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7f && c != '\\' && !(quote_escaped && c == '\'')) {
       out += static_cast<char>(c);
     } else {
       static constexpr char hex[] = "0123456789abcdef";
@@ -47,7 +46,20 @@ std::string printable(std::string_view name) {
       out += hex[c & 15];
     }
   }
+}
+}  // namespace
+
+std::string printable(std::string_view name) {
+  constexpr std::size_t shown = 64;
+  std::string out = "'";
+  append_escaped(out, name.substr(0, shown), true);
   out += name.size() > shown ? "'..." : "'";
+  return out;
+}
+
+std::string escaped(std::string_view s) {
+  std::string out;
+  append_escaped(out, s, false);
   return out;
 }
 

@@ -48,6 +48,10 @@ void append_f32(std::vector<std::byte>& out, std::span<const float> values);
 // bytes escaped (\xNN), cut after 64 bytes ("...").
 std::string printable(std::string_view name);
 
+// `s` with every byte that is not printable ASCII (control bytes, 0x7f-0xff) as \xNN, and \ as
+// \x5c: for messages that quote file content (a JSON parser's "last read: ..."). Not cut.
+std::string escaped(std::string_view s);
+
 // "(2, 3, 4)", "()" for a scalar.
 std::string shape_text(std::span<const std::int64_t> shape);
 

@@ -166,8 +166,9 @@ tensor parse_npy(std::span<const std::byte> bytes, std::string_view source) {
   }
   const auto major = std::to_integer<unsigned>(bytes[6]);
   const auto minor = std::to_integer<unsigned>(bytes[7]);
-  if (major < 1 || major > 3) {
-    fail(source, "unsupported .npy format version ", major, ".", minor, "; expected 1.0 to 3.0");
+  if (major < 1 || major > 3 || minor != 0) {
+    fail(source, "unsupported .npy format version ", major, ".", minor,
+         "; expected 1.0, 2.0 or 3.0");
   }
   const std::size_t length_bytes = major == 1 ? 2 : 4;
   if (bytes.size() < 8 + length_bytes) fail(source, "file ends inside the header length");

@@ -116,7 +116,7 @@ class duplicate_key_check {
   bool start_array(std::size_t) { return true; }
   bool end_array() { return true; }
   bool parse_error(std::size_t, const std::string&, const json::exception& e) {
-    fail(source_, "header is not valid JSON: ", e.what());
+    fail(source_, "header is not valid JSON: ", detail::escaped(e.what()));
   }
 
  private:
@@ -136,7 +136,7 @@ json parse_header(std::string_view header, std::string_view source) {
   try {
     return json::parse(header);
   } catch (const json::exception& e) {
-    fail(source, "header is not valid JSON: ", e.what());
+    fail(source, "header is not valid JSON: ", detail::escaped(e.what()));
   }
 }
 
