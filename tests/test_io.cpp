@@ -349,6 +349,15 @@ TEST_F(Files, HugeFileWithABadHeaderIsRejectedBeforeItsDataIsRead) {
                                    "the tensors cover 0"});
   ::getrusage(RUSAGE_SELF, &after);
   EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak RSS added";
+
+  // Likewise a .npy whose shape does not match its size.
+  const std::filesystem::path q = dir_ / "huge.npy";
+  io::write_npy(q, {{1}, {1.0f}});
+  std::filesystem::resize_file(q, std::uint64_t{2} << 30);
+  expect_error<mha::format_error>([&] { io::read_npy(q); },
+                                  {"huge.npy", "needs 4 data bytes but the file has 2147483520"});
+  ::getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak RSS added";
 }
 
 TEST_F(Files, ParseErrorsNameTheFile) {

@@ -9,7 +9,6 @@
 #include <bit>
 #include <cerrno>
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <system_error>
 
@@ -94,36 +93,6 @@ void check_tensor(std::string_view what, const tensor& t) {
     throw invalid_argument(text(what, " has shape ", shape_text(t.shape), " (", elements,
                                 " elements) but holds ", t.values.size(), " values"));
   }
-}
-
-std::vector<std::byte> read_file(const std::filesystem::path& path) {
-  // Only regular files: a device or pipe (/dev/zero, a FIFO) would be read without end.
-  // A path that cannot be stat'ed (absent, no permission) falls through to the open's error.
-  std::error_code ignored;
-  const std::filesystem::file_status status = std::filesystem::status(path, ignored);
-  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-    throw error(text("mha: cannot read '", path.string(),
-                     "': not a regular file (a directory, device or pipe); expected a file"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw error(
-        text("mha: cannot open '", path.string(), "': ", std::generic_category().message(errno)));
-  }
-  std::vector<std::byte> bytes;
-  constexpr std::size_t chunk = std::size_t{1} << 20;
-  while (in) {
-    const std::size_t old_size = bytes.size();
-    bytes.resize(old_size + chunk);
-    in.read(reinterpret_cast<char*>(bytes.data() + old_size), chunk);
-    bytes.resize(old_size + static_cast<std::size_t>(in.gcount()));
-  }
-  // eof ends a good read; bad is a read error.
-  if (in.bad() || !in.eof()) {
-    throw error(
-        text("mha: cannot read '", path.string(), "': ", std::generic_category().message(errno)));
-  }
-  return bytes;
 }
 
 input_file::input_file(const std::filesystem::path& path) : path_(path) {

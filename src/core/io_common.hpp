@@ -64,8 +64,6 @@ bool element_count(std::span<const std::int64_t> shape, std::int64_t element_byt
 // names the tensor ("safetensors: tensor 'W_query.weight'").
 void check_tensor(std::string_view what, const tensor& t);
 
-// The whole file; mha::error naming the path and the system's reason when it cannot be read.
-std::vector<std::byte> read_file(const std::filesystem::path& path);
 // A regular file opened for reading in parts (a header, then the data it describes), so that
 // nothing is read before it was checked. mha::error naming the path and the system's reason.
 class input_file {
