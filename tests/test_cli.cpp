@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "mha/backends/naive.hpp"
@@ -106,6 +107,27 @@ int run_redirected(const std::vector<std::string>& args, const std::string& out,
   std::ifstream in(err_file);
   err.assign(std::istreambuf_iterator<char>(in), {});
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// --output /dev/stdout writes through whatever standard output is: a pipe, or a regular file
+// the shell opened (the same file afterwards, not a new one renamed over it) (issue 17 D).
+TEST_F(Cli, OutputToStandardOutputIsWrittenThrough) {
+  std::vector<std::string> args = run_args({});
+  args[6] = "/dev/stdout";
+  const mha_test::command_result piped = run_mha(args);
+  EXPECT_EQ(piped.exit_code, 0) << piped.output;
+  EXPECT_THAT(piped.output, HasSubstr("NUMPY"));
+  const fs::path captured = dir_ / "captured";
+  std::ofstream(captured) << "old";
+  struct stat before {}, after {};
+  ASSERT_EQ(::stat(captured.c_str(), &before), 0);
+  std::string err;
+  EXPECT_EQ(run_redirected(args, captured.string(), dir_ / "err.txt", err), 0) << err;
+  ASSERT_EQ(::stat(captured.c_str(), &after), 0);
+  EXPECT_EQ(before.st_ino, after.st_ino) << "the shell's file, not a new one";
+  EXPECT_GT(after.st_size, 100);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 2)
+      << "no temporary file left";
 }
 
 // A failed write to standard output is an error, not a silent success (issue 17 C).

@@ -164,9 +164,11 @@ bool write_all(int fd, std::span<const std::byte> bytes) {
   return true;
 }
 
-// Not a regular file (a device, FIFO, or a symlink to one): written through, as cp does.
-void write_through(const std::filesystem::path& path, std::span<const std::byte> bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+// Not a file to replace (a device, FIFO, or a symlink to one; a path under /dev or /proc):
+// written through, as cp does (truncated first when it is a regular file).
+void write_through(const std::filesystem::path& path, std::span<const std::byte> bytes,
+                   bool regular) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | (regular ? O_TRUNC : 0));
   if (fd < 0) write_error("open", path, errno);
   if (!write_all(fd, bytes)) {
     const int reason = errno;
@@ -203,7 +205,13 @@ void write_file(const std::filesystem::path& requested, std::span<const std::byt
   struct ::stat existing {};
   const bool exists = ::stat(path.c_str(), &existing) == 0;
   if (exists && S_ISDIR(existing.st_mode)) write_error("write", path, EISDIR);
-  if (exists && !S_ISREG(existing.st_mode)) return write_through(path, bytes);
+  // Paths under /dev and /proc (/dev/stdout, /proc/self/fd/1) name an open file or a device,
+  // never a file to replace, even when they lead to a regular file (stdout redirected to one).
+  const std::string& name = path.native();
+  const bool special = name.starts_with("/dev/") || name.starts_with("/proc/");
+  if (exists && (special || !S_ISREG(existing.st_mode))) {
+    return write_through(path, bytes, S_ISREG(existing.st_mode));
+  }
   if (exists) {
     // A symlink to a regular file: the file it names is replaced, the link kept.
     std::error_code ec;
