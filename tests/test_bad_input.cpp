@@ -8,6 +8,7 @@
 
 #include "mha/error.hpp"
 #include "mha/mha.hpp"
+#include "mha/registry.hpp"
 #include "support.hpp"
 
 namespace {
@@ -57,6 +58,13 @@ TEST(BadConfig, DropoutOne) {
   mha::config c = good_config();
   c.dropout = 1.0f;
   expect_error<mha::invalid_argument>([&] { mha::validate(c); }, {"dropout (1)", "[0, 1)"});
+}
+
+// Floats in messages carry enough digits to tell them from their neighbours (issue 17 I).
+TEST(BadConfig, DropoutJustBelowOneIsPrintedInFull) {
+  mha::config c = good_config();
+  c.dropout = std::nextafter(1.0f, 2.0f);
+  expect_error<mha::invalid_argument>([&] { mha::validate(c); }, {"dropout (1.0000001)"});
 }
 
 TEST(BadConfig, DropoutNegative) {
@@ -257,6 +265,37 @@ TEST_F(BadRun, OutputUntouchedOnError) {
   std::fill(y.begin(), y.end(), 7.0f);
   EXPECT_THROW(plan->run({x.data(), 2, 10, 8}, {y.data(), 2, 10, 8}), mha::invalid_argument);
   for (float v : y) ASSERT_EQ(v, 7.0f);
+}
+
+// naive and onednn hold T x T scores: past MHA_MAX_SCORE_BYTES (default 4 GiB) run() throws
+// before allocating them, naming T, the bytes and the limit (issue 17 G).
+TEST(ScoreMemory, LimitIsCheckedBeforeAllocating) {
+  const mha::config cfg{.d_in = 1, .d_out = 1, .n_heads = 1, .context_length = 40000};
+  const mha::weights w = mha::weights::random(cfg, 1);
+  const std::int64_t t = 40000;  // 6.4 GB of scores for one head
+  std::vector<float> x(t, 0.5f), y(t);
+  for (const char* name : {"naive", "onednn"}) {
+    const mha::backend* b = mha::find_backend(name);
+    if (b == nullptr) continue;
+    for (const auto form : {mha::formulation::wrapper, mha::formulation::split_weight}) {
+      const auto plan = b->prepare(cfg, form, w);
+      expect_error<mha::invalid_argument>(
+          [&] { plan->run({x.data(), 1, t, 1}, {y.data(), 1, t, 1}); },
+          {name, "T = 40000", "bytes for its T x T attention scores", "limit of 4294967296",
+           "MHA_MAX_SCORE_BYTES"});
+      ::setenv("MHA_MAX_SCORE_BYTES", "1000", 1);
+      expect_error<mha::invalid_argument>(
+          [&] { plan->run({x.data(), 1, 20, 1}, {y.data(), 1, 20, 1}); },
+          {name, "T = 20", "limit of 1000 bytes"});
+      ::setenv("MHA_MAX_SCORE_BYTES", "100000", 1);
+      EXPECT_NO_THROW(plan->run({x.data(), 1, 20, 1}, {y.data(), 1, 20, 1})) << "raised limit";
+      ::setenv("MHA_MAX_SCORE_BYTES", "4G", 1);
+      expect_error<mha::invalid_argument>(
+          [&] { plan->run({x.data(), 1, 20, 1}, {y.data(), 1, 20, 1}); },
+          {"MHA_MAX_SCORE_BYTES is '4G'"});
+      ::unsetenv("MHA_MAX_SCORE_BYTES");
+    }
+  }
 }
 
 TEST(BadView, SpanSizeDisagreesWithShape) {

@@ -4,7 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "mha/backends/naive.hpp"
 #include "mha/io.hpp"
@@ -74,6 +80,96 @@ TEST_F(Cli, HelpOnEveryCommand) {
   EXPECT_EQ(run_mha({}).exit_code, 2) << "no command";
 }
 
+// Only a standalone --help/-h asks for help; as an option's value it is that value (issue 17 B).
+TEST_F(Cli, HelpAsAnOptionValueIsAValue) {
+  for (const char* value : {"-h", "--help"}) {
+    const fs::path out = dir_ / value;
+    const mha_test::command_result r =
+        run_mha({"run", "--weights", golden / "split_basic.safetensors", "--input",
+                 golden / "split_basic.x.npy", "--output", out.string()});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, testing::Not(HasSubstr("usage:")));
+    EXPECT_TRUE(fs::is_regular_file(out)) << value;
+  }
+  expect_usage_error(run_args({"--backend", "-h"}), {"unknown backend '-h'"});
+  const mha_test::command_result help = run_mha(run_args({"--threads", "1", "-h"}));
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.output, HasSubstr("usage: mha run"));
+}
+
+// Runs `mha args` with standard output sent to `out`; returns the exit code, stderr in err.
+int run_redirected(const std::vector<std::string>& args, const std::string& out,
+                   const fs::path& err_file, std::string& err) {
+  std::string line = std::string("'") + MHA_CLI_PATH + "'";
+  for (const std::string& a : args) line += " '" + a + "'";
+  line += " >'" + out + "' 2>'" + err_file.string() + "'";
+  const int status = std::system(line.c_str());
+  std::ifstream in(err_file);
+  err.assign(std::istreambuf_iterator<char>(in), {});
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// --output /dev/stdout writes through whatever standard output is: a pipe, or a regular file
+// the shell opened (the same file afterwards, not a new one renamed over it) (issue 17 D).
+TEST_F(Cli, OutputToStandardOutputIsWrittenThrough) {
+  std::vector<std::string> args = run_args({});
+  args[6] = "/dev/stdout";
+  const mha_test::command_result piped = run_mha(args);
+  EXPECT_EQ(piped.exit_code, 0) << piped.output;
+  EXPECT_THAT(piped.output, HasSubstr("NUMPY"));
+  const fs::path captured = dir_ / "captured";
+  std::ofstream(captured) << "old";
+  struct stat before {}, after {};
+  ASSERT_EQ(::stat(captured.c_str(), &before), 0);
+  std::string err;
+  EXPECT_EQ(run_redirected(args, captured.string(), dir_ / "err.txt", err), 0) << err;
+  ASSERT_EQ(::stat(captured.c_str(), &after), 0);
+  EXPECT_EQ(before.st_ino, after.st_ino) << "the shell's file, not a new one";
+  EXPECT_GT(after.st_size, 100);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 2)
+      << "no temporary file left";
+}
+
+// A failed write to standard output is an error, not a silent success (issue 17 C).
+TEST_F(Cli, WriteErrorOnStandardOutputExitsTwo) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"backends"}, std::vector<std::string>{"--help"},
+        std::vector<std::string>{"run", "--help"},
+        std::vector<std::string>{"verify", "--backend", "naive"}, run_args({})}) {
+    std::string err;
+    EXPECT_EQ(run_redirected(args, "/dev/full", dir_ / "err.txt", err), 2) << args[0] << ": " << err;
+    EXPECT_THAT(err, HasSubstr("cannot write to standard output")) << args[0];
+    EXPECT_EQ(lines(err), 1u) << err;
+  }
+}
+
+// The library never prints: no runtime warning on stderr either, even with more threads than
+// cores (oneTBB warns when an arena asks for more workers than it allows) (issue 17 I).
+TEST_F(Cli, NothingOnStderrWithMoreThreadsThanCores) {
+  for (const mha::backend* b : mha::available_backends()) {
+    for (const char* form : {"wrapper", "split_weight"}) {
+      std::string err;
+      EXPECT_EQ(run_redirected(run_args({"--backend", std::string(b->name()), "--formulation", form,
+                                         "--threads", "64"}),
+                               "/dev/null", dir_ / "err.txt", err),
+                0)
+          << b->name();
+      EXPECT_EQ(err, "") << b->name() << " " << form;
+    }
+  }
+}
+
+// A probability that rounds to 1 in float32 is refused as given, not as "dropout (1)".
+TEST_F(Cli, DropoutIsReportedAsGiven) {
+  expect_usage_error(run_args({"--training", "--dropout", "0.99999999"}),
+                     {"'0.99999999'", "rounds to 1 in float32"});
+  expect_usage_error(run_args({"--training", "--dropout", "1.5"}), {"[0, 1)", "'1.5'"});
+  const mha_test::command_result r =
+      run_mha(run_args({"--training", "--dropout", "0.99999994", "--backend", "naive"}));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST_F(Cli, UsageErrorsExitTwoWithOneLine) {
   expect_usage_error({"frobnicate"}, {"unknown command 'frobnicate'"});
   expect_usage_error(run_args({"--frob"}), {"unknown option --frob"});
@@ -86,7 +182,7 @@ TEST_F(Cli, UsageErrorsExitTwoWithOneLine) {
   expect_usage_error(run_args({"extra"}), {"unexpected argument 'extra'"});
   expect_usage_error(run_args({"--formulation", "fused"}), {"unknown formulation 'fused'"});
   expect_usage_error(run_args({"--backend", "gpu"}), {"unknown backend 'gpu'", "naive"});
-  expect_usage_error(run_args({"--training", "--dropout", "1.5"}), {"dropout (1.5)"});
+  expect_usage_error(run_args({"--training", "--dropout", "1.5"}), {"--dropout", "'1.5'"});
 }
 
 TEST_F(Cli, InputErrorsExitTwoNamingTheProblem) {

@@ -2,7 +2,17 @@
 // (each case asserts mha::format_error and that the message names the offending value).
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
 #include <bit>
+#include <chrono>
+#include <climits>
+#include <fstream>
+#include <iterator>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -179,13 +189,26 @@ TEST(Safetensors, WriterRejectsInvalidTensors) {
 
 using Files = mha_test::scratch_test;
 
+std::string contents(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+std::vector<std::filesystem::path> listing(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+
 TEST_F(Files, WriteThenReadBothFormats) {
   const io::tensor t{{2, 2}, {1, 2, 3, 4}};
   io::write_npy(dir_ / "t.npy", t);
   EXPECT_EQ(io::read_npy(dir_ / "t.npy").values, t.values);
   io::write_safetensors(dir_ / "t.safetensors", {{{"t", t}}, {}});
   EXPECT_EQ(io::read_safetensors(dir_ / "t.safetensors").tensors.at("t").values, t.values);
-  EXPECT_FALSE(std::filesystem::exists(dir_ / "t.npy.partial"));
+  EXPECT_EQ(listing(dir_).size(), 2u) << "no temporary file left";
 }
 
 TEST_F(Files, MissingFileNamesThePath) {
@@ -210,6 +233,131 @@ TEST_F(Files, UnwritablePathNamesIt) {
         io::write_npy(dir_ / "no" / "such" / "y.npy", {{1}, {1.0f}});
       },
       {"cannot create", "y.npy"});
+}
+
+// ---- how the output is written (issue 17 D) ----
+
+// A device (or a symlink to one) is written through, never replaced by a regular file.
+TEST_F(Files, DeviceOutputStaysADevice) {
+  io::write_npy("/dev/null", {{2}, {1, 2}});
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  std::filesystem::create_symlink("/dev/null", dir_ / "null");
+  io::write_npy(dir_ / "null", {{2}, {1, 2}});
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "null"));
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_EQ(listing(dir_).size(), 1u) << "no temporary file left";
+}
+
+TEST_F(Files, FifoOutputIsWrittenThrough) {
+  const std::filesystem::path fifo = dir_ / "pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string received;
+  std::thread reader([&] { received = contents(fifo); });
+  io::write_npy(fifo, {{3}, {1, 2, 3}});
+  reader.join();
+  EXPECT_EQ(io::parse_npy(std::as_bytes(std::span(received)), "fifo").values,
+            (std::vector<float>{1, 2, 3}));
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+}
+
+// What sits at the old fixed temporary name (<out>.partial) is neither followed nor removed.
+TEST_F(Files, NothingAtTheOldTemporaryNameIsTouched) {
+  {
+    std::ofstream(dir_ / "victim") << "keep";
+    std::ofstream(dir_ / "b.npy.partial") << "unrelated";
+  }
+  std::filesystem::create_symlink(dir_ / "victim", dir_ / "a.npy.partial");
+  io::write_npy(dir_ / "a.npy", {{1}, {1.0f}});
+  io::write_npy(dir_ / "b.npy", {{1}, {2.0f}});
+  EXPECT_EQ(contents(dir_ / "victim"), "keep");
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "a.npy.partial"));
+  EXPECT_EQ(contents(dir_ / "b.npy.partial"), "unrelated");
+  EXPECT_EQ(io::read_npy(dir_ / "a.npy").values, std::vector<float>{1.0f});
+  EXPECT_EQ(listing(dir_).size(), 5u) << "no temporary file left";
+}
+
+TEST_F(Files, ExistingModeIsKeptNewFileFollowsTheUmask) {
+  const std::filesystem::path p = dir_ / "secret.npy";
+  io::write_npy(p, {{1}, {1.0f}});
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  struct stat st {};
+  ASSERT_EQ(::stat(p.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0666u & ~mask);
+  ASSERT_EQ(::chmod(p.c_str(), 0600), 0);
+  io::write_npy(p, {{1}, {2.0f}});
+  ASSERT_EQ(::stat(p.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(io::read_npy(p).values, std::vector<float>{2.0f});
+}
+
+// A symlink to a regular file: the file is replaced, the link kept.
+TEST_F(Files, SymlinkToAFileKeepsTheLink) {
+  io::write_npy(dir_ / "real.npy", {{1}, {1.0f}});
+  std::filesystem::create_symlink("real.npy", dir_ / "link.npy");
+  io::write_npy(dir_ / "link.npy", {{1}, {3.0f}});
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "link.npy"));
+  EXPECT_EQ(io::read_npy(dir_ / "real.npy").values, std::vector<float>{3.0f});
+}
+
+TEST_F(Files, NamesOfNameMaxBytesWork) {
+  const std::filesystem::path p = dir_ / std::string(NAME_MAX - 4, 'n').append(".npy");
+  io::write_npy(p, {{1}, {1.0f}});
+  EXPECT_EQ(io::read_npy(p).values, std::vector<float>{1.0f});
+}
+
+// Two writers of the same output each leave a whole file, never a mix or an error.
+TEST_F(Files, ConcurrentWritersBothProduceAValidFile) {
+  const std::filesystem::path p = dir_ / "y.npy";
+  const io::tensor a{{4096}, std::vector<float>(4096, 1.0f)}, b{{4096}, std::vector<float>(4096, 2.0f)};
+  std::atomic<int> errors{0};
+  auto writer = [&](const io::tensor& t) {
+    for (int i = 0; i < 50; ++i) {
+      try {
+        io::write_npy(p, t);
+      } catch (const std::exception&) {
+        ++errors;
+      }
+    }
+  };
+  std::thread ta(writer, std::cref(a)), tb(writer, std::cref(b));
+  ta.join();
+  tb.join();
+  EXPECT_EQ(errors.load(), 0);
+  const std::vector<float> v = io::read_npy(p).values;
+  EXPECT_TRUE(v == a.values || v == b.values);
+  EXPECT_EQ(listing(dir_).size(), 1u) << "no temporary file left";
+}
+
+// The header is checked before the data is read: a 2 GiB sparse file whose header is {} is
+// rejected without reading (or allocating) its data (issue 17 F).
+TEST_F(Files, HugeFileWithABadHeaderIsRejectedBeforeItsDataIsRead) {
+  const std::filesystem::path p = dir_ / "huge.safetensors";
+  {
+    const std::vector<std::byte> head = safetensors("{}      ");
+    std::ofstream out(p, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(head.data()), static_cast<std::streamsize>(head.size()));
+  }
+  std::filesystem::resize_file(p, std::uint64_t{2} << 30);  // sparse: no disk used
+  struct rusage before {}, after {};
+  ::getrusage(RUSAGE_SELF, &before);
+  expect_error<mha::format_error>([&] { io::read_safetensors(p); },
+                                  {"huge.safetensors", "data section has 2147483632 bytes",
+                                   "the tensors cover 0"});
+  ::getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak RSS added";
+
+  // Likewise a .npy whose shape does not match its size.
+  const std::filesystem::path q = dir_ / "huge.npy";
+  io::write_npy(q, {{1}, {1.0f}});
+  std::filesystem::resize_file(q, std::uint64_t{2} << 30);
+  expect_error<mha::format_error>([&] { io::read_npy(q); },
+                                  {"huge.npy", "needs 4 data bytes but the file has 2147483520"});
+  ::getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak RSS added";
 }
 
 TEST_F(Files, ParseErrorsNameTheFile) {
@@ -253,6 +401,44 @@ TEST(BadSafetensors, DuplicateKeys) {
                          4, {"key 'x' twice"});
   expect_bad_safetensors(R"({"x":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
                          4, {"key 'dtype' twice"});
+}
+
+// Linear in the entries: 300,000 of them are parsed or rejected well under a second (the old
+// callback parser rescanned the parent object after each entry: 26 s for 40,000) (issue 17 E).
+TEST(BadSafetensors, HugeHeaderIsParsedInLinearTime) {
+  std::string header = "{";
+  constexpr int entries = 300000;
+  for (int i = 0; i < entries; ++i) header += "\"t" + std::to_string(i) + "\":{},";
+  for (const char* last : {"\"t0\":{}}", "\"z\":{}}"}) {
+    const std::string text = header + last;
+    const auto start = std::chrono::steady_clock::now();
+    expect_bad_safetensors(text, 0, {std::string(last).starts_with("\"t0") ? "key 't0' twice" : "lacks the field"});
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 3.0) << "the one timing bound of the suite: loose, against quadratic time";
+  }
+}
+
+// nlohmann's lexer stops at a NUL byte; what follows must not be silently ignored (issue 17 I).
+TEST(BadSafetensors, NulByteInTheHeader) {
+  expect_bad_safetensors(std::string_view("{}\0{\"junk\"", 10), 0, {"NUL byte at byte 2"});
+  expect_bad_safetensors(std::string_view("{}\0\0\0\0\0\0", 8), 0, {"NUL byte at byte 2"});
+}
+
+// Raw bytes from the file are escaped in messages, including what the JSON parser quotes.
+TEST(BadSafetensors, NonPrintableBytesAreEscapedInMessages) {
+  try {
+    io::parse_safetensors(safetensors("{\"a\": \xff\xfe}"));
+    ADD_FAILURE() << "no exception";
+  } catch (const mha::format_error& e) {
+    const std::string message = e.what();
+    EXPECT_THAT(message, testing::HasSubstr("not valid JSON"));
+    for (const char c : message) {
+      EXPECT_TRUE(static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f)
+          << message;
+    }
+    EXPECT_THAT(message, testing::HasSubstr("\\xff"));
+  }
 }
 
 TEST(BadSafetensors, UnsupportedDtype) {
@@ -344,6 +530,9 @@ TEST(BadNpy, WrongMagic) { expect_bad_npy(bytes_of("PK\x03\x04 not numpy"), {"no
 
 TEST(BadNpy, UnsupportedVersion) {
   expect_bad_npy(npy(f4_dict("()"), 4, 4), {"format version 4.0"});
+  std::vector<std::byte> minor = npy(f4_dict("()"), 4, 1);
+  minor[7] = std::byte{7};  // 1.7: only 1.0, 2.0 and 3.0 exist
+  expect_bad_npy(minor, {"format version 1.7", "expected 1.0, 2.0 or 3.0"});
 }
 
 TEST(BadNpy, HeaderLengthPastEndOrOverTheCap) {

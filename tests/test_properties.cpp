@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <thread>
 
 #include "mha/registry.hpp"
@@ -157,8 +158,7 @@ TEST_P(Properties, LargeScoresStayFinite) {
 }
 
 // NaN in the input propagates as IEEE arithmetic does and nothing crashes: every token that
-// attends to the NaN token is NaN. (Earlier tokens may be NaN too: a backend that multiplies the
-// masked zero weights by the NaN values, as a full A V product and PyTorch do, gets 0 * NaN.)
+// attends to the NaN token is NaN.
 TEST_P(Properties, NanInputPropagates) {
   const std::int64_t t = 5;
   const mha::config cfg = make_config(8, 8, 2, t);
@@ -168,6 +168,37 @@ TEST_P(Properties, NanInputPropagates) {
   const std::vector<float> y = run(cfg, w, x, 1, t);
   for (std::int64_t i = 2; i < t; ++i) {
     for (float v : token(y, 0, i, t, cfg.d_out)) EXPECT_TRUE(std::isnan(v)) << "token " << i;
+  }
+}
+
+// Row i depends only on tokens <= i, even when a later token is NaN or Inf: masked keys never
+// enter the arithmetic (no 0 * NaN from a masked weight, no micro-block computing keys past a
+// row's causal limit) (issue 17 H). Shapes past one micro-block and one key tile.
+TEST_P(Properties, NonFiniteLateTokenLeavesEarlierRowsUnchanged) {
+  const std::int64_t batch = 2;
+  for (const std::int64_t t : {2, 5, 9, 17, 33, 70, 131, 600}) {
+    mha::config cfg = make_config(16, 24, 3, t);
+    const mha::weights w = mha::weights::random(cfg, 22);
+    const std::vector<float> x = mha_test::random_floats(batch * t * cfg.d_in, 23);
+    for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+      std::vector<float> x_bad = x;
+      for (std::int64_t b = 0; b < batch; ++b) x_bad[((b + 1) * t - 1) * cfg.d_in + 3] = bad;
+      for (const bool training : {false, true}) {
+        cfg.dropout = training ? 0.25f : 0.0f;
+        const mha::run_options o{.threads = 0, .training = training, .seed = 4};
+        const std::vector<float> clean = run(cfg, w, x, batch, t, o);
+        const std::vector<float> y = run(cfg, w, x_bad, batch, t, o);
+        for (std::int64_t b = 0; b < batch; ++b) {
+          for (std::int64_t i = 0; i + 1 < t; ++i) {
+            const std::vector<float> row = token(y, b, i, t, cfg.d_out);
+            ASSERT_EQ(row, token(clean, b, i, t, cfg.d_out))
+                << "T " << t << " b " << b << " token " << i << " late token " << bad
+                << (training ? " training" : " inference");
+            for (float v : row) ASSERT_TRUE(std::isfinite(v));
+          }
+        }
+      }
+    }
   }
 }
 

@@ -139,6 +139,20 @@ TEST(BadStateDict, UnexpectedNames) {
   }
 }
 
+// A sign or leading zero must not alias another head: heads.-0 would otherwise be read as
+// head 0 and silently replace heads.0's tensors (issue 17 A).
+TEST(BadStateDict, NonCanonicalHeadIndicesAreRejected) {
+  for (const char* index : {"-0", "+0", "-1", "00", "01", " 0", "0x0", ""}) {
+    io::tensor_file f = state_dict(formulation::wrapper);
+    const std::string name = std::string("heads.") + index + ".W_query.weight";
+    f.tensors[name] = f.tensors.at("heads.0.W_query.weight");
+    expect_error<mha::format_error>([&] { io::module_from_state_dict(f); },
+                                    {"unexpected tensor", "not canonical", "no sign"});
+  }
+  io::tensor_file ok = state_dict(formulation::wrapper);
+  EXPECT_EQ(io::module_from_state_dict(ok).cfg.n_heads, 3);
+}
+
 TEST(BadStateDict, MixedOrNoLayout) {
   io::tensor_file f = state_dict(formulation::split_weight);
   const io::tensor_file heads = state_dict(formulation::wrapper);

@@ -9,6 +9,13 @@ namespace mha {
 // targets, few enough that an OpenMP runtime asked for them still starts them.
 inline constexpr int max_run_threads = 1024;
 
+// The naive and onednn backends hold each head's T x T attention scores (4 * T^2 bytes, onednn
+// twice that with its causal mask). Before allocating them, run() throws mha::invalid_argument
+// naming T, the bytes needed and the limit when they exceed this many bytes, or the value of the
+// environment variable MHA_MAX_SCORE_BYTES (a decimal byte count; raise it to run longer
+// sequences there). xsimd and tbb need no T x T scores and have no such limit.
+inline constexpr std::uint64_t default_max_score_bytes = std::uint64_t{4} << 30;
+
 // Options of one plan::run call. The defaults are inference on all cores.
 struct run_options {
   // Worker threads: 0 = all cores, else 1..max_run_threads (more than the cores oversubscribes

@@ -1,6 +1,10 @@
 // mha: run attention on a PyTorch module's weights, list backends, verify them.
 // Exit codes: 0 success, 1 a check failed, 2 a usage or input error (one line on stderr).
+#include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <span>
 #include <string_view>
@@ -24,11 +28,32 @@ void print_usage(std::ostream& out) {
   out << "\nexit codes: 0 success, 1 a check failed, 2 a usage or input error\n";
 }
 
-bool wants_help(std::span<char* const> args) {
-  for (std::string_view a : args) {
+// A standalone --help or -h; not an option's value (`--output -h` writes a file named -h).
+bool wants_help(std::span<char* const> args, std::span<const std::string_view> valued) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view a = args[i];
     if (a == "--help" || a == "-h") return true;
+    if (a.starts_with("--") &&
+        std::find(valued.begin(), valued.end(), a.substr(2)) != valued.end()) {
+      ++i;  // its value, whatever it looks like
+    }
   }
   return false;
+}
+
+// Flushes standard output; a write that failed (a full disk, /dev/full, a closed pipe) turns
+// success into exit code 2 with one line on stderr, so no output is silently lost.
+int flushed(int code, std::string_view name) {
+  std::cout.flush();
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
+    const int reason = errno;
+    std::cerr << "mha" << (name.empty() ? "" : " ") << name
+              << ": cannot write to standard output: "
+              << (reason != 0 ? std::strerror(reason) : "write error") << '\n';
+    return 2;
+  }
+  return code;
 }
 
 const mha_cli::command* find_command(std::string_view name) {
@@ -44,7 +69,7 @@ int main(int argc, char** argv) {
   const std::string_view name = argc >= 2 ? argv[1] : "";
   if (name == "--help" || name == "-h" || name == "help") {
     print_usage(std::cout);
-    return 0;
+    return flushed(0, "");
   }
   const mha_cli::command* c = find_command(name);
   if (argc < 2) {
@@ -57,12 +82,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::span<char* const> args(argv + 2, static_cast<std::size_t>(argc - 2));
-  if (wants_help(args)) {
+  if (wants_help(args, c->valued)) {
     std::cout << c->usage;
-    return 0;
+    return flushed(0, name);
   }
   try {
-    return c->run(mha_cli::arguments(args, c->valued, c->flags));
+    return flushed(c->run(mha_cli::arguments(args, c->valued, c->flags)), name);
   } catch (const mha_cli::usage_error& e) {
     std::cerr << "mha " << name << ": " << e.what() << " (see mha " << name << " --help)\n";
   } catch (const std::exception& e) {

@@ -50,7 +50,16 @@ int run_module(const arguments& a) {
   mha::config cfg = m.cfg;
   if (cfg.context_length == 0) cfg.context_length = tokens;  // no mask, no option: any T
   cfg.causal = !a.has("no-causal");
-  cfg.dropout = static_cast<float>(a.real_or("dropout", 0.0));
+  // Checked as given: 0.99999999 would round to 1 in float32 and be reported as "dropout (1)".
+  const double dropout = a.real_or("dropout", 0.0);
+  if (!(dropout >= 0.0 && dropout < 1.0) || static_cast<float>(dropout) >= 1.0f) {
+    throw usage_error("--dropout expects a probability in [0, 1), got '" + a.text_or("dropout", "") +
+                      "'" +
+                      (dropout < 1.0 && dropout >= 0.0
+                           ? " (it rounds to 1 in float32; the largest below 1 is 0.99999994)"
+                           : ""));
+  }
+  cfg.dropout = static_cast<float>(dropout);
   if (d_in != cfg.d_in) {
     throw mha::invalid_argument(input_path + ": input has shape " + shape_text(x.shape) +
                                 " but the weights in " + weights_path +

@@ -17,4 +17,12 @@ void check_config(const config& cfg, std::string_view where);
 void check_byte_count(std::string_view where, std::string_view what,
                       std::initializer_list<std::int64_t> dims, std::int64_t element_bytes);
 
+// The score-memory limit: MHA_MAX_SCORE_BYTES when set (mha::invalid_argument naming it unless
+// it is a decimal integer), else default_max_score_bytes (mha/run_options.hpp).
+std::uint64_t max_score_bytes();
+
+// Throws mha::invalid_argument naming T, the bytes and the limit unless `slices` T x T float
+// matrices fit in max_score_bytes(). `where` names the backend.
+void check_score_memory(std::string_view where, std::int64_t seq_len, std::int64_t slices);
+
 }  // namespace mha::detail

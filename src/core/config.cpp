@@ -1,9 +1,13 @@
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <limits>
 
 #include "core/checks.hpp"
 #include "core/text.hpp"
 #include "mha/error.hpp"
+#include "mha/run_options.hpp"
 
 namespace mha {
 namespace detail {
@@ -18,6 +22,37 @@ void check_byte_count(std::string_view where, std::string_view what,
       throw invalid_argument(text(where, ": ", what, " of shape (", shape, ") has a byte count ",
                                   "that overflows a 64-bit integer"));
     }
+  }
+}
+
+std::uint64_t max_score_bytes() {
+  const char* value = std::getenv("MHA_MAX_SCORE_BYTES");
+  if (value == nullptr || *value == '\0') return default_max_score_bytes;
+  const std::string_view s = value;
+  std::uint64_t limit = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), limit);
+  if (ec != std::errc{} || end != s.data() + s.size()) {
+    throw invalid_argument(text("mha: MHA_MAX_SCORE_BYTES is '", s,
+                                "', expected a decimal byte count"));
+  }
+  return limit;
+}
+
+void check_score_memory(std::string_view where, std::int64_t seq_len, std::int64_t slices) {
+  const std::uint64_t limit = max_score_bytes();
+  std::uint64_t bytes = sizeof(float);
+  const bool overflow =
+      __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(seq_len), &bytes) ||
+      __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(seq_len), &bytes) ||
+      __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(slices), &bytes);
+  if (overflow || bytes > limit) {
+    throw invalid_argument(text(where, ": seq_len T = ", seq_len, " needs ",
+                                overflow ? std::string("more than 2^64") : std::to_string(bytes),
+                                " bytes for its T x T attention scores, above the limit of ",
+                                limit,
+                                " bytes (raise it with the environment variable "
+                                "MHA_MAX_SCORE_BYTES; the xsimd and tbb backends need no "
+                                "T x T scores)"));
   }
 }
 

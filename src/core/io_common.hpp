@@ -48,6 +48,10 @@ void append_f32(std::vector<std::byte>& out, std::span<const float> values);
 // bytes escaped (\xNN), cut after 64 bytes ("...").
 std::string printable(std::string_view name);
 
+// `s` with every byte that is not printable ASCII (control bytes, 0x7f-0xff) as \xNN, and \ as
+// \x5c: for messages that quote file content (a JSON parser's "last read: ..."). Not cut.
+std::string escaped(std::string_view s);
+
 // "(2, 3, 4)", "()" for a scalar.
 std::string shape_text(std::span<const std::int64_t> shape);
 
@@ -60,10 +64,33 @@ bool element_count(std::span<const std::int64_t> shape, std::int64_t element_byt
 // names the tensor ("safetensors: tensor 'W_query.weight'").
 void check_tensor(std::string_view what, const tensor& t);
 
-// The whole file; mha::error naming the path and the system's reason when it cannot be read.
-std::vector<std::byte> read_file(const std::filesystem::path& path);
-// Writes `bytes` to a temporary file next to `path`, then renames it over `path`, so a failed
-// write never leaves a partial file under the final name. mha::error on failure.
+// A regular file opened for reading in parts (a header, then the data it describes), so that
+// nothing is read before it was checked. mha::error naming the path and the system's reason.
+class input_file {
+ public:
+  // Refuses what is not a regular file (a device or pipe would be read without end).
+  explicit input_file(const std::filesystem::path& path);
+  ~input_file();
+  input_file(const input_file&) = delete;
+  input_file& operator=(const input_file&) = delete;
+  // The size when opened.
+  std::uint64_t size() const noexcept { return size_; }
+  // Exactly out.size() bytes from `offset`; mha::error when the file is shorter (it shrank).
+  void read(std::uint64_t offset, std::span<std::byte> out) const;
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
+
+// Writes `bytes` to `path`. A regular file (or a new one) is replaced atomically: a temporary
+// file with a unique short name is created in the same directory (O_EXCL|O_NOFOLLOW), given the
+// existing file's mode (else 0666 & ~umask), written, fsync'ed and renamed over `path` (over the
+// file a symlink names, keeping the link), so a failed write never leaves a partial file under
+// the final name and concurrent writers each leave a whole file. A path that exists and is not
+// a regular file (a device, FIFO, or a symlink to one: /dev/null, /dev/stdout), or is under /dev
+// or /proc (/dev/stdout redirected to a file), is written through, as cp does. mha::error on failure.
 void write_file(const std::filesystem::path& path, std::span<const std::byte> bytes);
 
 // Throws mha::format_error "<source>: <args...>".

@@ -2,6 +2,7 @@
 // little-endian), then a Python dict literal
 //   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
 // padded with spaces and a newline, then the data in C order.
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <limits>
@@ -157,41 +158,50 @@ class header_reader {
   std::size_t pos_ = 0;
 };
 
-}  // namespace
+// What the header says: the shape, the element size and where the data starts. `prefix` holds
+// the file's first bytes (at least the whole header, when the file has it), file_bytes its size.
+struct npy_layout {
+  std::vector<std::int64_t> shape;
+  std::string descr;
+  std::int64_t elements = 0, element_bytes = 0;
+  std::uint64_t data_start = 0;
+};
 
-tensor parse_npy(std::span<const std::byte> bytes, std::string_view source) {
-  if (bytes.size() < 10 ||
-      std::string_view(reinterpret_cast<const char*>(bytes.data()), magic.size()) != magic) {
+npy_layout parse_layout(std::span<const std::byte> prefix, std::uint64_t file_bytes,
+                        std::string_view source) {
+  if (prefix.size() < 10 ||
+      std::string_view(reinterpret_cast<const char*>(prefix.data()), magic.size()) != magic) {
     fail(source, "not a .npy file (it does not start with \\x93NUMPY)");
   }
-  const auto major = std::to_integer<unsigned>(bytes[6]);
-  const auto minor = std::to_integer<unsigned>(bytes[7]);
-  if (major < 1 || major > 3) {
-    fail(source, "unsupported .npy format version ", major, ".", minor, "; expected 1.0 to 3.0");
+  const auto major = std::to_integer<unsigned>(prefix[6]);
+  const auto minor = std::to_integer<unsigned>(prefix[7]);
+  if (major < 1 || major > 3 || minor != 0) {
+    fail(source, "unsupported .npy format version ", major, ".", minor,
+         "; expected 1.0, 2.0 or 3.0");
   }
   const std::size_t length_bytes = major == 1 ? 2 : 4;
-  if (bytes.size() < 8 + length_bytes) fail(source, "file ends inside the header length");
-  const std::uint64_t header_bytes = major == 1 ? detail::load_le<std::uint16_t>(bytes.data() + 8)
-                                                : detail::load_le<std::uint32_t>(bytes.data() + 8);
+  if (prefix.size() < 8 + length_bytes) fail(source, "file ends inside the header length");
+  const std::uint64_t header_bytes = major == 1 ? detail::load_le<std::uint16_t>(prefix.data() + 8)
+                                                : detail::load_le<std::uint32_t>(prefix.data() + 8);
   if (header_bytes > max_npy_header_bytes) {
     fail(source, "header length ", header_bytes, " exceeds the limit of ", max_npy_header_bytes,
          " bytes");
   }
   const std::size_t header_start = 8 + length_bytes;
-  if (header_bytes > bytes.size() - header_start) {
+  if (header_bytes > file_bytes - header_start) {
     fail(source, "header length ", header_bytes, " runs past the end of the file (",
-         bytes.size() - header_start, " bytes follow the length)");
+         file_bytes - header_start, " bytes follow the length)");
   }
   const npy_header h =
-      header_reader({reinterpret_cast<const char*>(bytes.data() + header_start), header_bytes},
+      header_reader({reinterpret_cast<const char*>(prefix.data() + header_start), header_bytes},
                     source)
           .read();
 
-  std::int64_t element_bytes = 0;
+  npy_layout l;
   if (h.descr == "<f4") {
-    element_bytes = 4;
+    l.element_bytes = 4;
   } else if (h.descr == "<f8") {
-    element_bytes = 8;
+    l.element_bytes = 8;
   } else {
     fail(source, "unsupported dtype ", printable(h.descr),
          "; expected '<f4' (float32) or '<f8' (float64), little-endian");
@@ -199,27 +209,39 @@ tensor parse_npy(std::span<const std::byte> bytes, std::string_view source) {
   if (h.fortran_order) {
     fail(source, "array is in Fortran order; save a C-order array (np.ascontiguousarray)");
   }
-  std::int64_t elements = 0;
-  if (!detail::element_count(h.shape, element_bytes, elements)) {
+  if (!detail::element_count(h.shape, l.element_bytes, l.elements)) {
     fail(source, "shape ", shape_text(h.shape), " has a byte count that overflows int64");
   }
-  const std::span<const std::byte> data = bytes.subspan(header_start + header_bytes);
-  const auto expected = static_cast<std::uint64_t>(elements * element_bytes);
-  if (data.size() != expected) {
+  l.data_start = header_start + header_bytes;
+  const std::uint64_t data_bytes = file_bytes - l.data_start;
+  const auto expected = static_cast<std::uint64_t>(l.elements * l.element_bytes);
+  if (data_bytes != expected) {
     fail(source, "shape ", shape_text(h.shape), " of ", h.descr, " needs ", expected,
-         " data bytes but the file has ", data.size());
+         " data bytes but the file has ", data_bytes);
   }
+  l.shape = h.shape;
+  l.descr = h.descr;
+  return l;
+}
 
-  tensor t{h.shape, std::vector<float>(static_cast<std::size_t>(elements))};
-  if (element_bytes == 4) {
-    detail::decode_f32(data.data(), t.values.size(), t.values.data());
+tensor decode(const npy_layout& l, const std::byte* data) {
+  tensor t{l.shape, std::vector<float>(static_cast<std::size_t>(l.elements))};
+  if (l.element_bytes == 4) {
+    detail::decode_f32(data, t.values.size(), t.values.data());
   } else {
     for (std::size_t i = 0; i < t.values.size(); ++i) {
-      t.values[i] = static_cast<float>(
-          std::bit_cast<double>(detail::load_le<std::uint64_t>(data.data() + 8 * i)));
+      t.values[i] =
+          static_cast<float>(std::bit_cast<double>(detail::load_le<std::uint64_t>(data + 8 * i)));
     }
   }
   return t;
+}
+
+}  // namespace
+
+tensor parse_npy(std::span<const std::byte> bytes, std::string_view source) {
+  const npy_layout l = parse_layout(bytes, bytes.size(), source);
+  return decode(l, bytes.data() + l.data_start);
 }
 
 std::vector<std::byte> npy_bytes(const tensor& t) {
@@ -252,8 +274,19 @@ std::vector<std::byte> npy_bytes(const tensor& t) {
   return out;
 }
 
+// The header is read and checked (its shape against the file's size too) before the data: a
+// huge file with a bad header costs only its header.
 tensor read_npy(const std::filesystem::path& path) {
-  return parse_npy(detail::read_file(path), path.string());
+  const std::string source = path.string();
+  detail::input_file in(path);
+  const std::uint64_t file_bytes = in.size();
+  std::vector<std::byte> prefix(static_cast<std::size_t>(
+      std::min<std::uint64_t>(file_bytes, 12 + max_npy_header_bytes)));
+  in.read(0, prefix);
+  const npy_layout l = parse_layout(prefix, file_bytes, source);
+  std::vector<std::byte> data(static_cast<std::size_t>(file_bytes - l.data_start));
+  in.read(l.data_start, data);
+  return decode(l, data.data());
 }
 
 void write_npy(const std::filesystem::path& path, const tensor& t) {

@@ -7,8 +7,9 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <unordered_set>
 
 #include "core/io_common.hpp"
 #include "mha/io.hpp"
@@ -87,26 +88,55 @@ struct entry {
   std::uint64_t begin, end;
 };
 
-// The header as JSON. Rejects duplicate keys at any depth (nlohmann would keep the last).
-json parse_header(std::string_view header, std::string_view source) {
-  std::vector<std::set<std::string, std::less<>>> open_objects;
-  auto no_duplicates = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      open_objects.pop_back();
-    } else if (event == json::parse_event_t::key) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (!open_objects.back().insert(key).second) {
-        fail(source, "header has the key ", printable(key), " twice");
-      }
-    }
+// A SAX pass over the header that rejects duplicate keys at any depth (nlohmann would keep the
+// last) in linear time: one hash set of keys per open object. (nlohmann's callback parser, used
+// before, rescans the parent object after every nested object: quadratic in the entries.)
+class duplicate_key_check {
+ public:
+  explicit duplicate_key_check(std::string_view source) : source_(source) {}
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(json::number_integer_t) { return true; }
+  bool number_unsigned(json::number_unsigned_t) { return true; }
+  bool number_float(json::number_float_t, const json::string_t&) { return true; }
+  bool string(json::string_t&) { return true; }
+  bool binary(json::binary_t&) { return true; }
+  bool start_object(std::size_t) {
+    open_.emplace_back();
     return true;
-  };
+  }
+  bool key(json::string_t& key) {
+    if (!open_.back().insert(key).second) fail(source_, "header has the key ", printable(key), " twice");
+    return true;
+  }
+  bool end_object() {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) { return true; }
+  bool end_array() { return true; }
+  bool parse_error(std::size_t, const std::string&, const json::exception& e) {
+    fail(source_, "header is not valid JSON: ", detail::escaped(e.what()));
+  }
+
+ private:
+  std::string_view source_;
+  std::vector<std::unordered_set<std::string>> open_;
+};
+
+// The header as JSON: duplicate keys and NUL bytes rejected (nlohmann's lexer takes a NUL for
+// the end of the input and would ignore whatever follows it).
+json parse_header(std::string_view header, std::string_view source) {
+  if (const std::size_t nul = header.find('\0'); nul != std::string_view::npos) {
+    fail(source, "header has a NUL byte at byte ", nul,
+         "; the JSON text must fill the header (padded with spaces)");
+  }
+  duplicate_key_check check(source);
+  json::sax_parse(header, &check);
   try {
-    return json::parse(header, no_duplicates);
+    return json::parse(header);
   } catch (const json::exception& e) {
-    fail(source, "header is not valid JSON: ", e.what());
+    fail(source, "header is not valid JSON: ", detail::escaped(e.what()));
   }
 }
 
@@ -203,33 +233,39 @@ void check_tiling(std::vector<entry>& entries, std::uint64_t data_bytes, std::st
   }
 }
 
-}  // namespace
-
-tensor_file parse_safetensors(std::span<const std::byte> bytes, std::string_view source) {
-  if (bytes.size() < 8) {
-    fail(source, "file is ", bytes.size(), " bytes, too short for the 8-byte header length");
+// The header length from the first 8 bytes, checked against the cap and the file size.
+std::uint64_t header_length(std::span<const std::byte> first8, std::uint64_t file_bytes,
+                            std::string_view source) {
+  if (file_bytes < 8) {
+    fail(source, "file is ", file_bytes, " bytes, too short for the 8-byte header length");
   }
-  const auto header_bytes = detail::load_le<std::uint64_t>(bytes.data());
+  const auto header_bytes = detail::load_le<std::uint64_t>(first8.data());
   if (header_bytes > max_safetensors_header_bytes) {
     fail(source, "header length ", header_bytes, " exceeds the limit of ",
          max_safetensors_header_bytes, " bytes");
   }
-  if (header_bytes > bytes.size() - 8) {
+  if (header_bytes > file_bytes - 8) {
     fail(source, "header length ", header_bytes, " runs past the end of the file (",
-         bytes.size() - 8, " bytes follow the length)");
+         file_bytes - 8, " bytes follow the length)");
   }
-  const std::span<const std::byte> data = bytes.subspan(8 + header_bytes);
-  const json header = parse_header(
-      {reinterpret_cast<const char*>(bytes.data() + 8), static_cast<std::size_t>(header_bytes)},
-      source);
+  return header_bytes;
+}
+
+// The checked header: metadata and the entries, which tile a data section of data_bytes.
+struct checked_header {
+  std::map<std::string, std::string, std::less<>> metadata;
+  std::vector<entry> entries;
+};
+
+checked_header check_header(std::string_view header_text, std::uint64_t data_bytes,
+                            std::string_view source) {
+  const json header = parse_header(header_text, source);
   if (!header.is_object())
     fail(source, "header is a JSON ", header.type_name(), ", expected an object");
-
-  tensor_file file;
-  std::vector<entry> entries;
+  checked_header h;
   for (const auto& [name, info] : header.items()) {
     if (name != metadata_key) {
-      entries.push_back(parse_entry(name, info, data.size(), source));
+      h.entries.push_back(parse_entry(name, info, data_bytes, source));
       continue;
     }
     if (!info.is_object())
@@ -239,12 +275,17 @@ tensor_file parse_safetensors(std::span<const std::byte> bytes, std::string_view
         fail(source, metadata_key, " value of ", printable(key), " is a JSON ", value.type_name(),
              ", expected a string");
       }
-      file.metadata.emplace(key, value.get<std::string>());
+      h.metadata.emplace(key, value.get<std::string>());
     }
   }
-  check_tiling(entries, data.size(), source);
+  check_tiling(h.entries, data_bytes, source);
+  return h;
+}
 
-  for (const entry& e : entries) {
+tensor_file decode(checked_header h, std::span<const std::byte> data, std::string_view source) {
+  tensor_file file;
+  file.metadata = std::move(h.metadata);
+  for (const entry& e : h.entries) {
     tensor t{e.shape, std::vector<float>(static_cast<std::size_t>(e.elements))};
     if (!e.type->decode(data.data() + e.begin, t.values.size(), t.values.data())) {
       fail(source, "tensor ", printable(e.name), " of dtype BOOL holds a byte other than 0 or 1");
@@ -252,6 +293,17 @@ tensor_file parse_safetensors(std::span<const std::byte> bytes, std::string_view
     file.tensors.emplace(e.name, std::move(t));
   }
   return file;
+}
+
+}  // namespace
+
+tensor_file parse_safetensors(std::span<const std::byte> bytes, std::string_view source) {
+  const std::uint64_t header_bytes = header_length(bytes.first(std::min<std::size_t>(8, bytes.size())), bytes.size(), source);
+  const std::span<const std::byte> data = bytes.subspan(8 + header_bytes);
+  checked_header h = check_header(
+      {reinterpret_cast<const char*>(bytes.data() + 8), static_cast<std::size_t>(header_bytes)},
+      data.size(), source);
+  return decode(std::move(h), data, source);
 }
 
 std::vector<std::byte> safetensors_bytes(const tensor_file& file) {
@@ -287,8 +339,22 @@ std::vector<std::byte> safetensors_bytes(const tensor_file& file) {
   return out;
 }
 
+// The header is read and checked, against the file's size too, before the data is read: a huge
+// file with a bad or small header costs only its header.
 tensor_file read_safetensors(const std::filesystem::path& path) {
-  return parse_safetensors(detail::read_file(path), path.string());
+  const std::string source = path.string();
+  detail::input_file in(path);
+  std::array<std::byte, 8> first8{};
+  const std::uint64_t file_bytes = in.size();
+  in.read(0, std::span(first8).first(std::min<std::uint64_t>(8, file_bytes)));
+  const std::uint64_t header_bytes = header_length(first8, file_bytes, source);
+  std::string header_text(static_cast<std::size_t>(header_bytes), '\0');
+  in.read(8, std::as_writable_bytes(std::span(header_text)));
+  const std::uint64_t data_bytes = file_bytes - 8 - header_bytes;
+  checked_header h = check_header(header_text, data_bytes, source);
+  std::vector<std::byte> data(static_cast<std::size_t>(data_bytes));
+  in.read(8 + header_bytes, data);
+  return decode(std::move(h), data, source);
 }
 
 void write_safetensors(const std::filesystem::path& path, const tensor_file& file) {

@@ -51,14 +51,26 @@ grouped_tensors group_by_owner(tensor_file& file, std::string_view source) {
       groups.module.emplace(name, std::move(t));
       continue;
     }
-    // heads.{h}.rest with h a decimal index as PyTorch's ModuleList writes it (no leading 0).
+    // heads.{h}.rest with h a decimal index as PyTorch's ModuleList writes it: digits only (no
+    // sign: from_chars would read "-0" as 0, shadowing heads.0), no leading 0.
     const std::string_view after = n.substr(heads_prefix.size());
     const std::size_t dot = after.find('.');
     std::int64_t h = -1;
     const std::string_view index = after.substr(0, dot);
+    const bool digits_only =
+        !index.empty() && std::all_of(index.begin(), index.end(),
+                                      [](char c) { return c >= '0' && c <= '9'; });
+    if (dot != std::string_view::npos &&
+        (!digits_only || (index.size() > 1 && index[0] == '0'))) {
+      detail::fail(source, "unexpected tensor ", printable(n), ": its head index ",
+                   printable(index),
+                   " is not canonical (expected heads.{h}.<name> with h = 0, 1, ... in digits "
+                   "only: no sign, no leading zero)");
+    }
     const auto [end, ec] = std::from_chars(index.data(), index.data() + index.size(), h);
-    if (dot == std::string_view::npos || ec != std::errc{} || end != index.data() + index.size() ||
-        (index.size() > 1 && index[0] == '0') || h < 0 || !is_head_tensor(after.substr(dot + 1))) {
+    if (dot == std::string_view::npos || ec != std::errc{} ||
+        end != index.data() + index.size() || h < 0 ||
+        !is_head_tensor(after.substr(dot + 1))) {
       unexpected_name(source, n);
     }
     groups.heads[h].emplace(after.substr(dot + 1), std::move(t));

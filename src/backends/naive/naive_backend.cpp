@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/driver.hpp"
+#include "core/checks.hpp"
 #include "mha/backends/naive.hpp"
 
 namespace mha {
@@ -24,10 +25,14 @@ void project(const linear_weights& w, const float* x, std::int64_t rows, float* 
   }
 }
 
-// S[i][j] = scale * q_i . k_j for one head.
+// The keys row i attends to: j < keys(a, i). Masked keys never enter the arithmetic, so a
+// NaN or Inf in a later token cannot reach an earlier row (not even as 0 * NaN).
+std::int64_t keys(const attention_args& a, std::int64_t i) { return a.causal ? i + 1 : a.seq_len; }
+
+// S[i][j] = scale * q_i . k_j for one head (the masked entries are set by causal_mask).
 void scores(const attention_args& a, std::int64_t b, std::int64_t h, std::vector<float>& s) {
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
-    for (std::int64_t j = 0; j < a.seq_len; ++j) {
+    for (std::int64_t j = 0; j < keys(a, i); ++j) {
       const float* q = a.q.row(b, h, i);
       const float* k = a.k.row(b, h, j);
       float dot = 0.0f;
@@ -74,7 +79,7 @@ void weighted_values(const attention_args& a, std::int64_t b, std::int64_t h,
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
     float* out = a.out.row(b, h, i);
     std::fill(out, out + a.head_dim, 0.0f);
-    for (std::int64_t j = 0; j < a.seq_len; ++j) {
+    for (std::int64_t j = 0; j < keys(a, i); ++j) {
       const float* v = a.v.row(b, h, j);
       for (std::int64_t d = 0; d < a.head_dim; ++d) out[d] += s[i * a.seq_len + j] * v[d];
     }
@@ -88,6 +93,7 @@ struct naive_kernels : detail::sequential_execution {
     project(w, x, rows, y);
   }
   static void attention(const attention_args& a) {
+    detail::check_score_memory("naive", a.seq_len, 1);
     std::vector<float> s(static_cast<std::size_t>(a.seq_len * a.seq_len));
     for (std::int64_t b = 0; b < a.batch; ++b) {
       for (std::int64_t h = 0; h < a.heads; ++h) {

@@ -11,6 +11,7 @@
 
 #include "backends/onednn/introspection.hpp"
 #include "backends/onednn/primitives.hpp"
+#include "core/checks.hpp"
 #include "common/buffer.hpp"
 #include "core/dropout.hpp"
 #include "core/text.hpp"
@@ -313,6 +314,8 @@ class onednn_plan final : public plan {
   void execute(tensor_view<const float> x, tensor_view<float> y,
                const run_options& options) const override {
     const openmp_threads threads(options.threads);
+    // The scores of a group of heads (at least one T x T slice) and the causal mask (T x T).
+    detail::check_score_memory("onednn", x.seq_len(), config().causal ? 2 : 1);
     const auto s = steps(x.batch(), x.seq_len());
     auto what = [&] {
       return text("running ", to_string(problem{config(), formulation(), x.batch(), x.seq_len()}));
@@ -353,15 +356,57 @@ class onednn_plan final : public plan {
   void attend(const shape_steps& s, dnnl::stream& stream, const call_buffers& b, const float* q,
               const float* k, const float* v, float* out, std::int64_t count,
               const detail::dropout_spec& dropout, Where where) const {
-    const std::int64_t group = s.attention.group(), slice = s.seq_len * config().head_dim();
+    const std::int64_t group = s.attention.group(), hd = config().head_dim();
+    const std::int64_t slice = s.seq_len * hd;
     for (std::int64_t first = 0; first < count; first += group) {
       const std::int64_t at = first * slice;
+      auto between = [&](float* weights) {
+        if (!dropout.active()) return;
+        apply_dropout(dropout, weights, group, s.seq_len,
+                      [&](std::int64_t i) { return where(first + i); });
+      };
       s.attention.run_group(stream, q + at, k + at, v + at, out + at, b[piece::scores],
-                            b.scratchpad_bytes(), [&](float* weights) {
-                              if (!dropout.active()) return;
-                              apply_dropout(dropout, weights, group, s.seq_len,
-                                            [&](std::int64_t i) { return where(first + i); });
-                            });
+                            b.scratchpad_bytes(), between);
+      if (config().causal) {
+        stream.wait();
+        keep_causal_rows_finite(s, stream, b, q + at, k + at, v + at, out + at, between);
+      }
+    }
+  }
+
+  // The dense products multiply masked weights (0) by every key and value, and a masked score
+  // is computed before the mask is added: a NaN or Inf in token j's K or V would reach the rows
+  // before j (0 * NaN, NaN + -inf). When a slice of the group has one, its rows before the first
+  // such token are recomputed from K and V with the non-finite values replaced by 0, which those
+  // rows never see: their outputs are then exactly those of the same input without the NaN.
+  template <class Between>
+  void keep_causal_rows_finite(const shape_steps& s, dnnl::stream& stream, const call_buffers& b,
+                               const float* q, const float* k, const float* v, float* out,
+                               Between& between) const {
+    const std::int64_t group = s.attention.group(), hd = config().head_dim(), t = s.seq_len;
+    const std::int64_t slice = t * hd;
+    std::vector<std::int64_t> first_bad(static_cast<std::size_t>(group), t);
+    bool any = false;
+    for (std::int64_t g = 0; g < group; ++g) {
+      for (std::int64_t e = 0; e < slice; ++e) {
+        if (!std::isfinite(k[g * slice + e]) || !std::isfinite(v[g * slice + e])) {
+          first_bad[static_cast<std::size_t>(g)] = e / hd;
+          any = true;
+          break;
+        }
+      }
+    }
+    if (!any) return;
+    const auto n = static_cast<std::size_t>(group * slice);
+    std::vector<float> clean_k(k, k + n), clean_v(v, v + n), rows(n);
+    for (float& e : clean_k) e = std::isfinite(e) ? e : 0.0f;
+    for (float& e : clean_v) e = std::isfinite(e) ? e : 0.0f;
+    s.attention.run_group(stream, q, clean_k.data(), clean_v.data(), rows.data(), b[piece::scores],
+                          b.scratchpad_bytes(), between);
+    stream.wait();
+    for (std::int64_t g = 0; g < group; ++g) {
+      const std::int64_t keep = first_bad[static_cast<std::size_t>(g)] * hd;
+      std::copy_n(rows.data() + g * slice, keep, out + g * slice);
     }
   }
 

@@ -2,11 +2,13 @@
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/enumerable_thread_specific.h>
+#include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -38,7 +40,14 @@ void in_arena(int threads, const std::function<void()>& f) {
   };
   constexpr std::size_t keep = 4;
   thread_local std::vector<kept> arenas;
-  const int slots = threads > 0 ? threads : tbb::task_arena::automatic;
+  // At most the workers TBB allows (the cores, or a tbb::global_control's lower limit): asked
+  // for more, the TBB runtime prints a warning on stderr, and this library never prints. The
+  // fixed partitioning keeps the results identical for any thread count.
+  const int allowed = static_cast<int>(std::min<std::size_t>(
+      tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism),
+      static_cast<std::size_t>(std::numeric_limits<int>::max())));
+  const int slots =
+      threads > 0 ? std::min(threads, std::max(allowed, 1)) : tbb::task_arena::automatic;
   auto found =
       std::find_if(arenas.begin(), arenas.end(), [&](const kept& k) { return k.threads == slots; });
   if (found == arenas.end()) {

@@ -408,23 +408,53 @@ struct attention_block {
   }
 
   // O = O * rescale + P V[j0, j1) (O = P V on the first tile), O in s.accumulators.
+  // The micro-kernel takes the keys every row of a micro-block attends to; the keys of the
+  // diagonal, which only the block's later rows see, are added row by row up to each row's own
+  // causal limit. A key past a row's limit never meets that row's (zero) weight, so a NaN or Inf
+  // in a later token cannot reach an earlier row as 0 * NaN.
   template <class T>
   void values(T, std::int64_t j0, std::int64_t j1) const noexcept {
     const std::int64_t panels = l.acc_cols / T::nr;
     for (std::int64_t r = 0; r < rows; r += T::mr) {
       const std::int64_t end = block_end(r, T::mr), kc = (end < j1 ? end : j1) - j0;
       if (kc <= 0) continue;  // no keys here for these rows: rescale is 1, nothing to add
+      std::int64_t common = kc;  // keys [j0, j0 + common) are seen by every row of the block
+      if (a.causal) {
+        const std::int64_t first_row_end = i0 + r + 1 < j1 ? i0 + r + 1 : j1;
+        common = first_row_end - j0 < 0 ? 0 : first_row_end - j0;
+      }
       for (std::int64_t p = 0; p < panels; ++p) {
         const float* panel = v + p * a.seq_len * T::nr + j0 * T::nr;
         float* o = s.accumulators + r * l.acc_cols + p * T::nr;
         const float* weights = s.scores + r * l.score_cols;
         if (j0 == 0) {
-          micro_kernel<T, T::mr>(kc, weights, l.score_cols, panel, o, l.acc_cols,
+          micro_kernel<T, T::mr>(common, weights, l.score_cols, panel, o, l.acc_cols,
                                  start_bias<T>{nullptr});
         } else {
-          micro_kernel<T, T::mr>(kc, weights, l.score_cols, panel, o, l.acc_cols,
+          micro_kernel<T, T::mr>(common, weights, l.score_cols, panel, o, l.acc_cols,
                                  start_scaled<T>{o, l.acc_cols, s.rescale + r});
         }
+        if (common < kc) diagonal<T>(r, j0, common, j1, panel, o);
+      }
+    }
+  }
+
+  // O[rr] += P[rr, k] V[j0 + k] for the rows rr of the micro-block at r and their keys
+  // k in [common, row_keys(rr)): the part of the diagonal each row attends to.
+  template <class T>
+  void diagonal(std::int64_t r, std::int64_t j0, std::int64_t common, std::int64_t j1,
+                const float* panel, float* o) const noexcept {
+    using batch = typename T::batch;
+    constexpr std::int64_t lanes = batch::size;
+    for (std::int64_t rr = r; rr < r + T::mr && rr < rows; ++rr) {
+      const std::int64_t keys = row_keys(rr, j0, j1);
+      const float* w = s.scores + rr * l.score_cols;
+      float* out = o + (rr - r) * l.acc_cols;
+      for (int c = 0; c < T::nv; ++c) {
+        batch acc = batch::load_unaligned(out + c * lanes);
+        for (std::int64_t k = common; k < keys; ++k)
+          acc = xsimd::fma(batch(w[k]), batch::load_unaligned(panel + k * T::nr + c * lanes), acc);
+        acc.store_unaligned(out + c * lanes);
       }
     }
   }
