@@ -28,12 +28,14 @@ mha::config shape::config() const {
   c.causal = causal;
   c.qkv_bias = qkv_bias;
   c.out_proj = out_proj;
+  c.n_kv_heads = n_kv_heads;
   return c;
 }
 
 std::string shape::name() const {
   std::ostringstream s;
   s << "b" << batch << "_t" << seq_len << "_din" << d_in << "_dout" << d_out << "_h" << n_heads;
+  if (n_kv_heads > 0) s << "_kvh" << n_kv_heads;
   if (!causal) s << "_noncausal";
   if (qkv_bias) s << "_qkvbias";
   if (!out_proj) s << "_noproj";
@@ -62,6 +64,8 @@ const std::vector<shape>& conformance_shapes() {
       {1, 33, 31, 99, 3, true, true, true},     // head_dim 33, every tail at once
       {3, 33, 24, 64, 2, true, true, true},     // head_dim 32: whole panels (head-major Q/K/V)
       {2, 600, 16, 32, 4, true, true, true},    // T past the fused kernel's 512-key tile
+      {3, 17, 20, 24, 6, true, false, true, 2},  // grouped-query: 3 query heads per K/V head
+      {1, 65, 24, 32, 8, false, true, true, 1},  // multi-query, non-causal, biases
   };
   return shapes;
 }
@@ -81,6 +85,22 @@ const std::vector<backend_case>& backend_cases() {
     return list;
   }();
   return cases;
+}
+
+bool claims(const backend_case& b, const mha::problem& p) {
+  const bool grouped = p.cfg.kv_heads() != p.cfg.n_heads;
+  return p.cfg.precision == mha::precision::fp32 && p.past == 0 &&
+         (!grouped || b.backend->name() == "naive");
+}
+
+std::optional<std::string> declined(const backend_case& b, const mha::problem& p) {
+  const mha::support s = b.backend->supports(p);
+  if (s) return std::nullopt;
+  if (claims(b, p)) {
+    ADD_FAILURE() << b.label << " declines " << mha::to_string(p) << ", which it claims: "
+                  << s.reason();
+  }
+  return "declined by " + b.label + ": " + s.reason();
 }
 
 std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale) {

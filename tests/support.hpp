@@ -8,6 +8,7 @@
 #include <exception>
 #include <filesystem>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,9 +34,10 @@ void expect_error(F&& f, std::initializer_list<const char*> fragments) {
 struct shape {
   std::int64_t batch, seq_len, d_in, d_out, n_heads;
   bool causal = true, qkv_bias = false, out_proj = true;
+  std::int64_t n_kv_heads = 0;  // config::n_kv_heads: 0 = n_heads
 
   mha::config config() const;
-  // "b3_t17_din24_dout30_h3" plus "_noncausal", "_qkvbias", "_noproj".
+  // "b3_t17_din24_dout30_h3" plus "_kvh2", "_noncausal", "_qkvbias", "_noproj".
   std::string name() const;
 };
 
@@ -53,6 +55,15 @@ struct backend_case {
 // Every backend of mha::available_backends(), best first, plus variants a backend offers for
 // testing (an xsimd ISA other than the one dispatched to, ...).
 const std::vector<backend_case>& backend_cases();
+
+// Whether the documentation says `b` computes p (docs/design.md §2 lists what each backend
+// does beyond fp32 multi-head attention): a backend that declines a problem it claims fails the
+// suites; one that declines an unclaimed problem is skipped with its reason.
+bool claims(const backend_case& b, const mha::problem& p);
+
+// When b declines p: the reason, to skip the test with (`if (auto why = declined(b, p))
+// GTEST_SKIP() << *why;`), after failing the test when b claims p. nullopt when b computes p.
+std::optional<std::string> declined(const backend_case& b, const mha::problem& p);
 
 // n floats uniform in [-scale, scale), reproducible from seed.
 std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale = 1.0f);

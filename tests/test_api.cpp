@@ -7,6 +7,7 @@
 #include <set>
 
 #include "mha/mha.hpp"
+#include "support.hpp"
 
 namespace {
 
@@ -73,6 +74,114 @@ TEST(Problem, FlopsFollowTheFormula) {
   EXPECT_EQ(mha::flops(p), 864.0 + 432.0 + 432.0);
   p.cfg.out_proj = false;
   EXPECT_EQ(mha::flops(p), 864.0 + 432.0);
+}
+
+// The wave's axes appear only when not the default, in one fixed order, and parse back.
+TEST(Problem, NewAxesInTheCanonicalStringRoundTrip) {
+  mha::problem p;
+  p.cfg = {.d_in = 4096, .d_out = 4096, .n_heads = 32, .context_length = 1024};
+  p.form = mha::formulation::wrapper;
+  p.seq_len = 1;
+  p.past = 1023;
+  p.cfg.n_kv_heads = 8;
+  p.cfg.precision = mha::precision::bf16;
+  EXPECT_EQ(mha::to_string(p), "wrapper/b1/t1/past1023/din4096/dout4096/h32/kvh8/bf16");
+  EXPECT_EQ(mha::parse_problem(mha::to_string(p)), p);
+  p.cfg.n_kv_heads = 32;  // == n_heads: multi-head attention, no kvh part
+  EXPECT_EQ(mha::to_string(p), "wrapper/b1/t1/past1023/din4096/dout4096/h32/bf16");
+
+  for (const char* name : {"split_weight/b4/t256/din768/dout768/h12",
+                           "wrapper/b2/t17/din24/dout32/h4/noncausal/qkv_bias/no_out_proj",
+                           "split_weight/b1/t8/past3/din16/dout16/h4/kvh1/noncausal"}) {
+    const mha::problem parsed = mha::parse_problem(name);
+    EXPECT_EQ(mha::to_string(parsed), name);
+    EXPECT_EQ(parsed.cfg.context_length, parsed.past + parsed.seq_len) << name;
+    mha::validate(parsed.cfg);
+  }
+  // Any order after the formulation; fp32 may be spelled out.
+  EXPECT_EQ(mha::to_string(mha::parse_problem("split_weight/h12/fp32/dout768/din768/t256/b4")),
+            "split_weight/b4/t256/din768/dout768/h12");
+}
+
+TEST(Problem, ParseNamesTheBadPart) {
+  using mha_test::expect_error;
+  expect_error<mha::invalid_argument>([] { mha::parse_problem("split_weight/b4/t256/din768"); },
+                                      {"no dout<number> part"});
+  expect_error<mha::invalid_argument>(
+      [] { mha::parse_problem("split_weight/b4/t256/din768/dout768/h12/fast"); },
+      {"unknown part 'fast'", "kvh<K>"});
+  expect_error<mha::invalid_argument>(
+      [] { mha::parse_problem("split_weight/b4/b2/t256/din768/dout768/h12"); }, {"gives b twice"});
+  expect_error<mha::invalid_argument>([] { mha::parse_problem("fused/b1/t1/din1/dout1/h1"); },
+                                      {"unknown formulation 'fused'"});
+}
+
+// Grouped K/V shrink the K and V projections; cached tokens add (query, key) pairs.
+TEST(Problem, FlopsCountGroupsAndCachedTokens) {
+  mha::problem p;
+  p.cfg = {.d_in = 4, .d_out = 6, .n_heads = 2, .context_length = 8, .out_proj = false};
+  p.batch = 2;
+  p.seq_len = 3;
+  p.cfg.n_kv_heads = 1;  // d_kv = 3: Q 2*2*3*4*6 = 288, K and V 2*2*3*4*3 = 144 each
+  EXPECT_EQ(mha::flops(p), 288.0 + 2 * 144.0 + 288.0);
+  p.past = 5;  // pairs 3*5 + 6 = 21: attention 4*2*2*3*21 = 1008
+  EXPECT_EQ(mha::flops(p), 288.0 + 2 * 144.0 + 1008.0);
+  p.cfg.causal = false;  // pairs 3*8 = 24
+  EXPECT_EQ(mha::flops(p), 288.0 + 2 * 144.0 + 1152.0);
+}
+
+TEST(Config, KvHeadsMustDivideHeadsAndPrecisionBeNamed) {
+  using mha_test::expect_error;
+  mha::config c{.d_in = 8, .d_out = 12, .n_heads = 6, .context_length = 4};
+  c.n_kv_heads = 4;
+  expect_error<mha::invalid_argument>([&] { mha::validate(c); },
+                                      {"n_kv_heads (4) must divide n_heads (6)"});
+  c.n_kv_heads = -1;
+  expect_error<mha::invalid_argument>([&] { mha::validate(c); }, {"n_kv_heads (-1)"});
+  c.n_kv_heads = 3;
+  mha::validate(c);
+  EXPECT_EQ(c.kv_heads(), 3);
+  EXPECT_EQ(c.d_kv(), 6);
+  EXPECT_THAT(mha::to_string(c), testing::HasSubstr(" n_kv_heads=3"));
+  c.precision = static_cast<mha::precision>(7);
+  expect_error<mha::invalid_argument>([&] { mha::validate(c); }, {"unknown precision value 7"});
+  EXPECT_EQ(mha::parse_precision("bf16"), mha::precision::bf16);
+  expect_error<mha::invalid_argument>([] { mha::parse_precision("fp16"); },
+                                      {"unknown precision 'fp16'", "fp32 or bf16"});
+}
+
+// A backend says what it declines and why; prepare() of a declined problem throws
+// mha::unsupported naming the backend and the reason, before looking at the weights.
+TEST(Backend, DeclinedProblemsThrowUnsupportedWithTheReason) {
+  mha::config c{.d_in = 8, .d_out = 8, .n_heads = 4, .context_length = 4};
+  const mha::weights w = mha::weights::random(c, 1);
+  for (const mha::backend* b : mha::available_backends()) {
+    for (auto form : {mha::formulation::wrapper, mha::formulation::split_weight}) {
+      EXPECT_TRUE(b->supports({c, form})) << b->name();
+      EXPECT_FALSE(b->supports({c, form, 1, 1, /*past=*/3})) << b->name();
+      mha::config bf16 = c;
+      bf16.precision = mha::precision::bf16;
+      const mha::support s = b->supports({bf16, form});
+      ASSERT_FALSE(s) << b->name();
+      EXPECT_EQ(s.reason(), "bf16 precision is not implemented");
+      mha_test::expect_error<mha::unsupported>(
+          [&] { b->prepare(bf16, form, w); },
+          {std::string(b->name()).c_str(), "bf16 precision is not implemented"});
+    }
+  }
+  // Grouped K/V: the naive backend computes them; the others decline, naming the heads.
+  c.n_kv_heads = 2;
+  const mha::weights grouped = mha::weights::random(c, 1);
+  for (const mha::backend* b : mha::available_backends()) {
+    const mha::support s = b->supports({c, mha::formulation::split_weight});
+    if (b->name() == "naive") {
+      EXPECT_TRUE(s);
+      EXPECT_NO_THROW(b->prepare(c, mha::formulation::split_weight, grouped));
+    } else {
+      EXPECT_EQ(s.reason(), "grouped-query attention (n_kv_heads 2 < n_heads 4) is not implemented")
+          << b->name();
+    }
+  }
 }
 
 TEST(Problem, Gpt2SmallFlops) {
@@ -145,6 +254,28 @@ TEST(Weights, HeadIsRowSliceAndFromHeadsInvertsIt) {
   EXPECT_EQ(back.query.weight, w.query.weight);
   EXPECT_EQ(back.key.bias, w.key.bias);
   EXPECT_EQ(back.value.out, 8);
+}
+
+// With grouped K/V the key and value projections have kv_heads * head_dim rows, and head h's
+// K/V are its group's rows.
+TEST(Weights, GroupedHeadsShareTheirGroupsKeyAndValueRows) {
+  mha::config c = small_config(true, false);
+  c.n_heads = 4;
+  c.n_kv_heads = 2;  // head_dim 2, d_kv 4: heads 0-1 read K/V rows 0-1, heads 2-3 rows 2-3
+  const auto w = mha::weights::random(c, 3);
+  EXPECT_EQ(w.key.out, 4);
+  EXPECT_EQ(w.value.bias.size(), 4u);
+  EXPECT_EQ(w.query.out, 8);
+  const mha::head_weights h3 = w.head(c, 3);
+  EXPECT_EQ(h3.key.weight, std::vector<float>(w.key.weight.begin() + 12, w.key.weight.end()));
+  EXPECT_EQ(h3.query.weight, std::vector<float>(w.query.weight.begin() + 36, w.query.weight.end()));
+  mha::weights wrong = w;
+  wrong.key = w.query;
+  mha_test::expect_error<mha::invalid_argument>([&] { mha::validate(c, wrong); },
+                                                {"W_key.weight is (8, 6), expected (4, 6)"});
+  const std::vector<mha::head_weights> heads = {w.head(c, 0), w.head(c, 1), w.head(c, 2), h3};
+  mha_test::expect_error<mha::invalid_argument>(
+      [&] { mha::weights::from_heads(c, heads, {}); }, {"n_kv_heads (2) must equal n_heads (4)"});
 }
 
 TEST(TensorView, SpanOfMatchingSize) {

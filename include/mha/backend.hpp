@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "mha/config.hpp"
+#include "mha/problem.hpp"
 #include "mha/run_options.hpp"
 #include "mha/tensor_view.hpp"
 #include "mha/weights.hpp"
@@ -48,6 +49,23 @@ class plan {
   std::string backend_name_;
 };
 
+// Whether a backend computes a problem and, when it does not, why ("bf16 precision is not
+// implemented"): the answer of backend::supports(), true when the reason is empty.
+class support {
+ public:
+  static support yes() { return support(); }
+  static support no(std::string reason) {
+    support s;
+    s.reason_ = reason.empty() ? "declined" : std::move(reason);
+    return s;
+  }
+  explicit operator bool() const noexcept { return reason_.empty(); }
+  const std::string& reason() const noexcept { return reason_; }
+
+ private:
+  std::string reason_;
+};
+
 // One implementation of the module: "naive", "xsimd", "onednn", "tbb". Backends are stateless
 // singletons reached through their accessor (mha::naive_backend(), ...) or the registry; all
 // per-module state lives in the plans they prepare.
@@ -67,9 +85,16 @@ class backend {
   // ignore run_options::threads), the hardware concurrency for parallel ones.
   virtual int max_threads() const noexcept { return 1; }
 
-  // Validates cfg and w (mha::invalid_argument naming the problem), then splits or packs the
-  // weights and builds whatever the backend needs. Expensive; never inside a timed loop.
-  // Both formulations are always supported. The plan keeps no reference to w.
+  // Whether this backend computes p on this machine (p.cfg must be valid; batch and seq_len do
+  // not matter, past > 0 asks about decode). The default computes today's function only:
+  // fp32, n_kv_heads == n_heads, past == 0, either formulation; a backend overrides it to
+  // accept more or to decline what its dependency cannot do here, naming the reason.
+  virtual support supports(const problem& p) const;
+
+  // Validates cfg (mha::invalid_argument naming the bad value), throws mha::unsupported naming
+  // the backend and the reason when supports() declines (cfg, form), validates w, then splits
+  // or packs the weights and builds whatever the backend needs. Expensive; never inside a timed
+  // loop. The plan keeps no reference to w.
   std::unique_ptr<plan> prepare(const config& cfg, formulation form, const weights& w) const;
 
  protected:

@@ -7,11 +7,26 @@
 
 namespace mha {
 
+// The number format a plan computes in (docs/design.md §1.2). fp32 is the function of §1 as
+// written; bf16 rounds the weights and the operands of every product to bfloat16 and sums in
+// fp32 (issue 16: no backend implements it yet; each declines it through backend::supports).
+enum class precision {
+  fp32,
+  bf16,
+};
+
+// "fp32" or "bf16".
+std::string_view to_string(precision p) noexcept;
+
+// Inverse of to_string(precision); throws mha::invalid_argument listing the valid names.
+precision parse_precision(std::string_view name);
+
 // One causal multi-head attention module, described as PyTorch's constructor arguments
 // describe it. d_out is the total over all heads; head_dim() = d_out / n_heads.
 //
 // Valid when: d_in, d_out, n_heads, context_length >= 1; d_out % n_heads == 0;
-// 0 <= dropout < 1; every weight tensor's byte count fits in std::int64_t.
+// n_kv_heads == 0 or it divides n_heads; 0 <= dropout < 1; precision is a named value; every
+// weight tensor's byte count fits in std::int64_t.
 // validate() checks exactly this and throws mha::invalid_argument naming the bad value.
 struct config {
   std::int64_t d_in = 0;            // features of each input token
@@ -22,15 +37,25 @@ struct config {
   bool qkv_bias = false;            // the Q, K and V projections have biases
   bool out_proj = true;             // a final (d_out, d_out) projection with bias follows the heads
   float dropout = 0.0f;  // p, applied to attention weights in training mode only (docs/design.md §1.1)
+  // Key/value heads (grouped-query attention, docs/design.md §1.3): query head h reads K/V head
+  // h / (n_heads / kv_heads()). 0 means n_heads (multi-head attention); 1 is multi-query.
+  std::int64_t n_kv_heads = 0;
+  mha::precision precision = mha::precision::fp32;
 
   // d_out / n_heads; 0 when n_heads is not positive (validate() rejects such a config).
   constexpr std::int64_t head_dim() const noexcept { return n_heads > 0 ? d_out / n_heads : 0; }
+  // The K/V heads: n_kv_heads, or n_heads when it is 0.
+  constexpr std::int64_t kv_heads() const noexcept { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  // Rows of the K and V projections: kv_heads() * head_dim() (d_out without grouping).
+  constexpr std::int64_t d_kv() const noexcept { return kv_heads() * head_dim(); }
+  bool operator==(const config&) const = default;
 };
 
 // Throws mha::invalid_argument naming the first field that breaks the contract above.
 void validate(const config& cfg);
 
-// "d_in=768 d_out=768 n_heads=12 context_length=1024 causal qkv_bias=0 out_proj=1 dropout=0".
+// "d_in=768 d_out=768 n_heads=12 context_length=1024 causal=1 qkv_bias=0 out_proj=1 dropout=0",
+// followed by " n_kv_heads=K" and " precision=bf16" when they are not the defaults.
 std::string to_string(const config& cfg);
 
 // How a backend computes the module. Both compute the same function (docs/design.md §1).

@@ -21,6 +21,14 @@ class invalid_argument : public error {
   using error::error;
 };
 
+// A backend was asked for a problem it does not compute (backend::supports() says which and
+// why): "xsimd: does not compute split_weight with d_in=64 ... precision=bf16: bf16 precision is
+// not implemented". The input is valid; another backend may accept it.
+class unsupported : public error {
+ public:
+  using error::error;
+};
+
 // A file (weights, tensors) is malformed, truncated or of a kind the library cannot read.
 class format_error : public error {
  public:

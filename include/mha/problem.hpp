@@ -4,29 +4,44 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "mha/config.hpp"
 
 namespace mha {
 
-// A module, the formulation it is computed in, and the input shape of one forward pass.
+// A module, the formulation it is computed in, and the input shape of one call: `seq_len` new
+// tokens per sequence, after `past` tokens whose keys and values a cache already holds
+// (past = 0: a full forward pass; past > 0, usually with seq_len = 1: a decode step,
+// docs/design.md §1.4).
 struct problem {
   config cfg;
   formulation form = formulation::split_weight;
   std::int64_t batch = 1;
   std::int64_t seq_len = 1;
+  std::int64_t past = 0;
+  bool operator==(const problem&) const = default;
 };
 
 // The canonical problem string, in the order benchmark names use it:
-// "split_weight/b4/t256/din768/dout768/h12", followed by the non-default flags
-// ("/noncausal", "/qkv_bias", "/no_out_proj").
+//   <formulation>/b<B>/t<T>[/past<P>]/din<d_in>/dout<d_out>/h<H>[/kvh<K>]
+//   [/noncausal][/qkv_bias][/no_out_proj][/<precision>]
+// with the bracketed parts only when not the default (past 0, kv_heads() == n_heads, causal,
+// no qkv bias, out_proj, fp32): "split_weight/b4/t256/din768/dout768/h12",
+// "wrapper/b1/t1/past1023/din4096/dout4096/h32/kvh8/bf16".
 std::string to_string(const problem& p);
 
-// Model FLOPs of one forward pass (docs/design.md §3), as a double:
-//   2*B*T*d_in*d_out*3                (Q, K, V projections)
+// The inverse of to_string(problem) for any order of the parts after the formulation (the
+// report's parser accepts the same grammar). context_length becomes past + seq_len, dropout 0.
+// Throws mha::invalid_argument naming the part it cannot read.
+problem parse_problem(std::string_view name);
+
+// Model FLOPs of one call (docs/design.md §3), as a double, with d_kv = kv_heads * head_dim:
+//   2*B*T*d_in*(d_out + 2*d_kv)       (Q, K, V projections of the T new tokens)
 // + 2*B*T*d_out*d_out                 (out_proj, when cfg.out_proj)
-// + 4*B*H*head_dim*P                  (Q K^T and A V), P = T*(T+1)/2 causal, T*T otherwise.
-// The same count for both formulations: they compute the same function.
+// + 4*B*H*head_dim*P                  (Q K^T and A V), P the (query, key) pairs attended:
+//                                     T*past + T*(T+1)/2 causal, T*(past+T) otherwise.
+// The same count for every formulation and precision: they compute the same function.
 double flops(const problem& p) noexcept;
 
 }  // namespace mha

@@ -26,8 +26,9 @@ struct head_weights {
   linear_weights query, key, value;
 };
 
-// A module's parameters in the split layout (docs/design.md §1): query/key/value are (d_out, d_in),
-// out_proj is (d_out, d_out). Names match a PyTorch state_dict: W_query.weight -> query.weight,
+// A module's parameters in the split layout (docs/design.md §1): query is (d_out, d_in), key and
+// value are (d_kv, d_in) (d_kv = d_out unless the config groups K/V heads), out_proj is
+// (d_out, d_out). Names match a PyTorch state_dict: W_query.weight -> query.weight,
 // out_proj.bias -> out_proj.bias. Plain data: copy, move and edit freely; validate() checks it
 // against a config before a backend uses it.
 struct weights {
@@ -38,14 +39,14 @@ struct weights {
   // the same weights on every machine. Biases exist where cfg says so. Validates cfg first.
   static weights random(const config& cfg, std::uint64_t seed);
 
-  // Head h's weights: rows [h*head_dim, (h+1)*head_dim) of query/key/value (and their biases),
-  // copied into new storage. Throws mha::invalid_argument when h is not in [0, n_heads) or when
+  // Head h's weights: rows [h*head_dim, (h+1)*head_dim) of query and the rows of its K/V head
+  // g = h / (n_heads / kv_heads) of key and value (and their biases), copied into new storage. Throws mha::invalid_argument when h is not in [0, n_heads) or when
   // the weights do not match cfg.
   head_weights head(const config& cfg, std::int64_t h) const;
 
   // The inverse of head(): stacks per-head weights (the wrapper layout of a state_dict) into the
-  // split layout. Throws mha::invalid_argument when heads.size() != n_heads or a head's shapes
-  // do not match cfg.
+  // split layout. Throws mha::invalid_argument when heads.size() != n_heads, a head's shapes
+  // do not match cfg, or cfg groups K/V heads (each head would bring its own K/V).
   static weights from_heads(const config& cfg, std::span<const head_weights> heads,
                             linear_weights out_proj);
 };

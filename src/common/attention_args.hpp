@@ -20,12 +20,14 @@ struct head_view {
   }
 };
 
-// out[b, h] = dropout(softmax(scale * q[b, h] k[b, h]^T + causal mask)) v[b, h]
-// for every b < batch, h < heads; each (b, h) is a (seq_len, head_dim) problem.
+// out[b, h] = dropout(softmax(scale * q[b, h] k[b, g]^T + causal mask)) v[b, g], g = h / kv_group,
+// for every b < batch, h < heads; each (b, h) is a (seq_len, head_dim) problem. k and v hold
+// heads / kv_group heads (grouped-query attention; kv_group = 1 without grouping).
 struct attention_args {
   head_view<const float> q, k, v;
   head_view<float> out;
   std::int64_t batch = 0, heads = 0, seq_len = 0, head_dim = 0;
+  std::int64_t kv_group = 1;    // query heads per K/V head
   std::int64_t first_head = 0;  // module-wide index of head 0 here: the dropout mask's h
   bool causal = true;
   float scale = 1.0f;  // 1 / sqrt(head_dim)

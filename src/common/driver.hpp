@@ -1,22 +1,25 @@
 // Internal: the wrapper and split-weight formulations, written once over a kernel set.
 //
-// A kernel set K supplies:
+// A kernel set K is an object the plan owns (default-constructed before the weights are packed),
+// so a set may keep per-plan state such as built primitives; its member functions are const and
+// safe to call from concurrent runs. It supplies:
 //   typename K::packed_linear;                      // one nn.Linear in the kernels' layout
-//   static K::packed_linear K::pack(const linear_weights&);
+//   K::packed_linear pack(const linear_weights&) const;
 //   // y (rows, out) = x (rows, in) W^T + b; x and y contiguous row-major.
-//   static void K::linear(const packed_linear&, const float* x, std::int64_t rows, float* y);
-//   static void K::attention(const attention_args&);
+//   void linear(const packed_linear&, const float* x, std::int64_t rows, float* y) const;
+//   void attention(const attention_args&) const;
 //   // Optional, for split_weight's Q, K, V: the projection of x (batch * seq_len rows) into y
 //   // (rows * out floats) in a layout the kernel set prefers, returned as its (batch, heads,
 //   // seq_len, out / heads) view; nullopt, writing nothing, when it has none for this shape.
 //   // Otherwise the driver uses linear() into (rows, out) row-major, seen through strides.
-//   static std::optional<head_view<const float>> K::project_heads(
+//   std::optional<head_view<const float>> project_heads(
 //       const packed_linear&, const float* x, std::int64_t batch, std::int64_t seq_len,
-//       std::int64_t heads, float* y);
+//       std::int64_t heads, float* y) const;
 //   // Run f() in the execution context options ask for (e.g. a thread arena), and f(i) for
 //   // i < n, in any order or concurrently. sequential_execution is the single-thread answer.
-//   template <class F> static void K::run(const run_options&, F&& f);
-//   template <class F> static void K::for_each(std::int64_t n, F&& f);
+//   template <class F> void run(const run_options&, F&& f) const;
+//   template <class F> void for_each(std::int64_t n, F&& f) const;
+// Stateless sets write these as static members; the driver calls them through its instance.
 #pragma once
 
 #include <cmath>
@@ -47,16 +50,20 @@ class driver_plan final : public plan {
               std::string_view backend_name)
       : plan(cfg, form, backend_name) {
     if (form == mha::formulation::split_weight) {
-      split_.emplace(qkv{K::pack(w.query), K::pack(w.key), K::pack(w.value)});
+      split_.emplace(qkv{kernels_.pack(w.query), kernels_.pack(w.key), kernels_.pack(w.value)});
     } else {
-      // The wrapper's heads own separately allocated weights, packed one head at a time.
+      // The wrapper's heads own separately allocated weights, packed one head at a time (a
+      // head of a K/V group gets its own copy of the group's K/V weights).
       for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
         const head_weights hw = w.head(cfg, h);
-        heads_.push_back({K::pack(hw.query), K::pack(hw.key), K::pack(hw.value)});
+        heads_.push_back({kernels_.pack(hw.query), kernels_.pack(hw.key), kernels_.pack(hw.value)});
       }
     }
-    if (cfg.out_proj) out_proj_.emplace(K::pack(w.out_proj));
+    if (cfg.out_proj) out_proj_.emplace(kernels_.pack(w.out_proj));
   }
+
+  // The plan's kernel set, for a backend's introspection of its own plans.
+  const K& kernels() const noexcept { return kernels_; }
 
  private:
   struct qkv {
@@ -68,17 +75,21 @@ class driver_plan final : public plan {
 
   void execute(tensor_view<const float> x, tensor_view<float> y,
                const run_options& options) const override {
-    K::run(options, [&] {
+    kernels_.run(options, [&] {
       const mha::config& cfg = config();
       const std::int64_t rows = x.batch() * x.seq_len(), size = rows * cfg.d_out;
-      // Q, K, V (B*T x d_out floats each; per-head slices in the wrapper) and the heads' merged
-      // outputs before out_proj, in scratch the plan keeps: per-call buffers cost the split
-      // form 3000 page faults and ~4% of its time per run at B4 T256 d768.
-      scratch_pool::lease scratch(scratch_,
-                                  static_cast<std::size_t>((cfg.out_proj ? 4 : 3) * size));
-      const qkv_buffers buffers{scratch.data(), scratch.data() + size, scratch.data() + 2 * size};
+      // K and V of the split form are d_kv wide; the wrapper's heads each take head_dim of all.
+      const std::int64_t kv_size =
+          formulation() == mha::formulation::split_weight ? rows * cfg.d_kv() : size;
+      // Q, K, V (per-head slices in the wrapper) and the heads' merged outputs before out_proj,
+      // in scratch the plan keeps: per-call buffers cost the split form 3000 page faults and ~4%
+      // of its time per run at B4 T256 d768.
+      scratch_pool::lease scratch(
+          scratch_, static_cast<std::size_t>(size + 2 * kv_size + (cfg.out_proj ? size : 0)));
+      const qkv_buffers buffers{scratch.data(), scratch.data() + size,
+                                scratch.data() + size + kv_size};
       // Heads' outputs land in their column block of `context`: (B, T, H * head_dim).
-      float* context = cfg.out_proj ? scratch.data() + 3 * size : y.data();
+      float* context = cfg.out_proj ? scratch.data() + size + 2 * kv_size : y.data();
 
       attention_args args;
       args.batch = x.batch();
@@ -93,35 +104,39 @@ class driver_plan final : public plan {
       } else {
         wrapper(x, buffers, context, args);
       }
-      if (out_proj_) K::linear(*out_proj_, context, rows, y.data());
+      if (out_proj_) kernels_.linear(*out_proj_, context, rows, y.data());
     });
   }
 
-  // One projection per Q, K, V over all heads, seen as (B, H, T, head_dim) (project_heads);
-  // attention writes each head into its columns of `context`, which is the merge.
+  // One projection per Q, K, V over all heads, seen as (B, H, T, head_dim) (project_heads; K and
+  // V have kv_heads heads); attention writes each head into its columns of `context`, which is
+  // the merge.
   void split_weight(tensor_view<const float> x, const qkv_buffers& buf, float* context,
                     attention_args args) const {
     const mha::config& cfg = config();
-    args.q = project_heads(split_->query, x, buf.q);
-    args.k = project_heads(split_->key, x, buf.k);
-    args.v = project_heads(split_->value, x, buf.v);
+    args.q = project_heads(split_->query, x, cfg.n_heads, buf.q);
+    args.k = project_heads(split_->key, x, cfg.kv_heads(), buf.k);
+    args.v = project_heads(split_->value, x, cfg.kv_heads(), buf.v);
     const std::int64_t batch_stride = x.seq_len() * cfg.d_out, head_stride = cfg.head_dim();
     args.out = {context, batch_stride, head_stride, cfg.d_out};
     args.heads = cfg.n_heads;
-    K::attention(args);
+    args.kv_group = cfg.n_heads / cfg.kv_heads();
+    kernels_.attention(args);
   }
 
-  // x W^T + b into y, as heads: the kernel set's layout, or (B, T, d_out) row-major viewed with
-  // strides (row stride d_out, head h at column h * head_dim).
+  // x W^T + b into y as `heads` heads of head_dim: the kernel set's layout, or (B, T, width)
+  // row-major viewed with strides (row stride width, head h at column h * head_dim).
   head_view<const float> project_heads(const typename K::packed_linear& w,
-                                       tensor_view<const float> x, float* y) const {
-    const mha::config& cfg = config();
-    if constexpr (requires { K::project_heads(w, x.data(), 1, 1, 1, y); }) {
-      if (const auto heads = K::project_heads(w, x.data(), x.batch(), x.seq_len(), cfg.n_heads, y))
-        return *heads;
+                                       tensor_view<const float> x, std::int64_t heads,
+                                       float* y) const {
+    const std::int64_t hd = config().head_dim(), width = heads * hd;
+    if constexpr (requires(const K& k) { k.project_heads(w, x.data(), 1, 1, 1, y); }) {
+      if (const auto view =
+              kernels_.project_heads(w, x.data(), x.batch(), x.seq_len(), heads, y))
+        return *view;
     }
-    K::linear(w, x.data(), x.batch() * x.seq_len(), y);
-    return {y, x.seq_len() * cfg.d_out, cfg.head_dim(), cfg.d_out};
+    kernels_.linear(w, x.data(), x.batch() * x.seq_len(), y);
+    return {y, x.seq_len() * width, hd, width};
   }
 
   // H independent heads: each projects x with its own (head_dim, d_in) weights into its own
@@ -131,11 +146,11 @@ class driver_plan final : public plan {
                const attention_args& shared) const {
     const mha::config& cfg = config();
     const std::int64_t rows = x.batch() * x.seq_len(), hd = cfg.head_dim();
-    K::for_each(cfg.n_heads, [&](std::int64_t h) {
+    kernels_.for_each(cfg.n_heads, [&](std::int64_t h) {
       float *q = buf.q + h * rows * hd, *k = buf.k + h * rows * hd, *v = buf.v + h * rows * hd;
-      K::linear(heads_[h].query, x.data(), rows, q);
-      K::linear(heads_[h].key, x.data(), rows, k);
-      K::linear(heads_[h].value, x.data(), rows, v);
+      kernels_.linear(heads_[h].query, x.data(), rows, q);
+      kernels_.linear(heads_[h].key, x.data(), rows, k);
+      kernels_.linear(heads_[h].value, x.data(), rows, v);
 
       attention_args args = shared;
       const std::int64_t batch_stride = x.seq_len() * hd;
@@ -145,10 +160,11 @@ class driver_plan final : public plan {
       args.out = {context + h * hd, x.seq_len() * cfg.d_out, 0, cfg.d_out};
       args.heads = 1;
       args.first_head = h;
-      K::attention(args);
+      kernels_.attention(args);
     });
   }
 
+  K kernels_;                 // before the packed weights: packing may use its state
   std::optional<qkv> split_;  // split_weight form
   std::vector<qkv> heads_;    // n_heads entries in wrapper form
   std::optional<typename K::packed_linear> out_proj_;

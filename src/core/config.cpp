@@ -68,6 +68,15 @@ void check_config(const config& cfg, std::string_view where) {
     throw invalid_argument(
         text(where, ": d_out (", cfg.d_out, ") must be divisible by n_heads (", cfg.n_heads, ")"));
   }
+  if (cfg.n_kv_heads < 0 || (cfg.n_kv_heads > 0 && cfg.n_heads % cfg.n_kv_heads != 0)) {
+    throw invalid_argument(text(where, ": n_kv_heads (", cfg.n_kv_heads,
+                                ") must divide n_heads (", cfg.n_heads,
+                                "), or be 0 for n_kv_heads = n_heads"));
+  }
+  if (cfg.precision != precision::fp32 && cfg.precision != precision::bf16) {
+    throw invalid_argument(text(where, ": unknown precision value ",
+                                static_cast<int>(cfg.precision), "; expected fp32 or bf16"));
+  }
   // Written so that NaN fails too.
   if (!(cfg.dropout >= 0.0f && cfg.dropout < 1.0f)) {
     throw invalid_argument(text(where, ": dropout (", cfg.dropout, ") must be in [0, 1)"));
@@ -84,7 +93,29 @@ std::string to_string(const config& cfg) {
   return detail::text("d_in=", cfg.d_in, " d_out=", cfg.d_out, " n_heads=", cfg.n_heads,
                       " context_length=", cfg.context_length, " causal=", cfg.causal,
                       " qkv_bias=", cfg.qkv_bias, " out_proj=", cfg.out_proj,
-                      " dropout=", cfg.dropout);
+                      " dropout=", cfg.dropout,
+                      cfg.n_kv_heads > 0 ? detail::text(" n_kv_heads=", cfg.n_kv_heads) : std::string(),
+                      cfg.precision != precision::fp32
+                          ? detail::text(" precision=", to_string(cfg.precision))
+                          : std::string());
+}
+
+std::string_view to_string(precision p) noexcept {
+  switch (p) {
+    case precision::fp32:
+      return "fp32";
+    case precision::bf16:
+      return "bf16";
+  }
+  return "unknown";
+}
+
+precision parse_precision(std::string_view name) {
+  for (precision p : {precision::fp32, precision::bf16}) {
+    if (name == to_string(p)) return p;
+  }
+  throw invalid_argument(
+      detail::text("mha: unknown precision '", name, "'; expected fp32 or bf16"));
 }
 
 std::string_view to_string(formulation f) noexcept {

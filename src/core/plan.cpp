@@ -70,8 +70,24 @@ std::unique_ptr<plan> backend::prepare(const config& cfg, formulation form,
   if (form != formulation::wrapper && form != formulation::split_weight) {
     throw invalid_argument(text(where, ": unknown formulation value ", static_cast<int>(form)));
   }
+  if (const support s = supports(problem{cfg, form}); !s) {
+    throw unsupported(text(where, ": does not compute ", to_string(form), " with ", to_string(cfg),
+                           ": ", s.reason()));
+  }
   validate(cfg, w);
   return make_plan(cfg, form, w);
+}
+
+support backend::supports(const problem& p) const {
+  if (p.cfg.precision != precision::fp32) {
+    return support::no(text(to_string(p.cfg.precision), " precision is not implemented"));
+  }
+  if (p.cfg.kv_heads() != p.cfg.n_heads) {
+    return support::no(text("grouped-query attention (n_kv_heads ", p.cfg.kv_heads(),
+                            " < n_heads ", p.cfg.n_heads, ") is not implemented"));
+  }
+  if (p.past != 0) return support::no("decode with a KV cache (past > 0) is not implemented");
+  return support::yes();
 }
 
 }  // namespace mha

@@ -86,8 +86,8 @@ weights weights::random(const config& cfg, std::uint64_t seed) {
   validate(cfg);
   weights w;
   w.query = random_linear(cfg.d_out, cfg.d_in, cfg.qkv_bias, seed, 0);
-  w.key = random_linear(cfg.d_out, cfg.d_in, cfg.qkv_bias, seed, 1);
-  w.value = random_linear(cfg.d_out, cfg.d_in, cfg.qkv_bias, seed, 2);
+  w.key = random_linear(cfg.d_kv(), cfg.d_in, cfg.qkv_bias, seed, 1);
+  w.value = random_linear(cfg.d_kv(), cfg.d_in, cfg.qkv_bias, seed, 2);
   if (cfg.out_proj) w.out_proj = random_linear(cfg.d_out, cfg.d_out, true, seed, 3);
   return w;
 }
@@ -97,13 +97,17 @@ head_weights weights::head(const config& cfg, std::int64_t h) const {
   if (h < 0 || h >= cfg.n_heads) {
     throw invalid_argument(text("mha: head index ", h, " is out of range [0, ", cfg.n_heads, ")"));
   }
-  const std::int64_t hd = cfg.head_dim();
-  return {rows_of(query, h * hd, hd), rows_of(key, h * hd, hd), rows_of(value, h * hd, hd)};
+  const std::int64_t hd = cfg.head_dim(), kv = h / (cfg.n_heads / cfg.kv_heads());
+  return {rows_of(query, h * hd, hd), rows_of(key, kv * hd, hd), rows_of(value, kv * hd, hd)};
 }
 
 weights weights::from_heads(const config& cfg, std::span<const head_weights> heads,
                             linear_weights out_proj) {
   validate(cfg);
+  if (cfg.kv_heads() != cfg.n_heads) {
+    throw invalid_argument(text("mha: from_heads stacks one K/V projection per head; n_kv_heads (",
+                                cfg.n_kv_heads, ") must equal n_heads (", cfg.n_heads, ") or be 0"));
+  }
   if (static_cast<std::int64_t>(heads.size()) != cfg.n_heads) {
     throw invalid_argument(
         text("mha: ", heads.size(), " heads given, expected n_heads = ", cfg.n_heads));
@@ -127,8 +131,8 @@ weights weights::from_heads(const config& cfg, std::span<const head_weights> hea
 void validate(const config& cfg, const weights& w) {
   detail::check_config(cfg, "mha");
   check_linear("mha", "W_query", w.query, cfg.d_out, cfg.d_in, cfg.qkv_bias);
-  check_linear("mha", "W_key", w.key, cfg.d_out, cfg.d_in, cfg.qkv_bias);
-  check_linear("mha", "W_value", w.value, cfg.d_out, cfg.d_in, cfg.qkv_bias);
+  check_linear("mha", "W_key", w.key, cfg.d_kv(), cfg.d_in, cfg.qkv_bias);
+  check_linear("mha", "W_value", w.value, cfg.d_kv(), cfg.d_in, cfg.qkv_bias);
   if (cfg.out_proj) {
     check_linear("mha", "out_proj", w.out_proj, cfg.d_out, cfg.d_out, true);
   } else if (w.out_proj.out != 0 || !w.out_proj.weight.empty() || !w.out_proj.bias.empty()) {

@@ -60,7 +60,8 @@ void attend(const double* q, const T* k, const T* v, std::int64_t stride, std::i
 std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
                                  std::span<const float> x, std::int64_t batch, std::int64_t seq_len,
                                  std::span<const row> rows, const mha::run_options& options) {
-  const std::int64_t hd = cfg.head_dim(), d = cfg.d_out;
+  const std::int64_t hd = cfg.head_dim(), d = cfg.d_out, d_kv = cfg.d_kv();
+  const std::int64_t group = cfg.n_heads / cfg.kv_heads();  // query heads per K/V head
   const mha::detail::dropout_spec drop{options.training ? cfg.dropout : 0.0f, options.seed};
   std::vector<double> result(rows.size() * static_cast<std::size_t>(d));
   std::vector<double> a(static_cast<std::size_t>(seq_len)), context(static_cast<std::size_t>(d));
@@ -77,7 +78,8 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
       const std::int64_t i = rows[r].token;
       const std::vector<double> q = project(w.query, xb, i, 1);
       for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
-        attend(q.data() + h * hd, k.data() + h * hd, v.data() + h * hd, d, seq_len, hd, i,
+        const std::int64_t g = h / group;
+        attend(q.data() + h * hd, k.data() + g * hd, v.data() + g * hd, d_kv, seq_len, hd, i,
                cfg.causal, drop, b, h, a.data(), context.data() + h * hd);
       }
       const std::vector<double> y = cfg.out_proj ? project(w.out_proj, context, 0, 1) : context;

@@ -34,7 +34,7 @@ void scores(const attention_args& a, std::int64_t b, std::int64_t h, std::vector
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
     for (std::int64_t j = 0; j < keys(a, i); ++j) {
       const float* q = a.q.row(b, h, i);
-      const float* k = a.k.row(b, h, j);
+      const float* k = a.k.row(b, h / a.kv_group, j);
       float dot = 0.0f;
       for (std::int64_t d = 0; d < a.head_dim; ++d) dot += q[d] * k[d];
       s[i * a.seq_len + j] = a.scale * dot;
@@ -80,7 +80,7 @@ void weighted_values(const attention_args& a, std::int64_t b, std::int64_t h,
     float* out = a.out.row(b, h, i);
     std::fill(out, out + a.head_dim, 0.0f);
     for (std::int64_t j = 0; j < keys(a, i); ++j) {
-      const float* v = a.v.row(b, h, j);
+      const float* v = a.v.row(b, h / a.kv_group, j);
       for (std::int64_t d = 0; d < a.head_dim; ++d) out[d] += s[i * a.seq_len + j] * v[d];
     }
   }
@@ -114,6 +114,12 @@ struct naive_impl final : backend {
   }
   // Plain loops compiled for the x86-64 baseline; whatever the compiler vectorises is SSE2.
   std::string isa() const override { return "scalar"; }
+  // Grouped-query attention too: each query head reads its group's K/V head (kv_group).
+  support supports(const problem& p) const override {
+    problem ungrouped = p;
+    ungrouped.cfg.n_kv_heads = 0;
+    return backend::supports(ungrouped);
+  }
 
  private:
   std::unique_ptr<plan> make_plan(const config& cfg, formulation form,

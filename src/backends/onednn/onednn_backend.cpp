@@ -1,32 +1,29 @@
-// The oneDNN backend: both formulations as sequences of oneDNN primitives (docs/design.md §2), built once
-// per input shape and cached in the plan.
+// The oneDNN backend: the shared wrapper / split-weight drivers (common/driver.hpp) over a kernel
+// set of oneDNN primitives (docs/design.md §2), built on first use of a shape and cached per plan.
 #include <omp.h>
 
-#include <array>
+#include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "backends/onednn/introspection.hpp"
 #include "backends/onednn/primitives.hpp"
+#include "common/driver.hpp"
 #include "core/checks.hpp"
-#include "common/buffer.hpp"
 #include "core/dropout.hpp"
 #include "core/text.hpp"
 #include "mha/backends/onednn.hpp"
 #include "mha/error.hpp"
-#include "mha/problem.hpp"
 
 namespace mha {
 namespace {
 
-using detail::attention_steps;
-using detail::float_buffer;
-using detail::matmul_step;
-using detail::packed_linear;
-using detail::reorder_step;
+using detail::scratch_pool;
 using detail::text;
 
 constexpr std::string_view onednn_name = "onednn";
@@ -67,150 +64,68 @@ class openmp_threads {
   bool set_;
 };
 
-// The primitives of one input shape (batch, seq_len) of one plan, for one OpenMP team size:
-// oneDNN sizes a primitive's work partition by omp_get_max_threads() when it is created and keeps
-// it for every execution (its own primitive cache keys on the thread count for the same reason),
-// so a primitive built for 1 thread would run single-threaded when asked for 2.
-//   split_weight: x -> projection (d_out wide) -> head split, for Q, K, V; attention over the
-//                 batch * heads dense slices; head merge; out_proj.
-//   wrapper:      per head, x -> projection (head_dim wide) for Q, K, V into the head's own
-//                 buffers; attention over its batch slices, into its block of a heads-outer
-//                 buffer; after the last head, head merge (the concatenation); out_proj.
-// With one head the split and merge are identities and are left out.
-struct shape_steps {
-  // `projected` is any of the plan's Q/K/V layers (they share shape, layout and bias presence),
-  // `out` its out_proj layer or null.
-  shape_steps(const dnnl::engine& engine, const config& cfg, formulation form, std::int64_t b,
-              std::int64_t t, const packed_linear& projected, const packed_linear* out)
-      : batch(b),
-        seq_len(t),
-        threads(omp_get_max_threads()),
-        projection(detail::make_linear(engine, b * t, projected)),
-        attention(
-            engine, t, cfg.head_dim(),
-            detail::attention_group(form == formulation::split_weight ? b * cfg.n_heads : b, t),
-            cfg.causal, 1.0f / std::sqrt(static_cast<float>(cfg.head_dim()))) {
-    const std::int64_t h = cfg.n_heads, hd = cfg.head_dim();
-    if (h > 1) {
-      if (form == formulation::split_weight) {
-        head_split.emplace(detail::make_head_split(engine, b, t, h, hd));
-      }
-      head_merge.emplace(detail::make_head_merge(engine,
-                                                 form == formulation::split_weight
-                                                     ? detail::head_major::batch_outer
-                                                     : detail::head_major::heads_outer,
-                                                 b, t, h, hd));
-    }
-    if (out != nullptr) out_proj.emplace(detail::make_linear(engine, b * t, *out));
-    scratchpad_bytes =
-        std::max({detail::scratchpad_bytes(projection.pd), attention.scratchpad_bytes(),
-                  scratchpad_of(head_split), scratchpad_of(head_merge), scratchpad_of(out_proj)});
-  }
-
-  std::vector<std::string> describe() const {
-    std::vector<std::string> out = {detail::describe("projection", projection.pd)};
-    if (head_split) out.push_back(detail::describe("head_split", head_split->pd));
-    attention.describe(out);
-    if (head_merge) out.push_back(detail::describe("head_merge", head_merge->pd));
-    if (out_proj) out.push_back(detail::describe("out_proj", out_proj->pd));
-    return out;
-  }
-
-  std::int64_t batch, seq_len;
-  int threads;             // the OpenMP team size the primitives were created for
-  matmul_step projection;  // x -> Q, K or V: all heads (split_weight) or one head (wrapper)
-  std::optional<reorder_step> head_split;
-  attention_steps attention;
-  std::optional<reorder_step> head_merge;
-  std::optional<matmul_step> out_proj;
-  std::size_t scratchpad_bytes = 0;  // the most any step needs; steps run one after another
-
- private:
-  template <class Step>
-  static std::size_t scratchpad_of(const std::optional<Step>& step) {
-    return step ? detail::scratchpad_bytes(step->pd) : 0;
-  }
-};
-
-// The steps of the most recently run (shape, team size) pairs. Thread-safe: concurrent runs share
-// entries through shared_ptr, so evicting one never pulls it from under a run that is using it.
-class step_cache {
+// Primitives built for one key (a shape and the OpenMP team size they were created for: oneDNN
+// sizes a primitive's work partition by omp_get_max_threads() when it is created and keeps it for
+// every execution, so a primitive built for 1 thread would run single-threaded when asked for 2).
+// Keeps the `capacity` most recently used. Thread-safe: concurrent runs share entries through
+// shared_ptr, so evicting one never pulls it from under a run that is using it.
+template <class Key, class Value, std::size_t capacity>
+class primitive_cache {
  public:
   template <class Build>
-  std::shared_ptr<const shape_steps> get(std::int64_t batch, std::int64_t seq_len, int threads,
-                                         Build&& build) const {
-    if (auto found = find(batch, seq_len, threads)) return found;
+  std::shared_ptr<const Value> get(const Key& key, Build&& build) const {
+    if (auto found = find(key)) return found;
     // Built outside the lock (it JIT-compiles kernels): other shapes keep running meanwhile.
-    // Two threads may both build a new shape; the first to insert wins.
-    std::shared_ptr<const shape_steps> built = build();
+    // Two threads may both build a new key; the first to insert wins.
+    auto built = std::make_shared<const Value>(build());
     std::lock_guard lock(mutex_);
-    for (const auto& entry : recent_) {
-      if (matches(*entry, batch, seq_len, threads)) return entry;
+    for (const auto& [k, v] : recent_) {
+      if (k == key) return v;
     }
-    recent_.push_front(std::move(built));
+    recent_.emplace_front(key, std::move(built));
     if (recent_.size() > capacity) recent_.pop_back();
-    return recent_.front();
+    return recent_.front().second;
   }
 
-  // The team sizes cached for (batch, seq_len), most recently used first.
-  std::vector<int> team_sizes(std::int64_t batch, std::int64_t seq_len) const {
+  // f(key, value) for every entry, most recently used first.
+  template <class F>
+  void for_each(F&& f) const {
     std::lock_guard lock(mutex_);
-    std::vector<int> out;
-    for (const auto& entry : recent_) {
-      if (entry->batch == batch && entry->seq_len == seq_len) out.push_back(entry->threads);
-    }
-    return out;
+    for (const auto& [k, v] : recent_) f(k, *v);
   }
 
  private:
-  // A plan usually serves one or a few shapes; the bound keeps one that sees many (every T of a
-  // generation loop) from holding every shape's kernels and (T, T) masks.
-  static constexpr std::size_t capacity = 8;
-
-  static bool matches(const shape_steps& s, std::int64_t batch, std::int64_t seq_len, int threads) {
-    return s.batch == batch && s.seq_len == seq_len && s.threads == threads;
-  }
-
-  std::shared_ptr<const shape_steps> find(std::int64_t batch, std::int64_t seq_len,
-                                          int threads) const {
+  std::shared_ptr<const Value> find(const Key& key) const {
     std::lock_guard lock(mutex_);
     for (auto it = recent_.begin(); it != recent_.end(); ++it) {
-      if (matches(**it, batch, seq_len, threads)) {
+      if (it->first == key) {
         recent_.splice(recent_.begin(), recent_, it);  // most recently used first
-        return recent_.front();
+        return it->second;
       }
     }
     return nullptr;
   }
 
   mutable std::mutex mutex_;
-  mutable std::list<std::shared_ptr<const shape_steps>> recent_;
+  mutable std::list<std::pair<Key, std::shared_ptr<const Value>>> recent_;
 };
 
-// The buffers of one run, carved from a single allocation.
-struct call_buffers {
-  enum piece { scratchpad, staging, q, k, v, heads_out, context, scores, piece_count };
-
-  // sizes[p]: floats of piece p (0 when unused). Each piece starts on a 64-byte boundary.
-  explicit call_buffers(const std::array<std::size_t, piece_count>& sizes) {
-    constexpr std::size_t line = 64 / sizeof(float);
-    std::array<std::size_t, piece_count> offset{};
-    std::size_t total = 0;
-    for (std::size_t p = 0; p < piece_count; ++p) {
-      offset[p] = total;
-      total += (sizes[p] + line - 1) / line * line;
-    }
-    storage = float_buffer(total);
-    for (std::size_t p = 0; p < piece_count; ++p) at[p] = storage.data() + offset[p];
-  }
-
-  float* operator[](piece p) const noexcept { return at[p]; }
-  std::byte* scratchpad_bytes() const noexcept {
-    return reinterpret_cast<std::byte*>(at[scratchpad]);
-  }
-
-  float_buffer storage;
-  std::array<float*, piece_count> at{};
+struct linear_key {
+  std::int64_t rows, in, out;
+  bool bias;
+  int threads;
+  bool operator==(const linear_key&) const = default;
+};
+struct head_split_key {
+  std::int64_t batch, seq_len, heads, head_dim;
+  int threads;
+  bool operator==(const head_split_key&) const = default;
+};
+struct attention_key {
+  std::int64_t seq_len, head_dim, group;
+  bool causal;
+  int threads;
+  bool operator==(const attention_key&) const = default;
 };
 
 // Training mode: row i of slice s of a group's attention weights (group, seq_len, seq_len) times
@@ -234,144 +149,173 @@ struct batch_head {
   std::int64_t b, h;
 };
 
-// Q, K and V projections: of all heads (split_weight) or of one head (wrapper).
-struct qkv {
-  packed_linear query, key, value;
-};
-
-qkv pack_qkv(const linear_weights& query, const linear_weights& key, const linear_weights& value) {
-  const dnnl::engine& e = cpu_engine();
-  return {detail::pack_linear(e, query), detail::pack_linear(e, key),
-          detail::pack_linear(e, value)};
+// Whether v holds `heads` (rows, head_dim) slices per batch element back to back: the dense
+// head-major layout the attention primitives read a group of slices from in place.
+template <class T>
+bool dense_head_major(const detail::head_view<T>& v, std::int64_t heads, std::int64_t rows,
+                      std::int64_t head_dim) {
+  const std::int64_t slice = rows * head_dim;
+  return v.row_stride == head_dim && (heads == 1 || v.head_stride == slice) &&
+         v.batch_stride == heads * slice;
 }
 
-class onednn_plan final : public plan {
+// The oneDNN primitives as a kernel set of the shared drivers (common/driver.hpp), sequential
+// between primitives (each primitive is threaded by oneDNN's OpenMP runtime):
+//   linear:        one matmul with fused bias, on weights packed in oneDNN's preferred layout;
+//   project_heads: that matmul into a staging buffer, then a reorder into (batch, heads,
+//                  seq_len, head_dim), the layout the attention primitives read a group of
+//                  heads from;
+//   attention:     per group of (b, h) slices, scores (matmul with the scale and the causal
+//                  mask fused), softmax in place, weights V (matmul) into a dense buffer, whose
+//                  rows are then copied to the output's strided columns (the head merge).
+// Primitives are built on first use of their shape and team size and kept per plan; every
+// primitive runs on a user scratchpad, taken with the staging, scores and output buffers from
+// one lease of the set's scratch pool.
+class onednn_kernel_set {
  public:
-  onednn_plan(const mha::config& cfg, mha::formulation form, const weights& w)
-      : plan(cfg, form, onednn_name) {
-    rethrowing_dnnl_errors([&] { return text("packing the weights of ", to_string(cfg)); },
-                           [&] { pack(w); });
+  using packed_linear = detail::packed_linear;
+
+  packed_linear pack(const linear_weights& w) const {
+    return rethrowing_dnnl_errors([&] { return text("packing a (", w.out, ", ", w.in, ") layer"); },
+                                  [&] { return detail::pack_linear(cpu_engine(), w); });
   }
 
-  std::vector<std::string> implementations(std::int64_t batch, std::int64_t seq_len) const {
-    return steps(batch, seq_len)->describe();
-  }
-
-  std::vector<int> cached_team_sizes(std::int64_t batch, std::int64_t seq_len) const {
-    return cache_.team_sizes(batch, seq_len);
-  }
-
- private:
-  using piece = call_buffers::piece;
-
-  void pack(const weights& w) {
-    const mha::config& cfg = config();
-    if (formulation() == mha::formulation::split_weight) {
-      qkv_.push_back(pack_qkv(w.query, w.key, w.value));
-    } else {
-      // The wrapper's heads own separately allocated (head_dim, d_in) weights.
-      for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
-        const head_weights head = w.head(cfg, h);
-        qkv_.push_back(pack_qkv(head.query, head.key, head.value));
-      }
-    }
-    if (cfg.out_proj) out_proj_.emplace(detail::pack_linear(cpu_engine(), w.out_proj));
-  }
-
-  // The shape's steps for the calling thread's current OpenMP team size (execute sets it first).
-  std::shared_ptr<const shape_steps> steps(std::int64_t batch, std::int64_t seq_len) const {
-    return cache_.get(batch, seq_len, omp_get_max_threads(), [&] {
-      return rethrowing_dnnl_errors(
-          [&] {
-            return text("building the primitives of ",
-                        to_string(problem{config(), formulation(), batch, seq_len}));
-          },
-          [&] {
-            return std::make_shared<const shape_steps>(cpu_engine(), config(), formulation(), batch,
-                                                       seq_len, qkv_.front().query,
-                                                       out_proj_ ? &*out_proj_ : nullptr);
-          });
-    });
-  }
-
-  std::array<std::size_t, piece::piece_count> sizes(const shape_steps& s) const {
-    const mha::config& cfg = config();
-    const auto rows = static_cast<std::size_t>(s.batch * s.seq_len);
-    const auto d_out = static_cast<std::size_t>(cfg.d_out);
-    const auto qkv_floats =
-        rows * static_cast<std::size_t>(
-                   formulation() == mha::formulation::split_weight ? cfg.d_out : cfg.head_dim());
-    std::array<std::size_t, piece::piece_count> n{};
-    n[piece::scratchpad] = (s.scratchpad_bytes + sizeof(float) - 1) / sizeof(float);
-    n[piece::staging] = s.head_split ? rows * d_out : 0;
-    n[piece::q] = n[piece::k] = n[piece::v] = qkv_floats;
-    n[piece::heads_out] = s.head_merge ? rows * d_out : 0;
-    n[piece::context] = s.out_proj ? rows * d_out : 0;
-    n[piece::scores] = s.attention.score_floats();
-    return n;
-  }
-
-  void execute(tensor_view<const float> x, tensor_view<float> y,
-               const run_options& options) const override {
-    const openmp_threads threads(options.threads);
-    // The scores of a group of heads (at least one T x T slice) and the causal mask (T x T).
-    detail::check_score_memory("onednn", x.seq_len(), config().causal ? 2 : 1);
-    const auto s = steps(x.batch(), x.seq_len());
-    auto what = [&] {
-      return text("running ", to_string(problem{config(), formulation(), x.batch(), x.seq_len()}));
-    };
-    rethrowing_dnnl_errors(what, [&] {
-      const call_buffers b(sizes(*s));
-      // The heads' merged output: out_proj's input, or y itself.
-      float* context = s->out_proj ? b[piece::context] : y.data();
-      // Attention writes head-major, then the merge moves it into `context`.
-      float* heads_out = s->head_merge ? b[piece::heads_out] : context;
-      const detail::dropout_spec dropout =
-          options.training ? detail::dropout_spec{config().dropout, options.seed}
-                           : detail::dropout_spec{};
+  void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) const {
+    rethrowing_dnnl_errors([&] { return text("in a (", rows, " rows) projection"); }, [&] {
+      const auto step = linear_step(w, rows);
+      scratch_pool::lease scratch(scratch_, floats(detail::scratchpad_bytes(step->pd)));
       dnnl::stream stream(cpu_engine());
-      if (formulation() == mha::formulation::split_weight) {
-        split_weight(*s, stream, x.data(), heads_out, b, dropout);
-      } else {
-        wrapper(*s, stream, x.data(), heads_out, b, dropout);
-      }
-      if (s->head_merge) s->head_merge->run(stream, heads_out, context, b.scratchpad_bytes());
-      if (s->out_proj) {
-        s->out_proj->run(stream, context, out_proj_->weight_data(), out_proj_->bias_data(),
-                         y.data(), nullptr, b.scratchpad_bytes());
-      }
+      step->run(stream, x, w.weight_data(), w.bias_data(), y, nullptr, bytes(scratch));
       stream.wait();
     });
   }
 
-  // out (rows, width) = x W^T + b with the shape's projection.
-  static void project(const shape_steps& s, dnnl::stream& stream, const float* x,
-                      const packed_linear& w, float* out, const call_buffers& b) {
-    s.projection.run(stream, x, w.weight_data(), w.bias_data(), out, nullptr, b.scratchpad_bytes());
+  // One head is already head-major; more go through the staging buffer and the head split.
+  std::optional<detail::head_view<const float>> project_heads(const packed_linear& w,
+                                                              const float* x, std::int64_t batch,
+                                                              std::int64_t seq_len,
+                                                              std::int64_t heads, float* y) const {
+    if (heads == 1) return std::nullopt;
+    const std::int64_t rows = batch * seq_len, width = w.weights.get_desc().dims()[1];
+    const std::int64_t hd = width / heads;
+    rethrowing_dnnl_errors([&] { return text("in a (", rows, " rows) head projection"); }, [&] {
+      const auto step = linear_step(w, rows);
+      const auto split = split_cache_.get(head_split_key{batch, seq_len, heads, hd, team()}, [&] {
+        return detail::make_head_split(cpu_engine(), batch, seq_len, heads, hd);
+      });
+      const std::size_t staging = static_cast<std::size_t>(rows * width);
+      const std::size_t pad = floats(std::max(detail::scratchpad_bytes(step->pd),
+                                              detail::scratchpad_bytes(split->pd)));
+      scratch_pool::lease scratch(scratch_, staging + pad);
+      std::byte* scratchpad = bytes(scratch, staging);
+      dnnl::stream stream(cpu_engine());
+      step->run(stream, x, w.weight_data(), w.bias_data(), scratch.data(), nullptr, scratchpad);
+      split->run(stream, scratch.data(), y, scratchpad);
+      stream.wait();
+    });
+    return detail::head_view<const float>{y, heads * seq_len * hd, seq_len * hd, hd};
   }
 
-  // Attention over `count` consecutive (seq_len, head_dim) slices of q, k, v into out, a group
-  // at a time; slice i is (b, h) = where(i) for the dropout mask.
-  template <class Where>
-  void attend(const shape_steps& s, dnnl::stream& stream, const call_buffers& b, const float* q,
-              const float* k, const float* v, float* out, std::int64_t count,
-              const detail::dropout_spec& dropout, Where where) const {
-    const std::int64_t group = s.attention.group(), hd = config().head_dim();
-    const std::int64_t slice = s.seq_len * hd;
-    for (std::int64_t first = 0; first < count; first += group) {
-      const std::int64_t at = first * slice;
-      auto between = [&](float* weights) {
-        if (!dropout.active()) return;
-        apply_dropout(dropout, weights, group, s.seq_len,
-                      [&](std::int64_t i) { return where(first + i); });
-      };
-      s.attention.run_group(stream, q + at, k + at, v + at, out + at, b[piece::scores],
-                            b.scratchpad_bytes(), between);
-      if (config().causal) {
+  // q, k and v must be dense head-major (the layouts project_heads and the wrapper's per-head
+  // buffers give); out may be any head_view.
+  void attention(const detail::attention_args& a) const {
+    assert(a.kv_group == 1);  // the backend declines grouped K/V (backend::supports)
+    assert(dense_head_major(a.q, a.heads, a.seq_len, a.head_dim) &&
+           dense_head_major(a.k, a.heads, a.seq_len, a.head_dim) &&
+           dense_head_major(a.v, a.heads, a.seq_len, a.head_dim));
+    // The scores of a group of heads (at least one T x T slice) and the causal mask (T x T).
+    detail::check_score_memory("onednn", a.seq_len, a.causal ? 2 : 1);
+    rethrowing_dnnl_errors([&] { return text("in attention over ", a.seq_len, " tokens"); }, [&] {
+      const std::int64_t count = a.batch * a.heads, t = a.seq_len, hd = a.head_dim;
+      const std::int64_t group = detail::attention_group(count, t);
+      const auto steps = attention_cache_.get(attention_key{t, hd, group, a.causal, team()}, [&] {
+        return detail::attention_steps(cpu_engine(), t, hd, group, a.causal, a.scale);
+      });
+      const std::size_t scores = steps->score_floats(), out = static_cast<std::size_t>(group * t * hd);
+      scratch_pool::lease scratch(scratch_, scores + out + floats(steps->scratchpad_bytes()));
+      const group_buffers buf{scratch.data(), scratch.data() + scores,
+                              bytes(scratch, scores + out)};
+      dnnl::stream stream(cpu_engine());
+      const std::int64_t slice = t * hd;
+      auto where = [&](std::int64_t s) { return batch_head{s / a.heads, a.first_head + s % a.heads}; };
+      for (std::int64_t first = 0; first < count; first += group) {
+        auto between = [&](float* weights) {
+          if (!a.dropout.active()) return;
+          apply_dropout(a.dropout, weights, group, t,
+                        [&](std::int64_t i) { return where(first + i); });
+        };
+        const std::int64_t at = first * slice;
+        steps->run_group(stream, a.q.data + at, a.k.data + at, a.v.data + at, buf.out, buf.scores,
+                         buf.scratchpad, between);
         stream.wait();
-        keep_causal_rows_finite(s, stream, b, q + at, k + at, v + at, out + at, between);
+        if (a.causal) {
+          keep_causal_rows_finite(*steps, stream, buf, a.k.data + at, a.v.data + at,
+                                  a.q.data + at, hd, between);
+        }
+        // The head merge: each slice's rows into its columns of the output.
+        for (std::int64_t s = 0; s < group; ++s) {
+          const auto [b, h] = batch_head{(first + s) / a.heads, (first + s) % a.heads};
+          for (std::int64_t i = 0; i < t; ++i)
+            std::copy_n(buf.out + (s * t + i) * hd, hd, a.out.row(b, h, i));
+        }
       }
-    }
+    });
+  }
+
+  // run_options::threads as the calling thread's OpenMP team size for the run.
+  template <class F>
+  void run(const run_options& options, F&& f) const {
+    const openmp_threads threads(options.threads);
+    f();
+  }
+  template <class F>
+  static void for_each(std::int64_t n, F&& f) {
+    for (std::int64_t i = 0; i < n; ++i) f(i);
+  }
+
+  // "<step> <implementation>" for every primitive built for input shape (batch, seq_len).
+  std::vector<std::string> implementations(std::int64_t batch, std::int64_t seq_len) const {
+    std::vector<std::string> out;
+    linear_cache_.for_each([&](const linear_key& k, const detail::matmul_step& step) {
+      if (k.rows == batch * seq_len) out.push_back(detail::describe("projection", step.pd));
+    });
+    split_cache_.for_each([&](const head_split_key& k, const detail::reorder_step& step) {
+      if (k.batch == batch && k.seq_len == seq_len)
+        out.push_back(detail::describe("head_split", step.pd));
+    });
+    attention_cache_.for_each([&](const attention_key& k, const detail::attention_steps& steps) {
+      if (k.seq_len == seq_len) steps.describe(out);
+    });
+    return out;
+  }
+
+  // The team sizes of the projections built for batch * seq_len rows, most recently used first.
+  std::vector<int> team_sizes(std::int64_t batch, std::int64_t seq_len) const {
+    std::vector<int> out;
+    linear_cache_.for_each([&](const linear_key& k, const detail::matmul_step&) {
+      if (k.rows == batch * seq_len && std::ranges::find(out, k.threads) == out.end())
+        out.push_back(k.threads);
+    });
+    return out;
+  }
+
+ private:
+  struct group_buffers {
+    float *scores, *out;
+    std::byte* scratchpad;
+  };
+
+  static int team() { return omp_get_max_threads(); }
+  static std::size_t floats(std::size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); }
+  static std::byte* bytes(scratch_pool::lease& scratch, std::size_t offset = 0) {
+    return reinterpret_cast<std::byte*>(scratch.data() + offset);
+  }
+
+  std::shared_ptr<const detail::matmul_step> linear_step(const packed_linear& w,
+                                                         std::int64_t rows) const {
+    const dnnl::memory::dims dims = w.weights.get_desc().dims();
+    return linear_cache_.get(linear_key{rows, dims[0], dims[1], w.bias_data() != nullptr, team()},
+                             [&] { return detail::make_linear(cpu_engine(), rows, w); });
   }
 
   // The dense products multiply masked weights (0) by every key and value, and a masked score
@@ -380,11 +324,10 @@ class onednn_plan final : public plan {
   // such token are recomputed from K and V with the non-finite values replaced by 0, which those
   // rows never see: their outputs are then exactly those of the same input without the NaN.
   template <class Between>
-  void keep_causal_rows_finite(const shape_steps& s, dnnl::stream& stream, const call_buffers& b,
-                               const float* q, const float* k, const float* v, float* out,
-                               Between& between) const {
-    const std::int64_t group = s.attention.group(), hd = config().head_dim(), t = s.seq_len;
-    const std::int64_t slice = t * hd;
+  void keep_causal_rows_finite(const detail::attention_steps& steps, dnnl::stream& stream,
+                               const group_buffers& buf, const float* k, const float* v,
+                               const float* q, std::int64_t hd, Between& between) const {
+    const std::int64_t group = steps.group(), t = steps.seq_len(), slice = t * hd;
     std::vector<std::int64_t> first_bad(static_cast<std::size_t>(group), t);
     bool any = false;
     for (std::int64_t g = 0; g < group; ++g) {
@@ -401,54 +344,25 @@ class onednn_plan final : public plan {
     std::vector<float> clean_k(k, k + n), clean_v(v, v + n), rows(n);
     for (float& e : clean_k) e = std::isfinite(e) ? e : 0.0f;
     for (float& e : clean_v) e = std::isfinite(e) ? e : 0.0f;
-    s.attention.run_group(stream, q, clean_k.data(), clean_v.data(), rows.data(), b[piece::scores],
-                          b.scratchpad_bytes(), between);
+    steps.run_group(stream, q, clean_k.data(), clean_v.data(), rows.data(), buf.scores,
+                    buf.scratchpad, between);
     stream.wait();
     for (std::int64_t g = 0; g < group; ++g) {
       const std::int64_t keep = first_bad[static_cast<std::size_t>(g)] * hd;
-      std::copy_n(rows.data() + g * slice, keep, out + g * slice);
+      std::copy_n(rows.data() + g * slice, keep, buf.out + g * slice);
     }
   }
 
-  void split_weight(const shape_steps& s, dnnl::stream& stream, const float* x, float* heads_out,
-                    const call_buffers& b, const detail::dropout_spec& dropout) const {
-    const qkv& w = qkv_.front();
-    for (const auto& [layer, out] :
-         {std::pair{&w.query, b[piece::q]}, std::pair{&w.key, b[piece::k]},
-          std::pair{&w.value, b[piece::v]}}) {
-      if (s.head_split) {
-        project(s, stream, x, *layer, b[piece::staging], b);
-        s.head_split->run(stream, b[piece::staging], out, b.scratchpad_bytes());
-      } else {
-        project(s, stream, x, *layer, out, b);
-      }
-    }
-    const std::int64_t heads = config().n_heads;
-    attend(s, stream, b, b[piece::q], b[piece::k], b[piece::v], heads_out, s.batch * heads, dropout,
-           [&](std::int64_t i) {
-             return batch_head{i / heads, i % heads};
-           });
-  }
-
-  void wrapper(const shape_steps& s, dnnl::stream& stream, const float* x, float* heads_out,
-               const call_buffers& b, const detail::dropout_spec& dropout) const {
-    const std::int64_t per_head = s.batch * s.seq_len * config().head_dim();
-    for (std::int64_t h = 0; h < config().n_heads; ++h) {
-      const qkv& w = qkv_[static_cast<std::size_t>(h)];
-      project(s, stream, x, w.query, b[piece::q], b);
-      project(s, stream, x, w.key, b[piece::k], b);
-      project(s, stream, x, w.value, b[piece::v], b);
-      attend(s, stream, b, b[piece::q], b[piece::k], b[piece::v], heads_out + h * per_head, s.batch,
-             dropout, [&](std::int64_t i) {
-               return batch_head{i, h};
-             });
-    }
-  }
-
-  std::vector<qkv> qkv_;  // split_weight: one entry; wrapper: one per head, in head order
-  std::optional<packed_linear> out_proj_;
-  step_cache cache_;
+  // A plan's projections use two shapes per input shape (Q/K/V and out_proj); the bounds keep
+  // a plan that sees many shapes (every T of a generation loop) from holding every shape's
+  // kernels and (T, T) masks.
+  primitive_cache<linear_key, detail::matmul_step, 16> linear_cache_;
+  primitive_cache<head_split_key, detail::reorder_step, 8> split_cache_;
+  primitive_cache<attention_key, detail::attention_steps, 8> attention_cache_;
+  scratch_pool scratch_;
 };
+
+using onednn_plan = detail::driver_plan<onednn_kernel_set>;
 
 // The ISA oneDNN's kernels run on (dnnl::get_effective_cpu_isa()), in oneDNN's spelling.
 std::string_view isa_name(dnnl::cpu_isa isa) {
@@ -498,7 +412,7 @@ struct onednn_impl final : backend {
  private:
   std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
                                   const weights& w) const override {
-    return std::make_unique<onednn_plan>(cfg, form, w);
+    return std::make_unique<onednn_plan>(cfg, form, w, name());
   }
 };
 
@@ -545,13 +459,19 @@ const onednn_plan& introspected(std::string_view caller, const plan& p, std::int
 
 std::vector<std::string> detail::onednn_implementations(const plan& p, std::int64_t batch,
                                                         std::int64_t seq_len) {
-  return introspected("onednn_implementations", p, batch, seq_len).implementations(batch, seq_len);
+  const onednn_plan& own = introspected("onednn_implementations", p, batch, seq_len);
+  // A run on zeros builds (or finds) every primitive of the shape at the caller's team size.
+  const std::vector<float> x(static_cast<std::size_t>(batch * seq_len * p.config().d_in));
+  std::vector<float> y(static_cast<std::size_t>(batch * seq_len * p.config().d_out));
+  p.run({x.data(), batch, seq_len, p.config().d_in}, {y.data(), batch, seq_len, p.config().d_out});
+  return own.kernels().implementations(batch, seq_len);
 }
 
 std::vector<int> detail::onednn_cached_team_sizes(const plan& p, std::int64_t batch,
                                                   std::int64_t seq_len) {
   return introspected("onednn_cached_team_sizes", p, batch, seq_len)
-      .cached_team_sizes(batch, seq_len);
+      .kernels()
+      .team_sizes(batch, seq_len);
 }
 
 }  // namespace mha

@@ -105,14 +105,6 @@ reorder_step make_head_split(const dnnl::engine& engine, std::int64_t batch, std
                       {{batch, heads, seq_len, head_dim}, dt::f32, tag::abcd});
 }
 
-reorder_step make_head_merge(const dnnl::engine& engine, head_major from, std::int64_t batch,
-                             std::int64_t seq_len, std::int64_t heads, std::int64_t head_dim) {
-  // Dims {batch, heads, seq_len, head_dim} in both; heads-outer storage is the permutation bacd.
-  const dnnl::memory::desc source({batch, heads, seq_len, head_dim}, dt::f32,
-                                  from == head_major::batch_outer ? tag::abcd : tag::bacd);
-  return make_reorder(engine, source, token_major(batch, seq_len, heads, head_dim));
-}
-
 std::int64_t attention_group(std::int64_t count, std::int64_t seq_len) {
   constexpr std::int64_t score_budget_bytes = std::int64_t{256} * 1024;
   const std::int64_t per_slice = seq_len * seq_len * static_cast<std::int64_t>(sizeof(float));

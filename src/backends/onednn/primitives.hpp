@@ -1,6 +1,7 @@
-// Internal: the oneDNN primitives of one forward-pass shape, and how to run them on raw buffers.
+// Internal: the oneDNN primitives the backend's kernel set builds, and how to run them on raw
+// buffers.
 //
-// Everything here is built once per (batch, seq_len) and then only executed. Every primitive uses
+// Everything here is built once per shape (and OpenMP team size) and then only executed. Every primitive uses
 // a user-managed scratchpad: oneDNN's default (library) scratchpad is shared by the primitives of
 // a thread and may only be used from the thread that created them, while user mode is thread-safe
 // as long as each execution passes its own scratchpad (oneDNN 2.6, dnnl::scratchpad_mode). So a
@@ -58,12 +59,6 @@ struct reorder_step {
   void run(dnnl::stream& stream, const float* src, float* dst, std::byte* scratchpad) const;
 };
 
-// Where each head's (seq_len, head_dim) block sits in a head-major buffer.
-enum class head_major {
-  batch_outer,  // (batch, heads, seq_len, head_dim): the split_weight form's attention layout
-  heads_outer,  // (heads, batch, seq_len, head_dim): the wrapper's heads, one after another
-};
-
 // The head split: (batch, seq_len, heads * head_dim) row-major -> (batch, heads, seq_len,
 // head_dim) dense. A copy, kept because it measured faster than reading the heads in place
 // (B4 T256 d768, 1 thread, median ms, reorders included):
@@ -75,10 +70,6 @@ enum class head_major {
 //   for a second attention layout; not kept.
 reorder_step make_head_split(const dnnl::engine& engine, std::int64_t batch, std::int64_t seq_len,
                              std::int64_t heads, std::int64_t head_dim);
-
-// The head merge: a head-major buffer -> (batch, seq_len, heads * head_dim) row-major.
-reorder_step make_head_merge(const dnnl::engine& engine, head_major from, std::int64_t batch,
-                             std::int64_t seq_len, std::int64_t heads, std::int64_t head_dim);
 
 // The attention core over consecutive dense (seq_len, head_dim) slices, `group` at a time:
 //   scores  = scale * Q K^T (+ causal mask: -inf above the diagonal)   batched matmul
@@ -94,6 +85,7 @@ class attention_steps {
                   std::int64_t group, bool causal, float scale);
 
   std::int64_t group() const noexcept { return group_; }
+  std::int64_t seq_len() const noexcept { return seq_len_; }
   // Floats of one group's scores: group * seq_len^2.
   std::size_t score_floats() const noexcept {
     return static_cast<std::size_t>(group_ * seq_len_ * seq_len_);

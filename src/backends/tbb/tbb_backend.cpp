@@ -3,6 +3,7 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/version.h>
 
+#include <cassert>
 #include <optional>
 
 #include "backends/tbb/parallel.hpp"
@@ -37,6 +38,7 @@ struct tbb_kernel_set : detail::xsimd_kernel_set<Isa> {
     return g.view();
   }
   static void attention(const detail::attention_args& args) {
+    assert(args.kv_group == 1);  // the backend declines grouped K/V (backend::supports)
     detail::parallel_attention(base::kernels(), args);
   }
   template <class F>

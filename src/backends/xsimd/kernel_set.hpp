@@ -2,6 +2,7 @@
 // (common/driver.hpp), single-threaded; the TBB backend derives its parallel set from it.
 #pragma once
 
+#include <cassert>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -37,7 +38,10 @@ struct xsimd_kernel_set : sequential_execution {
     gemm(kernels(), g);
     return g.view();
   }
-  static void attention(const attention_args& args) { detail::attention(kernels(), args); }
+  static void attention(const attention_args& args) {
+    assert(args.kv_group == 1);  // the backend declines grouped K/V (backend::supports)
+    detail::attention(kernels(), args);
+  }
 };
 
 // A driver plan over Set<isa>, the kernel-set template instantiated for the ISA chosen at run
