@@ -1,6 +1,8 @@
 // mha backends: what is built in, best first.
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/arguments.hpp"
 #include "mha/registry.hpp"
@@ -8,11 +10,38 @@
 namespace mha_cli {
 namespace {
 
+// One problem per axis beyond fp32 multi-head attention, to ask each backend about.
+std::vector<std::pair<const char*, mha::problem>> feature_probes() {
+  mha::problem base;
+  base.cfg = {.d_in = 64, .d_out = 64, .n_heads = 8, .context_length = 16};
+  mha::problem grouped = base, bf16 = base, decode = base;
+  grouped.cfg.n_kv_heads = 2;
+  bf16.cfg.precision = mha::precision::bf16;
+  decode.past = 8;
+  return {{"grouped-query", grouped}, {"bf16", bf16}, {"decode", decode}};
+}
+
 int list_backends(const arguments&) {
   std::printf("%-10s %-8s %-16s %s\n", "backend", "threads", "isa", "description");
+  const auto probes = feature_probes();
   for (const mha::backend* b : mha::available_backends()) {
     std::printf("%-10s %-8d %-16s %s\n", std::string(b->name()).c_str(), b->max_threads(),
                 b->isa().c_str(), b->description().c_str());
+    // Both formulations are asked; one declined alone is named.
+    for (const auto& [feature, probe] : probes) {
+      std::vector<std::string> declines;
+      for (mha::formulation form : {mha::formulation::wrapper, mha::formulation::split_weight}) {
+        mha::problem p = probe;
+        p.form = form;
+        if (const mha::support s = b->supports(p); !s)
+          declines.push_back(std::string(mha::to_string(form)) + ": " + s.reason());
+      }
+      const std::string answer =
+          declines.empty()     ? "yes"
+          : declines.size() == 2 ? "declined: " + declines[0].substr(declines[0].find(": ") + 2)
+                                 : "declined in " + declines[0];
+      std::printf("%-10s   %-14s %s\n", "", feature, answer.c_str());
+    }
   }
   return 0;
 }
@@ -26,7 +55,8 @@ const command& backends_command() {
       "usage: mha backends\n\n"
       "Lists the backends built into this mha, best first: name, the most threads\n"
       "`mha run --threads` can use, the instruction set its kernels dispatch to on this CPU\n"
-      "(after MHA_XSIMD_ISA / ONEDNN_MAX_CPU_ISA caps), and a description.\n"
+      "(after MHA_XSIMD_ISA / ONEDNN_MAX_CPU_ISA caps), and a description; under each,\n"
+      "whether it computes grouped-query attention, bf16 and decode, or why it declines.\n"
       "The default backend is the first, or the one the environment variable MHA_BACKEND names.\n",
       {},
       {},
