@@ -222,8 +222,12 @@ int run_sweep(int argc, char** argv) {
     for (const sweep_point& p : sweep.points) {
       std::cout << "B=" << p.shape.batch << " T=" << p.shape.seq_len << " d_in=" << p.shape.d_model
                 << " d_out=" << p.shape.d_model << " H=" << p.shape.heads
-                << " head_dim=" << p.shape.head_dim() << " threads=" << p.threads
-                << " series=" << join(p.series, ",") << '\n';
+                << " head_dim=" << p.shape.head_dim();
+      if (p.shape.kv_heads > 0) std::cout << " kv_heads=" << p.shape.kv_heads;
+      if (p.shape.past > 0) std::cout << " past=" << p.shape.past;
+      if (p.shape.precision != mha::precision::fp32)
+        std::cout << " precision=" << mha::to_string(p.shape.precision);
+      std::cout << " threads=" << p.threads << " series=" << join(p.series, ",") << '\n';
     }
     return 0;
   }
@@ -240,10 +244,25 @@ int run_sweep(int argc, char** argv) {
 
   // Only the cases --benchmark_filter selects are registered, so counts, probes and the ETA
   // cover what will run.
+  // A case whose backend declines its problem is not registered; the result file's context
+  // names it with the reason (mha_declined), so a report can say what was not measured.
   std::vector<bench_case> cases;
+  std::vector<std::string> declined;
   const std::string filter = benchmark::GetBenchmarkFilter();
   for (bench_case& c : make_cases(sweep.points, infos, opt.formulations)) {
-    if (filter_selects(filter, c.name() + "/real_time")) cases.push_back(std::move(c));
+    if (!filter_selects(filter, c.name() + "/real_time")) continue;
+    if (const mha::support s = backends[c.backend]->supports(c.problem()); !s) {
+      declined.push_back(c.name() + ": " + s.reason());
+      continue;
+    }
+    cases.push_back(std::move(c));
+  }
+  if (log) {
+    for (const std::string& d : declined) *log << "mha_bench: declined " << d << '\n';
+  }
+  if (cases.empty() && !declined.empty()) {
+    std::cerr << "mha_bench: every selected benchmark is declined by its backend\n";
+    return 2;
   }
   if (cases.empty()) {
     std::cerr << "mha_bench: no benchmark of preset " << opt.preset
@@ -326,6 +345,7 @@ int run_sweep(int argc, char** argv) {
   for (const series& s : plan) series_text.push_back(to_string(s));
   benchmark::AddCustomContext("mha_series", join(series_text, "; "));
   benchmark::AddCustomContext("mha_dropped_shapes", join(sweep.dropped, "; "));
+  benchmark::AddCustomContext("mha_declined", join(declined, "; "));
   std::vector<std::string> backend_names, formulation_names;
   for (const mha::backend* b : backends) {
     const std::string name(b->name());

@@ -46,6 +46,17 @@ std::vector<T> positive_list(std::string_view flag, std::string_view text) {
   return values;
 }
 
+template <class T>
+std::vector<T> non_negative_list(std::string_view flag, std::string_view text) {
+  std::vector<T> values;
+  for (const std::string& item : split(flag, text)) {
+    const T v = parse_number<T>(flag, item, "a comma-separated list of integers >= 0");
+    if (v < 0) fail(flag, text, "a comma-separated list of integers >= 0");
+    values.push_back(v);
+  }
+  return values;
+}
+
 double non_negative(std::string_view flag, std::string_view text) {
   const double v = parse_number<double>(flag, text, "a number of seconds >= 0");
   if (!(v >= 0)) fail(flag, text, "a number of seconds >= 0");
@@ -71,6 +82,15 @@ options parse_command_line(std::span<const std::string> args) {
       {"--heads", [&](auto f, auto v) { o.lists.heads = positive_list<std::int64_t>(f, v); }},
       {"--d-model", [&](auto f, auto v) { o.lists.d_model = positive_list<std::int64_t>(f, v); }},
       {"--threads", [&](auto f, auto v) { o.lists.threads = positive_list<int>(f, v); }},
+      {"--kv-heads",
+       [&](auto f, auto v) { o.lists.kv_heads = non_negative_list<std::int64_t>(f, v); }},
+      {"--past", [&](auto f, auto v) { o.lists.past = non_negative_list<std::int64_t>(f, v); }},
+      {"--precision",
+       [&](auto f, auto v) {
+         std::vector<mha::precision> list;
+         for (const std::string& name : split(f, v)) list.push_back(mha::parse_precision(name));
+         o.lists.precisions = list;
+       }},
       {"--budget", [&](auto f, auto v) { o.budget_seconds = non_negative(f, v); }},
       {"--dump-shapes", [&](auto, auto v) { o.dump_shapes = v; }},
       {"--tolerance",
@@ -126,6 +146,12 @@ std::string usage(std::string_view program) {
          "leaves\n"
          "                        the fixed-head_dim series alone); shapes whose d_model is not\n"
          "                        divisible by H are dropped, with a notice\n"
+         "  --kv-heads, --past LIST\n"
+         "                        K/V heads (0 = H; H not divisible by it is dropped) and cached\n"
+         "                        tokens before each call (decode); default 0\n"
+         "  --precision LIST      fp32,bf16 (default fp32)\n"
+         "                        a backend that declines a problem (mha backends says which)\n"
+         "                        is not run; the result file's context lists it (mha_declined)\n"
          "  --budget SECONDS      skip cases whose forward pass is estimated slower (default 5; 0 "
          "= none)\n"
          "  --tolerance X         check: max|y - reference| <= X * max|reference| (default 1e-4)\n"

@@ -94,12 +94,15 @@ std::string join(std::span<const std::string> parts, std::string_view separator)
 }
 
 mha::config shape::config() const {
-  return mha::config{
-      .d_in = d_model, .d_out = d_model, .n_heads = heads, .context_length = seq_len};
+  mha::config c{
+      .d_in = d_model, .d_out = d_model, .n_heads = heads, .context_length = past + seq_len};
+  c.n_kv_heads = kv_heads;
+  c.precision = precision;
+  return c;
 }
 
 mha::problem shape::problem(mha::formulation form) const {
-  return mha::problem{config(), form, batch, seq_len};
+  return mha::problem{config(), form, batch, seq_len, past};
 }
 
 std::string to_string(const series& s) {
@@ -109,8 +112,16 @@ std::string to_string(const series& s) {
     return join(text, ",");
   };
   const std::string d_model = s.head_dim > 0 ? std::to_string(s.head_dim) + "*H" : list(s.d_model);
-  return s.name + ": B=" + list(s.batch) + " T=" + list(s.seq_len) + " d_model=" + d_model +
-         " H=" + list(s.heads) + " threads=" + list(s.threads);
+  std::string text = s.name + ": B=" + list(s.batch) + " T=" + list(s.seq_len) +
+                     " d_model=" + d_model + " H=" + list(s.heads);
+  if (!s.kv_heads.empty()) text += " kv_heads=" + list(s.kv_heads);
+  if (!s.past.empty()) text += " past=" + list(s.past);
+  if (!s.precisions.empty()) {
+    std::vector<std::string> names;
+    for (mha::precision p : s.precisions) names.emplace_back(mha::to_string(p));
+    text += " precision=" + join(names, ",");
+  }
+  return text + " threads=" + list(s.threads);
 }
 
 std::span<const std::string_view> preset_names() noexcept { return names; }
@@ -143,6 +154,9 @@ std::vector<series> apply(std::vector<series> list, const overrides& o) {
     if (o.heads) s.heads = *o.heads;
     if (o.d_model && s.head_dim == 0) s.d_model = *o.d_model;
     if (o.threads) s.threads = *o.threads;
+    if (o.kv_heads) s.kv_heads = *o.kv_heads;
+    if (o.past) s.past = *o.past;
+    if (o.precisions) s.precisions = *o.precisions;
   }
   return list;
 }
@@ -158,6 +172,15 @@ std::string shapes_json(const expansion& e) {
       for (const std::string& n : e.points[i].series) add_series_name(names, n);
     }
     const mha::config c = sh.config();
+    std::string name = mha::to_string(sh.problem(mha::formulation::split_weight));
+    name.erase(0, name.find('/') + 1);
+    std::string axes;
+    if (sh.kv_heads > 0) axes += ", \"n_kv_heads\": " + std::to_string(sh.kv_heads);
+    if (sh.past > 0) axes += ", \"past\": " + std::to_string(sh.past);
+    if (sh.precision != mha::precision::fp32)
+      axes += ", \"precision\": \"" + std::string(mha::to_string(sh.precision)) + "\"";
+    char flops[32];
+    std::snprintf(flops, sizeof flops, "%.17g", mha::flops(sh.problem(mha::formulation::split_weight)));
     out +=
         std::string(out.size() > 1 ? ",\n " : "\n ") + "{\"batch\": " + std::to_string(sh.batch) +
         ", \"seq_len\": " + std::to_string(sh.seq_len) + ", \"d_in\": " + std::to_string(c.d_in) +
@@ -165,7 +188,8 @@ std::string shapes_json(const expansion& e) {
         ", \"causal\": " + (c.causal ? "true" : "false") +
         ", \"qkv_bias\": " + (c.qkv_bias ? "true" : "false") +
         ", \"out_proj\": " + (c.out_proj ? "true" : "false") + ", \"threads\": [" +
-        join(threads, ", ") + "], \"series\": \"" + join(names, ",") + "\"}";
+        join(threads, ", ") + "], \"series\": \"" + join(names, ",") + "\"" + axes +
+        ", \"name\": \"" + name + "\", \"flops\": " + flops + "}";
   }
   return out + "\n]\n";
 }
@@ -191,6 +215,21 @@ expansion expand(std::span<const series> list) {
     require_positive<std::int64_t>(s.heads, s.name, "heads");
     require_positive<int>(s.threads, s.name, "threads");
     if (s.head_dim == 0) require_positive<std::int64_t>(s.d_model, s.name, "d_model");
+    for (auto [values, what] : {std::pair{&s.kv_heads, "kv_heads"}, std::pair{&s.past, "past"}}) {
+      for (std::int64_t v : *values) {
+        if (v < 0) {
+          throw mha::invalid_argument("mha_bench: " + std::string(what) + " (" +
+                                      std::to_string(v) + ") must be >= 0");
+        }
+      }
+    }
+    const auto or_default = [](const auto& values, auto fallback) {
+      return values.empty() ? std::vector{fallback} : values;
+    };
+    const std::vector<std::int64_t> kv_list = or_default(s.kv_heads, std::int64_t{0}),
+                                    past_list = or_default(s.past, std::int64_t{0});
+    const std::vector<mha::precision> precision_list =
+        or_default(s.precisions, mha::precision::fp32);
     for (std::int64_t h : s.heads) {
       const std::vector<std::int64_t> widths =
           s.head_dim > 0 ? std::vector<std::int64_t>{s.head_dim * h} : s.d_model;
@@ -203,20 +242,33 @@ expansion expand(std::span<const series> list) {
                                     " T=" + std::to_string(t) + ", series " + s.name + ")");
               continue;
             }
-            const shape sh{b, t, d, h};
-            auto it = std::find(shapes.begin(), shapes.end(), sh);
-            if (it == shapes.end()) {
-              shapes.push_back(sh);
-              points_of.emplace_back();
-              it = shapes.end() - 1;
-            }
-            std::vector<sweep_point>& pts =
-                points_of[static_cast<std::size_t>(it - shapes.begin())];
-            for (int n : s.threads) {
-              auto p = std::find_if(pts.begin(), pts.end(),
-                                    [&](const sweep_point& q) { return q.threads == n; });
-              if (p == pts.end()) p = pts.insert(pts.end(), sweep_point{sh, n, {}});
-              add_series_name(p->series, s.name);
+            for (std::int64_t kv : kv_list) {
+              if (kv > 0 && h % kv != 0) {
+                out.dropped.push_back(std::to_string(h) + " heads are not divisible by " +
+                                      std::to_string(kv) + " K/V heads (B=" + std::to_string(b) +
+                                      " T=" + std::to_string(t) + " d_model=" +
+                                      std::to_string(d) + ", series " + s.name + ")");
+                continue;
+              }
+              for (std::int64_t past : past_list) {
+                for (mha::precision precision : precision_list) {
+                  const shape sh{b, t, d, h, kv, past, precision};
+                  auto it = std::find(shapes.begin(), shapes.end(), sh);
+                  if (it == shapes.end()) {
+                    shapes.push_back(sh);
+                    points_of.emplace_back();
+                    it = shapes.end() - 1;
+                  }
+                  std::vector<sweep_point>& pts =
+                      points_of[static_cast<std::size_t>(it - shapes.begin())];
+                  for (int n : s.threads) {
+                    auto p = std::find_if(pts.begin(), pts.end(),
+                                          [&](const sweep_point& q) { return q.threads == n; });
+                    if (p == pts.end()) p = pts.insert(pts.end(), sweep_point{sh, n, {}});
+                    add_series_name(p->series, s.name);
+                  }
+                }
+              }
             }
           }
         }

@@ -16,13 +16,16 @@
 
 namespace mha_bench {
 
-// One forward-pass shape of a sweep: input (batch, seq_len, d_model) through a module with
-// d_in = d_out = d_model and `heads` heads (causal, out_proj, no qkv bias: the defaults).
+// One shape of a sweep: input (batch, seq_len, d_model) through a module with d_in = d_out =
+// d_model and `heads` heads (causal, out_proj, no qkv bias: the defaults), with kv_heads K/V
+// heads (0: heads), in `precision`, after `past` cached tokens (0: a full forward pass).
 struct shape {
   std::int64_t batch = 1, seq_len = 1, d_model = 1, heads = 1;
+  std::int64_t kv_heads = 0, past = 0;
+  mha::precision precision = mha::precision::fp32;
 
   std::int64_t head_dim() const noexcept { return d_model / heads; }
-  // The module (context_length = seq_len) and the problem in formulation `form`.
+  // The module (context_length = past + seq_len) and the problem in formulation `form`.
   mha::config config() const;
   mha::problem problem(mha::formulation form) const;
   bool operator==(const shape&) const = default;
@@ -31,11 +34,14 @@ struct shape {
 // A family of shapes a report draws as one line: every combination of its lists. Either
 // d_model lists fixed model widths, or head_dim > 0 derives d_model = head_dim * H for each H
 // (the fixed-head_dim series of the heads preset).
+// The wave's axes (kv_heads, past, precisions) are empty in every preset: their default only.
 struct series {
   std::string name;  // "heads_d_model", "heads_head_dim", "seq", "threads", "quick_heads", ...
   std::vector<std::int64_t> batch, seq_len, heads, d_model;
   std::int64_t head_dim = 0;
   std::vector<int> threads;  // run_options::threads values; each >= 1
+  std::vector<std::int64_t> kv_heads = {}, past = {};  // empty: {0} (no grouping; no cache)
+  std::vector<mha::precision> precisions = {};         // empty: {fp32}
 };
 
 // The parts separated by `separator`: join({"a", "b"}, ",") == "a,b".
@@ -56,8 +62,9 @@ std::vector<series> preset(std::string_view name, int hardware_threads);
 // Command-line replacements for a preset's lists. A set field replaces that list in every
 // series; d_model replaces fixed widths only (a fixed-head_dim series keeps d_model = 64 * H).
 struct overrides {
-  std::optional<std::vector<std::int64_t>> batch, seq_len, heads, d_model;
+  std::optional<std::vector<std::int64_t>> batch, seq_len, heads, d_model, kv_heads, past;
   std::optional<std::vector<int>> threads;
+  std::optional<std::vector<mha::precision>> precisions;
 };
 
 // The series with `o` applied.
@@ -74,19 +81,23 @@ struct expansion {
   // Each (shape, threads) once, shapes in first-seen order and each shape's thread counts
   // together, so a sweep builds a shape's weights and reference once.
   std::vector<sweep_point> points;
-  // Shapes left out because d_model is not divisible by heads, one line each, e.g.
-  // "d_model 1000 is not divisible by 3 heads (B=1 T=128, series heads_d_model)".
+  // Shapes left out because d_model is not divisible by heads or heads by kv_heads, one line
+  // each, e.g. "d_model 1000 is not divisible by 3 heads (B=1 T=128, series heads_d_model)".
   std::vector<std::string> dropped;
 };
 
 // Every combination of every series' lists. Throws mha::invalid_argument when a value is out
-// of range (sizes and thread counts must be >= 1) or when no shape is left.
+// of range (sizes and thread counts must be >= 1, kv_heads and past >= 0) or when no shape is
+// left.
 expansion expand(std::span<const series> list);
 
 // The shapes of an expansion as the JSON list bench/peers/torch_mha.py --shapes reads, one
 // object per shape with every thread count and series name it appears with:
 // [{"batch": 1, "seq_len": 128, "d_in": 768, "d_out": 768, "n_heads": 12, "causal": true,
-//   "qkv_bias": false, "out_proj": true, "threads": [1, 2], "series": "quick_heads"}, ...]
+//   "qkv_bias": false, "out_proj": true, "threads": [1, 2], "series": "quick_heads",
+//   "name": "b1/t128/din768/dout768/h12", "flops": 2.6e9}, ...]
+// with "n_kv_heads", "past" and "precision" too when not the default; "name" is the canonical
+// problem string without its formulation, "flops" the model FLOPs of one call (mha::flops).
 // The peers time exactly the shapes mha_bench does without keeping their own preset lists.
 std::string shapes_json(const expansion& e);
 

@@ -193,6 +193,41 @@ TEST(BenchOverrides, NothingLeftOrBadValuesThrow) {
                mha::invalid_argument);
 }
 
+// The wave's axes multiply the shapes like the other lists; heads not divisible by the K/V heads
+// are dropped with a notice; the names carry the axes as the problem string does.
+TEST(BenchOverrides, KvHeadsPastAndPrecisionAreAxes) {
+  mha_bench::overrides o;
+  o.heads = {4, 6};
+  o.threads = {1};
+  o.kv_heads = {0, 2, 4};
+  o.past = {0, 100};
+  o.precisions = {mha::precision::fp32, mha::precision::bf16};
+  const expansion e = mha_bench::expand(mha_bench::apply(mha_bench::preset("seq", 1), o));
+  // Per T: H=4 with kv {0, 2, 4}, H=6 with kv {0, 2}; each x 2 past x 2 precisions.
+  EXPECT_EQ(e.points.size(), 7u * (3 + 2) * 2 * 2);
+  for (const sweep_point& p : e.points) {
+    EXPECT_TRUE(p.shape.kv_heads == 0 || p.shape.heads % p.shape.kv_heads == 0);
+    EXPECT_EQ(p.shape.config().context_length, p.shape.past + p.shape.seq_len);
+  }
+  ASSERT_FALSE(e.dropped.empty());
+  EXPECT_THAT(e.dropped.front(), HasSubstr("6 heads are not divisible by 4 K/V heads"));
+
+  const std::vector<sweep_point> points = {
+      {shape{1, 1, 4096, 32, 8, 1023, mha::precision::bf16}, 1, {"decode"}}};
+  const std::vector<mha_bench::backend_info> backends = {{"xsimd", 1}};
+  const auto cases = mha_bench::make_cases(points, backends, std::vector{split});
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_EQ(cases[0].name(),
+            "mha/xsimd/split_weight/b1/t1/past1023/din4096/dout4096/h32/kvh8/bf16/threads:1");
+  EXPECT_EQ(mha::parse_problem(cases[0].name().substr(10, cases[0].name().rfind('/') - 10)),
+            cases[0].problem());
+
+  mha_bench::overrides negative;
+  negative.past = {-1};
+  EXPECT_THROW(mha_bench::expand(mha_bench::apply(mha_bench::preset("seq", 1), negative)),
+               mha::invalid_argument);
+}
+
 TEST(BenchCases, NamesReadLikeTheProblemString) {
   const std::vector<sweep_point> points = {{shape{4, 256, 768, 12}, 2, {"heads_d_model"}}};
   const std::vector<mha_bench::backend_info> backends = {{"tbb", 2}};
@@ -341,6 +376,18 @@ TEST(BenchCommandLine, ParsesFlagsInBothForms) {
   EXPECT_THAT(o.formulations, ElementsAre(split));
   EXPECT_TRUE(o.quiet);
   EXPECT_FALSE(o.list_shapes);
+  EXPECT_FALSE(o.lists.kv_heads);
+
+  const std::vector<std::string> axes = {"--kv-heads=0,8", "--past", "0,1023",
+                                         "--precision=fp32,bf16"};
+  const mha_bench::options a = mha_bench::parse_command_line(axes);
+  EXPECT_THAT(*a.lists.kv_heads, ElementsAre(0, 8));
+  EXPECT_THAT(*a.lists.past, ElementsAre(0, 1023));
+  EXPECT_THAT(*a.lists.precisions, ElementsAre(mha::precision::fp32, mha::precision::bf16));
+  EXPECT_THROW(mha_bench::parse_command_line(std::vector<std::string>{"--precision=fp16"}),
+               mha::invalid_argument);
+  EXPECT_THROW(mha_bench::parse_command_line(std::vector<std::string>{"--past=-1"}),
+               mha::invalid_argument);
 }
 
 TEST(BenchCommandLine, RejectsBadInputNamingIt) {
@@ -393,7 +440,8 @@ TEST(ShapesJson, OneObjectPerShapeWithItsThreadsAndSeries) {
   EXPECT_THAT(json,
               HasSubstr("{\"batch\": 1, \"seq_len\": 128, \"d_in\": 768, \"d_out\": 768, "
                         "\"n_heads\": 12, \"causal\": true, \"qkv_bias\": false, "
-                        "\"out_proj\": true, \"threads\": [1, 2], \"series\": \"quick_heads\"}"));
+                        "\"out_proj\": true, \"threads\": [1, 2], \"series\": \"quick_heads\", "
+                        "\"name\": \"b1/t128/din768/dout768/h12\", \"flops\": "));
   std::size_t objects = 0;
   for (std::size_t at = json.find('{'); at != std::string::npos; at = json.find('{', at + 1))
     ++objects;
