@@ -56,7 +56,7 @@ struct backend_case {
 // testing (an xsimd ISA other than the one dispatched to, ...).
 const std::vector<backend_case>& backend_cases();
 
-// Whether the documentation says `b` computes p (docs/design.md §2 lists what each backend
+// Whether the documentation says `b` computes p (docs/design.md §2.3 lists what each backend
 // does beyond fp32 multi-head attention): a backend that declines a problem it claims fails the
 // suites; one that declines an unclaimed problem is skipped with its reason.
 bool claims(const backend_case& b, const mha::problem& p);

@@ -7,9 +7,9 @@
 
 namespace mha {
 
-// The number format a plan computes in (docs/design.md §1.2). fp32 is the function of §1 as
+// The number format a plan computes in (docs/design.md §1.5). fp32 is the function of §1 as
 // written; bf16 rounds the weights and the operands of every product to bfloat16 and sums in
-// fp32 (issue 16: no backend implements it yet; each declines it through backend::supports).
+// fp32 (no backend implements it yet; each declines it through backend::supports).
 enum class precision {
   fp32,
   bf16,

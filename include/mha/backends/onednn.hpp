@@ -9,15 +9,17 @@ namespace mha {
 // matmuls with fused bias on weights repacked at prepare() into the layout oneDNN prefers;
 // attention runs on head-major (seq_len, head_dim) blocks, a group of heads at a time: Q K^T as
 // a batched matmul with the 1/sqrt(head_dim) scale and the causal mask fused, softmax in place,
-// A V as a batched matmul; the head split (split_weight) and the merge are reorders.
+// A V as a batched matmul; the head split (split_weight) is a reorder, the merge a row copy.
+// Both formulations run through the same driver as the other backends.
 //
 // Plans: prepare() packs the weights (each projection's output width is padded to a multiple of
-// 64 floats in oneDNN's blocked layout). run() builds the primitives of its (batch, seq_len) the
-// first time it sees that shape (JIT compilation, milliseconds) and keeps those of the 8 most
-// recently used shapes, each with a (seq_len, seq_len) causal mask. Per call it allocates, as
-// one block freed before returning, about 6 * batch * seq_len * d_out floats plus one group's
-// scores (<= 256 KiB, or seq_len^2 floats when a single head needs more) and oneDNN's
-// scratchpad. run() is const and safe to call from several threads at once.
+// 64 floats in oneDNN's blocked layout). run() builds a primitive the first time it needs its
+// shape (JIT compilation, milliseconds) and keeps the most recently used ones (16 projections,
+// 8 head splits, 8 attention shapes, each of those with a (seq_len, seq_len) causal mask).
+// Scratch (about 4 * batch * seq_len * d_out floats for Q, K, V and the merged heads, plus a
+// projection's staging buffer, one group's scores (<= 256 KiB, or seq_len^2 floats when a
+// single head needs more) and oneDNN's scratchpad) is kept by the plan for later calls, one
+// set per concurrent caller. run() is const and safe to call from several threads at once.
 //
 // Threads: oneDNN runs on OpenMP. run_options::threads > 0 sets the calling thread's OpenMP team
 // size (omp_set_num_threads) for the duration of run() and restores it afterwards; 0 leaves
@@ -33,8 +35,8 @@ namespace mha {
 // mean giving up oneDNN's threading of the projections; the naive, xsimd and tbb backends are
 // bitwise identical for every thread count on every ISA.
 //
-// Errors: a failure inside oneDNN is rethrown as mha::error naming the backend, what failed and
-// the problem ("onednn: oneDNN failed running split_weight/b4/t256/din768/dout768/h12: ...").
+// Errors: a failure inside oneDNN is rethrown as mha::error naming the backend and the step
+// that failed ("onednn: oneDNN failed in a (1024 rows) projection: ... (dnnl_status_t 5)").
 const backend& onednn_backend();
 
 // How far apart (relative to max|y|) two thread counts' results of one plan may be when

@@ -34,8 +34,8 @@ const dnnl::engine& cpu_engine() {
 }
 
 // Runs f(), rethrowing a dnnl::error as mha::error naming the backend and what failed, as
-// what() says it (called on failure only): "onednn: oneDNN failed running
-// split_weight/b4/t256/din768/dout768/h12: could not execute a primitive (dnnl_status_t 5)".
+// what() says it (called on failure only): "onednn: oneDNN failed in a (1024 rows)
+// projection: could not execute a primitive (dnnl_status_t 5)".
 template <class What, class F>
 decltype(auto) rethrowing_dnnl_errors(What&& what, F&& f) {
   try {
