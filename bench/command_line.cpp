@@ -35,26 +35,28 @@ std::vector<std::string> split(std::string_view flag, std::string_view text) {
   }
 }
 
+// A comma-separated list of integers, each >= `least` (0 or 1).
 template <class T>
-std::vector<T> positive_list(std::string_view flag, std::string_view text) {
+std::vector<T> list_of_at_least(T least, std::string_view flag, std::string_view text) {
+  const std::string expected =
+      "a comma-separated list of integers >= " + std::to_string(static_cast<int>(least));
   std::vector<T> values;
   for (const std::string& item : split(flag, text)) {
-    const T v = parse_number<T>(flag, item, "a comma-separated list of integers >= 1");
-    if (v < 1) fail(flag, text, "a comma-separated list of integers >= 1");
+    const T v = parse_number<T>(flag, item, expected);
+    if (v < least) fail(flag, text, expected);
     values.push_back(v);
   }
   return values;
 }
 
 template <class T>
+std::vector<T> positive_list(std::string_view flag, std::string_view text) {
+  return list_of_at_least(T{1}, flag, text);
+}
+
+template <class T>
 std::vector<T> non_negative_list(std::string_view flag, std::string_view text) {
-  std::vector<T> values;
-  for (const std::string& item : split(flag, text)) {
-    const T v = parse_number<T>(flag, item, "a comma-separated list of integers >= 0");
-    if (v < 0) fail(flag, text, "a comma-separated list of integers >= 0");
-    values.push_back(v);
-  }
-  return values;
+  return list_of_at_least(T{0}, flag, text);
 }
 
 double non_negative(std::string_view flag, std::string_view text) {
