@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "backends/tbb/parallel.hpp"
-#include "backends/xsimd/kernels.hpp"
+#include "simd/isa_kernels.hpp"
 #include "core/text.hpp"
 #include "kernel_timing.hpp"
 #include "mha/backends/xsimd.hpp"
@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
     for (const int threads : thread_counts) {
       const std::string suffix = text("/", s.name(), "/threads:", threads);
       benchmark::RegisterBenchmark(("attention/fused" + suffix).c_str(), bm_xsimd, s, threads,
-                                   mha::detail::isa_kernels::default_key_tile)
+                                   mha::detail::default_key_tile)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark(("attention/unfused" + suffix).c_str(), bm_xsimd, s, threads,

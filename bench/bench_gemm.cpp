@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/xsimd/kernels.hpp"
+#include "simd/isa_kernels.hpp"
 #include "core/text.hpp"
 #include "kernel_timing.hpp"
 #include "mha/backends/xsimd.hpp"

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <limits>
 
-#include "backends/xsimd/kernels.hpp"
+#include "simd/isa_kernels.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"
 #include "reference/reference.hpp"

@@ -2,7 +2,6 @@
 #pragma once
 
 #include "mha/backend.hpp"
-#include "mha/backends/naive.hpp"
 #include "mha/build_config.hpp"
 #include "mha/config.hpp"
 #include "mha/error.hpp"
@@ -12,12 +11,4 @@
 #include "mha/run_options.hpp"
 #include "mha/tensor_view.hpp"
 #include "mha/weights.hpp"
-#if MHA_WITH_XSIMD
-#include "mha/backends/xsimd.hpp"
-#endif
-#if MHA_WITH_ONEDNN
-#include "mha/backends/onednn.hpp"
-#endif
-#if MHA_WITH_TBB
-#include "mha/backends/tbb.hpp"
-#endif
+#include "mha/backends/all.hpp"  // every backend this build contains

@@ -1,10 +1,10 @@
-// The registry of mha::mha: an explicit, CMake-driven list (STYLE §3), best first.
+// The registry of mha::mha: the list CMake writes from the mha_add_backend calls, best first.
 #include "mha/registry.hpp"
 
 #include <cstdlib>
 
+#include "core/backend_list.hpp"
 #include "core/text.hpp"
-#include "mha/build_config.hpp"
 #include "mha/error.hpp"
 #include "mha/mha.hpp"
 
@@ -20,20 +20,8 @@ std::string names_of(const std::vector<const backend*>& list) {
 }  // namespace
 
 const std::vector<const backend*>& available_backends() {
-  // Best first, as measured on Zen4 (quick preset): tbb is fastest on 2 threads and ties xsimd
-  // on 1 (the same kernels); xsimd beats onednn single-threaded (GPT-2 small split_weight
-  // 60.5 vs 93 ms); naive is the readable reference.
-  static const std::vector<const backend*> list = {
-#if MHA_WITH_TBB
-      &tbb_backend(),
-#endif
-#if MHA_WITH_XSIMD
-      &xsimd_backend(),
-#endif
-#if MHA_WITH_ONEDNN
-      &onednn_backend(),
-#endif
-      &naive_backend()};
+  // The built backends in their declared order, best first (CMakeLists.txt, mha_add_backend).
+  static const std::vector<const backend*> list = {MHA_BACKEND_LIST};
   return list;
 }
 

@@ -1,4 +1,4 @@
-// Internal: the TBB backend's parallel framework over the xsimd kernels (kernels.hpp): a task
+// Internal: the TBB backend's parallel framework over the SIMD kernels (simd/isa_kernels.hpp): a task
 // arena per run, the GEMM over a fixed grid of (row block, panel group) tiles, and attention
 // over (batch, head, query block) tasks with per-thread workspaces.
 //
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "backends/xsimd/kernels.hpp"
+#include "simd/isa_kernels.hpp"
 
 namespace mha::detail {
 
@@ -34,6 +34,6 @@ void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g);
 // per (b, h, block), each thread with its own attention_workspace (O(tile) scratch plus one
 // packed head). Throws std::bad_alloc.
 void parallel_attention(const isa_kernels& kernels, const attention_args& args,
-                        std::int64_t key_tile = isa_kernels::default_key_tile);
+                        std::int64_t key_tile = default_key_tile);
 
 }  // namespace mha::detail

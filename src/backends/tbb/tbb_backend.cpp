@@ -1,4 +1,4 @@
-// The TBB backend: the shared wrapper / split-weight drivers over the xsimd kernels, run in
+// The TBB backend: the shared wrapper / split-weight drivers over the SIMD kernels (src/simd), run in
 // parallel by the framework of parallel.hpp inside one task arena per run.
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/version.h>
@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "backends/tbb/parallel.hpp"
-#include "backends/xsimd/kernel_set.hpp"
+#include "simd/kernel_set.hpp"
 #include "core/text.hpp"
 #include "mha/backends/tbb.hpp"
 #include "mha/backends/xsimd.hpp"
@@ -57,7 +57,7 @@ class tbb_impl final : public backend {
   std::string description() const override {
     return detail::text("oneTBB ", TBB_VERSION_MAJOR, ".", TBB_VERSION_MINOR, " (",
                         detail::default_threads(), " threads) over ",
-                        xsimd_backend().description());
+                        detail::kernels_description(xsimd_default_isa()));
   }
   std::string isa() const override { return std::string(to_string(xsimd_default_isa())); }
   int max_threads() const noexcept override { return detail::default_threads(); }

@@ -1,10 +1,9 @@
-// The xsimd backend: the shared wrapper / split-weight drivers over the kernels of one ISA,
-// chosen at prepare() (MHA_XSIMD_ISA, else the best this CPU runs).
+// The xsimd backend: the shared wrapper / split-weight drivers over the SIMD kernels (src/simd)
+// of one ISA, chosen at prepare() (MHA_XSIMD_ISA, else the best this CPU runs).
 #include <cstdlib>
 #include <optional>
-#include <xsimd/config/xsimd_config.hpp>
 
-#include "backends/xsimd/kernel_set.hpp"
+#include "simd/kernel_set.hpp"
 #include "core/text.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"
@@ -14,14 +13,6 @@ namespace {
 
 using detail::text;
 
-constexpr xsimd_isa all_isas[] = {xsimd_isa::avx512, xsimd_isa::avx2, xsimd_isa::sse2};
-
-std::string names_of(const std::vector<xsimd_isa>& isas) {
-  std::string names;
-  for (xsimd_isa isa : isas) names += (names.empty() ? "" : ", ") + std::string(to_string(isa));
-  return names;
-}
-
 class xsimd_impl final : public backend {
  public:
   // pinned: the ISA this instance always uses; nullopt follows xsimd_default_isa().
@@ -29,9 +20,7 @@ class xsimd_impl final : public backend {
 
   std::string_view name() const noexcept override { return "xsimd"; }
   std::string description() const override {
-    const detail::isa_kernels& k = detail::kernels_for(active_isa());
-    return text("xsimd ", XSIMD_VERSION_MAJOR, ".", XSIMD_VERSION_MINOR, ".", XSIMD_VERSION_PATCH,
-                ", ", k.arch_name, ", ", k.lanes, " lanes");
+    return detail::kernels_description(active_isa());
   }
   std::string isa() const override { return std::string(to_string(active_isa())); }
 
@@ -47,43 +36,6 @@ class xsimd_impl final : public backend {
 };
 
 }  // namespace
-
-std::string_view to_string(xsimd_isa isa) noexcept {
-  switch (isa) {
-    case xsimd_isa::avx512:
-      return "avx512";
-    case xsimd_isa::avx2:
-      return "avx2";
-    case xsimd_isa::sse2:
-      return "sse2";
-  }
-  return "unknown";
-}
-
-std::vector<xsimd_isa> xsimd_supported_isas() {
-  std::vector<xsimd_isa> isas;
-  for (xsimd_isa isa : all_isas) {
-    if (detail::cpu_runs(isa)) isas.push_back(isa);
-  }
-  return isas;
-}
-
-xsimd_isa xsimd_default_isa() {
-  const char* env = std::getenv("MHA_XSIMD_ISA");
-  if (env == nullptr || *env == '\0') return detail::best_isa();
-  const std::string_view wanted(env);
-  for (xsimd_isa isa : all_isas) {
-    if (to_string(isa) != wanted) continue;
-    if (!detail::cpu_runs(isa)) {
-      throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted,
-                                  "', which this CPU does not support; it supports ",
-                                  names_of(xsimd_supported_isas())));
-    }
-    return isa;
-  }
-  throw invalid_argument(
-      text("xsimd: MHA_XSIMD_ISA is '", wanted, "', expected one of avx512, avx2, sse2"));
-}
 
 const backend& xsimd_backend() {
   static const xsimd_impl instance{std::nullopt};
@@ -102,7 +54,7 @@ const backend& xsimd_backend(xsimd_isa isa) {
   }
   if (!detail::cpu_runs(isa)) {
     throw invalid_argument(text("xsimd: this CPU does not support ", to_string(isa),
-                                "; it supports ", names_of(xsimd_supported_isas())));
+                                "; it supports ", detail::isa_names(xsimd_supported_isas())));
   }
   return *pinned;
 }

@@ -3,7 +3,7 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include "backends/xsimd/kernels.hpp"
+#include "simd/isa_kernels.hpp"
 
 namespace mha::detail {
 
@@ -13,7 +13,7 @@ namespace mha::detail {
 using kernel_archs = xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, xsimd::sse2>;
 
 // xsimd::dispatch's functor: the isa_kernels compiled for Arch. Each specialization is defined
-// in the translation unit compiled for its arch (kernels_avx512.cpp, ...).
+// in the translation unit compiled for its arch (micro/kernels_avx512.cpp, ...).
 struct kernel_table {
   template <class Arch>
   const isa_kernels* operator()(Arch) const noexcept;

@@ -1,18 +1,14 @@
-// The ISA-neutral half of the xsimd kernels: packing, workspace geometry, the single-threaded
-// attention loop, and the choice of ISA. Compiled with the baseline flags.
-#include "backends/xsimd/kernels.hpp"
+// The attention framework of the SIMD kernels: the geometry of the fused kernel, packing a head,
+// the per-thread workspace and the single-threaded loop. Compiled with the baseline flags.
+#include "simd/attention.hpp"
 
 #include <algorithm>
 #include <numeric>
 
-#include "backends/xsimd/isa_table.hpp"
+#include "simd/isa_kernels.hpp"
 
 namespace mha::detail {
 namespace {
-
-constexpr std::int64_t round_up(std::int64_t x, std::int64_t multiple) noexcept {
-  return (x + multiple - 1) / multiple * multiple;
-}
 
 // Scratch parts start on a cache line (and an AVX-512 register boundary).
 constexpr std::int64_t line_floats = 16;
@@ -25,52 +21,6 @@ constexpr std::int64_t line_floats = 16;
 constexpr std::int64_t attention_block_rows = 64;
 
 }  // namespace
-
-// Keys per online-softmax step. Same measurement, 64 query rows per block, by key tile:
-//   128: 17.8 / 261 / 2.51    256: 17.2 / 256 / 2.37    512: 17.1 / 253 / 2.34
-//   whole rows (the unfused form): 17.1 / 257 / 2.34   (medians of 3 runs).
-// Narrower tiles pay per-tile costs (row maxima, the rescale); 512 keys make a 64 x 512 score
-// tile of 128 KB per thread, which stays in L2 between the three stages.
-const std::int64_t isa_kernels::default_key_tile = 512;
-
-void pack_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
-                 std::int64_t stride_n, int nr, float* dst) noexcept {
-  for (std::int64_t first = 0; first < n; first += nr, dst += k * nr) {
-    const std::int64_t cols = std::min<std::int64_t>(nr, n - first);
-    if (stride_n == 1) {
-      // Rows of B are contiguous: copy row segments.
-      for (std::int64_t kk = 0; kk < k; ++kk) {
-        const float* row = src + kk * stride_k + first;
-        std::copy(row, row + cols, dst + kk * nr);
-        std::fill(dst + kk * nr + cols, dst + (kk + 1) * nr, 0.0f);
-      }
-    } else {
-      // Columns of B are contiguous (B is a transposed matrix, e.g. nn.Linear's W): read them
-      // whole.
-      for (std::int64_t c = 0; c < cols; ++c) {
-        const float* col = src + (first + c) * stride_n;
-        for (std::int64_t kk = 0; kk < k; ++kk) dst[kk * nr + c] = col[kk * stride_k];
-      }
-      for (std::int64_t kk = 0; kk < k; ++kk)
-        std::fill(dst + kk * nr + cols, dst + (kk + 1) * nr, 0.0f);
-    }
-  }
-}
-
-packed_matrix::packed_matrix(const float* weight, const float* bias, std::int64_t n, std::int64_t k,
-                             int nr)
-    : data_(static_cast<std::size_t>(packed_size(k, n, nr))), k_(k), n_(n), nr_(nr) {
-  pack_panels(weight, k, n, /*stride_k=*/1, /*stride_n=*/k, nr, data_.data());
-  if (bias != nullptr) {
-    bias_ = float_buffer(static_cast<std::size_t>(round_up(n, nr)));
-    std::copy(bias, bias + n, bias_.data());
-    std::fill(bias_.data() + n, bias_.data() + bias_.size(), 0.0f);
-  }
-}
-
-panels_view packed_matrix::view() const noexcept {
-  return {data_.data(), bias_.size() > 0 ? bias_.data() : nullptr, k_, n_, nr_};
-}
 
 std::int64_t attention_layout::values_offset() const noexcept {
   return round_up(packed_size(head_dim, seq_len, scores.nr), line_floats);
@@ -115,21 +65,6 @@ void pack_head(const attention_args& args, const attention_layout& layout, std::
               /*stride_n=*/1, layout.values.nr, head + layout.values_offset());
 }
 
-int isa_kernels::panel_width(std::int64_t n) const noexcept {
-  int best = tiles[0].nr;
-  for (int t = 1; t < tile_count; ++t) {
-    if (round_up(n, tiles[t].nr) < round_up(n, best)) best = tiles[t].nr;
-  }
-  return best;
-}
-
-tile_shape isa_kernels::tile_for(int nr) const noexcept {
-  for (int t = 0; t < tile_count; ++t) {
-    if (tiles[t].nr == nr) return tiles[t];
-  }
-  return tiles[0];
-}
-
 attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t head_dim,
                                      std::int64_t key_tile) const noexcept {
   attention_layout l;
@@ -149,39 +84,6 @@ attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t head_dim
   return l;
 }
 
-const isa_kernels& kernels_for(xsimd_isa isa) noexcept {
-  switch (isa) {
-    case xsimd_isa::avx512:
-      return *kernel_table{}(xsimd::avx512bw{});
-    case xsimd_isa::avx2:
-      return *kernel_table{}(xsimd::fma3<xsimd::avx2>{});
-    case xsimd_isa::sse2:
-      break;
-  }
-  return *kernel_table{}(xsimd::sse2{});
-}
-
-bool cpu_runs(xsimd_isa isa) noexcept {
-  switch (isa) {
-    case xsimd_isa::avx512:
-      return __builtin_cpu_supports("x86-64-v4");
-    case xsimd_isa::avx2:
-      return __builtin_cpu_supports("x86-64-v3");
-    case xsimd_isa::sse2:
-      return true;  // the x86-64 baseline
-  }
-  return false;
-}
-
-xsimd_isa best_isa() noexcept {
-  static const xsimd_isa best = [] {
-    auto isa = xsimd::dispatch<kernel_archs>(kernel_table{})()->isa;
-    while (!cpu_runs(isa)) isa = static_cast<xsimd_isa>(static_cast<int>(isa) + 1);
-    return isa;
-  }();
-  return best;
-}
-
 attention_workspace::attention_workspace(const attention_layout& layout)
     : layout_(layout),
       head_(static_cast<std::size_t>(layout.head_floats())),
@@ -196,15 +98,6 @@ void attention_workspace::run_block(const isa_kernels& kernels, const attention_
   const std::int64_t first = block * layout_.block_rows;
   kernels.attention_rows(args, layout_, head_.data(), b, h, first,
                          std::min(first + layout_.block_rows, args.seq_len), scratch_.data());
-}
-
-void gemm(const isa_kernels& kernels, const head_major_gemm& g) noexcept {
-  for (std::int64_t bb = 0; bb < g.batch; ++bb) {
-    for (std::int64_t h = 0; h < g.heads; ++h) {
-      kernels.gemm(g.head(bb, h), 0, g.seq_len, h * g.panels_per_head(),
-                   (h + 1) * g.panels_per_head());
-    }
-  }
 }
 
 void attention(const isa_kernels& kernels, const attention_args& args, std::int64_t key_tile) {

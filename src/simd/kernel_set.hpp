@@ -1,5 +1,6 @@
-// Internal: the xsimd kernels of one ISA as a kernel set of the shared drivers
-// (common/driver.hpp), single-threaded; the TBB backend derives its parallel set from it.
+// Internal: the SIMD kernels of one ISA as a kernel set of the shared drivers
+// (common/driver.hpp), single-threaded: the xsimd backend's; the tbb backend derives its
+// parallel set from it.
 #pragma once
 
 #include <cassert>
@@ -7,7 +8,7 @@
 #include <optional>
 #include <string_view>
 
-#include "backends/xsimd/kernels.hpp"
+#include "simd/isa_kernels.hpp"
 #include "common/driver.hpp"
 #include "mha/weights.hpp"
 

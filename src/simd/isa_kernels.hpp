@@ -1,0 +1,77 @@
+// Internal: the SIMD kernels shared by the xsimd and tbb backends, as one table per ISA. BLIS's
+// split: an ISA-neutral framework, compiled once (gemm.hpp: packing and blocking; attention.hpp:
+// the attention geometry and workspaces; dispatch.cpp: which ISA runs), and register-tiled
+// micro-kernels per ISA (micro/: templates over the xsimd arch; one translation unit per ISA
+// instantiates them and fills an isa_kernels table).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/attention_args.hpp"
+#include "mha/backends/xsimd.hpp"
+#include "simd/attention.hpp"
+#include "simd/gemm.hpp"
+
+namespace mha::detail {
+
+// One ISA's kernels. All entries are noexcept, allocate nothing and may run concurrently on
+// disjoint outputs.
+struct isa_kernels {
+  xsimd_isa isa;
+  const char* arch_name;  // xsimd's name of the widest arch used: "avx512bw", "fma3+avx2", ...
+  int lanes;              // floats per widest register
+  // The micro-kernels' tile shapes, widest panel first.
+  const tile_shape* tiles;
+  int tile_count;
+
+  // C rows [row_begin, row_end) x column panels [panel_begin, panel_end) of C = A B + bias;
+  // g.b.nr must be one of tiles[].nr. Rows and panels of C outside the range are untouched.
+  void (*gemm)(const gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
+               std::int64_t panel_begin, std::int64_t panel_end) noexcept;
+  // Query rows [row_begin, row_end) of head (b, h), row_end - row_begin <= layout.block_rows:
+  // out rows = dropout(softmax(scale Q K^T + causal mask)) V, fused over key tiles of
+  // layout.key_tile (online softmax; no row of scores is ever whole unless one tile covers
+  // it), with `head` from pack_head and `scratch` layout.scratch_floats() floats owned by the
+  // caller. A row's result depends on the key tile, never on the block or on other rows.
+  void (*attention_rows)(const attention_args& args, const attention_layout& layout,
+                         const float* head, std::int64_t b, std::int64_t h, std::int64_t row_begin,
+                         std::int64_t row_end, float* scratch) noexcept;
+  // Softmax pieces over a row with room for n rounded up to `lanes` floats: the largest of
+  // x[0, n) (n >= 1; the padding is read and ignored; with NaNs in x, some element or NaN), and
+  // x[j] = 2^(x[j] - shift) in place for j < n (x[j] <= shift; exactly 0 below shift - 125;
+  // NaN stays NaN; relative error below 2e-7), the padding set to 0, returning the sum.
+  float (*row_max)(const float* x, std::int64_t n) noexcept;
+  float (*exp2_sum)(float* x, std::int64_t n, float shift) noexcept;
+
+  // The panel width that wastes the fewest padding columns for an n-column B, the widest of
+  // equals (wider tiles run closer to peak).
+  int panel_width(std::int64_t n) const noexcept;
+  // The tile whose panel width is nr (one of tiles[]).
+  tile_shape tile_for(int nr) const noexcept;
+  // The attention geometry; key_tile is rounded up to a multiple of scores.nr and the lanes
+  // (default_key_tile: the measured fused kernel; seq_len or more: the unfused one).
+  attention_layout layout(std::int64_t seq_len, std::int64_t head_dim,
+                          std::int64_t key_tile = default_key_tile) const noexcept;
+};
+
+// The kernels of `isa` (which this CPU must support: see xsimd_supported_isas()).
+const isa_kernels& kernels_for(xsimd_isa isa) noexcept;
+
+// Whether this CPU (and OS) runs the kernels of `isa`: the whole x86-64 level its translation
+// unit is compiled for (x86-64-v4, -v3, baseline), AVX state enabled by the OS.
+bool cpu_runs(xsimd_isa isa) noexcept;
+
+// The best ISA this CPU runs, chosen once: xsimd::dispatch's pick (CPUID feature bits), or the
+// next one down when cpu_runs() says no (xsimd 8.1 checks neither the OS's XGETBV state nor
+// the rest of the x86-64 level, e.g. BMI2 or AVX512VL, that our builds may use).
+xsimd_isa best_isa() noexcept;
+
+// "xsimd <version>, <arch>, <lanes> lanes": what the kernels of `isa` run on, for backends'
+// descriptions.
+std::string kernels_description(xsimd_isa isa);
+// "avx512, avx2, sse2": ISA names for messages.
+std::string isa_names(const std::vector<xsimd_isa>& isas);
+
+}  // namespace mha::detail

@@ -1,0 +1,28 @@
+// Internal: one ISA's isa_kernels table, from the micro-kernels of micro/. Included only by the
+// per-ISA translation units (micro/kernels_avx512.cpp, ...) after defining
+// MHA_SIMD_ISA_NAMESPACE; see micro/micro_kernel.hpp.
+#pragma once
+
+#include "simd/dispatch.hpp"
+#include "simd/micro/attention_kernel.hpp"
+#include "simd/micro/gemm_kernel.hpp"
+
+namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
+
+// The table of one ISA: Arch is its widest arch, Tiles its micro-kernels (which may use
+// narrower batches: the AVX-512 build runs 8-float panels with AVX2-width registers).
+template <class Arch, class Tiles>
+const isa_kernels* kernels_of(xsimd_isa isa) noexcept {
+  static const isa_kernels table{isa,
+                                 Arch::name(),
+                                 static_cast<int>(xsimd::batch<float, Arch>::size),
+                                 Tiles::shapes,
+                                 static_cast<int>(sizeof(Tiles::shapes) / sizeof(tile_shape)),
+                                 &gemm<Arch, Tiles>,
+                                 &attention_rows<Arch, Tiles>,
+                                 &row_max<Arch>,
+                                 &exp2_sum<Arch>};
+  return &table;
+}
+
+}  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE
