@@ -137,7 +137,7 @@ void bm_xsimd(benchmark::State& state, shape s, int threads, std::int64_t key_ti
   args.seq_len = s.seq_len;
   args.head_dim = s.head_dim;
   args.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  const mha::detail::attention_layout layout = kernels.layout(s.seq_len, s.head_dim, key_tile);
+  const mha::detail::attention_layout layout = kernels.layout(s.seq_len, s.seq_len, s.head_dim, key_tile);
   state.SetLabel(text("key tile ", std::min(layout.key_tile, s.seq_len), ", ", kernels.arch_name));
   run(state, s, o, threads, mha::to_string(mha::xsimd_default_isa()), [&] {
     mha::detail::in_arena(threads,

@@ -257,6 +257,40 @@ TEST_F(Cli, ContextLengthOptionWithoutMask) {
   expect_usage_error(capped, {"20 tokens", "context_length 19"});
 }
 
+// --incremental writes the full forward's y on every backend that decodes, whatever the
+// prefill and chunk; one that declines decode exits 2 naming the reason.
+TEST_F(Cli, IncrementalRunWritesTheFullForward) {
+  for (const mha::backend* b : mha::available_backends()) {
+    for (const char* form : {"wrapper", "split_weight"}) {
+      const std::string name(b->name());
+      ASSERT_EQ(run_mha(run_args({"--backend", name, "--formulation", form})).exit_code, 0);
+      const std::vector<float> full = mha::io::read_npy(dir_ / "y.npy").values;
+      fs::remove(dir_ / "y.npy");
+      const mha::io::loaded_module m = mha::io::load_module(golden / "split_basic.safetensors");
+      const mha::support s =
+          b->supports({m.cfg, mha::parse_formulation(form), 2, 1, /*past=*/5});
+      for (const auto& steps : std::vector<std::vector<std::string>>{
+               {}, {"--prefill", "4"}, {"--prefill", "6", "--chunk", "1"}, {"--chunk", "4"}}) {
+        std::vector<std::string> args = run_args({"--backend", name, "--formulation", form,
+                                                  "--incremental"});
+        args.insert(args.end(), steps.begin(), steps.end());
+        if (!s) {
+          expect_usage_error(args, {"decode with a KV cache", name.c_str()});
+          continue;
+        }
+        const mha_test::command_result r = run_mha(args);
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_THAT(r.output, HasSubstr("through a KV cache")) << r.output;
+        EXPECT_EQ(mha::io::read_npy(dir_ / "y.npy").values, full) << name << " " << form;
+      }
+    }
+  }
+  expect_usage_error(run_args({"--prefill", "2"}), {"--prefill", "--incremental"});
+  expect_usage_error(run_args({"--chunk", "2"}), {"--chunk", "--incremental"});
+  expect_usage_error(run_args({"--incremental", "--prefill", "7"}), {"--prefill", "'7'"});
+  expect_usage_error(run_args({"--incremental", "--chunk", "0"}), {"--chunk", "'0'"});
+}
+
 TEST_F(Cli, VerifyPassesEveryBackendAndFormulation) {
   const mha_test::command_result r = run_mha({"verify"});
   ASSERT_EQ(r.exit_code, 0) << r.output;

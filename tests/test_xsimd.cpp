@@ -278,8 +278,8 @@ TEST_P(XsimdKernels, AttentionMatchesReferenceForEveryKeyTile) {
 // Per-thread scratch is O(tile): it stops growing with the sequence once that passes the key
 // tile; the packed head grows linearly (T * head_dim), never with T^2.
 TEST_P(XsimdKernels, AttentionWorkspaceGrowsLinearlyInSequence) {
-  const mha::detail::attention_layout small = kernels().layout(1024, 64),
-                                      large = kernels().layout(8192, 64);
+  const mha::detail::attention_layout small = kernels().layout(1024, 1024, 64),
+                                      large = kernels().layout(8192, 8192, 64);
   EXPECT_EQ(small.scratch_floats(), large.scratch_floats());
   EXPECT_LE(large.head_floats(), 8 * small.head_floats() + 64);
   EXPECT_GE(large.head_floats(), 2 * 8192 * 64);

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "mha/config.hpp"
+#include "mha/kv_cache.hpp"
 #include "mha/problem.hpp"
 #include "mha/run_options.hpp"
 #include "mha/tensor_view.hpp"
@@ -31,6 +32,22 @@ class plan {
   // concurrent caller, sized by the largest call) instead of freeing it before returning.
   void run(tensor_view<const float> x, tensor_view<float> y, const run_options& options = {}) const;
 
+  // Incremental calls (decode; docs/design.md §1.4). make_cache: an empty cache for `batch`
+  // sequences of up to `capacity` tokens (1 <= capacity <= context_length), its bytes
+  // allocated now (kv_cache::bytes()). Throws mha::unsupported when the backend declines
+  // decode (backend::supports with past > 0), mha::invalid_argument on a bad batch or capacity.
+  kv_cache make_cache(std::int64_t batch, std::int64_t capacity) const;
+  // x (batch, T, d_in) are the next T tokens of each sequence of `cache` (batch == cache's):
+  // computes their queries, keys and values, appends the keys and values, and writes y (batch,
+  // T, d_out) = rows past_b .. past_b + T - 1 of the forward pass over tokens 0 .. past_b + T - 1
+  // of each sequence (causal: of the whole sequence), past_b = cache.length(b) before the call;
+  // the lengths then grow by T. Throws
+  // mha::invalid_argument, leaving the cache unchanged and y untouched, on what run() rejects,
+  // a cache of another plan or batch, or past_b + T > cache.capacity() (naming b and the
+  // lengths). Scratch as run() for T tokens; the attention reads the cache in place.
+  void run(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache,
+           const run_options& options = {}) const;
+
   const mha::config& config() const noexcept { return config_; }
   mha::formulation formulation() const noexcept { return formulation_; }
   std::string_view backend_name() const noexcept { return backend_name_; }
@@ -38,6 +55,16 @@ class plan {
  protected:
   plan(const mha::config& cfg, mha::formulation form, std::string_view backend_name)
       : config_(cfg), formulation_(form), backend_name_(backend_name) {}
+
+  // Whether the plan runs incremental calls: when false, make_cache throws mha::unsupported.
+  virtual bool incremental() const noexcept { return false; }
+  // Called by run(x, y, cache) once the arguments are validated; appends to the cache's
+  // storage and leaves its lengths to run(). The default throws mha::unsupported (a plan that
+  // does not decode).
+  virtual void execute(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache,
+                       const run_options& options) const;
+  // K/V heads of a cache (the split form's kv_heads, the wrapper's n_heads).
+  std::int64_t cache_heads() const noexcept;
 
  private:
   // Called by run() once the arguments are validated.

@@ -18,6 +18,29 @@ using mha::io::detail::shape_text;
 
 constexpr std::int64_t int64_max = std::numeric_limits<std::int64_t>::max();
 
+// x (batch, tokens, d_in) through a cache of `tokens` tokens: `prefill` tokens in the first call
+// (none when 0), then `chunk` per call; y gets each call's rows in place.
+void run_incremental(const mha::plan& plan, const std::vector<float>& x, std::vector<float>& y,
+                     std::int64_t batch, std::int64_t tokens, std::int64_t prefill,
+                     std::int64_t chunk, const mha::run_options& options) {
+  const std::int64_t d_in = plan.config().d_in, d_out = plan.config().d_out;
+  mha::kv_cache cache = plan.make_cache(batch, tokens);
+  std::vector<float> xs, ys;
+  for (std::int64_t at = 0; at < tokens;) {
+    const std::int64_t t = std::min(at == 0 && prefill > 0 ? prefill : chunk, tokens - at);
+    xs.resize(static_cast<std::size_t>(batch * t * d_in));
+    ys.resize(static_cast<std::size_t>(batch * t * d_out));
+    for (std::int64_t b = 0; b < batch; ++b) {
+      std::copy_n(x.begin() + (b * tokens + at) * d_in, t * d_in, xs.begin() + b * t * d_in);
+    }
+    plan.run({xs.data(), batch, t, d_in}, {ys.data(), batch, t, d_out}, cache, options);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      std::copy_n(ys.begin() + b * t * d_out, t * d_out, y.begin() + (b * tokens + at) * d_out);
+    }
+    at += t;
+  }
+}
+
 int run_module(const arguments& a) {
   const mha::backend& backend =
       a.has("backend") ? mha::require_backend(a.required("backend")) : mha::default_backend();
@@ -31,6 +54,12 @@ int run_module(const arguments& a) {
       .seed = a.unsigned_or("seed", 0)};
   if (a.has("dropout") && !options.training) {
     throw usage_error("--dropout applies in training mode only; add --training");
+  }
+  const bool incremental = a.has("incremental");
+  for (const char* option : {"prefill", "chunk"}) {
+    if (a.has(option) && !incremental) {
+      throw usage_error(std::string("--") + option + " applies to incremental runs; add --incremental");
+    }
   }
 
   mha::io::tensor x = mha::io::read_npy(input_path);
@@ -72,20 +101,31 @@ int run_module(const arguments& a) {
                                 " (the mask buffer of the weights, or --context-length)");
   }
 
+  const std::int64_t prefill = a.integer_or("prefill", 0, 0, tokens);
+  const std::int64_t chunk = a.integer_or("chunk", 1, 1, int64_max);
+
   const auto plan = backend.prepare(cfg, form, m.w);
   std::vector<std::int64_t> y_shape = x.shape;
   y_shape.back() = cfg.d_out;
   mha::io::tensor y{y_shape,
                     std::vector<float>(static_cast<std::size_t>(batch * tokens * cfg.d_out))};
-  plan->run({x.values.data(), batch, tokens, d_in}, {y.values.data(), batch, tokens, cfg.d_out},
-            options);
+  if (incremental) {
+    run_incremental(*plan, x.values, y.values, batch, tokens, prefill, chunk, options);
+  } else {
+    plan->run({x.values.data(), batch, tokens, d_in}, {y.values.data(), batch, tokens, cfg.d_out},
+              options);
+  }
   mha::io::write_npy(output_path, y);
 
-  std::printf("%s %s, %s-layout weights (n_heads %lld): %s -> %s float32 in %s\n",
+  const std::string how =
+      incremental ? " through a KV cache (prefill " + std::to_string(prefill) + ", then " +
+                        std::to_string(chunk) + " token" + (chunk == 1 ? "" : "s") + " per call)"
+                  : "";
+  std::printf("%s %s, %s-layout weights (n_heads %lld): %s -> %s float32 in %s%s\n",
               std::string(backend.name()).c_str(), std::string(mha::to_string(form)).c_str(),
               m.layout == mha::formulation::wrapper ? "wrapper" : "split",
               static_cast<long long>(cfg.n_heads), shape_text(x.shape).c_str(),
-              shape_text(y.shape).c_str(), output_path.c_str());
+              shape_text(y.shape).c_str(), output_path.c_str(), how.c_str());
   return 0;
 }
 
@@ -112,10 +152,16 @@ const command& run_command() {
       "  --threads N        worker threads, 0 = all cores (default 0)\n"
       "  --training         apply dropout to the attention weights\n"
       "  --dropout P        dropout probability in [0, 1) (needs --training)\n"
-      "  --seed S           dropout seed (default 0); the mask is the same on every backend\n",
+      "  --seed S           dropout seed (default 0); the mask is the same on every backend\n"
+      "  --incremental      feed X through a KV cache as a generation loop would (decode);\n"
+      "                     Y is the full forward's (with --no-causal, each call's tokens\n"
+      "                     see the tokens fed so far)\n"
+      "  --prefill N        with --incremental: the first call takes N tokens (default 0:\n"
+      "                     none, chunks from the start); 0 <= N <= tokens\n"
+      "  --chunk S          with --incremental: tokens per later call (default 1)\n",
       {"backend", "formulation", "weights", "input", "output", "heads", "context-length", "threads",
-       "dropout", "seed"},
-      {"no-causal", "training"},
+       "dropout", "seed", "prefill", "chunk"},
+      {"no-causal", "training", "incremental"},
       run_module};
   return c;
 }

@@ -19,15 +19,20 @@
 //   // i < n, in any order or concurrently. sequential_execution is the single-thread answer.
 //   template <class F> void run(const run_options&, F&& f) const;
 //   template <class F> void for_each(std::int64_t n, F&& f) const;
+//   // Optional: true when attention() computes attention_args::past > 0 (keys from a cache);
+//   // the plan then runs incremental calls (plan::make_cache, plan::run with a cache).
+//   static constexpr bool incremental = true;
 // Stateless sets write these as static members; the driver calls them through its instance.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <vector>
 
 #include "common/attention_args.hpp"
 #include "common/buffer.hpp"
+#include "common/kv_cache_access.hpp"
 #include "mha/backend.hpp"
 
 namespace mha::detail {
@@ -73,8 +78,27 @@ class driver_plan final : public plan {
     float *q, *k, *v;
   };
 
+  static constexpr bool incremental_set = requires { requires K::incremental; };
+
+  bool incremental() const noexcept override { return incremental_set; }
+
   void execute(tensor_view<const float> x, tensor_view<float> y,
                const run_options& options) const override {
+    forward(x, y, options, nullptr);
+  }
+  void execute(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache,
+               const run_options& options) const override {
+    if constexpr (incremental_set) {
+      forward(x, y, options, &cache);
+    } else {
+      plan::execute(x, y, cache, options);  // declines
+    }
+  }
+
+  // The forward pass over x, or with a cache the incremental call: the new tokens' K and V
+  // appended to it and attention over all it holds.
+  void forward(tensor_view<const float> x, tensor_view<float> y, const run_options& options,
+               kv_cache* cache) const {
     kernels_.run(options, [&] {
       const mha::config& cfg = config();
       const std::int64_t rows = x.batch() * x.seq_len(), size = rows * cfg.d_out;
@@ -100,9 +124,9 @@ class driver_plan final : public plan {
       if (options.training) args.dropout = {cfg.dropout, options.seed};
 
       if (formulation() == mha::formulation::split_weight) {
-        split_weight(x, buffers, context, args);
+        split_weight(x, buffers, context, args, cache);
       } else {
-        wrapper(x, buffers, context, args);
+        wrapper(x, buffers, context, args, cache);
       }
       if (out_proj_) kernels_.linear(*out_proj_, context, rows, y.data());
     });
@@ -112,7 +136,7 @@ class driver_plan final : public plan {
   // V have kv_heads heads); attention writes each head into its columns of `context`, which is
   // the merge.
   void split_weight(tensor_view<const float> x, const qkv_buffers& buf, float* context,
-                    attention_args args) const {
+                    attention_args args, kv_cache* cache) const {
     const mha::config& cfg = config();
     args.q = project_heads(split_->query, x, cfg.n_heads, buf.q);
     args.k = project_heads(split_->key, x, cfg.kv_heads(), buf.k);
@@ -121,7 +145,7 @@ class driver_plan final : public plan {
     args.out = {context, batch_stride, head_stride, cfg.d_out};
     args.heads = cfg.n_heads;
     args.kv_group = cfg.n_heads / cfg.kv_heads();
-    kernels_.attention(args);
+    attend(args, cache, 0);
   }
 
   // x W^T + b into y as `heads` heads of head_dim: the kernel set's layout, or (B, T, width)
@@ -140,27 +164,58 @@ class driver_plan final : public plan {
   }
 
   // H independent heads: each projects x with its own (head_dim, d_in) weights into its own
-  // (B, T, head_dim) slices of the buffers, attends, and writes its result into its column
-  // block of `context` (the concatenation).
+  // (B, T, head_dim) slices of the buffers; then each head attends over its own Q, K, V (one
+  // attention call covers them all, head h's slices head_stride apart) and writes its result
+  // into its column block of `context` (the concatenation). With a cache, head h has its own
+  // K/V cache head h.
   void wrapper(tensor_view<const float> x, const qkv_buffers& buf, float* context,
-               const attention_args& shared) const {
+               attention_args args, kv_cache* cache) const {
     const mha::config& cfg = config();
     const std::int64_t rows = x.batch() * x.seq_len(), hd = cfg.head_dim();
     kernels_.for_each(cfg.n_heads, [&](std::int64_t h) {
-      float *q = buf.q + h * rows * hd, *k = buf.k + h * rows * hd, *v = buf.v + h * rows * hd;
-      kernels_.linear(heads_[h].query, x.data(), rows, q);
-      kernels_.linear(heads_[h].key, x.data(), rows, k);
-      kernels_.linear(heads_[h].value, x.data(), rows, v);
+      kernels_.linear(heads_[h].query, x.data(), rows, buf.q + h * rows * hd);
+      kernels_.linear(heads_[h].key, x.data(), rows, buf.k + h * rows * hd);
+      kernels_.linear(heads_[h].value, x.data(), rows, buf.v + h * rows * hd);
+    });
+    const std::int64_t batch_stride = x.seq_len() * hd, head_stride = rows * hd;
+    args.q = {buf.q, batch_stride, head_stride, hd};
+    args.k = {buf.k, batch_stride, head_stride, hd};
+    args.v = {buf.v, batch_stride, head_stride, hd};
+    args.out = {context, x.seq_len() * cfg.d_out, hd, cfg.d_out};
+    args.heads = cfg.n_heads;
+    attend(args, cache, 0);
+  }
 
-      attention_args args = shared;
-      const std::int64_t batch_stride = x.seq_len() * hd;
-      args.q = {q, batch_stride, 0, hd};
-      args.k = {k, batch_stride, 0, hd};
-      args.v = {v, batch_stride, 0, hd};
-      args.out = {context + h * hd, x.seq_len() * cfg.d_out, 0, cfg.d_out};
-      args.heads = 1;
-      args.first_head = h;
+  // Attention of `args` (k and v: this call's tokens), or with a cache: per sequence b, the new
+  // keys and values appended to the cache's heads from `cache_head` on after its past_b rows,
+  // then attention of b's queries over the past_b + seq_len rows the cache then holds (the
+  // sequences of a batch may hold different lengths). The cache's lengths are run()'s to move.
+  void attend(const attention_args& args, kv_cache* cache, std::int64_t cache_head) const {
+    if (cache == nullptr) {
       kernels_.attention(args);
+      return;
+    }
+    const head_view<float> keys = kv_cache_access::keys(*cache),
+                           values = kv_cache_access::values(*cache);
+    const std::int64_t kv_heads = args.heads / args.kv_group, hd = args.head_dim;
+    kernels_.for_each(args.batch, [&](std::int64_t b) {
+      const std::int64_t past = cache->lengths()[static_cast<std::size_t>(b)];
+      for (std::int64_t g = 0; g < kv_heads; ++g) {
+        for (std::int64_t i = 0; i < args.seq_len; ++i) {
+          std::copy_n(args.k.row(b, g, i), hd, keys.row(b, cache_head + g, past + i));
+          std::copy_n(args.v.row(b, g, i), hd, values.row(b, cache_head + g, past + i));
+        }
+      }
+      attention_args one = args;
+      one.batch = 1;
+      one.past = past;
+      one.first_batch = b;
+      one.q.data = args.q.row(b, 0, 0);
+      one.out.data = args.out.row(b, 0, 0);
+      one.k = {keys.row(b, cache_head, 0), keys.batch_stride, keys.head_stride, keys.row_stride};
+      one.v = {values.row(b, cache_head, 0), values.batch_stride, values.head_stride,
+               values.row_stride};
+      kernels_.attention(one);
     });
   }
 

@@ -21,8 +21,9 @@ void check_byte_count(std::string_view where, std::string_view what,
 // it is a decimal integer), else default_max_score_bytes (mha/run_options.hpp).
 std::uint64_t max_score_bytes();
 
-// Throws mha::invalid_argument naming T, the bytes and the limit unless `slices` T x T float
-// matrices fit in max_score_bytes(). `where` names the backend.
-void check_score_memory(std::string_view where, std::int64_t seq_len, std::int64_t slices);
+// Throws mha::invalid_argument naming T, the bytes and the limit unless `slices` (rows, keys)
+// float matrices (T x T in a full forward) fit in max_score_bytes(). `where` names the backend.
+void check_score_memory(std::string_view where, std::int64_t rows, std::int64_t keys,
+                        std::int64_t slices);
 
 }  // namespace mha::detail

@@ -38,18 +38,21 @@ std::uint64_t max_score_bytes() {
   return limit;
 }
 
-void check_score_memory(std::string_view where, std::int64_t seq_len, std::int64_t slices) {
+void check_score_memory(std::string_view where, std::int64_t rows, std::int64_t keys,
+                        std::int64_t slices) {
   const std::uint64_t limit = max_score_bytes();
   std::uint64_t bytes = sizeof(float);
   const bool overflow =
-      __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(seq_len), &bytes) ||
-      __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(seq_len), &bytes) ||
+      __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(rows), &bytes) ||
+      __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(keys), &bytes) ||
       __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(slices), &bytes);
   if (overflow || bytes > limit) {
-    throw invalid_argument(text(where, ": seq_len T = ", seq_len, " needs ",
+    const std::string shape = rows == keys ? text("seq_len T = ", rows)
+                                           : text("T = ", rows, " queries over ", keys, " keys");
+    throw invalid_argument(text(where, ": ", shape, " needs ",
                                 overflow ? std::string("more than 2^64") : std::to_string(bytes),
-                                " bytes for its T x T attention scores, above the limit of ",
-                                limit,
+                                " bytes for its T x ", rows == keys ? "T" : "keys",
+                                " attention scores, above the limit of ", limit,
                                 " bytes (raise it with the environment variable "
                                 "MHA_MAX_SCORE_BYTES; the xsimd and tbb backends need no "
                                 "T x T scores)"));

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <functional>
 
 #include "core/checks.hpp"
@@ -9,6 +10,9 @@ namespace mha {
 namespace {
 
 using detail::text;
+
+// What backend::supports() and a plan without incremental calls say about decode.
+constexpr std::string_view decode_declined = "decode with a KV cache (past > 0) is not implemented";
 
 std::string shape_of(const auto& view) {
   return text("(", view.batch(), ", ", view.seq_len(), ", ", view.features(), ")");
@@ -63,6 +67,77 @@ void plan::run(tensor_view<const float> x, tensor_view<float> y, const run_optio
   execute(x, y, options);
 }
 
+kv_cache::kv_cache(const plan* owner, std::int64_t batch, std::int64_t capacity,
+                   std::int64_t heads, std::int64_t head_dim)
+    : owner_(owner),
+      capacity_(capacity),
+      heads_(heads),
+      head_dim_(head_dim),
+      floats_(2 * batch * capacity * heads * head_dim),
+      lengths_(static_cast<std::size_t>(batch), 0),
+      // Uninitialised: a row is read only after a run wrote it.
+      data_(std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(floats_))) {}
+
+std::int64_t kv_cache::length(std::int64_t b) const {
+  if (b < 0 || b >= batch()) {
+    throw invalid_argument(text("kv_cache: sequence ", b, " is out of range; the cache holds ",
+                                batch(), " (0 to ", batch() - 1, ")"));
+  }
+  return lengths_[static_cast<std::size_t>(b)];
+}
+
+void kv_cache::reset() noexcept { std::fill(lengths_.begin(), lengths_.end(), 0); }
+
+void kv_cache::reset(std::int64_t b) {
+  length(b);  // the range check
+  lengths_[static_cast<std::size_t>(b)] = 0;
+}
+
+std::int64_t plan::cache_heads() const noexcept {
+  return formulation_ == formulation::split_weight ? config_.kv_heads() : config_.n_heads;
+}
+
+kv_cache plan::make_cache(std::int64_t batch, std::int64_t capacity) const {
+  if (!incremental()) throw unsupported(text(backend_name_, ": ", decode_declined));
+  if (batch < 1) throw invalid_argument(text(backend_name_, ": cache batch (", batch, ") must be >= 1"));
+  if (capacity < 1 || capacity > config_.context_length) {
+    throw invalid_argument(text(backend_name_, ": cache capacity (", capacity,
+                                ") must be between 1 and context_length (",
+                                config_.context_length, ")"));
+  }
+  detail::check_byte_count(backend_name_, "kv cache",
+                           {2, batch, capacity, cache_heads(), config_.head_dim()}, sizeof(float));
+  return kv_cache(this, batch, capacity, cache_heads(), config_.head_dim());
+}
+
+void plan::run(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache,
+               const run_options& options) const {
+  check_run(backend_name_, config_, x, y, options);
+  if (cache.owner_ != this) {
+    throw invalid_argument(text(backend_name_, ": the kv_cache was made by another plan; a cache "
+                                "is read in the layout of the plan that made it"));
+  }
+  if (cache.batch() != x.batch()) {
+    throw invalid_argument(text(backend_name_, ": input batch (", x.batch(),
+                                ") must equal the cache's batch (", cache.batch(), ")"));
+  }
+  for (std::int64_t b = 0; b < cache.batch(); ++b) {
+    const std::int64_t past = cache.lengths_[static_cast<std::size_t>(b)];
+    if (past + x.seq_len() > cache.capacity()) {
+      throw invalid_argument(text(backend_name_, ": sequence ", b, " holds ", past,
+                                  " tokens; ", x.seq_len(), " more make ", past + x.seq_len(),
+                                  ", past the cache's capacity (", cache.capacity(), ")"));
+    }
+  }
+  execute(x, y, cache, options);
+  for (std::int64_t& length : cache.lengths_) length += x.seq_len();
+}
+
+void plan::execute(tensor_view<const float>, tensor_view<float>, kv_cache&,
+                   const run_options&) const {
+  throw unsupported(text(backend_name_, ": ", decode_declined));
+}
+
 std::unique_ptr<plan> backend::prepare(const config& cfg, formulation form,
                                        const weights& w) const {
   const std::string where(name());
@@ -86,7 +161,7 @@ support backend::supports(const problem& p) const {
     return support::no(text("grouped-query attention (n_kv_heads ", p.cfg.kv_heads(),
                             " < n_heads ", p.cfg.n_heads, ") is not implemented"));
   }
-  if (p.past != 0) return support::no("decode with a KV cache (past > 0) is not implemented");
+  if (p.past != 0) return support::no(std::string(decode_declined));
   return support::yes();
 }
 

@@ -23,11 +23,11 @@ constexpr std::int64_t attention_block_rows = 64;
 }  // namespace
 
 std::int64_t attention_layout::values_offset() const noexcept {
-  return round_up(packed_size(head_dim, seq_len, scores.nr), line_floats);
+  return round_up(packed_size(head_dim, keys, scores.nr), line_floats);
 }
 
 std::int64_t attention_layout::head_floats() const noexcept {
-  return values_offset() + packed_size(seq_len, head_dim, values.nr);
+  return values_offset() + packed_size(keys, head_dim, values.nr);
 }
 
 std::int64_t attention_layout::scratch_floats() const noexcept {
@@ -54,23 +54,24 @@ attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept
 
 void pack_head(const attention_args& args, const attention_layout& layout, std::int64_t b,
                std::int64_t h, float* head) noexcept {
-  // K^T (head_dim, seq_len): element (d, j) is K[j][d]. A transpose copy, and worth it: S = Q K^T
+  // K^T (head_dim, keys): element (d, j) is K[j][d]. A transpose copy, and worth it: S = Q K^T
   // of one (1024, 64) head on the split form's strided rows took 1.4 ms packing included, the
   // transpose-free form (4x4 blocks of dot products over head_dim, one horizontal add per
   // score) 2.7 ms (Zen4, AVX-512).
-  pack_panels(args.k.row(b, h, 0), layout.head_dim, layout.seq_len, /*stride_k=*/1,
+  pack_panels(args.k.row(b, h, 0), layout.head_dim, layout.keys, /*stride_k=*/1,
               args.k.row_stride, layout.scores.nr, head);
-  // V (seq_len, head_dim) as it is.
-  pack_panels(args.v.row(b, h, 0), layout.seq_len, layout.head_dim, args.v.row_stride,
+  // V (keys, head_dim) as it is.
+  pack_panels(args.v.row(b, h, 0), layout.keys, layout.head_dim, args.v.row_stride,
               /*stride_n=*/1, layout.values.nr, head + layout.values_offset());
 }
 
-attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t head_dim,
-                                     std::int64_t key_tile) const noexcept {
+attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys,
+                                     std::int64_t head_dim, std::int64_t key_tile) const noexcept {
   attention_layout l;
   l.scores = tiles[0];
   l.values = tile_for(panel_width(head_dim));
   l.seq_len = seq_len;
+  l.keys = keys;
   l.head_dim = head_dim;
   l.block_rows = std::min(seq_len, attention_block_rows);
   l.padded_rows =
@@ -79,7 +80,7 @@ attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t head_dim
   // multiple of the lanes and of the scores panel width.
   const std::int64_t step = std::lcm(l.scores.nr, lanes);
   l.key_tile = round_up(std::max<std::int64_t>(key_tile, 1), step);
-  l.score_cols = std::min(l.key_tile, round_up(seq_len, step));
+  l.score_cols = std::min(l.key_tile, round_up(keys, step));
   l.acc_cols = round_up(head_dim, l.values.nr);
   return l;
 }
@@ -101,7 +102,7 @@ void attention_workspace::run_block(const isa_kernels& kernels, const attention_
 }
 
 void attention(const isa_kernels& kernels, const attention_args& args, std::int64_t key_tile) {
-  const attention_layout layout = kernels.layout(args.seq_len, args.head_dim, key_tile);
+  const attention_layout layout = kernels.layout(args.seq_len, args.keys(), args.head_dim, key_tile);
   attention_workspace workspace(layout);
   for (std::int64_t b = 0; b < args.batch; ++b) {
     for (std::int64_t h = 0; h < args.heads; ++h) {

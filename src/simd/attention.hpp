@@ -35,25 +35,27 @@ struct attention_scratch {
   float* dropout;       // score_cols: one row's dropout multipliers over a key tile
 };
 
-// The per-(seq_len, head_dim, key tile) geometry of the attention kernel on one ISA: panel
+// The per-(seq_len, keys, head_dim, key tile) geometry of the attention kernel on one ISA: panel
 // widths, the query-row block, the key tile, and the floats each workspace needs.
 struct attention_layout {
   tile_shape scores, values;  // micro-kernels of S = Q K^T and of O = P V
-  std::int64_t seq_len = 0, head_dim = 0;
+  std::int64_t seq_len = 0;   // query rows (attention_args::seq_len)
+  std::int64_t keys = 0;      // key/value rows (attention_args::keys(): past + seq_len)
+  std::int64_t head_dim = 0;
   std::int64_t block_rows = 0;   // query rows per attention_rows call (the last may be fewer)
   std::int64_t padded_rows = 0;  // block_rows rounded up for both micro-kernels' row counts
   std::int64_t key_tile = 0;     // keys per online-softmax step: a multiple of scores.nr and of
-                                 // the lanes; >= seq_len means one step over whole rows
-  std::int64_t score_cols = 0;   // columns of a scores tile: key_tile, or seq_len rounded up
+                                 // the lanes; >= keys means one step over whole rows
+  std::int64_t score_cols = 0;   // columns of a scores tile: key_tile, or keys rounded up
                                  // like key_tile when that is smaller
   std::int64_t acc_cols = 0;     // head_dim rounded up to values.nr
 
-  // Packed K^T (head_dim, seq_len) at the start, then packed V (seq_len, head_dim) at
+  // Packed K^T (head_dim, keys) at the start, then packed V (keys, head_dim) at
   // values_offset(), of one head.
   std::int64_t head_floats() const noexcept;
   std::int64_t values_offset() const noexcept;
-  // One query block's scratch: O(block_rows * (score_cols + head_dim)), independent of seq_len
-  // once seq_len >= key_tile.
+  // One query block's scratch: O(block_rows * (score_cols + head_dim)), independent of the
+  // keys once keys >= key_tile.
   std::int64_t scratch_floats() const noexcept;
   // Carves `scratch` (scratch_floats() floats, 64-byte aligned) into its parts, each aligned.
   attention_scratch scratch_parts(float* scratch) const noexcept;

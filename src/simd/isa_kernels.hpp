@@ -50,9 +50,10 @@ struct isa_kernels {
   int panel_width(std::int64_t n) const noexcept;
   // The tile whose panel width is nr (one of tiles[]).
   tile_shape tile_for(int nr) const noexcept;
-  // The attention geometry; key_tile is rounded up to a multiple of scores.nr and the lanes
-  // (default_key_tile: the measured fused kernel; seq_len or more: the unfused one).
-  attention_layout layout(std::int64_t seq_len, std::int64_t head_dim,
+  // The attention geometry of seq_len query rows over `keys` key rows; key_tile is rounded up to
+  // a multiple of scores.nr and the lanes (default_key_tile: the measured fused kernel; keys or
+  // more: the unfused one).
+  attention_layout layout(std::int64_t seq_len, std::int64_t keys, std::int64_t head_dim,
                           std::int64_t key_tile = default_key_tile) const noexcept;
 };
 

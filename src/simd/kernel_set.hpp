@@ -17,6 +17,7 @@ namespace mha::detail {
 template <xsimd_isa Isa>
 struct xsimd_kernel_set : sequential_execution {
   using packed_linear = packed_matrix;
+  static constexpr bool incremental = true;  // the attention kernel reads past keys (args.past)
 
   static const isa_kernels& kernels() noexcept { return kernels_for(Isa); }
 

@@ -25,63 +25,68 @@ void project(const linear_weights& w, const float* x, std::int64_t rows, float* 
   }
 }
 
-// The keys row i attends to: j < keys(a, i). Masked keys never enter the arithmetic, so a
-// NaN or Inf in a later token cannot reach an earlier row (not even as 0 * NaN).
-std::int64_t keys(const attention_args& a, std::int64_t i) { return a.causal ? i + 1 : a.seq_len; }
+// Query row i attends to keys j < a.key_end(i) (past + i + 1 causal, all keys otherwise): row i
+// of the scores has keys() columns. Masked keys never enter the arithmetic, so a NaN or Inf in a
+// later token cannot reach an earlier row (not even as 0 * NaN).
 
 // S[i][j] = scale * q_i . k_j for one head (the masked entries are set by causal_mask).
 void scores(const attention_args& a, std::int64_t b, std::int64_t h, std::vector<float>& s) {
+  const std::int64_t n = a.keys();
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
-    for (std::int64_t j = 0; j < keys(a, i); ++j) {
+    for (std::int64_t j = 0; j < a.key_end(i); ++j) {
       const float* q = a.q.row(b, h, i);
       const float* k = a.k.row(b, h / a.kv_group, j);
       float dot = 0.0f;
       for (std::int64_t d = 0; d < a.head_dim; ++d) dot += q[d] * k[d];
-      s[i * a.seq_len + j] = a.scale * dot;
+      s[i * n + j] = a.scale * dot;
     }
   }
 }
 
-// S[i][j] = -inf for j > i: token i does not see later tokens.
-void causal_mask(std::int64_t t, std::vector<float>& s) {
-  for (std::int64_t i = 0; i < t; ++i) {
-    for (std::int64_t j = i + 1; j < t; ++j) s[i * t + j] = -std::numeric_limits<float>::infinity();
+// S[i][j] = -inf for j past query i's position: a token does not see later tokens.
+void causal_mask(const attention_args& a, std::vector<float>& s) {
+  const std::int64_t n = a.keys();
+  for (std::int64_t i = 0; i < a.seq_len; ++i) {
+    for (std::int64_t j = a.key_end(i); j < n; ++j) s[i * n + j] = -std::numeric_limits<float>::infinity();
   }
 }
 
 // Each row of S becomes softmax(row): exp(s - max) / sum, the max subtracted for stability.
-void softmax_rows(std::int64_t t, std::vector<float>& s) {
-  for (std::int64_t i = 0; i < t; ++i) {
-    float* row = s.data() + i * t;
-    const float max = *std::max_element(row, row + t);
+void softmax_rows(std::int64_t rows, std::int64_t n, std::vector<float>& s) {
+  for (std::int64_t i = 0; i < rows; ++i) {
+    float* row = s.data() + i * n;
+    const float max = *std::max_element(row, row + n);
     float sum = 0.0f;
-    for (std::int64_t j = 0; j < t; ++j) {
+    for (std::int64_t j = 0; j < n; ++j) {
       row[j] = std::exp(row[j] - max);
       sum += row[j];
     }
-    for (std::int64_t j = 0; j < t; ++j) row[j] /= sum;
+    for (std::int64_t j = 0; j < n; ++j) row[j] /= sum;
   }
 }
 
-// Training mode: A[i][j] *= 0 or 1/(1-p), the shared mask of docs/design.md §1.1.
+// Training mode: A[i][j] *= 0 or 1/(1-p), the shared mask of docs/design.md §1.1, keyed on the
+// sequence, head and absolute positions.
 void dropout(const attention_args& a, std::int64_t b, std::int64_t h, std::vector<float>& s) {
-  std::vector<float> multipliers(static_cast<std::size_t>(a.seq_len));
+  const std::int64_t n = a.keys();
+  std::vector<float> multipliers(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
-    detail::dropout_multipliers(a.dropout, b, a.first_head + h, i, 0, a.seq_len,
+    detail::dropout_multipliers(a.dropout, a.first_batch + b, a.first_head + h, a.past + i, 0, n,
                                 multipliers.data());
-    for (std::int64_t j = 0; j < a.seq_len; ++j) s[i * a.seq_len + j] *= multipliers[j];
+    for (std::int64_t j = 0; j < n; ++j) s[i * n + j] *= multipliers[j];
   }
 }
 
 // out_i = sum_j A[i][j] v_j.
 void weighted_values(const attention_args& a, std::int64_t b, std::int64_t h,
                      const std::vector<float>& s) {
+  const std::int64_t n = a.keys();
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
     float* out = a.out.row(b, h, i);
     std::fill(out, out + a.head_dim, 0.0f);
-    for (std::int64_t j = 0; j < keys(a, i); ++j) {
+    for (std::int64_t j = 0; j < a.key_end(i); ++j) {
       const float* v = a.v.row(b, h / a.kv_group, j);
-      for (std::int64_t d = 0; d < a.head_dim; ++d) out[d] += s[i * a.seq_len + j] * v[d];
+      for (std::int64_t d = 0; d < a.head_dim; ++d) out[d] += s[i * n + j] * v[d];
     }
   }
 }
@@ -92,14 +97,15 @@ struct naive_kernels : detail::sequential_execution {
   static void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) {
     project(w, x, rows, y);
   }
+  static constexpr bool incremental = true;
   static void attention(const attention_args& a) {
-    detail::check_score_memory("naive", a.seq_len, 1);
-    std::vector<float> s(static_cast<std::size_t>(a.seq_len * a.seq_len));
+    detail::check_score_memory("naive", a.seq_len, a.keys(), 1);
+    std::vector<float> s(static_cast<std::size_t>(a.seq_len * a.keys()));
     for (std::int64_t b = 0; b < a.batch; ++b) {
       for (std::int64_t h = 0; h < a.heads; ++h) {
         scores(a, b, h, s);
-        if (a.causal) causal_mask(a.seq_len, s);
-        softmax_rows(a.seq_len, s);
+        if (a.causal) causal_mask(a, s);
+        softmax_rows(a.seq_len, a.keys(), s);
         if (a.dropout.active()) dropout(a, b, h, s);
         weighted_values(a, b, h, s);
       }
@@ -114,11 +120,13 @@ struct naive_impl final : backend {
   }
   // Plain loops compiled for the x86-64 baseline; whatever the compiler vectorises is SSE2.
   std::string isa() const override { return "scalar"; }
-  // Grouped-query attention too: each query head reads its group's K/V head (kv_group).
+  // Grouped-query attention too (each query head reads its group's K/V head, kv_group), and
+  // decode (keys from a cache).
   support supports(const problem& p) const override {
-    problem ungrouped = p;
-    ungrouped.cfg.n_kv_heads = 0;
-    return backend::supports(ungrouped);
+    problem fp32 = p;
+    fp32.cfg.n_kv_heads = 0;
+    fp32.past = 0;
+    return backend::supports(fp32);
   }
 
  private:

@@ -33,6 +33,13 @@ const dnnl::engine& cpu_engine() {
   return engine;
 }
 
+// The calling thread's stream, made once rather than per primitive call (the wrapper form makes
+// 3 projection calls per head).
+dnnl::stream& caller_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
 // Runs f(), rethrowing a dnnl::error as mha::error naming the backend and what failed, as
 // what() says it (called on failure only): "onednn: oneDNN failed in a (1024 rows)
 // projection: could not execute a primitive (dnnl_status_t 5)".
@@ -149,14 +156,22 @@ struct batch_head {
   std::int64_t b, h;
 };
 
-// Whether v holds `heads` (rows, head_dim) slices per batch element back to back: the dense
-// head-major layout the attention primitives read a group of slices from in place.
+// How the (b, h) slices of attention_args lie in memory, each a dense (rows, head_dim) matrix,
+// back to back: batch-major (slice b * heads + h: the split form's (B, H, T, head_dim)
+// projections) or head-major (slice h * batch + b: the wrapper's per-head (B, T, head_dim)
+// buffers). The attention primitives read a group of consecutive slices in place.
+enum class slice_order { batch_major, head_major, other };
+
 template <class T>
-bool dense_head_major(const detail::head_view<T>& v, std::int64_t heads, std::int64_t rows,
-                      std::int64_t head_dim) {
+slice_order order_of(const detail::head_view<T>& v, std::int64_t batch, std::int64_t heads,
+                     std::int64_t rows, std::int64_t head_dim) {
   const std::int64_t slice = rows * head_dim;
-  return v.row_stride == head_dim && (heads == 1 || v.head_stride == slice) &&
-         v.batch_stride == heads * slice;
+  if (v.row_stride != head_dim) return slice_order::other;
+  if ((heads == 1 || v.head_stride == slice) && (batch == 1 || v.batch_stride == heads * slice))
+    return slice_order::batch_major;
+  if ((batch == 1 || v.batch_stride == slice) && (heads == 1 || v.head_stride == batch * slice))
+    return slice_order::head_major;
+  return slice_order::other;
 }
 
 // The oneDNN primitives as a kernel set of the shared drivers (common/driver.hpp), sequential
@@ -184,7 +199,7 @@ class onednn_kernel_set {
     rethrowing_dnnl_errors([&] { return text("in a (", rows, " rows) projection"); }, [&] {
       const auto step = linear_step(w, rows);
       scratch_pool::lease scratch(scratch_, floats(detail::scratchpad_bytes(step->pd)));
-      dnnl::stream stream(cpu_engine());
+      dnnl::stream& stream = caller_stream();
       step->run(stream, x, w.weight_data(), w.bias_data(), y, nullptr, bytes(scratch));
       stream.wait();
     });
@@ -208,7 +223,7 @@ class onednn_kernel_set {
                                               detail::scratchpad_bytes(split->pd)));
       scratch_pool::lease scratch(scratch_, staging + pad);
       std::byte* scratchpad = bytes(scratch, staging);
-      dnnl::stream stream(cpu_engine());
+      dnnl::stream& stream = caller_stream();
       step->run(stream, x, w.weight_data(), w.bias_data(), scratch.data(), nullptr, scratchpad);
       split->run(stream, scratch.data(), y, scratchpad);
       stream.wait();
@@ -216,15 +231,16 @@ class onednn_kernel_set {
     return detail::head_view<const float>{y, heads * seq_len * hd, seq_len * hd, hd};
   }
 
-  // q, k and v must be dense head-major (the layouts project_heads and the wrapper's per-head
-  // buffers give); out may be any head_view.
+  // q, k and v must share one slice order (project_heads' and the wrapper's buffers do); out
+  // may be any head_view.
   void attention(const detail::attention_args& a) const {
-    assert(a.kv_group == 1);  // the backend declines grouped K/V (backend::supports)
-    assert(dense_head_major(a.q, a.heads, a.seq_len, a.head_dim) &&
-           dense_head_major(a.k, a.heads, a.seq_len, a.head_dim) &&
-           dense_head_major(a.v, a.heads, a.seq_len, a.head_dim));
+    assert(a.kv_group == 1 && a.past == 0);  // declined: grouped K/V, decode (backend::supports)
+    const slice_order order = order_of(a.q, a.batch, a.heads, a.seq_len, a.head_dim);
+    assert(order != slice_order::other &&
+           order == order_of(a.k, a.batch, a.heads, a.seq_len, a.head_dim) &&
+           order == order_of(a.v, a.batch, a.heads, a.seq_len, a.head_dim));
     // The scores of a group of heads (at least one T x T slice) and the causal mask (T x T).
-    detail::check_score_memory("onednn", a.seq_len, a.causal ? 2 : 1);
+    detail::check_score_memory("onednn", a.seq_len, a.seq_len, a.causal ? 2 : 1);
     rethrowing_dnnl_errors([&] { return text("in attention over ", a.seq_len, " tokens"); }, [&] {
       const std::int64_t count = a.batch * a.heads, t = a.seq_len, hd = a.head_dim;
       const std::int64_t group = detail::attention_group(count, t);
@@ -235,14 +251,20 @@ class onednn_kernel_set {
       scratch_pool::lease scratch(scratch_, scores + out + floats(steps->scratchpad_bytes()));
       const group_buffers buf{scratch.data(), scratch.data() + scores,
                               bytes(scratch, scores + out)};
-      dnnl::stream stream(cpu_engine());
+      dnnl::stream& stream = caller_stream();
       const std::int64_t slice = t * hd;
-      auto where = [&](std::int64_t s) { return batch_head{s / a.heads, a.first_head + s % a.heads}; };
+      // Slice s as (b, h) of a.
+      auto where = [&](std::int64_t s) {
+        return order == slice_order::batch_major ? batch_head{s / a.heads, s % a.heads}
+                                                 : batch_head{s % a.batch, s / a.batch};
+      };
       for (std::int64_t first = 0; first < count; first += group) {
         auto between = [&](float* weights) {
           if (!a.dropout.active()) return;
-          apply_dropout(a.dropout, weights, group, t,
-                        [&](std::int64_t i) { return where(first + i); });
+          apply_dropout(a.dropout, weights, group, t, [&](std::int64_t i) {
+            const batch_head bh = where(first + i);
+            return batch_head{bh.b, a.first_head + bh.h};
+          });
         };
         const std::int64_t at = first * slice;
         steps->run_group(stream, a.q.data + at, a.k.data + at, a.v.data + at, buf.out, buf.scores,
@@ -254,9 +276,9 @@ class onednn_kernel_set {
         }
         // The head merge: each slice's rows into its columns of the output.
         for (std::int64_t s = 0; s < group; ++s) {
-          const auto [b, h] = batch_head{(first + s) / a.heads, (first + s) % a.heads};
+          const batch_head bh = where(first + s);
           for (std::int64_t i = 0; i < t; ++i)
-            std::copy_n(buf.out + (s * t + i) * hd, hd, a.out.row(b, h, i));
+            std::copy_n(buf.out + (s * t + i) * hd, hd, a.out.row(bh.b, bh.h, i));
         }
       }
     });

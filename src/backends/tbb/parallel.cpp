@@ -97,7 +97,7 @@ void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g) {
 
 void parallel_attention(const isa_kernels& kernels, const attention_args& args,
                         std::int64_t key_tile) {
-  const attention_layout layout = kernels.layout(args.seq_len, args.head_dim, key_tile);
+  const attention_layout layout = kernels.layout(args.seq_len, args.keys(), args.head_dim, key_tile);
   const std::int64_t blocks = layout.blocks();
   // One workspace per thread that takes part, made on its first task.
   tbb::enumerable_thread_specific<attention_workspace> workspaces(layout);

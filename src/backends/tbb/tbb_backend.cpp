@@ -16,8 +16,8 @@ namespace mha {
 namespace {
 
 // The xsimd kernel set of one ISA with its GEMM and attention in parallel, the driver's run()
-// in a task arena of run_options::threads and the wrapper's heads as parallel tasks (each
-// running its projections and attention, themselves parallel, nested in the same arena).
+// in a task arena of run_options::threads, and for_each (the wrapper's per-head projections, a
+// decode step's sequences) as parallel tasks whose kernels nest in the same arena.
 template <xsimd_isa Isa>
 struct tbb_kernel_set : detail::xsimd_kernel_set<Isa> {
   using base = detail::xsimd_kernel_set<Isa>;
@@ -60,6 +60,12 @@ class tbb_impl final : public backend {
                         detail::kernels_description(xsimd_default_isa()));
   }
   std::string isa() const override { return std::string(to_string(xsimd_default_isa())); }
+  // Decode too (the attention kernel reads keys from a cache); not grouped K/V or bf16.
+  support supports(const problem& p) const override {
+    problem full = p;
+    full.past = 0;
+    return backend::supports(full);
+  }
   int max_threads() const noexcept override { return detail::default_threads(); }
 
  private:

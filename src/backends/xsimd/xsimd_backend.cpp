@@ -23,6 +23,12 @@ class xsimd_impl final : public backend {
     return detail::kernels_description(active_isa());
   }
   std::string isa() const override { return std::string(to_string(active_isa())); }
+  // Decode too (the attention kernel reads keys from a cache); not grouped K/V or bf16.
+  support supports(const problem& p) const override {
+    problem full = p;
+    full.past = 0;
+    return backend::supports(full);
+  }
 
  private:
   xsimd_isa active_isa() const { return pinned_ ? *pinned_ : xsimd_default_isa(); }

@@ -98,26 +98,28 @@ float exp2_sum(float* x, std::int64_t n, float shift) noexcept {
 //   P = 2^(S - m'), l = l 2^(m - m') + rowsum P,   then P *= dropout (l stays undropped)
 //   O = O 2^(m - m') + P V[tile, :]     the rescale is the micro-kernel's start (start_scaled)
 // and at the end out = O / l. Tiles past the block's last row are never visited. With one key
-// tile (layout.key_tile >= seq_len) this is the unfused softmax(S) V of whole rows.
+// tile (layout.key_tile >= keys) this is the unfused softmax(S) V of whole rows.
 template <class Arch, class Tiles>
 struct attention_block {
   const attention_args& a;
   const attention_layout& l;
-  const float* kt;  // packed K^T: head_dim x seq_len in panels of l.scores.nr
-  const float* v;   // packed V: seq_len x head_dim in panels of l.values.nr
+  const float* kt;  // packed K^T: head_dim x l.keys in panels of l.scores.nr
+  const float* v;   // packed V: l.keys x head_dim in panels of l.values.nr
   std::int64_t b, h, i0, rows;
   attention_scratch s;
 
-  // One past the last key that any row of row r's micro-block of `mr` rows attends to.
+  // One past the last key that any row of row r's micro-block of `mr` rows attends to (query
+  // row i stands at absolute position past + i).
   std::int64_t block_end(std::int64_t r, int mr) const noexcept {
-    if (!a.causal) return a.seq_len;
-    const std::int64_t end = i0 + (r / mr + 1) * mr;
-    return end < a.seq_len ? end : a.seq_len;
+    if (!a.causal) return l.keys;
+    const std::int64_t end = a.past + i0 + (r / mr + 1) * mr;
+    return end < l.keys ? end : l.keys;
   }
 
   // Keys of [j0, j1) that row r attends to: [j0, j0 + result), possibly none.
   std::int64_t row_keys(std::int64_t r, std::int64_t j0, std::int64_t j1) const noexcept {
-    const std::int64_t end = a.causal && i0 + r + 1 < j1 ? i0 + r + 1 : j1;
+    const std::int64_t own = a.past + i0 + r + 1;
+    const std::int64_t end = a.causal && own < j1 ? own : j1;
     return end - j0;
   }
 
@@ -181,7 +183,8 @@ struct attention_block {
         s.row_sum[r] = first ? sum : s.row_sum[r] * s.rescale[r] + sum;
         zero_from = (len + lanes - 1) / lanes * lanes;  // exp2_sum zeroed up to here
         if (a.dropout.active()) {
-          dropout_multipliers(a.dropout, b, a.first_head + h, i0 + r, j0, j0 + len, s.dropout);
+          dropout_multipliers(a.dropout, a.first_batch + b, a.first_head + h, a.past + i0 + r, j0,
+                              j0 + len, s.dropout);
           for (std::int64_t j = 0; j < len; ++j) p[j] *= s.dropout[j];
         }
       }
@@ -208,11 +211,11 @@ struct attention_block {
       if (kc <= 0) continue;  // no keys here for these rows: rescale is 1, nothing to add
       std::int64_t common = kc;  // keys [j0, j0 + common) are seen by every row of the block
       if (a.causal) {
-        const std::int64_t first_row_end = i0 + r + 1 < j1 ? i0 + r + 1 : j1;
+        const std::int64_t own = a.past + i0 + r + 1, first_row_end = own < j1 ? own : j1;
         common = first_row_end - j0 < 0 ? 0 : first_row_end - j0;
       }
       for (std::int64_t p = 0; p < panels; ++p) {
-        const float* panel = v + p * a.seq_len * T::nr + j0 * T::nr;
+        const float* panel = v + p * l.keys * T::nr + j0 * T::nr;
         float* o = s.accumulators + r * l.acc_cols + p * T::nr;
         const float* weights = s.scores + r * l.score_cols;
         if (j0 == 0) {

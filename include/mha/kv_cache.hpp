@@ -1,0 +1,58 @@
+// mha: a KV cache, the keys and values of the tokens each sequence of a batch has seen, for
+// incremental (decode) calls of a plan (docs/design.md §1.4).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace mha {
+
+class plan;
+namespace detail {
+struct kv_cache_access;
+}
+
+// Made empty by plan::make_cache(batch, capacity) for that plan; plan::run(x, y, cache)
+// appends each call's keys and values. Holds, per sequence b < batch(), the keys and values of
+// its length(b) tokens so far, for every K/V head of the plan (the split-weight form's
+// n_kv_heads; the wrapper's n_heads, one cache per head), in the layout the plan's kernels
+// read: per (sequence, head), capacity() rows of head_dim keys, then as many values.
+//
+// A cache belongs to the plan that made it (a run with another plan's cache throws). Not
+// thread-safe: a run writes it, so concurrent runs need one cache each (they may share the
+// plan). Movable, not copyable.
+class kv_cache {
+ public:
+  kv_cache(kv_cache&&) noexcept = default;
+  kv_cache& operator=(kv_cache&&) noexcept = default;
+
+  std::int64_t batch() const noexcept { return static_cast<std::int64_t>(lengths_.size()); }
+  // Tokens each sequence may hold: at most the plan's context_length.
+  std::int64_t capacity() const noexcept { return capacity_; }
+  // Tokens sequence b holds (0 <= b < batch(), else mha::invalid_argument).
+  std::int64_t length(std::int64_t b) const;
+  const std::vector<std::int64_t>& lengths() const noexcept { return lengths_; }
+  // The storage: 2 * batch * capacity * heads * head_dim * sizeof(float), allocated once.
+  std::size_t bytes() const noexcept { return static_cast<std::size_t>(floats_) * sizeof(float); }
+
+  // Forgets every sequence (lengths 0); the storage stays.
+  void reset() noexcept;
+  // Forgets sequence b (0 <= b < batch(), else mha::invalid_argument): continuous batching
+  // starts a new sequence in a finished one's slot.
+  void reset(std::int64_t b);
+
+ private:
+  friend class plan;
+  friend struct detail::kv_cache_access;
+  kv_cache(const plan* owner, std::int64_t batch, std::int64_t capacity, std::int64_t heads,
+           std::int64_t head_dim);
+
+  const plan* owner_;
+  std::int64_t capacity_, heads_, head_dim_, floats_;
+  std::vector<std::int64_t> lengths_;
+  std::unique_ptr<float[]> data_;
+};
+
+}  // namespace mha

@@ -1,0 +1,284 @@
+// Incremental calls through a KV cache (docs/design.md §1.4): every backend x formulation x
+// conformance shape, prefill then token by token, against the same plan's full forward passes;
+// sequences of one batch at different lengths; the errors, which leave the cache as it was;
+// concurrent runs on different caches.
+//
+// The backends that decode share their projection and attention arithmetic between the two
+// modes (a row's result depends on neither the rows computed with it nor the block it falls in:
+// docs/design.md §2.2), so an incremental y must equal the full forward's rows bit for bit.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "mha/error.hpp"
+#include "support.hpp"
+
+namespace {
+
+using mha::formulation;
+using mha_test::shape;
+using param = std::tuple<mha_test::backend_case, formulation, shape>;
+
+// Rows [first, first + count) of every sequence of a (batch, seq_len, width) tensor.
+std::vector<float> rows_of(const std::vector<float>& t, std::int64_t batch, std::int64_t seq_len,
+                           std::int64_t width, std::int64_t first, std::int64_t count) {
+  std::vector<float> out;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const auto from = t.begin() + (b * seq_len + first) * width;
+    out.insert(out.end(), from, from + count * width);
+  }
+  return out;
+}
+
+// The calls of a generation loop over x (batch, seq_len, d_in): `prefill` tokens, then `chunk`
+// at a time. f(at, t) for each call of tokens [at, at + t).
+template <class F>
+void for_each_call(std::int64_t seq_len, std::int64_t prefill, std::int64_t chunk, F&& f) {
+  for (std::int64_t at = 0; at < seq_len;) {
+    const std::int64_t t = std::min(at == 0 ? prefill : chunk, seq_len - at);
+    f(at, t);
+    at += t;
+  }
+}
+
+// Feeds x through `cache` call by call; returns the calls' outputs as one (batch, seq_len,
+// d_out) tensor.
+std::vector<float> incremental(const mha::plan& p, mha::kv_cache& cache,
+                               const std::vector<float>& x, std::int64_t batch,
+                               std::int64_t seq_len, std::int64_t prefill, std::int64_t chunk,
+                               const mha::run_options& options = {}) {
+  const mha::config& cfg = p.config();
+  std::vector<float> y(static_cast<std::size_t>(batch * seq_len * cfg.d_out));
+  for_each_call(seq_len, prefill, chunk, [&](std::int64_t at, std::int64_t t) {
+    const std::vector<float> xs = rows_of(x, batch, seq_len, cfg.d_in, at, t);
+    std::vector<float> ys(static_cast<std::size_t>(batch * t * cfg.d_out));
+    p.run({xs.data(), batch, t, cfg.d_in}, {ys.data(), batch, t, cfg.d_out}, cache, options);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      std::copy_n(ys.begin() + b * t * cfg.d_out, t * cfg.d_out,
+                  y.begin() + (b * seq_len + at) * cfg.d_out);
+    }
+  });
+  return y;
+}
+
+// What those calls must give: for each call, rows [at, at + t) of the full forward over the
+// tokens fed so far, [0, at + t). Causal, that is the full forward over the whole sequence;
+// non-causal, a query sees the tokens fed up to its call, never later ones.
+std::vector<float> expected_calls(const mha::plan& p, const std::vector<float>& x,
+                                  std::int64_t batch, std::int64_t seq_len, std::int64_t prefill,
+                                  std::int64_t chunk, const mha::run_options& options = {}) {
+  const mha::config& cfg = p.config();
+  std::vector<float> y(static_cast<std::size_t>(batch * seq_len * cfg.d_out));
+  for_each_call(seq_len, prefill, chunk, [&](std::int64_t at, std::int64_t t) {
+    const std::int64_t n = at + t;
+    const std::vector<float> xs = rows_of(x, batch, seq_len, cfg.d_in, 0, n);
+    std::vector<float> ys(static_cast<std::size_t>(batch * n * cfg.d_out));
+    p.run({xs.data(), batch, n, cfg.d_in}, {ys.data(), batch, n, cfg.d_out}, options);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      std::copy_n(ys.begin() + (b * n + at) * cfg.d_out, t * cfg.d_out,
+                  y.begin() + (b * seq_len + at) * cfg.d_out);
+    }
+  });
+  return y;
+}
+
+mha::problem decode_problem(const shape& s, formulation form) {
+  return {s.config(), form, s.batch, 1, /*past=*/std::max<std::int64_t>(s.seq_len - 1, 1)};
+}
+
+class Decode : public testing::TestWithParam<param> {};
+
+TEST_P(Decode, PrefillThenTokensEqualsFullForward) {
+  const auto& [backend, form, s] = GetParam();
+  const mha::config cfg = s.config();
+  if (const auto why = mha_test::declined(backend, decode_problem(s, form))) GTEST_SKIP() << *why;
+  const mha::weights w = mha::weights::random(cfg, 1234);
+  const std::vector<float> x =
+      mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 99, 10.0f);
+  const auto p = backend.backend->prepare(cfg, form, w);
+  mha::kv_cache cache = p->make_cache(s.batch, s.seq_len);
+  EXPECT_EQ(cache.bytes(), static_cast<std::size_t>(2 * s.batch * s.seq_len *
+                                                    p->config().head_dim() * sizeof(float) *
+                                                    (form == formulation::split_weight
+                                                         ? cfg.kv_heads()
+                                                         : cfg.n_heads)));
+  // Half the sequence at once, then one token per call.
+  const std::int64_t half = (s.seq_len + 1) / 2;
+  EXPECT_EQ(incremental(*p, cache, x, s.batch, s.seq_len, half, 1),
+            expected_calls(*p, x, s.batch, s.seq_len, half, 1));
+  EXPECT_EQ(cache.lengths(), std::vector<std::int64_t>(static_cast<std::size_t>(s.batch), s.seq_len));
+
+  // Again after reset, three tokens per call from the start.
+  cache.reset();
+  EXPECT_EQ(incremental(*p, cache, x, s.batch, s.seq_len, 3, 3),
+            expected_calls(*p, x, s.batch, s.seq_len, 3, 3));
+}
+
+// Training mode: the dropout mask is keyed on absolute positions, so it is the full forward's.
+TEST_P(Decode, DropoutMatchesFullForward) {
+  const auto& [backend, form, s] = GetParam();
+  mha::config cfg = s.config();
+  cfg.dropout = 0.25;
+  if (const auto why = mha_test::declined(backend, decode_problem(s, form))) GTEST_SKIP() << *why;
+  const mha::weights w = mha::weights::random(cfg, 7);
+  const std::vector<float> x =
+      mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 5);
+  const mha::run_options training{.training = true, .seed = 42};
+  const auto p = backend.backend->prepare(cfg, form, w);
+  mha::kv_cache cache = p->make_cache(s.batch, s.seq_len);
+  EXPECT_EQ(incremental(*p, cache, x, s.batch, s.seq_len, 1, 2, training),
+            expected_calls(*p, x, s.batch, s.seq_len, 1, 2, training));
+}
+
+std::string param_name(const testing::TestParamInfo<param>& info) {
+  const auto& [backend, form, s] = info.param;
+  return backend.label + "_" + std::string(mha::to_string(form)) + "_" + s.name();
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Decode,
+                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
+                                          testing::Values(formulation::wrapper,
+                                                          formulation::split_weight),
+                                          testing::ValuesIn(mha_test::conformance_shapes())),
+                         param_name);
+
+// The rest runs on each backend that decodes, split-weight and wrapper, on one small module.
+class DecodeBackend : public testing::TestWithParam<std::tuple<mha_test::backend_case, formulation>> {
+ protected:
+  static constexpr std::int64_t batch = 3, seq_len = 12;
+  const mha::config cfg{.d_in = 16, .d_out = 24, .n_heads = 4, .context_length = seq_len};
+
+  void SetUp() override {
+    const auto& [backend, form] = GetParam();
+    if (const auto why = mha_test::declined(backend, {cfg, form, batch, 1, 4})) GTEST_SKIP() << *why;
+    plan_ = backend.backend->prepare(cfg, form, mha::weights::random(cfg, 3));
+    x_ = mha_test::random_floats(static_cast<std::size_t>(batch * seq_len * cfg.d_in), 11, 4.0f);
+    full_.resize(static_cast<std::size_t>(batch * seq_len * cfg.d_out));
+    plan_->run({x_.data(), batch, seq_len, cfg.d_in}, {full_.data(), batch, seq_len, cfg.d_out});
+  }
+
+  // One call of `t` tokens: sequence b gets its tokens from position starts[b] on.
+  std::vector<float> step(mha::kv_cache& cache, const std::vector<std::int64_t>& starts,
+                          std::int64_t t) const {
+    std::vector<float> xs, ys(static_cast<std::size_t>(batch * t * cfg.d_out));
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const auto from = x_.begin() + (b * seq_len + starts[static_cast<std::size_t>(b)]) * cfg.d_in;
+      xs.insert(xs.end(), from, from + t * cfg.d_in);
+    }
+    plan_->run({xs.data(), batch, t, cfg.d_in}, {ys.data(), batch, t, cfg.d_out}, cache);
+    return ys;
+  }
+  // The full forward's rows [first, first + t) of sequence b.
+  std::vector<float> expected(std::int64_t b, std::int64_t first, std::int64_t t) const {
+    const auto from = full_.begin() + (b * seq_len + first) * cfg.d_out;
+    return {from, from + t * cfg.d_out};
+  }
+  static std::vector<float> sequence(const std::vector<float>& ys, std::int64_t b, std::int64_t t,
+                                     std::int64_t width) {
+    return {ys.begin() + b * t * width, ys.begin() + (b + 1) * t * width};
+  }
+
+  std::unique_ptr<mha::plan> plan_;
+  std::vector<float> x_, full_;
+};
+
+// Continuous batching: sequence 1 restarts while 0 and 2 go on, so one call attends over 4
+// cached tokens for sequence 1 and 8 for the others.
+TEST_P(DecodeBackend, SequencesAtDifferentLengths) {
+  mha::kv_cache cache = plan_->make_cache(batch, seq_len);
+  step(cache, {0, 0, 0}, 4);
+  cache.reset(1);
+  const std::vector<float> second = step(cache, {4, 0, 4}, 4);
+  EXPECT_EQ(cache.lengths(), (std::vector<std::int64_t>{8, 4, 8}));
+  const std::vector<float> third = step(cache, {8, 4, 8}, 1);
+  EXPECT_EQ(cache.lengths(), (std::vector<std::int64_t>{9, 5, 9}));
+  for (std::int64_t b : {0, 2}) {
+    EXPECT_EQ(sequence(second, b, 4, cfg.d_out), expected(b, 4, 4)) << "sequence " << b;
+    EXPECT_EQ(sequence(third, b, 1, cfg.d_out), expected(b, 8, 1)) << "sequence " << b;
+  }
+  EXPECT_EQ(sequence(second, 1, 4, cfg.d_out), expected(1, 0, 4));
+  EXPECT_EQ(sequence(third, 1, 1, cfg.d_out), expected(1, 4, 1));
+}
+
+// A call past the capacity throws naming the sequence and the lengths, and changes nothing: the
+// next call that fits still computes the full forward's rows.
+TEST_P(DecodeBackend, CapacityErrorLeavesTheCacheIntact) {
+  mha::kv_cache cache = plan_->make_cache(batch, 6);
+  EXPECT_EQ(cache.capacity(), 6);
+  step(cache, {0, 0, 0}, 4);
+  cache.reset(1);
+  mha_test::expect_error<mha::invalid_argument>(
+      [&] { step(cache, {4, 0, 4}, 3); },
+      {"sequence 0 holds 4 tokens; 3 more make 7, past the cache's capacity (6)"});
+  EXPECT_EQ(cache.lengths(), (std::vector<std::int64_t>{4, 0, 4}));
+  const std::vector<float> ys = step(cache, {4, 0, 4}, 2);
+  EXPECT_EQ(sequence(ys, 0, 2, cfg.d_out), expected(0, 4, 2));
+  EXPECT_EQ(sequence(ys, 1, 2, cfg.d_out), expected(1, 0, 2));
+}
+
+TEST_P(DecodeBackend, BadCachesAndShapesThrow) {
+  mha_test::expect_error<mha::invalid_argument>([&] { (void)plan_->make_cache(batch, seq_len + 1); },
+                                                {"cache capacity (13)", "context_length (12)"});
+  mha_test::expect_error<mha::invalid_argument>([&] { (void)plan_->make_cache(0, 4); },
+                                                {"cache batch (0) must be >= 1"});
+  mha::kv_cache small = plan_->make_cache(batch - 1, seq_len);
+  mha_test::expect_error<mha::invalid_argument>(
+      [&] { step(small, {0, 0, 0}, 1); }, {"input batch (3) must equal the cache's batch (2)"});
+  const auto other = std::get<0>(GetParam()).backend->prepare(cfg, std::get<1>(GetParam()),
+                                                             mha::weights::random(cfg, 3));
+  mha::kv_cache foreign = other->make_cache(batch, seq_len);
+  mha_test::expect_error<mha::invalid_argument>([&] { step(foreign, {0, 0, 0}, 1); },
+                                                {"made by another plan"});
+  EXPECT_EQ(foreign.lengths(), (std::vector<std::int64_t>{0, 0, 0}));
+  mha_test::expect_error<mha::invalid_argument>([&] { (void)foreign.length(3); },
+                                                {"sequence 3 is out of range", "holds 3"});
+  mha_test::expect_error<mha::invalid_argument>([&] { foreign.reset(-1); },
+                                                {"sequence -1 is out of range"});
+}
+
+// One plan, one cache per thread: each thread's token-by-token outputs are the full forward's.
+TEST_P(DecodeBackend, ConcurrentRunsOnDifferentCaches) {
+  constexpr int threads = 4;
+  std::vector<std::vector<float>> got(threads);
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) {
+    pool.emplace_back([&, i] {
+      mha::kv_cache cache = plan_->make_cache(batch, seq_len);
+      got[static_cast<std::size_t>(i)] = incremental(*plan_, cache, x_, batch, seq_len, 2, 1);
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  for (int i = 0; i < threads; ++i) EXPECT_EQ(got[static_cast<std::size_t>(i)], full_) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, DecodeBackend,
+                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
+                                          testing::Values(formulation::wrapper,
+                                                          formulation::split_weight)),
+                         [](const auto& p) {
+                           return std::get<0>(p.param).label + "_" +
+                                  std::string(mha::to_string(std::get<1>(p.param)));
+                         });
+
+// make_cache declines exactly when backend::supports declines decode, with its reason.
+TEST(DecodeSupport, MakeCacheFollowsSupports) {
+  const mha::config cfg{.d_in = 8, .d_out = 8, .n_heads = 2, .context_length = 4};
+  const mha::weights w = mha::weights::random(cfg, 1);
+  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+    for (formulation form : {formulation::wrapper, formulation::split_weight}) {
+      const mha::support s = b.backend->supports({cfg, form, 1, 1, 3});
+      const auto p = b.backend->prepare(cfg, form, w);
+      if (s) {
+        EXPECT_EQ(p->make_cache(2, 4).batch(), 2) << b.label;
+      } else {
+        mha_test::expect_error<mha::unsupported>([&] { (void)p->make_cache(2, 4); },
+                                                 {s.reason().c_str()});
+      }
+    }
+  }
+}
+
+}  // namespace
