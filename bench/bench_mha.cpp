@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "check.hpp"
+#include "common/kv_cache_access.hpp"
 #include "command_line.hpp"
 #include "fma_peak.hpp"
 #include "machine_context.hpp"
@@ -69,6 +70,18 @@ std::map<rate_key, double> probe_rates(std::span<const bench_case> cases,
   return rates;
 }
 
+// Bytes a decode step of p reads at least: every weight once and the keys and values of every
+// cached and new token once (the wrapper caches each head's K/V, the split form kv_heads).
+double decode_bytes(const mha::problem& p) {
+  const mha::config& c = p.cfg;
+  const std::int64_t cache_heads =
+      p.form == mha::formulation::split_weight ? c.kv_heads() : c.n_heads;
+  const double weights = static_cast<double>(c.d_in) * (c.d_out + 2 * cache_heads * c.head_dim()) +
+                         (c.out_proj ? static_cast<double>(c.d_out) * c.d_out : 0.0);
+  const double kv = 2.0 * p.batch * (p.past + p.seq_len) * cache_heads * c.head_dim();
+  return (weights + kv) * sizeof(float);
+}
+
 // Shared by every benchmark of the sweep. Google Benchmark calls one benchmark function several
 // times in a row (growing the iteration count, then once per repetition), so the current
 // shape's fixture and the current case's plan and check are built once and kept until another
@@ -105,9 +118,18 @@ class sweep_runner {
     const mha::tensor_view<const float> x(fixture_->x().data(), pr.batch, pr.seq_len, pr.cfg.d_in);
     const mha::tensor_view<float> y(p.y.data(), pr.batch, pr.seq_len, pr.cfg.d_out);
     const mha::run_options options{.threads = c.threads};
-    for (auto _ : state) {
-      p.plan->run(x, y, options);
-      benchmark::ClobberMemory();
+    if (p.cache) {
+      // A decode step: the cache rewinds to `past` zero tokens before each (bench/README.md).
+      for (auto _ : state) {
+        mha::detail::kv_cache_access::hold_zero_tokens(*p.cache, pr.past);
+        p.plan->run(x, y, *p.cache, options);
+        benchmark::ClobberMemory();
+      }
+    } else {
+      for (auto _ : state) {
+        p.plan->run(x, y, options);
+        benchmark::ClobberMemory();
+      }
     }
     auto& k = state.counters;
     using counter = benchmark::Counter;
@@ -122,6 +144,13 @@ class sweep_runner {
     k["head_dim"] = static_cast<double>(pr.cfg.head_dim());
     // Not "threads": Google Benchmark writes its own "threads" (always 1 here) in each entry.
     k["n_threads"] = c.threads;
+    k["past"] = static_cast<double>(pr.past);
+    if (p.cache) {
+      // The least a step reads: the weights and the cached keys and values, once each.
+      const double bytes = decode_bytes(pr);
+      k["bytes_min"] = bytes;
+      k["GBps_min"] = counter(bytes * 1e-9, counter::kIsIterationInvariantRate);
+    }
     k["check_rows"] = static_cast<double>(p.check.rows);
     k["check_max_err"] = p.check.max_error;
     k["check_rel_err"] = p.check.relative_error();
@@ -132,6 +161,7 @@ class sweep_runner {
     std::size_t index = 0;
     std::unique_ptr<mha::plan> plan;
     std::vector<float> y;
+    std::optional<mha::kv_cache> cache;  // decode cases (past > 0)
     check_result check;
     std::string error;  // why the case cannot be timed; empty when it can
   };
@@ -151,8 +181,16 @@ class sweep_runner {
       const mha::problem pr = c.problem();
       p.plan = backends_[c.backend]->prepare(pr.cfg, pr.form, fixture_->weights());
       p.y.assign(static_cast<std::size_t>(pr.batch * pr.seq_len * pr.cfg.d_out), 0.0f);
-      p.plan->run({fixture_->x().data(), pr.batch, pr.seq_len, pr.cfg.d_in},
-                  {p.y.data(), pr.batch, pr.seq_len, pr.cfg.d_out}, {.threads = c.threads});
+      const mha::tensor_view<const float> x(fixture_->x().data(), pr.batch, pr.seq_len,
+                                            pr.cfg.d_in);
+      const mha::tensor_view<float> y(p.y.data(), pr.batch, pr.seq_len, pr.cfg.d_out);
+      if (pr.past > 0) {
+        p.cache.emplace(p.plan->make_cache(pr.batch, pr.past + pr.seq_len));
+        mha::detail::kv_cache_access::hold_zero_tokens(*p.cache, pr.past);
+        p.plan->run(x, y, *p.cache, {.threads = c.threads});
+      } else {
+        p.plan->run(x, y, {.threads = c.threads});
+      }
       p.check = fixture_->check(p.y);
       if (!p.check.passed(tolerance_)) {
         char buffer[160];
@@ -288,6 +326,13 @@ int run_sweep(int argc, char** argv) {
            << peak.threads << " threads" << std::endl;
     }
   }
+  if (log) *log << "mha_bench: measuring the streaming-read bandwidth..." << std::endl;
+  const stream_read bandwidth = measure_stream_read(hardware_threads);
+  if (log) {
+    *log << "mha_bench: streaming read " << fixed(bandwidth.gbps_one_core, "%.1f")
+         << " GB/s on one core, " << fixed(bandwidth.gbps_all_cores, "%.1f") << " on "
+         << bandwidth.threads << " threads" << std::endl;
+  }
   const std::map<rate_key, double> rates = probe_rates(cases, backends);
 
   const double min_time = benchmark_flag(raw, "benchmark_min_time", 0.5);
@@ -339,6 +384,7 @@ int run_sweep(int argc, char** argv) {
 
   add_machine_context();
   add_peak_context(peak);
+  add_bandwidth_context(bandwidth);
   add_dispatch_context(backends);
   benchmark::AddCustomContext("mha_preset", opt.preset);
   std::vector<std::string> series_text;

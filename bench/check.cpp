@@ -64,7 +64,8 @@ shape_fixture::shape_fixture(const mha_bench::shape& s)
       weights_(mha::weights::random(s.config(), weight_seed)),
       x_(random_input(s)),
       rows_(sample_rows(s.batch, s.seq_len)),
-      reference_(mha_reference::forward_rows(s.config(), weights_, x_, s.batch, s.seq_len, rows_)) {
+      reference_(mha_reference::forward_rows(s.config(), weights_, x_, s.batch, s.seq_len, rows_, {},
+                                            s.past)) {
 }
 
 check_result shape_fixture::check(std::span<const float> y) const {

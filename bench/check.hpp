@@ -45,7 +45,8 @@ check_result compare_rows(std::span<const float> y, std::int64_t seq_len, std::i
                           std::span<const double> reference);
 
 // The inputs of one shape and the oracle on its sampled rows: weights as nn.Linear initialises
-// them (mha::weights::random, fixed seed) and x uniform in [-1, 1) (fixed seed). Building it
+// them (mha::weights::random, fixed seed) and x uniform in [-1, 1) (fixed seed); with past > 0,
+// x is a decode call's tokens after `past` zero tokens (mha_reference::forward_rows). Building it
 // costs O(seq_len * d_model^2) in double per sampled batch element, about 8 s at B1 T128
 // d_model 6144 here; a sweep builds it once per shape. Immutable after construction.
 class shape_fixture {

@@ -93,6 +93,20 @@ void add_peak_context(const fma_peak& peak) {
   }
 }
 
+void add_bandwidth_context(const stream_read& bandwidth) {
+  const auto gbps = [](double v) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.2f", v);
+    return std::string(buffer);
+  };
+  benchmark::AddCustomContext("mha_stream_read_gbps_one_core", gbps(bandwidth.gbps_one_core));
+  benchmark::AddCustomContext("mha_stream_read_gbps_all_cores", gbps(bandwidth.gbps_all_cores));
+  benchmark::AddCustomContext("mha_stream_read_threads", std::to_string(bandwidth.threads));
+  std::vector<std::string> trials;
+  for (double t : bandwidth.one_core_trials) trials.push_back(gbps(t));
+  benchmark::AddCustomContext("mha_stream_read_trials_one_core", join(trials, ","));
+}
+
 std::string isa_overrides() {
   std::vector<std::string> set;
   for (const char* name : {"MHA_XSIMD_ISA", "ONEDNN_MAX_CPU_ISA"}) {

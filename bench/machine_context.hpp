@@ -5,6 +5,7 @@
 #include <span>
 
 #include "fma_peak.hpp"
+#include "stream_read.hpp"
 #include "mha/backend.hpp"
 
 namespace mha_bench {
@@ -15,6 +16,9 @@ void add_machine_context();
 
 // The measured FMA peak (one core, all cores, every one-core trial; per ISA), in GFLOP/s.
 void add_peak_context(const fma_peak& peak);
+
+// The measured streaming-read bandwidth (one core, all cores, every one-core pass), in GB/s.
+void add_bandwidth_context(const stream_read& bandwidth);
 
 // What each backend dispatched to and which peak its figures are read against
 // (mha_backend_<name>_isa, mha_backend_<name>_peak_isa), the ISA family the SIMD backends ran

@@ -13,7 +13,7 @@ namespace {
 // GPT-2 small: the anchor shape of docs/design.md §5 and of the backend targets.
 constexpr std::int64_t gpt2_d_model = 768, gpt2_heads = 12, gpt2_context = 1024;
 
-constexpr std::array<std::string_view, 5> names = {"quick", "heads", "seq", "threads", "full"};
+constexpr std::array<std::string_view, 6> names = {"quick", "heads", "seq", "threads", "decode", "full"};
 
 std::vector<int> one_and_all(int hardware_threads) {
   if (hardware_threads == 1) return {1};
@@ -55,6 +55,14 @@ std::vector<series> seq(int hw) {
 
 std::vector<series> threads(int hw) {
   return {{"threads", {1}, {gpt2_context}, {gpt2_heads}, {gpt2_d_model}, 0, one_to_all(hw)}};
+}
+
+std::vector<series> decode(int hw) {
+  // Generation: one new token per sequence over a cache of `past` tokens, GPT-2 small's width,
+  // from a short prompt to a long context, for one sequence and for continuous batches.
+  series s{"decode", {1, 8, 32}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, one_and_all(hw)};
+  s.past = {128, 512, 2048, 8192, 32768};
+  return {s};
 }
 
 template <class T>
@@ -135,9 +143,10 @@ std::vector<series> preset(std::string_view name, int hardware_threads) {
   if (name == "heads") return heads(hardware_threads);
   if (name == "seq") return seq(hardware_threads);
   if (name == "threads") return threads(hardware_threads);
+  if (name == "decode") return decode(hardware_threads);
   if (name == "full") {
     std::vector<series> all;
-    for (auto part : {quick, heads, seq, threads}) {
+    for (auto part : {quick, heads, seq, threads, decode}) {
       for (series& s : part(hardware_threads)) all.push_back(std::move(s));
     }
     return all;

@@ -34,7 +34,8 @@ struct shape {
 // A family of shapes a report draws as one line: every combination of its lists. Either
 // d_model lists fixed model widths, or head_dim > 0 derives d_model = head_dim * H for each H
 // (the fixed-head_dim series of the heads preset).
-// The wave's axes (kv_heads, past, precisions) are empty in every preset: their default only.
+// The wave's axes (kv_heads, past, precisions) are empty (their default only) in every preset
+// but decode, whose past lists the cached lengths.
 struct series {
   std::string name;  // "heads_d_model", "heads_head_dim", "seq", "threads", "quick_heads", ...
   std::vector<std::int64_t> batch, seq_len, heads, d_model;
@@ -50,7 +51,7 @@ std::string join(std::span<const std::string> parts, std::string_view separator)
 // "heads_head_dim: B=1 T=128 d_model=64*H H=1,2,...,96 threads=1,2".
 std::string to_string(const series& s);
 
-// "quick", "heads", "seq", "threads", "full": the names preset() accepts.
+// "quick", "heads", "seq", "threads", "decode", "full": the names preset() accepts.
 std::span<const std::string_view> preset_names() noexcept;
 
 // The series of a preset (issue 3; bench/README.md lists them). `hardware_threads` (>= 1) sets

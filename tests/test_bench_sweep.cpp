@@ -98,6 +98,19 @@ TEST(BenchPresets, ThreadsRunsOneToEveryCore) {
   for (const sweep_point& p : points_of("heads", 1)) EXPECT_EQ(p.threads, 1);
 }
 
+TEST(BenchPresets, DecodeIsOneTokenOverCachesFrom128To32k) {
+  std::set<std::pair<std::int64_t, std::int64_t>> steps;  // (B, past)
+  for (const sweep_point& p : points_of("decode", 4)) {
+    EXPECT_EQ(p.shape, (shape{p.shape.batch, 1, 768, 12, 0, p.shape.past})) << "GPT-2 small";
+    EXPECT_TRUE(p.threads == 1 || p.threads == 4);
+    steps.insert({p.shape.batch, p.shape.past});
+  }
+  std::set<std::pair<std::int64_t, std::int64_t>> expected;
+  for (std::int64_t b : {1, 8, 32})
+    for (std::int64_t past : {128, 512, 2048, 8192, 32768}) expected.insert({b, past});
+  EXPECT_EQ(steps, expected);
+}
+
 TEST(BenchPresets, QuickIsAHandfulOfGpt2WideShapes) {
   std::set<std::pair<std::int64_t, std::int64_t>> shapes;  // (T, H)
   for (const sweep_point& p : points_of("quick")) {
@@ -111,18 +124,14 @@ TEST(BenchPresets, QuickIsAHandfulOfGpt2WideShapes) {
 
 TEST(BenchPresets, FullIsTheUnionWithoutDuplicates) {
   const auto full = points_of("full");
-  std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>> seen;
-  for (const sweep_point& p : full) {
-    const auto key =
-        std::tuple(p.shape.batch, p.shape.seq_len, p.shape.d_model, p.shape.heads, p.threads);
-    EXPECT_TRUE(seen.insert(key).second) << "duplicate point";
-  }
-  for (std::string_view name : {"quick", "heads", "seq", "threads"}) {
-    for (const sweep_point& p : points_of(name)) {
-      EXPECT_TRUE(seen.contains(
-          std::tuple(p.shape.batch, p.shape.seq_len, p.shape.d_model, p.shape.heads, p.threads)))
-          << name;
-    }
+  const auto key = [](const sweep_point& p) {
+    return std::tuple(p.shape.batch, p.shape.seq_len, p.shape.d_model, p.shape.heads,
+                      p.shape.past, p.threads);
+  };
+  std::set<decltype(key(full.front()))> seen;
+  for (const sweep_point& p : full) EXPECT_TRUE(seen.insert(key(p)).second) << "duplicate point";
+  for (std::string_view name : {"quick", "heads", "seq", "threads", "decode"}) {
+    for (const sweep_point& p : points_of(name)) EXPECT_TRUE(seen.contains(key(p))) << name;
   }
   // GPT-2 small is in the quick, seq and threads presets: one point, every series named.
   const auto gpt2 = std::find_if(full.begin(), full.end(), [](const sweep_point& p) {
@@ -149,7 +158,7 @@ TEST(BenchPresets, UnknownPresetListsTheValidOnes) {
     FAIL() << "no exception";
   } catch (const mha::invalid_argument& e) {
     EXPECT_THAT(e.what(), HasSubstr("'huge'"));
-    EXPECT_THAT(e.what(), HasSubstr("quick, heads, seq, threads, full"));
+    EXPECT_THAT(e.what(), HasSubstr("quick, heads, seq, threads, decode, full"));
   }
 }
 

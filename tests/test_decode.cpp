@@ -85,6 +85,18 @@ std::vector<float> expected_calls(const mha::plan& p, const std::vector<float>& 
   return y;
 }
 
+// kv_cache::bytes() is the nominal 2 * B * capacity * H_kv * head_dim floats plus the padding of
+// the backend's layout: at most the capacity rounded up to 32 keys and head_dim to 32 (the
+// widest SIMD panels), and a cache line per head.
+void expect_cache_bytes(const mha::kv_cache& cache, const mha::config& cfg, formulation form,
+                        std::int64_t batch, std::int64_t capacity) {
+  const std::int64_t heads = form == formulation::split_weight ? cfg.kv_heads() : cfg.n_heads;
+  const auto up = [](std::int64_t n) { return (n + 31) / 32 * 32; };
+  const std::int64_t hd = cfg.head_dim();
+  EXPECT_GE(cache.bytes(), static_cast<std::size_t>(2 * batch * capacity * heads * hd) * 4);
+  EXPECT_LE(cache.bytes(), static_cast<std::size_t>(batch * heads * (2 * up(capacity) * up(hd) + 16)) * 4);
+}
+
 mha::problem decode_problem(const shape& s, formulation form) {
   return {s.config(), form, s.batch, 1, /*past=*/std::max<std::int64_t>(s.seq_len - 1, 1)};
 }
@@ -100,11 +112,7 @@ TEST_P(Decode, PrefillThenTokensEqualsFullForward) {
       mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 99, 10.0f);
   const auto p = backend.backend->prepare(cfg, form, w);
   mha::kv_cache cache = p->make_cache(s.batch, s.seq_len);
-  EXPECT_EQ(cache.bytes(), static_cast<std::size_t>(2 * s.batch * s.seq_len *
-                                                    p->config().head_dim() * sizeof(float) *
-                                                    (form == formulation::split_weight
-                                                         ? cfg.kv_heads()
-                                                         : cfg.n_heads)));
+  expect_cache_bytes(cache, cfg, form, s.batch, s.seq_len);
   // Half the sequence at once, then one token per call.
   const std::int64_t half = (s.seq_len + 1) / 2;
   EXPECT_EQ(incremental(*p, cache, x, s.batch, s.seq_len, half, 1),
@@ -262,6 +270,87 @@ INSTANTIATE_TEST_SUITE_P(All, DecodeBackend,
                            return std::get<0>(p.param).label + "_" +
                                   std::string(mha::to_string(std::get<1>(p.param)));
                          });
+
+// Long caches: a decode call of few rows over more than 2048 keys splits them into chunks on the
+// SIMD backends (src/simd/attention.hpp, split-KV). Sequence 0 crosses a chunk boundary inside a
+// call (its rows 0-1 see no key of the third chunk, rows 2-4 do); sequence 1 restarts, so one
+// call mixes 3 chunks and 1. Every output is the full forward's within the conformance bound,
+// and every thread count gives the same bits.
+class DecodeLongCache : public testing::TestWithParam<std::tuple<mha_test::backend_case, formulation>> {
+ protected:
+  static constexpr std::int64_t batch = 2, seq_len = 4200;
+  const mha::config cfg{.d_in = 16, .d_out = 32, .n_heads = 2, .context_length = seq_len};
+
+  // The calls' outputs: 4094 tokens of both sequences; reset sequence 1; 5 tokens; 3 tokens.
+  std::vector<float> calls(const mha::plan& p, const std::vector<float>& x, int threads) const {
+    mha::kv_cache cache = p.make_cache(batch, seq_len);
+    std::vector<float> out;
+    const auto call = [&](const std::vector<std::int64_t>& starts, std::int64_t t) {
+      std::vector<float> xs, ys(static_cast<std::size_t>(batch * t * cfg.d_out));
+      for (std::int64_t b = 0; b < batch; ++b) {
+        const auto from = x.begin() + (b * seq_len + starts[static_cast<std::size_t>(b)]) * cfg.d_in;
+        xs.insert(xs.end(), from, from + t * cfg.d_in);
+      }
+      p.run({xs.data(), batch, t, cfg.d_in}, {ys.data(), batch, t, cfg.d_out}, cache,
+            {.threads = threads});
+      out.insert(out.end(), ys.begin(), ys.end());
+    };
+    call({0, 0}, 4094);
+    cache.reset(1);
+    call({4094, 0}, 5);
+    call({4099, 5}, 3);
+    return out;
+  }
+};
+
+TEST_P(DecodeLongCache, SplitKeysMatchTheFullForwardAndEveryThreadCount) {
+  const auto& [backend, form] = GetParam();
+  if (const auto why = mha_test::declined(backend, {cfg, form, batch, 1, 4100})) GTEST_SKIP() << *why;
+  const auto p = backend.backend->prepare(cfg, form, mha::weights::random(cfg, 5));
+  const std::vector<float> x =
+      mha_test::random_floats(static_cast<std::size_t>(batch * seq_len * cfg.d_in), 17, 3.0f);
+  std::vector<float> full(static_cast<std::size_t>(batch * seq_len * cfg.d_out));
+  p->run({x.data(), batch, seq_len, cfg.d_in}, {full.data(), batch, seq_len, cfg.d_out});
+
+  const std::vector<float> got = calls(*p, x, 1);
+  // The rows each call computed, from the full forward: call 1 rows 0..4093 of both sequences,
+  // call 2 rows 4094..4098 of sequence 0 and 0..4 of sequence 1, call 3 4099..4101 and 5..7.
+  std::vector<float> expected;
+  const auto rows = [&](std::int64_t b, std::int64_t first, std::int64_t n) {
+    const auto from = full.begin() + (b * seq_len + first) * cfg.d_out;
+    expected.insert(expected.end(), from, from + n * cfg.d_out);
+  };
+  rows(0, 0, 4094), rows(1, 0, 4094), rows(0, 4094, 5), rows(1, 0, 5), rows(0, 4099, 3), rows(1, 5, 3);
+  ASSERT_EQ(got.size(), expected.size());
+  EXPECT_LE(mha_test::max_abs_diff(got, expected), 1e-5 * mha_test::max_abs(expected));
+  for (int threads : {2, 3}) {
+    if (threads > backend.backend->max_threads() && backend.backend->max_threads() == 1) break;
+    EXPECT_EQ(calls(*p, x, threads), got) << threads << " threads";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, DecodeLongCache,
+                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
+                                          testing::Values(formulation::wrapper,
+                                                          formulation::split_weight)),
+                         [](const auto& p) {
+                           return std::get<0>(p.param).label + "_" +
+                                  std::string(mha::to_string(std::get<1>(p.param)));
+                         });
+
+// With GPT-2's head_dim (64) and a capacity of whole panels, a cache is exactly its nominal size
+// on every backend: 2 * B * capacity * H_kv * head_dim floats.
+TEST(DecodeSupport, CacheOfWholePanelsHasTheNominalSize) {
+  const mha::config cfg{.d_in = 16, .d_out = 128, .n_heads = 2, .context_length = 4096};
+  const mha::weights w = mha::weights::random(cfg, 1);
+  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+    for (formulation form : {formulation::wrapper, formulation::split_weight}) {
+      if (mha_test::declined(b, {cfg, form, 1, 1, 3})) continue;
+      const auto p = b.backend->prepare(cfg, form, w);
+      EXPECT_EQ(p->make_cache(3, 4096).bytes(), std::size_t{2 * 3 * 4096 * 2 * 64 * 4}) << b.label;
+    }
+  }
+}
 
 // make_cache declines exactly when backend::supports declines decode, with its reason.
 TEST(DecodeSupport, MakeCacheFollowsSupports) {

@@ -71,6 +71,32 @@ TEST_P(TbbPlan, EqualsTheXsimdBackendBitwise) {
   }
 }
 
+// Decode, split-KV included: the tbb backend's chunks and merges are the xsimd backend's, in
+// parallel, so a generation loop over a long cache gives the same bits on both.
+TEST_P(TbbPlan, DecodeEqualsTheXsimdBackendBitwise) {
+  const mha::config cfg{.d_in = 24, .d_out = 48, .n_heads = 3, .context_length = 5000};
+  const mha::weights w = mha::weights::random(cfg, 34);
+  const std::vector<float> x = mha_test::random_floats(2 * 4510 * cfg.d_in, 35, 2.0f);
+  const auto loop = [&](const mha::backend& backend) {
+    const auto plan = backend.prepare(cfg, GetParam(), w);
+    mha::kv_cache cache = plan->make_cache(2, 5000);
+    std::vector<float> y;
+    std::int64_t at = 0;
+    for (const std::int64_t t : {4500, 1, 1, 4, 1}) {
+      std::vector<float> xs, ys(static_cast<std::size_t>(2 * t * cfg.d_out));
+      for (std::int64_t b = 0; b < 2; ++b) {
+        const auto from = x.begin() + (b * 4510 + at) * cfg.d_in;
+        xs.insert(xs.end(), from, from + t * cfg.d_in);
+      }
+      plan->run({xs.data(), 2, t, cfg.d_in}, {ys.data(), 2, t, cfg.d_out}, cache, {.threads = 2});
+      y.insert(y.end(), ys.begin(), ys.end());
+      at += t;
+    }
+    return y;
+  };
+  EXPECT_EQ(loop(mha::tbb_backend()), loop(mha::xsimd_backend()));
+}
+
 // Eight callers share one plan, each with its own batch size and thread count, three runs each
 // at once: every result equals the same call made alone.
 TEST_P(TbbPlan, EightConcurrentCallsEqualSerialCalls) {

@@ -18,7 +18,7 @@ struct kv_cache_access;
 // appends each call's keys and values. Holds, per sequence b < batch(), the keys and values of
 // its length(b) tokens so far, for every K/V head of the plan (the split-weight form's
 // n_kv_heads; the wrapper's n_heads, one cache per head), in the layout the plan's kernels
-// read: per (sequence, head), capacity() rows of head_dim keys, then as many values.
+// read (opaque; docs/design.md §1.4 describes each backend's).
 //
 // A cache belongs to the plan that made it (a run with another plan's cache throws). Not
 // thread-safe: a run writes it, so concurrent runs need one cache each (they may share the
@@ -34,7 +34,9 @@ class kv_cache {
   // Tokens sequence b holds (0 <= b < batch(), else mha::invalid_argument).
   std::int64_t length(std::int64_t b) const;
   const std::vector<std::int64_t>& lengths() const noexcept { return lengths_; }
-  // The storage: 2 * batch * capacity * heads * head_dim * sizeof(float), allocated once.
+  // The storage, allocated (and zeroed) once when the cache is made: 2 * batch * capacity *
+  // heads * head_dim * sizeof(float), plus the padding of the backend's layout (the SIMD
+  // backends round head_dim up to their panel width, e.g. 17 to 24).
   std::size_t bytes() const noexcept { return static_cast<std::size_t>(floats_) * sizeof(float); }
 
   // Forgets every sequence (lengths 0); the storage stays.
@@ -46,11 +48,12 @@ class kv_cache {
  private:
   friend class plan;
   friend struct detail::kv_cache_access;
+  // head_floats: the floats of one (sequence, head) in the plan's layout.
   kv_cache(const plan* owner, std::int64_t batch, std::int64_t capacity, std::int64_t heads,
-           std::int64_t head_dim);
+           std::int64_t head_floats);
 
   const plan* owner_;
-  std::int64_t capacity_, heads_, head_dim_, floats_;
+  std::int64_t capacity_, heads_, head_floats_, floats_;
   std::vector<std::int64_t> lengths_;
   std::unique_ptr<float[]> data_;
 };

@@ -20,11 +20,28 @@ struct head_view {
   }
 };
 
+// A KV cache's storage in the layout of the kernel set that made it (mha::kv_cache,
+// docs/design.md §1.4): K/V head g of sequence b at head(b, g), `head_floats` floats each with
+// room for `capacity` tokens; lengths[b] tokens of sequence b held before the current call.
+struct kv_store {
+  float* data = nullptr;
+  std::int64_t heads = 0, head_floats = 0, capacity = 0;
+  const std::int64_t* lengths = nullptr;
+
+  float* head(std::int64_t b, std::int64_t g) const noexcept {
+    return data + (b * heads + g) * head_floats;
+  }
+};
+
 // out[b, h] = dropout(softmax(scale * q[b, h] k[b, g]^T + causal mask)) v[b, g], g = h / kv_group,
 // for every b < batch, h < heads. Each (b, h) has seq_len query rows and keys() key/value rows:
 // the past keys of a cache (decode) followed by the seq_len new ones, query row i standing at
 // absolute position past + i (causal: it sees keys 0 .. past + i). k and v hold heads / kv_group
 // heads (grouped-query attention; kv_group = 1 without grouping).
+//
+// With a cache, k and v hold only this call's seq_len new keys and values: the kernel set
+// appends them to `cache` after each sequence's cache->lengths[b] tokens and attends over the
+// lengths[b] + seq_len keys then held (`past` is then per sequence, and the field below is 0).
 struct attention_args {
   head_view<const float> q, k, v;
   head_view<float> out;
@@ -36,9 +53,14 @@ struct attention_args {
   bool causal = true;
   float scale = 1.0f;  // 1 / sqrt(head_dim)
   dropout_spec dropout;
+  const kv_store* cache = nullptr;  // decode: where k and v are appended and keys are read
 
-  std::int64_t keys() const noexcept { return past + seq_len; }
-  // One past the last key query row i attends to.
+  std::int64_t kv_heads() const noexcept { return heads / kv_group; }
+  // Keys sequence b attends over.
+  std::int64_t keys(std::int64_t b = 0) const noexcept {
+    return (cache ? cache->lengths[b] : past) + seq_len;
+  }
+  // One past the last key query row i attends to (without a cache).
   std::int64_t key_end(std::int64_t i) const noexcept { return causal ? past + i + 1 : keys(); }
 };
 

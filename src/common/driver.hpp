@@ -19,14 +19,16 @@
 //   // i < n, in any order or concurrently. sequential_execution is the single-thread answer.
 //   template <class F> void run(const run_options&, F&& f) const;
 //   template <class F> void for_each(std::int64_t n, F&& f) const;
-//   // Optional: true when attention() computes attention_args::past > 0 (keys from a cache);
-//   // the plan then runs incremental calls (plan::make_cache, plan::run with a cache).
-//   static constexpr bool incremental = true;
+//   // Optional: decode. Floats of one (sequence, K/V head) of a cache of `capacity` tokens in
+//   // the set's layout; with it, attention() also takes attention_args::cache (appending the
+//   // new keys and values there and attending over the cache), and the plan runs incremental
+//   // calls (plan::make_cache, plan::run with a cache).
+//   std::int64_t cache_head_floats(std::int64_t capacity, std::int64_t head_dim) const;
 // Stateless sets write these as static members; the driver calls them through its instance.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <optional>
 #include <vector>
 
@@ -78,9 +80,17 @@ class driver_plan final : public plan {
     float *q, *k, *v;
   };
 
-  static constexpr bool incremental_set = requires { requires K::incremental; };
+  static constexpr bool decodes = requires(const K& k, std::int64_t n) {
+    { k.cache_head_floats(n, n) } -> std::same_as<std::int64_t>;
+  };
 
-  bool incremental() const noexcept override { return incremental_set; }
+  std::int64_t cache_head_floats(std::int64_t capacity) const noexcept override {
+    if constexpr (decodes) {
+      return kernels_.cache_head_floats(capacity, config().head_dim());
+    } else {
+      return 0;
+    }
+  }
 
   void execute(tensor_view<const float> x, tensor_view<float> y,
                const run_options& options) const override {
@@ -88,7 +98,7 @@ class driver_plan final : public plan {
   }
   void execute(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache,
                const run_options& options) const override {
-    if constexpr (incremental_set) {
+    if constexpr (decodes) {
       forward(x, y, options, &cache);
     } else {
       plan::execute(x, y, cache, options);  // declines
@@ -145,7 +155,7 @@ class driver_plan final : public plan {
     args.out = {context, batch_stride, head_stride, cfg.d_out};
     args.heads = cfg.n_heads;
     args.kv_group = cfg.n_heads / cfg.kv_heads();
-    attend(args, cache, 0);
+    attend(args, cache);
   }
 
   // x W^T + b into y as `heads` heads of head_dim: the kernel set's layout, or (B, T, width)
@@ -183,40 +193,19 @@ class driver_plan final : public plan {
     args.v = {buf.v, batch_stride, head_stride, hd};
     args.out = {context, x.seq_len() * cfg.d_out, hd, cfg.d_out};
     args.heads = cfg.n_heads;
-    attend(args, cache, 0);
+    attend(args, cache);
   }
 
-  // Attention of `args` (k and v: this call's tokens), or with a cache: per sequence b, the new
-  // keys and values appended to the cache's heads from `cache_head` on after its past_b rows,
-  // then attention of b's queries over the past_b + seq_len rows the cache then holds (the
-  // sequences of a batch may hold different lengths). The cache's lengths are run()'s to move.
-  void attend(const attention_args& args, kv_cache* cache, std::int64_t cache_head) const {
+  // Attention of `args`, or with a cache: this call's keys and values appended to it and
+  // attention over all it holds (attention_args::cache). The cache's lengths are run()'s to move.
+  void attend(attention_args args, kv_cache* cache) const {
     if (cache == nullptr) {
       kernels_.attention(args);
       return;
     }
-    const head_view<float> keys = kv_cache_access::keys(*cache),
-                           values = kv_cache_access::values(*cache);
-    const std::int64_t kv_heads = args.heads / args.kv_group, hd = args.head_dim;
-    kernels_.for_each(args.batch, [&](std::int64_t b) {
-      const std::int64_t past = cache->lengths()[static_cast<std::size_t>(b)];
-      for (std::int64_t g = 0; g < kv_heads; ++g) {
-        for (std::int64_t i = 0; i < args.seq_len; ++i) {
-          std::copy_n(args.k.row(b, g, i), hd, keys.row(b, cache_head + g, past + i));
-          std::copy_n(args.v.row(b, g, i), hd, values.row(b, cache_head + g, past + i));
-        }
-      }
-      attention_args one = args;
-      one.batch = 1;
-      one.past = past;
-      one.first_batch = b;
-      one.q.data = args.q.row(b, 0, 0);
-      one.out.data = args.out.row(b, 0, 0);
-      one.k = {keys.row(b, cache_head, 0), keys.batch_stride, keys.head_stride, keys.row_stride};
-      one.v = {values.row(b, cache_head, 0), values.batch_stride, values.head_stride,
-               values.row_stride};
-      kernels_.attention(one);
-    });
+    const kv_store store = kv_cache_access::store(*cache);
+    args.cache = &store;
+    kernels_.attention(args);
   }
 
   K kernels_;                 // before the packed weights: packing may use its state

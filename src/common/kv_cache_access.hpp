@@ -1,6 +1,8 @@
-// Internal: the drivers' view of a kv_cache's storage (mha/kv_cache.hpp states the layout).
+// Internal: the kernel sets' view of a kv_cache's storage, and the plain row-major layout of
+// the backends that read a cache as ordinary strided rows (naive, onednn).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common/attention_args.hpp"
@@ -9,17 +11,65 @@
 namespace mha::detail {
 
 struct kv_cache_access {
-  // Keys and values of every (sequence, head): capacity rows of head_dim each, a head's keys
-  // followed by its values.
-  static head_view<float> keys(kv_cache& c) noexcept {
-    const std::int64_t head = 2 * c.capacity_ * c.head_dim_;
-    return {c.data_.get(), c.heads_ * head, head, c.head_dim_};
+  static kv_store store(kv_cache& c) noexcept {
+    return {c.data_.get(), c.heads_, c.head_floats_, c.capacity_, c.lengths_.data()};
   }
-  static head_view<float> values(kv_cache& c) noexcept {
-    head_view<float> v = keys(c);
-    v.data += c.capacity_ * c.head_dim_;
-    return v;
+  // For benchmarks: every sequence as if it had been fed n tokens of x = 0 by a module without
+  // qkv_bias (keys and values 0), without computing them: a decode step over a long cache can
+  // be timed without its prefill. Valid while the cache's rows below n were never written (a
+  // cache is zeroed when made), e.g. to rewind to n after the steps that appended past it.
+  static void hold_zero_tokens(kv_cache& c, std::int64_t n) noexcept {
+    std::fill(c.lengths_.begin(), c.lengths_.end(), n);
   }
 };
 
+// The row-major layout: per (sequence, K/V head), `capacity` key rows of head_dim floats, then
+// as many value rows. A decode step reads each head's keys, then its values, as one stream.
+namespace row_major_cache {
+
+constexpr std::int64_t head_floats(std::int64_t capacity, std::int64_t head_dim) noexcept {
+  return 2 * capacity * head_dim;
+}
+
+// Keys (values) of K/V head g of sequence b, row i at .row(b, g, i).
+inline head_view<float> keys(const kv_store& c, std::int64_t head_dim) noexcept {
+  return {c.data, c.heads * c.head_floats, c.head_floats, head_dim};
+}
+inline head_view<float> values(const kv_store& c, std::int64_t head_dim) noexcept {
+  head_view<float> v = keys(c, head_dim);
+  v.data += c.capacity * head_dim;
+  return v;
+}
+
+// Appends a cached call's new keys and values (a.k, a.v) after each sequence's length.
+inline void append(const attention_args& a) noexcept {
+  const head_view<float> k = keys(*a.cache, a.head_dim), v = values(*a.cache, a.head_dim);
+  for (std::int64_t b = 0; b < a.batch; ++b) {
+    const std::int64_t past = a.cache->lengths[b];
+    for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
+      for (std::int64_t i = 0; i < a.seq_len; ++i) {
+        std::copy_n(a.k.row(b, g, i), a.head_dim, k.row(b, g, past + i));
+        std::copy_n(a.v.row(b, g, i), a.head_dim, v.row(b, g, past + i));
+      }
+    }
+  }
+}
+
+// Sequence b of a cached call (after append) as a cache-free call of one sequence: its queries
+// over the cache's rows, past = lengths[b].
+inline attention_args sequence(const attention_args& a, std::int64_t b) noexcept {
+  const head_view<float> k = keys(*a.cache, a.head_dim), v = values(*a.cache, a.head_dim);
+  attention_args one = a;
+  one.cache = nullptr;
+  one.batch = 1;
+  one.past = a.cache->lengths[b];
+  one.first_batch = a.first_batch + b;
+  one.q.data = a.q.row(b, 0, 0);
+  one.out.data = a.out.row(b, 0, 0);
+  one.k = {k.row(b, 0, 0), k.batch_stride, k.head_stride, k.row_stride};
+  one.v = {v.row(b, 0, 0), v.batch_stride, v.head_stride, v.row_stride};
+  return one;
+}
+
+}  // namespace row_major_cache
 }  // namespace mha::detail

@@ -68,15 +68,16 @@ void plan::run(tensor_view<const float> x, tensor_view<float> y, const run_optio
 }
 
 kv_cache::kv_cache(const plan* owner, std::int64_t batch, std::int64_t capacity,
-                   std::int64_t heads, std::int64_t head_dim)
+                   std::int64_t heads, std::int64_t head_floats)
     : owner_(owner),
       capacity_(capacity),
       heads_(heads),
-      head_dim_(head_dim),
-      floats_(2 * batch * capacity * heads * head_dim),
+      head_floats_(head_floats),
+      floats_(batch * heads * head_floats),
       lengths_(static_cast<std::size_t>(batch), 0),
-      // Uninitialised: a row is read only after a run wrote it.
-      data_(std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(floats_))) {}
+      // Zeroed: the stated bytes are committed now, and the padding of a layout's panels holds
+      // finite values that the kernels may read (and discard).
+      data_(std::make_unique<float[]>(static_cast<std::size_t>(floats_))) {}
 
 std::int64_t kv_cache::length(std::int64_t b) const {
   if (b < 0 || b >= batch()) {
@@ -93,21 +94,27 @@ void kv_cache::reset(std::int64_t b) {
   lengths_[static_cast<std::size_t>(b)] = 0;
 }
 
+std::int64_t plan::cache_head_floats(std::int64_t) const noexcept { return 0; }
+
 std::int64_t plan::cache_heads() const noexcept {
   return formulation_ == formulation::split_weight ? config_.kv_heads() : config_.n_heads;
 }
 
 kv_cache plan::make_cache(std::int64_t batch, std::int64_t capacity) const {
-  if (!incremental()) throw unsupported(text(backend_name_, ": ", decode_declined));
+  if (cache_head_floats(1) == 0) throw unsupported(text(backend_name_, ": ", decode_declined));
   if (batch < 1) throw invalid_argument(text(backend_name_, ": cache batch (", batch, ") must be >= 1"));
   if (capacity < 1 || capacity > config_.context_length) {
     throw invalid_argument(text(backend_name_, ": cache capacity (", capacity,
                                 ") must be between 1 and context_length (",
                                 config_.context_length, ")"));
   }
+  // The nominal size first, so that the layout's own arithmetic cannot overflow.
   detail::check_byte_count(backend_name_, "kv cache",
                            {2, batch, capacity, cache_heads(), config_.head_dim()}, sizeof(float));
-  return kv_cache(this, batch, capacity, cache_heads(), config_.head_dim());
+  const std::int64_t head_floats = cache_head_floats(capacity);
+  detail::check_byte_count(backend_name_, "kv cache", {batch, cache_heads(), head_floats},
+                           sizeof(float));
+  return kv_cache(this, batch, capacity, cache_heads(), head_floats);
 }
 
 void plan::run(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache,

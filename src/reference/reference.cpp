@@ -26,32 +26,34 @@ std::vector<double> project(const mha::linear_weights& l, std::span<const double
 }
 
 // One head's attention for query row i, in double: out[e] = sum_j a_j v_j[e] with
-// a = dropout(softmax_j(scale q . k_j), -inf for j > i when causal). k and v: seq_len rows of
-// head_dim elements, row j at k + j * stride; `a` has room for seq_len weights.
-template <class T>
-void attend(const double* q, const T* k, const T* v, std::int64_t stride, std::int64_t seq_len,
-            std::int64_t hd, std::int64_t i, bool causal, const mha::detail::dropout_spec& drop,
-            std::int64_t b, std::int64_t h, double* a, double* out) {
+// a = dropout(softmax_j(scale q . k_j), -inf for j > i when causal), j < keys. key(j) and
+// value(j) give row j (head_dim elements); `a` has room for `keys` weights. b, h and i key the
+// dropout mask (i is the absolute position).
+template <class KeyRow, class ValueRow>
+void attend(const double* q, KeyRow key, ValueRow value, std::int64_t keys, std::int64_t hd,
+            std::int64_t i, bool causal, const mha::detail::dropout_spec& drop, std::int64_t b,
+            std::int64_t h, double* a, double* out) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   double max = -std::numeric_limits<double>::infinity();
-  for (std::int64_t j = 0; j < seq_len; ++j) {
+  for (std::int64_t j = 0; j < keys; ++j) {
+    const auto* k = key(j);
     double s = 0.0;
-    for (std::int64_t e = 0; e < hd; ++e) s += q[e] * double{k[j * stride + e]};
+    for (std::int64_t e = 0; e < hd; ++e) s += q[e] * double{k[e]};
     a[j] = (causal && j > i) ? -std::numeric_limits<double>::infinity() : s * scale;
     max = std::max(max, a[j]);
   }
   double sum = 0.0;
-  for (std::int64_t j = 0; j < seq_len; ++j) sum += (a[j] = std::exp(a[j] - max));
-  for (std::int64_t j = 0; j < seq_len; ++j) {
+  for (std::int64_t j = 0; j < keys; ++j) sum += (a[j] = std::exp(a[j] - max));
+  for (std::int64_t j = 0; j < keys; ++j) {
     a[j] /= sum;
     if (drop.active()) {
       a[j] = mha::detail::dropout_keep(drop, b, h, i, j) ? a[j] / (1.0 - drop.p) : 0.0;
     }
   }
-  for (std::int64_t e = 0; e < hd; ++e) {
-    double acc = 0.0;
-    for (std::int64_t j = 0; j < seq_len; ++j) acc += a[j] * double{v[j * stride + e]};
-    out[e] = acc;
+  for (std::int64_t e = 0; e < hd; ++e) out[e] = 0.0;
+  for (std::int64_t j = 0; j < keys; ++j) {
+    const auto* v = value(j);
+    for (std::int64_t e = 0; e < hd; ++e) out[e] += a[j] * double{v[e]};
   }
 }
 
@@ -59,12 +61,17 @@ void attend(const double* q, const T* k, const T* v, std::int64_t stride, std::i
 
 std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
                                  std::span<const float> x, std::int64_t batch, std::int64_t seq_len,
-                                 std::span<const row> rows, const mha::run_options& options) {
+                                 std::span<const row> rows, const mha::run_options& options,
+                                 std::int64_t zero_past) {
   const std::int64_t hd = cfg.head_dim(), d = cfg.d_out, d_kv = cfg.d_kv();
   const std::int64_t group = cfg.n_heads / cfg.kv_heads();  // query heads per K/V head
   const mha::detail::dropout_spec drop{options.training ? cfg.dropout : 0.0f, options.seed};
   std::vector<double> result(rows.size() * static_cast<std::size_t>(d));
-  std::vector<double> a(static_cast<std::size_t>(seq_len)), context(static_cast<std::size_t>(d));
+  std::vector<double> a(static_cast<std::size_t>(zero_past + seq_len)),
+      context(static_cast<std::size_t>(d));
+  // The keys and values of a token x = 0: the biases, or 0.
+  const std::vector<double> zero_x(static_cast<std::size_t>(cfg.d_in), 0.0);
+  const std::vector<double> k0 = project(w.key, zero_x, 0, 1), v0 = project(w.value, zero_x, 0, 1);
 
   for (std::int64_t b = 0; b < batch; ++b) {
     if (std::none_of(rows.begin(), rows.end(), [&](const row& r) { return r.batch == b; }))
@@ -79,8 +86,15 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
       const std::vector<double> q = project(w.query, xb, i, 1);
       for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
         const std::int64_t g = h / group;
-        attend(q.data() + h * hd, k.data() + g * hd, v.data() + g * hd, d_kv, seq_len, hd, i,
-               cfg.causal, drop, b, h, a.data(), context.data() + h * hd);
+        // Token j of the sequence: a zero token before zero_past, else row j - zero_past of x.
+        const auto key = [&](std::int64_t j) {
+          return j < zero_past ? k0.data() + g * hd : k.data() + (j - zero_past) * d_kv + g * hd;
+        };
+        const auto value = [&](std::int64_t j) {
+          return j < zero_past ? v0.data() + g * hd : v.data() + (j - zero_past) * d_kv + g * hd;
+        };
+        attend(q.data() + h * hd, key, value, zero_past + seq_len, hd, zero_past + i, cfg.causal,
+               drop, b, h, a.data(), context.data() + h * hd);
       }
       const std::vector<double> y = cfg.out_proj ? project(w.out_proj, context, 0, 1) : context;
       std::copy(y.begin(), y.end(), result.begin() + static_cast<std::ptrdiff_t>(r) * d);
@@ -104,8 +118,10 @@ std::vector<double> attention_row(const attention_shape& shape, std::span<const 
   const std::int64_t hd = shape.head_dim, head = (b * shape.heads + h) * shape.seq_len * hd;
   const std::vector<double> qi(q.begin() + head + i * hd, q.begin() + head + (i + 1) * hd);
   std::vector<double> a(static_cast<std::size_t>(shape.seq_len)), out(static_cast<std::size_t>(hd));
-  attend(qi.data(), k.data() + head, v.data() + head, hd, shape.seq_len, hd, i, shape.causal,
-         {shape.dropout, shape.seed}, b, h, a.data(), out.data());
+  attend(
+      qi.data(), [&](std::int64_t j) { return k.data() + head + j * hd; },
+      [&](std::int64_t j) { return v.data() + head + j * hd; }, shape.seq_len, hd, i, shape.causal,
+      {shape.dropout, shape.seed}, b, h, a.data(), out.data());
   return out;
 }
 

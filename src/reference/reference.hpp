@@ -27,9 +27,13 @@ std::vector<double> forward(const mha::config& cfg, const mha::weights& w, std::
 // Only the requested rows: result[r * d_out + e] is y[rows[r].batch][rows[r].token][e]. Costs
 // O(seq_len * d_in * d_out) per distinct batch element plus O(seq_len * d_out) per row, so a few
 // rows of a large problem are cheap to check.
+// zero_past > 0: x is an incremental call's tokens after `zero_past` tokens of x = 0 (whose keys
+// and values are the K/V biases, 0 without qkv_bias), token i at position zero_past + i: the
+// state mha_bench's decode benchmarks start from. Adds O(zero_past * d_out) per row.
 std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
                                  std::span<const float> x, std::int64_t batch, std::int64_t seq_len,
-                                 std::span<const row> rows, const mha::run_options& options = {});
+                                 std::span<const row> rows, const mha::run_options& options = {},
+                                 std::int64_t zero_past = 0);
 
 // The attention core alone (no projections), for checking attention kernels: q, k, v and the
 // result are (batch, heads, seq_len, head_dim), dense row-major.

@@ -1,8 +1,11 @@
-// The attention framework of the SIMD kernels: the geometry of the fused kernel, packing a head,
-// the per-thread workspace and the single-threaded loop. Compiled with the baseline flags.
+// The attention framework of the SIMD kernels: the geometry of the fused kernel, packing a head
+// (into a workspace or a KV cache), the per-thread workspace, the schedule of a call and its
+// single-threaded loop. Compiled with the baseline flags.
 #include "simd/attention.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "simd/isa_kernels.hpp"
@@ -20,32 +23,47 @@ constexpr std::int64_t line_floats = 16;
 // Within noise; 64 also makes enough parallel tasks (12 heads x 16 blocks at T = 1024).
 constexpr std::int64_t attention_block_rows = 64;
 
+// Keys [j0, j1) of a packed head at `head` from K/V head g of sequence b of args (its rows 0,
+// 1, ... of args.k and args.v).
+void pack_keys(const attention_args& args, const attention_layout& l, std::int64_t b,
+               std::int64_t g, std::int64_t j0, std::int64_t j1, float* head) noexcept {
+  // K^T (head_dim, kv_rows): element (d, j) is K[j][d]. A transpose copy, and worth it: S = Q K^T
+  // of one (1024, 64) head on the split form's strided rows took 1.4 ms packing included, the
+  // transpose-free form (4x4 blocks of dot products over head_dim, one horizontal add per
+  // score) 2.7 ms (Zen4, AVX-512).
+  pack_block(args.k.row(b, g, 0), /*stride_k=*/1, args.k.row_stride, l.head_dim, 0, l.head_dim,
+             j0, j1, l.scores.nr, head);
+  // V (kv_rows, head_dim) as it is.
+  pack_block(args.v.row(b, g, 0), args.v.row_stride, /*stride_n=*/1, l.kv_rows, j0, j1, 0,
+             l.head_dim, l.values.nr, head + l.values_offset());
+}
+
 }  // namespace
 
 std::int64_t attention_layout::values_offset() const noexcept {
-  return round_up(packed_size(head_dim, keys, scores.nr), line_floats);
+  return round_up(packed_size(head_dim, kv_rows, scores.nr), line_floats);
 }
 
 std::int64_t attention_layout::head_floats() const noexcept {
-  return values_offset() + packed_size(keys, head_dim, values.nr);
+  return values_offset() + packed_size(kv_rows, head_dim, values.nr);
 }
 
 std::int64_t attention_layout::scratch_floats() const noexcept {
   // Row statistics have room for whole registers (exp2_sum runs over them).
-  const std::int64_t row_floats = round_up(padded_rows, line_floats);
-  return round_up(padded_rows * head_dim, line_floats) +
-         round_up(padded_rows * score_cols, line_floats) +
-         round_up(padded_rows * acc_cols, line_floats) + 3 * row_floats +
+  const std::int64_t row_floats = round_up(block_rows, line_floats);
+  return round_up(block_rows * head_dim, line_floats) +
+         round_up(block_rows * score_cols, line_floats) +
+         round_up(block_rows * acc_cols, line_floats) + 3 * row_floats +
          round_up(score_cols, line_floats);
 }
 
 attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept {
-  const std::int64_t row_floats = round_up(padded_rows, line_floats);
+  const std::int64_t row_floats = round_up(block_rows, line_floats);
   attention_scratch parts{};
   parts.queries = scratch;
-  parts.scores = parts.queries + round_up(padded_rows * head_dim, line_floats);
-  parts.accumulators = parts.scores + round_up(padded_rows * score_cols, line_floats);
-  parts.row_max = parts.accumulators + round_up(padded_rows * acc_cols, line_floats);
+  parts.scores = parts.queries + round_up(block_rows * head_dim, line_floats);
+  parts.accumulators = parts.scores + round_up(block_rows * score_cols, line_floats);
+  parts.row_max = parts.accumulators + round_up(block_rows * acc_cols, line_floats);
   parts.row_sum = parts.row_max + row_floats;
   parts.rescale = parts.row_sum + row_floats;
   parts.dropout = parts.rescale + row_floats;
@@ -53,29 +71,26 @@ attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept
 }
 
 void pack_head(const attention_args& args, const attention_layout& layout, std::int64_t b,
-               std::int64_t h, float* head) noexcept {
-  // K^T (head_dim, keys): element (d, j) is K[j][d]. A transpose copy, and worth it: S = Q K^T
-  // of one (1024, 64) head on the split form's strided rows took 1.4 ms packing included, the
-  // transpose-free form (4x4 blocks of dot products over head_dim, one horizontal add per
-  // score) 2.7 ms (Zen4, AVX-512).
-  pack_panels(args.k.row(b, h, 0), layout.head_dim, layout.keys, /*stride_k=*/1,
+               std::int64_t g, float* head) noexcept {
+  // The padding columns of the last K^T panel and of V's last panel are zero, as
+  // pack_panels leaves them.
+  pack_panels(args.k.row(b, g, 0), layout.head_dim, layout.kv_rows, /*stride_k=*/1,
               args.k.row_stride, layout.scores.nr, head);
-  // V (keys, head_dim) as it is.
-  pack_panels(args.v.row(b, h, 0), layout.keys, layout.head_dim, args.v.row_stride,
+  pack_panels(args.v.row(b, g, 0), layout.kv_rows, layout.head_dim, args.v.row_stride,
               /*stride_n=*/1, layout.values.nr, head + layout.values_offset());
 }
 
 attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys,
-                                     std::int64_t head_dim, std::int64_t key_tile) const noexcept {
+                                     std::int64_t head_dim, std::int64_t key_tile,
+                                     std::int64_t kv_rows) const noexcept {
   attention_layout l;
   l.scores = tiles[0];
   l.values = tile_for(panel_width(head_dim));
   l.seq_len = seq_len;
   l.keys = keys;
+  l.kv_rows = kv_rows > 0 ? kv_rows : keys;
   l.head_dim = head_dim;
   l.block_rows = std::min(seq_len, attention_block_rows);
-  l.padded_rows =
-      std::max(round_up(l.block_rows, l.scores.mr), round_up(l.block_rows, l.values.mr));
   // Key tiles start on a K^T panel, and the softmax reads rows as whole registers: both a
   // multiple of the lanes and of the scores panel width.
   const std::int64_t step = std::lcm(l.scores.nr, lanes);
@@ -85,31 +100,110 @@ attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys,
   return l;
 }
 
-attention_workspace::attention_workspace(const attention_layout& layout)
+attention_workspace::attention_workspace(const attention_layout& layout, bool packs_heads)
     : layout_(layout),
-      head_(static_cast<std::size_t>(layout.head_floats())),
+      head_(packs_heads ? static_cast<std::size_t>(layout.head_floats()) : 0),
       scratch_(static_cast<std::size_t>(layout.scratch_floats())) {}
 
-void attention_workspace::run_block(const isa_kernels& kernels, const attention_args& args,
-                                    std::int64_t b, std::int64_t h, std::int64_t block) noexcept {
-  if (const std::int64_t head = b * args.heads + h; head != packed_) {
-    pack_head(args, layout_, b, h, head_.data());
-    packed_ = head;
+void attention_workspace::run(const isa_kernels& kernels, const attention_args& args,
+                              attention_task task) noexcept {
+  if (head_.size() > 0) {
+    const std::int64_t g = task.h / args.kv_group;
+    if (const std::int64_t head = task.b * args.kv_heads() + g; head != packed_) {
+      pack_head(args, layout_, task.b, g, head_.data());
+      packed_ = head;
+    }
+    task.head = head_.data();
   }
-  const std::int64_t first = block * layout_.block_rows;
-  kernels.attention_rows(args, layout_, head_.data(), b, h, first,
-                         std::min(first + layout_.block_rows, args.seq_len), scratch_.data());
+  kernels.attention_rows(args, layout_, task, scratch_.data());
+}
+
+attention_schedule::attention_schedule(const isa_kernels& kernels, const attention_args& args,
+                                       std::int64_t key_tile)
+    : kernels_(kernels), args_(args) {
+  std::int64_t keys = 0;
+  for (std::int64_t b = 0; b < args.batch; ++b) keys = std::max(keys, this->keys(b));
+  layout_ = kernels.layout(args.seq_len, keys, args.head_dim, key_tile,
+                           args.cache ? args.cache->capacity : 0);
+  if (args.seq_len <= split_rows && keys > split_keys) {
+    chunks_ = (keys + split_keys - 1) / split_keys;
+    per_head_ = chunks_;
+    partials_ = float_buffer(static_cast<std::size_t>(args.batch * args.heads * chunks_ *
+                                                      args.seq_len * (args.head_dim + 2)));
+  } else {
+    per_head_ = layout_.blocks();
+  }
+}
+
+std::int64_t attention_schedule::appends() const noexcept {
+  return args_.cache ? args_.batch * args_.kv_heads() : 0;
+}
+
+void attention_schedule::append(std::int64_t i) const noexcept {
+  const std::int64_t b = i / args_.kv_heads(), g = i % args_.kv_heads(), past = this->past(b);
+  pack_keys(args_, layout_, b, g, past, past + args_.seq_len, args_.cache->head(b, g));
+}
+
+float* attention_schedule::partial(std::int64_t b, std::int64_t h, std::int64_t chunk) const noexcept {
+  return partials_.data() + ((b * args_.heads + h) * chunks_ + chunk) * args_.seq_len *
+                                (args_.head_dim + 2);
+}
+
+void attention_schedule::run(std::int64_t i, attention_workspace& workspace) const noexcept {
+  const std::int64_t head = i / per_head_, part = i % per_head_;
+  attention_task t;
+  t.b = head / args_.heads;
+  t.h = head % args_.heads;
+  t.past = past(t.b);
+  if (args_.cache) t.head = args_.cache->head(t.b, t.h / args_.kv_group);
+  if (chunks_ > 1) {
+    t.row_end = args_.seq_len;
+    t.key_begin = part * split_keys;
+    if (t.key_begin >= keys(t.b)) return;  // a shorter sequence of the batch: merge skips it
+    t.key_end = std::min(t.key_begin + split_keys, keys(t.b));
+    t.partial = partial(t.b, t.h, part);
+  } else {
+    t.row_begin = part * layout_.block_rows;
+    t.row_end = std::min(t.row_begin + layout_.block_rows, args_.seq_len);
+    t.key_end = keys(t.b);
+  }
+  workspace.run(kernels_, args_, t);
+}
+
+void attention_schedule::merge(std::int64_t i) const noexcept {
+  // out = (sum_c O_c 2^(m_c - m)) / (sum_c l_c 2^(m_c - m)), m = max_c m_c, in chunk order.
+  const std::int64_t b = i / args_.heads, h = i % args_.heads, hd = args_.head_dim;
+  const std::int64_t chunks = (keys(b) + split_keys - 1) / split_keys;
+  for (std::int64_t r = 0; r < args_.seq_len; ++r) {
+    const auto row = [&](std::int64_t c) { return partial(b, h, c) + r * (hd + 2); };
+    float m = -std::numeric_limits<float>::infinity();
+    for (std::int64_t c = 0; c < chunks; ++c) m = std::max(m, row(c)[hd]);
+    float* out = args_.out.row(b, h, r);
+    float sum = 0.0f;
+    std::fill(out, out + hd, 0.0f);
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const float* part = row(c);
+      if (part[hd + 1] == 0.0f) continue;  // no key of chunk c for this row
+      const float f = std::exp2(part[hd] - m);
+      sum += f * part[hd + 1];
+      for (std::int64_t d = 0; d < hd; ++d) out[d] += f * part[d];
+    }
+    const float inv = 1.0f / sum;
+    for (std::int64_t d = 0; d < hd; ++d) out[d] *= inv;
+  }
 }
 
 void attention(const isa_kernels& kernels, const attention_args& args, std::int64_t key_tile) {
-  const attention_layout layout = kernels.layout(args.seq_len, args.keys(), args.head_dim, key_tile);
-  attention_workspace workspace(layout);
-  for (std::int64_t b = 0; b < args.batch; ++b) {
-    for (std::int64_t h = 0; h < args.heads; ++h) {
-      for (std::int64_t block = 0; block < layout.blocks(); ++block)
-        workspace.run_block(kernels, args, b, h, block);
-    }
-  }
+  const attention_schedule schedule(kernels, args, key_tile);
+  for (std::int64_t i = 0; i < schedule.appends(); ++i) schedule.append(i);
+  attention_workspace workspace(schedule.layout(), schedule.packs_heads());
+  for (std::int64_t i = 0; i < schedule.tasks(); ++i) schedule.run(i, workspace);
+  for (std::int64_t i = 0; i < schedule.merges(); ++i) schedule.merge(i);
+}
+
+std::int64_t cache_head_floats(const isa_kernels& kernels, std::int64_t capacity,
+                               std::int64_t head_dim) noexcept {
+  return kernels.layout(1, capacity, head_dim, default_key_tile, capacity).head_floats();
 }
 
 }  // namespace mha::detail

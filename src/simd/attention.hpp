@@ -1,10 +1,13 @@
 // Internal: the attention half of the SIMD kernels' framework (ISA-neutral, compiled once): the
 // geometry of the fused kernel (query blocks, key tiles, workspaces), the packing of a head's K
-// and V, and the single-threaded loop over heads and blocks. The per-ISA kernel is in
+// and V (into a workspace, or into a KV cache kept in the same packed form), and the schedule
+// of one attention call as independent tasks. The per-ISA kernel is in
 // micro/attention_kernel.hpp.
 //
-// Per (batch, head), K^T and V are packed into the GEMM's panel form (gemm.hpp); query rows are
-// processed in blocks whose scores stay in cache (attention_layout).
+// Per (batch, K/V head), K^T and V are packed into the GEMM's panel form (gemm.hpp); query rows are
+// processed in blocks whose scores stay in cache (attention_layout). A KV cache holds each head
+// already packed, so a decode step streams it once, and a row's arithmetic is the same whether
+// its keys were packed by this call or by earlier ones.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,8 @@
 
 namespace mha::detail {
 
+struct isa_kernels;
+
 // Keys per online-softmax step. Attention alone (head-major Q, K, V), one core, median ms at
 // (B, T, H, head_dim) = (1, 1024, 12, 64) / (1, 4096, 12, 64) / (1, 256, 96, 8), 64 query rows
 // per block, by key tile:
@@ -24,34 +29,45 @@ namespace mha::detail {
 // tile of 128 KB per thread, which stays in L2 between the three stages.
 inline constexpr std::int64_t default_key_tile = 512;
 
+// Split-KV: a call of at most split_rows query rows per head (a decode step) over more than
+// split_keys keys takes its keys in chunks of split_keys, one task each, and merges the chunks'
+// partial softmax results per head in chunk order. The chunks depend on the keys only, so the
+// result is the same for every thread count (and on the xsimd backend, which runs the same
+// chunks in order); it differs from an unsplit call by rounding. 2048 keys of head_dim 64 are
+// 1 MiB of K and V: enough work per task to hide its cost, and B1 H12 at 8k keys makes 48
+// tasks.
+inline constexpr std::int64_t split_rows = 8;
+inline constexpr std::int64_t split_keys = 4 * default_key_tile;
+
 // The parts of one query block's scratch (attention_layout::scratch_parts).
 struct attention_scratch {
-  float* queries;       // padded_rows x head_dim: the block's queries times scale, zero-padded
-  float* scores;        // padded_rows x score_cols: one key tile's scores, then weights
-  float* accumulators;  // padded_rows x acc_cols: the output rows before dividing by row_sum
-  float* row_max;       // padded_rows: running max of each row's scores
-  float* row_sum;       // padded_rows: running sum of exp(score - row_max), undropped
-  float* rescale;       // padded_rows: exp(previous row_max - row_max) of the current key tile
+  float* queries;       // block_rows x head_dim: the block's queries times scale
+  float* scores;        // block_rows x score_cols: one key tile's scores, then weights
+  float* accumulators;  // block_rows x acc_cols: the output rows before dividing by row_sum
+  float* row_max;       // block_rows: running max of each row's scores
+  float* row_sum;       // block_rows: running sum of exp(score - row_max), undropped
+  float* rescale;       // block_rows: exp(previous row_max - row_max) of the current key tile
   float* dropout;       // score_cols: one row's dropout multipliers over a key tile
 };
 
-// The per-(seq_len, keys, head_dim, key tile) geometry of the attention kernel on one ISA: panel
-// widths, the query-row block, the key tile, and the floats each workspace needs.
+// The geometry of the attention kernel on one ISA for one call: panel widths, the query-row
+// block, the key tile, where a head's packed K^T and V lie, and the floats each workspace needs.
 struct attention_layout {
   tile_shape scores, values;  // micro-kernels of S = Q K^T and of O = P V
-  std::int64_t seq_len = 0;   // query rows (attention_args::seq_len)
-  std::int64_t keys = 0;      // key/value rows (attention_args::keys(): past + seq_len)
+  std::int64_t seq_len = 0;   // query rows per head
+  std::int64_t keys = 0;      // most keys any sequence attends over (past + seq_len)
+  std::int64_t kv_rows = 0;   // keys a packed head has room for: `keys` in a workspace, the
+                              // capacity in a KV cache
   std::int64_t head_dim = 0;
-  std::int64_t block_rows = 0;   // query rows per attention_rows call (the last may be fewer)
-  std::int64_t padded_rows = 0;  // block_rows rounded up for both micro-kernels' row counts
-  std::int64_t key_tile = 0;     // keys per online-softmax step: a multiple of scores.nr and of
-                                 // the lanes; >= keys means one step over whole rows
-  std::int64_t score_cols = 0;   // columns of a scores tile: key_tile, or keys rounded up
-                                 // like key_tile when that is smaller
-  std::int64_t acc_cols = 0;     // head_dim rounded up to values.nr
+  std::int64_t block_rows = 0;  // query rows per attention_rows call (the last may be fewer)
+  std::int64_t key_tile = 0;    // keys per online-softmax step: a multiple of scores.nr and of
+                                // the lanes; >= keys means one step over whole rows
+  std::int64_t score_cols = 0;  // columns of a scores tile: key_tile, or keys rounded up
+                                // like key_tile when that is smaller
+  std::int64_t acc_cols = 0;    // head_dim rounded up to values.nr
 
-  // Packed K^T (head_dim, keys) at the start, then packed V (keys, head_dim) at
-  // values_offset(), of one head.
+  // A packed head: K^T (head_dim, kv_rows) in panels of scores.nr at the start, then V
+  // (kv_rows, head_dim) in panels of values.nr at values_offset().
   std::int64_t head_floats() const noexcept;
   std::int64_t values_offset() const noexcept;
   // One query block's scratch: O(block_rows * (score_cols + head_dim)), independent of the
@@ -63,35 +79,89 @@ struct attention_layout {
   std::int64_t blocks() const noexcept { return (seq_len + block_rows - 1) / block_rows; }
 };
 
-// Head (b, h) of args.k and args.v packed into `head` (layout.head_floats() floats), as every
-// row block of that head reads them.
-void pack_head(const attention_args& args, const attention_layout& layout, std::int64_t b,
-               std::int64_t h, float* head) noexcept;
+// One call of the per-ISA kernel (isa_kernels::attention_rows): query rows [row_begin,
+// row_end) of head (b, h), row i at absolute position past + i, over the keys in [key_begin,
+// key_end) it attends to (key_begin a multiple of the key tile).
+struct attention_task {
+  const float* head = nullptr;  // the packed K^T and V of (b, h / kv_group)
+  std::int64_t b = 0, h = 0, past = 0;
+  std::int64_t row_begin = 0, row_end = 0, key_begin = 0, key_end = 0;
+  // nullptr: the rows' outputs go to args.out. Else the chunk's partial softmax, per row
+  // head_dim + 2 floats: the unnormalised output, the running max and the running sum (in
+  // base 2; -inf and 0 for a row that sees no key of the chunk), for merge_partials.
+  float* partial = nullptr;
+};
 
-// One thread's attention workspace for one attention call (one args, one layout): a packed
-// head and one query block's scratch, O(seq_len * head_dim + block_rows * (key_tile +
-// head_dim)) floats whatever the batch and head count. Allocated once; run_block() allocates
-// nothing. Not shared between threads.
+// Head (b, g) of args.k and args.v (all keys, from row 0) packed into `head`
+// (layout.head_floats() floats, kv_rows == keys).
+void pack_head(const attention_args& args, const attention_layout& layout, std::int64_t b,
+               std::int64_t g, float* head) noexcept;
+
+// One thread's attention workspace for one attention call (one layout): one query block's
+// scratch and, when the heads are not in a cache, a packed head, O(keys * head_dim +
+// block_rows * (key_tile + head_dim)) floats whatever the batch and head count. Allocated once;
+// run() allocates nothing. Not shared between threads.
 class attention_workspace {
  public:
   // Throws std::bad_alloc.
-  explicit attention_workspace(const attention_layout& layout);
+  attention_workspace(const attention_layout& layout, bool packs_heads);
 
-  // Query block `block` (rows [block * block_rows, ...)) of head (b, h) of `args`, with the
-  // layout the workspace was made for. Packs K and V of (b, h) unless they are the ones packed
-  // last, so blocks of one head in a row pack it once.
-  void run_block(const isa_kernels& kernels, const attention_args& args, std::int64_t b,
-                 std::int64_t h, std::int64_t block) noexcept;
+  // The kernel on `task`; when the workspace packs heads, first packs K and V of (task.b,
+  // task.h / kv_group) unless they are the ones packed last (task.head is ignored then).
+  void run(const isa_kernels& kernels, const attention_args& args, attention_task task) noexcept;
 
  private:
   attention_layout layout_;
   float_buffer head_, scratch_;
-  std::int64_t packed_ = -1;  // b * heads + h of the packed head, -1 before the first
+  std::int64_t packed_ = -1;  // b * kv_heads + g of the packed head, -1 before the first
 };
 
-// Every query block of every (b, h) of `args`, in order, on the calling thread, with the
-// kernels' layout for key_tile (default: the fused kernel's). Throws std::bad_alloc.
+// One attention call as phases of independent steps, for a sequential or a parallel loop:
+//   appends():  with a cache, (b, g) pairs whose new keys and values go into the cache;
+//   tasks():    (b, h, query block), or (b, h, key chunk) when the call splits its keys;
+//   merges():   with a split, the (b, h) pairs whose chunks merge into args.out (else 0).
+// Steps of one phase touch disjoint memory and may run in any order or concurrently; a phase
+// starts when the one before has finished. The partition depends on the problem only.
+class attention_schedule {
+ public:
+  // Throws std::bad_alloc (the split's partial results).
+  attention_schedule(const isa_kernels& kernels, const attention_args& args,
+                     std::int64_t key_tile = default_key_tile);
+
+  const attention_layout& layout() const noexcept { return layout_; }
+  // Whether tasks read heads packed by the workspace (no cache) rather than from the cache.
+  bool packs_heads() const noexcept { return args_.cache == nullptr; }
+
+  std::int64_t appends() const noexcept;
+  void append(std::int64_t i) const noexcept;
+  std::int64_t tasks() const noexcept { return args_.batch * args_.heads * per_head_; }
+  // Task i on the calling thread's workspace (made with layout() and packs_heads()).
+  void run(std::int64_t i, attention_workspace& workspace) const noexcept;
+  std::int64_t merges() const noexcept { return chunks_ > 1 ? args_.batch * args_.heads : 0; }
+  void merge(std::int64_t i) const noexcept;
+
+ private:
+  std::int64_t keys(std::int64_t b) const noexcept { return args_.keys(b); }
+  std::int64_t past(std::int64_t b) const noexcept { return keys(b) - args_.seq_len; }
+  float* partial(std::int64_t b, std::int64_t h, std::int64_t chunk) const noexcept;
+
+  const isa_kernels& kernels_;
+  const attention_args& args_;
+  attention_layout layout_;
+  std::int64_t chunks_ = 1;    // key chunks per head (1: no split)
+  std::int64_t per_head_ = 1;  // tasks per head: query blocks, or chunks
+  // With a split: per (b, h, chunk), seq_len rows of head_dim + 2 floats, written by tasks.
+  mutable float_buffer partials_;
+};
+
+// Every step of `args`, in order, on the calling thread, with the kernels' layout for key_tile
+// (default: the fused kernel's). Throws std::bad_alloc.
 void attention(const isa_kernels& kernels, const attention_args& args,
                std::int64_t key_tile = default_key_tile);
+
+// Floats of one (sequence, K/V head) of a KV cache of `capacity` tokens: a packed head with
+// kv_rows = capacity, in the layout of `kernels` (attention_args::cache).
+std::int64_t cache_head_floats(const isa_kernels& kernels, std::int64_t capacity,
+                               std::int64_t head_dim) noexcept;
 
 }  // namespace mha::detail

@@ -8,27 +8,38 @@
 
 namespace mha::detail {
 
-void pack_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
-                 std::int64_t stride_n, int nr, float* dst) noexcept {
-  for (std::int64_t first = 0; first < n; first += nr, dst += k * nr) {
-    const std::int64_t cols = std::min<std::int64_t>(nr, n - first);
+void pack_block(const float* src, std::int64_t stride_k, std::int64_t stride_n, std::int64_t k,
+                std::int64_t k0, std::int64_t k1, std::int64_t n0, std::int64_t n1, int nr,
+                float* dst) noexcept {
+  for (std::int64_t nn = n0; nn < n1;) {
+    const std::int64_t offset = nn % nr, cols = std::min<std::int64_t>(nr - offset, n1 - nn);
+    float* panel = dst + nn / nr * k * nr + offset;
+    const float* from = src + (nn - n0) * stride_n;
     if (stride_n == 1) {
       // Rows of B are contiguous: copy row segments.
-      for (std::int64_t kk = 0; kk < k; ++kk) {
-        const float* row = src + kk * stride_k + first;
-        std::copy(row, row + cols, dst + kk * nr);
-        std::fill(dst + kk * nr + cols, dst + (kk + 1) * nr, 0.0f);
+      for (std::int64_t kk = k0; kk < k1; ++kk) {
+        const float* row = from + (kk - k0) * stride_k;
+        std::copy(row, row + cols, panel + kk * nr);
       }
     } else {
-      // Columns of B are contiguous (B is a transposed matrix, e.g. nn.Linear's W): read them
-      // whole.
+      // Columns of B are contiguous (B is a transposed matrix, e.g. nn.Linear's W, or K^T):
+      // read them whole.
       for (std::int64_t c = 0; c < cols; ++c) {
-        const float* col = src + (first + c) * stride_n;
-        for (std::int64_t kk = 0; kk < k; ++kk) dst[kk * nr + c] = col[kk * stride_k];
+        const float* col = from + c * stride_n;
+        for (std::int64_t kk = k0; kk < k1; ++kk) panel[kk * nr + c] = col[(kk - k0) * stride_k];
       }
-      for (std::int64_t kk = 0; kk < k; ++kk)
-        std::fill(dst + kk * nr + cols, dst + (kk + 1) * nr, 0.0f);
     }
+    nn += cols;
+  }
+}
+
+void pack_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
+                 std::int64_t stride_n, int nr, float* dst) noexcept {
+  pack_block(src, stride_k, stride_n, k, 0, k, 0, n, nr, dst);
+  // The last panel's columns past n are zero.
+  if (const std::int64_t cols = n % nr; cols != 0) {
+    float* last = dst + n / nr * k * nr;
+    for (std::int64_t kk = 0; kk < k; ++kk) std::fill(last + kk * nr + cols, last + (kk + 1) * nr, 0.0f);
   }
 }
 

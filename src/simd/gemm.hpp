@@ -50,6 +50,13 @@ constexpr std::int64_t packed_size(std::int64_t k, std::int64_t n, int nr) noexc
 void pack_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
                  std::int64_t stride_n, int nr, float* dst) noexcept;
 
+// Writes the block rows [k0, k1) x columns [n0, n1) of a (k, n) B into its packing at dst (as
+// pack_panels lays it out), leaving every other element as it is: element (kk, nn) from
+// src[(kk - k0) * stride_k + (nn - n0) * stride_n]. How a KV cache grows by a few keys.
+void pack_block(const float* src, std::int64_t stride_k, std::int64_t stride_n, std::int64_t k,
+                std::int64_t k0, std::int64_t k1, std::int64_t n0, std::int64_t n1, int nr,
+                float* dst) noexcept;
+
 // An owning packed B with its bias: an nn.Linear prepared once for the GEMM.
 class packed_matrix {
  public:

@@ -30,14 +30,15 @@ struct isa_kernels {
   // g.b.nr must be one of tiles[].nr. Rows and panels of C outside the range are untouched.
   void (*gemm)(const gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
                std::int64_t panel_begin, std::int64_t panel_end) noexcept;
-  // Query rows [row_begin, row_end) of head (b, h), row_end - row_begin <= layout.block_rows:
+  // Query rows [row_begin, row_end) of head (task.b, task.h), row_end - row_begin <=
+  // layout.block_rows, over keys [task.key_begin, task.key_end) of the packed head task.head:
   // out rows = dropout(softmax(scale Q K^T + causal mask)) V, fused over key tiles of
   // layout.key_tile (online softmax; no row of scores is ever whole unless one tile covers
-  // it), with `head` from pack_head and `scratch` layout.scratch_floats() floats owned by the
-  // caller. A row's result depends on the key tile, never on the block or on other rows.
+  // it), or the chunk's partial softmax into task.partial; `scratch` is
+  // layout.scratch_floats() floats owned by the caller. A row's result depends on the key tile
+  // and the keys' range, never on the block or on other rows.
   void (*attention_rows)(const attention_args& args, const attention_layout& layout,
-                         const float* head, std::int64_t b, std::int64_t h, std::int64_t row_begin,
-                         std::int64_t row_end, float* scratch) noexcept;
+                         const attention_task& task, float* scratch) noexcept;
   // Softmax pieces over a row with room for n rounded up to `lanes` floats: the largest of
   // x[0, n) (n >= 1; the padding is read and ignored; with NaNs in x, some element or NaN), and
   // x[j] = 2^(x[j] - shift) in place for j < n (x[j] <= shift; exactly 0 below shift - 125;
@@ -50,11 +51,12 @@ struct isa_kernels {
   int panel_width(std::int64_t n) const noexcept;
   // The tile whose panel width is nr (one of tiles[]).
   tile_shape tile_for(int nr) const noexcept;
-  // The attention geometry of seq_len query rows over `keys` key rows; key_tile is rounded up to
-  // a multiple of scores.nr and the lanes (default_key_tile: the measured fused kernel; keys or
-  // more: the unfused one).
+  // The attention geometry of seq_len query rows over at most `keys` key rows, in packed heads
+  // with room for kv_rows keys (0: keys); key_tile is rounded up to a multiple of scores.nr and
+  // the lanes (default_key_tile: the measured fused kernel; keys or more: the unfused one).
   attention_layout layout(std::int64_t seq_len, std::int64_t keys, std::int64_t head_dim,
-                          std::int64_t key_tile = default_key_tile) const noexcept;
+                          std::int64_t key_tile = default_key_tile,
+                          std::int64_t kv_rows = 0) const noexcept;
 };
 
 // The kernels of `isa` (which this CPU must support: see xsimd_supported_isas()).

@@ -17,7 +17,6 @@ namespace mha::detail {
 template <xsimd_isa Isa>
 struct xsimd_kernel_set : sequential_execution {
   using packed_linear = packed_matrix;
-  static constexpr bool incremental = true;  // the attention kernel reads past keys (args.past)
 
   static const isa_kernels& kernels() noexcept { return kernels_for(Isa); }
 
@@ -43,6 +42,10 @@ struct xsimd_kernel_set : sequential_execution {
   static void attention(const attention_args& args) {
     assert(args.kv_group == 1);  // the backend declines grouped K/V (backend::supports)
     detail::attention(kernels(), args);
+  }
+  // Decode: the cache holds each head packed as the attention kernel reads it.
+  static std::int64_t cache_head_floats(std::int64_t capacity, std::int64_t head_dim) {
+    return detail::cache_head_floats(kernels(), capacity, head_dim);
   }
 };
 

@@ -97,8 +97,17 @@ struct naive_kernels : detail::sequential_execution {
   static void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) {
     project(w, x, rows, y);
   }
-  static constexpr bool incremental = true;
+  // Decode: the plain row-major cache; each sequence attends over its rows as a full forward
+  // with past = its length would.
+  static std::int64_t cache_head_floats(std::int64_t capacity, std::int64_t head_dim) {
+    return detail::row_major_cache::head_floats(capacity, head_dim);
+  }
   static void attention(const attention_args& a) {
+    if (a.cache != nullptr) {
+      detail::row_major_cache::append(a);
+      for (std::int64_t b = 0; b < a.batch; ++b) attention(detail::row_major_cache::sequence(a, b));
+      return;
+    }
     detail::check_score_memory("naive", a.seq_len, a.keys(), 1);
     std::vector<float> s(static_cast<std::size_t>(a.seq_len * a.keys()));
     for (std::int64_t b = 0; b < a.batch; ++b) {

@@ -97,21 +97,22 @@ void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g) {
 
 void parallel_attention(const isa_kernels& kernels, const attention_args& args,
                         std::int64_t key_tile) {
-  const attention_layout layout = kernels.layout(args.seq_len, args.keys(), args.head_dim, key_tile);
-  const std::int64_t blocks = layout.blocks();
+  const attention_schedule schedule(kernels, args, key_tile);
+  tbb::parallel_for(std::int64_t{0}, schedule.appends(),
+                    [&](std::int64_t i) { schedule.append(i); });
   // One workspace per thread that takes part, made on its first task.
-  tbb::enumerable_thread_specific<attention_workspace> workspaces(layout);
+  tbb::enumerable_thread_specific<attention_workspace> workspaces(schedule.layout(),
+                                                                  schedule.packs_heads());
   // Tasks head-major, blocks of a head consecutive: a thread running a stretch of them packs
   // each head once.
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, args.batch * args.heads * blocks),
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, schedule.tasks()),
                     [&](const tbb::blocked_range<std::int64_t>& range) {
                       attention_workspace& workspace = workspaces.local();
-                      for (std::int64_t t = range.begin(); t != range.end(); ++t) {
-                        const std::int64_t head = t / blocks;
-                        workspace.run_block(kernels, args, head / args.heads, head % args.heads,
-                                            t % blocks);
-                      }
+                      for (std::int64_t i = range.begin(); i != range.end(); ++i)
+                        schedule.run(i, workspace);
                     });
+  tbb::parallel_for(std::int64_t{0}, schedule.merges(),
+                    [&](std::int64_t i) { schedule.merge(i); });
 }
 
 }  // namespace mha::detail

@@ -30,9 +30,10 @@ void parallel_gemm(const isa_kernels& kernels, const gemm_args& g);
 // detail::gemm(kernels, g), head-major output: each head's rows in tiles of the same grid.
 void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g);
 
-// detail::attention (same arguments, same results) with its query blocks in parallel: one task
-// per (b, h, block), each thread with its own attention_workspace (O(tile) scratch plus one
-// packed head). Throws std::bad_alloc.
+// detail::attention (same arguments, same results) with each phase of its attention_schedule
+// in parallel: the cache appends per (b, K/V head), the tasks per (b, h, query block or key
+// chunk), each thread with its own attention_workspace (O(tile) scratch plus, without a cache,
+// one packed head), the split's merges per (b, h). Throws std::bad_alloc.
 void parallel_attention(const isa_kernels& kernels, const attention_args& args,
                         std::int64_t key_tile = default_key_tile);
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "core/dropout.hpp"
 #include "simd/attention.hpp"
@@ -90,35 +91,52 @@ float exp2_sum(float* x, std::int64_t n, float shift) noexcept {
   return xsimd::hadd(sum);
 }
 
-// The attention of one query-row block, fused (FlashAttention's online softmax): keys are
-// taken one key tile at a time, so scratch holds one tile of scores, never a whole row. Scores
-// are in base 2 (Q scaled by scale * log2(e), so exp(s) = 2^(s log2 e)). Per tile:
+// f(r, R) for the row blocks of rows [0, rows): blocks of R rows (a micro-kernel's), then the
+// remainder in blocks of the smaller power-of-two row counts (the edge micro-kernels, as the
+// GEMM's panel_rows), so no padding row is computed: a decode step's one query row costs one
+// row. R is passed as std::integral_constant.
+template <int R, class F>
+void for_row_blocks(std::int64_t r, std::int64_t rows, F&& f) noexcept {
+  for (; r + R <= rows; r += R) f(r, std::integral_constant<int, R>{});
+  if constexpr (smaller_rows<R> > 0) {
+    if (r < rows) for_row_blocks<smaller_rows<R>>(r, rows, f);
+  }
+}
+
+// The attention of one query-row block over one range of keys, fused (FlashAttention's online
+// softmax): keys are taken one key tile at a time, so scratch holds one tile of scores, never a
+// whole row. Scores are in base 2 (Q scaled by scale * log2(e), so exp(s) = 2^(s log2 e)). Per
+// tile:
 //   S = (c Q) K^T[:, tile]              micro-tiles entirely above the diagonal skipped
 //   m' = max(m, rowmax S)               causal mask as the row length within the tile
 //   P = 2^(S - m'), l = l 2^(m - m') + rowsum P,   then P *= dropout (l stays undropped)
 //   O = O 2^(m - m') + P V[tile, :]     the rescale is the micro-kernel's start (start_scaled)
-// and at the end out = O / l. Tiles past the block's last row are never visited. With one key
-// tile (layout.key_tile >= keys) this is the unfused softmax(S) V of whole rows.
+// and at the end out = O / l (or O, m and l as a split's partial result). Tiles past the
+// block's last row are never visited. With one key tile (layout.key_tile >= keys) this is the
+// unfused softmax(S) V of whole rows. Each row's sums run in key order, one fma at a time, so a
+// row's result does not depend on the rows it is computed with: an incremental call's row equals
+// the full forward's bit for bit.
 template <class Arch, class Tiles>
 struct attention_block {
   const attention_args& a;
   const attention_layout& l;
-  const float* kt;  // packed K^T: head_dim x l.keys in panels of l.scores.nr
-  const float* v;   // packed V: l.keys x head_dim in panels of l.values.nr
-  std::int64_t b, h, i0, rows;
+  const attention_task& t;
+  const float* kt;  // packed K^T: head_dim x l.kv_rows in panels of l.scores.nr
+  const float* v;   // packed V: l.kv_rows x head_dim in panels of l.values.nr
+  std::int64_t rows;
   attention_scratch s;
 
-  // One past the last key that any row of row r's micro-block of `mr` rows attends to (query
-  // row i stands at absolute position past + i).
-  std::int64_t block_end(std::int64_t r, int mr) const noexcept {
-    if (!a.causal) return l.keys;
-    const std::int64_t end = a.past + i0 + (r / mr + 1) * mr;
-    return end < l.keys ? end : l.keys;
+  // One past the last key that any of the block's rows [r0, r1) attends to (query row i stands
+  // at absolute position t.past + i), within the task's keys.
+  std::int64_t rows_end(std::int64_t r0, std::int64_t r1) const noexcept {
+    (void)r0;  // causal rows see a prefix of the keys: the block's last row sees the most
+    const std::int64_t own = t.past + t.row_begin + r1;
+    return a.causal && own < t.key_end ? own : t.key_end;
   }
 
   // Keys of [j0, j1) that row r attends to: [j0, j0 + result), possibly none.
   std::int64_t row_keys(std::int64_t r, std::int64_t j0, std::int64_t j1) const noexcept {
-    const std::int64_t own = a.past + i0 + r + 1;
+    const std::int64_t own = t.past + t.row_begin + r + 1;
     const std::int64_t end = a.causal && own < j1 ? own : j1;
     return end - j0;
   }
@@ -127,41 +145,34 @@ struct attention_block {
     const std::int64_t hd = a.head_dim;
     const float c = a.scale * 1.44269504088896341f;  // log2(e)
     for (std::int64_t r = 0; r < rows; ++r) {
-      const float* row = a.q.row(b, h, i0 + r);
+      const float* row = a.q.row(t.b, t.h, t.row_begin + r);
       for (std::int64_t d = 0; d < hd; ++d) s.queries[r * hd + d] = c * row[d];
     }
-    for (std::int64_t e = rows * hd; e < l.padded_rows * hd; ++e) s.queries[e] = 0.0f;
   }
 
   // Scores of keys [j0, j1) (j0 a multiple of T::nr) into columns [0, j1 - j0) of s.scores.
   // Panels outer, micro-blocks inner: a (head_dim, nr) panel of K^T stays in L1.
   template <class T>
   void scores(T, std::int64_t j0, std::int64_t j1) const noexcept {
-    const std::int64_t hd = a.head_dim, last = block_end(rows - 1, T::mr);
+    const std::int64_t hd = a.head_dim, last = rows_end(0, rows);
     const std::int64_t panels = ((last < j1 ? last : j1) - j0 + T::nr - 1) / T::nr;
     const float* first_panel = kt + j0 * hd;  // panel j0 / nr, each hd * nr floats
     for (std::int64_t p = 0; p < panels; ++p) {
-      for (std::int64_t r = 0; r < rows; r += T::mr) {
-        if (j0 + p * T::nr >= block_end(r, T::mr)) continue;  // above the diagonal
-        micro_kernel<T, T::mr>(hd, s.queries + r * hd, hd, first_panel + p * hd * T::nr,
-                               s.scores + r * l.score_cols + p * T::nr, l.score_cols,
-                               start_bias<T>{nullptr});
-      }
+      for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
+        if (j0 + p * T::nr >= rows_end(r, r + R)) return;  // above the diagonal
+        micro_kernel<T, R>(hd, s.queries + r * hd, hd, first_panel + p * hd * T::nr,
+                           s.scores + r * l.score_cols + p * T::nr, l.score_cols,
+                           start_bias<T>{nullptr});
+      });
     }
   }
 
   // The online-softmax step over keys [j0, j1): scores become weights P, the running max and
-  // sum move on, s.rescale gets 2^(m - m') per row. Columns up to what P V reads for a row's
-  // micro-block and padding rows are zeroed.
+  // sum move on, s.rescale gets 2^(m - m') per row. Each row's weights are zeroed past its own
+  // keys up to what P V reads for any row block it can be in (at most values.mr rows from it).
   void softmax(std::int64_t j0, std::int64_t j1) const noexcept {
     constexpr std::int64_t lanes = xsimd::batch<float, Arch>::size;
-    const bool first = j0 == 0;
-    const int mr = l.values.mr;
-    // Values-kernel extent of row r's micro-block within the tile.
-    const auto read_end = [&](std::int64_t r) {
-      const std::int64_t end = block_end(r, mr);
-      return (end < j1 ? end : j1) - j0;
-    };
+    const bool first = j0 == t.key_begin;
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t len = row_keys(r, j0, j1);
       float shift = 0.0f;  // m - m' (no change for a row without keys here)
@@ -175,7 +186,9 @@ struct attention_block {
     }
     if (!first) exp2_sum<Arch>(s.rescale, rows, 0.0f);  // 2^(m - m'), vectorised over rows
     for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t len = row_keys(r, j0, j1), end = read_end(r);
+      const std::int64_t len = row_keys(r, j0, j1);
+      const std::int64_t block_end = rows_end(r, r + l.values.mr < rows ? r + l.values.mr : rows);
+      const std::int64_t end = (block_end < j1 ? block_end : j1) - j0;
       float* p = s.scores + r * l.score_cols;
       std::int64_t zero_from = 0;
       if (len > 0) {
@@ -183,61 +196,55 @@ struct attention_block {
         s.row_sum[r] = first ? sum : s.row_sum[r] * s.rescale[r] + sum;
         zero_from = (len + lanes - 1) / lanes * lanes;  // exp2_sum zeroed up to here
         if (a.dropout.active()) {
-          dropout_multipliers(a.dropout, a.first_batch + b, a.first_head + h, a.past + i0 + r, j0,
-                              j0 + len, s.dropout);
+          dropout_multipliers(a.dropout, a.first_batch + t.b, a.first_head + t.h,
+                              t.past + t.row_begin + r, j0, j0 + len, s.dropout);
           for (std::int64_t j = 0; j < len; ++j) p[j] *= s.dropout[j];
         }
       }
       for (std::int64_t j = zero_from; j < end; ++j) p[j] = 0.0f;
     }
-    // Rows past the block's end that the last micro-block of P V reads.
-    const std::int64_t padded = (rows + mr - 1) / mr * mr, end = read_end(rows - 1);
-    for (std::int64_t r = rows; r < padded; ++r) {
-      for (std::int64_t j = 0; j < end; ++j) s.scores[r * l.score_cols + j] = 0.0f;
-      s.rescale[r] = 0.0f;
-    }
   }
 
   // O = O * rescale + P V[j0, j1) (O = P V on the first tile), O in s.accumulators.
-  // The micro-kernel takes the keys every row of a micro-block attends to; the keys of the
+  // The micro-kernel takes the keys every row of a row block attends to; the keys of the
   // diagonal, which only the block's later rows see, are added row by row up to each row's own
   // causal limit. A key past a row's limit never meets that row's (zero) weight, so a NaN or Inf
   // in a later token cannot reach an earlier row as 0 * NaN.
   template <class T>
   void values(T, std::int64_t j0, std::int64_t j1) const noexcept {
     const std::int64_t panels = l.acc_cols / T::nr;
-    for (std::int64_t r = 0; r < rows; r += T::mr) {
-      const std::int64_t end = block_end(r, T::mr), kc = (end < j1 ? end : j1) - j0;
-      if (kc <= 0) continue;  // no keys here for these rows: rescale is 1, nothing to add
+    for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
+      const std::int64_t end = rows_end(r, r + R), kc = (end < j1 ? end : j1) - j0;
+      if (kc <= 0) return;  // no keys here for these rows: rescale is 1, nothing to add
       std::int64_t common = kc;  // keys [j0, j0 + common) are seen by every row of the block
       if (a.causal) {
-        const std::int64_t own = a.past + i0 + r + 1, first_row_end = own < j1 ? own : j1;
+        const std::int64_t own = t.past + t.row_begin + r + 1, first_row_end = own < j1 ? own : j1;
         common = first_row_end - j0 < 0 ? 0 : first_row_end - j0;
       }
       for (std::int64_t p = 0; p < panels; ++p) {
-        const float* panel = v + p * l.keys * T::nr + j0 * T::nr;
+        const float* panel = v + p * l.kv_rows * T::nr + j0 * T::nr;
         float* o = s.accumulators + r * l.acc_cols + p * T::nr;
         const float* weights = s.scores + r * l.score_cols;
-        if (j0 == 0) {
-          micro_kernel<T, T::mr>(common, weights, l.score_cols, panel, o, l.acc_cols,
-                                 start_bias<T>{nullptr});
+        if (j0 == t.key_begin) {
+          micro_kernel<T, R>(common, weights, l.score_cols, panel, o, l.acc_cols,
+                             start_bias<T>{nullptr});
         } else {
-          micro_kernel<T, T::mr>(common, weights, l.score_cols, panel, o, l.acc_cols,
-                                 start_scaled<T>{o, l.acc_cols, s.rescale + r});
+          micro_kernel<T, R>(common, weights, l.score_cols, panel, o, l.acc_cols,
+                             start_scaled<T>{o, l.acc_cols, s.rescale + r});
         }
-        if (common < kc) diagonal<T>(r, j0, common, j1, panel, o);
+        if (common < kc) diagonal<T>(r, R, j0, common, j1, panel, o);
       }
-    }
+    });
   }
 
-  // O[rr] += P[rr, k] V[j0 + k] for the rows rr of the micro-block at r and their keys
+  // O[rr] += P[rr, k] V[j0 + k] for the rows rr of the row block [r, r + R) and their keys
   // k in [common, row_keys(rr)): the part of the diagonal each row attends to.
   template <class T>
-  void diagonal(std::int64_t r, std::int64_t j0, std::int64_t common, std::int64_t j1,
+  void diagonal(std::int64_t r, int R, std::int64_t j0, std::int64_t common, std::int64_t j1,
                 const float* panel, float* o) const noexcept {
     using batch = typename T::batch;
     constexpr std::int64_t lanes = batch::size;
-    for (std::int64_t rr = r; rr < r + T::mr && rr < rows; ++rr) {
+    for (std::int64_t rr = r; rr < r + R; ++rr) {
       const std::int64_t keys = row_keys(rr, j0, j1);
       const float* w = s.scores + rr * l.score_cols;
       float* out = o + (rr - r) * l.acc_cols;
@@ -250,15 +257,29 @@ struct attention_block {
     }
   }
 
-  // out = O / l.
+  // out = O / l; or, for a split's chunk, O, m and l per row (a row that sees no key of the
+  // chunk: zeros, -inf and 0).
   void store() const noexcept {
     using batch = xsimd::batch<float, Arch>;
     constexpr std::int64_t lanes = batch::size;
     const std::int64_t hd = a.head_dim;
     for (std::int64_t r = 0; r < rows; ++r) {
-      const float f = 1.0f / s.row_sum[r];
       const float* o = s.accumulators + r * l.acc_cols;
-      float* out = a.out.row(b, h, i0 + r);
+      if (t.partial != nullptr) {
+        float* part = t.partial + (t.row_begin + r) * (hd + 2);
+        if (row_keys(r, t.key_begin, t.key_end) > 0) {
+          for (std::int64_t d = 0; d < hd; ++d) part[d] = o[d];
+          part[hd] = s.row_max[r];
+          part[hd + 1] = s.row_sum[r];
+        } else {
+          for (std::int64_t d = 0; d < hd; ++d) part[d] = 0.0f;
+          part[hd] = -std::numeric_limits<float>::infinity();
+          part[hd + 1] = 0.0f;
+        }
+        continue;
+      }
+      const float f = 1.0f / s.row_sum[r];
+      float* out = a.out.row(t.b, t.h, t.row_begin + r);
       std::int64_t d = 0;
       for (; d + lanes <= hd; d += lanes)
         (batch(f) * batch::load_unaligned(o + d)).store_unaligned(out + d);
@@ -268,29 +289,26 @@ struct attention_block {
 
   void run() const noexcept {
     scale_queries();
-    const std::int64_t key_end = block_end(rows - 1, 1);
-    for (std::int64_t j0 = 0; j0 < key_end; j0 += l.key_tile) {
+    const std::int64_t key_end = rows_end(0, rows);
+    for (std::int64_t j0 = t.key_begin; j0 < key_end; j0 += l.key_tile) {
       const std::int64_t j1 = j0 + l.key_tile < key_end ? j0 + l.key_tile : key_end;
-      with_tile(Tiles{}, l.scores.nr, [&](auto t) { scores(t, j0, j1); });
+      with_tile(Tiles{}, l.scores.nr, [&](auto tile) { scores(tile, j0, j1); });
       softmax(j0, j1);
-      with_tile(Tiles{}, l.values.nr, [&](auto t) { values(t, j0, j1); });
+      with_tile(Tiles{}, l.values.nr, [&](auto tile) { values(tile, j0, j1); });
     }
     store();
   }
 };
 
 template <class Arch, class Tiles>
-void attention_rows(const attention_args& a, const attention_layout& l, const float* head,
-                    std::int64_t b, std::int64_t h, std::int64_t row_begin, std::int64_t row_end,
+void attention_rows(const attention_args& a, const attention_layout& l, const attention_task& t,
                     float* scratch) noexcept {
   const attention_block<Arch, Tiles> block{a,
                                            l,
-                                           head,
-                                           head + l.values_offset(),
-                                           b,
-                                           h,
-                                           row_begin,
-                                           row_end - row_begin,
+                                           t,
+                                           t.head,
+                                           t.head + l.values_offset(),
+                                           t.row_end - t.row_begin,
                                            l.scratch_parts(scratch)};
   block.run();
 }
