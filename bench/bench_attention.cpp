@@ -12,8 +12,9 @@
 //            through OpenMP.
 // Before timing, sampled rows (first and last batch element and head, tokens 0, T/3, 2T/3, T-1)
 // are checked against the double oracle (mha_reference::attention_row).
-// Counters: GFLOPS on causal pairs, 4 B H head_dim P with P = T (T + 1) / 2 (docs/design.md §3), and
-// pct_peak against threads x the measured FP32 FMA peak of one core, of the ISA the kernel runs.
+// Counters: GFLOPS on causal pairs, 4 B H head_dim P with P = T (T + 1) / 2 (docs/design.md §3),
+// and pct_peak against threads x the measured FP32 FMA peak of one core, of the ISA the kernel
+// runs.
 //   bench_attention [--isa avx512|avx2|sse2] [--benchmark_filter=...] [google benchmark flags]
 // --isa caps the xsimd kernels and oneDNN to the same ISA (kernel_timing.hpp).
 #include <benchmark/benchmark.h>
@@ -27,11 +28,11 @@
 #include <vector>
 
 #include "backends/tbb/parallel.hpp"
-#include "simd/isa_kernels.hpp"
 #include "core/text.hpp"
 #include "kernel_timing.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "reference/reference.hpp"
+#include "simd/isa_kernels.hpp"
 
 #if MHA_BENCH_ONEDNN
 #include <omp.h>
@@ -137,7 +138,8 @@ void bm_xsimd(benchmark::State& state, shape s, int threads, std::int64_t key_ti
   args.seq_len = s.seq_len;
   args.head_dim = s.head_dim;
   args.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  const mha::detail::attention_layout layout = kernels.layout(s.seq_len, s.seq_len, s.head_dim, key_tile);
+  const mha::detail::attention_layout layout =
+      kernels.layout(s.seq_len, s.seq_len, s.head_dim, key_tile);
   state.SetLabel(text("key tile ", std::min(layout.key_tile, s.seq_len), ", ", kernels.arch_name));
   run(state, s, o, threads, mha::to_string(mha::xsimd_default_isa()), [&] {
     mha::detail::in_arena(threads,
@@ -151,9 +153,14 @@ void bm_onednn(benchmark::State& state, shape s, int threads) {
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
   const std::int64_t slices = s.batch * s.heads,
-                     group = mha::detail::attention_group(slices, s.seq_len);
-  const mha::detail::attention_steps steps(engine, s.seq_len, s.head_dim, group, /*causal=*/true,
-                                           1.0f / std::sqrt(static_cast<float>(s.head_dim)));
+                     group = mha::detail::attention_group(slices, s.seq_len, s.seq_len);
+  const mha::detail::attention_steps steps(
+      engine, {.rows = s.seq_len,
+               .keys = s.seq_len,
+               .head_dim = s.head_dim,
+               .group = group,
+               .causal = true,
+               .scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim))});
   std::vector<float> scores(steps.score_floats());
   std::vector<std::byte> scratchpad(steps.scratchpad_bytes());
   std::vector<std::string> implementations;

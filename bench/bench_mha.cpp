@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "check.hpp"
-#include "common/kv_cache_access.hpp"
 #include "command_line.hpp"
+#include "common/kv_cache_access.hpp"
 #include "fma_peak.hpp"
 #include "machine_context.hpp"
 #include "mha/error.hpp"
@@ -365,8 +365,9 @@ int run_sweep(int argc, char** argv) {
   for (const mha::backend* b : backends) peak_isas.emplace(peak_isa_for(b->isa()));
   const auto register_peaks = [&](int at) {
     for (const std::string& isa : peak_isas) {
-      benchmark::RegisterBenchmark(("peak/" + isa + "/threads:1/at:" + std::to_string(at)).c_str(),
-                                   [isa](benchmark::State& state) { measure_peak_entry(state, isa); })
+      benchmark::RegisterBenchmark(
+          ("peak/" + isa + "/threads:1/at:" + std::to_string(at)).c_str(),
+          [isa](benchmark::State& state) { measure_peak_entry(state, isa); })
           ->Iterations(1)
           ->Unit(benchmark::kMillisecond);
     }

@@ -64,9 +64,8 @@ shape_fixture::shape_fixture(const mha_bench::shape& s)
       weights_(mha::weights::random(s.config(), weight_seed)),
       x_(random_input(s)),
       rows_(sample_rows(s.batch, s.seq_len)),
-      reference_(mha_reference::forward_rows(s.config(), weights_, x_, s.batch, s.seq_len, rows_, {},
-                                            s.past)) {
-}
+      reference_(mha_reference::forward_rows(s.config(), weights_, x_, s.batch, s.seq_len, rows_,
+                                             {}, s.past)) {}
 
 check_result shape_fixture::check(std::span<const float> y) const {
   return compare_rows(y, shape_.seq_len, shape_.d_model, rows_, reference_);

@@ -5,8 +5,8 @@
 #include <span>
 
 #include "fma_peak.hpp"
-#include "stream_read.hpp"
 #include "mha/backend.hpp"
+#include "stream_read.hpp"
 
 namespace mha_bench {
 

@@ -42,7 +42,8 @@ double pass(const std::uint64_t* words, std::size_t count, int threads) {
   for (int t = 1; t < threads; ++t) {
     pool.emplace_back([&, t] {
       const std::uint64_t* first = words + part * static_cast<std::size_t>(t);
-      sinks[static_cast<std::size_t>(t)] = fold(first, t + 1 == threads ? words + count : first + part);
+      sinks[static_cast<std::size_t>(t)] =
+          fold(first, t + 1 == threads ? words + count : first + part);
     });
   }
   sinks[0] = fold(words, threads == 1 ? words + count : words + part);

@@ -13,7 +13,8 @@ namespace {
 // GPT-2 small: the anchor shape of docs/design.md §5 and of the backend targets.
 constexpr std::int64_t gpt2_d_model = 768, gpt2_heads = 12, gpt2_context = 1024;
 
-constexpr std::array<std::string_view, 6> names = {"quick", "heads", "seq", "threads", "decode", "full"};
+constexpr std::array<std::string_view, 6> names = {"quick",   "heads",  "seq",
+                                                   "threads", "decode", "full"};
 
 std::vector<int> one_and_all(int hardware_threads) {
   if (hardware_threads == 1) return {1};
@@ -189,7 +190,8 @@ std::string shapes_json(const expansion& e) {
     if (sh.precision != mha::precision::fp32)
       axes += ", \"precision\": \"" + std::string(mha::to_string(sh.precision)) + "\"";
     char flops[32];
-    std::snprintf(flops, sizeof flops, "%.17g", mha::flops(sh.problem(mha::formulation::split_weight)));
+    std::snprintf(flops, sizeof flops, "%.17g",
+                  mha::flops(sh.problem(mha::formulation::split_weight)));
     out +=
         std::string(out.size() > 1 ? ",\n " : "\n ") + "{\"batch\": " + std::to_string(sh.batch) +
         ", \"seq_len\": " + std::to_string(sh.seq_len) + ", \"d_in\": " + std::to_string(c.d_in) +
@@ -227,8 +229,8 @@ expansion expand(std::span<const series> list) {
     for (auto [values, what] : {std::pair{&s.kv_heads, "kv_heads"}, std::pair{&s.past, "past"}}) {
       for (std::int64_t v : *values) {
         if (v < 0) {
-          throw mha::invalid_argument("mha_bench: " + std::string(what) + " (" +
-                                      std::to_string(v) + ") must be >= 0");
+          throw mha::invalid_argument("mha_bench: " + std::string(what) + " (" + std::to_string(v) +
+                                      ") must be >= 0");
         }
       }
     }
@@ -255,8 +257,8 @@ expansion expand(std::span<const series> list) {
               if (kv > 0 && h % kv != 0) {
                 out.dropped.push_back(std::to_string(h) + " heads are not divisible by " +
                                       std::to_string(kv) + " K/V heads (B=" + std::to_string(b) +
-                                      " T=" + std::to_string(t) + " d_model=" +
-                                      std::to_string(d) + ", series " + s.name + ")");
+                                      " T=" + std::to_string(t) + " d_model=" + std::to_string(d) +
+                                      ", series " + s.name + ")");
                 continue;
               }
               for (std::int64_t past : past_list) {

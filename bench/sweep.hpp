@@ -40,7 +40,7 @@ struct series {
   std::string name;  // "heads_d_model", "heads_head_dim", "seq", "threads", "quick_heads", ...
   std::vector<std::int64_t> batch, seq_len, heads, d_model;
   std::int64_t head_dim = 0;
-  std::vector<int> threads;  // run_options::threads values; each >= 1
+  std::vector<int> threads;                            // run_options::threads values; each >= 1
   std::vector<std::int64_t> kv_heads = {}, past = {};  // empty: {0} (no grouping; no cache)
   std::vector<mha::precision> precisions = {};         // empty: {fp32}
 };

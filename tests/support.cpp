@@ -45,25 +45,25 @@ std::string shape::name() const {
 const std::vector<shape>& conformance_shapes() {
   //                               B   T  d_in d_out  H  causal bias  proj
   static const std::vector<shape> shapes = {
-      {1, 1, 8, 8, 1},                          // T = 1: one token, one head
-      {1, 2, 5, 6, 3},                          // head_dim 2, d_in odd
-      {3, 7, 12, 9, 3, true, true, true},       // head_dim 3 (odd), biases, batch 3
-      {1, 17, 16, 12, 12},                      // head_dim 1
-      {3, 64, 32, 48, 4, true, false, false},   // no out_proj
-      {1, 65, 24, 40, 4, false},                // non-causal, T one past a power of two
-      {1, 17, 40, 192, 96},                     // 96 heads of head_dim 2
-      {3, 65, 96, 96, 96, false, true, true},   // 96 heads of head_dim 1, non-causal, biases
-      {1, 64, 64, 64, 1},                       // one wide head
-      {3, 2, 7, 5, 1, false, true, false},      // head_dim 5, everything off but bias
-      {1, 65, 33, 36, 12, true, true, true},    // 12 heads of head_dim 3, biases
-      {3, 17, 20, 12, 4, false, false, false},  // non-causal, no out_proj
-      {1, 7, 16, 24, 3},                        // head_dim 8
-      {1, 64, 48, 80, 16},                      // head_dim 5, 16 heads
-      {3, 1, 9, 8, 4},                          // T = 1 with batch 3
-      {1, 65, 32, 17, 1},                       // head_dim 17: one past a register
-      {1, 33, 31, 99, 3, true, true, true},     // head_dim 33, every tail at once
-      {3, 33, 24, 64, 2, true, true, true},     // head_dim 32: whole panels (head-major Q/K/V)
-      {2, 600, 16, 32, 4, true, true, true},    // T past the fused kernel's 512-key tile
+      {1, 1, 8, 8, 1},                           // T = 1: one token, one head
+      {1, 2, 5, 6, 3},                           // head_dim 2, d_in odd
+      {3, 7, 12, 9, 3, true, true, true},        // head_dim 3 (odd), biases, batch 3
+      {1, 17, 16, 12, 12},                       // head_dim 1
+      {3, 64, 32, 48, 4, true, false, false},    // no out_proj
+      {1, 65, 24, 40, 4, false},                 // non-causal, T one past a power of two
+      {1, 17, 40, 192, 96},                      // 96 heads of head_dim 2
+      {3, 65, 96, 96, 96, false, true, true},    // 96 heads of head_dim 1, non-causal, biases
+      {1, 64, 64, 64, 1},                        // one wide head
+      {3, 2, 7, 5, 1, false, true, false},       // head_dim 5, everything off but bias
+      {1, 65, 33, 36, 12, true, true, true},     // 12 heads of head_dim 3, biases
+      {3, 17, 20, 12, 4, false, false, false},   // non-causal, no out_proj
+      {1, 7, 16, 24, 3},                         // head_dim 8
+      {1, 64, 48, 80, 16},                       // head_dim 5, 16 heads
+      {3, 1, 9, 8, 4},                           // T = 1 with batch 3
+      {1, 65, 32, 17, 1},                        // head_dim 17: one past a register
+      {1, 33, 31, 99, 3, true, true, true},      // head_dim 33, every tail at once
+      {3, 33, 24, 64, 2, true, true, true},      // head_dim 32: whole panels (head-major Q/K/V)
+      {2, 600, 16, 32, 4, true, true, true},     // T past the fused kernel's 512-key tile
       {3, 17, 20, 24, 6, true, false, true, 2},  // grouped-query: 3 query heads per K/V head
       {1, 65, 24, 32, 8, false, true, true, 1},  // multi-query, non-causal, biases
   };
@@ -90,16 +90,17 @@ const std::vector<backend_case>& backend_cases() {
 bool claims(const backend_case& b, const mha::problem& p) {
   const std::string_view name = b.backend->name();
   const bool grouped = p.cfg.kv_heads() != p.cfg.n_heads;
-  return p.cfg.precision == mha::precision::fp32 && (p.past == 0 || name != "onednn") &&
-         (!grouped || name == "naive");
+  return p.cfg.precision == mha::precision::fp32 && (!grouped || name == "naive");
 }
+
+bool decodes_bitwise(const mha::backend& b) { return b.name() != "onednn"; }
 
 std::optional<std::string> declined(const backend_case& b, const mha::problem& p) {
   const mha::support s = b.backend->supports(p);
   if (s) return std::nullopt;
   if (claims(b, p)) {
-    ADD_FAILURE() << b.label << " declines " << mha::to_string(p) << ", which it claims: "
-                  << s.reason();
+    ADD_FAILURE() << b.label << " declines " << mha::to_string(p)
+                  << ", which it claims: " << s.reason();
   }
   return "declined by " + b.label + ": " + s.reason();
 }

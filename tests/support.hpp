@@ -61,6 +61,11 @@ const std::vector<backend_case>& backend_cases();
 // suites; one that declines an unclaimed problem is skipped with its reason.
 bool claims(const backend_case& b, const mha::problem& p);
 
+// Whether b's incremental calls (decode) run the same kernels as its full forward, so that
+// their rows equal the full forward's bit for bit (docs/design.md §1.4): naive, xsimd and tbb;
+// not onednn, whose decode primitives have other shapes and reduction orders.
+bool decodes_bitwise(const mha::backend& b);
+
 // When b declines p: the reason, to skip the test with (`if (auto why = declined(b, p))
 // GTEST_SKIP() << *why;`), after failing the test when b claims p. nullopt when b computes p.
 std::optional<std::string> declined(const backend_case& b, const mha::problem& p);

@@ -284,8 +284,8 @@ TEST(Weights, GroupedHeadsShareTheirGroupsKeyAndValueRows) {
   mha_test::expect_error<mha::invalid_argument>([&] { mha::validate(c, wrong); },
                                                 {"W_key.weight is (8, 6), expected (4, 6)"});
   const std::vector<mha::head_weights> heads = {w.head(c, 0), w.head(c, 1), w.head(c, 2), h3};
-  mha_test::expect_error<mha::invalid_argument>(
-      [&] { mha::weights::from_heads(c, heads, {}); }, {"n_kv_heads (2) must equal n_heads (4)"});
+  mha_test::expect_error<mha::invalid_argument>([&] { mha::weights::from_heads(c, heads, {}); },
+                                                {"n_kv_heads (2) must equal n_heads (4)"});
 }
 
 TEST(TensorView, SpanOfMatchingSize) {

@@ -125,8 +125,8 @@ TEST(BenchPresets, QuickIsAHandfulOfGpt2WideShapes) {
 TEST(BenchPresets, FullIsTheUnionWithoutDuplicates) {
   const auto full = points_of("full");
   const auto key = [](const sweep_point& p) {
-    return std::tuple(p.shape.batch, p.shape.seq_len, p.shape.d_model, p.shape.heads,
-                      p.shape.past, p.threads);
+    return std::tuple(p.shape.batch, p.shape.seq_len, p.shape.d_model, p.shape.heads, p.shape.past,
+                      p.threads);
   };
   std::set<decltype(key(full.front()))> seen;
   for (const sweep_point& p : full) EXPECT_TRUE(seen.insert(key(p)).second) << "duplicate point";

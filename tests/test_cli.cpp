@@ -2,15 +2,14 @@
 // input error with a one-line message naming the problem), and that run's options reach the plan.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-
-#include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "mha/backends/naive.hpp"
 #include "mha/io.hpp"
@@ -123,7 +122,8 @@ TEST_F(Cli, OutputToStandardOutputIsWrittenThrough) {
   EXPECT_THAT(piped.output, HasSubstr("NUMPY"));
   const fs::path captured = dir_ / "captured";
   std::ofstream(captured) << "old";
-  struct stat before {}, after {};
+  struct stat before {
+  }, after{};
   ASSERT_EQ(::stat(captured.c_str(), &before), 0);
   std::string err;
   EXPECT_EQ(run_redirected(args, captured.string(), dir_ / "err.txt", err), 0) << err;
@@ -142,7 +142,8 @@ TEST_F(Cli, WriteErrorOnStandardOutputExitsTwo) {
         std::vector<std::string>{"run", "--help"},
         std::vector<std::string>{"verify", "--backend", "naive"}, run_args({})}) {
     std::string err;
-    EXPECT_EQ(run_redirected(args, "/dev/full", dir_ / "err.txt", err), 2) << args[0] << ": " << err;
+    EXPECT_EQ(run_redirected(args, "/dev/full", dir_ / "err.txt", err), 2)
+        << args[0] << ": " << err;
     EXPECT_THAT(err, HasSubstr("cannot write to standard output")) << args[0];
     EXPECT_EQ(lines(err), 1u) << err;
   }
@@ -267,12 +268,11 @@ TEST_F(Cli, IncrementalRunWritesTheFullForward) {
       const std::vector<float> full = mha::io::read_npy(dir_ / "y.npy").values;
       fs::remove(dir_ / "y.npy");
       const mha::io::loaded_module m = mha::io::load_module(golden / "split_basic.safetensors");
-      const mha::support s =
-          b->supports({m.cfg, mha::parse_formulation(form), 2, 1, /*past=*/5});
+      const mha::support s = b->supports({m.cfg, mha::parse_formulation(form), 2, 1, /*past=*/5});
       for (const auto& steps : std::vector<std::vector<std::string>>{
                {}, {"--prefill", "4"}, {"--prefill", "6", "--chunk", "1"}, {"--chunk", "4"}}) {
-        std::vector<std::string> args = run_args({"--backend", name, "--formulation", form,
-                                                  "--incremental"});
+        std::vector<std::string> args =
+            run_args({"--backend", name, "--formulation", form, "--incremental"});
         args.insert(args.end(), steps.begin(), steps.end());
         if (!s) {
           expect_usage_error(args, {"decode with a KV cache", name.c_str()});

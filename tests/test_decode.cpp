@@ -9,10 +9,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <thread>
 #include <vector>
 
+#include "mha/backends/onednn.hpp"
 #include "mha/error.hpp"
 #include "support.hpp"
 
@@ -85,6 +88,25 @@ std::vector<float> expected_calls(const mha::plan& p, const std::vector<float>& 
   return y;
 }
 
+// Incremental rows against the full forward's: bit for bit on the backends whose incremental
+// calls run the kernels of their full forward (mha_test::decodes_bitwise), within twice the
+// conformance bound (each side within 1e-5 * max|y| of the oracle) on the others.
+testing::AssertionResult same_rows(const mha::backend& backend, const std::vector<float>& got,
+                                   const std::vector<float>& expected) {
+  if (got.size() != expected.size()) {
+    return testing::AssertionFailure() << got.size() << " values, expected " << expected.size();
+  }
+  if (mha_test::decodes_bitwise(backend)) {
+    if (got == expected) return testing::AssertionSuccess();
+    return testing::AssertionFailure()
+           << "not bitwise equal: max |difference| " << mha_test::max_abs_diff(got, expected);
+  }
+  const double difference = mha_test::max_abs_diff(got, expected),
+               bound = 2e-5 * mha_test::max_abs(expected);
+  if (difference <= bound) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << "max |difference| " << difference << " > " << bound;
+}
+
 // kv_cache::bytes() is the nominal 2 * B * capacity * H_kv * head_dim floats plus the padding of
 // the backend's layout: at most the capacity rounded up to 32 keys and head_dim to 32 (the
 // widest SIMD panels), and a cache line per head.
@@ -94,7 +116,8 @@ void expect_cache_bytes(const mha::kv_cache& cache, const mha::config& cfg, form
   const auto up = [](std::int64_t n) { return (n + 31) / 32 * 32; };
   const std::int64_t hd = cfg.head_dim();
   EXPECT_GE(cache.bytes(), static_cast<std::size_t>(2 * batch * capacity * heads * hd) * 4);
-  EXPECT_LE(cache.bytes(), static_cast<std::size_t>(batch * heads * (2 * up(capacity) * up(hd) + 16)) * 4);
+  EXPECT_LE(cache.bytes(),
+            static_cast<std::size_t>(batch * heads * (2 * up(capacity) * up(hd) + 16)) * 4);
 }
 
 mha::problem decode_problem(const shape& s, formulation form) {
@@ -115,14 +138,15 @@ TEST_P(Decode, PrefillThenTokensEqualsFullForward) {
   expect_cache_bytes(cache, cfg, form, s.batch, s.seq_len);
   // Half the sequence at once, then one token per call.
   const std::int64_t half = (s.seq_len + 1) / 2;
-  EXPECT_EQ(incremental(*p, cache, x, s.batch, s.seq_len, half, 1),
-            expected_calls(*p, x, s.batch, s.seq_len, half, 1));
-  EXPECT_EQ(cache.lengths(), std::vector<std::int64_t>(static_cast<std::size_t>(s.batch), s.seq_len));
+  EXPECT_TRUE(same_rows(*backend.backend, incremental(*p, cache, x, s.batch, s.seq_len, half, 1),
+                        expected_calls(*p, x, s.batch, s.seq_len, half, 1)));
+  EXPECT_EQ(cache.lengths(),
+            std::vector<std::int64_t>(static_cast<std::size_t>(s.batch), s.seq_len));
 
   // Again after reset, three tokens per call from the start.
   cache.reset();
-  EXPECT_EQ(incremental(*p, cache, x, s.batch, s.seq_len, 3, 3),
-            expected_calls(*p, x, s.batch, s.seq_len, 3, 3));
+  EXPECT_TRUE(same_rows(*backend.backend, incremental(*p, cache, x, s.batch, s.seq_len, 3, 3),
+                        expected_calls(*p, x, s.batch, s.seq_len, 3, 3)));
 }
 
 // Training mode: the dropout mask is keyed on absolute positions, so it is the full forward's.
@@ -137,8 +161,9 @@ TEST_P(Decode, DropoutMatchesFullForward) {
   const mha::run_options training{.training = true, .seed = 42};
   const auto p = backend.backend->prepare(cfg, form, w);
   mha::kv_cache cache = p->make_cache(s.batch, s.seq_len);
-  EXPECT_EQ(incremental(*p, cache, x, s.batch, s.seq_len, 1, 2, training),
-            expected_calls(*p, x, s.batch, s.seq_len, 1, 2, training));
+  EXPECT_TRUE(same_rows(*backend.backend,
+                        incremental(*p, cache, x, s.batch, s.seq_len, 1, 2, training),
+                        expected_calls(*p, x, s.batch, s.seq_len, 1, 2, training)));
 }
 
 std::string param_name(const testing::TestParamInfo<param>& info) {
@@ -154,14 +179,18 @@ INSTANTIATE_TEST_SUITE_P(All, Decode,
                          param_name);
 
 // The rest runs on each backend that decodes, split-weight and wrapper, on one small module.
-class DecodeBackend : public testing::TestWithParam<std::tuple<mha_test::backend_case, formulation>> {
+class DecodeBackend
+    : public testing::TestWithParam<std::tuple<mha_test::backend_case, formulation>> {
  protected:
   static constexpr std::int64_t batch = 3, seq_len = 12;
   const mha::config cfg{.d_in = 16, .d_out = 24, .n_heads = 4, .context_length = seq_len};
 
+  const mha::backend& backend() const { return *std::get<0>(GetParam()).backend; }
+
   void SetUp() override {
     const auto& [backend, form] = GetParam();
-    if (const auto why = mha_test::declined(backend, {cfg, form, batch, 1, 4})) GTEST_SKIP() << *why;
+    if (const auto why = mha_test::declined(backend, {cfg, form, batch, 1, 4}))
+      GTEST_SKIP() << *why;
     plan_ = backend.backend->prepare(cfg, form, mha::weights::random(cfg, 3));
     x_ = mha_test::random_floats(static_cast<std::size_t>(batch * seq_len * cfg.d_in), 11, 4.0f);
     full_.resize(static_cast<std::size_t>(batch * seq_len * cfg.d_out));
@@ -171,13 +200,24 @@ class DecodeBackend : public testing::TestWithParam<std::tuple<mha_test::backend
   // One call of `t` tokens: sequence b gets its tokens from position starts[b] on.
   std::vector<float> step(mha::kv_cache& cache, const std::vector<std::int64_t>& starts,
                           std::int64_t t) const {
+    return step_of(x_, cache, starts, t);
+  }
+  // step() on another input.
+  std::vector<float> step_of(const std::vector<float>& x, mha::kv_cache& cache,
+                             const std::vector<std::int64_t>& starts, std::int64_t t) const {
     std::vector<float> xs, ys(static_cast<std::size_t>(batch * t * cfg.d_out));
     for (std::int64_t b = 0; b < batch; ++b) {
-      const auto from = x_.begin() + (b * seq_len + starts[static_cast<std::size_t>(b)]) * cfg.d_in;
+      const auto from = x.begin() + (b * seq_len + starts[static_cast<std::size_t>(b)]) * cfg.d_in;
       xs.insert(xs.end(), from, from + t * cfg.d_in);
     }
     plan_->run({xs.data(), batch, t, cfg.d_in}, {ys.data(), batch, t, cfg.d_out}, cache);
     return ys;
+  }
+  // Row r of sequence b of a call's output of t tokens per sequence, starting `at` floats in.
+  std::vector<float> row_of(const std::vector<float>& ys, std::int64_t b, std::int64_t r,
+                            std::int64_t t, std::int64_t at = 0) const {
+    const auto from = ys.begin() + at + (b * t + r) * cfg.d_out;
+    return {from, from + cfg.d_out};
   }
   // The full forward's rows [first, first + t) of sequence b.
   std::vector<float> expected(std::int64_t b, std::int64_t first, std::int64_t t) const {
@@ -204,11 +244,13 @@ TEST_P(DecodeBackend, SequencesAtDifferentLengths) {
   const std::vector<float> third = step(cache, {8, 4, 8}, 1);
   EXPECT_EQ(cache.lengths(), (std::vector<std::int64_t>{9, 5, 9}));
   for (std::int64_t b : {0, 2}) {
-    EXPECT_EQ(sequence(second, b, 4, cfg.d_out), expected(b, 4, 4)) << "sequence " << b;
-    EXPECT_EQ(sequence(third, b, 1, cfg.d_out), expected(b, 8, 1)) << "sequence " << b;
+    EXPECT_TRUE(same_rows(backend(), sequence(second, b, 4, cfg.d_out), expected(b, 4, 4)))
+        << "sequence " << b;
+    EXPECT_TRUE(same_rows(backend(), sequence(third, b, 1, cfg.d_out), expected(b, 8, 1)))
+        << "sequence " << b;
   }
-  EXPECT_EQ(sequence(second, 1, 4, cfg.d_out), expected(1, 0, 4));
-  EXPECT_EQ(sequence(third, 1, 1, cfg.d_out), expected(1, 4, 1));
+  EXPECT_TRUE(same_rows(backend(), sequence(second, 1, 4, cfg.d_out), expected(1, 0, 4)));
+  EXPECT_TRUE(same_rows(backend(), sequence(third, 1, 1, cfg.d_out), expected(1, 4, 1)));
 }
 
 // A call past the capacity throws naming the sequence and the lengths, and changes nothing: the
@@ -219,32 +261,81 @@ TEST_P(DecodeBackend, CapacityErrorLeavesTheCacheIntact) {
   step(cache, {0, 0, 0}, 4);
   cache.reset(1);
   mha_test::expect_error<mha::invalid_argument>(
-      [&] { step(cache, {4, 0, 4}, 3); },
+      [&] {
+        step(cache, {4, 0, 4}, 3);
+      },
       {"sequence 0 holds 4 tokens; 3 more make 7, past the cache's capacity (6)"});
   EXPECT_EQ(cache.lengths(), (std::vector<std::int64_t>{4, 0, 4}));
   const std::vector<float> ys = step(cache, {4, 0, 4}, 2);
-  EXPECT_EQ(sequence(ys, 0, 2, cfg.d_out), expected(0, 4, 2));
-  EXPECT_EQ(sequence(ys, 1, 2, cfg.d_out), expected(1, 0, 2));
+  EXPECT_TRUE(same_rows(backend(), sequence(ys, 0, 2, cfg.d_out), expected(0, 4, 2)));
+  EXPECT_TRUE(same_rows(backend(), sequence(ys, 1, 2, cfg.d_out), expected(1, 0, 2)));
 }
 
 TEST_P(DecodeBackend, BadCachesAndShapesThrow) {
-  mha_test::expect_error<mha::invalid_argument>([&] { (void)plan_->make_cache(batch, seq_len + 1); },
-                                                {"cache capacity (13)", "context_length (12)"});
+  mha_test::expect_error<mha::invalid_argument>(
+      [&] { (void)plan_->make_cache(batch, seq_len + 1); },
+      {"cache capacity (13)", "context_length (12)"});
   mha_test::expect_error<mha::invalid_argument>([&] { (void)plan_->make_cache(0, 4); },
                                                 {"cache batch (0) must be >= 1"});
   mha::kv_cache small = plan_->make_cache(batch - 1, seq_len);
   mha_test::expect_error<mha::invalid_argument>(
-      [&] { step(small, {0, 0, 0}, 1); }, {"input batch (3) must equal the cache's batch (2)"});
-  const auto other = std::get<0>(GetParam()).backend->prepare(cfg, std::get<1>(GetParam()),
-                                                             mha::weights::random(cfg, 3));
+      [&] {
+        step(small, {0, 0, 0}, 1);
+      },
+      {"input batch (3) must equal the cache's batch (2)"});
+  const auto other =
+      std::get<0>(GetParam())
+          .backend->prepare(cfg, std::get<1>(GetParam()), mha::weights::random(cfg, 3));
   mha::kv_cache foreign = other->make_cache(batch, seq_len);
-  mha_test::expect_error<mha::invalid_argument>([&] { step(foreign, {0, 0, 0}, 1); },
-                                                {"made by another plan"});
+  mha_test::expect_error<mha::invalid_argument>(
+      [&] {
+        step(foreign, {0, 0, 0}, 1);
+      },
+      {"made by another plan"});
   EXPECT_EQ(foreign.lengths(), (std::vector<std::int64_t>{0, 0, 0}));
   mha_test::expect_error<mha::invalid_argument>([&] { (void)foreign.length(3); },
                                                 {"sequence 3 is out of range", "holds 3"});
   mha_test::expect_error<mha::invalid_argument>([&] { foreign.reset(-1); },
                                                 {"sequence -1 is out of range"});
+}
+
+// A NaN or Inf in a chunk's later token never reaches the chunk's earlier rows, and the tokens
+// a reset sequence held before (the bad one among them) never reach the new sequence's rows:
+// each equals the same call on clean input, bit for bit, and is finite.
+TEST_P(DecodeBackend, NonFiniteTokensReachOnlyTheRowsThatSeeThem) {
+  for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> x_bad = x_;
+    for (std::int64_t b = 0; b < batch; ++b) x_bad[(b * seq_len + 7) * cfg.d_in + 2] = bad;
+    const auto chunks = [&](const std::vector<float>& x) {
+      mha::kv_cache cache = plan_->make_cache(batch, seq_len);
+      std::vector<float> ys = step_of(x, cache, {0, 0, 0}, 5);
+      const std::vector<float> chunk = step_of(x, cache, {5, 5, 5}, 4);  // tokens 5..8, 7 bad
+      ys.insert(ys.end(), chunk.begin(), chunk.end());
+      // Sequence 1 starts over: its new rows 0..2 lie where tokens 0..2 were, 7 is stale.
+      cache.reset(1);
+      const std::vector<float> again = step_of(x, cache, {9, 0, 9}, 3);
+      return std::pair(ys, again);
+    };
+    const auto [clean, clean_again] = chunks(x_);
+    const auto [got, got_again] = chunks(x_bad);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      // The first call's 5 rows and the chunk's rows of tokens 5 and 6.
+      for (std::int64_t r : {0, 1, 2, 3, 4}) {
+        EXPECT_EQ(row_of(got, b, r, 5), row_of(clean, b, r, 5)) << "b " << b << " token " << r;
+      }
+      for (std::int64_t r : {0, 1}) {
+        const std::vector<float> row = row_of(got, b, r, 4, batch * 5 * cfg.d_out);
+        EXPECT_EQ(row, row_of(clean, b, r, 4, batch * 5 * cfg.d_out))
+            << "b " << b << " token " << 5 + r;
+        for (float v : row) EXPECT_TRUE(std::isfinite(v)) << "b " << b << " token " << 5 + r;
+      }
+    }
+    for (std::int64_t r : {0, 1, 2}) {
+      const std::vector<float> row = row_of(got_again, 1, r, 3);
+      EXPECT_EQ(row, row_of(clean_again, 1, r, 3)) << "restarted sequence, token " << r;
+      for (float v : row) EXPECT_TRUE(std::isfinite(v)) << "restarted sequence, token " << r;
+    }
+  }
 }
 
 // One plan, one cache per thread: each thread's token-by-token outputs are the full forward's.
@@ -259,7 +350,8 @@ TEST_P(DecodeBackend, ConcurrentRunsOnDifferentCaches) {
     });
   }
   for (std::thread& t : pool) t.join();
-  for (int i = 0; i < threads; ++i) EXPECT_EQ(got[static_cast<std::size_t>(i)], full_) << i;
+  for (int i = 0; i < threads; ++i)
+    EXPECT_TRUE(same_rows(backend(), got[static_cast<std::size_t>(i)], full_)) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(All, DecodeBackend,
@@ -275,8 +367,9 @@ INSTANTIATE_TEST_SUITE_P(All, DecodeBackend,
 // SIMD backends (src/simd/attention.hpp, split-KV). Sequence 0 crosses a chunk boundary inside a
 // call (its rows 0-1 see no key of the third chunk, rows 2-4 do); sequence 1 restarts, so one
 // call mixes 3 chunks and 1. Every output is the full forward's within the conformance bound,
-// and every thread count gives the same bits.
-class DecodeLongCache : public testing::TestWithParam<std::tuple<mha_test::backend_case, formulation>> {
+// and every thread count gives the same bits (onednn: within onednn_thread_tolerance).
+class DecodeLongCache
+    : public testing::TestWithParam<std::tuple<mha_test::backend_case, formulation>> {
  protected:
   static constexpr std::int64_t batch = 2, seq_len = 4200;
   const mha::config cfg{.d_in = 16, .d_out = 32, .n_heads = 2, .context_length = seq_len};
@@ -288,7 +381,8 @@ class DecodeLongCache : public testing::TestWithParam<std::tuple<mha_test::backe
     const auto call = [&](const std::vector<std::int64_t>& starts, std::int64_t t) {
       std::vector<float> xs, ys(static_cast<std::size_t>(batch * t * cfg.d_out));
       for (std::int64_t b = 0; b < batch; ++b) {
-        const auto from = x.begin() + (b * seq_len + starts[static_cast<std::size_t>(b)]) * cfg.d_in;
+        const auto from =
+            x.begin() + (b * seq_len + starts[static_cast<std::size_t>(b)]) * cfg.d_in;
         xs.insert(xs.end(), from, from + t * cfg.d_in);
       }
       p.run({xs.data(), batch, t, cfg.d_in}, {ys.data(), batch, t, cfg.d_out}, cache,
@@ -305,7 +399,8 @@ class DecodeLongCache : public testing::TestWithParam<std::tuple<mha_test::backe
 
 TEST_P(DecodeLongCache, SplitKeysMatchTheFullForwardAndEveryThreadCount) {
   const auto& [backend, form] = GetParam();
-  if (const auto why = mha_test::declined(backend, {cfg, form, batch, 1, 4100})) GTEST_SKIP() << *why;
+  if (const auto why = mha_test::declined(backend, {cfg, form, batch, 1, 4100}))
+    GTEST_SKIP() << *why;
   const auto p = backend.backend->prepare(cfg, form, mha::weights::random(cfg, 5));
   const std::vector<float> x =
       mha_test::random_floats(static_cast<std::size_t>(batch * seq_len * cfg.d_in), 17, 3.0f);
@@ -320,12 +415,20 @@ TEST_P(DecodeLongCache, SplitKeysMatchTheFullForwardAndEveryThreadCount) {
     const auto from = full.begin() + (b * seq_len + first) * cfg.d_out;
     expected.insert(expected.end(), from, from + n * cfg.d_out);
   };
-  rows(0, 0, 4094), rows(1, 0, 4094), rows(0, 4094, 5), rows(1, 0, 5), rows(0, 4099, 3), rows(1, 5, 3);
+  rows(0, 0, 4094), rows(1, 0, 4094), rows(0, 4094, 5), rows(1, 0, 5), rows(0, 4099, 3),
+      rows(1, 5, 3);
   ASSERT_EQ(got.size(), expected.size());
   EXPECT_LE(mha_test::max_abs_diff(got, expected), 1e-5 * mha_test::max_abs(expected));
   for (int threads : {2, 3}) {
-    if (threads > backend.backend->max_threads() && backend.backend->max_threads() == 1) break;
-    EXPECT_EQ(calls(*p, x, threads), got) << threads << " threads";
+    if (backend.backend->max_threads() == 1) break;
+    const std::vector<float> other = calls(*p, x, threads);
+    if (mha_test::decodes_bitwise(*backend.backend)) {
+      EXPECT_EQ(other, got) << threads << " threads";
+    } else {  // onednn: its strided decode matmuls split reductions by thread count
+      EXPECT_LE(mha_test::max_abs_diff(other, got),
+                mha::onednn_thread_tolerance * mha_test::max_abs(got))
+          << threads << " threads";
+    }
   }
 }
 

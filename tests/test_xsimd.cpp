@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <limits>
 
-#include "simd/isa_kernels.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"
 #include "reference/reference.hpp"
+#include "simd/isa_kernels.hpp"
 #include "support.hpp"
 
 namespace {

@@ -58,7 +58,8 @@ int run_module(const arguments& a) {
   const bool incremental = a.has("incremental");
   for (const char* option : {"prefill", "chunk"}) {
     if (a.has(option) && !incremental) {
-      throw usage_error(std::string("--") + option + " applies to incremental runs; add --incremental");
+      throw usage_error(std::string("--") + option +
+                        " applies to incremental runs; add --incremental");
     }
   }
 
@@ -82,8 +83,8 @@ int run_module(const arguments& a) {
   // Checked as given: 0.99999999 would round to 1 in float32 and be reported as "dropout (1)".
   const double dropout = a.real_or("dropout", 0.0);
   if (!(dropout >= 0.0 && dropout < 1.0) || static_cast<float>(dropout) >= 1.0f) {
-    throw usage_error("--dropout expects a probability in [0, 1), got '" + a.text_or("dropout", "") +
-                      "'" +
+    throw usage_error("--dropout expects a probability in [0, 1), got '" +
+                      a.text_or("dropout", "") + "'" +
                       (dropout < 1.0 && dropout >= 0.0
                            ? " (it rounds to 1 in float32; the largest below 1 is 0.99999994)"
                            : ""));
@@ -117,10 +118,10 @@ int run_module(const arguments& a) {
   }
   mha::io::write_npy(output_path, y);
 
-  const std::string how =
-      incremental ? " through a KV cache (prefill " + std::to_string(prefill) + ", then " +
-                        std::to_string(chunk) + " token" + (chunk == 1 ? "" : "s") + " per call)"
-                  : "";
+  const std::string how = incremental ? " through a KV cache (prefill " + std::to_string(prefill) +
+                                            ", then " + std::to_string(chunk) + " token" +
+                                            (chunk == 1 ? "" : "s") + " per call)"
+                                      : "";
   std::printf("%s %s, %s-layout weights (n_heads %lld): %s -> %s float32 in %s%s\n",
               std::string(backend.name()).c_str(), std::string(mha::to_string(form)).c_str(),
               m.layout == mha::formulation::wrapper ? "wrapper" : "split",

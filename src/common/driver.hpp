@@ -165,8 +165,7 @@ class driver_plan final : public plan {
                                        float* y) const {
     const std::int64_t hd = config().head_dim(), width = heads * hd;
     if constexpr (requires(const K& k) { k.project_heads(w, x.data(), 1, 1, 1, y); }) {
-      if (const auto view =
-              kernels_.project_heads(w, x.data(), x.batch(), x.seq_len(), heads, y))
+      if (const auto view = kernels_.project_heads(w, x.data(), x.batch(), x.seq_len(), heads, y))
         return *view;
     }
     kernels_.linear(w, x.data(), x.batch() * x.seq_len(), y);

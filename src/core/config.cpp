@@ -1,8 +1,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <string>
 #include <limits>
+#include <string>
 
 #include "core/checks.hpp"
 #include "core/text.hpp"
@@ -32,8 +32,8 @@ std::uint64_t max_score_bytes() {
   std::uint64_t limit = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), limit);
   if (ec != std::errc{} || end != s.data() + s.size()) {
-    throw invalid_argument(text("mha: MHA_MAX_SCORE_BYTES is '", s,
-                                "', expected a decimal byte count"));
+    throw invalid_argument(
+        text("mha: MHA_MAX_SCORE_BYTES is '", s, "', expected a decimal byte count"));
   }
   return limit;
 }
@@ -42,10 +42,9 @@ void check_score_memory(std::string_view where, std::int64_t rows, std::int64_t 
                         std::int64_t slices) {
   const std::uint64_t limit = max_score_bytes();
   std::uint64_t bytes = sizeof(float);
-  const bool overflow =
-      __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(rows), &bytes) ||
-      __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(keys), &bytes) ||
-      __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(slices), &bytes);
+  const bool overflow = __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(rows), &bytes) ||
+                        __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(keys), &bytes) ||
+                        __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(slices), &bytes);
   if (overflow || bytes > limit) {
     const std::string shape = rows == keys ? text("seq_len T = ", rows)
                                            : text("T = ", rows, " queries over ", keys, " keys");
@@ -72,9 +71,8 @@ void check_config(const config& cfg, std::string_view where) {
         text(where, ": d_out (", cfg.d_out, ") must be divisible by n_heads (", cfg.n_heads, ")"));
   }
   if (cfg.n_kv_heads < 0 || (cfg.n_kv_heads > 0 && cfg.n_heads % cfg.n_kv_heads != 0)) {
-    throw invalid_argument(text(where, ": n_kv_heads (", cfg.n_kv_heads,
-                                ") must divide n_heads (", cfg.n_heads,
-                                "), or be 0 for n_kv_heads = n_heads"));
+    throw invalid_argument(text(where, ": n_kv_heads (", cfg.n_kv_heads, ") must divide n_heads (",
+                                cfg.n_heads, "), or be 0 for n_kv_heads = n_heads"));
   }
   if (cfg.precision != precision::fp32 && cfg.precision != precision::bf16) {
     throw invalid_argument(text(where, ": unknown precision value ",
@@ -93,14 +91,13 @@ void check_config(const config& cfg, std::string_view where) {
 void validate(const config& cfg) { detail::check_config(cfg, "mha"); }
 
 std::string to_string(const config& cfg) {
-  return detail::text("d_in=", cfg.d_in, " d_out=", cfg.d_out, " n_heads=", cfg.n_heads,
-                      " context_length=", cfg.context_length, " causal=", cfg.causal,
-                      " qkv_bias=", cfg.qkv_bias, " out_proj=", cfg.out_proj,
-                      " dropout=", cfg.dropout,
-                      cfg.n_kv_heads > 0 ? detail::text(" n_kv_heads=", cfg.n_kv_heads) : std::string(),
-                      cfg.precision != precision::fp32
-                          ? detail::text(" precision=", to_string(cfg.precision))
-                          : std::string());
+  return detail::text(
+      "d_in=", cfg.d_in, " d_out=", cfg.d_out, " n_heads=", cfg.n_heads,
+      " context_length=", cfg.context_length, " causal=", cfg.causal, " qkv_bias=", cfg.qkv_bias,
+      " out_proj=", cfg.out_proj, " dropout=", cfg.dropout,
+      cfg.n_kv_heads > 0 ? detail::text(" n_kv_heads=", cfg.n_kv_heads) : std::string(),
+      cfg.precision != precision::fp32 ? detail::text(" precision=", to_string(cfg.precision))
+                                       : std::string());
 }
 
 std::string_view to_string(precision p) noexcept {

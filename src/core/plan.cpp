@@ -67,8 +67,8 @@ void plan::run(tensor_view<const float> x, tensor_view<float> y, const run_optio
   execute(x, y, options);
 }
 
-kv_cache::kv_cache(const plan* owner, std::int64_t batch, std::int64_t capacity,
-                   std::int64_t heads, std::int64_t head_floats)
+kv_cache::kv_cache(const plan* owner, std::int64_t batch, std::int64_t capacity, std::int64_t heads,
+                   std::int64_t head_floats)
     : owner_(owner),
       capacity_(capacity),
       heads_(heads),
@@ -102,11 +102,12 @@ std::int64_t plan::cache_heads() const noexcept {
 
 kv_cache plan::make_cache(std::int64_t batch, std::int64_t capacity) const {
   if (cache_head_floats(1) == 0) throw unsupported(text(backend_name_, ": ", decode_declined));
-  if (batch < 1) throw invalid_argument(text(backend_name_, ": cache batch (", batch, ") must be >= 1"));
+  if (batch < 1)
+    throw invalid_argument(text(backend_name_, ": cache batch (", batch, ") must be >= 1"));
   if (capacity < 1 || capacity > config_.context_length) {
     throw invalid_argument(text(backend_name_, ": cache capacity (", capacity,
-                                ") must be between 1 and context_length (",
-                                config_.context_length, ")"));
+                                ") must be between 1 and context_length (", config_.context_length,
+                                ")"));
   }
   // The nominal size first, so that the layout's own arithmetic cannot overflow.
   detail::check_byte_count(backend_name_, "kv cache",
@@ -121,7 +122,8 @@ void plan::run(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache
                const run_options& options) const {
   check_run(backend_name_, config_, x, y, options);
   if (cache.owner_ != this) {
-    throw invalid_argument(text(backend_name_, ": the kv_cache was made by another plan; a cache "
+    throw invalid_argument(text(backend_name_,
+                                ": the kv_cache was made by another plan; a cache "
                                 "is read in the layout of the plan that made it"));
   }
   if (cache.batch() != x.batch()) {
@@ -131,8 +133,8 @@ void plan::run(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache
   for (std::int64_t b = 0; b < cache.batch(); ++b) {
     const std::int64_t past = cache.lengths_[static_cast<std::size_t>(b)];
     if (past + x.seq_len() > cache.capacity()) {
-      throw invalid_argument(text(backend_name_, ": sequence ", b, " holds ", past,
-                                  " tokens; ", x.seq_len(), " more make ", past + x.seq_len(),
+      throw invalid_argument(text(backend_name_, ": sequence ", b, " holds ", past, " tokens; ",
+                                  x.seq_len(), " more make ", past + x.seq_len(),
                                   ", past the cache's capacity (", cache.capacity(), ")"));
     }
   }
@@ -165,8 +167,8 @@ support backend::supports(const problem& p) const {
     return support::no(text(to_string(p.cfg.precision), " precision is not implemented"));
   }
   if (p.cfg.kv_heads() != p.cfg.n_heads) {
-    return support::no(text("grouped-query attention (n_kv_heads ", p.cfg.kv_heads(),
-                            " < n_heads ", p.cfg.n_heads, ") is not implemented"));
+    return support::no(text("grouped-query attention (n_kv_heads ", p.cfg.kv_heads(), " < n_heads ",
+                            p.cfg.n_heads, ") is not implemented"));
   }
   if (p.past != 0) return support::no(std::string(decode_declined));
   return support::yes();

@@ -1,6 +1,6 @@
-// The oracle: the spec of docs/design.md §1 computed in double, straight from the split-weight formulas.
-// Not a backend and not installed: tests compare every backend with it, the benchmark checks a
-// sample of rows before timing, and `mha verify` reports errors against it.
+// The oracle: the spec of docs/design.md §1 computed in double, straight from the split-weight
+// formulas. Not a backend and not installed: tests compare every backend with it, the benchmark
+// checks a sample of rows before timing, and `mha verify` reports errors against it.
 #pragma once
 
 #include <cstdint>

@@ -31,8 +31,8 @@ void pack_keys(const attention_args& args, const attention_layout& l, std::int64
   // of one (1024, 64) head on the split form's strided rows took 1.4 ms packing included, the
   // transpose-free form (4x4 blocks of dot products over head_dim, one horizontal add per
   // score) 2.7 ms (Zen4, AVX-512).
-  pack_block(args.k.row(b, g, 0), /*stride_k=*/1, args.k.row_stride, l.head_dim, 0, l.head_dim,
-             j0, j1, l.scores.nr, head);
+  pack_block(args.k.row(b, g, 0), /*stride_k=*/1, args.k.row_stride, l.head_dim, 0, l.head_dim, j0,
+             j1, l.scores.nr, head);
   // V (kv_rows, head_dim) as it is.
   pack_block(args.v.row(b, g, 0), args.v.row_stride, /*stride_n=*/1, l.kv_rows, j0, j1, 0,
              l.head_dim, l.values.nr, head + l.values_offset());
@@ -80,9 +80,8 @@ void pack_head(const attention_args& args, const attention_layout& layout, std::
               /*stride_n=*/1, layout.values.nr, head + layout.values_offset());
 }
 
-attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys,
-                                     std::int64_t head_dim, std::int64_t key_tile,
-                                     std::int64_t kv_rows) const noexcept {
+attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys, std::int64_t head_dim,
+                                     std::int64_t key_tile, std::int64_t kv_rows) const noexcept {
   attention_layout l;
   l.scores = tiles[0];
   l.values = tile_for(panel_width(head_dim));
@@ -144,9 +143,10 @@ void attention_schedule::append(std::int64_t i) const noexcept {
   pack_keys(args_, layout_, b, g, past, past + args_.seq_len, args_.cache->head(b, g));
 }
 
-float* attention_schedule::partial(std::int64_t b, std::int64_t h, std::int64_t chunk) const noexcept {
-  return partials_.data() + ((b * args_.heads + h) * chunks_ + chunk) * args_.seq_len *
-                                (args_.head_dim + 2);
+float* attention_schedule::partial(std::int64_t b, std::int64_t h,
+                                   std::int64_t chunk) const noexcept {
+  return partials_.data() +
+         ((b * args_.heads + h) * chunks_ + chunk) * args_.seq_len * (args_.head_dim + 2);
 }
 
 void attention_schedule::run(std::int64_t i, attention_workspace& workspace) const noexcept {

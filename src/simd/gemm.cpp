@@ -39,7 +39,8 @@ void pack_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t 
   // The last panel's columns past n are zero.
   if (const std::int64_t cols = n % nr; cols != 0) {
     float* last = dst + n / nr * k * nr;
-    for (std::int64_t kk = 0; kk < k; ++kk) std::fill(last + kk * nr + cols, last + (kk + 1) * nr, 0.0f);
+    for (std::int64_t kk = 0; kk < k; ++kk)
+      std::fill(last + kk * nr + cols, last + (kk + 1) * nr, 0.0f);
   }
 }
 

@@ -8,9 +8,9 @@
 #include <optional>
 #include <string_view>
 
-#include "simd/isa_kernels.hpp"
 #include "common/driver.hpp"
 #include "mha/weights.hpp"
+#include "simd/isa_kernels.hpp"
 
 namespace mha::detail {
 

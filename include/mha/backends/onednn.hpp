@@ -12,6 +12,12 @@ namespace mha {
 // A V as a batched matmul; the head split (split_weight) is a reorder, the merge a row copy.
 // Both formulations run through the same driver as the other backends.
 //
+// Decode (plan::make_cache): the cache is plain rows (per sequence and head, capacity keys then
+// capacity values) that the attention matmuls read in place through strided descriptors, per
+// sequence, padded to a bucket of keys shared by the call's sequences (the keys rounded up to
+// 1/8 of their power of two, at least 64): primitives are rebuilt about 8 times per doubling of
+// the context, not every step; padding rows are zeroed and masked.
+//
 // Plans: prepare() packs the weights (each projection's output width is padded to a multiple of
 // 64 floats in oneDNN's blocked layout). run() builds a primitive the first time it needs its
 // shape (JIT compilation, milliseconds) and keeps the most recently used ones (16 projections,
@@ -31,9 +37,11 @@ namespace mha {
 // across threads, so there results are bitwise identical for every count; its AVX2 and older
 // kernels (gemm:jit sgemm) split long reductions by team size, so results of different counts
 // differ in the last bits: by at most onednn_thread_tolerance * max|y| (tests/test_onednn.cpp
-// holds both, and runs under ONEDNN_MAX_CPU_ISA=AVX2 on any CPU). Making AVX2 bitwise would
-// mean giving up oneDNN's threading of the projections; the naive, xsimd and tbb backends are
-// bitwise identical for every thread count on every ISA.
+// holds both, and runs under ONEDNN_MAX_CPU_ISA=AVX2 on any CPU). Decode calls read strided
+// slices of the cache, which oneDNN runs on gemm:jit on every ISA: they too are within
+// onednn_thread_tolerance, not bitwise. Making these bitwise would mean giving up oneDNN's
+// threading; the naive, xsimd and tbb backends are bitwise identical for every thread count
+// on every ISA.
 //
 // Errors: a failure inside oneDNN is rethrown as mha::error naming the backend and the step
 // that failed ("onednn: oneDNN failed in a (1024 rows) projection: ... (dnnl_status_t 5)").
@@ -43,8 +51,9 @@ const backend& onednn_backend();
 // onednn_thread_count_bitwise() is false: 32 float ulps of the largest output.
 inline constexpr double onednn_thread_tolerance = 32.0 / (1 << 23);
 
-// Whether oneDNN dispatches kernels that make results bitwise identical for every thread count
-// on this machine now (its effective ISA, after any ONEDNN_MAX_CPU_ISA cap, is avx512_core or up).
+// Whether oneDNN dispatches kernels that make full forward passes bitwise identical for every
+// thread count on this machine now (its effective ISA, after any ONEDNN_MAX_CPU_ISA cap, is
+// avx512_core or up). Decode calls never are (above).
 bool onednn_thread_count_bitwise();
 
 }  // namespace mha

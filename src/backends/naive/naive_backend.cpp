@@ -47,7 +47,8 @@ void scores(const attention_args& a, std::int64_t b, std::int64_t h, std::vector
 void causal_mask(const attention_args& a, std::vector<float>& s) {
   const std::int64_t n = a.keys();
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
-    for (std::int64_t j = a.key_end(i); j < n; ++j) s[i * n + j] = -std::numeric_limits<float>::infinity();
+    for (std::int64_t j = a.key_end(i); j < n; ++j)
+      s[i * n + j] = -std::numeric_limits<float>::infinity();
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -129,24 +130,23 @@ struct head_split_key {
   bool operator==(const head_split_key&) const = default;
 };
 struct attention_key {
-  std::int64_t seq_len, head_dim, group;
-  bool causal;
+  detail::attention_geometry geometry;
   int threads;
   bool operator==(const attention_key&) const = default;
 };
 
-// Training mode: row i of slice s of a group's attention weights (group, seq_len, seq_len) times
-// the shared dropout mask of (b, h) = where(s), row i (docs/design.md §1.1).
+// Training mode: row i of slice s of a group's attention weights (group, rows, keys) times the
+// shared dropout mask of (b, h) = where(s), row past + i (docs/design.md §1.1).
 template <class Where>
 void apply_dropout(const detail::dropout_spec& dropout, float* weights, std::int64_t group,
-                   std::int64_t seq_len, Where where) {
-  std::vector<float> multipliers(static_cast<std::size_t>(seq_len));
+                   std::int64_t rows, std::int64_t keys, std::int64_t past, Where where) {
+  std::vector<float> multipliers(static_cast<std::size_t>(keys));
   for (std::int64_t s = 0; s < group; ++s) {
     const auto [b, h] = where(s);
-    for (std::int64_t i = 0; i < seq_len; ++i) {
-      detail::dropout_multipliers(dropout, b, h, i, 0, seq_len, multipliers.data());
-      float* row = weights + (s * seq_len + i) * seq_len;
-      for (std::int64_t j = 0; j < seq_len; ++j) row[j] *= multipliers[j];
+    for (std::int64_t i = 0; i < rows; ++i) {
+      detail::dropout_multipliers(dropout, b, h, past + i, 0, keys, multipliers.data());
+      float* row = weights + (s * rows + i) * keys;
+      for (std::int64_t j = 0; j < keys; ++j) row[j] *= multipliers[j];
     }
   }
 }
@@ -155,6 +155,19 @@ void apply_dropout(const detail::dropout_spec& dropout, float* weights, std::int
 struct batch_head {
   std::int64_t b, h;
 };
+
+// The dropout step of a group whose slice s is (b, h) = where(s) of `a` (module-wide h).
+template <class Where>
+auto dropout_between(const detail::attention_args& a, const detail::attention_geometry& g,
+                     std::int64_t past, Where where) {
+  return [&a, g, past, where](float* weights) {
+    if (!a.dropout.active()) return;
+    apply_dropout(a.dropout, weights, g.group, g.rows, g.keys, past, [&](std::int64_t s) {
+      const batch_head bh = where(s);
+      return batch_head{a.first_batch + bh.b, a.first_head + bh.h};
+    });
+  };
+}
 
 // How the (b, h) slices of attention_args lie in memory, each a dense (rows, head_dim) matrix,
 // back to back: batch-major (slice b * heads + h: the split form's (B, H, T, head_dim)
@@ -196,13 +209,15 @@ class onednn_kernel_set {
   }
 
   void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) const {
-    rethrowing_dnnl_errors([&] { return text("in a (", rows, " rows) projection"); }, [&] {
-      const auto step = linear_step(w, rows);
-      scratch_pool::lease scratch(scratch_, floats(detail::scratchpad_bytes(step->pd)));
-      dnnl::stream& stream = caller_stream();
-      step->run(stream, x, w.weight_data(), w.bias_data(), y, nullptr, bytes(scratch));
-      stream.wait();
-    });
+    rethrowing_dnnl_errors(
+        [&] { return text("in a (", rows, " rows) projection"); },
+        [&] {
+          const auto step = linear_step(w, rows);
+          scratch_pool::lease scratch(scratch_, floats(detail::scratchpad_bytes(step->pd)));
+          dnnl::stream& stream = caller_stream();
+          step->run(stream, x, w.weight_data(), w.bias_data(), y, nullptr, bytes(scratch));
+          stream.wait();
+        });
   }
 
   // One head is already head-major; more go through the staging buffer and the head split.
@@ -213,75 +228,83 @@ class onednn_kernel_set {
     if (heads == 1) return std::nullopt;
     const std::int64_t rows = batch * seq_len, width = w.weights.get_desc().dims()[1];
     const std::int64_t hd = width / heads;
-    rethrowing_dnnl_errors([&] { return text("in a (", rows, " rows) head projection"); }, [&] {
-      const auto step = linear_step(w, rows);
-      const auto split = split_cache_.get(head_split_key{batch, seq_len, heads, hd, team()}, [&] {
-        return detail::make_head_split(cpu_engine(), batch, seq_len, heads, hd);
-      });
-      const std::size_t staging = static_cast<std::size_t>(rows * width);
-      const std::size_t pad = floats(std::max(detail::scratchpad_bytes(step->pd),
-                                              detail::scratchpad_bytes(split->pd)));
-      scratch_pool::lease scratch(scratch_, staging + pad);
-      std::byte* scratchpad = bytes(scratch, staging);
-      dnnl::stream& stream = caller_stream();
-      step->run(stream, x, w.weight_data(), w.bias_data(), scratch.data(), nullptr, scratchpad);
-      split->run(stream, scratch.data(), y, scratchpad);
-      stream.wait();
-    });
+    rethrowing_dnnl_errors(
+        [&] { return text("in a (", rows, " rows) head projection"); },
+        [&] {
+          const auto step = linear_step(w, rows);
+          const auto split = split_cache_.get(
+              head_split_key{batch, seq_len, heads, hd, team()},
+              [&] { return detail::make_head_split(cpu_engine(), batch, seq_len, heads, hd); });
+          const std::size_t staging = static_cast<std::size_t>(rows * width);
+          const std::size_t pad = floats(
+              std::max(detail::scratchpad_bytes(step->pd), detail::scratchpad_bytes(split->pd)));
+          scratch_pool::lease scratch(scratch_, staging + pad);
+          std::byte* scratchpad = bytes(scratch, staging);
+          dnnl::stream& stream = caller_stream();
+          step->run(stream, x, w.weight_data(), w.bias_data(), scratch.data(), nullptr, scratchpad);
+          split->run(stream, scratch.data(), y, scratchpad);
+          stream.wait();
+        });
     return detail::head_view<const float>{y, heads * seq_len * hd, seq_len * hd, hd};
   }
 
-  // q, k and v must share one slice order (project_heads' and the wrapper's buffers do); out
-  // may be any head_view.
+  // Decode: the plain row-major cache, read in place through strided descriptors.
+  static std::int64_t cache_head_floats(std::int64_t capacity, std::int64_t head_dim) {
+    return detail::row_major_cache::head_floats(capacity, head_dim);
+  }
+
+  // Without a cache, q, k and v must share one slice order (project_heads' and the wrapper's
+  // buffers do); out may be any head_view.
   void attention(const detail::attention_args& a) const {
-    assert(a.kv_group == 1 && a.past == 0);  // declined: grouped K/V, decode (backend::supports)
+    assert(a.kv_group == 1);  // declined: grouped K/V (backend::supports)
+    if (a.cache != nullptr) {
+      cached_attention(a);
+      return;
+    }
     const slice_order order = order_of(a.q, a.batch, a.heads, a.seq_len, a.head_dim);
     assert(order != slice_order::other &&
            order == order_of(a.k, a.batch, a.heads, a.seq_len, a.head_dim) &&
            order == order_of(a.v, a.batch, a.heads, a.seq_len, a.head_dim));
     // The scores of a group of heads (at least one T x T slice) and the causal mask (T x T).
     detail::check_score_memory("onednn", a.seq_len, a.seq_len, a.causal ? 2 : 1);
-    rethrowing_dnnl_errors([&] { return text("in attention over ", a.seq_len, " tokens"); }, [&] {
-      const std::int64_t count = a.batch * a.heads, t = a.seq_len, hd = a.head_dim;
-      const std::int64_t group = detail::attention_group(count, t);
-      const auto steps = attention_cache_.get(attention_key{t, hd, group, a.causal, team()}, [&] {
-        return detail::attention_steps(cpu_engine(), t, hd, group, a.causal, a.scale);
-      });
-      const std::size_t scores = steps->score_floats(), out = static_cast<std::size_t>(group * t * hd);
-      scratch_pool::lease scratch(scratch_, scores + out + floats(steps->scratchpad_bytes()));
-      const group_buffers buf{scratch.data(), scratch.data() + scores,
-                              bytes(scratch, scores + out)};
-      dnnl::stream& stream = caller_stream();
-      const std::int64_t slice = t * hd;
-      // Slice s as (b, h) of a.
-      auto where = [&](std::int64_t s) {
-        return order == slice_order::batch_major ? batch_head{s / a.heads, s % a.heads}
-                                                 : batch_head{s % a.batch, s / a.batch};
-      };
-      for (std::int64_t first = 0; first < count; first += group) {
-        auto between = [&](float* weights) {
-          if (!a.dropout.active()) return;
-          apply_dropout(a.dropout, weights, group, t, [&](std::int64_t i) {
-            const batch_head bh = where(first + i);
-            return batch_head{bh.b, a.first_head + bh.h};
-          });
-        };
-        const std::int64_t at = first * slice;
-        steps->run_group(stream, a.q.data + at, a.k.data + at, a.v.data + at, buf.out, buf.scores,
-                         buf.scratchpad, between);
-        stream.wait();
-        if (a.causal) {
-          keep_causal_rows_finite(*steps, stream, buf, a.k.data + at, a.v.data + at,
-                                  a.q.data + at, hd, between);
-        }
-        // The head merge: each slice's rows into its columns of the output.
-        for (std::int64_t s = 0; s < group; ++s) {
-          const batch_head bh = where(first + s);
-          for (std::int64_t i = 0; i < t; ++i)
-            std::copy_n(buf.out + (s * t + i) * hd, hd, a.out.row(bh.b, bh.h, i));
-        }
-      }
-    });
+    rethrowing_dnnl_errors(
+        [&] { return text("in attention over ", a.seq_len, " tokens"); },
+        [&] {
+          const std::int64_t count = a.batch * a.heads, t = a.seq_len, hd = a.head_dim;
+          const detail::attention_geometry g{.rows = t,
+                                             .keys = t,
+                                             .head_dim = hd,
+                                             .group = detail::attention_group(count, t, t),
+                                             .causal = a.causal,
+                                             .scale = a.scale};
+          const auto steps = steps_for(g);
+          group_lease buf(scratch_, *steps, 0);
+          dnnl::stream& stream = caller_stream();
+          const std::int64_t slice = t * hd;
+          // Slice s as (b, h) of a.
+          auto where = [&](std::int64_t s) {
+            return order == slice_order::batch_major ? batch_head{s / a.heads, s % a.heads}
+                                                     : batch_head{s % a.batch, s / a.batch};
+          };
+          for (std::int64_t first = 0; first < count; first += g.group) {
+            auto between =
+                dropout_between(a, g, 0, [&](std::int64_t i) { return where(first + i); });
+            const std::int64_t at = first * slice;
+            steps->run_group(stream, a.q.data + at, a.k.data + at, a.v.data + at, buf.out,
+                             buf.scores, buf.scratchpad, between);
+            stream.wait();
+            if (a.causal) {
+              keep_causal_rows_finite(*steps, stream, buf, a.q.data + at, a.k.data + at,
+                                      a.v.data + at, 0, t, between, nullptr);
+            }
+            // The head merge: each slice's rows into its columns of the output.
+            for (std::int64_t s = 0; s < g.group; ++s) {
+              const batch_head bh = where(first + s);
+              for (std::int64_t i = 0; i < t; ++i)
+                std::copy_n(buf.out + (s * t + i) * hd, hd, a.out.row(bh.b, bh.h, i));
+            }
+          }
+        });
   }
 
   // run_options::threads as the calling thread's OpenMP team size for the run.
@@ -306,7 +329,7 @@ class onednn_kernel_set {
         out.push_back(detail::describe("head_split", step.pd));
     });
     attention_cache_.for_each([&](const attention_key& k, const detail::attention_steps& steps) {
-      if (k.seq_len == seq_len) steps.describe(out);
+      if (k.geometry.rows == seq_len) steps.describe(out);
     });
     return out;
   }
@@ -322,13 +345,147 @@ class onednn_kernel_set {
   }
 
  private:
-  struct group_buffers {
-    float *scores, *out;
+  // One lease of the scratch pool for a group's scores, dense outputs, (rows, keys) mask
+  // (decode) and the primitives' scratchpad.
+  struct group_lease {
+    group_lease(const scratch_pool& pool, const detail::attention_steps& steps,
+                std::size_t mask_floats)
+        : lease(pool, steps.score_floats() + out_floats(steps) + mask_floats +
+                          floats(steps.scratchpad_bytes())),
+          scores(lease.data()),
+          out(scores + steps.score_floats()),
+          mask(out + out_floats(steps)),
+          scratchpad(reinterpret_cast<std::byte*>(mask + mask_floats)) {}
+    static std::size_t out_floats(const detail::attention_steps& steps) {
+      const detail::attention_geometry& g = steps.geometry();
+      return static_cast<std::size_t>(g.group * g.rows * g.head_dim);
+    }
+    scratch_pool::lease lease;
+    float *scores, *out, *mask;
     std::byte* scratchpad;
   };
 
+  std::shared_ptr<const detail::attention_steps> steps_for(
+      const detail::attention_geometry& g) const {
+    return attention_cache_.get(attention_key{g, team()},
+                                [&] { return detail::attention_steps(cpu_engine(), g); });
+  }
+
+  // Incremental attention (docs/design.md §1.4): the new keys and values appended to the
+  // row-major cache, then per sequence, its heads in groups: Q (strided in the projections)
+  // against the cache's rows, padded to a bucket of keys that all sequences of the call share
+  // (key_bucket: primitives are rebuilt ~8 times per doubling of the context, not every
+  // step). The padding rows are zeroed and masked; the mask (causal, aligned to each sequence's
+  // length) is filled per sequence.
+  void cached_attention(const detail::attention_args& a) const {
+    namespace cache = detail::row_major_cache;
+    cache::append(a);
+    const detail::kv_store& c = *a.cache;
+    const std::int64_t t = a.seq_len, hd = a.head_dim;
+    std::int64_t longest = 0;
+    for (std::int64_t b = 0; b < a.batch; ++b) longest = std::max(longest, a.keys(b));
+    const std::int64_t n = detail::key_bucket(longest, c.capacity);
+    detail::check_score_memory("onednn", t, n, 2);
+    rethrowing_dnnl_errors(
+        [&] { return text("in attention over ", n, " cached tokens"); },
+        [&] {
+          assert(a.q.row_stride == hd);
+          const detail::attention_geometry g{.rows = t,
+                                             .keys = n,
+                                             .head_dim = hd,
+                                             .group = detail::attention_group(a.heads, t, n),
+                                             .q_stride = a.q.head_stride,
+                                             .kv_stride = c.head_floats,
+                                             .causal = a.causal,
+                                             .scale = a.scale,
+                                             .mask_per_run = true};
+          const auto steps = steps_for(g);
+          group_lease buf(scratch_, *steps, static_cast<std::size_t>(t * n));
+          dnnl::stream& stream = caller_stream();
+          const detail::head_view<float> keys = cache::keys(c, hd), values = cache::values(c, hd);
+          for (std::int64_t b = 0; b < a.batch; ++b) {
+            const std::int64_t past = c.lengths[b], end = a.keys(b);
+            for (std::int64_t h = 0; h < a.heads; ++h) {
+              std::fill(keys.row(b, h, end), keys.row(b, h, n), 0.0f);
+              std::fill(values.row(b, h, end), values.row(b, h, n), 0.0f);
+            }
+            for (std::int64_t i = 0; i < t; ++i) {
+              const std::int64_t seen = a.causal ? past + i + 1 : end;
+              for (std::int64_t j = 0; j < n; ++j)
+                buf.mask[i * n + j] = j < seen ? 0.0f : -std::numeric_limits<float>::infinity();
+            }
+            for (std::int64_t first = 0; first < a.heads; first += g.group) {
+              auto between = dropout_between(a, g, past, [&](std::int64_t s) {
+                return batch_head{b, first + s};
+              });
+              const float *q = a.q.row(b, first, 0), *k = keys.row(b, first, 0),
+                          *v = values.row(b, first, 0);
+              steps->run_group(stream, q, k, v, buf.out, buf.scores, buf.scratchpad, between,
+                               buf.mask);
+              stream.wait();
+              if (a.causal)
+                keep_causal_rows_finite(*steps, stream, buf, q, k, v, past, end, between, buf.mask);
+              for (std::int64_t s = 0; s < g.group; ++s) {
+                for (std::int64_t i = 0; i < t; ++i)
+                  std::copy_n(buf.out + (s * t + i) * hd, hd, a.out.row(b, first + s, i));
+              }
+            }
+          }
+        });
+  }
+
+  // The dense products multiply masked weights (0) by every key and value, and a masked score
+  // is computed before the mask is added: a NaN or Inf in token j's K or V would reach the rows
+  // before j (0 * NaN, NaN + -inf). When a slice of the group has one among this call's tokens
+  // (rows [past, end) of its keys and values; earlier tokens are seen by every row anyway), its
+  // rows before the first such token are recomputed from K and V with that token and every later
+  // one replaced by 0, which those rows never see: their outputs are then exactly those of the
+  // same input without the NaN.
+  template <class Between>
+  void keep_causal_rows_finite(const detail::attention_steps& steps, dnnl::stream& stream,
+                               const group_lease& buf, const float* q, const float* k,
+                               const float* v, std::int64_t past, std::int64_t end,
+                               Between& between, const float* mask) const {
+    const detail::attention_geometry& g = steps.geometry();
+    const std::int64_t hd = g.head_dim, stride = g.kv_stride > 0 ? g.kv_stride : g.keys * hd;
+    std::vector<std::int64_t> first_bad(static_cast<std::size_t>(g.group), end);
+    bool any = false;
+    for (std::int64_t s = 0; s < g.group; ++s) {
+      for (std::int64_t e = past * hd; e < end * hd; ++e) {
+        if (!std::isfinite(k[s * stride + e]) || !std::isfinite(v[s * stride + e])) {
+          first_bad[static_cast<std::size_t>(s)] = e / hd;
+          any = true;
+          break;
+        }
+      }
+    }
+    if (!any) return;
+    // Copies of the group's keys and values in their strided layout, each slice's tokens from
+    // its first_bad on zeroed.
+    const auto cleaned = [&](const float* from) {
+      std::vector<float> copy(from, from + (g.group - 1) * stride + g.keys * hd);
+      for (std::int64_t s = 0; s < g.group; ++s) {
+        std::fill(copy.begin() + s * stride + first_bad[static_cast<std::size_t>(s)] * hd,
+                  copy.begin() + s * stride + g.keys * hd, 0.0f);
+      }
+      return copy;
+    };
+    const std::vector<float> clean_k = cleaned(k), clean_v = cleaned(v);
+    std::vector<float> rows(static_cast<std::size_t>(g.group * g.rows * hd));
+    steps.run_group(stream, q, clean_k.data(), clean_v.data(), rows.data(), buf.scores,
+                    buf.scratchpad, between, mask);
+    stream.wait();
+    for (std::int64_t s = 0; s < g.group; ++s) {
+      const std::int64_t keep =
+          std::max<std::int64_t>(first_bad[static_cast<std::size_t>(s)] - past, 0) * hd;
+      std::copy_n(rows.data() + s * g.rows * hd, keep, buf.out + s * g.rows * hd);
+    }
+  }
+
   static int team() { return omp_get_max_threads(); }
-  static std::size_t floats(std::size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); }
+  static std::size_t floats(std::size_t bytes) {
+    return (bytes + sizeof(float) - 1) / sizeof(float);
+  }
   static std::byte* bytes(scratch_pool::lease& scratch, std::size_t offset = 0) {
     return reinterpret_cast<std::byte*>(scratch.data() + offset);
   }
@@ -338,41 +495,6 @@ class onednn_kernel_set {
     const dnnl::memory::dims dims = w.weights.get_desc().dims();
     return linear_cache_.get(linear_key{rows, dims[0], dims[1], w.bias_data() != nullptr, team()},
                              [&] { return detail::make_linear(cpu_engine(), rows, w); });
-  }
-
-  // The dense products multiply masked weights (0) by every key and value, and a masked score
-  // is computed before the mask is added: a NaN or Inf in token j's K or V would reach the rows
-  // before j (0 * NaN, NaN + -inf). When a slice of the group has one, its rows before the first
-  // such token are recomputed from K and V with the non-finite values replaced by 0, which those
-  // rows never see: their outputs are then exactly those of the same input without the NaN.
-  template <class Between>
-  void keep_causal_rows_finite(const detail::attention_steps& steps, dnnl::stream& stream,
-                               const group_buffers& buf, const float* k, const float* v,
-                               const float* q, std::int64_t hd, Between& between) const {
-    const std::int64_t group = steps.group(), t = steps.seq_len(), slice = t * hd;
-    std::vector<std::int64_t> first_bad(static_cast<std::size_t>(group), t);
-    bool any = false;
-    for (std::int64_t g = 0; g < group; ++g) {
-      for (std::int64_t e = 0; e < slice; ++e) {
-        if (!std::isfinite(k[g * slice + e]) || !std::isfinite(v[g * slice + e])) {
-          first_bad[static_cast<std::size_t>(g)] = e / hd;
-          any = true;
-          break;
-        }
-      }
-    }
-    if (!any) return;
-    const auto n = static_cast<std::size_t>(group * slice);
-    std::vector<float> clean_k(k, k + n), clean_v(v, v + n), rows(n);
-    for (float& e : clean_k) e = std::isfinite(e) ? e : 0.0f;
-    for (float& e : clean_v) e = std::isfinite(e) ? e : 0.0f;
-    steps.run_group(stream, q, clean_k.data(), clean_v.data(), rows.data(), buf.scores,
-                    buf.scratchpad, between);
-    stream.wait();
-    for (std::int64_t g = 0; g < group; ++g) {
-      const std::int64_t keep = first_bad[static_cast<std::size_t>(g)] * hd;
-      std::copy_n(rows.data() + g * slice, keep, buf.out + g * slice);
-    }
   }
 
   // A plan's projections use two shapes per input shape (Q/K/V and out_proj); the bounds keep
@@ -430,6 +552,12 @@ struct onednn_impl final : backend {
   }
   std::string isa() const override { return std::string(isa_name(dnnl::get_effective_cpu_isa())); }
   int max_threads() const noexcept override { return omp_get_max_threads(); }
+  // Decode too (the cache read in place through strided descriptors); not grouped K/V or bf16.
+  support supports(const problem& p) const override {
+    problem full = p;
+    full.past = 0;
+    return backend::supports(full);
+  }
 
  private:
   std::unique_ptr<plan> make_plan(const config& cfg, formulation form,

@@ -105,35 +105,46 @@ reorder_step make_head_split(const dnnl::engine& engine, std::int64_t batch, std
                       {{batch, heads, seq_len, head_dim}, dt::f32, tag::abcd});
 }
 
-std::int64_t attention_group(std::int64_t count, std::int64_t seq_len) {
+std::int64_t attention_group(std::int64_t count, std::int64_t rows, std::int64_t keys) {
   constexpr std::int64_t score_budget_bytes = std::int64_t{256} * 1024;
-  const std::int64_t per_slice = seq_len * seq_len * static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t per_slice = rows * keys * static_cast<std::int64_t>(sizeof(float));
   for (std::int64_t g = count; g > 1; --g) {
     if (count % g == 0 && g * per_slice <= score_budget_bytes) return g;
   }
   return 1;
 }
 
-attention_steps::attention_steps(const dnnl::engine& engine, std::int64_t seq_len,
-                                 std::int64_t head_dim, std::int64_t group, bool causal,
-                                 float scale)
-    : seq_len_(seq_len), group_(group) {
-  const std::int64_t t = seq_len, g = group;
-  const dnnl::memory::desc q({1, g, t, head_dim}, dt::f32, tag::abcd);
-  const dnnl::memory::desc kt({1, g, head_dim, t}, dt::f32, tag::abdc);  // K read as K^T
-  const dnnl::memory::desc s({1, g, t, t}, dt::f32, tag::abcd);
+std::int64_t key_bucket(std::int64_t keys, std::int64_t capacity) {
+  std::int64_t power = 1;
+  while (power * 2 <= keys) power *= 2;
+  const std::int64_t granule = std::max<std::int64_t>(64, power / 8);
+  return std::min((keys + granule - 1) / granule * granule, capacity);
+}
+
+attention_steps::attention_steps(const dnnl::engine& engine, const attention_geometry& g) : g_(g) {
+  const std::int64_t t = g.rows, n = g.keys, hd = g.head_dim, gr = g.group;
+  const std::int64_t q_stride = g.q_stride > 0 ? g.q_stride : t * hd,
+                     kv_stride = g.kv_stride > 0 ? g.kv_stride : n * hd;
+  const dnnl::memory::desc q({1, gr, t, hd}, dt::f32, dims{gr * q_stride, q_stride, hd, 1});
+  // K read as K^T.
+  const dnnl::memory::desc kt({1, gr, hd, n}, dt::f32, dims{gr * kv_stride, kv_stride, 1, hd});
+  const dnnl::memory::desc v({1, gr, n, hd}, dt::f32, dims{gr * kv_stride, kv_stride, hd, 1});
+  const dnnl::memory::desc s({1, gr, t, n}, dt::f32, tag::abcd);
+  const dnnl::memory::desc out({1, gr, t, hd}, dt::f32, tag::abcd);
 
   dnnl::primitive_attr score_attr = user_scratchpad();
-  score_attr.set_output_scales(0, {scale});
-  if (causal) {
-    mask_ = float_buffer(static_cast<std::size_t>(t * t));
-    for (std::int64_t i = 0; i < t; ++i) {
-      for (std::int64_t j = 0; j < t; ++j)
-        mask_.data()[i * t + j] = j > i ? -std::numeric_limits<float>::infinity() : 0.0f;
+  score_attr.set_output_scales(0, {g.scale});
+  if (g.causal || g.mask_per_run) {
+    if (!g.mask_per_run) {
+      mask_ = float_buffer(static_cast<std::size_t>(t * n));
+      for (std::int64_t i = 0; i < t; ++i) {
+        for (std::int64_t j = 0; j < n; ++j)
+          mask_.data()[i * n + j] = j > i ? -std::numeric_limits<float>::infinity() : 0.0f;
+      }
     }
     dnnl::post_ops ops;
     ops.append_binary(dnnl::algorithm::binary_add,
-                      dnnl::memory::desc({1, 1, t, t}, dt::f32, tag::abcd));
+                      dnnl::memory::desc({1, 1, t, n}, dt::f32, tag::abcd));
     score_attr.set_post_ops(ops);
   }
   scores_ = make_matmul(engine, dnnl::matmul::desc(q, kt, s), score_attr);
@@ -144,7 +155,7 @@ attention_steps::attention_steps(const dnnl::engine& engine, std::int64_t seq_le
       user_scratchpad(), engine);
   softmax_ = dnnl::softmax_v2_forward(softmax_pd_);
 
-  context_ = make_matmul(engine, dnnl::matmul::desc(s, q, q), user_scratchpad());
+  context_ = make_matmul(engine, dnnl::matmul::desc(s, v, out), user_scratchpad());
 }
 
 void attention_steps::run_softmax(dnnl::stream& stream, float* scores,

@@ -1,11 +1,12 @@
 // Internal: the oneDNN primitives the backend's kernel set builds, and how to run them on raw
 // buffers.
 //
-// Everything here is built once per shape (and OpenMP team size) and then only executed. Every primitive uses
-// a user-managed scratchpad: oneDNN's default (library) scratchpad is shared by the primitives of
-// a thread and may only be used from the thread that created them, while user mode is thread-safe
-// as long as each execution passes its own scratchpad (oneDNN 2.6, dnnl::scratchpad_mode). So a
-// run allocates one scratchpad of the largest size its steps report and passes it to each step.
+// Everything here is built once per shape (and OpenMP team size) and then only executed. Every
+// primitive uses a user-managed scratchpad: oneDNN's default (library) scratchpad is shared by the
+// primitives of a thread and may only be used from the thread that created them, while user mode is
+// thread-safe as long as each execution passes its own scratchpad (oneDNN 2.6,
+// dnnl::scratchpad_mode). So a run allocates one scratchpad of the largest size its steps report
+// and passes it to each step.
 #pragma once
 
 #include <cstddef>
@@ -71,33 +72,51 @@ struct reorder_step {
 reorder_step make_head_split(const dnnl::engine& engine, std::int64_t batch, std::int64_t seq_len,
                              std::int64_t heads, std::int64_t head_dim);
 
-// The attention core over consecutive dense (seq_len, head_dim) slices, `group` at a time:
-//   scores  = scale * Q K^T (+ causal mask: -inf above the diagonal)   batched matmul
-//   weights = softmax over the last axis of scores, in place            softmax_v2
-//   out     = weights V                                                 batched matmul
-// One execution covers Q, K, V, out as {1, group, seq_len, head_dim} and the scores as
-// {1, group, seq_len, seq_len}; the mask is one {1, 1, seq_len, seq_len} tensor broadcast over
-// the group: the form oneDNN 2.6 keeps on brgemm (a mask broadcast over the outermost dimension
-// falls back to the reference kernel, docs/dependencies.md §2).
+// The geometry of one attention_steps: `group` slices of `rows` queries over `keys` keys and
+// values, each slice a (rows, head_dim) / (keys, head_dim) matrix with rows head_dim apart.
+// Slices are dense and back to back by default (stride 0); a decode step reads its queries and
+// the cached keys and values of one sequence's heads through their strides instead.
+struct attention_geometry {
+  std::int64_t rows = 0, keys = 0, head_dim = 0, group = 1;
+  std::int64_t q_stride = 0;  // floats from one slice's queries to the next (0: rows * head_dim)
+  std::int64_t kv_stride =
+      0;  // floats from one slice's keys (values) to the next (0: keys * head_dim)
+  bool causal = true;
+  float scale = 1.0f;
+  // false: the causal mask of a full forward (rows == keys), built once; true: an additive
+  // (rows, keys) mask passed to each run (a decode step's mask depends on the cached lengths).
+  bool mask_per_run = false;
+  bool operator==(const attention_geometry&) const = default;
+};
+
+// The attention core over `group` slices at a time:
+//   scores  = scale * Q K^T (+ mask: -inf where a query does not see a key)   batched matmul
+//   weights = softmax over the last axis of scores, in place                  softmax_v2
+//   out     = weights V                                                       batched matmul
+// One execution covers Q, K, V as {1, group, rows | keys, head_dim}, out (dense) as
+// {1, group, rows, head_dim} and the scores as {1, group, rows, keys}; the mask is one
+// {1, 1, rows, keys} tensor broadcast over the group: the form oneDNN 2.6 keeps on brgemm for
+// dense slices (a mask broadcast over the outermost dimension falls back to the reference
+// kernel, docs/dependencies.md §2; strided slices run on gemm:jit).
 class attention_steps {
  public:
-  attention_steps(const dnnl::engine& engine, std::int64_t seq_len, std::int64_t head_dim,
-                  std::int64_t group, bool causal, float scale);
+  attention_steps(const dnnl::engine& engine, const attention_geometry& g);
 
-  std::int64_t group() const noexcept { return group_; }
-  std::int64_t seq_len() const noexcept { return seq_len_; }
-  // Floats of one group's scores: group * seq_len^2.
+  const attention_geometry& geometry() const noexcept { return g_; }
+  // Floats of one group's scores: group * rows * keys.
   std::size_t score_floats() const noexcept {
-    return static_cast<std::size_t>(group_ * seq_len_ * seq_len_);
+    return static_cast<std::size_t>(g_.group * g_.rows * g_.keys);
   }
 
-  // Attention for the `group` slices starting at q, k, v and out. `scores` holds score_floats();
+  // Attention for the `group` slices starting at q, k, v into the dense out. `scores` holds
+  // score_floats(); `mask` is the (rows, keys) additive mask when geometry().mask_per_run;
   // between(weights) runs after softmax, before the weights multiply V (training-mode dropout).
   template <class Between>
   void run_group(dnnl::stream& stream, const float* q, const float* k, const float* v, float* out,
-                 float* scores, std::byte* scratchpad, Between&& between) const {
-    scores_.run(stream, q, k, nullptr, scores, mask_.size() > 0 ? mask_.data() : nullptr,
-                scratchpad);
+                 float* scores, std::byte* scratchpad, Between&& between,
+                 const float* mask = nullptr) const {
+    if (mask == nullptr && mask_.size() > 0) mask = mask_.data();
+    scores_.run(stream, q, k, nullptr, scores, mask, scratchpad);
     run_softmax(stream, scores, scratchpad);
     between(scores);
     context_.run(stream, scores, v, nullptr, out, nullptr, scratchpad);
@@ -110,21 +129,27 @@ class attention_steps {
  private:
   void run_softmax(dnnl::stream& stream, float* scores, std::byte* scratchpad) const;
 
-  std::int64_t seq_len_, group_;
-  float_buffer mask_;  // (seq_len, seq_len) additive causal mask; empty when not causal
+  attention_geometry g_;
+  float_buffer mask_;  // the full forward's (rows, rows) causal mask; empty otherwise
   matmul_step scores_, context_;
   dnnl::softmax_v2_forward::primitive_desc softmax_pd_;
   dnnl::softmax_v2_forward softmax_;
 };
 
-// The heads per execution of attention_steps out of `count` (seq_len, head_dim) slices: the
-// largest divisor of count whose group * seq_len^2 scores fit 256 KiB (at least 1), so they
+// Keys a decode step's attention primitives are built for: `keys` rounded up to a granule of
+// 1/8 of its power of two (at least 64), at most `capacity`. A generation loop then builds new
+// primitives about 8 times per doubling of its context rather than every step, and pads at
+// most 1/8 of the keys (masked, and zeroed in the cache).
+std::int64_t key_bucket(std::int64_t keys, std::int64_t capacity);
+
+// The heads per execution of attention_steps out of `count` slices of (rows, keys) scores: the
+// largest divisor of count whose group * rows * keys scores fit 256 KiB (at least 1), so they
 // stay in L2 (1 MiB on Zen4) between the three primitives. Measured, 1 thread, split_weight
 // d768, median ms: at B4 T256 H96, 76.4 / 80.6 / 78.7 / 82.2 with budgets of 64 KiB (one head
 // per execution) / 256 KiB / 1 MiB / 4 MiB, but 128.8 with all 384 heads at once (96 MiB of
 // scores); at B1 T16 H96, one head per execution costs 1.84 ms against 1.20 grouped
 // (per-execution overhead). Between 64 KiB and 4 MiB the differences are noise.
-std::int64_t attention_group(std::int64_t count, std::int64_t seq_len);
+std::int64_t attention_group(std::int64_t count, std::int64_t rows, std::int64_t keys);
 
 std::size_t scratchpad_bytes(const dnnl::primitive_desc_base& pd);
 // "<name> <implementation>", e.g. "projection brg:avx512_core".

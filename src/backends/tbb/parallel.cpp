@@ -111,8 +111,7 @@ void parallel_attention(const isa_kernels& kernels, const attention_args& args,
                       for (std::int64_t i = range.begin(); i != range.end(); ++i)
                         schedule.run(i, workspace);
                     });
-  tbb::parallel_for(std::int64_t{0}, schedule.merges(),
-                    [&](std::int64_t i) { schedule.merge(i); });
+  tbb::parallel_for(std::int64_t{0}, schedule.merges(), [&](std::int64_t i) { schedule.merge(i); });
 }
 
 }  // namespace mha::detail

@@ -1,5 +1,5 @@
-// Internal: the TBB backend's parallel framework over the SIMD kernels (simd/isa_kernels.hpp): a task
-// arena per run, the GEMM over a fixed grid of (row block, panel group) tiles, and attention
+// Internal: the TBB backend's parallel framework over the SIMD kernels (simd/isa_kernels.hpp): a
+// task arena per run, the GEMM over a fixed grid of (row block, panel group) tiles, and attention
 // over (batch, head, query block) tasks with per-thread workspaces.
 //
 // Determinism: every partition is fixed by the problem, never by the thread count, and each

@@ -1,5 +1,5 @@
-// The TBB backend: the shared wrapper / split-weight drivers over the SIMD kernels (src/simd), run in
-// parallel by the framework of parallel.hpp inside one task arena per run.
+// The TBB backend: the shared wrapper / split-weight drivers over the SIMD kernels (src/simd), run
+// in parallel by the framework of parallel.hpp inside one task arena per run.
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/version.h>
 
@@ -7,10 +7,10 @@
 #include <optional>
 
 #include "backends/tbb/parallel.hpp"
-#include "simd/kernel_set.hpp"
 #include "core/text.hpp"
 #include "mha/backends/tbb.hpp"
 #include "mha/backends/xsimd.hpp"
+#include "simd/kernel_set.hpp"
 
 namespace mha {
 namespace {

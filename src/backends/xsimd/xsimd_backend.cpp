@@ -3,10 +3,10 @@
 #include <cstdlib>
 #include <optional>
 
-#include "simd/kernel_set.hpp"
 #include "core/text.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"
+#include "simd/kernel_set.hpp"
 
 namespace mha {
 namespace {
@@ -19,9 +19,7 @@ class xsimd_impl final : public backend {
   explicit xsimd_impl(std::optional<xsimd_isa> pinned) : pinned_(pinned) {}
 
   std::string_view name() const noexcept override { return "xsimd"; }
-  std::string description() const override {
-    return detail::kernels_description(active_isa());
-  }
+  std::string description() const override { return detail::kernels_description(active_isa()); }
   std::string isa() const override { return std::string(to_string(active_isa())); }
   // Decode too (the attention kernel reads keys from a cache); not grouped K/V or bf16.
   support supports(const problem& p) const override {

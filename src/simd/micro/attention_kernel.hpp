@@ -98,7 +98,7 @@ float exp2_sum(float* x, std::int64_t n, float shift) noexcept {
 template <int R, class F>
 void for_row_blocks(std::int64_t r, std::int64_t rows, F&& f) noexcept {
   for (; r + R <= rows; r += R) f(r, std::integral_constant<int, R>{});
-  if constexpr (smaller_rows<R> > 0) {
+  if constexpr (smaller_rows < R >> 0) {
     if (r < rows) for_row_blocks<smaller_rows<R>>(r, rows, f);
   }
 }
@@ -215,7 +215,7 @@ struct attention_block {
     const std::int64_t panels = l.acc_cols / T::nr;
     for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
       const std::int64_t end = rows_end(r, r + R), kc = (end < j1 ? end : j1) - j0;
-      if (kc <= 0) return;  // no keys here for these rows: rescale is 1, nothing to add
+      if (kc <= 0) return;       // no keys here for these rows: rescale is 1, nothing to add
       std::int64_t common = kc;  // keys [j0, j0 + common) are seen by every row of the block
       if (a.causal) {
         const std::int64_t own = t.past + t.row_begin + r + 1, first_row_end = own < j1 ? own : j1;
