@@ -8,15 +8,29 @@ REPETITION_SPREAD, whose median is exactly 1: the median time is the model time.
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
+from mhapy.report.results import Shape
+
 TOOLS = Path(__file__).resolve().parent.parent
 ROOT = TOOLS.parent
-sys.path.insert(0, str(TOOLS))
 
-from mha_report.results import Shape  # noqa: E402
+
+def run_module(module: str, *args, python_prelude: str | None = None) -> subprocess.CompletedProcess:
+    """`python3 -m <module> ARGS` as the scripts run it (PYTHONPATH=tools); with python_prelude,
+    that code runs first in the same interpreter (e.g. to hide torch)."""
+    env = dict(os.environ, PYTHONPATH=str(TOOLS))
+    if python_prelude is None:
+        command = [sys.executable, "-m", module]
+    else:
+        run = f"import runpy; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+        command = [sys.executable, "-c", f"{python_prelude}\n{run}"]
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, env=env)
+
 
 REPETITION_SPREAD = (0.99, 1.0, 1.01)
 HEADS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)

@@ -13,9 +13,9 @@ from conftest import (
     write,
 )
 
-from mha_report import analysis
-from mha_report.analysis import Peak, classify_peak_key, find_peak
-from mha_report.results import Shape, load
+from mhapy.report import analysis
+from mhapy.report.analysis import Peak, classify_peak_key, find_peak
+from mhapy.report.results import Shape, load
 
 
 @pytest.fixture

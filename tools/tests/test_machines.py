@@ -6,8 +6,8 @@ from pathlib import Path
 from conftest import CONTEXT, entries, isa_context, model_flops, peak_entries, write
 from test_report import run_tool, table_after
 
-from mha_report import analysis
-from mha_report.results import Shape, load_machines
+from mhapy.report import analysis
+from mhapy.report.results import Shape, load_machines
 
 S1 = Shape(1, 64, 64, 64, 2)
 S2 = Shape(1, 64, 128, 128, 2)

@@ -1,21 +1,17 @@
 """The command end to end: report folder, figures, tables, absent sections, A/B, bad input."""
 
 import re
-import subprocess
-import sys
 
 import pytest
-from conftest import CONTEXT, HEADS, ROOT, entries, heads_run, model_flops, skipped, write
+from conftest import CONTEXT, HEADS, entries, heads_run, model_flops, run_module, skipped, write
 
-from mha_report import cli
-from mha_report.results import Shape
-
-TOOL = ROOT / "tools" / "mha_report"
+from mhapy.report import cli
+from mhapy.report.results import Shape
 
 
 def run_tool(*args):
-    """The command exactly as scripts and users run it: python3 tools/mha_report ..."""
-    return subprocess.run([sys.executable, str(TOOL), *map(str, args)], capture_output=True, text=True)
+    """The command exactly as scripts and users run it: python3 -m mhapy.report ..."""
+    return run_module("mhapy.report", *args)
 
 
 def table_after(markdown: str, heading: str) -> list[list[str]]:

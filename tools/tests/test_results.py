@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import bench_name, entries, model_flops, skipped, write
 
-from mha_report.results import Key, ReportError, Shape, is_peer, load, parse_name
+from mhapy.report.results import Key, ReportError, Shape, is_peer, load, parse_name
 
 S = Shape(4, 256, 768, 768, 12)
 

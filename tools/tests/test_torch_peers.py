@@ -1,25 +1,17 @@
-"""bench/peers/torch_mha.py: the modules against a float64 oracle of docs/design.md §1, the agreement
+"""mhapy.peers: the modules against a float64 oracle of docs/design.md §1, the agreement
 check, shape input, and a real (tiny) run whose JSON the report reads. Skipped without torch."""
 
-import importlib.util
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, model_flops
+from conftest import model_flops, run_module
 
-from mha_report import cli
-from mha_report.results import Shape, load, parse_name
+from mhapy.report import cli
+from mhapy.report.results import Shape, load, parse_name
 
 torch = pytest.importorskip("torch")
-
-SCRIPT = ROOT / "bench" / "peers" / "torch_mha.py"
-spec = importlib.util.spec_from_file_location("torch_mha", SCRIPT)
-peers = importlib.util.module_from_spec(spec)
-sys.modules["torch_mha"] = peers  # dataclasses look their module up there
-spec.loader.exec_module(peers)
+from mhapy import peers  # noqa: E402  (exits 3 without torch)
 
 
 def oracle(x, wq, wk, wv, wo, bo, bqkv, n_heads, causal):
@@ -134,7 +126,7 @@ def test_shapes_file_fields_and_threads(tmp_path):
 
 
 def run_peers(*args):
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True)
+    return run_module("mhapy.peers", *args)
 
 
 def test_tiny_run_writes_google_benchmark_json_the_report_reads(tmp_path):

@@ -1,4 +1,4 @@
-"""Reading Google Benchmark 1.7.1 JSON files written by mha_bench and bench/peers/torch_mha.py.
+"""Reading Google Benchmark 1.7.1 JSON files written by mha_bench and mhapy.peers.
 
 Contract of the input (what this module needs, nothing more):
 - a top-level object with "benchmarks" (a list) and optionally "context" (an object);
@@ -37,7 +37,7 @@ _AGGREGATE_SUFFIX = re.compile(r"_(mean|median|stddev|cv)$")
 _PEAK_NAME = re.compile(r"^peak/(?P<isa>[A-Za-z0-9_]+)/threads:(?P<threads>\d+)/at:(?P<at>\d+)(/|$)")
 
 # Backends whose names start with one of these are PyTorch peers: shown as reference points,
-# never recommended for linking (bench/peers/torch_mha.py writes them).
+# never recommended for linking (mhapy.peers writes them).
 PEER_BACKEND_PREFIXES = ("torch",)
 
 
@@ -388,7 +388,7 @@ def load(paths: list[str | Path], best_run: bool = False) -> ResultSet:
 def load_machines(paths: list[str | Path], best_run: bool = False) -> list[ResultSet]:
     """Reads result files and merges them per machine (machine_of the file's context), in the
     order machines first appear. Within a machine as load(); the same benchmark on two machines
-    is fine. A file of PyTorch peers (bench/peers/torch_mha.py writes no dispatch) joins every
+    is fine. A file of PyTorch peers (mhapy.peers writes no dispatch) joins every
     machine with the same CPU model and thread count, e.g. both the native and a forced-AVX2
     run of one CPU; with an mha_dispatch of its own only the machines of that dispatch. A file
     that names no CPU model joins the first machine with its thread count. No match: a machine

@@ -1,6 +1,5 @@
-#!/usr/bin/python3
 """PyTorch peers of the mha benchmarks: the same shapes and thread counts, timed in PyTorch,
-written as Google Benchmark 1.7.1 JSON so tools/mha_report shows them next to mha's backends.
+written as Google Benchmark 1.7.1 JSON so mhapy.report shows them next to mha's backends.
 
 Three modules, all in eval mode under torch.no_grad() (inference: dropout off, no autograd):
   mha/torch/wrapper/...         MultiHeadAttentionWrapper: H CausalAttention heads, each with its
@@ -16,9 +15,9 @@ All three get the same weights (the split module's nn.Linear initialisation from
 their outputs are compared on every shape before anything is timed: a disagreement records the
 benchmark as failed, never timed. The label of each entry says what was checked.
 
-Usage:
-  torch_mha.py --shapes shapes.json --out peers.json [--min-time S] [--repetitions N]
-  torch_mha.py --shape b1/t128/din64/dout64/h1 --threads 1,2 --out peers.json
+Usage (PYTHONPATH=tools, Debian's /usr/bin/python3 with python3-torch):
+  python3 -m mhapy.peers --shapes shapes.json --out peers.json [--min-time S] [--repetitions N]
+  python3 -m mhapy.peers --shape b1/t128/din64/dout64/h1 --threads 1,2 --out peers.json
 --shapes takes the list `mha_bench --dump-shapes` writes: [{batch, seq_len, d_in, d_out, n_heads,
 causal, qkv_bias, out_proj, threads: [...], series}, ...] (or {"shapes": [...]}). --shape adds a
 shape written as in benchmark names (flags: /noncausal /qkv_bias /no_out_proj); --threads
@@ -51,17 +50,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# The shape and its problem string are the report's (tools/mha_report/results.py): one
-# definition of how benchmark names spell a shape on the Python side.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from mha_report.results import Shape  # noqa: E402
+# The shape and its problem string are the report's: one definition of how benchmark names
+# spell a shape on the Python side.
+from .report.results import Shape
 
 try:
     import torch
     from torch import nn
 except ImportError:  # said plainly, with its own exit status, so a sweep can skip the peers
     print(
-        f"torch_mha: PyTorch is not installed for {sys.executable} "
+        f"mhapy.peers: PyTorch is not installed for {sys.executable} "
         "(apt-get install python3-torch libopenblas0-openmp); no PyTorch peers measured",
         file=sys.stderr,
     )
@@ -527,7 +525,7 @@ def context(blas: Blas, args, check_summary: str) -> dict:
     ctx = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "host_name": socket.gethostname(),
-        "executable": f"{sys.executable} {Path(__file__).resolve()}",
+        "executable": f"{sys.executable} -m mhapy.peers ({Path(__file__).resolve()})",
         "num_cpus": os.cpu_count(),
         "cpu_model": _cpu_model(),
         "mha_peers": "pytorch",
@@ -604,7 +602,7 @@ def run(args) -> int:
             job.threads = threads
     blas = Blas()
     if blas.warning() and not args.quiet:
-        print(f"torch_mha: WARNING: {blas.warning()}", file=sys.stderr)
+        print(f"mhapy.peers: WARNING: {blas.warning()}", file=sys.stderr)
     total = sum(len(j.threads) * (3 if nn_mha_unsupported(j.shape) is None else 2) for j in jobs)
     benchmarks, worst, done, start = [], 0.0, 0, time.perf_counter()
     for family, job in enumerate(jobs):
@@ -655,7 +653,7 @@ def run(args) -> int:
     )
     write_atomically(Path(args.out), {"context": context(blas, args, summary), "benchmarks": benchmarks})
     if not args.quiet:
-        print(f"torch_mha: wrote {args.out} ({len(benchmarks)} entries)", file=sys.stderr)
+        print(f"mhapy.peers: wrote {args.out} ({len(benchmarks)} entries)", file=sys.stderr)
     return 0
 
 
@@ -663,7 +661,7 @@ def main(argv=None) -> int:
     try:
         return run(parse_args(argv))
     except UsageError as e:
-        print(f"torch_mha: {e}", file=sys.stderr)
+        print(f"mhapy.peers: {e}", file=sys.stderr)
         return 2
 
 

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Peak resident memory of one forward pass, per backend and formulation, through `mha run`.
 
-    python3 bench/peak_rss.py --mha build/release/src/cli/mha [--seq 8192] [--batch 1]
-        [--d-model 768] [--heads 12] [--backends a,b] [--formulations a,b] [--threads N]
+    PYTHONPATH=tools python3 -m mhapy.peak_rss --mha build/release/src/cli/mha [--seq 8192]
+        [--batch 1] [--d-model 768] [--heads 12] [--backends a,b] [--formulations a,b] [--threads N]
 
 Writes random split-layout weights (safetensors) and a random input (.npy) of the shape into a
 temporary folder, then runs `mha run` once per backend x formulation at the asked sequence
@@ -56,7 +55,7 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[tuple[int, ...], arra
 
 def uniform(count: int, bound: float, rng: random.Random) -> array:
     if sys.byteorder != "little":
-        raise SystemExit("peak_rss.py: writes little-endian files; this machine is big-endian")
+        raise SystemExit("mhapy.peak_rss: writes little-endian files; this machine is big-endian")
     return array("f", (rng.uniform(-bound, bound) for _ in range(count)))
 
 
@@ -102,7 +101,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mha-peak-rss-") as tmp:
         folder = Path(tmp)
         weights = folder / "w.safetensors"
-        tensors = {f"{n}.weight": ((d, d), uniform(d * d, bound, rng)) for n in ("W_query", "W_key", "W_value")}
+        tensors = {
+            f"{n}.weight": ((d, d), uniform(d * d, bound, rng)) for n in ("W_query", "W_key", "W_value")
+        }
         tensors["out_proj.weight"] = ((d, d), uniform(d * d, bound, rng))
         tensors["out_proj.bias"] = ((d,), uniform(d, bound, rng))
         write_safetensors(weights, tensors, args.heads)
@@ -112,8 +113,10 @@ def main() -> int:
             write_npy(inputs[t], (args.batch, t, d), uniform(args.batch * t * d, 1.0, rng))
         io_bytes = 2 * args.batch * (args.seq - 1) * d * 4  # input + output, T vs T=1
 
-        print(f"peak RSS of `mha run`, B{args.batch} T{args.seq} d{d} H{args.heads}, "
-              f"threads {args.threads}; io = input + output tensors = {io_bytes / 2**20:.1f} MiB")
+        print(
+            f"peak RSS of `mha run`, B{args.batch} T{args.seq} d{d} H{args.heads}, "
+            f"threads {args.threads}; io = input + output tensors = {io_bytes / 2**20:.1f} MiB"
+        )
         print("| backend | formulation | peak at T (MiB) | peak at T=1 (MiB) | forward (MiB) |")
         print("| --- | --- | ---: | ---: | ---: |")
         failed = False
@@ -122,18 +125,33 @@ def main() -> int:
                 peaks = {}
                 try:
                     for t, x in inputs.items():
-                        peaks[t] = peak_rss_kib([
-                            args.mha, "run", "--backend", backend, "--formulation", form,
-                            "--weights", str(weights), "--input", str(x),
-                            "--output", str(folder / "y.npy"), "--threads", str(args.threads),
-                        ])
+                        peaks[t] = peak_rss_kib(
+                            [
+                                args.mha,
+                                "run",
+                                "--backend",
+                                backend,
+                                "--formulation",
+                                form,
+                                "--weights",
+                                str(weights),
+                                "--input",
+                                str(x),
+                                "--output",
+                                str(folder / "y.npy"),
+                                "--threads",
+                                str(args.threads),
+                            ]
+                        )
                 except RuntimeError as e:
                     print(f"| {backend} | {form} | failed: {e} | | |")
                     failed = True
                     continue
                 forward = (peaks[args.seq] - peaks[1]) * 1024 - io_bytes
-                print(f"| {backend} | {form} | {peaks[args.seq] / 1024:.1f} | {peaks[1] / 1024:.1f} "
-                      f"| {round(forward / 2**20, 1) + 0.0:.1f} |")  # + 0.0: no "-0.0"
+                print(
+                    f"| {backend} | {form} | {peaks[args.seq] / 1024:.1f} | {peaks[1] / 1024:.1f} "
+                    f"| {round(forward / 2**20, 1) + 0.0:.1f} |"
+                )  # + 0.0: no "-0.0"
     return 1 if failed else 0
 
 

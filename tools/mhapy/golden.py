@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Writes the PyTorch goldens: for each case, the module's state_dict (safetensors), an input and
 PyTorch's output (.npy), and cases.json describing how to run them.
 
@@ -8,10 +7,12 @@ spec has and the seeds lack: `causal` (skip the mask) and `out_proj` (the split 
 the wrapper with one). Safetensors files are written here (no extra package): F32, F16, BF16, F64
 and a BOOL mask all appear, so the readers' conversions are checked against PyTorch too.
 
-Run with Debian's interpreter and python3-torch:  /usr/bin/python3 tests/golden/make_golden.py
+Run with Debian's interpreter and python3-torch, from the repository:
+    PYTHONPATH=tools /usr/bin/python3 -m mhapy.golden [--out DIR]   (default: tests/golden)
 The tests need only the files this writes, not torch.
 """
 
+import argparse
 import json
 import pathlib
 import struct
@@ -20,7 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-HERE = pathlib.Path(__file__).resolve().parent
+# tools/mhapy/golden.py -> the repository's tests/golden
+GOLDEN_DIR = pathlib.Path(__file__).resolve().parents[2] / "tests" / "golden"
 
 
 class CausalAttention(nn.Module):
@@ -153,7 +155,7 @@ def round_to(module, dtype):
             p.copy_(p.to(cast).float())
 
 
-def make_case(index, case):
+def make_case(index, case, out):
     c = dict(qkv_bias=False, causal=True, out_proj=True, heads_in_metadata=True, dtype="F32",
              input_dtype=np.float32, mask_dtype=None) | case
     torch.manual_seed(1000 + index)
@@ -177,9 +179,9 @@ def make_case(index, case):
     state = {k: (v, c["mask_dtype"] or c["dtype"]) if k.endswith("mask") else (v, c["dtype"])
              for k, v in module.state_dict().items()}
     metadata = {"num_heads": str(c["heads"])} if c["heads_in_metadata"] else {}
-    write_safetensors(HERE / f"{name}.safetensors", state, metadata)
-    np.save(HERE / f"{name}.x.npy", x.numpy().astype(c["input_dtype"]))
-    np.save(HERE / f"{name}.y.npy", y.numpy().astype(np.float32))
+    write_safetensors(out / f"{name}.safetensors", state, metadata)
+    np.save(out / f"{name}.x.npy", x.numpy().astype(c["input_dtype"]))
+    np.save(out / f"{name}.y.npy", y.numpy().astype(np.float32))
     return {
         "name": name,
         "layout": c["layout"],
@@ -191,16 +193,20 @@ def make_case(index, case):
     }
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=pathlib.Path, default=GOLDEN_DIR, help=f"folder (default {GOLDEN_DIR})")
+    out = parser.parse_args(argv).out
+    out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     manifest = {
-        "generator": "tests/golden/make_golden.py",
+        "generator": "python3 -m mhapy.golden",
         "torch": torch.__version__,
-        "cases": [make_case(i, case) for i, case in enumerate(CASES)],
+        "cases": [make_case(i, case, out) for i, case in enumerate(CASES)],
     }
-    (HERE / "cases.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    total = sum(p.stat().st_size for p in HERE.iterdir() if p.suffix in (".npy", ".safetensors"))
-    print(f"wrote {len(CASES)} cases to {HERE} ({total} bytes of tensors)")
+    (out / "cases.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    total = sum(p.stat().st_size for p in out.iterdir() if p.suffix in (".npy", ".safetensors"))
+    print(f"wrote {len(CASES)} cases to {out} ({total} bytes of tensors)")
 
 
 if __name__ == "__main__":
