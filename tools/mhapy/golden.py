@@ -1,94 +1,39 @@
 """Writes the PyTorch goldens: for each case, the module's state_dict (safetensors), an input and
 PyTorch's output (.npy), and cases.json describing how to run them.
 
-The modules are the seeds' (docs/design.md §1): the split-weight MultiHeadAttention and the wrapper of
-CausalAttention heads (per-head d_out = head_dim), dropout 0 in eval mode, plus two switches the
-spec has and the seeds lack: `causal` (skip the mask) and `out_proj` (the split form without it,
-the wrapper with one). Safetensors files are written here (no extra package): F32, F16, BF16, F64
-and a BOOL mask all appear, so the readers' conversions are checked against PyTorch too.
+The modules are mhapy.torch_modules' (docs/design.md §1): the split-weight MultiHeadAttention
+and the wrapper of CausalAttention heads, dropout 0 in eval mode, with and without the mask
+(`causal`) and out_proj. Safetensors files are written without an extra package
+(mhapy.tensor_files): F32, F16, BF16, F64 and a BOOL mask all appear, so the readers'
+conversions are checked against PyTorch too.
 
 Run with Debian's interpreter and python3-torch, from the repository:
     PYTHONPATH=tools /usr/bin/python3 -m mhapy.golden [--out DIR]   (default: tests/golden)
-The tests need only the files this writes, not torch.
+The tests need only the files this writes, not torch. The committed y.npy files were computed
+with OpenBLAS's SkylakeX kernels under torch: other BLAS kernels give outputs that differ in the
+last bits (OPENBLAS_CORETYPE=SkylakeX reproduces them on any x86-64 with AVX-512), everything
+else is reproduced byte for byte (tools/tests/test_golden.py).
 """
 
 import argparse
 import json
 import pathlib
-import struct
 
 import numpy as np
 import torch
-from torch import nn
+
+from .tensor_files import write_safetensors
+from .torch_modules import MultiHeadAttention, MultiHeadAttentionWrapper
 
 # tools/mhapy/golden.py -> the repository's tests/golden
 GOLDEN_DIR = pathlib.Path(__file__).resolve().parents[2] / "tests" / "golden"
-
-
-class CausalAttention(nn.Module):
-    """One head of the wrapper (the seeds' CausalAttention)."""
-
-    def __init__(self, d_in, d_out, context_length, qkv_bias, causal):
-        super().__init__()
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.causal = causal
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
-
-    def forward(self, x):
-        _, num_tokens, _ = x.shape
-        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
-        scores = queries @ keys.transpose(1, 2)
-        if self.causal:
-            scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
-        weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
-        return weights @ values
-
-
-class MultiHeadAttentionWrapper(nn.Module):
-    """H independent CausalAttention heads, concatenated; an optional out_proj after them."""
-
-    def __init__(self, d_in, head_dim, context_length, num_heads, qkv_bias, causal, out_proj):
-        super().__init__()
-        self.heads = nn.ModuleList(
-            [CausalAttention(d_in, head_dim, context_length, qkv_bias, causal) for _ in range(num_heads)])
-        d_out = head_dim * num_heads
-        self.out_proj = nn.Linear(d_out, d_out) if out_proj else None
-
-    def forward(self, x):
-        context = torch.cat([head(x) for head in self.heads], dim=-1)
-        return self.out_proj(context) if self.out_proj is not None else context
-
-
-class MultiHeadAttention(nn.Module):
-    """The seeds' split-weight MultiHeadAttention."""
-
-    def __init__(self, d_in, d_out, context_length, num_heads, qkv_bias, causal, out_proj):
-        super().__init__()
-        assert d_out % num_heads == 0
-        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out) if out_proj else None
-        self.causal = causal
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
-
-    def forward(self, x):
-        b, num_tokens, _ = x.shape
-        split = lambda t: t.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
-        queries, keys, values = split(self.W_query(x)), split(self.W_key(x)), split(self.W_value(x))
-        scores = queries @ keys.transpose(2, 3)
-        if self.causal:
-            scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
-        weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
-        context = (weights @ values).transpose(1, 2).contiguous().view(b, num_tokens, self.d_out)
-        return self.out_proj(context) if self.out_proj is not None else context
+# The module of each file layout (cases.json "layout", README "Weight files").
+LAYOUTS = {"split": MultiHeadAttention, "wrapper": MultiHeadAttentionWrapper}
 
 
 # name, layout, B, T, d_in, d_out (total), H, context_length, and what each case covers.
 # heads_in_metadata False: the test passes --heads. batch 0: a 2-D (T, d_in) input.
+# fmt: off
 CASES = [
     dict(name="split_basic", layout="split", batch=2, seq=6, d_in=8, d_out=8, heads=2, context=8),
     dict(name="split_qkv_bias", layout="split", batch=1, seq=5, d_in=6, d_out=12, heads=3, context=5,
@@ -112,6 +57,10 @@ CASES = [
     dict(name="wrapper_noncausal_bool_mask", layout="wrapper", batch=3, seq=3, d_in=4, d_out=8, heads=4,
          context=3, causal=False, out_proj=False, mask_dtype="BOOL"),
 ]
+# What a case leaves out.
+DEFAULTS = dict(qkv_bias=False, causal=True, out_proj=True, heads_in_metadata=True, dtype="F32",
+                input_dtype=np.float32, mask_dtype=None)
+# fmt: on
 
 
 def tensor_bytes(t, dtype):
@@ -128,25 +77,6 @@ def tensor_bytes(t, dtype):
     raise ValueError(dtype)
 
 
-def write_safetensors(path, tensors, metadata):
-    """tensors: name -> (tensor, dtype). Header padded with spaces to 8 bytes, as the reference does."""
-    header, blobs, offset = {}, [], 0
-    for name, (t, dtype) in tensors.items():
-        data = tensor_bytes(t.detach().contiguous(), dtype)
-        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    if metadata:
-        header["__metadata__"] = metadata
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for blob in blobs:
-            f.write(blob)
-
-
 def round_to(module, dtype):
     """Rounds the parameters to the storage dtype, so PyTorch computes with what the file holds."""
     cast = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}[dtype]
@@ -156,15 +86,10 @@ def round_to(module, dtype):
 
 
 def make_case(index, case, out):
-    c = dict(qkv_bias=False, causal=True, out_proj=True, heads_in_metadata=True, dtype="F32",
-             input_dtype=np.float32, mask_dtype=None) | case
+    c = DEFAULTS | case
     torch.manual_seed(1000 + index)
-    args = dict(context_length=c["context"], num_heads=c["heads"], qkv_bias=c["qkv_bias"], causal=c["causal"],
-                out_proj=c["out_proj"])
-    if c["layout"] == "split":
-        module = MultiHeadAttention(c["d_in"], c["d_out"], **args)
-    else:
-        module = MultiHeadAttentionWrapper(c["d_in"], c["d_out"] // c["heads"], **args)
+    switches = {k: c[k] for k in ("qkv_bias", "causal", "out_proj")}
+    module = LAYOUTS[c["layout"]](c["d_in"], c["d_out"], c["context"], c["heads"], **switches)
     module.eval()
     round_to(module, c["dtype"])
 
@@ -176,10 +101,12 @@ def make_case(index, case, out):
         x, y = x[0], y[0]
 
     name = c["name"]
-    state = {k: (v, c["mask_dtype"] or c["dtype"]) if k.endswith("mask") else (v, c["dtype"])
-             for k, v in module.state_dict().items()}
+    tensors = {}
+    for key, t in module.state_dict().items():
+        dtype = (c["mask_dtype"] or c["dtype"]) if key.endswith("mask") else c["dtype"]
+        tensors[key] = (dtype, t.shape, tensor_bytes(t.detach().contiguous(), dtype))
     metadata = {"num_heads": str(c["heads"])} if c["heads_in_metadata"] else {}
-    write_safetensors(out / f"{name}.safetensors", state, metadata)
+    write_safetensors(out / f"{name}.safetensors", tensors, metadata)
     np.save(out / f"{name}.x.npy", x.numpy().astype(c["input_dtype"]))
     np.save(out / f"{name}.y.npy", y.numpy().astype(np.float32))
     return {

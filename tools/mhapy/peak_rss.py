@@ -19,38 +19,15 @@ Standard library only: runs with any python3. Exit 0 when every run succeeded, 1
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
-import struct
 import subprocess
 import sys
 import tempfile
 from array import array
 from pathlib import Path
 
-
-def write_npy(path: Path, shape: tuple[int, ...], values: array) -> None:
-    header = f"{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}"
-    header += " " * (63 - (10 + len(header)) % 64) + "\n"  # pad so data starts 64-aligned
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1"))
-        values.tofile(f)
-
-
-def write_safetensors(path: Path, tensors: dict[str, tuple[tuple[int, ...], array]], heads: int) -> None:
-    header: dict = {"__metadata__": {"num_heads": str(heads)}}
-    offset = 0
-    for name, (shape, values) in tensors.items():
-        size = len(values) * 4
-        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for _, values in tensors.values():
-            values.tofile(f)
+from .tensor_files import write_npy, write_safetensors
 
 
 def uniform(count: int, bound: float, rng: random.Random) -> array:
@@ -102,15 +79,15 @@ def main() -> int:
         folder = Path(tmp)
         weights = folder / "w.safetensors"
         tensors = {
-            f"{n}.weight": ((d, d), uniform(d * d, bound, rng)) for n in ("W_query", "W_key", "W_value")
+            f"{n}.weight": ("F32", (d, d), uniform(d * d, bound, rng).tobytes())
+            for n in ("W_query", "W_key", "W_value", "out_proj")
         }
-        tensors["out_proj.weight"] = ((d, d), uniform(d * d, bound, rng))
-        tensors["out_proj.bias"] = ((d,), uniform(d, bound, rng))
-        write_safetensors(weights, tensors, args.heads)
+        tensors["out_proj.bias"] = ("F32", (d,), uniform(d, bound, rng).tobytes())
+        write_safetensors(weights, tensors, {"num_heads": str(args.heads)})
         inputs = {}
         for t in (1, args.seq):
             inputs[t] = folder / f"x{t}.npy"
-            write_npy(inputs[t], (args.batch, t, d), uniform(args.batch * t * d, 1.0, rng))
+            write_npy(inputs[t], (args.batch, t, d), uniform(args.batch * t * d, 1.0, rng).tobytes())
         io_bytes = 2 * args.batch * (args.seq - 1) * d * 4  # input + output, T vs T=1
 
         print(

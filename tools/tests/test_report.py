@@ -3,10 +3,10 @@
 import re
 
 import pytest
-from conftest import CONTEXT, HEADS, entries, heads_run, model_flops, run_module, skipped, write
+from conftest import CONTEXT, HEADS, entries, heads_run, run_module, skipped, write
 
+from mhapy.problem import Shape, flops
 from mhapy.report import cli
-from mhapy.report.results import Shape
 
 
 def run_tool(*args):
@@ -227,10 +227,10 @@ def test_noisy_repetitions_and_rates_above_the_peak_are_said(tmp_path):
     data = []
     for h in (1, 2):
         s = Shape(1, 64, 64, 64, h)
-        flops = model_flops(s)
+        count = flops(s)
         # 150 GFLOP/s against a 100 GFLOP/s 1-core peak; the wrapper's repetitions spread 20%.
-        data += entries("xsimd", "split_weight", s, 1, flops / 150e9)
-        data += entries("xsimd", "wrapper", s, 1, flops / 50e9, spread=(0.8, 1.0, 1.2))
+        data += entries("xsimd", "split_weight", s, 1, count / 150e9)
+        data += entries("xsimd", "wrapper", s, 1, count / 50e9, spread=(0.8, 1.0, 1.2))
     out = tmp_path / "r"
     assert cli.main([str(write(tmp_path / "n.json", data)), "--out", str(out)]) == 0
     md = (out / "report.md").read_text()

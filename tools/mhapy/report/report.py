@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..schema import is_peer
 from . import analysis, document, figures
 from .analysis import Peaks, Series, SeriesTable
 from .document import Bullets, Figure, Heading, Para, Table
-from .results import Machine, ResultSet, is_peer
+from .results import Machine, ResultSet
 
 
 # A benchmark whose repetitions vary more than this (stddev / mean) is called noisy.
