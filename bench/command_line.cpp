@@ -160,7 +160,7 @@ std::string usage(std::string_view program) {
          "  --list-shapes         print the shapes and thread counts of the sweep, then exit\n"
          "  --dump-shapes FILE    write the shapes and thread counts the selected benchmarks run\n"
          "                        (after --backends and --benchmark_filter) as JSON for\n"
-         "                        bench/peers/torch_mha.py --shapes, then exit\n"
+         "                        python3 -m mhapy.peers --shapes, then exit\n"
          "  --quiet               no progress lines on stderr\n"
          "\n"
          "Google Benchmark 1.7.1 flags work alongside, e.g. --benchmark_filter=REGEX,\n"

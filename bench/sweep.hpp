@@ -92,7 +92,7 @@ struct expansion {
 // left.
 expansion expand(std::span<const series> list);
 
-// The shapes of an expansion as the JSON list bench/peers/torch_mha.py --shapes reads, one
+// The shapes of an expansion as the JSON list `python3 -m mhapy.peers --shapes` reads, one
 // object per shape with every thread count and series name it appears with:
 // [{"batch": 1, "seq_len": 128, "d_in": 768, "d_out": 768, "n_heads": 12, "causal": true,
 //   "qkv_bias": false, "out_proj": true, "threads": [1, 2], "series": "quick_heads",

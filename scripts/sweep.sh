@@ -4,18 +4,20 @@
 #
 #   scripts/sweep.sh [--preset quick|heads|seq|threads|full] [--with-pytorch] [mha_bench flags...]
 #
-# --with-pytorch also times the same shapes in PyTorch (bench/peers/torch_mha.py) when
+# --with-pytorch also times the same shapes in PyTorch (python3 -m mhapy.peers) when
 # python3-torch is installed (it says so and goes on without when it is not), making sure torch
 # has OpenBLAS rather than the reference BLAS under it. Other flags go to mha_bench as they are
 # (--backends, --heads, --threads, --budget, --benchmark_repetitions=3, ...; `mha_bench --help`
 # lists them); sweep.sh sets --preset and --benchmark_out itself. The quick preset runs 3
 # repetitions unless --benchmark_repetitions says otherwise, so its report can state its own
-# run-to-run noise. Ends by writing the report to reports/latest/ (tools/mha_report).
+# run-to-run noise. Ends by writing the report to reports/latest/ (python3 -m mhapy.report).
 #   MHA_SWEEP_BUILD_DIR  build directory (default: build/release)
 set -euo pipefail
 start=$SECONDS
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MHA_SWEEP_BUILD_DIR:-$root/build/release}
+# The Python (tools/mhapy) runs with Debian's interpreter, which sees python3-numpy etc.
+python=(env "PYTHONPATH=$root/tools" /usr/bin/python3)
 
 preset=quick
 with_pytorch=0
@@ -81,7 +83,7 @@ if ((with_pytorch)); then
     peers_partial=$root/results/.$(basename "$peers" .json).partial
     trap 'rm -f "$partial" "$shapes" "$peers_partial"' EXIT
     "$build/bench/mha_bench" --preset "$preset" --dump-shapes "$shapes" "${bench_args[@]}"
-    /usr/bin/python3 "$root/bench/peers/torch_mha.py" --shapes "$shapes" --out "$peers_partial" \
+    "${python[@]}" -m mhapy.peers --shapes "$shapes" --out "$peers_partial" \
       --min-time "$min_time" --repetitions "$repetitions"
     mv "$peers_partial" "$peers"
     results+=("$peers")
@@ -93,9 +95,9 @@ if ((with_pytorch)); then
 fi
 
 # ---- report ----
-# mha_report replaces its own files only once the new report is complete.
+# mhapy.report replaces its own files only once the new report is complete.
 report=$root/reports/latest
-/usr/bin/python3 "$root/tools/mha_report" "${results[@]}" --out "$report"
+"${python[@]}" -m mhapy.report "${results[@]}" --out "$report"
 echo "sweep.sh: report in ${report#"$root"/}/report.md (and report.html)"
 echo "sweep.sh: done in $((SECONDS - start)) s"
 

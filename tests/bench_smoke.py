@@ -1,6 +1,8 @@
 """Smoke test of mha_bench: one tiny shape, every built backend and formulation, through the
 real binary. Checks the JSON's names, counters and context, and that the check and the budget
-skip what they must. Standard library only (run by ctest with /usr/bin/python3).
+skip what they must. The counters, context keys and FLOP count it expects are mhapy's (schema,
+problem): what the report and the PyTorch peers read and write. Standard library only (run by
+ctest with /usr/bin/python3 and PYTHONPATH=tools).
 
 usage: bench_smoke.py MHA_BENCH WORK_DIR
 """
@@ -10,15 +12,13 @@ import re
 import subprocess
 import sys
 
+from mhapy import schema
+from mhapy.problem import Shape, flops
+
 B, T, D, H = 2, 16, 32, 2
 SHAPE = ["--batch", str(B), "--seq", str(T), "--d-model", str(D), "--heads", str(H)]
-COUNTERS = ["GFLOPS", "tokens_per_s", "B", "T", "d_in", "d_out", "H", "head_dim", "n_threads",
-            "check_rows", "check_max_err", "check_rel_err"]
-CONTEXT = ["mha_version", "mha_cpu_model", "mha_cpu_isa", "mha_hardware_threads", "mha_compiler",
-           "mha_build_type", "mha_cxx_flags", "mha_library_versions", "mha_fma_peak_isa",
-           "mha_fma_peak_threads", "mha_preset", "mha_series", "mha_backends",
-           "mha_formulations", "mha_budget_s", "mha_over_budget", "mha_check",
-           "mha_check_tolerance", "mha_command", "mha_dispatch", "mha_isa_overrides"]
+COUNTERS = (schema.GFLOPS, schema.TOKENS_PER_S, *schema.SHAPE_COUNTERS, schema.THREADS_COUNTER,
+            *schema.CHECK_COUNTERS)
 PEAK_ISAS = {"avx512", "avx2", "portable"}
 
 
@@ -36,16 +36,11 @@ def expect(condition, message):
         raise AssertionError(message)
 
 
-def model_flops():
-    hd = D // H
-    return 2 * B * T * D * D * 3 + 2 * B * T * D * D + 4 * B * H * hd * T * (T + 1) / 2
-
-
 def check_measured(result):
     code, stderr, data = result
     expect(code == 0, f"exit code {code}: {stderr}")
     context = data["context"]
-    for key in CONTEXT:
+    for key in schema.MHA_BENCH_CONTEXT:
         expect(key in context, f"context lacks {key}")
     expect(float(context["mha_fma_peak_gflops_one_core"]) > 0, "no one-core peak")
     expect(float(context["mha_fma_peak_gflops_all_cores"]) > 0, "no all-cores peak")
@@ -81,14 +76,14 @@ def check_measured(result):
         seen.add((backend, form))
         for c in COUNTERS:
             expect(c in b, f"{name} lacks counter {c}")
-        expect((b["B"], b["T"], b["d_in"], b["d_out"], b["H"], b["head_dim"]) ==
-               (B, T, D, D, H, D // H), f"{name}: shape counters")
+        expected = schema.shape_counters(Shape(B, T, D, D, H), threads)
+        expect({c: b[c] for c in expected} == expected, f"{name}: shape counters")
         max_threads = int(context[f"mha_backend_{backend}_max_threads"])
-        expect(b["n_threads"] == threads and 1 <= threads <= max_threads, f"{name}: threads")
+        expect(1 <= threads <= max_threads, f"{name}: threads")
         expect(b["label"].startswith("series="), f"{name}: label {b.get('label')}")
         expect(b["time_unit"] == "ms", f"{name}: time unit")
         seconds = b["real_time"] * 1e-3
-        expect(abs(b["GFLOPS"] - model_flops() * 1e-9 / seconds) <= 1e-6 * b["GFLOPS"],
+        expect(abs(b["GFLOPS"] - flops(Shape(B, T, D, D, H)) * 1e-9 / seconds) <= 1e-6 * b["GFLOPS"],
                f"{name}: GFLOPS {b['GFLOPS']} is not model FLOPs / real_time")
         expect(abs(b["tokens_per_s"] - B * T / seconds) <= 1e-6 * b["tokens_per_s"],
                f"{name}: tokens_per_s")

@@ -1,4 +1,4 @@
-// PyTorch goldens (tests/golden, written by make_golden.py with torch): every backend x
+// PyTorch goldens (tests/golden, written by `python3 -m mhapy.golden`): every backend x
 // formulation x case reproduces PyTorch's output, through the io API and through `mha run`.
 // Either file layout runs in either formulation.
 #include <gtest/gtest.h>

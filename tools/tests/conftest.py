@@ -1,34 +1,49 @@
 """Synthetic Google Benchmark 1.7.1 JSON, written the way mha_bench writes it, for the tests.
 
 Times come from simple models chosen by each test (so expected numbers are computed from the
-model, not copied from the generator's output). Repetitions are the model time scaled by
+model, not copied from the generator's output); FLOP counts and counter names are mhapy's own
+(problem.flops, pinned by test_problem.py; schema). Repetitions are the model time scaled by
 REPETITION_SPREAD, whose median is exactly 1: the median time is the model time.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
+from mhapy import schema
+from mhapy.problem import Shape, flops
+
 TOOLS = Path(__file__).resolve().parent.parent
 ROOT = TOOLS.parent
-sys.path.insert(0, str(TOOLS))
 
-from mha_report.results import Shape  # noqa: E402
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(TOOLS))
+
+
+def run_python(code: str, *args) -> subprocess.CompletedProcess:
+    """`python3 -c CODE ARGS` with the package on PYTHONPATH, as the scripts set it."""
+    command = [sys.executable, "-c", code, *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, env=_env())
+
+
+def run_module(module: str, *args, without_torch: bool = False) -> subprocess.CompletedProcess:
+    """`python3 -m MODULE ARGS` as the scripts run it (PYTHONPATH=tools); without_torch: as on a
+    machine without python3-torch (`import torch` fails)."""
+    if without_torch:
+        hide = "import runpy, sys; sys.modules['torch'] = None; "
+        return run_python(f"{hide}runpy.run_module({module!r}, run_name='__main__', alter_sys=True)", *args)
+    command = [sys.executable, "-m", module, *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, env=_env())
+
 
 REPETITION_SPREAD = (0.99, 1.0, 1.01)
 HEADS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
-
-
-def model_flops(s: Shape) -> float:
-    """docs/design.md §3, written out again as the tests' oracle."""
-    pairs = s.seq_len * (s.seq_len + 1) / 2 if s.causal else s.seq_len**2
-    total = 2 * s.batch * s.seq_len * s.d_in * s.d_out * 3 + 4 * s.batch * s.n_heads * s.head_dim * pairs
-    if s.out_proj:
-        total += 2 * s.batch * s.seq_len * s.d_out * s.d_out
-    return total
 
 
 def bench_name(backend: str, form: str, s: Shape, threads: int) -> str:
@@ -57,16 +72,6 @@ def entries(
     """The JSON entries of one benchmark: one iteration entry per repetition (+ aggregates)."""
     name = bench_name(backend, form, s, threads)
     scale = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}[unit]
-    flops = model_flops(s)
-    counters = {
-        "B": s.batch,
-        "T": s.seq_len,
-        "d_in": s.d_in,
-        "d_out": s.d_out,
-        "H": s.n_heads,
-        "head_dim": s.head_dim,
-        "n_threads": threads,
-    }
     times = [seconds * f for f in spread]
     out = []
     for i, t in enumerate(times):
@@ -84,9 +89,7 @@ def entries(
                 "real_time": t * scale,
                 "cpu_time": t * scale,
                 "time_unit": unit,
-                "GFLOPS": flops / t * 1e-9,
-                "tokens_per_s": s.batch * s.seq_len / t,
-                **counters,
+                **schema.counters(s, threads, t),
                 "label": label,
             }
         )
@@ -113,7 +116,10 @@ def entries(
                     "time_unit": unit,
                     # As Google Benchmark: each counter is the statistic over the repetitions
                     # (constant shape counters: their mean, median, then 0 for stddev and cv).
-                    **{k: v if agg in ("mean", "median") else 0 for k, v in counters.items()},
+                    **{
+                        k: v if agg in ("mean", "median") else 0
+                        for k, v in schema.shape_counters(s, threads).items()
+                    },
                 }
             )
     return out
@@ -174,7 +180,7 @@ def speedup_model(backend: str, h: int) -> float:
 
 
 def model_seconds(backend: str, form: str, s: Shape, threads: int) -> float:
-    t = model_flops(s) / (SPLIT_RATE[backend] * 1e9)
+    t = flops(s) / (SPLIT_RATE[backend] * 1e9)
     if form == "wrapper":
         t *= speedup_model(backend, s.n_heads)
     return t / (1.8 if threads == 2 else 1.0)

@@ -5,8 +5,9 @@ import math
 import pytest
 from conftest import entries, write
 
-from mha_report import ab
-from mha_report.results import Key, Shape, load
+from mhapy.report import ab
+from mhapy.problem import Shape
+from mhapy.report.results import Key, load
 
 S = Shape(4, 256, 768, 768, 12)
 FIVE = (0.97, 0.99, 1.0, 1.01, 1.03)

@@ -7,15 +7,15 @@ from conftest import (
     entries,
     head_dim_series,
     heads_run,
-    model_flops,
     model_seconds,
     speedup_model,
     write,
 )
 
-from mha_report import analysis
-from mha_report.analysis import Peak, classify_peak_key, find_peak
-from mha_report.results import Shape, load
+from mhapy.problem import Shape, flops
+from mhapy.report import analysis
+from mhapy.report.analysis import Peak, classify_peak_key, find_peak
+from mhapy.report.results import load
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_gflops_table_is_model_flops_over_median_time(heads):
     for s, (x, values) in zip(series.shapes, table.rows):
         got = dict(zip(table.columns, values))
         for (backend, form), gflops in got.items():
-            assert gflops == pytest.approx(model_flops(s) / model_seconds(backend, form, s, 2) * 1e-9)
+            assert gflops == pytest.approx(flops(s) / model_seconds(backend, form, s, 2) * 1e-9)
 
 
 def test_thread_scaling_geomean_min_max(tmp_path):

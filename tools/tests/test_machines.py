@@ -3,11 +3,12 @@ run, the answer first. Fixtures are model-built: expected numbers follow from th
 
 from pathlib import Path
 
-from conftest import CONTEXT, entries, isa_context, model_flops, peak_entries, write
+from conftest import CONTEXT, entries, isa_context, peak_entries, write
 from test_report import run_tool, table_after
 
-from mha_report import analysis
-from mha_report.results import Shape, load_machines
+from mhapy.report import analysis
+from mhapy.problem import Shape, flops
+from mhapy.report.results import load_machines
 
 S1 = Shape(1, 64, 64, 64, 2)
 S2 = Shape(1, 64, 128, 128, 2)
@@ -15,7 +16,7 @@ S2 = Shape(1, 64, 128, 128, 2)
 
 def rate_entries(backend, form, s, threads, gflops):
     """A benchmark running at exactly `gflops` model GFLOP/s (median time)."""
-    return entries(backend, form, s, threads, model_flops(s) / (gflops * 1e9))
+    return entries(backend, form, s, threads, flops(s) / (gflops * 1e9))
 
 
 def test_percent_of_peak_uses_the_backends_peak_isa(tmp_path):

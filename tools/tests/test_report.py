@@ -1,21 +1,17 @@
 """The command end to end: report folder, figures, tables, absent sections, A/B, bad input."""
 
 import re
-import subprocess
-import sys
 
 import pytest
-from conftest import CONTEXT, HEADS, ROOT, entries, heads_run, model_flops, skipped, write
+from conftest import CONTEXT, HEADS, entries, heads_run, run_module, skipped, write
 
-from mha_report import cli
-from mha_report.results import Shape
-
-TOOL = ROOT / "tools" / "mha_report"
+from mhapy.problem import Shape, flops
+from mhapy.report import cli
 
 
 def run_tool(*args):
-    """The command exactly as scripts and users run it: python3 tools/mha_report ..."""
-    return subprocess.run([sys.executable, str(TOOL), *map(str, args)], capture_output=True, text=True)
+    """The command exactly as scripts and users run it: python3 -m mhapy.report ..."""
+    return run_module("mhapy.report", *args)
 
 
 def table_after(markdown: str, heading: str) -> list[list[str]]:
@@ -231,10 +227,10 @@ def test_noisy_repetitions_and_rates_above_the_peak_are_said(tmp_path):
     data = []
     for h in (1, 2):
         s = Shape(1, 64, 64, 64, h)
-        flops = model_flops(s)
+        count = flops(s)
         # 150 GFLOP/s against a 100 GFLOP/s 1-core peak; the wrapper's repetitions spread 20%.
-        data += entries("xsimd", "split_weight", s, 1, flops / 150e9)
-        data += entries("xsimd", "wrapper", s, 1, flops / 50e9, spread=(0.8, 1.0, 1.2))
+        data += entries("xsimd", "split_weight", s, 1, count / 150e9)
+        data += entries("xsimd", "wrapper", s, 1, count / 50e9, spread=(0.8, 1.0, 1.2))
     out = tmp_path / "r"
     assert cli.main([str(write(tmp_path / "n.json", data)), "--out", str(out)]) == 0
     md = (out / "report.md").read_text()

@@ -4,9 +4,11 @@ import gzip
 import json
 
 import pytest
-from conftest import bench_name, entries, model_flops, skipped, write
+from conftest import bench_name, entries, skipped, write
 
-from mha_report.results import Key, ReportError, Shape, is_peer, load, parse_name
+from mhapy.problem import Shape, flops
+from mhapy.report.results import Key, ReportError, load, parse_name
+from mhapy.schema import is_peer
 
 S = Shape(4, 256, 768, 768, 12)
 
@@ -41,8 +43,8 @@ def test_median_of_repetitions_in_any_time_unit_and_gflops_from_the_counter(tmp_
         assert m.repetitions == 3
         assert m.median_s == pytest.approx(0.02)
         assert sorted(m.times_s) == pytest.approx([0.018, 0.02, 0.026])
-        assert m.flops == pytest.approx(model_flops(S))
-        assert m.gflops == pytest.approx(model_flops(S) / 0.02 * 1e-9)
+        assert m.flops == pytest.approx(flops(S))
+        assert m.gflops == pytest.approx(flops(S) / 0.02 * 1e-9)
 
 
 def test_aggregates_only_file_uses_the_median_aggregate(tmp_path):

@@ -1,25 +1,20 @@
-"""bench/peers/torch_mha.py: the modules against a float64 oracle of docs/design.md §1, the agreement
-check, shape input, and a real (tiny) run whose JSON the report reads. Skipped without torch."""
+"""mhapy.peers: the modules against a float64 oracle of docs/design.md §1, the agreement
+check, shape input, and a real (tiny) run whose JSON the report reads. What needs torch is
+skipped without it."""
 
-import importlib.util
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, model_flops
+from conftest import run_module
 
-from mha_report import cli
-from mha_report.results import Shape, load, parse_name
+from mhapy import peers
+from mhapy.problem import Shape, flops
+from mhapy.report import cli
+from mhapy.report.results import load, parse_name
 
-torch = pytest.importorskip("torch")
-
-SCRIPT = ROOT / "bench" / "peers" / "torch_mha.py"
-spec = importlib.util.spec_from_file_location("torch_mha", SCRIPT)
-peers = importlib.util.module_from_spec(spec)
-sys.modules["torch_mha"] = peers  # dataclasses look their module up there
-spec.loader.exec_module(peers)
+torch = peers.torch
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 
 
 def oracle(x, wq, wk, wv, wo, bo, bqkv, n_heads, causal):
@@ -42,6 +37,7 @@ def oracle(x, wq, wk, wv, wo, bo, bqkv, n_heads, causal):
     return out if wo is None else out @ wo.T.astype(np.float64) + bo
 
 
+@needs_torch
 @pytest.mark.parametrize(
     "text",
     [
@@ -76,6 +72,7 @@ def test_every_module_computes_design_section_1(text):
     assert head.W_query.weight.data_ptr() != split.W_query.weight.data_ptr()
 
 
+@needs_torch
 def test_check_catches_a_module_that_disagrees():
     s = peers.shape_from_text("b1/t8/din16/dout16/h2")
     modules = peers.build_modules(s, seed=1)
@@ -114,11 +111,24 @@ def test_shapes_file_fields_and_threads(tmp_path):
         "out_proj": True,
         "threads": [1, 2],
         "series": "d_model",
+        "name": "b4/t256/din768/dout768/h12",
+        "flops": 5236064256,  # as mha_bench --dump-shapes writes them
     }
     path.write_text(json.dumps({"shapes": [item]}))
-    (job,) = peers.shapes_from_file(str(path))
-    assert (job.shape, job.threads) == (Shape(4, 256, 768, 768, 12), [1, 2])
-    assert peers.flops(job.shape) == model_flops(job.shape)
+    (job,), not_timed = peers.shapes_from_file(str(path))
+    assert (job.shape, job.threads, not_timed) == (Shape(4, 256, 768, 768, 12), [1, 2], [])
+    # Grouped K/V heads, past tokens, bf16: no module computes them yet; listed, not timed.
+    decode = dict(item, past=7, name="b4/t256/past7/din768/dout768/h12", flops=flops(job.shape, past=7))
+    path.write_text(json.dumps([item, decode, dict(item, precision="bf16")]))
+    jobs, not_timed = peers.shapes_from_file(str(path))
+    assert len(jobs) == 1
+    assert not_timed == ["b4/t256/past7/din768/dout768/h12 (past 7)", f"{item['name']} (precision bf16)"]
+    path.write_text(json.dumps([dict(item, flops=item["flops"] + 1)]))
+    with pytest.raises(peers.UsageError, match=r"mha_bench counts 5236064257 FLOPs.* disagree"):
+        peers.shapes_from_file(str(path))
+    path.write_text(json.dumps([dict(item, name="b4/t256/din768/dout768/h12/noncausal")]))
+    with pytest.raises(peers.UsageError, match="but the fields spell 'b4/t256/din768/dout768/h12'"):
+        peers.shapes_from_file(str(path))
     path.write_text(json.dumps([dict(item, heads=3)]))
     with pytest.raises(peers.UsageError, match=r"unknown fields \['heads'\]"):
         peers.shapes_from_file(str(path))
@@ -134,9 +144,10 @@ def test_shapes_file_fields_and_threads(tmp_path):
 
 
 def run_peers(*args):
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True)
+    return run_module("mhapy.peers", *args)
 
 
+@needs_torch
 def test_tiny_run_writes_google_benchmark_json_the_report_reads(tmp_path):
     out = tmp_path / "peers.json"
     result = run_peers(
@@ -175,7 +186,7 @@ def test_tiny_run_writes_google_benchmark_json_the_report_reads(tmp_path):
             key.shape.n_heads,
             16 // key.shape.n_heads,
         )
-        assert b["GFLOPS"] * 1e9 * b["real_time"] * 1e-3 == pytest.approx(model_flops(key.shape))
+        assert b["GFLOPS"] * 1e9 * b["real_time"] * 1e-3 == pytest.approx(flops(key.shape))
         assert b["label"].startswith("checked: max |y - y_split| / max |y_split| = ")
     aggregates = {b["aggregate_name"] for b in doc["benchmarks"] if b.get("run_type") == "aggregate"}
     assert aggregates == {"mean", "median", "stddev", "cv"}
@@ -192,6 +203,7 @@ def test_tiny_run_writes_google_benchmark_json_the_report_reads(tmp_path):
     assert "| `torch_version` |" in md and (report / "speedup_vs_heads.png").exists()
 
 
+@needs_torch
 def test_time_budget_and_bad_input_leave_no_complete_looking_file(tmp_path):
     shapes = tmp_path / "shapes.json"
     shapes.write_text(

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Peak resident memory of one forward pass, per backend and formulation, through `mha run`.
 
-    python3 bench/peak_rss.py --mha build/release/src/cli/mha [--seq 8192] [--batch 1]
-        [--d-model 768] [--heads 12] [--backends a,b] [--formulations a,b] [--threads N]
+    PYTHONPATH=tools python3 -m mhapy.peak_rss --mha build/release/src/cli/mha [--seq 8192]
+        [--batch 1] [--d-model 768] [--heads 12] [--backends a,b] [--formulations a,b] [--threads N]
 
 Writes random split-layout weights (safetensors) and a random input (.npy) of the shape into a
 temporary folder, then runs `mha run` once per backend x formulation at the asked sequence
@@ -20,43 +19,20 @@ Standard library only: runs with any python3. Exit 0 when every run succeeded, 1
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
-import struct
 import subprocess
 import sys
 import tempfile
 from array import array
 from pathlib import Path
 
-
-def write_npy(path: Path, shape: tuple[int, ...], values: array) -> None:
-    header = f"{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}"
-    header += " " * (63 - (10 + len(header)) % 64) + "\n"  # pad so data starts 64-aligned
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1"))
-        values.tofile(f)
-
-
-def write_safetensors(path: Path, tensors: dict[str, tuple[tuple[int, ...], array]], heads: int) -> None:
-    header: dict = {"__metadata__": {"num_heads": str(heads)}}
-    offset = 0
-    for name, (shape, values) in tensors.items():
-        size = len(values) * 4
-        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for _, values in tensors.values():
-            values.tofile(f)
+from .tensor_files import write_npy, write_safetensors
 
 
 def uniform(count: int, bound: float, rng: random.Random) -> array:
     if sys.byteorder != "little":
-        raise SystemExit("peak_rss.py: writes little-endian files; this machine is big-endian")
+        raise SystemExit("mhapy.peak_rss: writes little-endian files; this machine is big-endian")
     return array("f", (rng.uniform(-bound, bound) for _ in range(count)))
 
 
@@ -102,18 +78,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mha-peak-rss-") as tmp:
         folder = Path(tmp)
         weights = folder / "w.safetensors"
-        tensors = {f"{n}.weight": ((d, d), uniform(d * d, bound, rng)) for n in ("W_query", "W_key", "W_value")}
-        tensors["out_proj.weight"] = ((d, d), uniform(d * d, bound, rng))
-        tensors["out_proj.bias"] = ((d,), uniform(d, bound, rng))
-        write_safetensors(weights, tensors, args.heads)
+        tensors = {
+            f"{n}.weight": ("F32", (d, d), uniform(d * d, bound, rng).tobytes())
+            for n in ("W_query", "W_key", "W_value", "out_proj")
+        }
+        tensors["out_proj.bias"] = ("F32", (d,), uniform(d, bound, rng).tobytes())
+        write_safetensors(weights, tensors, {"num_heads": str(args.heads)})
         inputs = {}
         for t in (1, args.seq):
             inputs[t] = folder / f"x{t}.npy"
-            write_npy(inputs[t], (args.batch, t, d), uniform(args.batch * t * d, 1.0, rng))
+            write_npy(inputs[t], (args.batch, t, d), uniform(args.batch * t * d, 1.0, rng).tobytes())
         io_bytes = 2 * args.batch * (args.seq - 1) * d * 4  # input + output, T vs T=1
 
-        print(f"peak RSS of `mha run`, B{args.batch} T{args.seq} d{d} H{args.heads}, "
-              f"threads {args.threads}; io = input + output tensors = {io_bytes / 2**20:.1f} MiB")
+        print(
+            f"peak RSS of `mha run`, B{args.batch} T{args.seq} d{d} H{args.heads}, "
+            f"threads {args.threads}; io = input + output tensors = {io_bytes / 2**20:.1f} MiB"
+        )
         print("| backend | formulation | peak at T (MiB) | peak at T=1 (MiB) | forward (MiB) |")
         print("| --- | --- | ---: | ---: | ---: |")
         failed = False
@@ -122,18 +102,33 @@ def main() -> int:
                 peaks = {}
                 try:
                     for t, x in inputs.items():
-                        peaks[t] = peak_rss_kib([
-                            args.mha, "run", "--backend", backend, "--formulation", form,
-                            "--weights", str(weights), "--input", str(x),
-                            "--output", str(folder / "y.npy"), "--threads", str(args.threads),
-                        ])
+                        peaks[t] = peak_rss_kib(
+                            [
+                                args.mha,
+                                "run",
+                                "--backend",
+                                backend,
+                                "--formulation",
+                                form,
+                                "--weights",
+                                str(weights),
+                                "--input",
+                                str(x),
+                                "--output",
+                                str(folder / "y.npy"),
+                                "--threads",
+                                str(args.threads),
+                            ]
+                        )
                 except RuntimeError as e:
                     print(f"| {backend} | {form} | failed: {e} | | |")
                     failed = True
                     continue
                 forward = (peaks[args.seq] - peaks[1]) * 1024 - io_bytes
-                print(f"| {backend} | {form} | {peaks[args.seq] / 1024:.1f} | {peaks[1] / 1024:.1f} "
-                      f"| {round(forward / 2**20, 1) + 0.0:.1f} |")  # + 0.0: no "-0.0"
+                print(
+                    f"| {backend} | {form} | {peaks[args.seq] / 1024:.1f} | {peaks[1] / 1024:.1f} "
+                    f"| {round(forward / 2**20, 1) + 0.0:.1f} |"
+                )  # + 0.0: no "-0.0"
     return 1 if failed else 0
 
 

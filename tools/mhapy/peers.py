@@ -1,8 +1,8 @@
-#!/usr/bin/python3
 """PyTorch peers of the mha benchmarks: the same shapes and thread counts, timed in PyTorch,
-written as Google Benchmark 1.7.1 JSON so tools/mha_report shows them next to mha's backends.
+written as Google Benchmark 1.7.1 JSON so mhapy.report shows them next to mha's backends.
 
-Three modules, all in eval mode under torch.no_grad() (inference: dropout off, no autograd):
+Three modules of mhapy.torch_modules, all in eval mode under torch.no_grad() (inference:
+dropout off, no autograd):
   mha/torch/wrapper/...         MultiHeadAttentionWrapper: H CausalAttention heads, each with its
                                 own (head_dim, d_in) Q/K/V nn.Linear, outputs concatenated, then
                                 out_proj (docs/design.md §1; the seeds' wrapper plus the out_proj).
@@ -16,11 +16,14 @@ All three get the same weights (the split module's nn.Linear initialisation from
 their outputs are compared on every shape before anything is timed: a disagreement records the
 benchmark as failed, never timed. The label of each entry says what was checked.
 
-Usage:
-  torch_mha.py --shapes shapes.json --out peers.json [--min-time S] [--repetitions N]
-  torch_mha.py --shape b1/t128/din64/dout64/h1 --threads 1,2 --out peers.json
+Usage (PYTHONPATH=tools, Debian's /usr/bin/python3 with python3-torch):
+  python3 -m mhapy.peers --shapes shapes.json --out peers.json [--min-time S] [--repetitions N]
+  python3 -m mhapy.peers --shape b1/t128/din64/dout64/h1 --threads 1,2 --out peers.json
 --shapes takes the list `mha_bench --dump-shapes` writes: [{batch, seq_len, d_in, d_out, n_heads,
-causal, qkv_bias, out_proj, threads: [...], series}, ...] (or {"shapes": [...]}). --shape adds a
+causal, qkv_bias, out_proj, threads: [...], series, name, flops[, n_kv_heads, past, precision]},
+...] (or {"shapes": [...]}); a name or FLOP count other than mhapy.problem's is an error, and a
+shape with grouped K/V heads, past tokens or bf16 is not timed (no module of torch_modules
+computes them yet: listed on stderr and in the context's peers_not_timed). --shape adds a
 shape written as in benchmark names (flags: /noncausal /qkv_bias /no_out_proj); --threads
 replaces every shape's thread counts (0 = all cores).
 
@@ -51,127 +54,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# The shape and its problem string are the report's (tools/mha_report/results.py): one
-# definition of how benchmark names spell a shape on the Python side.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from mha_report.results import Shape  # noqa: E402
+from . import schema
+from .problem import Shape, flops
 
 try:
     import torch
-    from torch import nn
-except ImportError:  # said plainly, with its own exit status, so a sweep can skip the peers
-    print(
-        f"torch_mha: PyTorch is not installed for {sys.executable} "
-        "(apt-get install python3-torch libopenblas0-openmp); no PyTorch peers measured",
-        file=sys.stderr,
-    )
-    sys.exit(3)
+except ImportError:  # main() says so, with its own exit status, so a sweep can skip the peers
+    torch = None
+else:
+    from . import torch_modules as tm
 
 # Relative tolerance of the agreement check: max |y - y_split| <= RTOL * max |y_split|.
 # FP32 sums over d_in <= 6144 terms differ between the three modules' orders by ~1e-6.
 RTOL = 1e-4
-
-
-# ---------------------------------------------------------------------------------------------
-# The modules (docs/design.md §1), written as the seeds write them, with the seeds' bugs left out.
-
-
-class CausalAttention(nn.Module):
-    """One head: its own (d_head, d_in) Q/K/V projections, causal softmax attention."""
-
-    def __init__(self, d_in, d_head, context_length, dropout=0.0, qkv_bias=False, causal=True):
-        super().__init__()
-        self.W_query = nn.Linear(d_in, d_head, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_head, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_head, bias=qkv_bias)
-        self.dropout = nn.Dropout(dropout)
-        self.causal = causal
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
-
-    def forward(self, x):
-        num_tokens = x.shape[1]
-        queries = self.W_query(x)
-        keys = self.W_key(x)
-        values = self.W_value(x)
-        attn_scores = queries @ keys.transpose(1, 2)  # (b, T, T)
-        if self.causal:
-            attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
-        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
-        attn_weights = self.dropout(attn_weights)
-        return attn_weights @ values  # (b, T, d_head)
-
-
-class MultiHeadAttentionWrapper(nn.Module):
-    """H independent CausalAttention heads (d_head = d_out / H each), concatenated, out_proj."""
-
-    def __init__(
-        self, d_in, d_out, context_length, num_heads, dropout=0.0, qkv_bias=False, causal=True, out_proj=True
-    ):
-        super().__init__()
-        d_head = d_out // num_heads
-        self.heads = nn.ModuleList(
-            [
-                CausalAttention(d_in, d_head, context_length, dropout, qkv_bias, causal)
-                for _ in range(num_heads)
-            ]
-        )
-        self.out_proj = nn.Linear(d_out, d_out) if out_proj else nn.Identity()
-
-    def forward(self, x):
-        return self.out_proj(torch.cat([head(x) for head in self.heads], dim=-1))
-
-
-class MultiHeadAttention(nn.Module):
-    """Split weights: one projection per Q/K/V, viewed as (b, H, T, head_dim), merged, out_proj."""
-
-    def __init__(
-        self, d_in, d_out, context_length, num_heads, dropout=0.0, qkv_bias=False, causal=True, out_proj=True
-    ):
-        super().__init__()
-        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
-        self.d_out = d_out
-        self.num_heads = num_heads
-        self.head_dim = d_out // num_heads
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out) if out_proj else nn.Identity()
-        self.dropout = nn.Dropout(dropout)
-        self.causal = causal
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
-
-    def forward(self, x):
-        b, num_tokens, _ = x.shape
-        shape = (b, num_tokens, self.num_heads, self.head_dim)
-        queries = self.W_query(x).view(shape).transpose(1, 2)  # (b, H, T, hd)
-        keys = self.W_key(x).view(shape).transpose(1, 2)
-        values = self.W_value(x).view(shape).transpose(1, 2)
-        attn_scores = queries @ keys.transpose(2, 3)  # (b, H, T, T)
-        if self.causal:
-            attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
-        attn_weights = torch.softmax(attn_scores / self.head_dim**0.5, dim=-1)
-        attn_weights = self.dropout(attn_weights)
-        context_vec = (attn_weights @ values).transpose(1, 2)  # (b, T, H, hd)
-        context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)
-        return self.out_proj(context_vec)
-
-
-class TorchNNMultiheadAttention(nn.Module):
-    """torch.nn.MultiheadAttention as self-attention with a causal boolean mask. Its in_proj
-    bias always exists (bias=True keeps out_proj's bias): zero unless qkv_bias."""
-
-    def __init__(self, d_model, num_heads, context_length, causal=True):
-        super().__init__()
-        self.attn = nn.MultiheadAttention(d_model, num_heads, bias=True, batch_first=True)
-        self.causal = causal
-        self.register_buffer(
-            "mask", torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), diagonal=1)
-        )
-
-    def forward(self, x):
-        t = x.shape[1]
-        mask = self.mask[:t, :t] if self.causal else None
-        return self.attn(x, x, x, attn_mask=mask, need_weights=False)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,14 +85,6 @@ class Job:
     threads: list[int]
 
 
-def flops(s: Shape) -> float:
-    """Model FLOPs of one forward pass, docs/design.md §3 (the count mha_bench uses)."""
-    b, t, d_in, d_out = s.batch, s.seq_len, s.d_in, s.d_out
-    pairs = t * (t + 1) / 2 if s.causal else t * t
-    total = 2 * b * t * d_in * d_out * 3 + 4 * b * s.n_heads * s.head_dim * pairs
-    return total + (2 * b * t * d_out * d_out if s.out_proj else 0)
-
-
 def validate(s: Shape, threads: list, where: str) -> None:
     for name in ("batch", "seq_len", "d_in", "d_out", "n_heads"):
         value = getattr(s, name)
@@ -209,21 +96,15 @@ def validate(s: Shape, threads: list, where: str) -> None:
         raise UsageError(f"{where}: threads = {threads!r}, expected a non-empty list of integers >= 1")
 
 
-_SHAPE_FIELDS = {
-    "batch",
-    "seq_len",
-    "d_in",
-    "d_out",
-    "n_heads",
-    "causal",
-    "qkv_bias",
-    "out_proj",
-    "threads",
-    "series",
-}
+_SHAPE_FIELDS = {"batch", "seq_len", "d_in", "d_out", "n_heads", "causal", "qkv_bias", "out_proj"}
+# The axes mha_bench writes only when not their default (docs/design.md §1.3-1.5), which no
+# module of torch_modules computes yet.
+_AXES = {"n_kv_heads": 0, "past": 0, "precision": "fp32"}
+_FILE_FIELDS = _SHAPE_FIELDS | set(_AXES) | {"threads", "series", "name", "flops"}
 
 
-def shapes_from_file(path: str) -> list[Job]:
+def shapes_from_file(path: str) -> tuple[list[Job], list[str]]:
+    """The jobs of a --shapes file, and the shapes not timed (name and why)."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
@@ -233,22 +114,39 @@ def shapes_from_file(path: str) -> list[Job]:
     items = doc.get("shapes") if isinstance(doc, dict) else doc
     if not isinstance(items, list):
         raise UsageError(f'--shapes {path}: expected a list of shapes (or {{"shapes": [...]}})')
-    out = []
+    out, not_timed = [], []
     for i, item in enumerate(items):
         where = f"--shapes {path}: shape {i}"
         if not isinstance(item, dict):
             raise UsageError(f"{where}: expected an object, got {type(item).__name__}")
-        unknown = set(item) - _SHAPE_FIELDS
+        unknown = set(item) - _FILE_FIELDS
         missing = {"batch", "seq_len", "d_in", "d_out", "n_heads"} - set(item)
         if unknown or missing:
             raise UsageError(f"{where}: unknown fields {sorted(unknown)}, missing {sorted(missing)}")
-        job = Job(
-            Shape(**{k: v for k, v in item.items() if k not in ("series", "threads")}),
-            item.get("threads", [1]),
-        )
+        job = Job(Shape(**{k: v for k, v in item.items() if k in _SHAPE_FIELDS}), item.get("threads", [1]))
         validate(job.shape, job.threads, where)
+        axes = {k: item[k] for k, default in _AXES.items() if item.get(k, default) != default}
+        check_against_mha_bench(job.shape, item, axes, where)
+        if axes:
+            name = item.get("name", job.shape.problem_suffix())
+            not_timed.append(f"{name} ({', '.join(f'{k} {v}' for k, v in axes.items())})")
+            continue
         out.append(job)
-    return out
+    return out, not_timed
+
+
+def check_against_mha_bench(s: Shape, item: dict, axes: dict, where: str) -> None:
+    """The name and FLOP count mha_bench wrote for a shape must be mhapy.problem's: the report
+    parses these names, and these counts divide the peers' times."""
+    if "flops" in item:
+        ours = flops(s, past=axes.get("past", 0), n_kv_heads=axes.get("n_kv_heads", 0))
+        if not math.isclose(float(item["flops"]), ours, rel_tol=1e-12):
+            raise UsageError(
+                f"{where}: mha_bench counts {item['flops']} FLOPs, mhapy.problem.flops {ours}: "
+                "the two statements of docs/design.md §3 disagree"
+            )
+    if "name" in item and not axes and item["name"] != s.problem_suffix():
+        raise UsageError(f"{where}: name {item['name']!r}, but the fields spell {s.problem_suffix()!r}")
 
 
 _SHAPE_TEXT = re.compile(
@@ -367,37 +265,19 @@ def _cpu_model() -> str:
 # Building, checking and timing
 
 
-def build_modules(s: Shape, seed: int) -> dict[str, nn.Module]:
+def build_modules(s: Shape, seed: int) -> dict[str, torch.nn.Module]:
     """{'torch/wrapper', 'torch/split_weight', 'torch_nn_mha/split_weight'} with the same
     weights: the split module's nn.Linear initialisation, sliced per head for the wrapper and
     packed as in_proj for nn.MultiheadAttention (absent when it cannot express the shape)."""
     torch.manual_seed(seed)
     kw = dict(qkv_bias=s.qkv_bias, causal=s.causal, out_proj=s.out_proj)
-    split = MultiHeadAttention(s.d_in, s.d_out, s.seq_len, s.n_heads, **kw)
-    wrapper = MultiHeadAttentionWrapper(s.d_in, s.d_out, s.seq_len, s.n_heads, **kw)
-    hd = s.head_dim
-    with torch.no_grad():
-        for h, head in enumerate(wrapper.heads):
-            rows = slice(h * hd, (h + 1) * hd)
-            for name in ("W_query", "W_key", "W_value"):
-                getattr(head, name).weight.copy_(getattr(split, name).weight[rows])
-                if s.qkv_bias:
-                    getattr(head, name).bias.copy_(getattr(split, name).bias[rows])
-        if s.out_proj:
-            wrapper.out_proj.load_state_dict(split.out_proj.state_dict())
+    split = tm.MultiHeadAttention(s.d_in, s.d_out, s.seq_len, s.n_heads, **kw)
+    wrapper = tm.MultiHeadAttentionWrapper(s.d_in, s.d_out, s.seq_len, s.n_heads, **kw)
+    tm.copy_split_to_wrapper(split, wrapper)
     modules = {"torch/wrapper": wrapper, "torch/split_weight": split}
-    if s.d_in == s.d_out and s.out_proj:
-        nn_mha = TorchNNMultiheadAttention(s.d_out, s.n_heads, s.seq_len, s.causal)
-        attn = nn_mha.attn
-        with torch.no_grad():
-            attn.in_proj_weight.copy_(
-                torch.cat([split.W_query.weight, split.W_key.weight, split.W_value.weight])
-            )
-            if s.qkv_bias:
-                attn.in_proj_bias.copy_(torch.cat([split.W_query.bias, split.W_key.bias, split.W_value.bias]))
-            else:
-                attn.in_proj_bias.zero_()
-            attn.out_proj.load_state_dict(split.out_proj.state_dict())
+    if nn_mha_unsupported(s) is None:
+        nn_mha = tm.TorchNNMultiheadAttention(s.d_out, s.n_heads, s.seq_len, s.causal)
+        tm.copy_split_to_nn_mha(split, nn_mha)
         modules["torch_nn_mha/split_weight"] = nn_mha
     for m in modules.values():
         m.eval()
@@ -412,7 +292,7 @@ def nn_mha_unsupported(s: Shape) -> str | None:
     return None
 
 
-def check(modules: dict[str, nn.Module], x: torch.Tensor) -> dict[str, float]:
+def check(modules: dict[str, torch.nn.Module], x: torch.Tensor) -> dict[str, float]:
     """max |y - y_split| / max |y_split| of every module (0 for split_weight itself)."""
     with torch.no_grad():
         reference = modules["torch/split_weight"](x)
@@ -420,7 +300,7 @@ def check(modules: dict[str, nn.Module], x: torch.Tensor) -> dict[str, float]:
         return {name: float((m(x) - reference).abs().max()) / scale for name, m in modules.items()}
 
 
-def time_module(module: nn.Module, x: torch.Tensor, min_time: float, repetitions: int):
+def time_module(module: torch.nn.Module, x: torch.Tensor, min_time: float, repetitions: int):
     """Google Benchmark's scheme: grow the iteration count until one repetition lasts >=
     min_time, then run `repetitions` repetitions of that many iterations. Returns
     (iterations, [(real s/iter, thread cpu s/iter)] per repetition)."""
@@ -454,22 +334,6 @@ def bench_name(module: str, s: Shape, threads: int) -> str:
     return f"mha/{backend}/{formulation}/{s.problem_suffix()}/threads:{threads}/real_time"
 
 
-def counters(s: Shape, threads: int, seconds: float) -> dict:
-    return {
-        "GFLOPS": flops(s) / seconds * 1e-9,
-        "tokens_per_s": s.batch * s.seq_len / seconds,
-        "B": s.batch,
-        "T": s.seq_len,
-        "d_in": s.d_in,
-        "d_out": s.d_out,
-        "H": s.n_heads,
-        "head_dim": s.head_dim,
-        # As mha_bench: not "threads", which is Google Benchmark's own field (1 here).
-        "threads": 1,
-        "n_threads": threads,
-    }
-
-
 def entries(name: str, family: int, s: Shape, threads: int, iterations: int, runs, label: str) -> list[dict]:
     """Iteration entries (one per repetition) and mean/median/stddev/cv aggregates, in ms."""
     base = {"name": name, "family_index": family, "per_family_instance_index": 0, "run_name": name}
@@ -484,7 +348,8 @@ def entries(name: str, family: int, s: Shape, threads: int, iterations: int, run
                 "iterations": iterations,
             }
             | {"real_time": real * 1e3, "cpu_time": cpu * 1e3, "time_unit": "ms"}
-            | counters(s, threads, real)
+            | {"threads": 1}  # Google Benchmark's own field; the run's count is n_threads
+            | schema.counters(s, threads, real)
             | {"label": label}
         )
     if len(runs) > 1:
@@ -523,11 +388,11 @@ def failed(name: str, family: int, message: str) -> dict:
     }
 
 
-def context(blas: Blas, args, check_summary: str) -> dict:
+def context(blas: Blas, args, check_summary: str, not_timed: list[str]) -> dict:
     ctx = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "host_name": socket.gethostname(),
-        "executable": f"{sys.executable} {Path(__file__).resolve()}",
+        "executable": f"{sys.executable} -m mhapy.peers ({Path(__file__).resolve()})",
         "num_cpus": os.cpu_count(),
         "cpu_model": _cpu_model(),
         "mha_peers": "pytorch",
@@ -551,6 +416,8 @@ def context(blas: Blas, args, check_summary: str) -> dict:
         "seed": args.seed,
         "peers_check": check_summary,
     }
+    if not_timed:
+        ctx["peers_not_timed"] = "; ".join(not_timed)
     warning = blas.warning()
     if warning:
         ctx["blas_warning"] = warning
@@ -593,9 +460,14 @@ def run(args) -> int:
         raise UsageError(
             f"--min-time {args.min_time} / --repetitions {args.repetitions}: expected > 0 and >= 1"
         )
-    jobs = (shapes_from_file(args.shapes) if args.shapes else []) + [
-        Job(shape_from_text(t), [1]) for t in args.shape
-    ]
+    jobs, not_timed = shapes_from_file(args.shapes) if args.shapes else ([], [])
+    jobs += [Job(shape_from_text(t), [1]) for t in args.shape]
+    if not_timed and not args.quiet:
+        print(f"mhapy.peers: not timed (no PyTorch module yet): {'; '.join(not_timed)}", file=sys.stderr)
+    if not jobs and not_timed:
+        raise UsageError(
+            "no shape the PyTorch modules compute (grouped K/V heads, past and bf16 are not timed)"
+        )
     if not jobs:
         raise UsageError("no shapes: give --shapes FILE and/or --shape b<B>/t<T>/din<d_in>/dout<d_out>/h<H>")
     if args.threads:
@@ -604,7 +476,7 @@ def run(args) -> int:
             job.threads = threads
     blas = Blas()
     if blas.warning() and not args.quiet:
-        print(f"torch_mha: WARNING: {blas.warning()}", file=sys.stderr)
+        print(f"mhapy.peers: WARNING: {blas.warning()}", file=sys.stderr)
     total = sum(len(j.threads) * (3 if nn_mha_unsupported(j.shape) is None else 2) for j in jobs)
     benchmarks, worst, done, start = [], 0.0, 0, time.perf_counter()
     for family, job in enumerate(jobs):
@@ -653,17 +525,25 @@ def run(args) -> int:
         f"with the same weights as torch/split_weight on every shape; largest max |diff| / "
         f"max |y| = {worst:.1e} (tolerance {RTOL:g}); see each entry's label"
     )
-    write_atomically(Path(args.out), {"context": context(blas, args, summary), "benchmarks": benchmarks})
+    doc = {"context": context(blas, args, summary, not_timed), "benchmarks": benchmarks}
+    write_atomically(Path(args.out), doc)
     if not args.quiet:
-        print(f"torch_mha: wrote {args.out} ({len(benchmarks)} entries)", file=sys.stderr)
+        print(f"mhapy.peers: wrote {args.out} ({len(benchmarks)} entries)", file=sys.stderr)
     return 0
 
 
 def main(argv=None) -> int:
+    if torch is None:
+        print(
+            f"mhapy.peers: PyTorch is not installed for {sys.executable} "
+            "(apt-get install python3-torch libopenblas0-openmp); no PyTorch peers measured",
+            file=sys.stderr,
+        )
+        return 3
     try:
         return run(parse_args(argv))
     except UsageError as e:
-        print(f"torch_mha: {e}", file=sys.stderr)
+        print(f"mhapy.peers: {e}", file=sys.stderr)
         return 2
 
 

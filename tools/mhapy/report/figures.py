@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
 from .analysis import Scaling, Series, SeriesTable  # noqa: E402
-from .results import is_peer  # noqa: E402
+from ..schema import is_peer  # noqa: E402
 
 plt.rcParams.update(
     {

@@ -19,7 +19,7 @@ _OWNED_NAMES = ("report.md", "report.html")
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="mha_report",
+        prog="python3 -m mhapy.report",
         description="Write report.md, report.html and figures (PNG, SVG) from mha_bench and "
         "PyTorch-peer JSON results (Google Benchmark format), or compare two runs with --ab.",
     )
@@ -91,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
             report.generate(machines, peaks, staging, args.title, notes)
         _replace_outputs(staging, out)
     except ReportError as e:
-        print(f"mha_report: {e}", file=sys.stderr)
+        print(f"mhapy.report: {e}", file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    print(f"mha_report: wrote {out / 'report.md'} and {out / 'report.html'}")
+    print(f"mhapy.report: wrote {out / 'report.md'} and {out / 'report.html'}")
     return 0

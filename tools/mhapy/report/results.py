@@ -1,4 +1,4 @@
-"""Reading Google Benchmark 1.7.1 JSON files written by mha_bench and bench/peers/torch_mha.py.
+"""Reading Google Benchmark 1.7.1 JSON files written by mha_bench and mhapy.peers.
 
 Contract of the input (what this module needs, nothing more):
 - a top-level object with "benchmarks" (a list) and optionally "context" (an object);
@@ -24,6 +24,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import schema
+from ..problem import Shape
+
 TIME_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 # Components Google Benchmark itself appends to a benchmark's name (benchmark_register.cc).
@@ -36,65 +39,9 @@ _AGGREGATE_SUFFIX = re.compile(r"_(mean|median|stddev|cv)$")
 # end of the run), counters GFLOPS (best of its short trials) and GFLOPS_min.
 _PEAK_NAME = re.compile(r"^peak/(?P<isa>[A-Za-z0-9_]+)/threads:(?P<threads>\d+)/at:(?P<at>\d+)(/|$)")
 
-# Backends whose names start with one of these are PyTorch peers: shown as reference points,
-# never recommended for linking (bench/peers/torch_mha.py writes them).
-PEER_BACKEND_PREFIXES = ("torch",)
-
 
 class ReportError(Exception):
     """Bad input to the report generator; the message names the file, value and expectation."""
-
-
-def is_peer(backend: str) -> bool:
-    """True for PyTorch reference backends (not linkable mha backends)."""
-    return backend.startswith(PEER_BACKEND_PREFIXES)
-
-
-@dataclass(frozen=True, order=True)
-class Shape:
-    """One module + input shape, as mha::problem without the formulation."""
-
-    batch: int
-    seq_len: int
-    d_in: int
-    d_out: int
-    n_heads: int
-    causal: bool = True
-    qkv_bias: bool = False
-    out_proj: bool = True
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_out // self.n_heads
-
-    def flags(self) -> list[str]:
-        """The non-default flags in name order: noncausal, qkv_bias, no_out_proj."""
-        return [
-            name
-            for name, on in (
-                ("noncausal", not self.causal),
-                ("qkv_bias", self.qkv_bias),
-                ("no_out_proj", not self.out_proj),
-            )
-            if on
-        ]
-
-    def problem_suffix(self) -> str:
-        """'b4/t256/din768/dout768/h12[/flags]': mha::to_string(problem) after the formulation."""
-        parts = [
-            f"b{self.batch}",
-            f"t{self.seq_len}",
-            f"din{self.d_in}",
-            f"dout{self.d_out}",
-            f"h{self.n_heads}",
-        ]
-        return "/".join(parts + self.flags())
-
-    def label(self) -> str:
-        """Short human label: 'B4 T256 d768 H12 (hd 64)', d_in->d_out when they differ."""
-        d = f"d{self.d_out}" if self.d_in == self.d_out else f"d{self.d_in}->{self.d_out}"
-        text = f"B{self.batch} T{self.seq_len} {d} H{self.n_heads} (hd {self.head_dim})"
-        return " ".join([text] + self.flags())
 
 
 @dataclass(frozen=True, order=True)
@@ -242,7 +189,7 @@ class ResultSet:
     def backends(self) -> list[str]:
         """Backends measured: mha backends first (alphabetical), then peers."""
         names = {k.backend for k in self.measurements}
-        return sorted(names, key=lambda b: (is_peer(b), b))
+        return sorted(names, key=lambda b: (schema.is_peer(b), b))
 
     def thread_counts(self) -> list[int]:
         return sorted({k.threads for k in self.measurements})
@@ -294,26 +241,12 @@ def parse_name(name: str) -> Key | None:
     return Key(backend, formulation, shape, threads)
 
 
-# Plain counters that restate the name; a mismatch means the file is inconsistent.
-_COUNTER_FIELDS = {
-    "B": lambda k: k.shape.batch,
-    "T": lambda k: k.shape.seq_len,
-    "d_in": lambda k: k.shape.d_in,
-    "d_out": lambda k: k.shape.d_out,
-    "H": lambda k: k.shape.n_heads,
-    "head_dim": lambda k: k.shape.head_dim,
-    "n_threads": lambda k: k.threads,
-}
-# mha_bench names its thread counter n_threads: "threads" is Google Benchmark's own field
-# (always 1 here, the benchmark runs on one Google Benchmark thread).
-
-
 def _check_counters(entry: dict, key: Key, where: str) -> None:
-    for counter, expected in _COUNTER_FIELDS.items():
-        if counter in entry and round(float(entry[counter])) != expected(key):
-            raise ReportError(
-                f"{where}: counter {counter} = {entry[counter]} but the name says {expected(key)}"
-            )
+    """Plain counters restate the name (schema.shape_counters); a mismatch means the file is
+    inconsistent."""
+    for counter, expected in schema.shape_counters(key.shape, key.threads).items():
+        if counter in entry and round(float(entry[counter])) != expected:
+            raise ReportError(f"{where}: counter {counter} = {entry[counter]} but the name says {expected}")
 
 
 def _seconds(entry: dict, where: str) -> float:
@@ -388,7 +321,7 @@ def load(paths: list[str | Path], best_run: bool = False) -> ResultSet:
 def load_machines(paths: list[str | Path], best_run: bool = False) -> list[ResultSet]:
     """Reads result files and merges them per machine (machine_of the file's context), in the
     order machines first appear. Within a machine as load(); the same benchmark on two machines
-    is fine. A file of PyTorch peers (bench/peers/torch_mha.py writes no dispatch) joins every
+    is fine. A file of PyTorch peers (mhapy.peers writes no dispatch) joins every
     machine with the same CPU model and thread count, e.g. both the native and a forced-AVX2
     run of one CPU; with an mha_dispatch of its own only the machines of that dispatch. A file
     that names no CPU model joins the first machine with its thread count. No match: a machine
@@ -400,7 +333,7 @@ def load_machines(paths: list[str | Path], best_run: bool = False) -> list[Resul
         context = doc.get("context", {})
         part = _read_entries(doc["benchmarks"], str(path))
         backends = {k.backend for k in part.measurements} | {f.key.backend for f in part.failures if f.key}
-        peers_only = bool(backends) and all(map(is_peer, backends))
+        peers_only = bool(backends) and all(map(schema.is_peer, backends))
         files.append((str(path), context, part, peers_only))
     machines: dict[Machine, ResultSet] = {}
 
@@ -477,8 +410,8 @@ def _read_entries(entries: list, source: str) -> ResultSet:
         _check_counters(entry, key, where)
         seconds = _seconds(entry, where)
         group["times"].append(seconds)
-        if "GFLOPS" in entry:
-            group["flops"].append(float(entry["GFLOPS"]) * 1e9 * seconds)
+        if schema.GFLOPS in entry:
+            group["flops"].append(float(entry[schema.GFLOPS]) * 1e9 * seconds)
         if entry.get("label"):
             group["label"] = str(entry["label"])
     for run_name, group in groups.items():

@@ -12,7 +12,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from .results import Measurement, ResultSet, Shape, is_peer
+from ..problem import Shape
+from ..schema import is_peer
+from .results import Measurement, ResultSet
 
 FORMULATIONS = ("split_weight", "wrapper")
 

@@ -1,0 +1,77 @@
+"""The names of mha's result files that more than one part of mha's Python writes or reads: the
+counters of an attention benchmark, the backends that are PyTorch peers, and the context keys
+mha_bench writes (bench/README.md says what each means). Standard library only.
+
+mha_bench writes these (C++); mhapy.peers writes the same counters for the PyTorch modules;
+mhapy.report reads them and checks the shape counters against the benchmark's name;
+tests/bench_smoke.py checks that mha_bench writes every one.
+"""
+
+from __future__ import annotations
+
+from .problem import Shape, flops
+
+# Counters restating the benchmark's shape, with the Shape field each holds.
+SHAPE_COUNTERS = {
+    "B": "batch",
+    "T": "seq_len",
+    "d_in": "d_in",
+    "d_out": "d_out",
+    "H": "n_heads",
+    "head_dim": "head_dim",
+}
+# The run's thread count. Not "threads": that is Google Benchmark's own field (always 1 here,
+# each benchmark runs on one Google Benchmark thread).
+THREADS_COUNTER = "n_threads"
+# Model GFLOP per second of real time (mhapy.problem.flops / 1e9), and B·T per second.
+GFLOPS = "GFLOPS"
+TOKENS_PER_S = "tokens_per_s"
+# Written by mha_bench only: its check against the double oracle before timing.
+CHECK_COUNTERS = ("check_rows", "check_max_err", "check_rel_err")
+
+# Backends whose names start with one of these are PyTorch peers (mhapy.peers writes them):
+# shown as reference points, never recommended for linking.
+PEER_BACKEND_PREFIXES = ("torch",)
+
+# Keys every mha_bench result file's context has (per-backend and per-ISA keys aside).
+MHA_BENCH_CONTEXT = (
+    "mha_version",
+    "mha_cpu_model",
+    "mha_cpu_isa",
+    "mha_hardware_threads",
+    "mha_compiler",
+    "mha_build_type",
+    "mha_cxx_flags",
+    "mha_library_versions",
+    "mha_fma_peak_isa",
+    "mha_fma_peak_threads",
+    "mha_preset",
+    "mha_series",
+    "mha_backends",
+    "mha_formulations",
+    "mha_budget_s",
+    "mha_over_budget",
+    "mha_check",
+    "mha_check_tolerance",
+    "mha_command",
+    "mha_dispatch",
+    "mha_isa_overrides",
+)
+
+
+def is_peer(backend: str) -> bool:
+    """True for PyTorch reference backends (not linkable mha backends)."""
+    return backend.startswith(PEER_BACKEND_PREFIXES)
+
+
+def shape_counters(shape: Shape, threads: int) -> dict[str, int]:
+    """The counters that restate a benchmark's name: B, T, d_in, d_out, H, head_dim, n_threads."""
+    counters = {name: getattr(shape, field) for name, field in SHAPE_COUNTERS.items()}
+    return counters | {THREADS_COUNTER: threads}
+
+
+def counters(shape: Shape, threads: int, seconds: float) -> dict[str, float]:
+    """Every counter of one repetition that took `seconds`, as mha_bench writes them (without
+    its check counters)."""
+    rates = {GFLOPS: flops(shape) / seconds * 1e-9, TOKENS_PER_S: shape.batch * shape.seq_len / seconds}
+    return rates | shape_counters(shape, threads)
