@@ -68,13 +68,18 @@ std::vector<float> incremental(const mha::plan& p, mha::kv_cache& cache,
 }
 
 // What those calls must give: for each call, rows [at, at + t) of the full forward over the
-// tokens fed so far, [0, at + t). Causal, that is the full forward over the whole sequence;
-// non-causal, a query sees the tokens fed up to its call, never later ones.
+// tokens fed so far, [0, at + t). Causal, that is the full forward over the whole sequence (one
+// run); non-causal, a query sees the tokens fed up to its call, never later ones (a run per
+// call).
 std::vector<float> expected_calls(const mha::plan& p, const std::vector<float>& x,
                                   std::int64_t batch, std::int64_t seq_len, std::int64_t prefill,
                                   std::int64_t chunk, const mha::run_options& options = {}) {
   const mha::config& cfg = p.config();
   std::vector<float> y(static_cast<std::size_t>(batch * seq_len * cfg.d_out));
+  if (cfg.causal) {
+    p.run({x.data(), batch, seq_len, cfg.d_in}, {y.data(), batch, seq_len, cfg.d_out}, options);
+    return y;
+  }
   for_each_call(seq_len, prefill, chunk, [&](std::int64_t at, std::int64_t t) {
     const std::int64_t n = at + t;
     const std::vector<float> xs = rows_of(x, batch, seq_len, cfg.d_in, 0, n);
