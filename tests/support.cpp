@@ -29,6 +29,8 @@ mha::config shape::config() const {
   c.qkv_bias = qkv_bias;
   c.out_proj = out_proj;
   c.n_kv_heads = n_kv_heads;
+  c.rope_base = rope_base;
+  c.out_proj_bias = out_proj_bias;
   return c;
 }
 
@@ -39,6 +41,8 @@ std::string shape::name() const {
   if (!causal) s << "_noncausal";
   if (qkv_bias) s << "_qkvbias";
   if (!out_proj) s << "_noproj";
+  if (rope_base != 0.0) s << "_rope" << static_cast<long long>(rope_base);
+  if (out_proj && !out_proj_bias) s << "_nooutbias";
   return s.str();
 }
 
@@ -66,6 +70,11 @@ const std::vector<shape>& conformance_shapes() {
       {2, 600, 16, 32, 4, true, true, true},     // T past the fused kernel's 512-key tile
       {3, 17, 20, 24, 6, true, false, true, 2},  // grouped-query: 3 query heads per K/V head
       {1, 65, 24, 32, 8, false, true, true, 1},  // multi-query, non-causal, biases
+      // Rotary embedding: head_dim 8 at base 10000; head_dim 16 past a key tile with GQA and
+      // Llama 3's base, no biases anywhere (a Llama block); multi-query at head_dim 2.
+      {1, 33, 16, 32, 4, true, false, true, 0, 10000.0},
+      {2, 600, 32, 64, 4, true, false, true, 2, 500000.0, false},
+      {3, 17, 12, 16, 8, true, true, true, 1, 10000.0},
   };
   return shapes;
 }
@@ -87,10 +96,8 @@ const std::vector<backend_case>& backend_cases() {
   return cases;
 }
 
-bool claims(const backend_case& b, const mha::problem& p) {
-  const std::string_view name = b.backend->name();
-  const bool grouped = p.cfg.kv_heads() != p.cfg.n_heads;
-  return p.cfg.precision == mha::precision::fp32 && (!grouped || name == "naive");
+bool claims(const backend_case&, const mha::problem& p) {
+  return p.cfg.precision == mha::precision::fp32;
 }
 
 bool decodes_bitwise(const mha::backend& b) { return b.name() != "onednn"; }

@@ -35,9 +35,12 @@ struct shape {
   std::int64_t batch, seq_len, d_in, d_out, n_heads;
   bool causal = true, qkv_bias = false, out_proj = true;
   std::int64_t n_kv_heads = 0;  // config::n_kv_heads: 0 = n_heads
+  double rope_base = 0.0;       // config::rope_base: 0 = no rotary embedding
+  bool out_proj_bias = true;
 
   mha::config config() const;
-  // "b3_t17_din24_dout30_h3" plus "_kvh2", "_noncausal", "_qkvbias", "_noproj".
+  // "b3_t17_din24_dout30_h3" plus "_kvh2", "_noncausal", "_qkvbias", "_noproj", "_rope10000",
+  // "_nooutbias".
   std::string name() const;
 };
 

@@ -51,8 +51,7 @@ TEST(Registry, DefaultHonoursEnvironment) {
 }
 
 TEST(Formulation, NamesRoundTrip) {
-  for (auto f : {mha::formulation::wrapper, mha::formulation::split_weight})
-    EXPECT_EQ(mha::parse_formulation(mha::to_string(f)), f);
+  for (auto f : mha::formulations()) EXPECT_EQ(mha::parse_formulation(mha::to_string(f)), f);
   EXPECT_EQ(mha::to_string(mha::formulation::split_weight), "split_weight");
 }
 
@@ -162,7 +161,7 @@ TEST(Backend, DeclinedProblemsThrowUnsupportedWithTheReason) {
   mha::config c{.d_in = 8, .d_out = 8, .n_heads = 4, .context_length = 4};
   const mha::weights w = mha::weights::random(c, 1);
   for (const mha::backend* b : mha::available_backends()) {
-    for (auto form : {mha::formulation::wrapper, mha::formulation::split_weight}) {
+    for (auto form : mha::formulations()) {
       EXPECT_TRUE(b->supports({c, form})) << b->name();
       // Decode: as the claims table says (naive, xsimd, tbb; onednn declines).
       const mha::problem decode{c, form, 1, 1, /*past=*/3};
@@ -179,17 +178,14 @@ TEST(Backend, DeclinedProblemsThrowUnsupportedWithTheReason) {
           {std::string(b->name()).c_str(), "bf16 precision is not implemented"});
     }
   }
-  // Grouped K/V: the naive backend computes them; the others decline, naming the heads.
+  // Grouped K/V and rotary embedding: every backend computes them, in every formulation.
   c.n_kv_heads = 2;
+  c.rope_base = 10000.0;
   const mha::weights grouped = mha::weights::random(c, 1);
   for (const mha::backend* b : mha::available_backends()) {
-    const mha::support s = b->supports({c, mha::formulation::split_weight});
-    if (b->name() == "naive") {
-      EXPECT_TRUE(s);
-      EXPECT_NO_THROW(b->prepare(c, mha::formulation::split_weight, grouped));
-    } else {
-      EXPECT_EQ(s.reason(), "grouped-query attention (n_kv_heads 2 < n_heads 4) is not implemented")
-          << b->name();
+    for (auto form : mha::formulations()) {
+      EXPECT_TRUE(b->supports({c, form})) << b->name();
+      EXPECT_NO_THROW(b->prepare(c, form, grouped)) << b->name();
     }
   }
 }

@@ -1,5 +1,5 @@
-// The bad-input catalogue (docs/design.md §1.2): one test per error case, each asserting the exception
-// type and that the message names the offending value.
+// The bad-input catalogue (docs/design.md §1.2): one test per error case, each asserting the
+// exception type and that the message names the offending value.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -277,21 +277,27 @@ TEST(ScoreMemory, LimitIsCheckedBeforeAllocating) {
   for (const char* name : {"naive", "onednn"}) {
     const mha::backend* b = mha::find_backend(name);
     if (b == nullptr) continue;
-    for (const auto form : {mha::formulation::wrapper, mha::formulation::split_weight}) {
+    for (const auto form : mha::formulations()) {
       const auto plan = b->prepare(cfg, form, w);
       expect_error<mha::invalid_argument>(
-          [&] { plan->run({x.data(), 1, t, 1}, {y.data(), 1, t, 1}); },
+          [&] {
+            plan->run({x.data(), 1, t, 1}, {y.data(), 1, t, 1});
+          },
           {name, "T = 40000", "bytes for its T x T attention scores", "limit of 4294967296",
            "MHA_MAX_SCORE_BYTES"});
       ::setenv("MHA_MAX_SCORE_BYTES", "1000", 1);
       expect_error<mha::invalid_argument>(
-          [&] { plan->run({x.data(), 1, 20, 1}, {y.data(), 1, 20, 1}); },
+          [&] {
+            plan->run({x.data(), 1, 20, 1}, {y.data(), 1, 20, 1});
+          },
           {name, "T = 20", "limit of 1000 bytes"});
       ::setenv("MHA_MAX_SCORE_BYTES", "100000", 1);
       EXPECT_NO_THROW(plan->run({x.data(), 1, 20, 1}, {y.data(), 1, 20, 1})) << "raised limit";
       ::setenv("MHA_MAX_SCORE_BYTES", "4G", 1);
       expect_error<mha::invalid_argument>(
-          [&] { plan->run({x.data(), 1, 20, 1}, {y.data(), 1, 20, 1}); },
+          [&] {
+            plan->run({x.data(), 1, 20, 1}, {y.data(), 1, 20, 1});
+          },
           {"MHA_MAX_SCORE_BYTES is '4G'"});
       ::unsetenv("MHA_MAX_SCORE_BYTES");
     }

@@ -44,8 +44,7 @@ std::string param_name(const testing::TestParamInfo<param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(All, Conformance,
                          testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          testing::Values(mha::formulation::wrapper,
-                                                          mha::formulation::split_weight),
+                                          testing::ValuesIn(mha::formulations()),
                                           testing::ValuesIn(mha_test::conformance_shapes())),
                          param_name);
 

@@ -17,6 +17,7 @@
 
 #include "mha/backends/onednn.hpp"
 #include "mha/error.hpp"
+#include "reference/reference.hpp"
 #include "support.hpp"
 
 namespace {
@@ -67,29 +68,12 @@ std::vector<float> incremental(const mha::plan& p, mha::kv_cache& cache,
   return y;
 }
 
-// What those calls must give: for each call, rows [at, at + t) of the full forward over the
-// tokens fed so far, [0, at + t). Causal, that is the full forward over the whole sequence (one
-// run); non-causal, a query sees the tokens fed up to its call, never later ones (a run per
-// call).
-std::vector<float> expected_calls(const mha::plan& p, const std::vector<float>& x,
-                                  std::int64_t batch, std::int64_t seq_len, std::int64_t prefill,
-                                  std::int64_t chunk, const mha::run_options& options = {}) {
+// The full forward of x, the causal calls' expected rows.
+std::vector<float> full_forward(const mha::plan& p, const std::vector<float>& x, std::int64_t batch,
+                                std::int64_t seq_len, const mha::run_options& options = {}) {
   const mha::config& cfg = p.config();
   std::vector<float> y(static_cast<std::size_t>(batch * seq_len * cfg.d_out));
-  if (cfg.causal) {
-    p.run({x.data(), batch, seq_len, cfg.d_in}, {y.data(), batch, seq_len, cfg.d_out}, options);
-    return y;
-  }
-  for_each_call(seq_len, prefill, chunk, [&](std::int64_t at, std::int64_t t) {
-    const std::int64_t n = at + t;
-    const std::vector<float> xs = rows_of(x, batch, seq_len, cfg.d_in, 0, n);
-    std::vector<float> ys(static_cast<std::size_t>(batch * n * cfg.d_out));
-    p.run({xs.data(), batch, n, cfg.d_in}, {ys.data(), batch, n, cfg.d_out}, options);
-    for (std::int64_t b = 0; b < batch; ++b) {
-      std::copy_n(ys.begin() + (b * n + at) * cfg.d_out, t * cfg.d_out,
-                  y.begin() + (b * seq_len + at) * cfg.d_out);
-    }
-  });
+  p.run({x.data(), batch, seq_len, cfg.d_in}, {y.data(), batch, seq_len, cfg.d_out}, options);
   return y;
 }
 
@@ -112,12 +96,45 @@ testing::AssertionResult same_rows(const mha::backend& backend, const std::vecto
   return testing::AssertionFailure() << "max |difference| " << difference << " > " << bound;
 }
 
+// What the calls of a generation loop over x must give: for each call of tokens [at, at + t),
+// rows [at, at + t) of the forward pass over the tokens fed so far, [0, at + t). Causal, that is
+// the plan's own full forward over the whole sequence (same_rows); non-causal, a query sees the
+// tokens fed up to its call and none later, checked against the double oracle of each prefix
+// within the conformance bound (a full forward per call would build oneDNN primitives for
+// every length).
+testing::AssertionResult matches_calls(const mha::backend& backend, const mha::plan& p,
+                                       const mha::weights& w, const std::vector<float>& x,
+                                       const std::vector<float>& got, std::int64_t batch,
+                                       std::int64_t seq_len, std::int64_t prefill,
+                                       std::int64_t chunk, const mha::run_options& options = {}) {
+  const mha::config& cfg = p.config();
+  if (cfg.causal) return same_rows(backend, got, full_forward(p, x, batch, seq_len, options));
+  std::vector<double> expected(got.size());
+  for_each_call(seq_len, prefill, chunk, [&](std::int64_t at, std::int64_t t) {
+    const std::int64_t n = at + t;
+    std::vector<mha_reference::row> rows;
+    for (std::int64_t b = 0; b < batch; ++b)
+      for (std::int64_t i = at; i < n; ++i) rows.push_back({b, i});
+    const std::vector<double> ys = mha_reference::forward_rows(
+        cfg, w, rows_of(x, batch, seq_len, cfg.d_in, 0, n), batch, n, rows, options);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      std::copy_n(ys.begin() + static_cast<std::ptrdiff_t>(r) * cfg.d_out, cfg.d_out,
+                  expected.begin() + (rows[r].batch * seq_len + rows[r].token) * cfg.d_out);
+    }
+  });
+  const double difference = mha_test::max_abs_diff(got, expected),
+               bound = 1e-5 * mha_test::max_abs(expected);
+  if (difference <= bound) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << "max |y - oracle| " << difference << " > " << bound;
+}
+
 // kv_cache::bytes() is the nominal 2 * B * capacity * H_kv * head_dim floats plus the padding of
 // the backend's layout: at most the capacity rounded up to 32 keys and head_dim to 32 (the
 // widest SIMD panels), and a cache line per head.
-void expect_cache_bytes(const mha::kv_cache& cache, const mha::config& cfg, formulation form,
-                        std::int64_t batch, std::int64_t capacity) {
-  const std::int64_t heads = form == formulation::split_weight ? cfg.kv_heads() : cfg.n_heads;
+// Every formulation caches kv_heads heads (the wrapper one per K/V group).
+void expect_cache_bytes(const mha::kv_cache& cache, const mha::config& cfg, std::int64_t batch,
+                        std::int64_t capacity) {
+  const std::int64_t heads = cfg.kv_heads();
   const auto up = [](std::int64_t n) { return (n + 31) / 32 * 32; };
   const std::int64_t hd = cfg.head_dim();
   EXPECT_GE(cache.bytes(), static_cast<std::size_t>(2 * batch * capacity * heads * hd) * 4);
@@ -140,18 +157,20 @@ TEST_P(Decode, PrefillThenTokensEqualsFullForward) {
       mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 99, 10.0f);
   const auto p = backend.backend->prepare(cfg, form, w);
   mha::kv_cache cache = p->make_cache(s.batch, s.seq_len);
-  expect_cache_bytes(cache, cfg, form, s.batch, s.seq_len);
+  expect_cache_bytes(cache, cfg, s.batch, s.seq_len);
   // Half the sequence at once, then one token per call.
   const std::int64_t half = (s.seq_len + 1) / 2;
-  EXPECT_TRUE(same_rows(*backend.backend, incremental(*p, cache, x, s.batch, s.seq_len, half, 1),
-                        expected_calls(*p, x, s.batch, s.seq_len, half, 1)));
+  EXPECT_TRUE(matches_calls(*backend.backend, *p, w, x,
+                            incremental(*p, cache, x, s.batch, s.seq_len, half, 1), s.batch,
+                            s.seq_len, half, 1));
   EXPECT_EQ(cache.lengths(),
             std::vector<std::int64_t>(static_cast<std::size_t>(s.batch), s.seq_len));
 
   // Again after reset, three tokens per call from the start.
   cache.reset();
-  EXPECT_TRUE(same_rows(*backend.backend, incremental(*p, cache, x, s.batch, s.seq_len, 3, 3),
-                        expected_calls(*p, x, s.batch, s.seq_len, 3, 3)));
+  EXPECT_TRUE(matches_calls(*backend.backend, *p, w, x,
+                            incremental(*p, cache, x, s.batch, s.seq_len, 3, 3), s.batch, s.seq_len,
+                            3, 3));
 }
 
 // Training mode: the dropout mask is keyed on absolute positions, so it is the full forward's.
@@ -166,9 +185,10 @@ TEST_P(Decode, DropoutMatchesFullForward) {
   const mha::run_options training{.training = true, .seed = 42};
   const auto p = backend.backend->prepare(cfg, form, w);
   mha::kv_cache cache = p->make_cache(s.batch, s.seq_len);
-  EXPECT_TRUE(same_rows(*backend.backend,
-                        incremental(*p, cache, x, s.batch, s.seq_len, 1, 2, training),
-                        expected_calls(*p, x, s.batch, s.seq_len, 1, 2, training)));
+  // A prompt of 1 token, then 4 at a time.
+  EXPECT_TRUE(matches_calls(*backend.backend, *p, w, x,
+                            incremental(*p, cache, x, s.batch, s.seq_len, 1, 4, training), s.batch,
+                            s.seq_len, 1, 4, training));
 }
 
 std::string param_name(const testing::TestParamInfo<param>& info) {
@@ -178,8 +198,7 @@ std::string param_name(const testing::TestParamInfo<param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(All, Decode,
                          testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          testing::Values(formulation::wrapper,
-                                                          formulation::split_weight),
+                                          testing::ValuesIn(mha::formulations()),
                                           testing::ValuesIn(mha_test::conformance_shapes())),
                          param_name);
 
@@ -361,8 +380,7 @@ TEST_P(DecodeBackend, ConcurrentRunsOnDifferentCaches) {
 
 INSTANTIATE_TEST_SUITE_P(All, DecodeBackend,
                          testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          testing::Values(formulation::wrapper,
-                                                          formulation::split_weight)),
+                                          testing::ValuesIn(mha::formulations())),
                          [](const auto& p) {
                            return std::get<0>(p.param).label + "_" +
                                   std::string(mha::to_string(std::get<1>(p.param)));
@@ -439,8 +457,7 @@ TEST_P(DecodeLongCache, SplitKeysMatchTheFullForwardAndEveryThreadCount) {
 
 INSTANTIATE_TEST_SUITE_P(All, DecodeLongCache,
                          testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          testing::Values(formulation::wrapper,
-                                                          formulation::split_weight)),
+                                          testing::ValuesIn(mha::formulations())),
                          [](const auto& p) {
                            return std::get<0>(p.param).label + "_" +
                                   std::string(mha::to_string(std::get<1>(p.param)));
@@ -452,7 +469,7 @@ TEST(DecodeSupport, CacheOfWholePanelsHasTheNominalSize) {
   const mha::config cfg{.d_in = 16, .d_out = 128, .n_heads = 2, .context_length = 4096};
   const mha::weights w = mha::weights::random(cfg, 1);
   for (const mha_test::backend_case& b : mha_test::backend_cases()) {
-    for (formulation form : {formulation::wrapper, formulation::split_weight}) {
+    for (formulation form : mha::formulations()) {
       if (mha_test::declined(b, {cfg, form, 1, 1, 3})) continue;
       const auto p = b.backend->prepare(cfg, form, w);
       EXPECT_EQ(p->make_cache(3, 4096).bytes(), std::size_t{2 * 3 * 4096 * 2 * 64 * 4}) << b.label;
@@ -465,7 +482,7 @@ TEST(DecodeSupport, MakeCacheFollowsSupports) {
   const mha::config cfg{.d_in = 8, .d_out = 8, .n_heads = 2, .context_length = 4};
   const mha::weights w = mha::weights::random(cfg, 1);
   for (const mha_test::backend_case& b : mha_test::backend_cases()) {
-    for (formulation form : {formulation::wrapper, formulation::split_weight}) {
+    for (formulation form : mha::formulations()) {
       const mha::support s = b.backend->supports({cfg, form, 1, 1, 3});
       const auto p = b.backend->prepare(cfg, form, w);
       if (s) {

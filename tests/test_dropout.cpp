@@ -1,4 +1,5 @@
-// Training-mode dropout (docs/design.md §1.1): the shared counter-based mask and its use by backends.
+// Training-mode dropout (docs/design.md §1.1): the shared counter-based mask and its use by
+// backends.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -114,8 +115,7 @@ TEST_P(Dropout, MatchesReferenceInTrainingMode) {
 
 INSTANTIATE_TEST_SUITE_P(All, Dropout,
                          testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          testing::Values(mha::formulation::wrapper,
-                                                          mha::formulation::split_weight)),
+                                          testing::ValuesIn(mha::formulations())),
                          [](const auto& p) {
                            return std::get<0>(p.param).label + "_" +
                                   std::string(mha::to_string(std::get<1>(p.param)));

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-
 #include <oneapi/dnnl/dnnl.hpp>
 #include <thread>
 
@@ -33,13 +32,13 @@ std::vector<mha_test::shape> kernel_shapes() {
   return shapes;
 }
 
-// A primitive on oneDNN's reference kernels ("ref:any") is a performance bug (docs/dependencies.md §2:
-// a mask broadcast over the outermost dimension is 600x slower): none may appear.
+// A primitive on oneDNN's reference kernels ("ref:any") is a performance bug (docs/dependencies.md
+// §2: a mask broadcast over the outermost dimension is 600x slower): none may appear.
 TEST(OnednnKernels, NoPrimitiveUsesAReferenceImplementation) {
   for (const mha_test::shape& s : kernel_shapes()) {
     const mha::config cfg = s.config();
     const mha::weights w = mha::weights::random(cfg, 1);
-    for (formulation form : {formulation::wrapper, formulation::split_weight}) {
+    for (formulation form : mha::formulations()) {
       // Shapes the backend declines (backend::supports) build no primitives to inspect.
       if (!mha::onednn_backend().supports({cfg, form, s.batch, s.seq_len})) continue;
       const auto plan = mha::onednn_backend().prepare(cfg, form, w);
@@ -189,8 +188,7 @@ TEST_P(OnednnPlan, OneLongTokenIsThreadCountIndependent) {
   expect_thread_count_agreement(y2, y1);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, OnednnPlan,
-                         testing::Values(formulation::wrapper, formulation::split_weight),
+INSTANTIATE_TEST_SUITE_P(All, OnednnPlan, testing::ValuesIn(mha::formulations()),
                          [](const auto& p) { return std::string(mha::to_string(p.param)); });
 
 TEST(OnednnBackend, DescriptionNamesVersionRuntimeAndIsa) {
@@ -211,7 +209,8 @@ TEST(OnednnBackend, IsaFollowsOnednnsCap) {
   const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
   __builtin_cpu_init();
   if (cap == nullptr || std::string(cap) != "AVX2" || !__builtin_cpu_supports("avx2")) {
-    GTEST_SKIP() << "oneDNN runs uncapped (" << isa << "); the AVX2-capped ctest run checks the cap";
+    GTEST_SKIP() << "oneDNN runs uncapped (" << isa
+                 << "); the AVX2-capped ctest run checks the cap";
   }
   EXPECT_EQ(isa, "avx2");
   EXPECT_FALSE(mha::onednn_thread_count_bitwise());

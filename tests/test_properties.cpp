@@ -262,25 +262,34 @@ std::string param_name(const testing::TestParamInfo<param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(All, Properties,
                          testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          testing::Values(mha::formulation::wrapper,
-                                                          mha::formulation::split_weight)),
+                                          testing::ValuesIn(mha::formulations())),
                          param_name);
 
-// The two formulations compute the same function (once per backend).
+// The formulations compute the same function (once per backend), with grouped K/V heads and
+// rotary embedding too.
 class Formulations : public testing::TestWithParam<mha_test::backend_case> {};
 
-TEST_P(Formulations, WrapperEqualsSplitWeight) {
+TEST_P(Formulations, EveryFormulationComputesTheSameFunction) {
   const mha::backend& backend = *GetParam().backend;
-  mha::config cfg = make_config(40, 60, 5, 19);
-  cfg.qkv_bias = true;
-  const mha::weights w = mha::weights::random(cfg, 8);
-  const std::vector<float> x = mha_test::random_floats(3 * 19 * cfg.d_in, 9, 4.0f);
-  const auto wrapper = mha_test::forward(backend, mha::formulation::wrapper, cfg, w, x, 3, 19);
-  const auto split = mha_test::forward(backend, mha::formulation::split_weight, cfg, w, x, 3, 19);
-  double scale = 0.0;
-  for (float v : split) scale = std::max(scale, double{std::abs(v)});
-  ASSERT_GT(scale, 0.0);
-  EXPECT_LE(mha_test::max_abs_diff(wrapper, split), 1e-5 * scale);
+  for (const bool grouped : {false, true}) {
+    // Grouped: multi-query with rotary embedding, at head_dim 16 (rotation needs it even).
+    mha::config cfg = make_config(40, grouped ? 80 : 60, 5, 19);
+    cfg.qkv_bias = true;
+    if (grouped) {
+      cfg.n_kv_heads = 1;
+      cfg.rope_base = 10000.0;
+    }
+    const mha::weights w = mha::weights::random(cfg, 8);
+    const std::vector<float> x = mha_test::random_floats(3 * 19 * cfg.d_in, 9, 4.0f);
+    const auto split = mha_test::forward(backend, mha::formulation::split_weight, cfg, w, x, 3, 19);
+    const double scale = mha_test::max_abs(split);
+    ASSERT_GT(scale, 0.0);
+    for (const mha::formulation form : mha::formulations()) {
+      EXPECT_LE(mha_test::max_abs_diff(mha_test::forward(backend, form, cfg, w, x, 3, 19), split),
+                1e-5 * scale)
+          << mha::to_string(form) << (grouped ? " grouped, rotary" : "");
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Formulations, testing::ValuesIn(mha_test::backend_cases()),

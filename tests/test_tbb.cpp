@@ -130,8 +130,7 @@ TEST_P(TbbPlan, EightConcurrentCallsEqualSerialCalls) {
   for (int c = 0; c < callers; ++c) EXPECT_EQ(matches[c], 3) << "caller " << c;
 }
 
-INSTANTIATE_TEST_SUITE_P(Form, TbbPlan,
-                         testing::Values(formulation::wrapper, formulation::split_weight),
+INSTANTIATE_TEST_SUITE_P(Form, TbbPlan, testing::ValuesIn(mha::formulations()),
                          [](const testing::TestParamInfo<formulation>& p) {
                            return std::string(mha::to_string(p.param));
                          });

@@ -65,7 +65,8 @@ class plan {
   // does not decode).
   virtual void execute(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache,
                        const run_options& options) const;
-  // K/V heads of a cache (the split form's kv_heads, the wrapper's n_heads).
+  // K/V heads of a cache: kv_heads() in every formulation (the wrapper computes each K/V
+  // group once for its query heads).
   std::int64_t cache_heads() const noexcept;
 
  private:

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -25,8 +26,9 @@ precision parse_precision(std::string_view name);
 // describe it. d_out is the total over all heads; head_dim() = d_out / n_heads.
 //
 // Valid when: d_in, d_out, n_heads, context_length >= 1; d_out % n_heads == 0;
-// n_kv_heads == 0 or it divides n_heads; 0 <= dropout < 1; precision is a named value; every
-// weight tensor's byte count fits in std::int64_t.
+// n_kv_heads == 0 or it divides n_heads; 0 <= dropout < 1; precision is a named value;
+// rope_base == 0, or rope_base > 1 and finite with an even head_dim; every weight tensor's byte
+// count fits in std::int64_t.
 // validate() checks exactly this and throws mha::invalid_argument naming the bad value.
 struct config {
   std::int64_t d_in = 0;            // features of each input token
@@ -35,12 +37,18 @@ struct config {
   std::int64_t context_length = 0;  // largest sequence length run() accepts
   bool causal = true;               // token i attends to tokens j <= i only
   bool qkv_bias = false;            // the Q, K and V projections have biases
-  bool out_proj = true;             // a final (d_out, d_out) projection with bias follows the heads
-  float dropout = 0.0f;  // p, applied to attention weights in training mode only (docs/design.md §1.1)
+  bool out_proj = true;             // a final (d_out, d_out) projection follows the heads
+  bool out_proj_bias = true;        // ... with a bias (Llama-style modules have none)
+  float dropout =
+      0.0f;  // p, applied to attention weights in training mode only (docs/design.md §1.1)
   // Key/value heads (grouped-query attention, docs/design.md §1.3): query head h reads K/V head
   // h / (n_heads / kv_heads()). 0 means n_heads (multi-head attention); 1 is multi-query.
   std::int64_t n_kv_heads = 0;
   mha::precision precision = mha::precision::fp32;
+  // Rotary position embedding (docs/design.md §1.6): 0 for none, else its base (10000 in
+  // Llama 2, 500000 in Llama 3): each query and key head is rotated by its absolute position
+  // after projection, in the rotate-half convention of Hugging Face's Llama.
+  double rope_base = 0.0;
 
   // d_out / n_heads; 0 when n_heads is not positive (validate() rejects such a config).
   constexpr std::int64_t head_dim() const noexcept { return n_heads > 0 ? d_out / n_heads : 0; }
@@ -55,20 +63,28 @@ struct config {
 void validate(const config& cfg);
 
 // "d_in=768 d_out=768 n_heads=12 context_length=1024 causal=1 qkv_bias=0 out_proj=1 dropout=0",
-// followed by " n_kv_heads=K" and " precision=bf16" when they are not the defaults.
+// followed by " out_proj_bias=0", " n_kv_heads=K", " rope_base=B" and " precision=bf16" when
+// they are not the defaults.
 std::string to_string(const config& cfg);
 
-// How a backend computes the module. Both compute the same function (docs/design.md §1).
+// How a backend computes the module. All compute the same function (docs/design.md §1).
 enum class formulation {
-  // H independent heads, each with its own separately allocated (head_dim, d_in) Q/K/V
-  // weights: H small projections per Q, K and V, outputs concatenated.
+  // H independent heads, each with its own separately allocated (head_dim, d_in) Q weights and
+  // its K/V group's (head_dim, d_in) K/V weights, computed once per group: H small Q projections
+  // and n_kv_heads small K and V projections, outputs concatenated.
   wrapper,
-  // One (d_out, d_in) projection per Q, K and V, viewed as H heads, batched attention,
-  // heads merged.
+  // One (d_out, d_in) projection for Q and one (d_kv, d_in) each for K and V, viewed as heads,
+  // batched attention, heads merged.
   split_weight,
+  // One (d_out + 2 d_kv, d_in) projection for Q, K and V together (the fused in_proj of
+  // nn.MultiheadAttention and GPT-2's c_attn), then as split_weight.
+  fused_qkv,
 };
 
-// "wrapper" or "split_weight".
+// Every formulation, in the order above: what tests, benchmarks and commands iterate.
+std::span<const formulation> formulations() noexcept;
+
+// "wrapper", "split_weight" or "fused_qkv".
 std::string_view to_string(formulation f) noexcept;
 
 // Inverse of to_string(formulation); throws mha::invalid_argument listing the valid names.

@@ -24,11 +24,12 @@ struct problem {
 };
 
 // The canonical problem string, in the order benchmark names use it:
-//   <formulation>/b<B>/t<T>[/past<P>]/din<d_in>/dout<d_out>/h<H>[/kvh<K>]
-//   [/noncausal][/qkv_bias][/no_out_proj][/<precision>]
-// with the bracketed parts only when not the default (past 0, kv_heads() == n_heads, causal,
-// no qkv bias, out_proj, fp32): "split_weight/b4/t256/din768/dout768/h12",
-// "wrapper/b1/t1/past1023/din4096/dout4096/h32/kvh8/bf16".
+//   <formulation>/b<B>/t<T>[/past<P>]/din<d_in>/dout<d_out>/h<H>[/kvh<K>][/rope<base>]
+//   [/noncausal][/qkv_bias][/no_out_proj][/no_out_bias][/<precision>]
+// with the bracketed parts only when not the default (past 0, kv_heads() == n_heads, no rotary
+// embedding, causal, no qkv bias, out_proj with its bias, fp32):
+// "split_weight/b4/t256/din768/dout768/h12",
+// "fused_qkv/b1/t1/past1023/din4096/dout4096/h32/kvh8/rope500000/no_out_bias/bf16".
 std::string to_string(const problem& p);
 
 // The inverse of to_string(problem) for any order of the parts after the formulation (the

@@ -18,6 +18,9 @@ struct linear_weights {
   std::vector<float> bias;
 
   bool has_bias() const noexcept { return !bias.empty(); }
+  // Rows [first, first + count) of the weight (and of the bias) as a layer of their own, in new
+  // storage. Throws mha::invalid_argument when the range is not inside [0, out).
+  linear_weights rows(std::int64_t first, std::int64_t count) const;
 };
 
 // One head of the wrapper form: its own (head_dim, d_in) Q/K/V projections, in storage that
@@ -35,14 +38,20 @@ struct weights {
   linear_weights query, key, value, out_proj;
 
   // nn.Linear's default initialisation, reproducibly: every weight and bias element drawn from
-  // U(-1/sqrt(in), 1/sqrt(in)) with the counter-based generator of docs/design.md §1.1, so a seed gives
-  // the same weights on every machine. Biases exist where cfg says so. Validates cfg first.
+  // U(-1/sqrt(in), 1/sqrt(in)) with the counter-based generator of docs/design.md §1.1, so a seed
+  // gives the same weights on every machine. Biases exist where cfg says so. Validates cfg first.
   static weights random(const config& cfg, std::uint64_t seed);
 
   // Head h's weights: rows [h*head_dim, (h+1)*head_dim) of query and the rows of its K/V head
-  // g = h / (n_heads / kv_heads) of key and value (and their biases), copied into new storage. Throws mha::invalid_argument when h is not in [0, n_heads) or when
-  // the weights do not match cfg.
+  // g = h / (n_heads / kv_heads) of key and value (and their biases), copied into new storage.
+  // Throws mha::invalid_argument when h is not in [0, n_heads) or when the weights do not match
+  // cfg.
   head_weights head(const config& cfg, std::int64_t h) const;
+
+  // Query, key and value stacked as one (d_out + 2 d_kv, d_in) layer, biases likewise: the
+  // fused_qkv formulation's projection (nn.MultiheadAttention's in_proj, GPT-2's c_attn read as
+  // nn.Linear). Throws mha::invalid_argument when the three do not share d_in or bias presence.
+  linear_weights fused_qkv() const;
 
   // The inverse of head(): stacks per-head weights (the wrapper layout of a state_dict) into the
   // split layout. Throws mha::invalid_argument when heads.size() != n_heads, a head's shapes

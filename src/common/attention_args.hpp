@@ -18,6 +18,10 @@ struct head_view {
   T* row(std::int64_t b, std::int64_t h, std::int64_t i) const noexcept {
     return data + b * batch_stride + h * head_stride + i * row_stride;
   }
+  // A writable view reads as a read-only one.
+  operator head_view<const T>() const noexcept {
+    return {data, batch_stride, head_stride, row_stride};
+  }
 };
 
 // A KV cache's storage in the layout of the kernel set that made it (mha::kv_cache,

@@ -1,4 +1,5 @@
-// Internal: the wrapper and split-weight formulations, written once over a kernel set.
+// Internal: the formulations (wrapper, split_weight, fused_qkv), rotary embedding and the KV
+// cache's plumbing, written once over a kernel set.
 //
 // A kernel set K is an object the plan owns (default-constructed before the weights are packed),
 // so a set may keep per-plan state such as built primitives; its member functions are const and
@@ -8,7 +9,8 @@
 //   // y (rows, out) = x (rows, in) W^T + b; x and y contiguous row-major.
 //   void linear(const packed_linear&, const float* x, std::int64_t rows, float* y) const;
 //   void attention(const attention_args&) const;
-//   // Optional, for split_weight's Q, K, V: the projection of x (batch * seq_len rows) into y
+//   // Optional, for split_weight's and fused_qkv's projections: the projection of x (batch *
+//   seq_len rows) into y
 //   // (rows * out floats) in a layout the kernel set prefers, returned as its (batch, heads,
 //   // seq_len, out / heads) view; nullopt, writing nothing, when it has none for this shape.
 //   // Otherwise the driver uses linear() into (rows, out) row-major, seen through strides.
@@ -19,6 +21,9 @@
 //   // i < n, in any order or concurrently. sequential_execution is the single-thread answer.
 //   template <class F> void run(const run_options&, F&& f) const;
 //   template <class F> void for_each(std::int64_t n, F&& f) const;
+//   // Optional: true when attention() handles attention_args::kv_group > 1 (grouped-query
+//   // attention); the backend then computes n_kv_heads < n_heads (driver_support).
+//   static constexpr bool grouped_kv = true;
 //   // Optional: decode. Floats of one (sequence, K/V head) of a cache of `capacity` tokens in
 //   // the set's layout; with it, attention() also takes attention_args::cache (appending the
 //   // new keys and values there and attending over the cache), and the plan runs incremental
@@ -35,6 +40,8 @@
 #include "common/attention_args.hpp"
 #include "common/buffer.hpp"
 #include "common/kv_cache_access.hpp"
+#include "common/rope.hpp"
+#include "core/checks.hpp"
 #include "mha/backend.hpp"
 
 namespace mha::detail {
@@ -50,39 +57,74 @@ struct sequential_execution {
   }
 };
 
+// What kernel set K declares it computes beyond multi-head attention over a full forward.
+template <class K>
+inline constexpr bool set_decodes = requires(const K& k, std::int64_t n) {
+  { k.cache_head_floats(n, n) } -> std::same_as<std::int64_t>;
+};
+template <class K>
+inline constexpr bool set_groups_kv = requires {
+  requires K::grouped_kv;
+};
+
+// backend::supports() of a backend built on kernel set K: what K declares it computes (the
+// driver itself gives every set the three formulations, rotary embedding and an out_proj
+// without bias).
+template <class K>
+support driver_support(const problem& p) {
+  return supports_axes(p, set_groups_kv<K>, set_decodes<K>);
+}
+
 template <class K>
 class driver_plan final : public plan {
  public:
   driver_plan(const mha::config& cfg, mha::formulation form, const weights& w,
               std::string_view backend_name)
       : plan(cfg, form, backend_name) {
-    if (form == mha::formulation::split_weight) {
-      split_.emplace(qkv{kernels_.pack(w.query), kernels_.pack(w.key), kernels_.pack(w.value)});
-    } else {
-      // The wrapper's heads own separately allocated weights, packed one head at a time (a
-      // head of a K/V group gets its own copy of the group's K/V weights).
-      for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
-        const head_weights hw = w.head(cfg, h);
-        heads_.push_back({kernels_.pack(hw.query), kernels_.pack(hw.key), kernels_.pack(hw.value)});
-      }
+    const std::int64_t hd = cfg.head_dim();
+    switch (form) {
+      case mha::formulation::split_weight:
+        split_.emplace(
+            qkv_layers{kernels_.pack(w.query), kernels_.pack(w.key), kernels_.pack(w.value)});
+        break;
+      case mha::formulation::fused_qkv:
+        fused_.emplace(kernels_.pack(w.fused_qkv()));
+        break;
+      case mha::formulation::wrapper:
+        // Each query head and each K/V group owns separately allocated weights, packed one at a
+        // time; a group's K and V are computed once for all its query heads.
+        for (std::int64_t h = 0; h < cfg.n_heads; ++h)
+          query_heads_.push_back(kernels_.pack(w.query.rows(h * hd, hd)));
+        for (std::int64_t g = 0; g < cfg.kv_heads(); ++g) {
+          kv_groups_.push_back(
+              {kernels_.pack(w.key.rows(g * hd, hd)), kernels_.pack(w.value.rows(g * hd, hd))});
+        }
+        break;
     }
     if (cfg.out_proj) out_proj_.emplace(kernels_.pack(w.out_proj));
+    if (cfg.rope_base != 0.0) rope_.emplace(cfg.context_length, hd, cfg.rope_base);
   }
 
   // The plan's kernel set, for a backend's introspection of its own plans.
   const K& kernels() const noexcept { return kernels_; }
 
  private:
-  struct qkv {
+  struct qkv_layers {
     typename K::packed_linear query, key, value;
   };
-  struct qkv_buffers {
-    float *q, *k, *v;
+  struct kv_layers {
+    typename K::packed_linear key, value;
+  };
+  // Where one call's Q, K and V projections land, and the heads' merged outputs.
+  struct buffers {
+    float *qkv, *context;
+  };
+  // One call's projections as heads: n_heads of queries, kv_heads of keys and of values.
+  struct qkv_views {
+    head_view<float> q, k, v;
   };
 
-  static constexpr bool decodes = requires(const K& k, std::int64_t n) {
-    { k.cache_head_floats(n, n) } -> std::same_as<std::int64_t>;
-  };
+  static constexpr bool decodes = set_decodes<K>;
 
   std::int64_t cache_head_floats(std::int64_t capacity) const noexcept override {
     if constexpr (decodes) {
@@ -112,105 +154,136 @@ class driver_plan final : public plan {
     kernels_.run(options, [&] {
       const mha::config& cfg = config();
       const std::int64_t rows = x.batch() * x.seq_len(), size = rows * cfg.d_out;
-      // K and V of the split form are d_kv wide; the wrapper's heads each take head_dim of all.
-      const std::int64_t kv_size =
-          formulation() == mha::formulation::split_weight ? rows * cfg.d_kv() : size;
-      // Q, K, V (per-head slices in the wrapper) and the heads' merged outputs before out_proj,
-      // in scratch the plan keeps: per-call buffers cost the split form 3000 page faults and ~4%
-      // of its time per run at B4 T256 d768.
-      scratch_pool::lease scratch(
-          scratch_, static_cast<std::size_t>(size + 2 * kv_size + (cfg.out_proj ? size : 0)));
-      const qkv_buffers buffers{scratch.data(), scratch.data() + size,
-                                scratch.data() + size + kv_size};
+      const std::int64_t qkv_size = rows * (cfg.d_out + 2 * cfg.d_kv());
+      // Q, K, V and the heads' merged outputs before out_proj, in scratch the plan keeps:
+      // per-call buffers cost the split form 3000 page faults and ~4% of its time per run at
+      // B4 T256 d768.
+      scratch_pool::lease scratch(scratch_,
+                                  static_cast<std::size_t>(qkv_size + (cfg.out_proj ? size : 0)));
       // Heads' outputs land in their column block of `context`: (B, T, H * head_dim).
-      float* context = cfg.out_proj ? scratch.data() + size + 2 * kv_size : y.data();
+      const buffers buf{scratch.data(), cfg.out_proj ? scratch.data() + qkv_size : y.data()};
 
       attention_args args;
       args.batch = x.batch();
       args.seq_len = x.seq_len();
       args.head_dim = cfg.head_dim();
+      args.heads = cfg.n_heads;
+      args.kv_group = cfg.n_heads / cfg.kv_heads();
       args.causal = cfg.causal;
       args.scale = 1.0f / std::sqrt(static_cast<float>(cfg.head_dim()));
+      args.out = {buf.context, x.seq_len() * cfg.d_out, cfg.head_dim(), cfg.d_out};
       if (options.training) args.dropout = {cfg.dropout, options.seed};
 
-      if (formulation() == mha::formulation::split_weight) {
-        split_weight(x, buffers, context, args, cache);
+      const qkv_views views = project(x, buf.qkv);
+      args.q = views.q;
+      args.k = views.k;
+      args.v = views.v;
+      if (cache != nullptr) {
+        const kv_store store = kv_cache_access::store(*cache);
+        args.cache = &store;
+        rotate(views, x, [&](std::int64_t b) { return store.lengths[b]; });
+        kernels_.attention(args);
       } else {
-        wrapper(x, buffers, context, args, cache);
+        rotate(views, x, [](std::int64_t) { return std::int64_t{0}; });
+        kernels_.attention(args);
       }
-      if (out_proj_) kernels_.linear(*out_proj_, context, rows, y.data());
+      if (out_proj_) kernels_.linear(*out_proj_, buf.context, rows, y.data());
     });
   }
 
+  // Q, K and V of x in the formulation's way, into `qkv` (rows * (d_out + 2 d_kv) floats).
+  // Attention writes each head into its columns of `context`, which is the merge.
+  qkv_views project(tensor_view<const float> x, float* qkv) const {
+    switch (formulation()) {
+      case mha::formulation::split_weight:
+        return split_weight(x, qkv);
+      case mha::formulation::fused_qkv:
+        return fused_qkv(x, qkv);
+      case mha::formulation::wrapper:
+        break;
+    }
+    return wrapper(x, qkv);
+  }
+
   // One projection per Q, K, V over all heads, seen as (B, H, T, head_dim) (project_heads; K and
-  // V have kv_heads heads); attention writes each head into its columns of `context`, which is
-  // the merge.
-  void split_weight(tensor_view<const float> x, const qkv_buffers& buf, float* context,
-                    attention_args args, kv_cache* cache) const {
+  // V have kv_heads heads).
+  qkv_views split_weight(tensor_view<const float> x, float* qkv) const {
     const mha::config& cfg = config();
-    args.q = project_heads(split_->query, x, cfg.n_heads, buf.q);
-    args.k = project_heads(split_->key, x, cfg.kv_heads(), buf.k);
-    args.v = project_heads(split_->value, x, cfg.kv_heads(), buf.v);
-    const std::int64_t batch_stride = x.seq_len() * cfg.d_out, head_stride = cfg.head_dim();
-    args.out = {context, batch_stride, head_stride, cfg.d_out};
-    args.heads = cfg.n_heads;
-    args.kv_group = cfg.n_heads / cfg.kv_heads();
-    attend(args, cache);
+    const std::int64_t rows = x.batch() * x.seq_len();
+    return {project_heads(split_->query, x, cfg.n_heads, qkv),
+            project_heads(split_->key, x, cfg.kv_heads(), qkv + rows * cfg.d_out),
+            project_heads(split_->value, x, cfg.kv_heads(), qkv + rows * (cfg.d_out + cfg.d_kv()))};
+  }
+
+  // One projection for Q, K and V together, seen as n_heads + 2 kv_heads heads: the first
+  // n_heads are the queries, then the keys, then the values; from there as split_weight.
+  qkv_views fused_qkv(tensor_view<const float> x, float* qkv) const {
+    const mha::config& cfg = config();
+    const head_view<float> all = project_heads(*fused_, x, cfg.n_heads + 2 * cfg.kv_heads(), qkv);
+    const auto from = [&](std::int64_t head) {
+      head_view<float> v = all;
+      v.data += head * all.head_stride;
+      return v;
+    };
+    return {from(0), from(cfg.n_heads), from(cfg.n_heads + cfg.kv_heads())};
   }
 
   // x W^T + b into y as `heads` heads of head_dim: the kernel set's layout, or (B, T, width)
   // row-major viewed with strides (row stride width, head h at column h * head_dim).
-  head_view<const float> project_heads(const typename K::packed_linear& w,
-                                       tensor_view<const float> x, std::int64_t heads,
-                                       float* y) const {
+  head_view<float> project_heads(const typename K::packed_linear& w, tensor_view<const float> x,
+                                 std::int64_t heads, float* y) const {
     const std::int64_t hd = config().head_dim(), width = heads * hd;
     if constexpr (requires(const K& k) { k.project_heads(w, x.data(), 1, 1, 1, y); }) {
       if (const auto view = kernels_.project_heads(w, x.data(), x.batch(), x.seq_len(), heads, y))
-        return *view;
+        return {y + (view->data - y), view->batch_stride, view->head_stride, view->row_stride};
     }
     kernels_.linear(w, x.data(), x.batch() * x.seq_len(), y);
     return {y, x.seq_len() * width, hd, width};
   }
 
-  // H independent heads: each projects x with its own (head_dim, d_in) weights into its own
-  // (B, T, head_dim) slices of the buffers; then each head attends over its own Q, K, V (one
-  // attention call covers them all, head h's slices head_stride apart) and writes its result
-  // into its column block of `context` (the concatenation). With a cache, head h has its own
-  // K/V cache head h.
-  void wrapper(tensor_view<const float> x, const qkv_buffers& buf, float* context,
-               attention_args args, kv_cache* cache) const {
+  // H independent query heads, each projecting x with its own (head_dim, d_in) weights into its
+  // own (B, T, head_dim) slice, and kv_heads K/V groups likewise (a group's K and V computed
+  // once for its heads); attention then covers every head at once, head h's slices
+  // head_stride apart, writing each head into its column block of `context` (the
+  // concatenation). With a cache, each group has its own K/V cache head.
+  qkv_views wrapper(tensor_view<const float> x, float* qkv) const {
     const mha::config& cfg = config();
-    const std::int64_t rows = x.batch() * x.seq_len(), hd = cfg.head_dim();
-    kernels_.for_each(cfg.n_heads, [&](std::int64_t h) {
-      kernels_.linear(heads_[h].query, x.data(), rows, buf.q + h * rows * hd);
-      kernels_.linear(heads_[h].key, x.data(), rows, buf.k + h * rows * hd);
-      kernels_.linear(heads_[h].value, x.data(), rows, buf.v + h * rows * hd);
+    const std::int64_t rows = x.batch() * x.seq_len(), hd = cfg.head_dim(), slice = rows * hd;
+    float *q = qkv, *k = qkv + rows * cfg.d_out, *v = k + rows * cfg.d_kv();
+    kernels_.for_each(cfg.n_heads + cfg.kv_heads(), [&](std::int64_t i) {
+      if (i < cfg.n_heads) {
+        kernels_.linear(query_heads_[i], x.data(), rows, q + i * slice);
+      } else {
+        const std::int64_t g = i - cfg.n_heads;
+        kernels_.linear(kv_groups_[g].key, x.data(), rows, k + g * slice);
+        kernels_.linear(kv_groups_[g].value, x.data(), rows, v + g * slice);
+      }
     });
-    const std::int64_t batch_stride = x.seq_len() * hd, head_stride = rows * hd;
-    args.q = {buf.q, batch_stride, head_stride, hd};
-    args.k = {buf.k, batch_stride, head_stride, hd};
-    args.v = {buf.v, batch_stride, head_stride, hd};
-    args.out = {context, x.seq_len() * cfg.d_out, hd, cfg.d_out};
-    args.heads = cfg.n_heads;
-    attend(args, cache);
+    const std::int64_t batch_stride = x.seq_len() * hd;
+    return {
+        {q, batch_stride, slice, hd}, {k, batch_stride, slice, hd}, {v, batch_stride, slice, hd}};
   }
 
-  // Attention of `args`, or with a cache: this call's keys and values appended to it and
-  // attention over all it holds (attention_args::cache). The cache's lengths are run()'s to move.
-  void attend(attention_args args, kv_cache* cache) const {
-    if (cache == nullptr) {
-      kernels_.attention(args);
-      return;
-    }
-    const kv_store store = kv_cache_access::store(*cache);
-    args.cache = &store;
-    kernels_.attention(args);
+  // With RoPE, every query and key head turned by its rows' absolute positions, row i of
+  // sequence b at first(b) + i, before attention (and before keys enter a cache).
+  template <class First>
+  void rotate(const qkv_views& views, tensor_view<const float> x, First first) const {
+    if (!rope_) return;
+    const std::int64_t heads = config().n_heads;
+    kernels_.for_each(heads + config().kv_heads(), [&](std::int64_t i) {
+      const bool query = i < heads;
+      rope_->rotate(query ? views.q : views.k, query ? i : i - heads, x.batch(), x.seq_len(),
+                    first);
+    });
   }
 
-  K kernels_;                 // before the packed weights: packing may use its state
-  std::optional<qkv> split_;  // split_weight form
-  std::vector<qkv> heads_;    // n_heads entries in wrapper form
+  K kernels_;                        // before the packed weights: packing may use its state
+  std::optional<qkv_layers> split_;  // split_weight form
+  std::optional<typename K::packed_linear> fused_;      // fused_qkv form
+  std::vector<typename K::packed_linear> query_heads_;  // wrapper form: n_heads
+  std::vector<kv_layers> kv_groups_;                    // wrapper form: kv_heads
   std::optional<typename K::packed_linear> out_proj_;
+  std::optional<rope_table> rope_;
   scratch_pool scratch_;
 };
 

@@ -5,9 +5,15 @@
 #include <initializer_list>
 #include <string_view>
 
+#include "mha/backend.hpp"
 #include "mha/config.hpp"
 
 namespace mha::detail {
+
+// backend::supports() of a backend that computes grouped K/V heads and/or decode beyond the
+// default (fp32 multi-head attention, full forward): the reason for the first axis of p it
+// does not compute, in the words every backend uses.
+support supports_axes(const problem& p, bool grouped_kv, bool decode);
 
 // validate(cfg) with messages prefixed by `where` ("mha", or a backend's name).
 void check_config(const config& cfg, std::string_view where);

@@ -78,6 +78,18 @@ void check_config(const config& cfg, std::string_view where) {
     throw invalid_argument(text(where, ": unknown precision value ",
                                 static_cast<int>(cfg.precision), "; expected fp32 or bf16"));
   }
+  if (cfg.rope_base != 0.0) {
+    // Written so that NaN fails too.
+    if (!(cfg.rope_base > 1.0 && cfg.rope_base < std::numeric_limits<double>::infinity())) {
+      throw invalid_argument(text(where, ": rope_base (", cfg.rope_base,
+                                  ") must be 0 (no rotary embedding) or a finite base > 1"));
+    }
+    if (cfg.head_dim() % 2 != 0) {
+      throw invalid_argument(text(where, ": rotary embedding (rope_base ", cfg.rope_base,
+                                  ") rotates pairs of features; head_dim (", cfg.head_dim(),
+                                  ") must be even"));
+    }
+  }
   // Written so that NaN fails too.
   if (!(cfg.dropout >= 0.0f && cfg.dropout < 1.0f)) {
     throw invalid_argument(text(where, ": dropout (", cfg.dropout, ") must be in [0, 1)"));
@@ -95,7 +107,9 @@ std::string to_string(const config& cfg) {
       "d_in=", cfg.d_in, " d_out=", cfg.d_out, " n_heads=", cfg.n_heads,
       " context_length=", cfg.context_length, " causal=", cfg.causal, " qkv_bias=", cfg.qkv_bias,
       " out_proj=", cfg.out_proj, " dropout=", cfg.dropout,
+      cfg.out_proj_bias ? std::string() : std::string(" out_proj_bias=0"),
       cfg.n_kv_heads > 0 ? detail::text(" n_kv_heads=", cfg.n_kv_heads) : std::string(),
+      cfg.rope_base != 0.0 ? detail::text(" rope_base=", cfg.rope_base) : std::string(),
       cfg.precision != precision::fp32 ? detail::text(" precision=", to_string(cfg.precision))
                                        : std::string());
 }
@@ -118,22 +132,30 @@ precision parse_precision(std::string_view name) {
       detail::text("mha: unknown precision '", name, "'; expected fp32 or bf16"));
 }
 
+std::span<const formulation> formulations() noexcept {
+  static constexpr formulation all[] = {formulation::wrapper, formulation::split_weight,
+                                        formulation::fused_qkv};
+  return all;
+}
+
 std::string_view to_string(formulation f) noexcept {
   switch (f) {
     case formulation::wrapper:
       return "wrapper";
     case formulation::split_weight:
       return "split_weight";
+    case formulation::fused_qkv:
+      return "fused_qkv";
   }
   return "unknown";
 }
 
 formulation parse_formulation(std::string_view name) {
-  for (formulation f : {formulation::wrapper, formulation::split_weight}) {
+  for (formulation f : formulations()) {
     if (name == to_string(f)) return f;
   }
-  throw invalid_argument(
-      detail::text("mha: unknown formulation '", name, "'; expected wrapper or split_weight"));
+  throw invalid_argument(detail::text("mha: unknown formulation '", name,
+                                      "'; expected wrapper, split_weight or fused_qkv"));
 }
 
 }  // namespace mha

@@ -96,9 +96,7 @@ void kv_cache::reset(std::int64_t b) {
 
 std::int64_t plan::cache_head_floats(std::int64_t) const noexcept { return 0; }
 
-std::int64_t plan::cache_heads() const noexcept {
-  return formulation_ == formulation::split_weight ? config_.kv_heads() : config_.n_heads;
-}
+std::int64_t plan::cache_heads() const noexcept { return config_.kv_heads(); }
 
 kv_cache plan::make_cache(std::int64_t batch, std::int64_t capacity) const {
   if (cache_head_floats(1) == 0) throw unsupported(text(backend_name_, ": ", decode_declined));
@@ -151,7 +149,7 @@ std::unique_ptr<plan> backend::prepare(const config& cfg, formulation form,
                                        const weights& w) const {
   const std::string where(name());
   detail::check_config(cfg, where);
-  if (form != formulation::wrapper && form != formulation::split_weight) {
+  if (std::ranges::find(formulations(), form) == formulations().end()) {
     throw invalid_argument(text(where, ": unknown formulation value ", static_cast<int>(form)));
   }
   if (const support s = supports(problem{cfg, form}); !s) {
@@ -162,16 +160,18 @@ std::unique_ptr<plan> backend::prepare(const config& cfg, formulation form,
   return make_plan(cfg, form, w);
 }
 
-support backend::supports(const problem& p) const {
+support detail::supports_axes(const problem& p, bool grouped_kv, bool decode) {
   if (p.cfg.precision != precision::fp32) {
     return support::no(text(to_string(p.cfg.precision), " precision is not implemented"));
   }
-  if (p.cfg.kv_heads() != p.cfg.n_heads) {
+  if (!grouped_kv && p.cfg.kv_heads() != p.cfg.n_heads) {
     return support::no(text("grouped-query attention (n_kv_heads ", p.cfg.kv_heads(), " < n_heads ",
                             p.cfg.n_heads, ") is not implemented"));
   }
-  if (p.past != 0) return support::no(std::string(decode_declined));
+  if (!decode && p.past != 0) return support::no(std::string(decode_declined));
   return support::yes();
 }
+
+support backend::supports(const problem& p) const { return detail::supports_axes(p, false, false); }
 
 }  // namespace mha

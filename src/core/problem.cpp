@@ -22,7 +22,21 @@ constexpr flag flags[] = {
     {"qkv_bias", [](const config& c) { return c.qkv_bias; }, [](config& c) { c.qkv_bias = true; }},
     {"no_out_proj", [](const config& c) { return !c.out_proj; },
      [](config& c) { c.out_proj = false; }},
+    {"no_out_bias", [](const config& c) { return c.out_proj && !c.out_proj_bias; },
+     [](config& c) { c.out_proj_bias = false; }},
 };
+
+// The base of "rope<base>" (a decimal number, "rope10000") when `part` is one, else nullopt.
+std::optional<double> rope_part(std::string_view part) {
+  constexpr std::string_view prefix = "rope";
+  if (!part.starts_with(prefix) || part.size() == prefix.size()) return std::nullopt;
+  double value = 0;
+  const char* first = part.data() + prefix.size();
+  const char* last = part.data() + part.size();
+  const auto [end, ec] = std::from_chars(first, last, value);
+  if (ec != std::errc{} || end != last) return std::nullopt;
+  return value;
+}
 
 // The value of "<prefix><digits>" when `part` is one, else nullopt.
 std::optional<std::int64_t> numbered(std::string_view part, std::string_view prefix) {
@@ -42,6 +56,7 @@ std::string to_string(const problem& p) {
   if (p.past != 0) s += text("/past", p.past);
   s += text("/din", p.cfg.d_in, "/dout", p.cfg.d_out, "/h", p.cfg.n_heads);
   if (p.cfg.kv_heads() != p.cfg.n_heads) s += text("/kvh", p.cfg.kv_heads());
+  if (p.cfg.rope_base != 0.0) s += text("/rope", p.cfg.rope_base);
   for (const flag& f : flags) {
     if (f.is_set(p.cfg)) s += text("/", f.name);
   }
@@ -65,9 +80,12 @@ problem parse_problem(std::string_view name) {
     std::int64_t* into;
     bool required, seen = false;
   };
-  number numbers[] = {{"b", &p.batch, true},     {"t", &p.seq_len, true},
-                      {"past", &p.past, false},  {"din", &p.cfg.d_in, true},
-                      {"dout", &p.cfg.d_out, true}, {"h", &p.cfg.n_heads, true},
+  number numbers[] = {{"b", &p.batch, true},
+                      {"t", &p.seq_len, true},
+                      {"past", &p.past, false},
+                      {"din", &p.cfg.d_in, true},
+                      {"dout", &p.cfg.d_out, true},
+                      {"h", &p.cfg.n_heads, true},
                       {"kvh", &p.cfg.n_kv_heads, false}};
   while (!name.empty()) {
     const std::string_view part = next();
@@ -86,6 +104,10 @@ problem parse_problem(std::string_view name) {
         known = true;
       }
     }
+    if (const auto base = known ? std::nullopt : rope_part(part)) {
+      p.cfg.rope_base = *base;
+      known = true;
+    }
     if (!known && (part == "fp32" || part == "bf16")) {
       p.cfg.precision = parse_precision(part);
       known = true;
@@ -93,7 +115,8 @@ problem parse_problem(std::string_view name) {
     if (!known) {
       throw invalid_argument(text("mha: '", whole, "': unknown part '", part,
                                   "'; expected b<B>, t<T>, past<P>, din<N>, dout<N>, h<H>, "
-                                  "kvh<K>, noncausal, qkv_bias, no_out_proj, fp32 or bf16"));
+                                  "kvh<K>, rope<base>, noncausal, qkv_bias, no_out_proj, "
+                                  "no_out_bias, fp32 or bf16"));
     }
   }
   for (const number& n : numbers) {

@@ -66,13 +66,6 @@ void check_linear(std::string_view where, std::string_view name, const linear_we
   }
 }
 
-linear_weights rows_of(const linear_weights& l, std::int64_t first, std::int64_t count) {
-  const auto begin = l.weight.begin() + first * l.in;
-  linear_weights slice{count, l.in, std::vector<float>(begin, begin + count * l.in), {}};
-  if (l.has_bias()) slice.bias.assign(l.bias.begin() + first, l.bias.begin() + first + count);
-  return slice;
-}
-
 void append_rows(linear_weights& to, const linear_weights& from) {
   to.out += from.out;
   to.in = from.in;
@@ -82,13 +75,36 @@ void append_rows(linear_weights& to, const linear_weights& from) {
 
 }  // namespace
 
+linear_weights linear_weights::rows(std::int64_t first, std::int64_t count) const {
+  if (first < 0 || count < 0 || first > out - count) {
+    throw invalid_argument(text("mha: rows [", first, ", ", first + count,
+                                ") are not inside the layer's ", out, " rows"));
+  }
+  const auto begin = weight.begin() + first * in;
+  linear_weights slice{count, in, std::vector<float>(begin, begin + count * in), {}};
+  if (has_bias()) slice.bias.assign(bias.begin() + first, bias.begin() + first + count);
+  return slice;
+}
+
+linear_weights weights::fused_qkv() const {
+  if (key.in != query.in || value.in != query.in || key.has_bias() != query.has_bias() ||
+      value.has_bias() != query.has_bias()) {
+    throw invalid_argument(text("mha: fused_qkv stacks W_query (", query.out, ", ", query.in,
+                                "), W_key (", key.out, ", ", key.in, ") and W_value (", value.out,
+                                ", ", value.in, "); they must share d_in and bias presence"));
+  }
+  linear_weights fused{0, query.in, {}, {}};
+  for (const linear_weights* part : {&query, &key, &value}) append_rows(fused, *part);
+  return fused;
+}
+
 weights weights::random(const config& cfg, std::uint64_t seed) {
   validate(cfg);
   weights w;
   w.query = random_linear(cfg.d_out, cfg.d_in, cfg.qkv_bias, seed, 0);
   w.key = random_linear(cfg.d_kv(), cfg.d_in, cfg.qkv_bias, seed, 1);
   w.value = random_linear(cfg.d_kv(), cfg.d_in, cfg.qkv_bias, seed, 2);
-  if (cfg.out_proj) w.out_proj = random_linear(cfg.d_out, cfg.d_out, true, seed, 3);
+  if (cfg.out_proj) w.out_proj = random_linear(cfg.d_out, cfg.d_out, cfg.out_proj_bias, seed, 3);
   return w;
 }
 
@@ -98,7 +114,7 @@ head_weights weights::head(const config& cfg, std::int64_t h) const {
     throw invalid_argument(text("mha: head index ", h, " is out of range [0, ", cfg.n_heads, ")"));
   }
   const std::int64_t hd = cfg.head_dim(), kv = h / (cfg.n_heads / cfg.kv_heads());
-  return {rows_of(query, h * hd, hd), rows_of(key, kv * hd, hd), rows_of(value, kv * hd, hd)};
+  return {query.rows(h * hd, hd), key.rows(kv * hd, hd), value.rows(kv * hd, hd)};
 }
 
 weights weights::from_heads(const config& cfg, std::span<const head_weights> heads,
@@ -106,7 +122,8 @@ weights weights::from_heads(const config& cfg, std::span<const head_weights> hea
   validate(cfg);
   if (cfg.kv_heads() != cfg.n_heads) {
     throw invalid_argument(text("mha: from_heads stacks one K/V projection per head; n_kv_heads (",
-                                cfg.n_kv_heads, ") must equal n_heads (", cfg.n_heads, ") or be 0"));
+                                cfg.n_kv_heads, ") must equal n_heads (", cfg.n_heads,
+                                ") or be 0"));
   }
   if (static_cast<std::int64_t>(heads.size()) != cfg.n_heads) {
     throw invalid_argument(
@@ -134,7 +151,7 @@ void validate(const config& cfg, const weights& w) {
   check_linear("mha", "W_key", w.key, cfg.d_kv(), cfg.d_in, cfg.qkv_bias);
   check_linear("mha", "W_value", w.value, cfg.d_kv(), cfg.d_in, cfg.qkv_bias);
   if (cfg.out_proj) {
-    check_linear("mha", "out_proj", w.out_proj, cfg.d_out, cfg.d_out, true);
+    check_linear("mha", "out_proj", w.out_proj, cfg.d_out, cfg.d_out, cfg.out_proj_bias);
   } else if (w.out_proj.out != 0 || !w.out_proj.weight.empty() || !w.out_proj.bias.empty()) {
     throw invalid_argument(text("mha: out_proj weights are present (", w.out_proj.out, " x ",
                                 w.out_proj.in, ") but the config has out_proj = false"));

@@ -57,6 +57,21 @@ void attend(const double* q, KeyRow key, ValueRow value, std::int64_t keys, std:
   }
 }
 
+// Rotary position embedding (docs/design.md §1.6) of `row`, `width` features in heads of hd, at
+// position `pos`, in double: the pairs (e, e + hd/2) of each head turn by pos * base^(-2e/hd).
+void rotate(double* row, std::int64_t width, std::int64_t hd, std::int64_t pos, double base) {
+  const std::int64_t half = hd / 2;
+  for (std::int64_t head = 0; head < width; head += hd) {
+    for (std::int64_t e = 0; e < half; ++e) {
+      const double angle = static_cast<double>(pos) * std::pow(base, -2.0 * e / hd);
+      const double c = std::cos(angle), s = std::sin(angle);
+      const double a = row[head + e], b = row[head + e + half];
+      row[head + e] = a * c - b * s;
+      row[head + e + half] = b * c + a * s;
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
@@ -69,26 +84,41 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
   std::vector<double> result(rows.size() * static_cast<std::size_t>(d));
   std::vector<double> a(static_cast<std::size_t>(zero_past + seq_len)),
       context(static_cast<std::size_t>(d));
-  // The keys and values of a token x = 0: the biases, or 0.
+  // The keys and values of a token x = 0: the biases, or 0 (rotated by position with RoPE).
   const std::vector<double> zero_x(static_cast<std::size_t>(cfg.d_in), 0.0);
   const std::vector<double> k0 = project(w.key, zero_x, 0, 1), v0 = project(w.value, zero_x, 0, 1);
+  std::vector<double> zero_keys;  // zero_past rows of d_kv, when RoPE makes them differ
+  if (cfg.rope_base != 0.0) {
+    for (std::int64_t j = 0; j < zero_past; ++j) {
+      zero_keys.insert(zero_keys.end(), k0.begin(), k0.end());
+      rotate(zero_keys.data() + j * d_kv, d_kv, hd, j, cfg.rope_base);
+    }
+  }
 
   for (std::int64_t b = 0; b < batch; ++b) {
     if (std::none_of(rows.begin(), rows.end(), [&](const row& r) { return r.batch == b; }))
       continue;
     const std::vector<double> xb(x.begin() + b * seq_len * cfg.d_in,
                                  x.begin() + (b + 1) * seq_len * cfg.d_in);
-    const std::vector<double> k = project(w.key, xb, 0, seq_len),
-                              v = project(w.value, xb, 0, seq_len);
+    std::vector<double> k = project(w.key, xb, 0, seq_len);
+    const std::vector<double> v = project(w.value, xb, 0, seq_len);
+    if (cfg.rope_base != 0.0) {
+      for (std::int64_t j = 0; j < seq_len; ++j)
+        rotate(k.data() + j * d_kv, d_kv, hd, zero_past + j, cfg.rope_base);
+    }
     for (std::size_t r = 0; r < rows.size(); ++r) {
       if (rows[r].batch != b) continue;
       const std::int64_t i = rows[r].token;
-      const std::vector<double> q = project(w.query, xb, i, 1);
+      std::vector<double> q = project(w.query, xb, i, 1);
+      if (cfg.rope_base != 0.0) rotate(q.data(), d, hd, zero_past + i, cfg.rope_base);
       for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
         const std::int64_t g = h / group;
         // Token j of the sequence: a zero token before zero_past, else row j - zero_past of x.
         const auto key = [&](std::int64_t j) {
-          return j < zero_past ? k0.data() + g * hd : k.data() + (j - zero_past) * d_kv + g * hd;
+          const double* row = j >= zero_past      ? k.data() + (j - zero_past) * d_kv
+                              : zero_keys.empty() ? k0.data()
+                                                  : zero_keys.data() + j * d_kv;
+          return row + g * hd;
         };
         const auto value = [&](std::int64_t j) {
           return j < zero_past ? v0.data() + g * hd : v.data() + (j - zero_past) * d_kv + g * hd;

@@ -16,9 +16,9 @@ namespace {
 // Scratch parts start on a cache line (and an AVX-512 register boundary).
 constexpr std::int64_t line_floats = 16;
 
-// Query rows per attention block. Attention alone (head-major Q, K, V), one core, median ms
-// over 9 runs at (B, T, H, head_dim) = (1, 1024, 12, 64) / (1, 4096, 12, 64) / (1, 256, 96, 8),
-// key tile 512, by rows per block:
+// Query rows per attention block (positions x grouped heads). Attention alone (head-major Q, K, V),
+// one core, median ms over 9 runs at (B, T, H, head_dim) = (1, 1024, 12, 64) / (1, 4096, 12, 64) /
+// (1, 256, 96, 8), key tile 512, by rows per block:
 //   32: 17.3 / 255 / 2.39   64: 17.2 / 254 / 2.44   96: 17.2 / 255 / 2.34   128: 17.2 / 258 / 2.34
 // Within noise; 64 also makes enough parallel tasks (12 heads x 16 blocks at T = 1024).
 constexpr std::int64_t attention_block_rows = 64;
@@ -81,15 +81,18 @@ void pack_head(const attention_args& args, const attention_layout& layout, std::
 }
 
 attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys, std::int64_t head_dim,
-                                     std::int64_t key_tile, std::int64_t kv_rows) const noexcept {
+                                     std::int64_t key_tile, std::int64_t kv_rows,
+                                     std::int64_t group) const noexcept {
   attention_layout l;
   l.scores = tiles[0];
   l.values = tile_for(panel_width(head_dim));
   l.seq_len = seq_len;
+  l.group = group;
   l.keys = keys;
   l.kv_rows = kv_rows > 0 ? kv_rows : keys;
   l.head_dim = head_dim;
-  l.block_rows = std::min(seq_len, attention_block_rows);
+  l.block_positions = std::min(seq_len, std::max<std::int64_t>(attention_block_rows / group, 1));
+  l.block_rows = l.block_positions * group;
   // Key tiles start on a K^T panel, and the softmax reads rows as whole registers: both a
   // multiple of the lanes and of the scores panel width.
   const std::int64_t step = std::lcm(l.scores.nr, lanes);
@@ -107,9 +110,8 @@ attention_workspace::attention_workspace(const attention_layout& layout, bool pa
 void attention_workspace::run(const isa_kernels& kernels, const attention_args& args,
                               attention_task task) noexcept {
   if (head_.size() > 0) {
-    const std::int64_t g = task.h / args.kv_group;
-    if (const std::int64_t head = task.b * args.kv_heads() + g; head != packed_) {
-      pack_head(args, layout_, task.b, g, head_.data());
+    if (const std::int64_t head = task.b * args.kv_heads() + task.g; head != packed_) {
+      pack_head(args, layout_, task.b, task.g, head_.data());
       packed_ = head;
     }
     task.head = head_.data();
@@ -123,10 +125,11 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
   std::int64_t keys = 0;
   for (std::int64_t b = 0; b < args.batch; ++b) keys = std::max(keys, this->keys(b));
   layout_ = kernels.layout(args.seq_len, keys, args.head_dim, key_tile,
-                           args.cache ? args.cache->capacity : 0);
+                           args.cache ? args.cache->capacity : 0, args.kv_group);
   if (args.seq_len <= split_rows && keys > split_keys) {
     chunks_ = (keys + split_keys - 1) / split_keys;
     per_head_ = chunks_;
+    // Per (b, g, chunk), seq_len * kv_group stacked rows: batch * heads * seq_len in all.
     partials_ = float_buffer(static_cast<std::size_t>(args.batch * args.heads * chunks_ *
                                                       args.seq_len * (args.head_dim + 2)));
   } else {
@@ -143,28 +146,29 @@ void attention_schedule::append(std::int64_t i) const noexcept {
   pack_keys(args_, layout_, b, g, past, past + args_.seq_len, args_.cache->head(b, g));
 }
 
-float* attention_schedule::partial(std::int64_t b, std::int64_t h,
+float* attention_schedule::partial(std::int64_t b, std::int64_t g,
                                    std::int64_t chunk) const noexcept {
+  const std::int64_t stacked = args_.seq_len * args_.kv_group;  // rows per (b, g)
   return partials_.data() +
-         ((b * args_.heads + h) * chunks_ + chunk) * args_.seq_len * (args_.head_dim + 2);
+         ((b * args_.kv_heads() + g) * chunks_ + chunk) * stacked * (args_.head_dim + 2);
 }
 
 void attention_schedule::run(std::int64_t i, attention_workspace& workspace) const noexcept {
   const std::int64_t head = i / per_head_, part = i % per_head_;
   attention_task t;
-  t.b = head / args_.heads;
-  t.h = head % args_.heads;
+  t.b = head / args_.kv_heads();
+  t.g = head % args_.kv_heads();
   t.past = past(t.b);
-  if (args_.cache) t.head = args_.cache->head(t.b, t.h / args_.kv_group);
+  if (args_.cache) t.head = args_.cache->head(t.b, t.g);
   if (chunks_ > 1) {
     t.row_end = args_.seq_len;
     t.key_begin = part * split_keys;
     if (t.key_begin >= keys(t.b)) return;  // a shorter sequence of the batch: merge skips it
     t.key_end = std::min(t.key_begin + split_keys, keys(t.b));
-    t.partial = partial(t.b, t.h, part);
+    t.partial = partial(t.b, t.g, part);
   } else {
-    t.row_begin = part * layout_.block_rows;
-    t.row_end = std::min(t.row_begin + layout_.block_rows, args_.seq_len);
+    t.row_begin = part * layout_.block_positions;
+    t.row_end = std::min(t.row_begin + layout_.block_positions, args_.seq_len);
     t.key_end = keys(t.b);
   }
   workspace.run(kernels_, args_, t);
@@ -172,13 +176,14 @@ void attention_schedule::run(std::int64_t i, attention_workspace& workspace) con
 
 void attention_schedule::merge(std::int64_t i) const noexcept {
   // out = (sum_c O_c 2^(m_c - m)) / (sum_c l_c 2^(m_c - m)), m = max_c m_c, in chunk order.
-  const std::int64_t b = i / args_.heads, h = i % args_.heads, hd = args_.head_dim;
-  const std::int64_t chunks = (keys(b) + split_keys - 1) / split_keys;
-  for (std::int64_t r = 0; r < args_.seq_len; ++r) {
-    const auto row = [&](std::int64_t c) { return partial(b, h, c) + r * (hd + 2); };
+  const std::int64_t b = i / args_.kv_heads(), g = i % args_.kv_heads(), hd = args_.head_dim;
+  const std::int64_t group = args_.kv_group, chunks = (keys(b) + split_keys - 1) / split_keys;
+  for (std::int64_t r = 0; r < args_.seq_len * group; ++r) {
+    const auto row = [&](std::int64_t c) { return partial(b, g, c) + r * (hd + 2); };
     float m = -std::numeric_limits<float>::infinity();
     for (std::int64_t c = 0; c < chunks; ++c) m = std::max(m, row(c)[hd]);
-    float* out = args_.out.row(b, h, r);
+    // Stacked row r is query head g * group + r % group at position r / group.
+    float* out = args_.out.row(b, g * group + r % group, r / group);
     float sum = 0.0f;
     std::fill(out, out + hd, 0.0f);
     for (std::int64_t c = 0; c < chunks; ++c) {

@@ -29,13 +29,13 @@ struct isa_kernels;
 // tile of 128 KB per thread, which stays in L2 between the three stages.
 inline constexpr std::int64_t default_key_tile = 512;
 
-// Split-KV: a call of at most split_rows query rows per head (a decode step) over more than
+// Split-KV: a call of at most split_rows query positions (a decode step) over more than
 // split_keys keys takes its keys in chunks of split_keys, one task each, and merges the chunks'
 // partial softmax results per head in chunk order. The chunks depend on the keys only, so the
 // result is the same for every thread count (and on the xsimd backend, which runs the same
 // chunks in order); it differs from an unsplit call by rounding. 2048 keys of head_dim 64 are
 // 1 MiB of K and V: enough work per task to hide its cost, and B1 H12 at 8k keys makes 48
-// tasks.
+// tasks (with grouped K/V heads, kv_heads * 4).
 inline constexpr std::int64_t split_rows = 8;
 inline constexpr std::int64_t split_keys = 4 * default_key_tile;
 
@@ -52,19 +52,27 @@ struct attention_scratch {
 
 // The geometry of the attention kernel on one ISA for one call: panel widths, the query-row
 // block, the key tile, where a head's packed K^T and V lie, and the floats each workspace needs.
+//
+// Grouped-query attention: the `group` query heads of one K/V head are taken together, their
+// rows stacked position-major (row r of a block is head r % group at position r / group), so a
+// task streams each K/V head once for all its query heads (a decode step of a group of 8 is
+// one 8-row block over the cache instead of 8 one-row blocks).
 struct attention_layout {
   tile_shape scores, values;  // micro-kernels of S = Q K^T and of O = P V
-  std::int64_t seq_len = 0;   // query rows per head
+  std::int64_t seq_len = 0;   // query positions per head
+  std::int64_t group = 1;     // query heads per K/V head, stacked in a block's rows
   std::int64_t keys = 0;      // most keys any sequence attends over (past + seq_len)
   std::int64_t kv_rows = 0;   // keys a packed head has room for: `keys` in a workspace, the
                               // capacity in a KV cache
   std::int64_t head_dim = 0;
-  std::int64_t block_rows = 0;  // query rows per attention_rows call (the last may be fewer)
-  std::int64_t key_tile = 0;    // keys per online-softmax step: a multiple of scores.nr and of
-                                // the lanes; >= keys means one step over whole rows
-  std::int64_t score_cols = 0;  // columns of a scores tile: key_tile, or keys rounded up
-                                // like key_tile when that is smaller
-  std::int64_t acc_cols = 0;    // head_dim rounded up to values.nr
+  std::int64_t block_positions = 0;  // query positions per attention_rows call (the last may
+                                     // be fewer)
+  std::int64_t block_rows = 0;       // block_positions * group stacked rows
+  std::int64_t key_tile = 0;         // keys per online-softmax step: a multiple of scores.nr and of
+                                     // the lanes; >= keys means one step over whole rows
+  std::int64_t score_cols = 0;       // columns of a scores tile: key_tile, or keys rounded up
+                                     // like key_tile when that is smaller
+  std::int64_t acc_cols = 0;         // head_dim rounded up to values.nr
 
   // A packed head: K^T (head_dim, kv_rows) in panels of scores.nr at the start, then V
   // (kv_rows, head_dim) in panels of values.nr at values_offset().
@@ -75,20 +83,21 @@ struct attention_layout {
   std::int64_t scratch_floats() const noexcept;
   // Carves `scratch` (scratch_floats() floats, 64-byte aligned) into its parts, each aligned.
   attention_scratch scratch_parts(float* scratch) const noexcept;
-  // Query blocks per head: ceil(seq_len / block_rows).
-  std::int64_t blocks() const noexcept { return (seq_len + block_rows - 1) / block_rows; }
+  // Query blocks per K/V head: ceil(seq_len / block_positions).
+  std::int64_t blocks() const noexcept { return (seq_len + block_positions - 1) / block_positions; }
 };
 
-// One call of the per-ISA kernel (isa_kernels::attention_rows): query rows [row_begin,
-// row_end) of head (b, h), row i at absolute position past + i, over the keys in [key_begin,
-// key_end) it attends to (key_begin a multiple of the key tile).
+// One call of the per-ISA kernel (isa_kernels::attention_rows): the query heads of K/V head
+// (b, g) at positions [row_begin, row_end), position i at absolute position past + i, over the
+// keys in [key_begin, key_end) they attend to (key_begin a multiple of the key tile).
 struct attention_task {
-  const float* head = nullptr;  // the packed K^T and V of (b, h / kv_group)
-  std::int64_t b = 0, h = 0, past = 0;
+  const float* head = nullptr;  // the packed K^T and V of (b, g)
+  std::int64_t b = 0, g = 0, past = 0;
   std::int64_t row_begin = 0, row_end = 0, key_begin = 0, key_end = 0;
-  // nullptr: the rows' outputs go to args.out. Else the chunk's partial softmax, per row
-  // head_dim + 2 floats: the unnormalised output, the running max and the running sum (in
-  // base 2; -inf and 0 for a row that sees no key of the chunk), for merge_partials.
+  // nullptr: the rows' outputs go to args.out. Else the chunk's partial softmax, per stacked
+  // row (from row_begin * group on) head_dim + 2 floats: the unnormalised output, the running
+  // max and the running sum (in base 2; -inf and 0 for a row that sees no key of the chunk),
+  // for attention_schedule::merge.
   float* partial = nullptr;
 };
 
@@ -107,7 +116,7 @@ class attention_workspace {
   attention_workspace(const attention_layout& layout, bool packs_heads);
 
   // The kernel on `task`; when the workspace packs heads, first packs K and V of (task.b,
-  // task.h / kv_group) unless they are the ones packed last (task.head is ignored then).
+  // task.g) unless they are the ones packed last (task.head is ignored then).
   void run(const isa_kernels& kernels, const attention_args& args, attention_task task) noexcept;
 
  private:
@@ -118,8 +127,8 @@ class attention_workspace {
 
 // One attention call as phases of independent steps, for a sequential or a parallel loop:
 //   appends():  with a cache, (b, g) pairs whose new keys and values go into the cache;
-//   tasks():    (b, h, query block), or (b, h, key chunk) when the call splits its keys;
-//   merges():   with a split, the (b, h) pairs whose chunks merge into args.out (else 0).
+//   tasks():    (b, g, query block), or (b, g, key chunk) when the call splits its keys;
+//   merges():   with a split, the (b, g) pairs whose chunks merge into args.out (else 0).
 // Steps of one phase touch disjoint memory and may run in any order or concurrently; a phase
 // starts when the one before has finished. The partition depends on the problem only.
 class attention_schedule {
@@ -134,23 +143,23 @@ class attention_schedule {
 
   std::int64_t appends() const noexcept;
   void append(std::int64_t i) const noexcept;
-  std::int64_t tasks() const noexcept { return args_.batch * args_.heads * per_head_; }
+  std::int64_t tasks() const noexcept { return args_.batch * args_.kv_heads() * per_head_; }
   // Task i on the calling thread's workspace (made with layout() and packs_heads()).
   void run(std::int64_t i, attention_workspace& workspace) const noexcept;
-  std::int64_t merges() const noexcept { return chunks_ > 1 ? args_.batch * args_.heads : 0; }
+  std::int64_t merges() const noexcept { return chunks_ > 1 ? args_.batch * args_.kv_heads() : 0; }
   void merge(std::int64_t i) const noexcept;
 
  private:
   std::int64_t keys(std::int64_t b) const noexcept { return args_.keys(b); }
   std::int64_t past(std::int64_t b) const noexcept { return keys(b) - args_.seq_len; }
-  float* partial(std::int64_t b, std::int64_t h, std::int64_t chunk) const noexcept;
+  float* partial(std::int64_t b, std::int64_t g, std::int64_t chunk) const noexcept;
 
   const isa_kernels& kernels_;
   const attention_args& args_;
   attention_layout layout_;
   std::int64_t chunks_ = 1;    // key chunks per head (1: no split)
-  std::int64_t per_head_ = 1;  // tasks per head: query blocks, or chunks
-  // With a split: per (b, h, chunk), seq_len rows of head_dim + 2 floats, written by tasks.
+  std::int64_t per_head_ = 1;  // tasks per K/V head: query blocks, or chunks
+  // With a split: per (b, g, chunk), seq_len * group rows of head_dim + 2 floats, written by tasks.
   mutable float_buffer partials_;
 };
 

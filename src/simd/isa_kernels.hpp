@@ -30,8 +30,9 @@ struct isa_kernels {
   // g.b.nr must be one of tiles[].nr. Rows and panels of C outside the range are untouched.
   void (*gemm)(const gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
                std::int64_t panel_begin, std::int64_t panel_end) noexcept;
-  // Query rows [row_begin, row_end) of head (task.b, task.h), row_end - row_begin <=
-  // layout.block_rows, over keys [task.key_begin, task.key_end) of the packed head task.head:
+  // Query positions [row_begin, row_end) of the query heads of K/V head (task.b, task.g),
+  // row_end - row_begin <= layout.block_positions, stacked position-major (attention_layout),
+  // over keys [task.key_begin, task.key_end) of the packed head task.head:
   // out rows = dropout(softmax(scale Q K^T + causal mask)) V, fused over key tiles of
   // layout.key_tile (online softmax; no row of scores is ever whole unless one tile covers
   // it), or the chunk's partial softmax into task.partial; `scratch` is
@@ -51,12 +52,13 @@ struct isa_kernels {
   int panel_width(std::int64_t n) const noexcept;
   // The tile whose panel width is nr (one of tiles[]).
   tile_shape tile_for(int nr) const noexcept;
-  // The attention geometry of seq_len query rows over at most `keys` key rows, in packed heads
-  // with room for kv_rows keys (0: keys); key_tile is rounded up to a multiple of scores.nr and
-  // the lanes (default_key_tile: the measured fused kernel; keys or more: the unfused one).
+  // The attention geometry of seq_len query positions of `group` query heads per K/V head over
+  // at most `keys` key rows, in packed heads with room for kv_rows keys (0: keys); key_tile is
+  // rounded up to a multiple of scores.nr and the lanes (default_key_tile: the measured fused
+  // kernel; keys or more: the unfused one).
   attention_layout layout(std::int64_t seq_len, std::int64_t keys, std::int64_t head_dim,
-                          std::int64_t key_tile = default_key_tile,
-                          std::int64_t kv_rows = 0) const noexcept;
+                          std::int64_t key_tile = default_key_tile, std::int64_t kv_rows = 0,
+                          std::int64_t group = 1) const noexcept;
 };
 
 // The kernels of `isa` (which this CPU must support: see xsimd_supported_isas()).

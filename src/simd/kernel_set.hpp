@@ -39,10 +39,9 @@ struct xsimd_kernel_set : sequential_execution {
     gemm(kernels(), g);
     return g.view();
   }
-  static void attention(const attention_args& args) {
-    assert(args.kv_group == 1);  // the backend declines grouped K/V (backend::supports)
-    detail::attention(kernels(), args);
-  }
+  // Grouped K/V heads: a group's query heads are stacked in one block (attention.hpp).
+  static constexpr bool grouped_kv = true;
+  static void attention(const attention_args& args) { detail::attention(kernels(), args); }
   // Decode: the cache holds each head packed as the attention kernel reads it.
   static std::int64_t cache_head_floats(std::int64_t capacity, std::int64_t head_dim) {
     return detail::cache_head_floats(kernels(), capacity, head_dim);

@@ -98,6 +98,7 @@ struct naive_kernels : detail::sequential_execution {
   static void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) {
     project(w, x, rows, y);
   }
+  static constexpr bool grouped_kv = true;  // each query head reads K/V head h / kv_group
   // Decode: the plain row-major cache; each sequence attends over its rows as a full forward
   // with past = its length would.
   static std::int64_t cache_head_floats(std::int64_t capacity, std::int64_t head_dim) {
@@ -131,12 +132,9 @@ struct naive_impl final : backend {
   // Plain loops compiled for the x86-64 baseline; whatever the compiler vectorises is SSE2.
   std::string isa() const override { return "scalar"; }
   // Grouped-query attention too (each query head reads its group's K/V head, kv_group), and
-  // decode (keys from a cache).
+  // decode (keys from a cache): naive_kernels says so.
   support supports(const problem& p) const override {
-    problem fp32 = p;
-    fp32.cfg.n_kv_heads = 0;
-    fp32.past = 0;
-    return backend::supports(fp32);
+    return detail::driver_support<naive_kernels>(p);
   }
 
  private:

@@ -135,56 +135,24 @@ struct attention_key {
   bool operator==(const attention_key&) const = default;
 };
 
-// Training mode: row i of slice s of a group's attention weights (group, rows, keys) times the
-// shared dropout mask of (b, h) = where(s), row past + i (docs/design.md §1.1).
-template <class Where>
-void apply_dropout(const detail::dropout_spec& dropout, float* weights, std::int64_t group,
-                   std::int64_t rows, std::int64_t keys, std::int64_t past, Where where) {
+// Training mode: every row of a group's attention weights (slices x rows x keys) times the
+// shared dropout mask of its (b, h, absolute position) = origin(slice, row) (docs/design.md §1.1).
+struct row_origin {
+  std::int64_t b, h, position;
+};
+
+template <class Origin>
+void apply_dropout(const detail::dropout_spec& dropout, float* weights, std::int64_t slices,
+                   std::int64_t rows, std::int64_t keys, Origin origin) {
   std::vector<float> multipliers(static_cast<std::size_t>(keys));
-  for (std::int64_t s = 0; s < group; ++s) {
-    const auto [b, h] = where(s);
-    for (std::int64_t i = 0; i < rows; ++i) {
-      detail::dropout_multipliers(dropout, b, h, past + i, 0, keys, multipliers.data());
-      float* row = weights + (s * rows + i) * keys;
+  for (std::int64_t s = 0; s < slices; ++s) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const row_origin o = origin(s, r);
+      detail::dropout_multipliers(dropout, o.b, o.h, o.position, 0, keys, multipliers.data());
+      float* row = weights + (s * rows + r) * keys;
       for (std::int64_t j = 0; j < keys; ++j) row[j] *= multipliers[j];
     }
   }
-}
-
-// A batch element and module-wide head index: the dropout mask's (b, h).
-struct batch_head {
-  std::int64_t b, h;
-};
-
-// The dropout step of a group whose slice s is (b, h) = where(s) of `a` (module-wide h).
-template <class Where>
-auto dropout_between(const detail::attention_args& a, const detail::attention_geometry& g,
-                     std::int64_t past, Where where) {
-  return [&a, g, past, where](float* weights) {
-    if (!a.dropout.active()) return;
-    apply_dropout(a.dropout, weights, g.group, g.rows, g.keys, past, [&](std::int64_t s) {
-      const batch_head bh = where(s);
-      return batch_head{a.first_batch + bh.b, a.first_head + bh.h};
-    });
-  };
-}
-
-// How the (b, h) slices of attention_args lie in memory, each a dense (rows, head_dim) matrix,
-// back to back: batch-major (slice b * heads + h: the split form's (B, H, T, head_dim)
-// projections) or head-major (slice h * batch + b: the wrapper's per-head (B, T, head_dim)
-// buffers). The attention primitives read a group of consecutive slices in place.
-enum class slice_order { batch_major, head_major, other };
-
-template <class T>
-slice_order order_of(const detail::head_view<T>& v, std::int64_t batch, std::int64_t heads,
-                     std::int64_t rows, std::int64_t head_dim) {
-  const std::int64_t slice = rows * head_dim;
-  if (v.row_stride != head_dim) return slice_order::other;
-  if ((heads == 1 || v.head_stride == slice) && (batch == 1 || v.batch_stride == heads * slice))
-    return slice_order::batch_major;
-  if ((batch == 1 || v.batch_stride == slice) && (heads == 1 || v.head_stride == batch * slice))
-    return slice_order::head_major;
-  return slice_order::other;
 }
 
 // The oneDNN primitives as a kernel set of the shared drivers (common/driver.hpp), sequential
@@ -193,9 +161,10 @@ slice_order order_of(const detail::head_view<T>& v, std::int64_t batch, std::int
 //   project_heads: that matmul into a staging buffer, then a reorder into (batch, heads,
 //                  seq_len, head_dim), the layout the attention primitives read a group of
 //                  heads from;
-//   attention:     per group of (b, h) slices, scores (matmul with the scale and the causal
-//                  mask fused), softmax in place, weights V (matmul) into a dense buffer, whose
-//                  rows are then copied to the output's strided columns (the head merge).
+//   attention:     per group of (b, K/V head) slices, each the rows of the K/V head's query
+//                  heads stacked: scores (matmul with the scale and the mask fused), softmax in
+//                  place, weights V (matmul) into a dense buffer, whose rows are then copied to
+//                  the output's strided columns (the head merge).
 // Primitives are built on first use of their shape and team size and kept per plan; every
 // primitive runs on a user scratchpad, taken with the staging, scores and output buffers from
 // one lease of the set's scratch pool.
@@ -253,55 +222,100 @@ class onednn_kernel_set {
     return detail::row_major_cache::head_floats(capacity, head_dim);
   }
 
-  // Without a cache, q, k and v must share one slice order (project_heads' and the wrapper's
-  // buffers do); out may be any head_view.
+  static constexpr bool grouped_kv = true;  // a K/V head's query heads are one slice's rows
+
+  // The attention of a full forward or, with a cache, of a decode call (docs/design.md §1.4:
+  // the new keys and values appended to the row-major cache, then each sequence's queries
+  // against its cached rows, read in place through strided descriptors and padded to a bucket
+  // of keys all sequences of the call share: key_bucket rebuilds primitives ~8 times per
+  // doubling of the context, not every step; the padding is zeroed and masked).
+  //
+  // A slice is one (b, g): the rows of K/V head g's query heads, stacked head after head
+  // (rows = kv_group * seq_len), against g's keys and values. Slices are taken `group` at a
+  // time along the axis their memory runs along: K/V heads within a sequence, or (the
+  // wrapper's per-head buffers, one head per K/V head) sequences within a head. When a
+  // slice's query rows are not one dense block (the wrapper with grouped K/V and batch > 1),
+  // they are copied into one first.
   void attention(const detail::attention_args& a) const {
-    assert(a.kv_group == 1);  // declined: grouped K/V (backend::supports)
-    if (a.cache != nullptr) {
-      cached_attention(a);
-      return;
-    }
-    const slice_order order = order_of(a.q, a.batch, a.heads, a.seq_len, a.head_dim);
-    assert(order != slice_order::other &&
-           order == order_of(a.k, a.batch, a.heads, a.seq_len, a.head_dim) &&
-           order == order_of(a.v, a.batch, a.heads, a.seq_len, a.head_dim));
-    // The scores of a group of heads (at least one T x T slice) and the causal mask (T x T).
-    detail::check_score_memory("onednn", a.seq_len, a.seq_len, a.causal ? 2 : 1);
+    namespace cache = detail::row_major_cache;
+    if (a.cache != nullptr) cache::append(a);
+    const std::int64_t t = a.seq_len, hd = a.head_dim, per_kv = a.kv_group, rows = per_kv * t;
+    std::int64_t longest = t;
+    for (std::int64_t b = 0; b < a.batch; ++b) longest = std::max(longest, a.keys(b));
+    const std::int64_t n = a.cache ? detail::key_bucket(longest, a.cache->capacity) : t;
+    // The scores of a group (at least one slice of rows x n) and the mask (rows x n).
+    detail::check_score_memory("onednn", rows, n, 2);
+    const detail::head_view<const float> k = a.cache ? cache::keys(*a.cache, hd) : a.k,
+                                         v = a.cache ? cache::values(*a.cache, hd) : a.v;
+    assert(a.q.row_stride == hd && k.row_stride == hd && k.head_stride == v.head_stride &&
+           k.batch_stride == v.batch_stride);
+    const bool over_batch = a.cache == nullptr && per_kv == 1 && a.batch > 1 &&
+                            a.q.batch_stride == t * hd && k.batch_stride == t * hd;
+    const bool stacked = per_kv == 1 || a.q.head_stride == t * hd;
+    const std::int64_t outer = over_batch ? a.kv_heads() : a.batch,
+                       inner = over_batch ? a.batch : a.kv_heads();
     rethrowing_dnnl_errors(
-        [&] { return text("in attention over ", a.seq_len, " tokens"); },
+        [&] { return text("in attention over ", n, " keys"); },
         [&] {
-          const std::int64_t count = a.batch * a.heads, t = a.seq_len, hd = a.head_dim;
-          const detail::attention_geometry g{.rows = t,
-                                             .keys = t,
-                                             .head_dim = hd,
-                                             .group = detail::attention_group(count, t, t),
-                                             .causal = a.causal,
-                                             .scale = a.scale};
+          const detail::attention_geometry g{
+              .rows = rows,
+              .positions = t,
+              .keys = n,
+              .head_dim = hd,
+              .group = detail::attention_group(inner, rows, n),
+              .q_stride = !stacked     ? rows * hd
+                          : over_batch ? a.q.batch_stride
+                                       : per_kv * a.q.head_stride,
+              .kv_stride = over_batch ? k.batch_stride : k.head_stride,
+              .causal = a.causal,
+              .scale = a.scale,
+              .mask_per_run = a.cache != nullptr};
           const auto steps = steps_for(g);
-          group_lease buf(scratch_, *steps, 0);
+          group_lease buf(scratch_, *steps, a.cache ? static_cast<std::size_t>(rows * n) : 0,
+                          stacked ? 0 : static_cast<std::size_t>(g.group * rows * hd));
           dnnl::stream& stream = caller_stream();
-          const std::int64_t slice = t * hd;
-          // Slice s as (b, h) of a.
-          auto where = [&](std::int64_t s) {
-            return order == slice_order::batch_major ? batch_head{s / a.heads, s % a.heads}
-                                                     : batch_head{s % a.batch, s / a.batch};
-          };
-          for (std::int64_t first = 0; first < count; first += g.group) {
-            auto between =
-                dropout_between(a, g, 0, [&](std::int64_t i) { return where(first + i); });
-            const std::int64_t at = first * slice;
-            steps->run_group(stream, a.q.data + at, a.k.data + at, a.v.data + at, buf.out,
-                             buf.scores, buf.scratchpad, between);
-            stream.wait();
-            if (a.causal) {
-              keep_causal_rows_finite(*steps, stream, buf, a.q.data + at, a.k.data + at,
-                                      a.v.data + at, 0, t, between, nullptr);
-            }
-            // The head merge: each slice's rows into its columns of the output.
-            for (std::int64_t s = 0; s < g.group; ++s) {
-              const batch_head bh = where(first + s);
-              for (std::int64_t i = 0; i < t; ++i)
-                std::copy_n(buf.out + (s * t + i) * hd, hd, a.out.row(bh.b, bh.h, i));
+          for (std::int64_t o = 0; o < outer; ++o) {
+            if (a.cache != nullptr) prepare_sequence(a, o, n, buf.mask);
+            const std::int64_t past = a.cache ? a.cache->lengths[o] : 0,
+                               end = a.cache ? a.keys(o) : t;
+            for (std::int64_t first = 0; first < inner; first += g.group) {
+              // Slice s of this group as (b, K/V head).
+              const auto slice = [&](std::int64_t s) {
+                return over_batch ? std::pair{first + s, o} : std::pair{o, first + s};
+              };
+              // Row r of slice s as (b, module-wide h, absolute position).
+              const auto origin = [&](std::int64_t s, std::int64_t r) {
+                const auto [b, kv] = slice(s);
+                return row_origin{a.first_batch + b, a.first_head + kv * per_kv + r / t,
+                                  past + r % t};
+              };
+              const auto between = [&](float* weights) {
+                if (a.dropout.active()) apply_dropout(a.dropout, weights, g.group, rows, n, origin);
+              };
+              const auto [b0, kv0] = slice(0);
+              const float* q = a.q.row(b0, kv0 * per_kv, 0);
+              if (!stacked) {
+                for (std::int64_t s = 0; s < g.group; ++s) {
+                  const auto [b, kv] = slice(s);
+                  for (std::int64_t r = 0; r < rows; ++r)
+                    std::copy_n(a.q.row(b, kv * per_kv + r / t, r % t), hd,
+                                buf.queries + (s * rows + r) * hd);
+                }
+                q = buf.queries;
+              }
+              const float *ks = k.row(b0, kv0, 0), *vs = v.row(b0, kv0, 0);
+              steps->run_group(stream, q, ks, vs, buf.out, buf.scores, buf.scratchpad, between,
+                               a.cache ? buf.mask : nullptr);
+              stream.wait();
+              if (a.causal)
+                keep_causal_rows_finite(*steps, stream, buf, q, ks, vs, past, end, between);
+              // The head merge: each row into its head's columns of the output.
+              for (std::int64_t s = 0; s < g.group; ++s) {
+                const auto [b, kv] = slice(s);
+                for (std::int64_t r = 0; r < rows; ++r)
+                  std::copy_n(buf.out + (s * rows + r) * hd, hd,
+                              a.out.row(b, kv * per_kv + r / t, r % t));
+              }
             }
           }
         });
@@ -329,7 +343,7 @@ class onednn_kernel_set {
         out.push_back(detail::describe("head_split", step.pd));
     });
     attention_cache_.for_each([&](const attention_key& k, const detail::attention_steps& steps) {
-      if (k.geometry.rows == seq_len) steps.describe(out);
+      if (k.geometry.positions == seq_len) steps.describe(out);
     });
     return out;
   }
@@ -345,23 +359,40 @@ class onednn_kernel_set {
   }
 
  private:
+  static int team() { return omp_get_max_threads(); }
+  static std::size_t floats(std::size_t bytes) {
+    return (bytes + sizeof(float) - 1) / sizeof(float);
+  }
+  static std::byte* bytes(scratch_pool::lease& scratch, std::size_t offset = 0) {
+    return reinterpret_cast<std::byte*>(scratch.data() + offset);
+  }
+
+  std::shared_ptr<const detail::matmul_step> linear_step(const packed_linear& w,
+                                                         std::int64_t rows) const {
+    const dnnl::memory::dims dims = w.weights.get_desc().dims();
+    return linear_cache_.get(linear_key{rows, dims[0], dims[1], w.bias_data() != nullptr, team()},
+                             [&] { return detail::make_linear(cpu_engine(), rows, w); });
+  }
+
   // One lease of the scratch pool for a group's scores, dense outputs, (rows, keys) mask
-  // (decode) and the primitives' scratchpad.
+  // (decode), staged queries (when a slice's rows are not one dense block) and the
+  // primitives' scratchpad.
   struct group_lease {
     group_lease(const scratch_pool& pool, const detail::attention_steps& steps,
-                std::size_t mask_floats)
-        : lease(pool, steps.score_floats() + out_floats(steps) + mask_floats +
+                std::size_t mask_floats, std::size_t query_floats)
+        : lease(pool, steps.score_floats() + out_floats(steps) + mask_floats + query_floats +
                           floats(steps.scratchpad_bytes())),
           scores(lease.data()),
           out(scores + steps.score_floats()),
           mask(out + out_floats(steps)),
-          scratchpad(reinterpret_cast<std::byte*>(mask + mask_floats)) {}
+          queries(mask + mask_floats),
+          scratchpad(reinterpret_cast<std::byte*>(queries + query_floats)) {}
     static std::size_t out_floats(const detail::attention_steps& steps) {
       const detail::attention_geometry& g = steps.geometry();
       return static_cast<std::size_t>(g.group * g.rows * g.head_dim);
     }
     scratch_pool::lease lease;
-    float *scores, *out, *mask;
+    float *scores, *out, *mask, *queries;
     std::byte* scratchpad;
   };
 
@@ -371,81 +402,39 @@ class onednn_kernel_set {
                                 [&] { return detail::attention_steps(cpu_engine(), g); });
   }
 
-  // Incremental attention (docs/design.md §1.4): the new keys and values appended to the
-  // row-major cache, then per sequence, its heads in groups: Q (strided in the projections)
-  // against the cache's rows, padded to a bucket of keys that all sequences of the call share
-  // (key_bucket: primitives are rebuilt ~8 times per doubling of the context, not every
-  // step). The padding rows are zeroed and masked; the mask (causal, aligned to each sequence's
-  // length) is filled per sequence.
-  void cached_attention(const detail::attention_args& a) const {
+  // Before sequence b of a decode call attends: its cache rows from its length to the bucket's
+  // end n zeroed (a reset sequence's stale tokens, NaN among them, never reach the new one), and
+  // `mask` (rows x n) set for its length: stacked row r (position r % seq_len) sees keys up to
+  // its own position when causal, all of the sequence's otherwise.
+  static void prepare_sequence(const detail::attention_args& a, std::int64_t b, std::int64_t n,
+                               float* mask) {
     namespace cache = detail::row_major_cache;
-    cache::append(a);
-    const detail::kv_store& c = *a.cache;
-    const std::int64_t t = a.seq_len, hd = a.head_dim;
-    std::int64_t longest = 0;
-    for (std::int64_t b = 0; b < a.batch; ++b) longest = std::max(longest, a.keys(b));
-    const std::int64_t n = detail::key_bucket(longest, c.capacity);
-    detail::check_score_memory("onednn", t, n, 2);
-    rethrowing_dnnl_errors(
-        [&] { return text("in attention over ", n, " cached tokens"); },
-        [&] {
-          assert(a.q.row_stride == hd);
-          const detail::attention_geometry g{.rows = t,
-                                             .keys = n,
-                                             .head_dim = hd,
-                                             .group = detail::attention_group(a.heads, t, n),
-                                             .q_stride = a.q.head_stride,
-                                             .kv_stride = c.head_floats,
-                                             .causal = a.causal,
-                                             .scale = a.scale,
-                                             .mask_per_run = true};
-          const auto steps = steps_for(g);
-          group_lease buf(scratch_, *steps, static_cast<std::size_t>(t * n));
-          dnnl::stream& stream = caller_stream();
-          const detail::head_view<float> keys = cache::keys(c, hd), values = cache::values(c, hd);
-          for (std::int64_t b = 0; b < a.batch; ++b) {
-            const std::int64_t past = c.lengths[b], end = a.keys(b);
-            for (std::int64_t h = 0; h < a.heads; ++h) {
-              std::fill(keys.row(b, h, end), keys.row(b, h, n), 0.0f);
-              std::fill(values.row(b, h, end), values.row(b, h, n), 0.0f);
-            }
-            for (std::int64_t i = 0; i < t; ++i) {
-              const std::int64_t seen = a.causal ? past + i + 1 : end;
-              for (std::int64_t j = 0; j < n; ++j)
-                buf.mask[i * n + j] = j < seen ? 0.0f : -std::numeric_limits<float>::infinity();
-            }
-            for (std::int64_t first = 0; first < a.heads; first += g.group) {
-              auto between = dropout_between(a, g, past, [&](std::int64_t s) {
-                return batch_head{b, first + s};
-              });
-              const float *q = a.q.row(b, first, 0), *k = keys.row(b, first, 0),
-                          *v = values.row(b, first, 0);
-              steps->run_group(stream, q, k, v, buf.out, buf.scores, buf.scratchpad, between,
-                               buf.mask);
-              stream.wait();
-              if (a.causal)
-                keep_causal_rows_finite(*steps, stream, buf, q, k, v, past, end, between, buf.mask);
-              for (std::int64_t s = 0; s < g.group; ++s) {
-                for (std::int64_t i = 0; i < t; ++i)
-                  std::copy_n(buf.out + (s * t + i) * hd, hd, a.out.row(b, first + s, i));
-              }
-            }
-          }
-        });
+    const detail::head_view<float> keys = cache::keys(*a.cache, a.head_dim),
+                                   values = cache::values(*a.cache, a.head_dim);
+    const std::int64_t past = a.cache->lengths[b], end = a.keys(b), t = a.seq_len;
+    for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
+      std::fill(keys.row(b, g, end), keys.row(b, g, n), 0.0f);
+      std::fill(values.row(b, g, end), values.row(b, g, n), 0.0f);
+    }
+    for (std::int64_t r = 0; r < a.kv_group * t; ++r) {
+      const std::int64_t seen = a.causal ? past + r % t + 1 : end;
+      for (std::int64_t j = 0; j < n; ++j)
+        mask[r * n + j] = j < seen ? 0.0f : -std::numeric_limits<float>::infinity();
+    }
   }
 
   // The dense products multiply masked weights (0) by every key and value, and a masked score
   // is computed before the mask is added: a NaN or Inf in token j's K or V would reach the rows
   // before j (0 * NaN, NaN + -inf). When a slice of the group has one among this call's tokens
-  // (rows [past, end) of its keys and values; earlier tokens are seen by every row anyway), its
-  // rows before the first such token are recomputed from K and V with that token and every later
+  // (key rows [past, end); earlier tokens are seen by every row anyway), its rows at positions
+  // before the first such token are recomputed from K and V with that token and every later
   // one replaced by 0, which those rows never see: their outputs are then exactly those of the
   // same input without the NaN.
   template <class Between>
   void keep_causal_rows_finite(const detail::attention_steps& steps, dnnl::stream& stream,
                                const group_lease& buf, const float* q, const float* k,
                                const float* v, std::int64_t past, std::int64_t end,
-                               Between& between, const float* mask) const {
+                               Between& between) const {
     const detail::attention_geometry& g = steps.geometry();
     const std::int64_t hd = g.head_dim, stride = g.kv_stride > 0 ? g.kv_stride : g.keys * hd;
     std::vector<std::int64_t> first_bad(static_cast<std::size_t>(g.group), end);
@@ -473,28 +462,16 @@ class onednn_kernel_set {
     const std::vector<float> clean_k = cleaned(k), clean_v = cleaned(v);
     std::vector<float> rows(static_cast<std::size_t>(g.group * g.rows * hd));
     steps.run_group(stream, q, clean_k.data(), clean_v.data(), rows.data(), buf.scores,
-                    buf.scratchpad, between, mask);
+                    buf.scratchpad, between, g.mask_per_run ? buf.mask : nullptr);
     stream.wait();
     for (std::int64_t s = 0; s < g.group; ++s) {
-      const std::int64_t keep =
-          std::max<std::int64_t>(first_bad[static_cast<std::size_t>(s)] - past, 0) * hd;
-      std::copy_n(rows.data() + s * g.rows * hd, keep, buf.out + s * g.rows * hd);
+      const std::int64_t before = first_bad[static_cast<std::size_t>(s)] - past;
+      for (std::int64_t r = 0; r < g.rows; ++r) {
+        if (r % g.positions < before) {
+          std::copy_n(rows.data() + (s * g.rows + r) * hd, hd, buf.out + (s * g.rows + r) * hd);
+        }
+      }
     }
-  }
-
-  static int team() { return omp_get_max_threads(); }
-  static std::size_t floats(std::size_t bytes) {
-    return (bytes + sizeof(float) - 1) / sizeof(float);
-  }
-  static std::byte* bytes(scratch_pool::lease& scratch, std::size_t offset = 0) {
-    return reinterpret_cast<std::byte*>(scratch.data() + offset);
-  }
-
-  std::shared_ptr<const detail::matmul_step> linear_step(const packed_linear& w,
-                                                         std::int64_t rows) const {
-    const dnnl::memory::dims dims = w.weights.get_desc().dims();
-    return linear_cache_.get(linear_key{rows, dims[0], dims[1], w.bias_data() != nullptr, team()},
-                             [&] { return detail::make_linear(cpu_engine(), rows, w); });
   }
 
   // A plan's projections use two shapes per input shape (Q/K/V and out_proj); the bounds keep
@@ -552,11 +529,9 @@ struct onednn_impl final : backend {
   }
   std::string isa() const override { return std::string(isa_name(dnnl::get_effective_cpu_isa())); }
   int max_threads() const noexcept override { return omp_get_max_threads(); }
-  // Decode too (the cache read in place through strided descriptors); not grouped K/V or bf16.
+  // What the kernel set computes: grouped K/V heads and decode, not bf16.
   support supports(const problem& p) const override {
-    problem full = p;
-    full.past = 0;
-    return backend::supports(full);
+    return detail::driver_support<onednn_kernel_set>(p);
   }
 
  private:

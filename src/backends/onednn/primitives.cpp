@@ -136,10 +136,14 @@ attention_steps::attention_steps(const dnnl::engine& engine, const attention_geo
   score_attr.set_output_scales(0, {g.scale});
   if (g.causal || g.mask_per_run) {
     if (!g.mask_per_run) {
+      // Row r (position r % positions) sees keys up to its position.
+      const std::int64_t positions = g.positions > 0 ? g.positions : t;
       mask_ = float_buffer(static_cast<std::size_t>(t * n));
-      for (std::int64_t i = 0; i < t; ++i) {
-        for (std::int64_t j = 0; j < n; ++j)
-          mask_.data()[i * n + j] = j > i ? -std::numeric_limits<float>::infinity() : 0.0f;
+      for (std::int64_t r = 0; r < t; ++r) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          mask_.data()[r * n + j] =
+              j > r % positions ? -std::numeric_limits<float>::infinity() : 0.0f;
+        }
       }
     }
     dnnl::post_ops ops;

@@ -76,8 +76,13 @@ reorder_step make_head_split(const dnnl::engine& engine, std::int64_t batch, std
 // values, each slice a (rows, head_dim) / (keys, head_dim) matrix with rows head_dim apart.
 // Slices are dense and back to back by default (stride 0); a decode step reads its queries and
 // the cached keys and values of one sequence's heads through their strides instead.
+//
+// Grouped K/V heads: a slice's rows are the queries of all the query heads that share its keys
+// and values, stacked head after head, so row r is position r % positions.
 struct attention_geometry {
-  std::int64_t rows = 0, keys = 0, head_dim = 0, group = 1;
+  std::int64_t rows = 0;
+  std::int64_t positions = 0;  // query positions per head (0: rows)
+  std::int64_t keys = 0, head_dim = 0, group = 1;
   std::int64_t q_stride = 0;  // floats from one slice's queries to the next (0: rows * head_dim)
   std::int64_t kv_stride =
       0;  // floats from one slice's keys (values) to the next (0: keys * head_dim)

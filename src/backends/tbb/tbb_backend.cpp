@@ -38,7 +38,6 @@ struct tbb_kernel_set : detail::xsimd_kernel_set<Isa> {
     return g.view();
   }
   static void attention(const detail::attention_args& args) {
-    assert(args.kv_group == 1);  // the backend declines grouped K/V (backend::supports)
     detail::parallel_attention(base::kernels(), args);
   }
   template <class F>
@@ -60,11 +59,9 @@ class tbb_impl final : public backend {
                         detail::kernels_description(xsimd_default_isa()));
   }
   std::string isa() const override { return std::string(to_string(xsimd_default_isa())); }
-  // Decode too (the attention kernel reads keys from a cache); not grouped K/V or bf16.
+  // What the kernel set computes: grouped K/V heads and decode, not bf16 (every ISA alike).
   support supports(const problem& p) const override {
-    problem full = p;
-    full.past = 0;
-    return backend::supports(full);
+    return detail::driver_support<tbb_kernel_set<xsimd_isa::sse2>>(p);
   }
   int max_threads() const noexcept override { return detail::default_threads(); }
 

@@ -111,32 +111,38 @@ void for_row_blocks(std::int64_t r, std::int64_t rows, F&& f) noexcept {
 //   m' = max(m, rowmax S)               causal mask as the row length within the tile
 //   P = 2^(S - m'), l = l 2^(m - m') + rowsum P,   then P *= dropout (l stays undropped)
 //   O = O 2^(m - m') + P V[tile, :]     the rescale is the micro-kernel's start (start_scaled)
-// and at the end out = O / l (or O, m and l as a split's partial result). Tiles past the
-// block's last row are never visited. With one key tile (layout.key_tile >= keys) this is the
-// unfused softmax(S) V of whole rows. Each row's sums run in key order, one fma at a time, so a
-// row's result does not depend on the rows it is computed with: an incremental call's row equals
-// the full forward's bit for bit.
+// and at the end out = O / l (or O, m and l as a split's partial result). A block's rows are
+// the query heads of one K/V head stacked position-major (attention_layout): row r is query
+// head g * group + r % group at position row_begin + r / group, so the positions, and the
+// causal limits, never decrease with r. Tiles past the block's last row are never visited. With one
+// key tile (layout.key_tile >= keys) this is the unfused softmax(S) V of whole rows. Each row's
+// sums run in key order, one fma at a time, so a row's result does not depend on the rows it is
+// computed with: an incremental call's row equals the full forward's bit for bit.
 template <class Arch, class Tiles>
 struct attention_block {
   const attention_args& a;
   const attention_layout& l;
   const attention_task& t;
-  const float* kt;  // packed K^T: head_dim x l.kv_rows in panels of l.scores.nr
-  const float* v;   // packed V: l.kv_rows x head_dim in panels of l.values.nr
-  std::int64_t rows;
+  const float* kt;    // packed K^T: head_dim x l.kv_rows in panels of l.scores.nr
+  const float* v;     // packed V: l.kv_rows x head_dim in panels of l.values.nr
+  std::int64_t rows;  // stacked rows: positions * l.group
   attention_scratch s;
 
-  // One past the last key that any of the block's rows [r0, r1) attends to (query row i stands
-  // at absolute position t.past + i), within the task's keys.
+  // Position (relative to past) and query head of stacked row r.
+  std::int64_t pos(std::int64_t r) const noexcept { return t.row_begin + r / l.group; }
+  std::int64_t head(std::int64_t r) const noexcept { return t.g * l.group + r % l.group; }
+
+  // One past the last key that any of the block's rows [r0, r1) attends to (query position i
+  // stands at absolute position t.past + i), within the task's keys.
   std::int64_t rows_end(std::int64_t r0, std::int64_t r1) const noexcept {
     (void)r0;  // causal rows see a prefix of the keys: the block's last row sees the most
-    const std::int64_t own = t.past + t.row_begin + r1;
+    const std::int64_t own = t.past + pos(r1 - 1) + 1;
     return a.causal && own < t.key_end ? own : t.key_end;
   }
 
   // Keys of [j0, j1) that row r attends to: [j0, j0 + result), possibly none.
   std::int64_t row_keys(std::int64_t r, std::int64_t j0, std::int64_t j1) const noexcept {
-    const std::int64_t own = t.past + t.row_begin + r + 1;
+    const std::int64_t own = t.past + pos(r) + 1;
     const std::int64_t end = a.causal && own < j1 ? own : j1;
     return end - j0;
   }
@@ -145,7 +151,7 @@ struct attention_block {
     const std::int64_t hd = a.head_dim;
     const float c = a.scale * 1.44269504088896341f;  // log2(e)
     for (std::int64_t r = 0; r < rows; ++r) {
-      const float* row = a.q.row(t.b, t.h, t.row_begin + r);
+      const float* row = a.q.row(t.b, head(r), pos(r));
       for (std::int64_t d = 0; d < hd; ++d) s.queries[r * hd + d] = c * row[d];
     }
   }
@@ -196,8 +202,8 @@ struct attention_block {
         s.row_sum[r] = first ? sum : s.row_sum[r] * s.rescale[r] + sum;
         zero_from = (len + lanes - 1) / lanes * lanes;  // exp2_sum zeroed up to here
         if (a.dropout.active()) {
-          dropout_multipliers(a.dropout, a.first_batch + t.b, a.first_head + t.h,
-                              t.past + t.row_begin + r, j0, j0 + len, s.dropout);
+          dropout_multipliers(a.dropout, a.first_batch + t.b, a.first_head + head(r),
+                              t.past + pos(r), j0, j0 + len, s.dropout);
           for (std::int64_t j = 0; j < len; ++j) p[j] *= s.dropout[j];
         }
       }
@@ -218,7 +224,7 @@ struct attention_block {
       if (kc <= 0) return;       // no keys here for these rows: rescale is 1, nothing to add
       std::int64_t common = kc;  // keys [j0, j0 + common) are seen by every row of the block
       if (a.causal) {
-        const std::int64_t own = t.past + t.row_begin + r + 1, first_row_end = own < j1 ? own : j1;
+        const std::int64_t own = t.past + pos(r) + 1, first_row_end = own < j1 ? own : j1;
         common = first_row_end - j0 < 0 ? 0 : first_row_end - j0;
       }
       for (std::int64_t p = 0; p < panels; ++p) {
@@ -266,7 +272,7 @@ struct attention_block {
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* o = s.accumulators + r * l.acc_cols;
       if (t.partial != nullptr) {
-        float* part = t.partial + (t.row_begin + r) * (hd + 2);
+        float* part = t.partial + (t.row_begin * l.group + r) * (hd + 2);
         if (row_keys(r, t.key_begin, t.key_end) > 0) {
           for (std::int64_t d = 0; d < hd; ++d) part[d] = o[d];
           part[hd] = s.row_max[r];
@@ -279,7 +285,7 @@ struct attention_block {
         continue;
       }
       const float f = 1.0f / s.row_sum[r];
-      float* out = a.out.row(t.b, t.h, t.row_begin + r);
+      float* out = a.out.row(t.b, head(r), pos(r));
       std::int64_t d = 0;
       for (; d + lanes <= hd; d += lanes)
         (batch(f) * batch::load_unaligned(o + d)).store_unaligned(out + d);
@@ -308,7 +314,7 @@ void attention_rows(const attention_args& a, const attention_layout& l, const at
                                            t,
                                            t.head,
                                            t.head + l.values_offset(),
-                                           t.row_end - t.row_begin,
+                                           (t.row_end - t.row_begin) * l.group,
                                            l.scratch_parts(scratch)};
   block.run();
 }
