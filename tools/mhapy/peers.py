@@ -51,7 +51,7 @@ import socket
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import schema
@@ -139,7 +139,7 @@ def check_against_mha_bench(s: Shape, item: dict, axes: dict, where: str) -> Non
     """The name and FLOP count mha_bench wrote for a shape must be mhapy.problem's: the report
     parses these names, and these counts divide the peers' times."""
     if "flops" in item:
-        ours = flops(s, past=axes.get("past", 0), n_kv_heads=axes.get("n_kv_heads", 0))
+        ours = flops(replace(s, past=axes.get("past", 0), n_kv_heads=axes.get("n_kv_heads", 0)))
         if not math.isclose(float(item["flops"]), ours, rel_tol=1e-12):
             raise UsageError(
                 f"{where}: mha_bench counts {item['flops']} FLOPs, mhapy.problem.flops {ours}: "
@@ -349,7 +349,7 @@ def entries(name: str, family: int, s: Shape, threads: int, iterations: int, run
             }
             | {"real_time": real * 1e3, "cpu_time": cpu * 1e3, "time_unit": "ms"}
             | {"threads": 1}  # Google Benchmark's own field; the run's count is n_threads
-            | schema.counters(s, threads, real)
+            | schema.counters(s, name.split("/")[2], threads, real)
             | {"label": label}
         )
     if len(runs) > 1:

@@ -3,6 +3,7 @@ check, shape input, and a real (tiny) run whose JSON the report reads. What need
 skipped without it."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -118,7 +119,9 @@ def test_shapes_file_fields_and_threads(tmp_path):
     (job,), not_timed = peers.shapes_from_file(str(path))
     assert (job.shape, job.threads, not_timed) == (Shape(4, 256, 768, 768, 12), [1, 2], [])
     # Grouped K/V heads, past tokens, bf16: no module computes them yet; listed, not timed.
-    decode = dict(item, past=7, name="b4/t256/past7/din768/dout768/h12", flops=flops(job.shape, past=7))
+    decode = dict(
+        item, past=7, name="b4/t256/past7/din768/dout768/h12", flops=flops(replace(job.shape, past=7))
+    )
     path.write_text(json.dumps([item, decode, dict(item, precision="bf16")]))
     jobs, not_timed = peers.shapes_from_file(str(path))
     assert len(jobs) == 1
