@@ -2,7 +2,7 @@
 # The main job: installs what is missing, builds Release, runs a benchmark preset over every
 # built backend and writes results/<host>-<date>-<time>-<preset>.json (bench/README.md: its schema).
 #
-#   scripts/sweep.sh [--preset quick|heads|seq|threads|full] [--with-pytorch] [mha_bench flags...]
+#   scripts/sweep.sh [--preset quick|heads|seq|threads|decode|full] [--with-pytorch] [mha_bench flags...]
 #
 # --with-pytorch also times the same shapes in PyTorch (python3 -m mhapy.peers) when
 # python3-torch is installed (it says so and goes on without when it is not), making sure torch
@@ -30,7 +30,7 @@ while (($#)); do
     --with-pytorch) with_pytorch=1; shift ;;
     --benchmark_min_time=*) min_time=${1#*=}; bench_args+=("$1"); shift ;;
     --benchmark_repetitions=*) repetitions=${1#*=}; bench_args+=("$1"); shift ;;
-    --preset) preset=${2:?"--preset needs a name: quick, heads, seq, threads or full"}; shift 2 ;;
+    --preset) preset=${2:?"--preset needs a name: quick, heads, seq, threads, decode or full"}; shift 2 ;;
     --preset=*) preset=${1#*=}; shift ;;
     -h | --help) sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
     --benchmark_out=* | --benchmark_out_format=*)

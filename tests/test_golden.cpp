@@ -1,14 +1,19 @@
 // PyTorch goldens (tests/golden, written by `python3 -m mhapy.golden`): every backend x
 // formulation x case reproduces PyTorch's output, through the io API and through `mha run`.
-// Either file layout runs in either formulation.
+// Either file layout runs in either formulation. The incremental cases (a `prefill` and a
+// `chunk` in cases.json: PyTorch's module with a KV cache, fed the same way) run through
+// plan::make_cache and plan::run(x, y, cache), and through `mha run --incremental`; a backend
+// that declines decode is skipped with its reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
+#include "mha/backend.hpp"
 #include "mha/io.hpp"
 #include "mha/registry.hpp"
 #include "support.hpp"
@@ -27,23 +32,55 @@ struct golden_case {
   std::optional<std::int64_t> heads;  // --heads, for files without metadata num_heads
   bool causal = true;
   fs::path weights, input, output;
+  // Incremental cases: the first call takes `prefill` tokens (none when 0), the later ones
+  // `chunk`; the output is every call's y in order. nullopt: one full forward pass.
+  std::optional<std::int64_t> prefill, chunk;
 };
 
-const std::vector<golden_case>& golden_cases() {
+// The cases of cases.json that are incremental, or those that are not.
+std::vector<golden_case> golden_cases(bool incremental) {
   static const std::vector<golden_case> cases = [] {
     const fs::path dir = MHA_GOLDEN_DIR;
     std::ifstream in(dir / "cases.json");
     const nlohmann::json manifest = nlohmann::json::parse(in);
     std::vector<golden_case> list;
     for (const nlohmann::json& c : manifest.at("cases")) {
-      golden_case g{c.at("name"),          std::nullopt,        c.at("causal"),
-                    dir / c.at("weights"), dir / c.at("input"), dir / c.at("output")};
-      if (!c.at("heads_option").is_null()) g.heads = c.at("heads_option").get<std::int64_t>();
+      const auto number = [&](const char* key) -> std::optional<std::int64_t> {
+        if (!c.contains(key) || c.at(key).is_null()) return std::nullopt;
+        return c.at(key).get<std::int64_t>();
+      };
+      const golden_case g{c.at("name"),          number("heads_option"), c.at("causal"),
+                          dir / c.at("weights"), dir / c.at("input"),    dir / c.at("output"),
+                          number("prefill"),     number("chunk")};
       list.push_back(g);
     }
     return list;
   }();
-  return cases;
+  std::vector<golden_case> some;
+  for (const golden_case& c : cases) {
+    if (c.chunk.has_value() == incremental) some.push_back(c);
+  }
+  return some;
+}
+
+// A case's module (its config as the command builds it) and input.
+struct loaded_case {
+  io::loaded_module m;
+  io::tensor x;
+  std::int64_t batch = 1, tokens = 0;
+};
+
+loaded_case load_case(const golden_case& c) {
+  loaded_case l{io::load_module(c.weights, {.n_heads = c.heads.value_or(0)}),
+                io::read_npy(c.input)};
+  l.m.cfg.causal = c.causal;
+  const std::vector<std::int64_t>& shape = l.x.shape;
+  EXPECT_TRUE(shape.size() == 2 || shape.size() == 3);
+  l.batch = shape.size() == 3 ? shape[0] : 1;
+  l.tokens = shape[shape.size() - 2];
+  // Weights without a mask buffer (the KV-cache modules' files): any T, as `mha run` has it.
+  if (l.m.cfg.context_length == 0) l.m.cfg.context_length = l.tokens;
+  return l;
 }
 
 // Checks y (from the module run on the case's input) against PyTorch's output.
@@ -65,15 +102,10 @@ class GoldenIo : public testing::TestWithParam<io_param> {};
 
 TEST_P(GoldenIo, MatchesPyTorch) {
   const auto& [backend, form, c] = GetParam();
-  io::loaded_module m = io::load_module(c.weights, {.n_heads = c.heads.value_or(0)});
-  m.cfg.causal = c.causal;
-  const io::tensor x = io::read_npy(c.input);
-  ASSERT_TRUE(x.shape.size() == 2 || x.shape.size() == 3);
-  const std::int64_t batch = x.shape.size() == 3 ? x.shape[0] : 1;
-  const std::int64_t tokens = x.shape[x.shape.size() - 2];
-  io::tensor y{x.shape,
-               mha_test::forward(*backend.backend, form, m.cfg, m.w, x.values, batch, tokens)};
-  y.shape.back() = m.cfg.d_out;
+  const loaded_case l = load_case(c);
+  io::tensor y{l.x.shape, mha_test::forward(*backend.backend, form, l.m.cfg, l.m.w, l.x.values,
+                                            l.batch, l.tokens)};
+  y.shape.back() = l.m.cfg.d_out;
   expect_matches_pytorch(c, y);
 }
 
@@ -87,7 +119,48 @@ const auto formulations =
 
 INSTANTIATE_TEST_SUITE_P(Golden, GoldenIo,
                          testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          formulations, testing::ValuesIn(golden_cases())),
+                                          formulations, testing::ValuesIn(golden_cases(false))),
+                         io_name);
+
+// The problem whose support decides whether a backend runs an incremental case: one token
+// after all but one (decode; a backend that decodes at all decodes every case here).
+mha::problem decode_problem(const loaded_case& l, mha::formulation form) {
+  return {l.m.cfg, form, l.batch, 1, std::max<std::int64_t>(l.tokens - 1, 1)};
+}
+
+class GoldenIncremental : public testing::TestWithParam<io_param> {};
+
+TEST_P(GoldenIncremental, MatchesPyTorch) {
+  const auto& [backend, form, c] = GetParam();
+  const loaded_case l = load_case(c);
+  if (const auto why = mha_test::declined(backend, decode_problem(l, form))) GTEST_SKIP() << *why;
+  const auto plan = backend.backend->prepare(l.m.cfg, form, l.m.w);
+  mha::kv_cache cache = plan->make_cache(l.batch, l.tokens);
+  const std::int64_t d_in = l.m.cfg.d_in, d_out = l.m.cfg.d_out;
+  io::tensor y{l.x.shape, std::vector<float>(static_cast<std::size_t>(l.batch * l.tokens * d_out))};
+  y.shape.back() = d_out;
+  // The calls `mha run --incremental` makes: each takes tokens [at, at + t) of every sequence.
+  for (std::int64_t at = 0, t = 0; at < l.tokens; at += t) {
+    t = std::min(at == 0 && *c.prefill > 0 ? *c.prefill : *c.chunk, l.tokens - at);
+    std::vector<float> xs, ys(static_cast<std::size_t>(l.batch * t * d_out));
+    for (std::int64_t b = 0; b < l.batch; ++b) {
+      const auto row = l.x.values.begin() + (b * l.tokens + at) * d_in;
+      xs.insert(xs.end(), row, row + t * d_in);
+    }
+    plan->run({xs.data(), l.batch, t, d_in}, {ys.data(), l.batch, t, d_out}, cache);
+    for (std::int64_t b = 0; b < l.batch; ++b) {
+      std::copy_n(ys.begin() + b * t * d_out, t * d_out,
+                  y.values.begin() + (b * l.tokens + at) * d_out);
+    }
+  }
+  EXPECT_EQ(cache.lengths(),
+            std::vector<std::int64_t>(static_cast<std::size_t>(l.batch), l.tokens));
+  expect_matches_pytorch(c, y);
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, GoldenIncremental,
+                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
+                                          formulations, testing::ValuesIn(golden_cases(true))),
                          io_name);
 
 // The command picks backends by name: every one in the registry.
@@ -103,6 +176,12 @@ class GoldenCommand : public mha_test::scratch_test,
 
 TEST_P(GoldenCommand, MhaRunMatchesPyTorch) {
   const auto& [backend, form, c] = GetParam();
+  if (c.chunk) {
+    const mha_test::backend_case b{backend, &mha::require_backend(backend)};
+    if (const auto why = mha_test::declined(b, decode_problem(load_case(c), form))) {
+      GTEST_SKIP() << *why;
+    }
+  }
   const fs::path output = dir_ / "y.npy";
   std::vector<std::string> args = {
       "run",       "--backend", backend,   "--formulation", std::string(mha::to_string(form)),
@@ -110,6 +189,10 @@ TEST_P(GoldenCommand, MhaRunMatchesPyTorch) {
       output};
   if (c.heads) args.insert(args.end(), {"--heads", std::to_string(*c.heads)});
   if (!c.causal) args.emplace_back("--no-causal");
+  if (c.chunk) {
+    args.insert(args.end(), {"--incremental", "--prefill", std::to_string(*c.prefill), "--chunk",
+                             std::to_string(*c.chunk)});
+  }
   const mha_test::command_result r = mha_test::run_mha(args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_matches_pytorch(c, io::read_npy(output));
@@ -120,9 +203,15 @@ std::string command_name(const testing::TestParamInfo<command_param>& info) {
   return backend + "_" + std::string(mha::to_string(form)) + "_" + c.name;
 }
 
+// Full forward passes, and `mha run --incremental --prefill N --chunk S` for the incremental
+// cases.
 INSTANTIATE_TEST_SUITE_P(Golden, GoldenCommand,
                          testing::Combine(testing::ValuesIn(backend_names()), formulations,
-                                          testing::ValuesIn(golden_cases())),
+                                          testing::ValuesIn(golden_cases(false))),
+                         command_name);
+INSTANTIATE_TEST_SUITE_P(GoldenIncremental, GoldenCommand,
+                         testing::Combine(testing::ValuesIn(backend_names()), formulations,
+                                          testing::ValuesIn(golden_cases(true))),
                          command_name);
 
 }  // namespace

@@ -3,7 +3,13 @@ PyTorch's output (.npy), and cases.json describing how to run them.
 
 The modules are mhapy.torch_modules' (docs/design.md §1): the split-weight MultiHeadAttention
 and the wrapper of CausalAttention heads, dropout 0 in eval mode, with and without the mask
-(`causal`) and out_proj. Safetensors files are written without an extra package
+(`causal`) and out_proj. The cases with `prefill` and `chunk` are incremental (docs/design.md
+§1.4): the same modules with a KV cache (KVCacheMultiHeadAttention, KVCacheMultiHeadAttentionWrapper,
+the seeds' torch.cat cache) are fed `prefill` tokens in a first call (none when 0), then `chunk`
+tokens per call with use_cache=True, and the output file holds every call's y in order, one
+(B, T, d_out) tensor; `mha run --incremental --prefill N --chunk S` feeds the input the same way.
+Those modules register no mask buffer, so their weight files have none (the context length is
+then the input's T). Safetensors files are written without an extra package
 (mhapy.tensor_files): F32, F16, BF16, F64 and a BOOL mask all appear, so the readers'
 conversions are checked against PyTorch too.
 
@@ -23,16 +29,24 @@ import numpy as np
 import torch
 
 from .tensor_files import write_safetensors
-from .torch_modules import MultiHeadAttention, MultiHeadAttentionWrapper
+from .torch_modules import (
+    KVCacheMultiHeadAttention,
+    KVCacheMultiHeadAttentionWrapper,
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+)
 
 # tools/mhapy/golden.py -> the repository's tests/golden
 GOLDEN_DIR = pathlib.Path(__file__).resolve().parents[2] / "tests" / "golden"
-# The module of each file layout (cases.json "layout", README "Weight files").
+# The module of each file layout (cases.json "layout", README "Weight files"), and with a KV
+# cache for the incremental cases.
 LAYOUTS = {"split": MultiHeadAttention, "wrapper": MultiHeadAttentionWrapper}
+KV_LAYOUTS = {"split": KVCacheMultiHeadAttention, "wrapper": KVCacheMultiHeadAttentionWrapper}
 
 
 # name, layout, B, T, d_in, d_out (total), H, context_length, and what each case covers.
-# heads_in_metadata False: the test passes --heads. batch 0: a 2-D (T, d_in) input.
+# heads_in_metadata False: the test passes --heads. batch 0: a 2-D (T, d_in) input. prefill and
+# chunk: an incremental case (new cases go last: a case's seed is its index).
 # fmt: off
 CASES = [
     dict(name="split_basic", layout="split", batch=2, seq=6, d_in=8, d_out=8, heads=2, context=8),
@@ -56,10 +70,21 @@ CASES = [
          context=8, qkv_bias=True, heads_in_metadata=False),
     dict(name="wrapper_noncausal_bool_mask", layout="wrapper", batch=3, seq=3, d_in=4, d_out=8, heads=4,
          context=3, causal=False, out_proj=False, mask_dtype="BOOL"),
+    # Through a KV cache: a prefill, then token by token (both formulations); chunks of 3 after a
+    # prefill (the causal mask's bottom-right corner, T > 1 after past > 0); non-causal chunks
+    # from the start, where each call sees the tokens fed so far, never later ones.
+    dict(name="split_kv_prefill_tokens", layout="split", batch=2, seq=9, d_in=8, d_out=12, heads=3,
+         context=9, qkv_bias=True, prefill=4, chunk=1),
+    dict(name="wrapper_kv_prefill_tokens", layout="wrapper", batch=3, seq=6, d_in=6, d_out=8, heads=4,
+         context=6, prefill=2, chunk=1),
+    dict(name="split_kv_chunks", layout="split", batch=2, seq=11, d_in=10, d_out=8, heads=2, context=11,
+         out_proj=False, prefill=5, chunk=3),
+    dict(name="wrapper_kv_chunks_noncausal", layout="wrapper", batch=2, seq=10, d_in=8, d_out=8, heads=2,
+         context=10, causal=False, qkv_bias=True, prefill=0, chunk=4),
 ]
 # What a case leaves out.
 DEFAULTS = dict(qkv_bias=False, causal=True, out_proj=True, heads_in_metadata=True, dtype="F32",
-                input_dtype=np.float32, mask_dtype=None)
+                input_dtype=np.float32, mask_dtype=None, prefill=None, chunk=None)
 # fmt: on
 
 
@@ -89,14 +114,16 @@ def make_case(index, case, out):
     c = DEFAULTS | case
     torch.manual_seed(1000 + index)
     switches = {k: c[k] for k in ("qkv_bias", "causal", "out_proj")}
-    module = LAYOUTS[c["layout"]](c["d_in"], c["d_out"], c["context"], c["heads"], **switches)
+    incremental = c["chunk"] is not None
+    layouts = KV_LAYOUTS if incremental else LAYOUTS
+    module = layouts[c["layout"]](c["d_in"], c["d_out"], c["context"], c["heads"], **switches)
     module.eval()
     round_to(module, c["dtype"])
 
     batch = max(c["batch"], 1)
     x = torch.randn(batch, c["seq"], c["d_in"]) * 2.0
     with torch.no_grad():
-        y = module(x)
+        y = incremental_calls(module, x, c["prefill"], c["chunk"]) if incremental else module(x)
     if c["batch"] == 0:  # a 2-D (T, d_in) file for the command's 2-D path
         x, y = x[0], y[0]
 
@@ -109,7 +136,7 @@ def make_case(index, case, out):
     write_safetensors(out / f"{name}.safetensors", tensors, metadata)
     np.save(out / f"{name}.x.npy", x.numpy().astype(c["input_dtype"]))
     np.save(out / f"{name}.y.npy", y.numpy().astype(np.float32))
-    return {
+    entry = {
         "name": name,
         "layout": c["layout"],
         "heads_option": None if c["heads_in_metadata"] else c["heads"],
@@ -118,6 +145,19 @@ def make_case(index, case, out):
         "input": f"{name}.x.npy",
         "output": f"{name}.y.npy",
     }
+    return entry | ({"prefill": c["prefill"], "chunk": c["chunk"]} if incremental else {})
+
+
+def incremental_calls(module, x, prefill, chunk):
+    """x fed through the module's KV cache as `mha run --incremental` feeds it: `prefill` tokens
+    first (none when 0), then `chunk` per call; every call's y, concatenated on the tokens axis."""
+    module.reset_cache()
+    outputs, at = [], 0
+    while at < x.shape[1]:
+        t = min(prefill if at == 0 and prefill > 0 else chunk, x.shape[1] - at)
+        outputs.append(module(x[:, at : at + t], use_cache=True))
+        at += t
+    return torch.cat(outputs, dim=1)
 
 
 def main(argv=None):

@@ -1,20 +1,27 @@
 """One problem on the Python side, as include/mha/problem.hpp has it in C++: the shape of a
-module and its input, how benchmark names spell it, and its model FLOP count.
+module and its input, how benchmark names spell it (and how to read it back), its model FLOP
+count and the bytes a decode step reads at least.
 
-Standard library only. The report, the PyTorch peers and the tests all take shapes and FLOPs
-from here; the tests pin `flops` to mha::flops through the counts `mha_bench --dump-shapes`
-writes (tools/tests/test_problem.py).
+Standard library only. The report, the PyTorch peers, the memory probe and the tests all take
+shapes, FLOPs and bytes from here; the tests pin `flops` and `name` to mha::flops and
+mha::to_string through what `mha_bench --dump-shapes` writes, and `decode_bytes` to mha_bench's
+`bytes_min` counter (tools/tests/test_problem.py).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass(frozen=True, order=True)
 class Shape:
-    """One module + input shape, as mha::problem without the formulation (and, for now, without
-    the grouped K/V, past and precision axes, which the benchmark-name parser does not read)."""
+    """One module + input shape, as mha::problem without the formulation: `seq_len` new tokens
+    per sequence after `past` cached ones (past > 0: an incremental call, docs/design.md §1.4),
+    `n_kv_heads` K/V heads (0 means n_heads; n_heads itself is stored as 0, so the two spellings
+    are one shape, §1.3) and the precision (§1.5)."""
 
     batch: int
     seq_len: int
@@ -24,10 +31,27 @@ class Shape:
     causal: bool = True
     qkv_bias: bool = False
     out_proj: bool = True
+    past: int = 0
+    n_kv_heads: int = 0
+    precision: str = "fp32"
+
+    def __post_init__(self):
+        if self.n_kv_heads == self.n_heads:
+            object.__setattr__(self, "n_kv_heads", 0)
 
     @property
     def head_dim(self) -> int:
         return self.d_out // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """K/V heads of the split-weight form: n_kv_heads, or n_heads when 0."""
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def is_decode(self) -> bool:
+        """An incremental call: queries after `past` > 0 cached tokens."""
+        return self.past > 0
 
     def flags(self) -> list[str]:
         """The non-default flags in name order: noncausal, qkv_bias, no_out_proj."""
@@ -42,35 +66,121 @@ class Shape:
         ]
 
     def problem_suffix(self) -> str:
-        """'b4/t256/din768/dout768/h12[/flags]': mha::to_string(problem) after the formulation."""
-        parts = [
-            f"b{self.batch}",
-            f"t{self.seq_len}",
-            f"din{self.d_in}",
-            f"dout{self.d_out}",
-            f"h{self.n_heads}",
-        ]
-        return "/".join(parts + self.flags())
+        """'b4/t256[/past<P>]/din768/dout768/h12[/kvh<K>][/flags][/bf16]':
+        mha::to_string(problem) after the formulation, each bracketed part only when not the
+        default."""
+        parts = [f"b{self.batch}", f"t{self.seq_len}"]
+        parts += [f"past{self.past}"] if self.past else []
+        parts += [f"din{self.d_in}", f"dout{self.d_out}", f"h{self.n_heads}"]
+        parts += [f"kvh{self.n_kv_heads}"] if self.n_kv_heads else []
+        parts += self.flags()
+        parts += [self.precision] if self.precision != "fp32" else []
+        return "/".join(parts)
 
     def label(self) -> str:
-        """Short human label: 'B4 T256 d768 H12 (hd 64)', d_in->d_out when they differ."""
+        """Short human label: 'B4 T256 d768 H12 (hd 64)', d_in->d_out when they differ, then
+        'past P', 'kvh K', the flags and the precision when not the default."""
         d = f"d{self.d_out}" if self.d_in == self.d_out else f"d{self.d_in}->{self.d_out}"
         text = f"B{self.batch} T{self.seq_len} {d} H{self.n_heads} (hd {self.head_dim})"
-        return " ".join([text] + self.flags())
+        return " ".join([text] + self.extras())
+
+    def extras(self, past: bool = True) -> list[str]:
+        """What label() adds after the sizes: 'past P' (unless past=False), 'kvh K', flags,
+        precision."""
+        out = [f"past {self.past}"] if self.past and past else []
+        out += [f"kvh {self.n_kv_heads}"] if self.n_kv_heads else []
+        return out + self.flags() + ([self.precision] if self.precision != "fp32" else [])
 
 
-def flops(s: Shape, past: int = 0, n_kv_heads: int = 0) -> int:
-    """Model FLOPs of one forward pass (docs/design.md §3), the same for every formulation and
-    precision: the count mha_bench's GFLOPS counter divides. past: tokens already cached before
-    the call (decode); n_kv_heads: K/V heads, 0 meaning n_heads."""
-    d_kv = (n_kv_heads or s.n_heads) * s.head_dim
+class ProblemError(ValueError):
+    """A problem string that does not follow the grammar; `missing` lists the required parts
+    it lacks (None when that is not the fault)."""
+
+    def __init__(self, message: str, missing: list[str] | None = None):
+        super().__init__(message)
+        self.missing = missing
+
+
+_NUMBERED = re.compile(r"^(b|t|past|din|dout|h|kvh)(\d+)$")
+_REQUIRED = ("b", "t", "din", "dout", "h")
+_FLAGS = {"noncausal": ("causal", False), "qkv_bias": ("qkv_bias", True), "no_out_proj": ("out_proj", False)}
+
+
+def parse_shape(parts: list[str]) -> Shape:
+    """The Shape of the parts of a canonical problem string after the formulation, in any order
+    (the grammar of mha::parse_problem): b<B>, t<T>, din<N>, dout<N>, h<H> required; past<P>,
+    kvh<K>, noncausal, qkv_bias, no_out_proj, fp32 or bf16 optional. Raises ProblemError naming
+    the part it cannot read, a part given twice, the required parts missing, or sizes that do
+    not divide (d_out by H, H by kvh)."""
+    numbers: dict[str, int] = {}
+    fields: dict[str, object] = {}
+    for part in parts:
+        match = _NUMBERED.match(part)
+        if match:
+            key = match.group(1)
+            if key in numbers:
+                raise ProblemError(f"name component {key} given twice")
+            numbers[key] = int(match.group(2))
+        elif part in _FLAGS or part in PRECISIONS:
+            field, value = _FLAGS.get(part, ("precision", part))
+            if field in fields:
+                raise ProblemError(f"name component '{part}' given twice")
+            fields[field] = value
+        else:
+            raise ProblemError(f"unknown name component '{part}'")
+    missing = [k for k in _REQUIRED if k not in numbers]
+    if missing:
+        raise ProblemError(f"missing name component(s) {', '.join(missing)}", missing)
+    h, d_out, kvh = numbers["h"], numbers["dout"], numbers.get("kvh", 0)
+    if h == 0 or d_out % h:
+        raise ProblemError(f"d_out ({d_out}) is not a multiple of H ({h})")
+    if kvh and h % kvh:
+        raise ProblemError(f"H ({h}) is not a multiple of kvh ({kvh})")
+    return Shape(
+        batch=numbers["b"],
+        seq_len=numbers["t"],
+        d_in=numbers["din"],
+        d_out=d_out,
+        n_heads=h,
+        past=numbers.get("past", 0),
+        n_kv_heads=kvh,
+        **fields,
+    )
+
+
+def flops(s: Shape) -> int:
+    """Model FLOPs of one call (docs/design.md §3), the same for every formulation and
+    precision: the count mha_bench's GFLOPS counter divides, with d_kv = kv_heads · head_dim and
+    the queries attending after `past` cached tokens."""
+    d_kv = s.kv_heads * s.head_dim
     # Query-key pairs: each new token sees the cached ones, and itself plus the earlier new
     # ones (causal) or every new one (not causal).
     new = s.seq_len * (s.seq_len + 1) // 2 if s.causal else s.seq_len * s.seq_len
-    pairs = s.seq_len * past + new
+    pairs = s.seq_len * s.past + new
     tokens = s.batch * s.seq_len
     projections = 2 * tokens * s.d_in * (s.d_out + 2 * d_kv) + (
         2 * tokens * s.d_out**2 if s.out_proj else 0
     )
     scores_and_context = 4 * s.batch * s.n_heads * s.head_dim * pairs
     return projections + scores_and_context
+
+
+def cache_heads(s: Shape, formulation: str) -> int:
+    """K/V heads a KV cache holds (docs/design.md §1.4): kv_heads for split-weight, n_heads for
+    the wrapper (each head has its own K/V weights, so its own cache)."""
+    return s.kv_heads if formulation == "split_weight" else s.n_heads
+
+
+def cache_bytes(s: Shape, formulation: str, capacity: int) -> int:
+    """The stated size of a float32 KV cache of `capacity` tokens for s.batch sequences,
+    without its layout's padding: 2 · B · capacity · H_kv · head_dim · 4 (docs/design.md §1.4)."""
+    return 2 * s.batch * capacity * cache_heads(s, formulation) * s.head_dim * 4
+
+
+def decode_bytes(s: Shape, formulation: str) -> int:
+    """The least an incremental call reads (mha_bench's `bytes_min`): every float32 weight once
+    (Q, and K, V for each cached head; out_proj when present) and the cached and new tokens'
+    keys and values once."""
+    heads = cache_heads(s, formulation)
+    weights = s.d_in * (s.d_out + 2 * heads * s.head_dim) + (s.d_out * s.d_out if s.out_proj else 0)
+    return 4 * weights + cache_bytes(s, formulation, s.past + s.seq_len)

@@ -9,9 +9,10 @@ tests/bench_smoke.py checks that mha_bench writes every one.
 
 from __future__ import annotations
 
-from .problem import Shape, flops
+from .problem import Shape, decode_bytes, flops
 
-# Counters restating the benchmark's shape, with the Shape field each holds.
+# Counters restating the benchmark's shape, with the Shape field each holds. (`past` is 0 on a
+# full forward pass; grouped K/V heads and the precision are in the name only.)
 SHAPE_COUNTERS = {
     "B": "batch",
     "T": "seq_len",
@@ -19,6 +20,7 @@ SHAPE_COUNTERS = {
     "d_out": "d_out",
     "H": "n_heads",
     "head_dim": "head_dim",
+    "past": "past",
 }
 # The run's thread count. Not "threads": that is Google Benchmark's own field (always 1 here,
 # each benchmark runs on one Google Benchmark thread).
@@ -26,12 +28,24 @@ THREADS_COUNTER = "n_threads"
 # Model GFLOP per second of real time (mhapy.problem.flops / 1e9), and B·T per second.
 GFLOPS = "GFLOPS"
 TOKENS_PER_S = "tokens_per_s"
+# Incremental calls (past > 0) only: the least bytes one call reads (problem.decode_bytes), and
+# those bytes per second of real time, GB/s.
+BYTES_MIN = "bytes_min"
+GBPS_MIN = "GBps_min"
 # Written by mha_bench only: its check against the double oracle before timing.
 CHECK_COUNTERS = ("check_rows", "check_max_err", "check_rel_err")
 
 # Backends whose names start with one of these are PyTorch peers (mhapy.peers writes them):
 # shown as reference points, never recommended for linking.
 PEER_BACKEND_PREFIXES = ("torch",)
+
+# mha_bench's measured streaming-read bandwidth (GB/s): one thread, and `threads` threads at
+# once; every one-thread trial. The bound of a decode step is bytes_min / the figure of its
+# thread count.
+STREAM_ONE_CORE = "mha_stream_read_gbps_one_core"
+STREAM_ALL_CORES = "mha_stream_read_gbps_all_cores"
+STREAM_THREADS = "mha_stream_read_threads"
+STREAM_TRIALS = "mha_stream_read_trials_one_core"
 
 # Keys every mha_bench result file's context has (per-backend and per-ISA keys aside).
 MHA_BENCH_CONTEXT = (
@@ -56,6 +70,10 @@ MHA_BENCH_CONTEXT = (
     "mha_command",
     "mha_dispatch",
     "mha_isa_overrides",
+    STREAM_ONE_CORE,
+    STREAM_ALL_CORES,
+    STREAM_THREADS,
+    STREAM_TRIALS,
 )
 
 
@@ -65,13 +83,18 @@ def is_peer(backend: str) -> bool:
 
 
 def shape_counters(shape: Shape, threads: int) -> dict[str, int]:
-    """The counters that restate a benchmark's name: B, T, d_in, d_out, H, head_dim, n_threads."""
+    """The counters that restate a benchmark's name: B, T, d_in, d_out, H, head_dim, past,
+    n_threads."""
     counters = {name: getattr(shape, field) for name, field in SHAPE_COUNTERS.items()}
     return counters | {THREADS_COUNTER: threads}
 
 
-def counters(shape: Shape, threads: int, seconds: float) -> dict[str, float]:
+def counters(shape: Shape, formulation: str, threads: int, seconds: float) -> dict[str, float]:
     """Every counter of one repetition that took `seconds`, as mha_bench writes them (without
-    its check counters)."""
+    its check counters); an incremental call's (past > 0) with bytes_min and GBps_min, which
+    depend on the formulation (the wrapper caches every head's keys and values)."""
     rates = {GFLOPS: flops(shape) / seconds * 1e-9, TOKENS_PER_S: shape.batch * shape.seq_len / seconds}
+    if shape.is_decode:
+        bytes_min = decode_bytes(shape, formulation)
+        rates |= {BYTES_MIN: bytes_min, GBPS_MIN: bytes_min / seconds * 1e-9}
     return rates | shape_counters(shape, threads)

@@ -14,15 +14,33 @@ front of a wrapper head's.
   MultiHeadAttention           split_weight: one (d_out, d_in) Q/K/V projection each, heads by
                                view/transpose, merged, out_proj
   TorchNNMultiheadAttention    torch.nn.MultiheadAttention as causal self-attention
+  KVCacheCausalAttention, KVCacheMultiHeadAttentionWrapper, KVCacheMultiHeadAttention
+                               the same three with a KV cache (docs/design.md §1.4), below
 
-FORMULATIONS maps a formulation to its module; the copy_split_* functions give another module
-the split module's weights (docs/design.md §1: head h's W_q is rows [h·head_dim, (h+1)·head_dim)
-of W_q), so every module computes the same function on the same input.
+FORMULATIONS maps a formulation to its module (KV_FORMULATIONS to its KV-cache module); the
+copy_split_* functions give another module the split module's weights (docs/design.md §1: head
+h's W_q is rows [h·head_dim, (h+1)·head_dim) of W_q), so every module computes the same function
+on the same input.
 
-New modules go here, each a class of its own next to these: the seeds' module with a KV cache
-(forward(x, use_cache=True) appends the new keys and values to a cache with torch.cat, and
-reset_cache() empties it; its mask is then aligned bottom-right, as docs/design.md §1.4 says),
-grouped-query attention with RoPE, and further nn.MultiheadAttention wrappers.
+The KV-cache modules are the seeds' lineage's: forward(x, use_cache=True) computes Q, K and V of
+the new tokens only, appends K and V to the cache, attends over every cached token with the
+causal mask aligned bottom-right (query i of T new ones, after `past` cached tokens, sees keys
+0 .. past + i), and reset_cache() starts over; forward(x) without use_cache is the plain module.
+The split module caches (b, tokens, H, head_dim) before its transpose; each wrapper head caches
+its own (b, tokens, head_dim). Two caches (kv_cache=):
+  "cat"           the seeds': torch.cat of the cache and the new keys/values, so every call
+                  copies the whole cache into a new tensor (KVCache);
+  "preallocated"  tensors of context_length tokens allocated at the first call, the new keys and
+                  values written in place by index, attention over the filled slice; reset_cache()
+                  rewinds without freeing (PreallocatedKVCache).
+One difference from the seeds: the mask. They keep a (context_length, context_length) float
+buffer and take rows [past, past + T) of `mask.bool()` on every call, which converts the whole
+buffer per call and holds context_length² floats per head (4.3 GB at a 32 K context); these
+modules build the same rows, the bottom-right (T, past + T) corner, per call instead, and so
+register no mask buffer (their state_dict has none).
+
+New modules go here, each a class of its own next to these: grouped-query attention with RoPE,
+and further nn.MultiheadAttention wrappers.
 """
 
 from __future__ import annotations
@@ -36,6 +54,9 @@ class _SelfAttention(nn.Module):
     dropout on the attention weights, the causal mask buffer (1 above the diagonal) of
     context_length x context_length, and the attention itself."""
 
+    # Whether the module registers the seeds' mask buffer (the KV-cache modules do not).
+    mask_buffer = True
+
     def __init__(self, d_in, width, context_length, dropout=0.0, qkv_bias=False, causal=True):
         super().__init__()
         self.W_query = nn.Linear(d_in, width, bias=qkv_bias)
@@ -43,15 +64,28 @@ class _SelfAttention(nn.Module):
         self.W_value = nn.Linear(d_in, width, bias=qkv_bias)
         self.dropout = nn.Dropout(dropout)
         self.causal = causal
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.context_length = context_length
+        if self.mask_buffer:
+            self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def causal_mask(self, num_queries, num_keys):
+        """True where a query may not look: the seeds' mask buffer (queries = keys here)."""
+        return self.mask.bool()[:num_queries, :num_keys]
+
+    def keys_values(self, keys, values, use_cache):
+        """The keys and values to attend over: the new ones (a module without a cache)."""
+        if use_cache:
+            raise ValueError(f"{type(self).__name__} has no KV cache (the KVCache* modules have)")
+        return keys, values
 
     def attend(self, queries, keys, values):
         """softmax(Q K^T / sqrt(head_dim), causal mask) V over the last two axes (tokens,
-        head_dim); any leading axes (batch, heads) are batched over."""
-        num_tokens = queries.shape[-2]
-        attn_scores = queries @ keys.transpose(-2, -1)  # (..., T, T)
+        head_dim); any leading axes (batch, heads) are batched over. The queries are the last
+        of the keys' tokens (the mask's bottom-right corner)."""
+        num_tokens, num_keys = queries.shape[-2], keys.shape[-2]
+        attn_scores = queries @ keys.transpose(-2, -1)  # (..., T, keys)
         if self.causal:
-            attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+            attn_scores.masked_fill_(self.causal_mask(num_tokens, num_keys), -torch.inf)
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
         attn_weights = self.dropout(attn_weights)
         return attn_weights @ values  # (..., T, head_dim)
@@ -64,30 +98,42 @@ class CausalAttention(_SelfAttention):
     def __init__(self, d_in, d_head, context_length, dropout=0.0, qkv_bias=False, causal=True):
         super().__init__(d_in, d_head, context_length, dropout, qkv_bias, causal)
 
-    def forward(self, x):
-        return self.attend(self.W_query(x), self.W_key(x), self.W_value(x))
+    def forward(self, x, use_cache=False):
+        keys, values = self.keys_values(self.W_key(x), self.W_value(x), use_cache)
+        return self.attend(self.W_query(x), keys, values)
 
 
 class MultiHeadAttentionWrapper(nn.Module):
     """H independent CausalAttention heads (d_head = d_out / H each), concatenated on the last
     axis, then out_proj (nn.Identity without). x: (b, T, d_in) -> (b, T, d_out)."""
 
+    head = CausalAttention  # the class of a head
+
     def __init__(
-        self, d_in, d_out, context_length, num_heads, dropout=0.0, qkv_bias=False, causal=True, out_proj=True
+        self,
+        d_in,
+        d_out,
+        context_length,
+        num_heads,
+        dropout=0.0,
+        qkv_bias=False,
+        causal=True,
+        out_proj=True,
+        **head_options,
     ):
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         super().__init__()
         d_head = d_out // num_heads
         self.heads = nn.ModuleList(
             [
-                CausalAttention(d_in, d_head, context_length, dropout, qkv_bias, causal)
+                self.head(d_in, d_head, context_length, dropout, qkv_bias, causal, **head_options)
                 for _ in range(num_heads)
             ]
         )
         self.out_proj = nn.Linear(d_out, d_out) if out_proj else nn.Identity()
 
-    def forward(self, x):
-        return self.out_proj(torch.cat([head(x) for head in self.heads], dim=-1))
+    def forward(self, x, use_cache=False):
+        return self.out_proj(torch.cat([head(x, use_cache) for head in self.heads], dim=-1))
 
 
 class MultiHeadAttention(_SelfAttention):
@@ -104,15 +150,162 @@ class MultiHeadAttention(_SelfAttention):
         self.head_dim = d_out // num_heads
         self.out_proj = nn.Linear(d_out, d_out) if out_proj else nn.Identity()
 
-    def forward(self, x):
+    def forward(self, x, use_cache=False):
         b, num_tokens, _ = x.shape
         shape = (b, num_tokens, self.num_heads, self.head_dim)
         queries = self.W_query(x).view(shape).transpose(1, 2)  # (b, H, T, hd)
-        keys = self.W_key(x).view(shape).transpose(1, 2)
-        values = self.W_value(x).view(shape).transpose(1, 2)
-        context_vec = self.attend(queries, keys, values).transpose(1, 2)  # (b, T, H, hd)
-        context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)
+        # (b, tokens, H, hd): cached in this layout, as the seeds' lineage caches them.
+        keys, values = self.keys_values(self.W_key(x).view(shape), self.W_value(x).view(shape), use_cache)
+        context_vec = self.attend(queries, keys.transpose(1, 2), values.transpose(1, 2)).transpose(1, 2)
+        context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)  # (b, T, H·hd)
         return self.out_proj(context_vec)
+
+
+# ---------------------------------------------------------------------------------------------
+# KV caches (docs/design.md §1.4) and the modules that use them
+
+
+class KVCache:
+    """The seeds' KV cache: the keys and values of every token fed so far, (b, tokens, ...),
+    grown by torch.cat on the tokens axis (each call copies the whole cache). `capacity` tokens
+    at most (the module's context_length)."""
+
+    def __init__(self, capacity):
+        self.capacity = capacity
+        self.keys = self.values = None
+
+    def __len__(self):
+        return 0 if self.keys is None else self.keys.shape[1]
+
+    def _check_room(self, tokens):
+        if len(self) + tokens > self.capacity:
+            raise ValueError(
+                f"KV cache of {self.capacity} tokens holds {len(self)}: no room for {tokens} more"
+            )
+
+    def append(self, keys, values):
+        """Appends the new tokens' keys and values; returns those of every token cached."""
+        self._check_room(keys.shape[1])
+        if self.keys is None:
+            self.keys, self.values = keys, values
+        else:
+            self.keys = torch.cat([self.keys, keys], dim=1)
+            self.values = torch.cat([self.values, values], dim=1)
+        return self.keys, self.values
+
+    def reset(self):
+        self.keys = self.values = None
+
+    # For timing one step after `past` tokens (mhapy.peers): the state to come back to, O(1).
+    def state(self):
+        return self.keys, self.values
+
+    def restore(self, state):
+        self.keys, self.values = state
+
+
+class PreallocatedKVCache(KVCache):
+    """Keys and values in tensors of `capacity` tokens allocated at the first call (for its
+    batch and heads) and kept: each call writes its tokens in place by index and returns the
+    filled slice; reset() rewinds to 0 tokens without freeing."""
+
+    def __init__(self, capacity):
+        super().__init__(capacity)
+        self.length = 0
+
+    def __len__(self):
+        return self.length
+
+    def append(self, keys, values):
+        self._check_room(keys.shape[1])
+        layout = (keys.shape[0], self.capacity) + tuple(keys.shape[2:])
+        if self.keys is None or tuple(self.keys.shape) != layout:
+            if self.length:
+                raise ValueError(
+                    f"KV cache of layout {tuple(self.keys.shape)} given keys {tuple(keys.shape)}"
+                )
+            self.keys = keys.new_empty(layout)
+            self.values = values.new_empty(layout)
+        end = self.length + keys.shape[1]
+        self.keys[:, self.length : end] = keys
+        self.values[:, self.length : end] = values
+        self.length = end
+        return self.keys[:, :end], self.values[:, :end]
+
+    def reset(self):
+        self.length = 0
+
+    def state(self):
+        return self.length
+
+    def restore(self, state):
+        self.length = state
+
+
+KV_CACHES = {"cat": KVCache, "preallocated": PreallocatedKVCache}
+
+
+class _KVCacheAttention:
+    """What the KV-cache modules add to an attention (a wrapper head or the split module): a
+    cache (kv_cache: 'cat' or 'preallocated', KV_CACHES) of context_length tokens, the new keys
+    and values appended to it when forward is given use_cache=True, and the causal mask built
+    per call, aligned bottom-right (no mask buffer)."""
+
+    mask_buffer = False
+
+    def __init__(self, *args, kv_cache="cat", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.kv_cache = KV_CACHES[kv_cache](self.context_length)
+
+    def causal_mask(self, num_queries, num_keys):
+        """Rows [past, past + T) of the seeds' mask, past = num_keys - num_queries: query i
+        sees keys 0 .. past + i."""
+        ones = torch.ones(num_queries, num_keys, dtype=torch.bool)
+        return torch.triu(ones, diagonal=num_keys - num_queries + 1)
+
+    def keys_values(self, keys, values, use_cache):
+        return self.kv_cache.append(keys, values) if use_cache else (keys, values)
+
+    def reset_cache(self):
+        self.kv_cache.reset()
+
+    def kv_caches(self):
+        return [self.kv_cache]
+
+    def load_cache(self, keys, values):
+        """Starts the cache over holding `keys` and `values` (b, tokens, ...) in the layout it
+        caches, as if those tokens had been fed: a step after many cached tokens without a
+        forward over them (mhapy.peers)."""
+        self.kv_cache.reset()
+        self.kv_cache.append(keys, values)
+
+
+class KVCacheCausalAttention(_KVCacheAttention, CausalAttention):
+    """A wrapper head with its own KV cache."""
+
+
+class KVCacheMultiHeadAttention(_KVCacheAttention, MultiHeadAttention):
+    """The split-weight module with a KV cache of (b, tokens, H, head_dim) keys and values."""
+
+
+class KVCacheMultiHeadAttentionWrapper(MultiHeadAttentionWrapper):
+    """The wrapper of KVCacheCausalAttention heads, each with its own cache (kv_cache= as
+    theirs)."""
+
+    head = KVCacheCausalAttention
+
+    def reset_cache(self):
+        for head in self.heads:
+            head.reset_cache()
+
+    def kv_caches(self):
+        return [head.kv_cache for head in self.heads]
+
+    def load_cache(self, keys, values):
+        """As the split module's load_cache, from (b, tokens, H, head_dim) keys and values:
+        head h gets its own copy of [:, :, h]."""
+        for h, head in enumerate(self.heads):
+            head.load_cache(keys[:, :, h].contiguous(), values[:, :, h].contiguous())
 
 
 class TorchNNMultiheadAttention(nn.Module):
@@ -134,8 +327,9 @@ class TorchNNMultiheadAttention(nn.Module):
         return self.attn(x, x, x, attn_mask=mask, need_weights=False)[0]
 
 
-# The module of each formulation, as mha names them (mha::formulation).
+# The module of each formulation, as mha names them (mha::formulation), and its KV-cache module.
 FORMULATIONS = {"wrapper": MultiHeadAttentionWrapper, "split_weight": MultiHeadAttention}
+KV_FORMULATIONS = {"wrapper": KVCacheMultiHeadAttentionWrapper, "split_weight": KVCacheMultiHeadAttention}
 
 
 def copy_split_to_wrapper(split: MultiHeadAttention, wrapper: MultiHeadAttentionWrapper) -> None:

@@ -47,14 +47,19 @@ HEADS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
 
 
 def bench_name(backend: str, form: str, s: Shape, threads: int) -> str:
+    """The name mha_bench gives a benchmark (mha::to_string's order), written here, not by
+    Shape.problem_suffix, so the tests compare the reader with an independent writer."""
     flags = "".join(
         f"/{f}"
         for f, on in (("noncausal", not s.causal), ("qkv_bias", s.qkv_bias), ("no_out_proj", not s.out_proj))
         if on
     )
+    past = f"/past{s.past}" if s.past else ""
+    kvh = f"/kvh{s.n_kv_heads}" if s.n_kv_heads else ""
+    precision = "" if s.precision == "fp32" else f"/{s.precision}"
     return (
-        f"mha/{backend}/{form}/b{s.batch}/t{s.seq_len}/din{s.d_in}/dout{s.d_out}/h{s.n_heads}"
-        f"{flags}/threads:{threads}/real_time"
+        f"mha/{backend}/{form}/b{s.batch}/t{s.seq_len}{past}/din{s.d_in}/dout{s.d_out}/h{s.n_heads}"
+        f"{kvh}{flags}{precision}/threads:{threads}/real_time"
     )
 
 
@@ -89,7 +94,7 @@ def entries(
                 "real_time": t * scale,
                 "cpu_time": t * scale,
                 "time_unit": unit,
-                **schema.counters(s, threads, t),
+                **schema.counters(s, form, threads, t),
                 "label": label,
             }
         )
@@ -228,6 +233,21 @@ def peak_entries(isa: str, gflops: list[float], threads: int = 1, at: int = 0, a
             }
         )
     return out
+
+
+# Streaming-read bandwidth, as mha_bench measures it (GB/s): 40 on one thread, 70 on two.
+STREAM_CONTEXT = {
+    "mha_stream_read_gbps_one_core": "40.00",
+    "mha_stream_read_gbps_all_cores": "70.00",
+    "mha_stream_read_threads": "2",
+    "mha_stream_read_trials_one_core": "40.00,39.10,38.70",
+}
+BANDWIDTH = {1: 40e9, 2: 70e9}
+
+
+def decode_shapes(batches=(1, 8), pasts=(128, 512, 2048), d=768, heads=12):
+    """The decode preset's shapes: T = 1 after `past` cached tokens."""
+    return [Shape(b, 1, d, d, heads, past=p) for b in batches for p in pasts]
 
 
 def isa_context(dispatch="avx512", overrides="", **peaks) -> dict:

@@ -2,6 +2,7 @@
 counts and names mha_bench itself writes (`--dump-shapes`, when ctest gives its path in
 MHA_BENCH), which the PyTorch peers read."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -9,7 +10,7 @@ import subprocess
 import pytest
 
 from mhapy import peers
-from mhapy.problem import Shape, flops
+from mhapy.problem import ProblemError, Shape, cache_bytes, decode_bytes, flops, parse_shape
 
 # B1 T2 d_in 3 d_out 4 H2 (head_dim 2), counted term by term:
 #   Q, K, V: 2·B·T·d_in·(d_out + 2·d_kv) = 2·1·2·3·(4 + 8) = 144 (d_kv = 4; n_kv_heads 1: 2, so 96)
@@ -36,7 +37,7 @@ SMALL = Shape(1, 2, 3, 4, 2)
     ],
 )
 def test_flops_term_by_term(shape, past, n_kv_heads, expected):
-    assert flops(shape, past=past, n_kv_heads=n_kv_heads) == expected
+    assert flops(dataclasses.replace(shape, past=past, n_kv_heads=n_kv_heads)) == expected
 
 
 def test_flops_do_not_depend_on_how_d_out_is_split_into_heads():
@@ -45,8 +46,58 @@ def test_flops_do_not_depend_on_how_d_out_is_split_into_heads():
     }
 
 
+def test_bytes_a_decode_step_reads_and_the_cache_holds():
+    # B2 T1 past 5, d_in 3, d_out 4, H2 (head_dim 2), out_proj: weights 3·(4 + 2·4) + 4·4 = 52
+    # floats; keys and values of 6 tokens, 2 sequences, 4 = H·head_dim wide: 2·2·6·4 = 96.
+    s = Shape(2, 1, 3, 4, 2, past=5)
+    assert decode_bytes(s, "split_weight") == decode_bytes(s, "wrapper") == 4 * (52 + 96)
+    assert cache_bytes(s, "wrapper", 6) == 4 * 96
+    # One K/V head for split-weight (d_kv = 2); the wrapper still caches every head's.
+    grouped = dataclasses.replace(s, n_kv_heads=1)
+    assert decode_bytes(grouped, "split_weight") == 4 * (3 * (4 + 2 * 2) + 16 + 48)
+    assert decode_bytes(grouped, "wrapper") == 4 * (52 + 96)
+    assert decode_bytes(dataclasses.replace(s, out_proj=False), "split_weight") == 4 * (36 + 96)
+
+
+@pytest.mark.parametrize(
+    "text, shape",
+    [
+        ("b4/t256/din768/dout768/h12", Shape(4, 256, 768, 768, 12)),
+        ("b1/t1/past1023/din64/dout64/h8/kvh2/bf16", Shape(1, 1, 64, 64, 8, past=1023, n_kv_heads=2, precision="bf16")),
+        # Any order after the formulation, as mha::parse_problem; kvh = H and fp32 are defaults.
+        ("bf16/no_out_proj/h8/kvh8/past3/dout16/din8/t2/b3/noncausal/qkv_bias",
+         Shape(3, 2, 8, 16, 8, False, True, False, past=3, precision="bf16")),
+        ("b1/t1/din8/dout8/h2/fp32/past0", Shape(1, 1, 8, 8, 2)),
+    ],
+)  # fmt: skip
+def test_names_read_back_in_any_order_and_spell_canonically(text, shape):
+    parsed = parse_shape(text.split("/"))
+    assert parsed == shape
+    assert parse_shape(parsed.problem_suffix().split("/")) == parsed
+    canonical = "b1/t1/past1023/din64/dout64/h8/kvh2/bf16"
+    assert parse_shape(canonical.split("/")).problem_suffix() == canonical
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("b1/t1/din8/dout8/h2/x7", "unknown name component 'x7'"),
+        ("b1/t1/din8/dout8/h2/past-1", "unknown name component 'past-1'"),
+        ("b1/b2/t1/din8/dout8/h2", "name component b given twice"),
+        ("b1/t1/din8/dout8/h2/bf16/fp32", "name component 'fp32' given twice"),
+        ("b1/din8/h2", r"missing name component\(s\) t, dout"),
+        ("b1/t1/din8/dout10/h3", r"d_out \(10\) is not a multiple of H \(3\)"),
+        ("b1/t1/din8/dout12/h6/kvh4", r"H \(6\) is not a multiple of kvh \(4\)"),
+    ],
+)
+def test_names_outside_the_grammar_are_refused(text, message):
+    with pytest.raises(ProblemError, match=message):
+        parse_shape(text.split("/"))
+
+
 MHA_BENCH = os.environ.get("MHA_BENCH")
 FIELDS = ("batch", "seq_len", "d_in", "d_out", "n_heads", "causal", "qkv_bias", "out_proj")
+AXES = ("past", "n_kv_heads", "precision")
 
 
 @pytest.mark.skipif(not MHA_BENCH, reason="MHA_BENCH (the mha_bench binary) not given; ctest gives it")
@@ -62,11 +113,9 @@ def test_counts_and_names_are_the_ones_mha_bench_writes(tmp_path):
         items = json.loads(path.read_text())
         assert any(i.get("past") for i in items) and any(i.get("n_kv_heads") for i in items)
         for item in items:
-            s = Shape(**{k: item[k] for k in FIELDS})
-            count = flops(s, past=item.get("past", 0), n_kv_heads=item.get("n_kv_heads", 0))
-            assert count == item["flops"], item
-            if not (item.get("past") or item.get("n_kv_heads")):
-                assert s.problem_suffix() == item["name"], item
+            s = Shape(**{k: item[k] for k in FIELDS + AXES if k in item})
+            assert flops(s) == item["flops"], item
+            assert s.problem_suffix() == item["name"], item
         # The PyTorch peers read the file as it is (and check the same), timing the plain shapes.
         jobs, not_timed = peers.shapes_from_file(str(path))
         assert len(jobs) + len(not_timed) == len(items) and jobs and not_timed

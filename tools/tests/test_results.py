@@ -23,6 +23,22 @@ def test_parse_name_reads_every_field_and_ignores_google_benchmark_suffixes():
     assert parse_name(key.name()) == key
 
 
+def test_parse_name_reads_the_whole_problem_grammar_in_any_order():
+    # mha::to_string's order, and the same parts shuffled (mha::parse_problem reads both).
+    canonical = (
+        "mha/naive/split_weight/b2/t1/past4095/din64/dout64/h8/kvh2/noncausal/bf16/threads:1/real_time"
+    )
+    shuffled = "mha/naive/split_weight/threads:1/bf16/kvh2/h8/noncausal/past4095/dout64/din64/t1/b2"
+    shape = Shape(2, 1, 64, 64, 8, causal=False, past=4095, n_kv_heads=2, precision="bf16")
+    assert parse_name(canonical) == parse_name(shuffled) == Key("naive", "split_weight", shape, 1)
+    assert parse_name(shuffled).name() + "/real_time" == canonical
+    assert shape.is_decode and shape.kv_heads == 2
+    # The defaults spelled out (fp32, kvh = H, past0) are the plain problem.
+    plain = parse_name("mha/xsimd/wrapper/b1/t8/din8/dout8/h2/kvh2/fp32/past0/threads:2")
+    assert plain == Key("xsimd", "wrapper", Shape(1, 8, 8, 8, 2), 2)
+    assert plain.name() == "mha/xsimd/wrapper/b1/t8/din8/dout8/h2/threads:2"
+
+
 def test_parse_name_leaves_other_benchmarks_alone_and_rejects_broken_mha_names():
     assert parse_name("peak/fma/threads:1") is None
     with pytest.raises(ReportError, match="unknown name component 'x7'"):
@@ -31,6 +47,12 @@ def test_parse_name_leaves_other_benchmarks_alone_and_rejects_broken_mha_names()
         parse_name("mha/naive/wrapper/b1/din1/dout1/h1")
     with pytest.raises(ReportError, match=r"d_out \(10\) is not a multiple of H \(3\)"):
         parse_name("mha/naive/wrapper/b1/t1/din1/dout10/h3/threads:1")
+    with pytest.raises(ReportError, match=r"H \(8\) is not a multiple of kvh \(3\)"):
+        parse_name("mha/naive/wrapper/b1/t1/din1/dout8/h8/kvh3/threads:1")
+    with pytest.raises(ReportError, match="name component past given twice"):
+        parse_name("mha/naive/wrapper/b1/t1/past2/din1/dout8/h8/past3/threads:1")
+    with pytest.raises(ReportError, match=r"missing name component\(s\) threads:<n>"):
+        parse_name("mha/naive/wrapper/b1/t1/din1/dout8/h8")
 
 
 def test_median_of_repetitions_in_any_time_unit_and_gflops_from_the_counter(tmp_path):
@@ -122,6 +144,11 @@ def test_best_run_keeps_each_benchmarks_fastest_run_whichever_file_it_is_in(tmp_
             '"threads": 1, "n_threads": 1}]}',
             "counter n_threads = 1 but the name says 2",
         ),
+        (
+            '{"benchmarks": [{"name": "mha/naive/wrapper/b4/t1/past9/din768/dout768/h12/threads:2", "real_time": 1, '
+            '"past": 8}]}',
+            "counter past = 8 but the name says 9",
+        ),
     ],
 )
 def test_malformed_input_is_an_error_naming_the_problem(tmp_path, content, message):
@@ -148,8 +175,9 @@ def test_missing_file_is_an_error(tmp_path):
         load([tmp_path / "absent.json"])
 
 
-def test_fixture_names_round_trip_through_json(tmp_path):
+@pytest.mark.parametrize("shape", [S, Shape(8, 1, 768, 768, 12, past=2048, n_kv_heads=4, qkv_bias=True)])
+def test_fixture_names_round_trip_through_json(shape):
     # The fixture writer and the reader agree on the format mha_bench writes.
-    name = bench_name("onednn", "split_weight", S, 2)
-    assert json.loads(json.dumps(entries("onednn", "split_weight", S, 2, 1.0)))[0]["name"] == name
-    assert parse_name(name) == Key("onednn", "split_weight", S, 2)
+    name = bench_name("onednn", "split_weight", shape, 2)
+    assert json.loads(json.dumps(entries("onednn", "split_weight", shape, 2, 1.0)))[0]["name"] == name
+    assert parse_name(name) == Key("onednn", "split_weight", shape, 2)

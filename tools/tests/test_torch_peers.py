@@ -3,17 +3,19 @@ check, shape input, and a real (tiny) run whose JSON the report reads. What need
 skipped without it."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from conftest import run_module
 
 from mhapy import peers
-from mhapy.problem import Shape, flops
+from mhapy.problem import Shape, decode_bytes, flops
 from mhapy.report import cli
 from mhapy.report.results import load, parse_name
 
 torch = peers.torch
+tm = peers.tm if torch is not None else None
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 
 
@@ -87,8 +89,8 @@ def test_check_catches_a_module_that_disagrees():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("b1/t8", "expected b<B>/t<T>/din<d_in>/dout<d_out>/h<H>"),
-        ("b1/t8/din16/dout10/h3", r"d_out \(10\) must be divisible by n_heads \(3\)"),
+        ("b1/t8", r"missing name component\(s\) din, dout, h; expected b<B>/t<T>\[/past<P>\]/din"),
+        ("b1/t8/din16/dout10/h3", r"d_out \(10\) is not a multiple of H \(3\)"),
         ("b0/t8/din16/dout16/h2", "batch = 0, expected an integer >= 1"),
         ("b1/t8/din16/dout16/h2/causal", "optionally followed by"),
     ],
@@ -117,12 +119,25 @@ def test_shapes_file_fields_and_threads(tmp_path):
     path.write_text(json.dumps({"shapes": [item]}))
     (job,), not_timed = peers.shapes_from_file(str(path))
     assert (job.shape, job.threads, not_timed) == (Shape(4, 256, 768, 768, 12), [1, 2], [])
-    # Grouped K/V heads, past tokens, bf16: no module computes them yet; listed, not timed.
-    decode = dict(item, past=7, name="b4/t256/past7/din768/dout768/h12", flops=flops(job.shape, past=7))
-    path.write_text(json.dumps([item, decode, dict(item, precision="bf16")]))
+    # Past tokens are timed (decode); grouped K/V heads and bf16: no module computes them yet,
+    # listed, not timed.
+    decode = dict(
+        item, past=7, name="b4/t256/past7/din768/dout768/h12", flops=flops(replace(job.shape, past=7))
+    )
+    grouped = dict(item, n_kv_heads=4, name="b4/t256/din768/dout768/h12/kvh4")
+    grouped["flops"] = flops(replace(job.shape, n_kv_heads=4))
+    path.write_text(
+        json.dumps([item, decode, dict(item, precision="bf16", name=item["name"] + "/bf16"), grouped])
+    )
     jobs, not_timed = peers.shapes_from_file(str(path))
-    assert len(jobs) == 1
-    assert not_timed == ["b4/t256/past7/din768/dout768/h12 (past 7)", f"{item['name']} (precision bf16)"]
+    assert [j.shape for j in jobs] == [job.shape, replace(job.shape, past=7)]
+    assert not_timed == [
+        f"{item['name']}/bf16 (precision bf16)",
+        "b4/t256/din768/dout768/h12/kvh4 (n_kv_heads 4)",
+    ]
+    path.write_text(json.dumps([dict(decode, name=item["name"])]))
+    with pytest.raises(peers.UsageError, match="but the fields spell 'b4/t256/past7/din768/dout768/h12'"):
+        peers.shapes_from_file(str(path))
     path.write_text(json.dumps([dict(item, flops=item["flops"] + 1)]))
     with pytest.raises(peers.UsageError, match=r"mha_bench counts 5236064257 FLOPs.* disagree"):
         peers.shapes_from_file(str(path))
@@ -219,5 +234,106 @@ def test_time_budget_and_bad_input_leave_no_complete_looking_file(tmp_path):
     bad = tmp_path / "bad.json"
     result = run_peers("--shape", "b1/t4/din8/dout9/h2", "--out", bad)
     assert result.returncode == 2
-    assert "d_out (9) must be divisible by n_heads (2)" in result.stderr
+    assert "d_out (9) is not a multiple of H (2)" in result.stderr
     assert not bad.exists() and not list(tmp_path.glob(".*partial"))
+
+
+def split_weights(split):
+    """The split module's weights as oracle() takes them (numpy)."""
+    projections = (split.W_query, split.W_key, split.W_value)
+    wq, wk, wv = (p.weight.detach().numpy() for p in projections)
+    biases = [p.bias.detach().numpy() for p in projections] if split.W_query.bias is not None else [None] * 3
+    wo = bo = None
+    if isinstance(split.out_proj, torch.nn.Linear):
+        wo, bo = split.out_proj.weight.detach().numpy(), split.out_proj.bias.detach().numpy()
+    return wq, wk, wv, wo, bo, biases
+
+
+@needs_torch
+@pytest.mark.parametrize("kv_cache", ["cat", "preallocated"])
+@pytest.mark.parametrize(
+    "text", ["b2/t9/din12/dout8/h2/qkv_bias", "b1/t9/din8/dout12/h3/noncausal/no_out_proj"]
+)
+def test_kv_cache_modules_compute_design_section_1_4(kv_cache, text):
+    """Calls of 4, 1, 3 and 1 tokens: each call's y is rows [at, at + t) of the oracle over the
+    tokens fed so far (causal: the full forward's rows), for both formulations and both caches;
+    reset_cache() starts over; a call past the capacity is refused."""
+    s = peers.shape_from_text(text)
+    kw = dict(qkv_bias=s.qkv_bias, causal=s.causal, out_proj=s.out_proj)
+    torch.manual_seed(5)
+    split = tm.KVCacheMultiHeadAttention(s.d_in, s.d_out, s.seq_len, s.n_heads, kv_cache=kv_cache, **kw)
+    wrapper = tm.KVCacheMultiHeadAttentionWrapper(
+        s.d_in, s.d_out, s.seq_len, s.n_heads, kv_cache=kv_cache, **kw
+    )
+    tm.copy_split_to_wrapper(split, wrapper)
+    assert "mask" not in split.state_dict() and "heads.0.mask" not in wrapper.state_dict()
+    x = torch.randn(s.batch, s.seq_len, s.d_in, generator=torch.Generator().manual_seed(3))
+    weights = split_weights(split)
+    with torch.no_grad():
+        for module in (split, wrapper):
+            for _ in range(2):  # the second time after reset_cache()
+                at = 0
+                for t in (4, 1, 3, 1):
+                    got = module(x[:, at : at + t], use_cache=True).numpy()
+                    expected = oracle(x[:, : at + t].numpy(), *weights[:5], weights[5], s.n_heads, s.causal)
+                    np.testing.assert_allclose(got, expected[:, at:], rtol=1e-4, atol=1e-5)
+                    at += t
+                assert [len(c) for c in module.kv_caches()] == [s.seq_len] * len(module.kv_caches())
+                with pytest.raises(ValueError, match="KV cache of 9 tokens holds 9: no room for 1 more"):
+                    module(x[:, :1], use_cache=True)
+                module.reset_cache()
+        # Without use_cache, the plain module: the full forward.
+        full = oracle(x.numpy(), *weights[:5], weights[5], s.n_heads, s.causal)
+        np.testing.assert_allclose(split(x).numpy(), full, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="MultiHeadAttention has no KV cache"):
+        tm.MultiHeadAttention(4, 4, 2, 2)(torch.zeros(1, 1, 4), use_cache=True)
+
+
+@needs_torch
+def test_a_decode_step_starts_from_the_same_past_tokens_every_time():
+    s = peers.shape_from_text("b2/t1/past6/din8/dout12/h3")
+    modules = peers.build_decode_modules(s, seed=4)
+    assert list(modules) == [
+        "torch/split_weight",
+        "torch/wrapper",
+        "torch_prealloc/split_weight",
+        "torch_prealloc/wrapper",
+    ]
+    x = torch.rand(s.batch, s.seq_len, s.d_in)
+    outputs = {}
+    with torch.no_grad():
+        for name, module in modules.items():
+            step = peers.DecodeStep(module, s, x, seed=9)
+            assert [len(c) for c in module.kv_caches()] == [s.past] * len(module.kv_caches())
+            outputs[name] = step()
+            assert [len(c) for c in module.kv_caches()] == [s.past + 1] * len(module.kv_caches())
+            assert torch.equal(step(), outputs[name])  # the cache went back to its 6 tokens first
+            step.close()
+            assert all(c.keys is None for c in module.kv_caches())
+    # The same weights and the same cached tokens: the four agree.
+    assert max(peers.agreement(outputs).values()) < peers.RTOL
+
+
+@needs_torch
+def test_tiny_decode_run_is_read_into_the_reports_decode_section(tmp_path):
+    out = tmp_path / "peers.json"
+    result = run_peers(
+        "--shape", "b2/t1/past5/din16/dout16/h2", "--shape", "b2/t1/past20/din16/dout16/h2",
+        "--threads", "1", "--min-time", "0.002", "--repetitions", "2", "--out", out, "--quiet",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    iterations = [b for b in doc["benchmarks"] if b.get("run_type") == "iteration"]
+    assert len(iterations) == 2 * 4 * 2  # shapes x modules x repetitions; no nn.MultiheadAttention
+    for b in iterations:
+        key = parse_name(b["name"])
+        assert key.backend in ("torch", "torch_prealloc") and b["past"] == key.shape.past
+        assert b["bytes_min"] == decode_bytes(key.shape, key.formulation)
+        assert b["GFLOPS"] * 1e9 * b["real_time"] * 1e-3 == pytest.approx(flops(key.shape))
+        assert "cache loaded with the same random K/V of past tokens" in b["label"]
+    assert "peers_decode" in doc["context"]
+    report = tmp_path / "report"
+    assert cli.main([str(out), "--out", str(report)]) == 0
+    md = (report / "report.md").read_text()
+    assert "| past (cached tokens) | bandwidth bound | torch split_weight | torch wrapper |" in md
+    assert (report / "decode_time_vs_past.png").exists()

@@ -12,7 +12,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..problem import Shape
+from .. import schema
+from ..problem import Shape, decode_bytes
 from ..schema import is_peer
 from .results import Measurement, ResultSet
 
@@ -326,43 +327,49 @@ def peak_warnings(all_peaks: list[Peaks]) -> list[str]:
 @dataclass(frozen=True)
 class Series:
     """Shapes along one axis. kind: 'd_model' (fixed d_in, d_out; H varies), 'head_dim'
-    (fixed head_dim, d_model = head_dim * H), or 'seq' (T varies). shapes sorted by x."""
+    (fixed head_dim, d_model = head_dim * H), 'seq' (T varies) or 'past' (cached tokens vary:
+    decode). shapes sorted by x."""
 
     kind: str
     shapes: tuple[Shape, ...]
 
     def x(self, shape: Shape) -> int:
-        return shape.seq_len if self.kind == "seq" else shape.n_heads
+        return {"seq": shape.seq_len, "past": shape.past}.get(self.kind, shape.n_heads)
 
     @property
     def x_name(self) -> str:
-        return "T (tokens)" if self.kind == "seq" else "H (heads)"
+        return {"seq": "T (tokens)", "past": "past (cached tokens)"}.get(self.kind, "H (heads)")
 
     @property
     def title(self) -> str:
         s = self.shapes[0]
-        flags = "".join(f", {f}" for f in s.flags())
+        flags = "".join(f", {f}" for f in s.extras(past=False))
+        d = f"{s.d_out}" if s.d_in == s.d_out else f"{s.d_in}->{s.d_out}"
         if self.kind == "d_model":
-            d = f"{s.d_out}" if s.d_in == s.d_out else f"{s.d_in}->{s.d_out}"
             return f"fixed d_model = {d} (B={s.batch}, T={s.seq_len}{flags})"
         if self.kind == "head_dim":
             return (
                 f"fixed head_dim = {s.head_dim}, d_model = {s.head_dim}·H (B={s.batch}, T={s.seq_len}{flags})"
             )
-        d = f"{s.d_out}" if s.d_in == s.d_out else f"{s.d_in}->{s.d_out}"
+        if self.kind == "past":
+            return f"B={s.batch}, T={s.seq_len}, d_model = {d}, H = {s.n_heads}{flags}"
         return f"d_model = {d}, H = {s.n_heads} (B={s.batch}{flags})"
 
 
 def _flag_key(s: Shape) -> tuple:
-    return (s.causal, s.qkv_bias, s.out_proj)
+    """What a series keeps fixed besides its sizes: flags, K/V heads, precision, past."""
+    return (s.causal, s.qkv_bias, s.out_proj, s.n_kv_heads, s.precision, s.past)
 
 
-def _series_from_groups(kind: str, groups: dict, x) -> list[Series]:
+def _series_from_groups(kind: str, groups: dict, x, least: int = 2) -> list[Series]:
     found = []
     for members in groups.values():
-        if len({x(s) for s in members}) >= 2:
+        if len({x(s) for s in members}) >= least:
             found.append(Series(kind, tuple(sorted(members, key=x))))
-    return sorted(found, key=lambda s: (s.shapes[0].batch, s.shapes[0].seq_len, s.shapes[0].d_out))
+    # Ties broken by the whole first shape: the order never depends on set iteration.
+    return sorted(
+        found, key=lambda s: (s.shapes[0].batch, s.shapes[0].seq_len, s.shapes[0].d_out, s.shapes[0])
+    )
 
 
 def heads_series(shapes: list[Shape]) -> list[Series]:
@@ -384,6 +391,17 @@ def seq_series(shapes: list[Shape]) -> list[Series]:
     for s in set(shapes):
         groups.setdefault((s.batch, s.d_in, s.d_out, s.n_heads) + _flag_key(s), []).append(s)
     return _series_from_groups("seq", groups, lambda s: s.seq_len)
+
+
+def past_series(shapes: list[Shape]) -> list[Series]:
+    """The incremental calls (past > 0) grouped by everything but past, one series per group,
+    even of one shape (a decode run of one cached length still gets its figure)."""
+    groups: dict[tuple, list[Shape]] = {}
+    for s in set(shapes):
+        if s.is_decode:
+            key = (s.batch, s.seq_len, s.d_in, s.d_out, s.n_heads) + _flag_key(s)[:-1]
+            groups.setdefault(key, []).append(s)
+    return _series_from_groups("past", groups, lambda s: s.past, least=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -771,3 +789,132 @@ def _picks_within_noise(machines: list[ResultSet], cells: list) -> bool:
             ):
                 return False
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Decode: incremental calls (past > 0) against the streaming-read bandwidth
+
+
+@dataclass
+class Bandwidth:
+    """Measured streaming-read bandwidth, GB/s (1e9 bytes per second): one thread, and
+    `threads` threads at once (mha_bench's mha_stream_read_* keys)."""
+
+    one_core: float | None = None
+    all_cores: float | None = None
+    threads: int | None = None
+    source: str = "not measured"
+
+    RULE = (
+        "The bandwidth bound of a decode step is `bytes_min` (every weight once and the keys "
+        "and values of the past + T tokens once: the least it reads) / the measured "
+        "streaming-read bandwidth of its thread count: `mha_stream_read_gbps_one_core` for "
+        "threads:1, `mha_stream_read_gbps_all_cores` for `mha_stream_read_threads` threads "
+        "(other thread counts get no bound). % of bound = bound / time: 100% streams those bytes "
+        "as fast as the machine reads memory; above 100%, part of them came from a cache (the "
+        "weights, 9 MiB at d_model 768, stay in a large last-level cache from step to step)."
+    )
+
+    def for_threads(self, threads: int) -> float | None:
+        if threads == 1 and self.one_core:
+            return self.one_core
+        if self.all_cores and threads == self.threads:
+            return self.all_cores
+        return None
+
+    def any(self) -> bool:
+        return bool(self.one_core or self.all_cores)
+
+
+def _file_bandwidth(source: str, context: dict) -> Bandwidth:
+    one, all_cores = _number(context.get(schema.STREAM_ONE_CORE)), _number(
+        context.get(schema.STREAM_ALL_CORES)
+    )
+    threads = _number(context.get(schema.STREAM_THREADS))
+    return Bandwidth(
+        one if one and one > 0 else None,
+        all_cores if all_cores and all_cores > 0 else None,
+        int(threads) if threads else None,
+        f"`{Path(source).name}`",
+    )
+
+
+@dataclass
+class Bandwidths:
+    """The bandwidth each decode benchmark's bound divides by: its own file's; files without
+    one (PyTorch peers, older files) the machine's best (the highest one-thread and all-thread
+    figures of its files)."""
+
+    files: dict[str, Bandwidth]
+    fallback: Bandwidth
+
+    def for_measurement(self, m: Measurement) -> Bandwidth:
+        own = self.files.get(m.source)
+        return own if own is not None and own.any() else self.fallback
+
+    def bound_s(self, m: Measurement | None) -> float | None:
+        """bytes_min (the counter, else problem.decode_bytes) / the bandwidth of the thread
+        count, seconds; None without a bandwidth for it."""
+        if m is None:
+            return None
+        rate = self.for_measurement(m).for_threads(m.key.threads)
+        return None if not rate else bytes_min(m) / (rate * 1e9)
+
+    def percent(self, m: Measurement | None) -> float | None:
+        bound = self.bound_s(m)
+        return None if bound is None else 100.0 * bound / m.median_s
+
+    def any(self) -> bool:
+        return self.fallback.any()
+
+
+def bytes_min(m: Measurement) -> float:
+    """The least bytes the call reads: its bytes_min counter, else problem.decode_bytes."""
+    return m.bytes_min if m.bytes_min is not None else decode_bytes(m.key.shape, m.key.formulation)
+
+
+def find_bandwidths(results: ResultSet) -> Bandwidths:
+    files = {source: _file_bandwidth(source, context) for source, context in results.contexts}
+    best = Bandwidth(source="the highest figures of the machine's files")
+    for bw in files.values():
+        if bw.one_core and (best.one_core is None or bw.one_core > best.one_core):
+            best.one_core = bw.one_core
+        if bw.all_cores and (best.all_cores is None or bw.all_cores > best.all_cores):
+            best.all_cores, best.threads = bw.all_cores, bw.threads
+    return Bandwidths(files, best)
+
+
+def decode_time_table(results: ResultSet, series: Series, threads: int) -> SeriesTable | None:
+    """Median time per call of each (backend, formulation) along a past series; None when
+    nothing was measured there."""
+    columns = [
+        (b, f) for b, f in variants(results) if any(results.get(b, f, s, threads) for s in series.shapes)
+    ]
+    if not columns:
+        return None
+    rows = [
+        (series.x(s), [(m.median_s if (m := results.get(b, f, s, threads)) else None) for b, f in columns])
+        for s in series.shapes
+    ]
+    return SeriesTable(series, threads, columns, rows)
+
+
+def decode_bounds(
+    results: ResultSet, bandwidths: Bandwidths, table: SeriesTable
+) -> list[tuple[list[str], list[tuple[int, float]]]]:
+    """The bandwidth-bound curves of a decode table: per formulation, at each past, the bound of
+    the first column (mha backends first) measured there; formulations with the same curve (no
+    grouped K/V heads: they read the same bytes) share it. [(formulations, [(past, bound s)])]."""
+    per_form: dict[str, dict[int, float]] = {}
+    for shape in table.series.shapes:
+        x = table.series.x(shape)
+        for backend, form in table.columns:
+            points = per_form.setdefault(form, {})
+            bound = bandwidths.bound_s(results.get(backend, form, shape, table.threads))
+            if x not in points and bound is not None:
+                points[x] = bound
+    curves: dict[tuple, list[str]] = {}
+    for form, points in per_form.items():
+        if points:
+            curves.setdefault(tuple(sorted(points.items())), []).append(form)
+    return [(forms, list(points)) for points, forms in curves.items()]

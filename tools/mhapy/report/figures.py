@@ -38,9 +38,18 @@ _BACKEND_COLOURS = {
     "tbb": "#2ca02c",
     "torch": "#d62728",
     "torch_nn_mha": "#9467bd",
+    "torch_prealloc": "#e377c2",
 }
-_SPARE_COLOURS = ["#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#637939"]
-_MARKERS = {"naive": "o", "xsimd": "s", "onednn": "^", "tbb": "D", "torch": "v", "torch_nn_mha": "P"}
+_SPARE_COLOURS = ["#8c564b", "#17becf", "#bcbd22", "#393b79", "#637939"]
+_MARKERS = {
+    "naive": "o",
+    "xsimd": "s",
+    "onednn": "^",
+    "tbb": "D",
+    "torch": "v",
+    "torch_nn_mha": "P",
+    "torch_prealloc": "X",
+}
 _FORM_STYLE = {"split_weight": "-", "wrapper": "--"}
 
 
@@ -205,6 +214,33 @@ def draw_gflops(peak_lines: Callable[[SeriesTable], list[tuple[str, float]]]) ->
             secondary.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             secondary.yaxis.set_major_formatter(FuncFormatter(_plain_number))
             secondary.yaxis.set_minor_locator(NullLocator())
+
+    return draw
+
+
+def draw_decode_time(bounds: Callable[[SeriesTable], list[tuple[list[str], list[tuple[int, float]]]]]):
+    """Time per decode step (table values: seconds, drawn in ms) per backend · formulation
+    along past; bounds(table) gives the bandwidth-bound curves, each drawn as a black line
+    (labelled with its formulations when they differ)."""
+
+    def draw(ax, table: SeriesTable) -> None:
+        for backend, form in table.columns:
+            points = table.column((backend, form))
+            ax.plot([x for x, _ in points], [v * 1e3 for _, v in points], **line_style(backend, form))
+        curves = bounds(table)
+        styles = (("-.", "black"), (":", "#555555"))
+        for (forms, points), (style, tone) in zip(curves, styles):
+            label = "bandwidth bound" + (f" ({', '.join(forms)})" if len(curves) > 1 else "")
+            ax.plot(
+                [x for x, _ in points],
+                [v * 1e3 for _, v in points],
+                color=tone,
+                linewidth=1.0,
+                linestyle=style,
+                label=label,
+            )
+        ax.set_yscale("log")
+        log_y(ax)
 
     return draw
 

@@ -204,6 +204,12 @@ def _peak_lines(results: ResultSet, peaks: Peaks):
     return lines
 
 
+def _above_100(above: list[tuple], say) -> list:
+    """A paragraph on the cells above 100% of their yardstick: say(count, *the worst), the worst
+    being (%, backend formulation, x, threads); nothing when there are none."""
+    return [Para(say(len(above), *max(above)))] if above else []
+
+
 def _gflops_section(
     results: ResultSet, series_list: list[Series], peaks: Peaks, folder: Path, axis: str, prefix: str = ""
 ) -> list:
@@ -242,16 +248,13 @@ def _gflops_section(
         for (b, f), v in zip(table.columns, values)
         if (pct := peaks.percent(results.get(b, f, shape, n))) is not None and pct > 100
     ]
-    if above:
-        pct, variant, x, n = max(above)
-        blocks.append(
-            Para(
-                f"**{len(above)} value(s) exceed 100% of the measured peak** (up to {pct:.0f}%: "
-                f"{variant} at {short}={x}, {_threads_text(n)}): the peak calibration "
-                "measured less than these runs reached (a busy machine during calibration, or "
-                "turbo), so % of peak is overstated there."
-            )
-        )
+    blocks += _above_100(
+        above,
+        lambda count, pct, variant, x, n: f"**{count} value(s) exceed 100% of the measured peak** (up to "
+        f"{pct:.0f}%: {variant} at {short}={x}, {_threads_text(n)}): the peak calibration measured "
+        "less than these runs reached (a busy machine during calibration, or turbo), so % of peak "
+        "is overstated there.",
+    )
     for (series, n), table in tables.items():
         if table is None:
             continue
@@ -397,17 +400,19 @@ def _noise_text(results: ResultSet) -> str:
     )
 
 
-def _link_bullets(results: ResultSet) -> list[str]:
+def _link_bullets(results: ResultSet, kind: str = "") -> list[str]:
+    """The answer per thread count; kind ('decode') names what the shapes are."""
     items = []
+    what = f"{kind} shapes" if kind else "shapes"
     for n in results.thread_counts():
         ls = analysis.link_summary(results, n)
         if ls is None:
             continue
         forms = ", ".join(f"{f} on {k}" for f, k in ls.formulations)
         text = (
-            f"**{_threads_text(n)}: link {ls.backend}** (its faster formulation: {forms} of "
-            f"{sum(k for _, k in ls.formulations)} shapes); fastest mha backend on {ls.wins} of "
-            f"{ls.shapes} shapes"
+            f"**{kind + ', ' if kind else ''}{_threads_text(n)}: link {ls.backend}** (its faster "
+            f"formulation: {forms} of {sum(k for _, k in ls.formulations)} {what}); fastest mha "
+            f"backend on {ls.wins} of {ls.shapes} {what}"
         )
         if ls.runner_up is None:
             text += "; no other mha backend measured."
@@ -416,11 +421,20 @@ def _link_bullets(results: ResultSet) -> list[str]:
             verdict = "within noise: either will do" if ls.tie else "not within noise"
             text += (
                 f"; runner-up {ls.runner_up}, {ls.margin * 100:.1f}% slower (geometric mean over "
-                f"the {ls.common} shapes both measured): {verdict} (noise = a margin under "
+                f"the {ls.common} {what} both measured): {verdict} (noise = a margin under "
                 f"{analysis.TIE_MARGIN * 100:.0f}%{noise})."
             )
         items.append(text)
     return items
+
+
+def _answer_bullets(results: ResultSet) -> list[str]:
+    """Which backend to link: for forward passes (past = 0) and, separately, for decode
+    (past > 0), per thread count; then the measured noise."""
+    items = _link_bullets(results.forward()) + _link_bullets(results.decode(), "decode")
+    if not items:
+        items = ["No mha backend was measured (PyTorch peers only): nothing to recommend."]
+    return items + [_noise_text(results)]
 
 
 def _speedup_cell(results: ResultSet, backend: str, series: Series, n: int, x: int, v: float) -> str:
@@ -430,11 +444,11 @@ def _speedup_cell(results: ResultSet, backend: str, series: Series, n: int, x: i
 
 
 def _answer(results: ResultSet, heads: list[Series], level: int = 2) -> list:
+    """The answer first: the backend to link (forward passes, decode), the noise, and the
+    split/wrapper speedup along the H series of the forward passes."""
     blocks: list = [Heading(level, "Answer: which backend to link")]
-    items = _link_bullets(results)
-    if not items:
-        items = ["No mha backend was measured (PyTorch peers only): nothing to recommend."]
-    blocks.append(Bullets(items + [_noise_text(results)]))
+    blocks.append(Bullets(_answer_bullets(results)))
+    results = results.forward()
     rows = []
     for series in heads:
         for n in results.thread_counts():
@@ -476,8 +490,11 @@ def _answer(results: ResultSet, heads: list[Series], level: int = 2) -> list:
 def _summary(results: ResultSet) -> list:
     mha = [b for b in results.backends() if not is_peer(b)]
     peers = [b for b in results.backends() if is_peer(b)]
+    decode = len(results.decode().measurements)
     items = [
-        f"{len(results.measurements)} benchmarks: mha backends {', '.join(mha) or 'none'}"
+        f"{len(results.measurements)} benchmarks"
+        + (f" ({decode} of them decode steps, past > 0)" if decode else "")
+        + f": mha backends {', '.join(mha) or 'none'}"
         + (f"; PyTorch peers {', '.join(peers)}" if peers else "; no PyTorch peers")
         + f"; threads {', '.join(map(str, results.thread_counts()))}."
     ]
@@ -546,15 +563,54 @@ def _failures_section(results: ResultSet) -> list:
 def _machine_blocks(
     results: ResultSet, peaks: Peaks, folder: Path, notes: str, prefix: str, answer: bool
 ) -> tuple[list, list]:
-    """One machine's sections (answer, summary, notes, figures, link tables, failures, absent)
-    and its appendix."""
-    heads = analysis.heads_series(results.shapes())
-    seqs = analysis.seq_series(results.shapes())
+    """One machine's sections (answer, summary, notes, figures, link tables, decode, failures,
+    absent) and its appendix. The forward-pass sections read the forward passes only (past =
+    0); the incremental calls (past > 0) have the decode sections."""
+    forward = results.forward()
+    heads = analysis.heads_series(forward.shapes())
+    seqs = analysis.seq_series(forward.shapes())
     blocks: list = _answer(results, heads) if answer else []
     blocks += _summary(results)
     if notes.strip():
         blocks += [Heading(2, "Notes on this run")] + document.parse_notes(notes, 3)
     absent = []
+    if forward.measurements:
+        blocks += _forward_blocks(forward, heads, seqs, peaks, folder, prefix, absent)
+    else:
+        absent.append(
+            "forward passes (past = 0): none in the inputs, so no split/wrapper speedup against "
+            "H, GFLOP/s, thread scaling or per-shape link table."
+        )
+    bandwidths = analysis.find_bandwidths(results)
+    decode = _decode_sections(results.decode(), bandwidths, folder, prefix)
+    if not decode:
+        absent.append("decode: no incremental calls (past > 0) in the inputs (`mha_bench --preset decode`).")
+    elif not bandwidths.any():
+        absent.append(
+            "decode bandwidth bound and % of bound: no measured streaming-read bandwidth "
+            "(`mha_stream_read_gbps_*`) in the inputs."
+        )
+    if not any(is_peer(b) for b in results.backends()):
+        absent.append("PyTorch peers: not in the inputs (python3 -m mhapy.peers).")
+    blocks += decode
+    blocks += _failures_section(results)
+    if absent:
+        blocks += [Heading(2, "Not in this run"), Bullets(absent)]
+    return blocks, _context_section(results, peaks)
+
+
+def _forward_blocks(
+    results: ResultSet,
+    heads: list[Series],
+    seqs: list[Series],
+    peaks: Peaks,
+    folder: Path,
+    prefix: str,
+    absent: list[str],
+) -> list:
+    """The forward-pass sections (figures, scaling, link tables) of a machine's forward passes;
+    what they cannot show is added to `absent`."""
+    blocks: list = []
     if heads:
         speed = _speedup_section(results, heads, folder, prefix)
         blocks += speed
@@ -583,13 +639,149 @@ def _machine_blocks(
         absent.append("GFLOP/s and % of peak: no GFLOPS counter in the inputs.")
     elif not peaks.any():
         absent.append("% of peak: no measured peak in the inputs.")
-    if not any(is_peer(b) for b in results.backends()):
-        absent.append("PyTorch peers: not in the inputs (python3 -m mhapy.peers).")
-    blocks += link
-    blocks += _failures_section(results)
-    if absent:
-        blocks += [Heading(2, "Not in this run"), Bullets(absent)]
-    return blocks, _context_section(results, peaks)
+    return blocks + link
+
+
+# ---- decode ----
+
+
+def _bandwidth_text(bandwidths: analysis.Bandwidths) -> str:
+    """Which streaming-read bandwidths the bounds divide by."""
+    if not bandwidths.any():
+        return (
+            "No measured streaming-read bandwidth in the inputs (`mha_stream_read_gbps_*`): no "
+            "bound is drawn and no % of bound given."
+        )
+    figures_by_file = []
+    for bw in list(bandwidths.files.values()):
+        if bw.any():
+            parts = [f"{bw.one_core:.1f} GB/s on 1 thread"] if bw.one_core else []
+            parts += [f"{bw.all_cores:.1f} GB/s on {bw.threads} threads"] if bw.all_cores else []
+            figures_by_file.append(f"{', '.join(parts)} ({bw.source})")
+    return (
+        "Measured streaming-read bandwidth: "
+        + "; ".join(figures_by_file)
+        + ". Files without one (PyTorch peers) are read against the machine's best."
+    )
+
+
+def _bound_text(curves: list, x: int) -> str:
+    found = [(forms, dict(points)[x]) for forms, points in curves if x in dict(points)]
+    if len(found) == 1:
+        return fmt_time(found[0][1])
+    return " / ".join(f"{fmt_time(t)} ({', '.join(forms)})" for forms, t in found) or "–"
+
+
+def _fastest_text(results: ResultSet, shape, threads: int) -> str:
+    c = analysis.choose(results, shape, threads)
+    if c.best is None:
+        return "–"
+    text = f"{c.best.key.backend} {c.best.key.formulation}"
+    if c.runner_up is not None:
+        text += f" ({c.runner_up.key.backend} +{c.margin * 100:.0f}%" + (", within noise)" if c.tie else ")")
+    return text
+
+
+def _decode_sections(
+    results: ResultSet, bandwidths: analysis.Bandwidths, folder: Path, prefix: str = ""
+) -> list:
+    """Time per decode step against past with the bandwidth bound, % of the bound, the
+    fastest backend per shape, and split-weight vs wrapper in decode."""
+    series_list = analysis.past_series(results.shapes())
+    if not series_list:
+        return []
+    threads = results.thread_counts()
+    tables = {(s, n): analysis.decode_time_table(results, s, n) for s in series_list for n in threads}
+    curves = {key: analysis.decode_bounds(results, bandwidths, t) for key, t in tables.items() if t}
+    stem = prefix + "decode_time_vs_past"
+    figures.series_grid(
+        folder,
+        stem,
+        "Time per decode step against cached tokens",
+        series_list,
+        threads,
+        lambda s, n: tables[(s, n)],
+        figures.draw_decode_time(lambda t: curves[(t.series, t.threads)]),
+        "ms per step",
+    )
+    blocks: list = [
+        Heading(2, "Decode: time per step against cached tokens"),
+        Para(
+            "A decode benchmark times one incremental call (`plan::run` through a KV cache): T "
+            "new tokens per sequence of the batch after `past` cached ones (the decode preset: "
+            "T = 1, so every sequence gets one token per step). Time per step = median real "
+            f"time of that call. {analysis.Bandwidth.RULE} Cells: time per step and, in "
+            "brackets, % of the bound; the last column is the fastest mha backend and "
+            "formulation with the runner-up backend's margin (the per-shape rule of 'Which "
+            "backend to link'). Decode benchmarks are in no forward-pass section: their GFLOP/s "
+            "and % of FMA peak say little about a step bound by memory."
+        ),
+        Para(_bandwidth_text(bandwidths)),
+        Figure(stem, "Time per decode step (log scales) against cached tokens; black: bandwidth bound"),
+    ]
+    above = [
+        (pct, f"{m.key.backend} {m.key.formulation}", m.key.shape.past, m.key.threads)
+        for m in results.measurements.values()
+        if (pct := bandwidths.percent(m)) is not None and pct > 100
+    ]
+    blocks += _above_100(
+        above,
+        lambda count, pct, variant, past, n: f"**{count} step(s) beat the bandwidth bound** (up to "
+        f"{pct:.0f}%: {variant} at past={past}, {_threads_text(n)}): part of the bytes came from a "
+        "cache, not memory, so the bound does not hold there.",
+    )
+    for (series, n), table in tables.items():
+        if table is None:
+            continue
+        rows = []
+        for shape, (x, values) in zip(series.shapes, table.rows):
+            cells = [
+                "–" if v is None else fmt_time(v) + (f" ({p:.0f}%)" if (p := bandwidths.percent(m)) else "")
+                for (b, f), v in zip(table.columns, values)
+                for m in [results.get(b, f, shape, n)]
+            ]
+            rows.append(
+                [str(x), _bound_text(curves[(series, n)], x)] + cells + [_fastest_text(results, shape, n)]
+            )
+        header = [series.x_name, "bandwidth bound"] + [f"{b} {f}" for b, f in table.columns] + ["fastest"]
+        blocks += [
+            Heading(3, f"{series.title}, {_threads_text(n)}"),
+            Table(header, rows, numeric=set(range(len(header) - 1))),
+        ]
+    return blocks + _decode_speedup_section(results, series_list, folder, prefix)
+
+
+def _decode_speedup_section(results: ResultSet, series_list: list[Series], folder: Path, prefix: str) -> list:
+    threads = results.thread_counts()
+    tables = {(s, n): analysis.speedup_table(results, s, n) for s in series_list for n in threads}
+    if not any(tables.values()):
+        return []
+    stem = prefix + "decode_speedup_vs_past"
+    figures.series_grid(
+        folder,
+        stem,
+        "Split-weight speedup over the wrapper in decode",
+        series_list,
+        threads,
+        lambda s, n: tables[(s, n)],
+        figures.draw_speedup,
+        "wrapper time / split_weight time (×)",
+    )
+    blocks: list = [
+        Heading(2, "Decode: split-weight vs wrapper"),
+        Para(
+            "Speedup = median time of the wrapper's decode step / split_weight's, same backend, "
+            "shape and threads: above 1.0 split-weight is faster. Both read the same bytes "
+            "without grouped K/V heads (the wrapper caches each head's keys and values, "
+            "split-weight all heads' at once)."
+        ),
+        Figure(stem, "Split/wrapper speedup in decode against cached tokens, per backend"),
+    ]
+    for (series, n), table in tables.items():
+        if table is not None:
+            blocks.append(Heading(3, f"{series.title}, {_threads_text(n)}"))
+            blocks.append(_series_table_block(table, table.columns, fmt_ratio))
+    return blocks
 
 
 def _shift(blocks: list, by: int) -> list:
@@ -655,7 +847,7 @@ def build(
         Para(
             "Generated by `python3 -m mhapy.report` from "
             + ", ".join(f"`{Path(p).name}`" for p, _ in contexts)
-            + ". Times are medians over repetitions of the real time per forward pass."
+            + ". Times are medians over repetitions of the real time per forward pass (per step: incremental call, for decode)."
             + (
                 f" {repeated} benchmarks were measured in more than one run; each "
                 "shows its run with the lowest median (`--best-run`)."
@@ -678,8 +870,7 @@ def build(
         return blocks + body + appendix
     blocks += [Heading(2, "Answer: which backend to link")]
     for r in machines:
-        items = _link_bullets(r) or ["No mha backend measured: nothing to recommend."]
-        blocks += [Para(f"**{_label(r)}**:"), Bullets(items + [_noise_text(r)])]
+        blocks += [Para(f"**{_label(r)}**:"), Bullets(_answer_bullets(r))]
     blocks += _cross_machine(machines)
     if notes.strip():
         blocks += [Heading(2, "Notes on this run")] + document.parse_notes(notes, 3)

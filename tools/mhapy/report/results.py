@@ -2,15 +2,17 @@
 
 Contract of the input (what this module needs, nothing more):
 - a top-level object with "benchmarks" (a list) and optionally "context" (an object);
-- attention benchmarks are named
-  mha/<backend>/<formulation>/b<B>/t<T>/din<d_in>/dout<d_out>/h<H>[/noncausal][/qkv_bias]
-  [/no_out_proj]/threads:<n>, in any order after the formulation, optionally followed by the
+- attention benchmarks are named mha/<backend>/<problem>/threads:<n>, <problem> being the
+  canonical problem string <formulation>/b<B>/t<T>[/past<P>]/din<d_in>/dout<d_out>/h<H>[/kvh<K>]
+  [/noncausal][/qkv_bias][/no_out_proj][/bf16] (mha::to_string; its parts after the formulation,
+  and threads:<n>, in any order, as mha::parse_problem reads them), optionally followed by the
   components Google Benchmark appends itself (real_time, min_time:..., repeats:..., ...);
 - each entry has real_time and time_unit (ns, us, ms or s); run_type "iteration" entries are
   repetitions, run_type "aggregate" entries (aggregate_name mean/median/stddev/cv) summaries;
 - an entry with error_occurred (1.7.1) or skipped (1.8+) records a failed or skipped benchmark;
-- the counter GFLOPS (model FLOPs per second / 1e9) when present gives the FLOP count; the plain
-  counters B, T, d_in, d_out, H, head_dim, n_threads when present must agree with the name.
+- the counter GFLOPS (model FLOPs per second / 1e9) when present gives the FLOP count, and
+  bytes_min (incremental calls) the least bytes a call reads; the plain counters B, T, d_in,
+  d_out, H, head_dim, past, n_threads when present must agree with the name.
 Everything else is carried along (the context is shown in the report) but not required.
 Bad input raises ReportError naming the file, the benchmark and what was expected.
 """
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import schema
-from ..problem import Shape
+from ..problem import ProblemError, Shape, parse_shape
 
 TIME_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
@@ -33,7 +35,6 @@ TIME_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 _GB_NAME_SUFFIX = re.compile(
     r"^(real_time|manual_time|process_time|(min_time|min_warmup_time|iterations|repeats):.*)$"
 )
-_SHAPE_TOKEN = re.compile(r"^(b|t|din|dout|h)(\d+)$")
 _AGGREGATE_SUFFIX = re.compile(r"_(mean|median|stddev|cv)$")
 # mha_bench's FMA peak probes: peak/<isa>/threads:<n>/at:<k>/... (k = 0, 1, 2: start, middle and
 # end of the run), counters GFLOPS (best of its short trials) and GFLOPS_min.
@@ -66,7 +67,8 @@ class Measurement:
 
     times_s: real time per iteration of each repetition, seconds (empty when the file holds
     aggregates only); median_s: their median (or the median aggregate); flops: model FLOPs per
-    iteration from the GFLOPS counter, None without that counter."""
+    iteration from the GFLOPS counter, None without that counter; bytes_min: the least bytes an
+    incremental call reads, from the bytes_min counter (None without it)."""
 
     key: Key
     source: str
@@ -75,6 +77,7 @@ class Measurement:
     flops: float | None
     cv: float | None
     label: str = ""
+    bytes_min: float | None = None
 
     @property
     def gflops(self) -> float | None:
@@ -200,44 +203,51 @@ class ResultSet:
     def get(self, backend: str, formulation: str, shape: Shape, threads: int):
         return self.measurements.get(Key(backend, formulation, shape, threads))
 
+    def only(self, keep) -> ResultSet:
+        """The benchmarks (measured, failed) whose Key passes keep(key); contexts, peak entries,
+        other benchmarks and the machine as they are."""
+        return ResultSet(
+            {k: m for k, m in self.measurements.items() if keep(k)},
+            [f for f in self.failures if f.key is None or keep(f.key)],
+            self.contexts,
+            self.unrecognised,
+            self.repeated,
+            self.peak_entries,
+            self.machine,
+        )
+
+    def forward(self) -> ResultSet:
+        """The full forward passes (past = 0): what the forward-pass sections analyse."""
+        return self.only(lambda k: not k.shape.is_decode)
+
+    def decode(self) -> ResultSet:
+        """The incremental calls (past > 0): the decode section's."""
+        return self.only(lambda k: k.shape.is_decode)
+
 
 def parse_name(name: str) -> Key | None:
     """The Key of an attention benchmark name; None when the name is not 'mha/...'.
 
-    Raises ReportError for an 'mha/' name with a missing or unknown component."""
+    Raises ReportError for an 'mha/' name with a missing, repeated or unknown component."""
     parts = name.split("/")
     if len(parts) < 3 or parts[0] != "mha":
         return None
     backend, formulation = parts[1], parts[2]
-    dims: dict[str, int] = {}
-    flags: set[str] = set()
     threads = None
+    problem = []
     for token in parts[3:]:
-        shape_match = _SHAPE_TOKEN.match(token)
-        if shape_match:
-            dims[shape_match.group(1)] = int(shape_match.group(2))
-        elif token in ("noncausal", "qkv_bias", "no_out_proj"):
-            flags.add(token)
-        elif token.startswith("threads:") and token[8:].isdigit():
+        if token.startswith("threads:") and token[8:].isdigit():
             threads = int(token[8:])
         elif not _GB_NAME_SUFFIX.match(token):
-            raise ReportError(f"benchmark '{name}': unknown name component '{token}'")
-    missing = [k for k in ("b", "t", "din", "dout", "h") if k not in dims]
-    if missing or threads is None:
-        absent = missing + ([] if threads is not None else ["threads:<n>"])
-        raise ReportError(f"benchmark '{name}': missing name component(s) {', '.join(absent)}")
-    if dims["h"] == 0 or dims["dout"] % dims["h"] != 0:
-        raise ReportError(f"benchmark '{name}': d_out ({dims['dout']}) is not a multiple of H ({dims['h']})")
-    shape = Shape(
-        batch=dims["b"],
-        seq_len=dims["t"],
-        d_in=dims["din"],
-        d_out=dims["dout"],
-        n_heads=dims["h"],
-        causal="noncausal" not in flags,
-        qkv_bias="qkv_bias" in flags,
-        out_proj="no_out_proj" not in flags,
-    )
+            problem.append(token)
+    try:
+        shape = parse_shape(problem)
+    except ProblemError as e:
+        if e.missing and threads is None:
+            e = f"missing name component(s) {', '.join(e.missing + ['threads:<n>'])}"
+        raise ReportError(f"benchmark '{name}': {e}") from None
+    if threads is None:
+        raise ReportError(f"benchmark '{name}': missing name component(s) threads:<n>")
     return Key(backend, formulation, shape, threads)
 
 
@@ -397,7 +407,7 @@ def _read_entries(entries: list, source: str) -> ResultSet:
         if message is not None:
             part.failures.append(Failure(run_name, message, source, key))
             continue
-        group = groups.setdefault(run_name, {"key": key, "times": [], "flops": [], "agg": {}})
+        group = groups.setdefault(run_name, {"key": key, "times": [], "flops": [], "bytes": [], "agg": {}})
         if entry.get("run_type", "iteration") == "aggregate":
             # Counters of aggregates are that statistic (stddev of a shape counter is 0): not
             # checked against the name.
@@ -412,6 +422,8 @@ def _read_entries(entries: list, source: str) -> ResultSet:
         group["times"].append(seconds)
         if schema.GFLOPS in entry:
             group["flops"].append(float(entry[schema.GFLOPS]) * 1e9 * seconds)
+        if schema.BYTES_MIN in entry:
+            group["bytes"].append(float(entry[schema.BYTES_MIN]))
         if entry.get("label"):
             group["label"] = str(entry["label"])
     for run_name, group in groups.items():
@@ -425,13 +437,16 @@ def _read_entries(entries: list, source: str) -> ResultSet:
         else:
             raise ReportError(f"{source}: benchmark '{run_name}' has neither repetitions nor a median")
         flops = statistics.median(group["flops"]) if group["flops"] else None
+        bytes_min = statistics.median(group["bytes"]) if group["bytes"] else None
         key = group["key"]
         if key in part.measurements:
             raise ReportError(
                 f"{source}: benchmarks '{part.measurements[key].key.name()}' and '{run_name}' "
                 "measure the same thing"
             )
-        part.measurements[key] = Measurement(key, source, times, median, flops, cv, group.get("label", ""))
+        part.measurements[key] = Measurement(
+            key, source, times, median, flops, cv, group.get("label", ""), bytes_min
+        )
     return part
 
 
