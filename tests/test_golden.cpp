@@ -114,8 +114,7 @@ std::string io_name(const testing::TestParamInfo<io_param>& info) {
   return backend.label + "_" + std::string(mha::to_string(form)) + "_" + c.name;
 }
 
-const auto formulations =
-    testing::Values(mha::formulation::wrapper, mha::formulation::split_weight);
+const auto formulations = testing::ValuesIn(mha::formulations());
 
 INSTANTIATE_TEST_SUITE_P(Golden, GoldenIo,
                          testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
