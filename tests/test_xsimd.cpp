@@ -46,7 +46,9 @@ std::string invalid_argument_message(F&& f) {
 }
 
 const char* arch_name(xsimd_isa isa) {
-  return isa == xsimd_isa::avx512 ? "avx512bw" : isa == xsimd_isa::avx2 ? "fma3+avx2" : "sse2";
+  return isa == xsimd_isa::avx512bf16 || isa == xsimd_isa::avx512 ? "avx512bw"
+         : isa == xsimd_isa::avx2                                 ? "fma3+avx2"
+                                                                  : "sse2";
 }
 
 TEST(XsimdIsa, SupportedListIsBestFirstAndEndsWithTheBaseline) {
@@ -77,7 +79,7 @@ TEST(XsimdIsa, UnknownEnvironmentValueIsAnErrorNamingIt) {
   const isa_environment env("avx9");
   const std::string message = invalid_argument_message([] { mha::xsimd_default_isa(); });
   EXPECT_NE(message.find("'avx9'"), std::string::npos) << message;
-  EXPECT_NE(message.find("avx512, avx2, sse2"), std::string::npos) << message;
+  EXPECT_NE(message.find("avx512bf16, avx512, avx2, sse2"), std::string::npos) << message;
   // prepare() and description() of the default backend report it too; pinned ISAs ignore it.
   const mha::config cfg{.d_in = 4, .d_out = 4, .n_heads = 1, .context_length = 2};
   EXPECT_THROW(mha::xsimd_backend().prepare(cfg, mha::formulation::split_weight,
@@ -89,7 +91,7 @@ TEST(XsimdIsa, UnknownEnvironmentValueIsAnErrorNamingIt) {
 
 TEST(XsimdIsa, UnsupportedIsaIsAnErrorListingTheSupportedOnes) {
   const std::vector<xsimd_isa> supported = mha::xsimd_supported_isas();
-  for (xsimd_isa isa : {xsimd_isa::avx512, xsimd_isa::avx2}) {
+  for (xsimd_isa isa : {xsimd_isa::avx512bf16, xsimd_isa::avx512, xsimd_isa::avx2}) {
     if (std::find(supported.begin(), supported.end(), isa) != supported.end()) continue;
     const std::string name(mha::to_string(isa));
     EXPECT_NE(invalid_argument_message([&] { mha::xsimd_backend(isa); }).find(name),
@@ -98,7 +100,7 @@ TEST(XsimdIsa, UnsupportedIsaIsAnErrorListingTheSupportedOnes) {
     EXPECT_NE(invalid_argument_message([] { mha::xsimd_default_isa(); }).find("supports"),
               std::string::npos);
   }
-  if (supported.size() == 3) GTEST_SKIP() << "this CPU runs every ISA";
+  if (supported.size() == 4) GTEST_SKIP() << "this CPU runs every ISA";
 }
 
 TEST(XsimdIsa, OutOfRangeEnumIsAnError) {
@@ -180,7 +182,7 @@ TEST_P(XsimdKernels, SoftmaxPiecesMatchScalarMath) {
     std::vector<double> expected(static_cast<std::size_t>(n));
     // 2^ of the float difference the kernel computes (its rounding is not the kernel's error).
     for (std::int64_t j = 0; j < n; ++j) sum += expected[j] = std::exp2(double{x[j] - largest});
-    const float got = kernels().exp2_sum(x.data(), n, largest);
+    const float got = kernels().exp2_sum(x.data(), n, largest, 1.0f);
     EXPECT_NEAR(got, sum, 1e-6 * sum) << "n " << n;
     for (std::int64_t j = 0; j < n; ++j)
       EXPECT_NEAR(x[j], expected[j], 2e-7 * expected[j]) << "n " << n << " j " << j;
@@ -200,7 +202,7 @@ TEST_P(XsimdKernels, Exp2IsAccurateDownToItsCutoff) {
   const std::size_t n = x.size();
   x.resize((n + lanes - 1) / lanes * lanes);
   const std::vector<float> input(x.begin(), x.begin() + n);
-  kernels().exp2_sum(x.data(), static_cast<std::int64_t>(n), 0.0f);
+  kernels().exp2_sum(x.data(), static_cast<std::int64_t>(n), 0.0f, 1.0f);
   for (std::size_t j = 0; j < n; ++j) {
     const double expected = std::exp2(double{input[j]});
     EXPECT_NEAR(x[j], expected, 2e-7 * expected) << "2^" << input[j];
@@ -213,12 +215,12 @@ TEST_P(XsimdKernels, Exp2EdgeValues) {
   std::vector<float> x(static_cast<std::size_t>(lanes), -std::numeric_limits<float>::infinity());
   x[0] = 0.0f;
   if (lanes > 2) x[1] = -125.5f;
-  EXPECT_EQ(kernels().exp2_sum(x.data(), lanes, 0.0f), 1.0f);
+  EXPECT_EQ(kernels().exp2_sum(x.data(), lanes, 0.0f, 1.0f), 1.0f);
   for (std::int64_t j = 1; j < lanes; ++j) EXPECT_EQ(x[j], 0.0f);
 
   std::vector<float> y(static_cast<std::size_t>(lanes), -1.0f);
   y[0] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(std::isnan(kernels().exp2_sum(y.data(), lanes, 0.0f)));
+  EXPECT_TRUE(std::isnan(kernels().exp2_sum(y.data(), lanes, 0.0f, 1.0f)));
   EXPECT_TRUE(std::isnan(y[0]));
   EXPECT_EQ(y[1], 0.5f);
 }
@@ -281,8 +283,8 @@ TEST_P(XsimdKernels, AttentionWorkspaceGrowsLinearlyInSequence) {
   const mha::detail::attention_layout small = kernels().layout(1024, 1024, 64),
                                       large = kernels().layout(8192, 8192, 64);
   EXPECT_EQ(small.scratch_floats(), large.scratch_floats());
-  EXPECT_LE(large.head_floats(), 8 * small.head_floats() + 64);
-  EXPECT_GE(large.head_floats(), 2 * 8192 * 64);
+  EXPECT_LE(large.head_units(), 8 * small.head_units() + 64);
+  EXPECT_GE(large.head_units(), 2 * 8192 * 64);
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, XsimdKernels, testing::ValuesIn(mha::xsimd_supported_isas()),

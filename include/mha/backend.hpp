@@ -56,10 +56,10 @@ class plan {
   plan(const mha::config& cfg, mha::formulation form, std::string_view backend_name)
       : config_(cfg), formulation_(form), backend_name_(backend_name) {}
 
-  // Floats of one (sequence, K/V head) of a cache of `capacity` tokens in the layout of the
+  // Bytes of one (sequence, K/V head) of a cache of `capacity` tokens in the layout of the
   // plan's kernels; 0 (the default) when the plan runs no incremental calls, and make_cache
   // then throws mha::unsupported.
-  virtual std::int64_t cache_head_floats(std::int64_t capacity) const noexcept;
+  virtual std::int64_t cache_head_bytes(std::int64_t capacity) const noexcept;
   // Called by run(x, y, cache) once the arguments are validated; appends to the cache's
   // storage and leaves its lengths to run(). The default throws mha::unsupported (a plan that
   // does not decode).

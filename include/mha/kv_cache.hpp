@@ -35,9 +35,10 @@ class kv_cache {
   std::int64_t length(std::int64_t b) const;
   const std::vector<std::int64_t>& lengths() const noexcept { return lengths_; }
   // The storage, allocated (and zeroed) once when the cache is made: 2 * batch * capacity *
-  // heads * head_dim * sizeof(float), plus the padding of the backend's layout (the SIMD
-  // backends round head_dim up to their panel width, e.g. 17 to 24).
-  std::size_t bytes() const noexcept { return static_cast<std::size_t>(floats_) * sizeof(float); }
+  // heads * head_dim * the element's bytes (4 for fp32 plans, 2 for bf16 ones), plus the
+  // padding of the backend's layout (the SIMD backends round head_dim up to their panel
+  // width, e.g. 17 to 24).
+  std::size_t bytes() const noexcept { return static_cast<std::size_t>(bytes_); }
 
   // Forgets every sequence (lengths 0); the storage stays.
   void reset() noexcept;
@@ -48,14 +49,19 @@ class kv_cache {
  private:
   friend class plan;
   friend struct detail::kv_cache_access;
-  // head_floats: the floats of one (sequence, head) in the plan's layout.
+  // head_bytes: the bytes of one (sequence, head) in the plan's layout.
   kv_cache(const plan* owner, std::int64_t batch, std::int64_t capacity, std::int64_t heads,
-           std::int64_t head_floats);
+           std::int64_t head_bytes);
+
+  struct aligned_delete {
+    void operator()(std::byte* p) const noexcept;
+  };
 
   const plan* owner_;
-  std::int64_t capacity_, heads_, head_floats_, floats_;
+  std::int64_t capacity_, heads_, head_bytes_, bytes_;
   std::vector<std::int64_t> lengths_;
-  std::unique_ptr<float[]> data_;
+  // Raw storage (64-byte aligned) in which each kernel set keeps elements of its own type.
+  std::unique_ptr<std::byte[], aligned_delete> data_;
 };
 
 }  // namespace mha

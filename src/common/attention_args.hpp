@@ -1,6 +1,7 @@
 // Internal: the attention core's arguments, shared by every kernel set.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/dropout.hpp"
@@ -25,15 +26,16 @@ struct head_view {
 };
 
 // A KV cache's storage in the layout of the kernel set that made it (mha::kv_cache,
-// docs/design.md §1.4): K/V head g of sequence b at head(b, g), `head_floats` floats each with
-// room for `capacity` tokens; lengths[b] tokens of sequence b held before the current call.
+// docs/design.md §1.4): K/V head g of sequence b at head(b, g), `head_bytes` each with room for
+// `capacity` tokens, holding elements of the set's own type; lengths[b] tokens of sequence b
+// held before the current call.
 struct kv_store {
-  float* data = nullptr;
-  std::int64_t heads = 0, head_floats = 0, capacity = 0;
+  std::byte* data = nullptr;
+  std::int64_t heads = 0, head_bytes = 0, capacity = 0;
   const std::int64_t* lengths = nullptr;
 
-  float* head(std::int64_t b, std::int64_t g) const noexcept {
-    return data + (b * heads + g) * head_floats;
+  std::byte* head(std::int64_t b, std::int64_t g) const noexcept {
+    return data + (b * heads + g) * head_bytes;
   }
 };
 
@@ -57,6 +59,7 @@ struct attention_args {
   bool causal = true;
   float scale = 1.0f;  // 1 / sqrt(head_dim)
   dropout_spec dropout;
+  bool bf16 = false;  // a bf16 module: every product's operands rounded (docs/design.md §1.5)
   const kv_store* cache = nullptr;  // decode: where k and v are appended and keys are read
 
   std::int64_t kv_heads() const noexcept { return heads / kv_group; }

@@ -1,9 +1,10 @@
 // Internal: the formulations (wrapper, split_weight, fused_qkv), rotary embedding and the KV
 // cache's plumbing, written once over a kernel set.
 //
-// A kernel set K is an object the plan owns (default-constructed before the weights are packed),
-// so a set may keep per-plan state such as built primitives; its member functions are const and
-// safe to call from concurrent runs. It supplies:
+// A kernel set K is an object the plan owns, constructed from the module's config before the
+// weights are packed, so a set may keep per-plan state such as built primitives or the
+// precision; its member functions are const and safe to call from concurrent runs. It supplies:
+//   explicit K(const mha::config&);
 //   typename K::packed_linear;                      // one nn.Linear in the kernels' layout
 //   K::packed_linear pack(const linear_weights&) const;
 //   // y (rows, out) = x (rows, in) W^T + b; x and y contiguous row-major.
@@ -24,11 +25,14 @@
 //   // Optional: true when attention() handles attention_args::kv_group > 1 (grouped-query
 //   // attention); the backend then computes n_kv_heads < n_heads (driver_support).
 //   static constexpr bool grouped_kv = true;
-//   // Optional: decode. Floats of one (sequence, K/V head) of a cache of `capacity` tokens in
+//   // Optional: true when the set computes config::precision bf16 (docs/design.md §1.5):
+//   // rounds packed weights and every product's operands itself.
+//   static constexpr bool bf16 = true;
+//   // Optional: decode. Bytes of one (sequence, K/V head) of a cache of `capacity` tokens in
 //   // the set's layout; with it, attention() also takes attention_args::cache (appending the
 //   // new keys and values there and attending over the cache), and the plan runs incremental
 //   // calls (plan::make_cache, plan::run with a cache).
-//   std::int64_t cache_head_floats(std::int64_t capacity, std::int64_t head_dim) const;
+//   std::int64_t cache_head_bytes(std::int64_t capacity, std::int64_t head_dim) const;
 // Stateless sets write these as static members; the driver calls them through its instance.
 #pragma once
 
@@ -60,11 +64,15 @@ struct sequential_execution {
 // What kernel set K declares it computes beyond multi-head attention over a full forward.
 template <class K>
 inline constexpr bool set_decodes = requires(const K& k, std::int64_t n) {
-  { k.cache_head_floats(n, n) } -> std::same_as<std::int64_t>;
+  { k.cache_head_bytes(n, n) } -> std::same_as<std::int64_t>;
 };
 template <class K>
 inline constexpr bool set_groups_kv = requires {
   requires K::grouped_kv;
+};
+template <class K>
+inline constexpr bool set_computes_bf16 = requires {
+  requires K::bf16;
 };
 
 // backend::supports() of a backend built on kernel set K: what K declares it computes (the
@@ -72,7 +80,8 @@ inline constexpr bool set_groups_kv = requires {
 // without bias).
 template <class K>
 support driver_support(const problem& p) {
-  return supports_axes(p, set_groups_kv<K>, set_decodes<K>);
+  return supports_axes(
+      p, {.grouped_kv = set_groups_kv<K>, .decode = set_decodes<K>, .bf16 = set_computes_bf16<K>});
 }
 
 template <class K>
@@ -80,7 +89,7 @@ class driver_plan final : public plan {
  public:
   driver_plan(const mha::config& cfg, mha::formulation form, const weights& w,
               std::string_view backend_name)
-      : plan(cfg, form, backend_name) {
+      : plan(cfg, form, backend_name), kernels_(cfg) {
     const std::int64_t hd = cfg.head_dim();
     switch (form) {
       case mha::formulation::split_weight:
@@ -126,9 +135,9 @@ class driver_plan final : public plan {
 
   static constexpr bool decodes = set_decodes<K>;
 
-  std::int64_t cache_head_floats(std::int64_t capacity) const noexcept override {
+  std::int64_t cache_head_bytes(std::int64_t capacity) const noexcept override {
     if constexpr (decodes) {
-      return kernels_.cache_head_floats(capacity, config().head_dim());
+      return kernels_.cache_head_bytes(capacity, config().head_dim());
     } else {
       return 0;
     }
@@ -170,6 +179,7 @@ class driver_plan final : public plan {
       args.heads = cfg.n_heads;
       args.kv_group = cfg.n_heads / cfg.kv_heads();
       args.causal = cfg.causal;
+      args.bf16 = cfg.precision == precision::bf16;
       args.scale = 1.0f / std::sqrt(static_cast<float>(cfg.head_dim()));
       args.out = {buf.context, x.seq_len() * cfg.d_out, cfg.head_dim(), cfg.d_out};
       if (options.training) args.dropout = {cfg.dropout, options.seed};

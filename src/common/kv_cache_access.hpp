@@ -12,7 +12,7 @@ namespace mha::detail {
 
 struct kv_cache_access {
   static kv_store store(kv_cache& c) noexcept {
-    return {c.data_.get(), c.heads_, c.head_floats_, c.capacity_, c.lengths_.data()};
+    return {c.data_.get(), c.heads_, c.head_bytes_, c.capacity_, c.lengths_.data()};
   }
   // For benchmarks: every sequence as if it had been fed n tokens of x = 0 by a module without
   // qkv_bias (keys and values 0), without computing them: a decode step over a long cache can
@@ -23,42 +23,56 @@ struct kv_cache_access {
   }
 };
 
-// The row-major layout: per (sequence, K/V head), `capacity` key rows of head_dim floats, then
-// as many value rows. A decode step reads each head's keys, then its values, as one stream.
+// The row-major layout: per (sequence, K/V head), `capacity` key rows of head_dim elements of T
+// (float; std::uint16_t holding bf16 in a bf16 plan), then as many value rows. A decode step
+// reads each head's keys, then its values, as one stream.
 namespace row_major_cache {
 
-constexpr std::int64_t head_floats(std::int64_t capacity, std::int64_t head_dim) noexcept {
-  return 2 * capacity * head_dim;
+template <class T>
+constexpr std::int64_t head_bytes(std::int64_t capacity, std::int64_t head_dim) noexcept {
+  return 2 * capacity * head_dim * static_cast<std::int64_t>(sizeof(T));
 }
 
 // Keys (values) of K/V head g of sequence b, row i at .row(b, g, i).
-inline head_view<float> keys(const kv_store& c, std::int64_t head_dim) noexcept {
-  return {c.data, c.heads * c.head_floats, c.head_floats, head_dim};
+template <class T>
+head_view<T> keys(const kv_store& c, std::int64_t head_dim) noexcept {
+  const std::int64_t head = c.head_bytes / static_cast<std::int64_t>(sizeof(T));
+  return {reinterpret_cast<T*>(c.data), c.heads * head, head, head_dim};
 }
-inline head_view<float> values(const kv_store& c, std::int64_t head_dim) noexcept {
-  head_view<float> v = keys(c, head_dim);
+template <class T>
+head_view<T> values(const kv_store& c, std::int64_t head_dim) noexcept {
+  head_view<T> v = keys<T>(c, head_dim);
   v.data += c.capacity * head_dim;
   return v;
 }
 
-// Appends a cached call's new keys and values (a.k, a.v) after each sequence's length.
-inline void append(const attention_args& a) noexcept {
-  const head_view<float> k = keys(*a.cache, a.head_dim), v = values(*a.cache, a.head_dim);
+// Appends a cached call's new keys and values (a.k, a.v) after each sequence's length, each
+// element converted by to_element (identity for float, to_bf16 for bf16).
+template <class T, class Convert>
+void append(const attention_args& a, Convert to_element) noexcept {
+  const head_view<T> k = keys<T>(*a.cache, a.head_dim), v = values<T>(*a.cache, a.head_dim);
   for (std::int64_t b = 0; b < a.batch; ++b) {
     const std::int64_t past = a.cache->lengths[b];
     for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
       for (std::int64_t i = 0; i < a.seq_len; ++i) {
-        std::copy_n(a.k.row(b, g, i), a.head_dim, k.row(b, g, past + i));
-        std::copy_n(a.v.row(b, g, i), a.head_dim, v.row(b, g, past + i));
+        std::transform(a.k.row(b, g, i), a.k.row(b, g, i) + a.head_dim, k.row(b, g, past + i),
+                       to_element);
+        std::transform(a.v.row(b, g, i), a.v.row(b, g, i) + a.head_dim, v.row(b, g, past + i),
+                       to_element);
       }
     }
   }
 }
+inline void append(const attention_args& a) noexcept {
+  append<float>(a, [](float x) { return x; });
+}
 
 // Sequence b of a cached call (after append) as a cache-free call of one sequence: its queries
-// over the cache's rows, past = lengths[b].
-inline attention_args sequence(const attention_args& a, std::int64_t b) noexcept {
-  const head_view<float> k = keys(*a.cache, a.head_dim), v = values(*a.cache, a.head_dim);
+// over the keys and values k and v (the cache's rows, or a widened copy of them), past =
+// lengths[b].
+inline attention_args sequence(const attention_args& a, std::int64_t b,
+                               const head_view<const float>& k,
+                               const head_view<const float>& v) noexcept {
   attention_args one = a;
   one.cache = nullptr;
   one.batch = 1;
@@ -66,9 +80,16 @@ inline attention_args sequence(const attention_args& a, std::int64_t b) noexcept
   one.first_batch = a.first_batch + b;
   one.q.data = a.q.row(b, 0, 0);
   one.out.data = a.out.row(b, 0, 0);
-  one.k = {k.row(b, 0, 0), k.batch_stride, k.head_stride, k.row_stride};
-  one.v = {v.row(b, 0, 0), v.batch_stride, v.head_stride, v.row_stride};
+  one.k = k;
+  one.v = v;
   return one;
+}
+// ... over the cache's own float rows.
+inline attention_args sequence(const attention_args& a, std::int64_t b) noexcept {
+  const head_view<float> k = keys<float>(*a.cache, a.head_dim),
+                         v = values<float>(*a.cache, a.head_dim);
+  return sequence(a, b, {k.row(b, 0, 0), k.batch_stride, k.head_stride, k.row_stride},
+                  {v.row(b, 0, 0), v.batch_stride, v.head_stride, v.row_stride});
 }
 
 }  // namespace row_major_cache

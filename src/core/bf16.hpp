@@ -13,10 +13,11 @@ using bf16 = std::uint16_t;
 // f rounded to the nearest bf16, ties to even (as PyTorch's .to(torch.bfloat16) and
 // vcvtne2ps2bf16 round); Inf stays Inf, NaN stays a (quiet) NaN; values past the largest bf16
 // round to Inf.
+// Branch-free, so loops of it vectorise.
 constexpr bf16 to_bf16(float f) noexcept {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16>((bits >> 16) | 0x40u);
-  return static_cast<bf16>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  const std::uint32_t nearest = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  return static_cast<bf16>((bits & 0x7fffffffu) > 0x7f800000u ? (bits >> 16) | 0x40u : nearest);
 }
 
 // The float32 of the same value (exact).

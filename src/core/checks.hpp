@@ -10,10 +10,14 @@
 
 namespace mha::detail {
 
-// backend::supports() of a backend that computes grouped K/V heads and/or decode beyond the
-// default (fp32 multi-head attention, full forward): the reason for the first axis of p it
+// What a backend computes beyond the default (fp32 multi-head attention, full forward).
+struct computed_axes {
+  bool grouped_kv = false, decode = false, bf16 = false;
+};
+
+// backend::supports() of a backend that computes `axes`: the reason for the first axis of p it
 // does not compute, in the words every backend uses.
-support supports_axes(const problem& p, bool grouped_kv, bool decode);
+support supports_axes(const problem& p, computed_axes axes);
 
 // validate(cfg) with messages prefixed by `where` ("mha", or a backend's name).
 void check_config(const config& cfg, std::string_view where);

@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <cstring>
 #include <functional>
+#include <new>
 
 #include "core/checks.hpp"
 #include "core/text.hpp"
@@ -8,6 +10,9 @@
 
 namespace mha {
 namespace {
+
+// The KV cache's storage starts on a cache line (and an AVX-512 register).
+constexpr std::size_t cache_alignment = 64;
 
 using detail::text;
 
@@ -68,16 +73,23 @@ void plan::run(tensor_view<const float> x, tensor_view<float> y, const run_optio
 }
 
 kv_cache::kv_cache(const plan* owner, std::int64_t batch, std::int64_t capacity, std::int64_t heads,
-                   std::int64_t head_floats)
+                   std::int64_t head_bytes)
     : owner_(owner),
       capacity_(capacity),
       heads_(heads),
-      head_floats_(head_floats),
-      floats_(batch * heads * head_floats),
+      head_bytes_(head_bytes),
+      bytes_(batch * heads * head_bytes),
       lengths_(static_cast<std::size_t>(batch), 0),
-      // Zeroed: the stated bytes are committed now, and the padding of a layout's panels holds
-      // finite values that the kernels may read (and discard).
-      data_(std::make_unique<float[]>(static_cast<std::size_t>(floats_))) {}
+      data_(static_cast<std::byte*>(
+          ::operator new (static_cast<std::size_t>(bytes_), std::align_val_t{cache_alignment}))) {
+  // Zeroed: the stated bytes are committed now, and the padding of a layout's panels holds
+  // finite values that the kernels may read (and discard).
+  std::memset(data_.get(), 0, static_cast<std::size_t>(bytes_));
+}
+
+void kv_cache::aligned_delete::operator()(std::byte* p) const noexcept {
+  ::operator delete (p, std::align_val_t{cache_alignment});
+}
 
 std::int64_t kv_cache::length(std::int64_t b) const {
   if (b < 0 || b >= batch()) {
@@ -94,12 +106,12 @@ void kv_cache::reset(std::int64_t b) {
   lengths_[static_cast<std::size_t>(b)] = 0;
 }
 
-std::int64_t plan::cache_head_floats(std::int64_t) const noexcept { return 0; }
+std::int64_t plan::cache_head_bytes(std::int64_t) const noexcept { return 0; }
 
 std::int64_t plan::cache_heads() const noexcept { return config_.kv_heads(); }
 
 kv_cache plan::make_cache(std::int64_t batch, std::int64_t capacity) const {
-  if (cache_head_floats(1) == 0) throw unsupported(text(backend_name_, ": ", decode_declined));
+  if (cache_head_bytes(1) == 0) throw unsupported(text(backend_name_, ": ", decode_declined));
   if (batch < 1)
     throw invalid_argument(text(backend_name_, ": cache batch (", batch, ") must be >= 1"));
   if (capacity < 1 || capacity > config_.context_length) {
@@ -110,10 +122,9 @@ kv_cache plan::make_cache(std::int64_t batch, std::int64_t capacity) const {
   // The nominal size first, so that the layout's own arithmetic cannot overflow.
   detail::check_byte_count(backend_name_, "kv cache",
                            {2, batch, capacity, cache_heads(), config_.head_dim()}, sizeof(float));
-  const std::int64_t head_floats = cache_head_floats(capacity);
-  detail::check_byte_count(backend_name_, "kv cache", {batch, cache_heads(), head_floats},
-                           sizeof(float));
-  return kv_cache(this, batch, capacity, cache_heads(), head_floats);
+  const std::int64_t head_bytes = cache_head_bytes(capacity);
+  detail::check_byte_count(backend_name_, "kv cache", {batch, cache_heads(), head_bytes}, 1);
+  return kv_cache(this, batch, capacity, cache_heads(), head_bytes);
 }
 
 void plan::run(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache,
@@ -160,18 +171,18 @@ std::unique_ptr<plan> backend::prepare(const config& cfg, formulation form,
   return make_plan(cfg, form, w);
 }
 
-support detail::supports_axes(const problem& p, bool grouped_kv, bool decode) {
-  if (p.cfg.precision != precision::fp32) {
+support detail::supports_axes(const problem& p, computed_axes axes) {
+  if (p.cfg.precision != precision::fp32 && !(axes.bf16 && p.cfg.precision == precision::bf16)) {
     return support::no(text(to_string(p.cfg.precision), " precision is not implemented"));
   }
-  if (!grouped_kv && p.cfg.kv_heads() != p.cfg.n_heads) {
+  if (!axes.grouped_kv && p.cfg.kv_heads() != p.cfg.n_heads) {
     return support::no(text("grouped-query attention (n_kv_heads ", p.cfg.kv_heads(), " < n_heads ",
                             p.cfg.n_heads, ") is not implemented"));
   }
-  if (!decode && p.past != 0) return support::no(std::string(decode_declined));
+  if (!axes.decode && p.past != 0) return support::no(std::string(decode_declined));
   return support::yes();
 }
 
-support backend::supports(const problem& p) const { return detail::supports_axes(p, false, false); }
+support backend::supports(const problem& p) const { return detail::supports_axes(p, {}); }
 
 }  // namespace mha

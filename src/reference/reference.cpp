@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/bf16.hpp"
 #include "core/dropout.hpp"
 
 namespace mha_reference {
@@ -25,14 +26,26 @@ std::vector<double> project(const mha::linear_weights& l, std::span<const double
   return y;
 }
 
+// v rounded to the nearest bf16 (through float: a double that is not a float's value rounds
+// twice, which can differ from one rounding in a tie; the oracle accepts that).
+double round_bf16(double v) { return mha::detail::round_bf16(static_cast<float>(v)); }
+
+// The operands of a bf16 module's products (docs/design.md §1.5) rounded, in place; fp32: as is.
+void round_operands(std::vector<double>& values, bool bf16) {
+  if (bf16) {
+    for (double& v : values) v = round_bf16(v);
+  }
+}
+
 // One head's attention for query row i, in double: out[e] = sum_j a_j v_j[e] with
 // a = dropout(softmax_j(scale q . k_j), -inf for j > i when causal), j < keys. key(j) and
 // value(j) give row j (head_dim elements); `a` has room for `keys` weights. b, h and i key the
-// dropout mask (i is the absolute position).
+// dropout mask (i is the absolute position). bf16: q, k and v are already rounded, and the
+// weights are the unnormalised exp(s - max), dropped and rounded, the sum divided after (§1.5).
 template <class KeyRow, class ValueRow>
 void attend(const double* q, KeyRow key, ValueRow value, std::int64_t keys, std::int64_t hd,
             std::int64_t i, bool causal, const mha::detail::dropout_spec& drop, std::int64_t b,
-            std::int64_t h, double* a, double* out) {
+            std::int64_t h, double* a, double* out, bool bf16 = false) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   double max = -std::numeric_limits<double>::infinity();
   for (std::int64_t j = 0; j < keys; ++j) {
@@ -45,16 +58,33 @@ void attend(const double* q, KeyRow key, ValueRow value, std::int64_t keys, std:
   double sum = 0.0;
   for (std::int64_t j = 0; j < keys; ++j) sum += (a[j] = std::exp(a[j] - max));
   for (std::int64_t j = 0; j < keys; ++j) {
-    a[j] /= sum;
+    if (!bf16) a[j] /= sum;
     if (drop.active()) {
       a[j] = mha::detail::dropout_keep(drop, b, h, i, j) ? a[j] / (1.0 - drop.p) : 0.0;
     }
+    if (bf16) a[j] = round_bf16(a[j]);
   }
   for (std::int64_t e = 0; e < hd; ++e) out[e] = 0.0;
   for (std::int64_t j = 0; j < keys; ++j) {
     const auto* v = value(j);
     for (std::int64_t e = 0; e < hd; ++e) out[e] += a[j] * double{v[e]};
   }
+  if (bf16) {
+    for (std::int64_t e = 0; e < hd; ++e) out[e] /= sum;
+  }
+}
+
+// w with every weight and bias rounded to bf16 (a bf16 module's parameters); fp32: as is.
+mha::weights parameters(const mha::weights& w, bool bf16) {
+  mha::weights rounded = w;
+  if (bf16) {
+    for (mha::linear_weights* l :
+         {&rounded.query, &rounded.key, &rounded.value, &rounded.out_proj}) {
+      for (float& v : l->weight) v = mha::detail::round_bf16(v);
+      for (float& v : l->bias) v = mha::detail::round_bf16(v);
+    }
+  }
+  return rounded;
 }
 
 // Rotary position embedding (docs/design.md §1.6) of `row`, `width` features in heads of hd, at
@@ -74,10 +104,12 @@ void rotate(double* row, std::int64_t width, std::int64_t hd, std::int64_t pos, 
 
 }  // namespace
 
-std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
+std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& weights,
                                  std::span<const float> x, std::int64_t batch, std::int64_t seq_len,
                                  std::span<const row> rows, const mha::run_options& options,
                                  std::int64_t zero_past) {
+  const bool bf16 = cfg.precision == mha::precision::bf16;
+  const mha::weights w = parameters(weights, bf16);
   const std::int64_t hd = cfg.head_dim(), d = cfg.d_out, d_kv = cfg.d_kv();
   const std::int64_t group = cfg.n_heads / cfg.kv_heads();  // query heads per K/V head
   const mha::detail::dropout_spec drop{options.training ? cfg.dropout : 0.0f, options.seed};
@@ -86,7 +118,7 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
       context(static_cast<std::size_t>(d));
   // The keys and values of a token x = 0: the biases, or 0 (rotated by position with RoPE).
   const std::vector<double> zero_x(static_cast<std::size_t>(cfg.d_in), 0.0);
-  const std::vector<double> k0 = project(w.key, zero_x, 0, 1), v0 = project(w.value, zero_x, 0, 1);
+  std::vector<double> k0 = project(w.key, zero_x, 0, 1), v0 = project(w.value, zero_x, 0, 1);
   std::vector<double> zero_keys;  // zero_past rows of d_kv, when RoPE makes them differ
   if (cfg.rope_base != 0.0) {
     for (std::int64_t j = 0; j < zero_past; ++j) {
@@ -94,23 +126,29 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
       rotate(zero_keys.data() + j * d_kv, d_kv, hd, j, cfg.rope_base);
     }
   }
+  round_operands(k0, bf16);
+  round_operands(v0, bf16);
+  round_operands(zero_keys, bf16);
 
   for (std::int64_t b = 0; b < batch; ++b) {
     if (std::none_of(rows.begin(), rows.end(), [&](const row& r) { return r.batch == b; }))
       continue;
-    const std::vector<double> xb(x.begin() + b * seq_len * cfg.d_in,
-                                 x.begin() + (b + 1) * seq_len * cfg.d_in);
-    std::vector<double> k = project(w.key, xb, 0, seq_len);
-    const std::vector<double> v = project(w.value, xb, 0, seq_len);
+    std::vector<double> xb(x.begin() + b * seq_len * cfg.d_in,
+                           x.begin() + (b + 1) * seq_len * cfg.d_in);
+    round_operands(xb, bf16);
+    std::vector<double> k = project(w.key, xb, 0, seq_len), v = project(w.value, xb, 0, seq_len);
     if (cfg.rope_base != 0.0) {
       for (std::int64_t j = 0; j < seq_len; ++j)
         rotate(k.data() + j * d_kv, d_kv, hd, zero_past + j, cfg.rope_base);
     }
+    round_operands(k, bf16);
+    round_operands(v, bf16);
     for (std::size_t r = 0; r < rows.size(); ++r) {
       if (rows[r].batch != b) continue;
       const std::int64_t i = rows[r].token;
       std::vector<double> q = project(w.query, xb, i, 1);
       if (cfg.rope_base != 0.0) rotate(q.data(), d, hd, zero_past + i, cfg.rope_base);
+      round_operands(q, bf16);
       for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
         const std::int64_t g = h / group;
         // Token j of the sequence: a zero token before zero_past, else row j - zero_past of x.
@@ -124,13 +162,45 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
           return j < zero_past ? v0.data() + g * hd : v.data() + (j - zero_past) * d_kv + g * hd;
         };
         attend(q.data() + h * hd, key, value, zero_past + seq_len, hd, zero_past + i, cfg.causal,
-               drop, b, h, a.data(), context.data() + h * hd);
+               drop, b, h, a.data(), context.data() + h * hd, bf16);
       }
-      const std::vector<double> y = cfg.out_proj ? project(w.out_proj, context, 0, 1) : context;
+      std::vector<double> c = context;
+      round_operands(c, bf16 && cfg.out_proj);
+      const std::vector<double> y = cfg.out_proj ? project(w.out_proj, c, 0, 1) : c;
       std::copy(y.begin(), y.end(), result.begin() + static_cast<std::ptrdiff_t>(r) * d);
     }
   }
   return result;
+}
+
+double max_abs_score(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
+                     std::int64_t batch, std::int64_t seq_len) {
+  const std::int64_t hd = cfg.head_dim(), d_kv = cfg.d_kv();
+  const std::int64_t group = cfg.n_heads / cfg.kv_heads();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  double largest = 0.0;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::vector<double> xb(x.begin() + b * seq_len * cfg.d_in,
+                                 x.begin() + (b + 1) * seq_len * cfg.d_in);
+    std::vector<double> q = project(w.query, xb, 0, seq_len), k = project(w.key, xb, 0, seq_len);
+    if (cfg.rope_base != 0.0) {
+      for (std::int64_t i = 0; i < seq_len; ++i) {
+        rotate(q.data() + i * cfg.d_out, cfg.d_out, hd, i, cfg.rope_base);
+        rotate(k.data() + i * d_kv, d_kv, hd, i, cfg.rope_base);
+      }
+    }
+    for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
+      for (std::int64_t i = 0; i < seq_len; ++i) {
+        for (std::int64_t j = 0; j < (cfg.causal ? i + 1 : seq_len); ++j) {
+          double s = 0.0;
+          for (std::int64_t e = 0; e < hd; ++e)
+            s += q[i * cfg.d_out + h * hd + e] * k[j * d_kv + h / group * hd + e];
+          largest = std::max(largest, std::abs(s * scale));
+        }
+      }
+    }
+  }
+  return largest;
 }
 
 std::vector<double> forward(const mha::config& cfg, const mha::weights& w, std::span<const float> x,

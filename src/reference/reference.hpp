@@ -19,7 +19,10 @@ struct row {
 };
 
 // y (batch, seq_len, d_out) for x (batch, seq_len, d_in), every row. In training mode applies
-// the shared dropout mask (options.seed, cfg.dropout), so it matches backends there too.
+// the shared dropout mask (options.seed, cfg.dropout), so it matches backends there too. With
+// cfg.precision bf16, the function of docs/design.md §1.5 computed in double: the parameters
+// and the operands of every product (x, Q, K, V, the unnormalised softmax weights P, the heads'
+// merged output) rounded to bf16, everything else exact.
 std::vector<double> forward(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
                             std::int64_t batch, std::int64_t seq_len,
                             const mha::run_options& options = {});
@@ -34,6 +37,12 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
                                  std::span<const float> x, std::int64_t batch, std::int64_t seq_len,
                                  std::span<const row> rows, const mha::run_options& options = {},
                                  std::int64_t zero_past = 0);
+
+// The largest |scale * q_i . k_j| over the (i, j) pairs the module attends to (causal: j <= i),
+// in double, fp32 arithmetic: how sharp the softmax is, which bounds how far rounded operands
+// move its weights (docs/design.md §1.5).
+double max_abs_score(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
+                     std::int64_t batch, std::int64_t seq_len);
 
 // The attention core alone (no projections), for checking attention kernels: q, k, v and the
 // result are (batch, heads, seq_len, head_dim), dense row-major.

@@ -24,37 +24,52 @@ constexpr std::int64_t line_floats = 16;
 constexpr std::int64_t attention_block_rows = 64;
 
 // Keys [j0, j1) of a packed head at `head` from K/V head g of sequence b of args (its rows 0,
-// 1, ... of args.k and args.v).
+// 1, ... of args.k and args.v), rounded to bf16 pairs in a bf16 layout.
 void pack_keys(const attention_args& args, const attention_layout& l, std::int64_t b,
-               std::int64_t g, std::int64_t j0, std::int64_t j1, float* head) noexcept {
+               std::int64_t g, std::int64_t j0, std::int64_t j1, void* head) noexcept {
   // K^T (head_dim, kv_rows): element (d, j) is K[j][d]. A transpose copy, and worth it: S = Q K^T
   // of one (1024, 64) head on the split form's strided rows took 1.4 ms packing included, the
   // transpose-free form (4x4 blocks of dot products over head_dim, one horizontal add per
-  // score) 2.7 ms (Zen4, AVX-512).
-  pack_block(args.k.row(b, g, 0), /*stride_k=*/1, args.k.row_stride, l.head_dim, 0, l.head_dim, j0,
-             j1, l.scores.nr, head);
-  // V (kv_rows, head_dim) as it is.
-  pack_block(args.v.row(b, g, 0), args.v.row_stride, /*stride_n=*/1, l.kv_rows, j0, j1, 0,
-             l.head_dim, l.values.nr, head + l.values_offset());
+  // score) 2.7 ms (Zen4, AVX-512). V (kv_rows, head_dim) as it is.
+  const float *k = args.k.row(b, g, 0), *v = args.v.row(b, g, 0);
+  if (l.bf16) {
+    bf16_pair* units = static_cast<bf16_pair*>(head);
+    pack_pair_block(k, /*stride_k=*/1, args.k.row_stride, l.head_dim, 0, l.head_dim, j0, j1,
+                    l.scores.nr, units);
+    pack_pair_block(v, args.v.row_stride, /*stride_n=*/1, l.kv_rows, j0, j1, 0, l.head_dim,
+                    l.values.nr, units + l.values_offset());
+  } else {
+    float* units = static_cast<float*>(head);
+    pack_block(k, /*stride_k=*/1, args.k.row_stride, l.head_dim, 0, l.head_dim, j0, j1, l.scores.nr,
+               units);
+    pack_block(v, args.v.row_stride, /*stride_n=*/1, l.kv_rows, j0, j1, 0, l.head_dim, l.values.nr,
+               units + l.values_offset());
+  }
 }
 
 }  // namespace
 
 std::int64_t attention_layout::values_offset() const noexcept {
-  return round_up(packed_size(head_dim, kv_rows, scores.nr), line_floats);
+  const std::int64_t keys_units = bf16 ? pairs(head_dim) * round_up(kv_rows, scores.nr)
+                                       : packed_size(head_dim, kv_rows, scores.nr);
+  return round_up(keys_units, line_floats);
 }
 
-std::int64_t attention_layout::head_floats() const noexcept {
-  return values_offset() + packed_size(kv_rows, head_dim, values.nr);
+std::int64_t attention_layout::head_units() const noexcept {
+  return values_offset() + (bf16 ? pairs(kv_rows) * round_up(head_dim, values.nr)
+                                 : packed_size(kv_rows, head_dim, values.nr));
 }
 
 std::int64_t attention_layout::scratch_floats() const noexcept {
   // Row statistics have room for whole registers (exp2_sum runs over them).
   const std::int64_t row_floats = round_up(block_rows, line_floats);
+  const std::int64_t pair_parts = bf16 ? round_up(block_rows * pairs(head_dim), line_floats) +
+                                             round_up(block_rows * pairs(score_cols), line_floats)
+                                       : 0;
   return round_up(block_rows * head_dim, line_floats) +
          round_up(block_rows * score_cols, line_floats) +
          round_up(block_rows * acc_cols, line_floats) + 3 * row_floats +
-         round_up(score_cols, line_floats);
+         round_up(score_cols, line_floats) + pair_parts;
 }
 
 attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept {
@@ -67,23 +82,39 @@ attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept
   parts.row_sum = parts.row_max + row_floats;
   parts.rescale = parts.row_sum + row_floats;
   parts.dropout = parts.rescale + row_floats;
+  if (bf16) {
+    // 32-bit words in float storage the fp32 parts never touch.
+    float* pairs_start = parts.dropout + round_up(score_cols, line_floats);
+    parts.query_pairs = reinterpret_cast<bf16_pair*>(pairs_start);
+    parts.weight_pairs = parts.query_pairs + round_up(block_rows * pairs(head_dim), line_floats);
+  }
   return parts;
 }
 
 void pack_head(const attention_args& args, const attention_layout& layout, std::int64_t b,
-               std::int64_t g, float* head) noexcept {
-  // The padding columns of the last K^T panel and of V's last panel are zero, as
-  // pack_panels leaves them.
-  pack_panels(args.k.row(b, g, 0), layout.head_dim, layout.kv_rows, /*stride_k=*/1,
-              args.k.row_stride, layout.scores.nr, head);
-  pack_panels(args.v.row(b, g, 0), layout.kv_rows, layout.head_dim, args.v.row_stride,
-              /*stride_n=*/1, layout.values.nr, head + layout.values_offset());
+               std::int64_t g, void* head) noexcept {
+  // The padding (columns of the last panels, the missing odd k of a pair) is zero.
+  const float *k = args.k.row(b, g, 0), *v = args.v.row(b, g, 0);
+  if (layout.bf16) {
+    bf16_pair* units = static_cast<bf16_pair*>(head);
+    pack_pair_panels(k, layout.head_dim, layout.kv_rows, /*stride_k=*/1, args.k.row_stride,
+                     layout.scores.nr, units);
+    pack_pair_panels(v, layout.kv_rows, layout.head_dim, args.v.row_stride, /*stride_n=*/1,
+                     layout.values.nr, units + layout.values_offset());
+  } else {
+    float* units = static_cast<float*>(head);
+    pack_panels(k, layout.head_dim, layout.kv_rows, /*stride_k=*/1, args.k.row_stride,
+                layout.scores.nr, units);
+    pack_panels(v, layout.kv_rows, layout.head_dim, args.v.row_stride, /*stride_n=*/1,
+                layout.values.nr, units + layout.values_offset());
+  }
 }
 
 attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys, std::int64_t head_dim,
                                      std::int64_t key_tile, std::int64_t kv_rows,
-                                     std::int64_t group) const noexcept {
+                                     std::int64_t group, bool bf16_operands) const noexcept {
   attention_layout l;
+  l.bf16 = bf16_operands;
   l.scores = tiles[0];
   l.values = tile_for(panel_width(head_dim));
   l.seq_len = seq_len;
@@ -104,17 +135,19 @@ attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys, st
 
 attention_workspace::attention_workspace(const attention_layout& layout, bool packs_heads)
     : layout_(layout),
-      head_(packs_heads ? static_cast<std::size_t>(layout.head_floats()) : 0),
-      scratch_(static_cast<std::size_t>(layout.scratch_floats())) {}
+      head_(packs_heads && !layout.bf16 ? static_cast<std::size_t>(layout.head_units()) : 0),
+      scratch_(static_cast<std::size_t>(layout.scratch_floats())),
+      pair_head_(packs_heads && layout.bf16 ? static_cast<std::size_t>(layout.head_units()) : 0) {}
 
 void attention_workspace::run(const isa_kernels& kernels, const attention_args& args,
                               attention_task task) noexcept {
-  if (head_.size() > 0) {
+  void* own = layout_.bf16 ? static_cast<void*>(pair_head_.data()) : head_.data();
+  if (head_.size() > 0 || pair_head_.size() > 0) {
     if (const std::int64_t head = task.b * args.kv_heads() + task.g; head != packed_) {
-      pack_head(args, layout_, task.b, task.g, head_.data());
+      pack_head(args, layout_, task.b, task.g, own);
       packed_ = head;
     }
-    task.head = head_.data();
+    task.head = own;
   }
   kernels.attention_rows(args, layout_, task, scratch_.data());
 }
@@ -125,7 +158,7 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
   std::int64_t keys = 0;
   for (std::int64_t b = 0; b < args.batch; ++b) keys = std::max(keys, this->keys(b));
   layout_ = kernels.layout(args.seq_len, keys, args.head_dim, key_tile,
-                           args.cache ? args.cache->capacity : 0, args.kv_group);
+                           args.cache ? args.cache->capacity : 0, args.kv_group, args.bf16);
   if (args.seq_len <= split_rows && keys > split_keys) {
     chunks_ = (keys + split_keys - 1) / split_keys;
     per_head_ = chunks_;
@@ -206,9 +239,12 @@ void attention(const isa_kernels& kernels, const attention_args& args, std::int6
   for (std::int64_t i = 0; i < schedule.merges(); ++i) schedule.merge(i);
 }
 
-std::int64_t cache_head_floats(const isa_kernels& kernels, std::int64_t capacity,
-                               std::int64_t head_dim) noexcept {
-  return kernels.layout(1, capacity, head_dim, default_key_tile, capacity).head_floats();
+std::int64_t cache_head_bytes(const isa_kernels& kernels, std::int64_t capacity,
+                              std::int64_t head_dim, bool bf16_operands) noexcept {
+  // Floats and bf16 pairs are both 4 bytes.
+  return kernels.layout(1, capacity, head_dim, default_key_tile, capacity, 1, bf16_operands)
+             .head_units() *
+         4;
 }
 
 }  // namespace mha::detail

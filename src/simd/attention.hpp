@@ -41,13 +41,15 @@ inline constexpr std::int64_t split_keys = 4 * default_key_tile;
 
 // The parts of one query block's scratch (attention_layout::scratch_parts).
 struct attention_scratch {
-  float* queries;       // block_rows x head_dim: the block's queries times scale
-  float* scores;        // block_rows x score_cols: one key tile's scores, then weights
-  float* accumulators;  // block_rows x acc_cols: the output rows before dividing by row_sum
-  float* row_max;       // block_rows: running max of each row's scores
-  float* row_sum;       // block_rows: running sum of exp(score - row_max), undropped
-  float* rescale;       // block_rows: exp(previous row_max - row_max) of the current key tile
-  float* dropout;       // score_cols: one row's dropout multipliers over a key tile
+  float* queries;           // block_rows x head_dim: the block's queries times scale (fp32)
+  bf16_pair* query_pairs;   // bf16: block_rows x pairs(head_dim): the queries as pairs
+  bf16_pair* weight_pairs;  // bf16: block_rows x pairs(score_cols): P as pairs
+  float* scores;            // block_rows x score_cols: one key tile's scores, then weights
+  float* accumulators;      // block_rows x acc_cols: the output rows before dividing by row_sum
+  float* row_max;           // block_rows: running max of each row's scores
+  float* row_sum;           // block_rows: running sum of exp(score - row_max), undropped
+  float* rescale;           // block_rows: exp(previous row_max - row_max) of the current key tile
+  float* dropout;           // score_cols: one row's dropout multipliers over a key tile
 };
 
 // The geometry of the attention kernel on one ISA for one call: panel widths, the query-row
@@ -59,6 +61,7 @@ struct attention_scratch {
 // one 8-row block over the cache instead of 8 one-row blocks).
 struct attention_layout {
   tile_shape scores, values;  // micro-kernels of S = Q K^T and of O = P V
+  bool bf16 = false;          // operands in bf16 pairs (docs/design.md §1.5), else fp32
   std::int64_t seq_len = 0;   // query positions per head
   std::int64_t group = 1;     // query heads per K/V head, stacked in a block's rows
   std::int64_t keys = 0;      // most keys any sequence attends over (past + seq_len)
@@ -74,14 +77,16 @@ struct attention_layout {
                                      // like key_tile when that is smaller
   std::int64_t acc_cols = 0;         // head_dim rounded up to values.nr
 
-  // A packed head: K^T (head_dim, kv_rows) in panels of scores.nr at the start, then V
-  // (kv_rows, head_dim) in panels of values.nr at values_offset().
-  std::int64_t head_floats() const noexcept;
+  // A packed head, in units of its operands (floats, or bf16 pairs of 4 bytes alike): K^T
+  // (head_dim, kv_rows) in panels of scores.nr at the start (bf16: pairs along head_dim), then
+  // V (kv_rows, head_dim) in panels of values.nr at values_offset() (bf16: pairs along keys).
+  std::int64_t head_units() const noexcept;
   std::int64_t values_offset() const noexcept;
-  // One query block's scratch: O(block_rows * (score_cols + head_dim)), independent of the
-  // keys once keys >= key_tile.
+  // One query block's scratch in floats: O(block_rows * (score_cols + head_dim)), independent
+  // of the keys once keys >= key_tile.
   std::int64_t scratch_floats() const noexcept;
-  // Carves `scratch` (scratch_floats() floats, 64-byte aligned) into its parts, each aligned.
+  // Carves `scratch` (scratch_floats() floats, 64-byte aligned) into its parts, each aligned
+  // (the bf16 parts only for a bf16 layout, else nullptr).
   attention_scratch scratch_parts(float* scratch) const noexcept;
   // Query blocks per K/V head: ceil(seq_len / block_positions).
   std::int64_t blocks() const noexcept { return (seq_len + block_positions - 1) / block_positions; }
@@ -91,7 +96,7 @@ struct attention_layout {
 // (b, g) at positions [row_begin, row_end), position i at absolute position past + i, over the
 // keys in [key_begin, key_end) they attend to (key_begin a multiple of the key tile).
 struct attention_task {
-  const float* head = nullptr;  // the packed K^T and V of (b, g)
+  const void* head = nullptr;  // the packed K^T and V of (b, g): floats, or bf16 pairs
   std::int64_t b = 0, g = 0, past = 0;
   std::int64_t row_begin = 0, row_end = 0, key_begin = 0, key_end = 0;
   // nullptr: the rows' outputs go to args.out. Else the chunk's partial softmax, per stacked
@@ -102,9 +107,9 @@ struct attention_task {
 };
 
 // Head (b, g) of args.k and args.v (all keys, from row 0) packed into `head`
-// (layout.head_floats() floats, kv_rows == keys).
+// (layout.head_units() units, kv_rows == keys), rounded to bf16 in a bf16 layout.
 void pack_head(const attention_args& args, const attention_layout& layout, std::int64_t b,
-               std::int64_t g, float* head) noexcept;
+               std::int64_t g, void* head) noexcept;
 
 // One thread's attention workspace for one attention call (one layout): one query block's
 // scratch and, when the heads are not in a cache, a packed head, O(keys * head_dim +
@@ -121,8 +126,9 @@ class attention_workspace {
 
  private:
   attention_layout layout_;
-  float_buffer head_, scratch_;
-  std::int64_t packed_ = -1;  // b * kv_heads + g of the packed head, -1 before the first
+  float_buffer head_, scratch_;          // head_: one packed head (fp32 units)
+  aligned_buffer<bf16_pair> pair_head_;  // ... in a bf16 layout
+  std::int64_t packed_ = -1;             // b * kv_heads + g of the packed head, -1 before the first
 };
 
 // One attention call as phases of independent steps, for a sequential or a parallel loop:
@@ -168,9 +174,9 @@ class attention_schedule {
 void attention(const isa_kernels& kernels, const attention_args& args,
                std::int64_t key_tile = default_key_tile);
 
-// Floats of one (sequence, K/V head) of a KV cache of `capacity` tokens: a packed head with
-// kv_rows = capacity, in the layout of `kernels` (attention_args::cache).
-std::int64_t cache_head_floats(const isa_kernels& kernels, std::int64_t capacity,
-                               std::int64_t head_dim) noexcept;
+// Bytes of one (sequence, K/V head) of a KV cache of `capacity` tokens: a packed head with
+// kv_rows = capacity, in the layout of `kernels` and the precision (attention_args::cache).
+std::int64_t cache_head_bytes(const isa_kernels& kernels, std::int64_t capacity,
+                              std::int64_t head_dim, bool bf16_operands) noexcept;
 
 }  // namespace mha::detail

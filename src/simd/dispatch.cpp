@@ -31,6 +31,8 @@ tile_shape isa_kernels::tile_for(int nr) const noexcept {
 
 const isa_kernels& kernels_for(xsimd_isa isa) noexcept {
   switch (isa) {
+    case xsimd_isa::avx512bf16:
+      return *avx512bf16_kernels();
     case xsimd_isa::avx512:
       return *kernel_table{}(xsimd::avx512bw{});
     case xsimd_isa::avx2:
@@ -43,6 +45,8 @@ const isa_kernels& kernels_for(xsimd_isa isa) noexcept {
 
 bool cpu_runs(xsimd_isa isa) noexcept {
   switch (isa) {
+    case xsimd_isa::avx512bf16:
+      return __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16");
     case xsimd_isa::avx512:
       return __builtin_cpu_supports("x86-64-v4");
     case xsimd_isa::avx2:
@@ -56,6 +60,8 @@ bool cpu_runs(xsimd_isa isa) noexcept {
 xsimd_isa best_isa() noexcept {
   static const xsimd_isa best = [] {
     auto isa = xsimd::dispatch<kernel_archs>(kernel_table{})()->isa;
+    // AVX512_BF16 is not an arch of xsimd 8.1: the step up from its AVX-512 pick is ours.
+    if (isa == xsimd_isa::avx512 && cpu_runs(xsimd_isa::avx512bf16)) isa = xsimd_isa::avx512bf16;
     while (!cpu_runs(isa)) isa = static_cast<xsimd_isa>(static_cast<int>(isa) + 1);
     return isa;
   }();
@@ -74,7 +80,8 @@ namespace {
 
 using detail::text;
 
-constexpr xsimd_isa all_isas[] = {xsimd_isa::avx512, xsimd_isa::avx2, xsimd_isa::sse2};
+constexpr xsimd_isa all_isas[] = {xsimd_isa::avx512bf16, xsimd_isa::avx512, xsimd_isa::avx2,
+                                  xsimd_isa::sse2};
 
 }  // namespace
 
@@ -86,6 +93,8 @@ std::string detail::isa_names(const std::vector<xsimd_isa>& isas) {
 
 std::string_view to_string(xsimd_isa isa) noexcept {
   switch (isa) {
+    case xsimd_isa::avx512bf16:
+      return "avx512bf16";
     case xsimd_isa::avx512:
       return "avx512";
     case xsimd_isa::avx2:
@@ -117,8 +126,8 @@ xsimd_isa xsimd_default_isa() {
     }
     return isa;
   }
-  throw invalid_argument(
-      text("xsimd: MHA_XSIMD_ISA is '", wanted, "', expected one of avx512, avx2, sse2"));
+  throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted,
+                              "', expected one of avx512bf16, avx512, avx2, sse2"));
 }
 
 }  // namespace mha

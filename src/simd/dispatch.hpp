@@ -25,4 +25,8 @@ const isa_kernels* kernel_table::operator()(xsimd::fma3<xsimd::avx2>) const noex
 template <>
 const isa_kernels* kernel_table::operator()(xsimd::sse2) const noexcept;
 
+// The AVX-512 kernels with AVX512_BF16 (micro/kernels_avx512bf16.cpp): xsimd 8.1 has no arch
+// for it, so it is reached by name rather than through xsimd::dispatch.
+const isa_kernels* avx512bf16_kernels() noexcept;
+
 }  // namespace mha::detail

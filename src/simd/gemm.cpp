@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/bf16.hpp"
 #include "simd/isa_kernels.hpp"
 
 namespace mha::detail {
@@ -44,19 +45,82 @@ void pack_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t 
   }
 }
 
+void pack_pair_block(const float* src, std::int64_t stride_k, std::int64_t stride_n, std::int64_t k,
+                     std::int64_t k0, std::int64_t k1, std::int64_t n0, std::int64_t n1, int nr,
+                     bf16_pair* dst) noexcept {
+  const std::int64_t panel = pairs(k) * nr;
+  const auto at = [&](std::int64_t kk, std::int64_t nn) {
+    return bf16_pair{to_bf16(src[(kk - k0) * stride_k + (nn - n0) * stride_n])};
+  };
+  // Pairs whose two halves are both in [k0, k1) are written whole, the one or two at the ends
+  // half (the other half kept).
+  const std::int64_t whole_begin = k0 + k0 % 2, whole_end = k1 - (k1 - whole_begin) % 2;
+  const auto edges = [&](std::int64_t nn, bf16_pair* column) {
+    if (k0 % 2 != 0 && k0 < k1) {
+      bf16_pair& word = column[k0 / 2 * nr];
+      word = (word & 0x0000ffffu) | at(k0, nn) << 16;
+    }
+    if (whole_end < k1) {
+      bf16_pair& word = column[whole_end / 2 * nr];
+      word = (word & 0xffff0000u) | at(whole_end, nn);
+    }
+  };
+  if (stride_n == 1) {
+    // Rows of B contiguous (V): a pair of rows at a time, along the row, so reads and writes
+    // both run through memory (and vectorise).
+    for (std::int64_t kk = whole_begin; kk < whole_end; kk += 2) {
+      for (std::int64_t nn = n0; nn < n1; ++nn)
+        dst[nn / nr * panel + kk / 2 * nr + nn % nr] = at(kk, nn) | at(kk + 1, nn) << 16;
+    }
+    for (std::int64_t nn = n0; nn < n1; ++nn) edges(nn, dst + nn / nr * panel + nn % nr);
+    return;
+  }
+  // Columns of B contiguous (nn.Linear's W, K^T): a column's pairs converted in a run, then
+  // stored a panel row apart.
+  constexpr std::int64_t run = 128;
+  bf16_pair converted[run];
+  for (std::int64_t nn = n0; nn < n1; ++nn) {
+    bf16_pair* column = dst + nn / nr * panel + nn % nr;
+    for (std::int64_t kk = whole_begin; kk < whole_end; kk += 2 * run) {
+      const std::int64_t count = std::min(run, (whole_end - kk) / 2);
+      for (std::int64_t i = 0; i < count; ++i)
+        converted[i] = at(kk + 2 * i, nn) | at(kk + 2 * i + 1, nn) << 16;
+      for (std::int64_t i = 0; i < count; ++i) column[(kk / 2 + i) * nr] = converted[i];
+    }
+    edges(nn, column);
+  }
+}
+
+void pack_pair_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
+                      std::int64_t stride_n, int nr, bf16_pair* dst) noexcept {
+  std::fill(dst, dst + pairs(k) * round_up(n, nr), bf16_pair{0});
+  pack_pair_block(src, stride_k, stride_n, k, 0, k, 0, n, nr, dst);
+}
+
 packed_matrix::packed_matrix(const float* weight, const float* bias, std::int64_t n, std::int64_t k,
-                             int nr)
-    : data_(static_cast<std::size_t>(packed_size(k, n, nr))), k_(k), n_(n), nr_(nr) {
-  pack_panels(weight, k, n, /*stride_k=*/1, /*stride_n=*/k, nr, data_.data());
+                             int nr, bool bf16_pairs)
+    : k_(k), n_(n), nr_(nr), bf16_(bf16_pairs) {
+  if (bf16_pairs) {
+    pairs_ = aligned_buffer<bf16_pair>(static_cast<std::size_t>(pairs(k) * round_up(n, nr)));
+    pack_pair_panels(weight, k, n, /*stride_k=*/1, /*stride_n=*/k, nr, pairs_.data());
+  } else {
+    data_ = float_buffer(static_cast<std::size_t>(packed_size(k, n, nr)));
+    pack_panels(weight, k, n, /*stride_k=*/1, /*stride_n=*/k, nr, data_.data());
+  }
   if (bias != nullptr) {
     bias_ = float_buffer(static_cast<std::size_t>(round_up(n, nr)));
-    std::copy(bias, bias + n, bias_.data());
+    for (std::int64_t i = 0; i < n; ++i)
+      bias_.data()[i] = bf16_pairs ? round_bf16(bias[i]) : bias[i];
     std::fill(bias_.data() + n, bias_.data() + bias_.size(), 0.0f);
   }
 }
 
 panels_view packed_matrix::view() const noexcept {
   return {data_.data(), bias_.size() > 0 ? bias_.data() : nullptr, k_, n_, nr_};
+}
+
+pair_panels_view packed_matrix::pair_view() const noexcept {
+  return {pairs_.data(), bias_.size() > 0 ? bias_.data() : nullptr, pairs(k_), n_, nr_};
 }
 
 void gemm(const isa_kernels& kernels, const head_major_gemm& g) noexcept {

@@ -5,6 +5,12 @@
 // GEMM: C (m, n) = A (m, k) B (k, n) + bias. A is read in place (rows with a stride); B is packed
 // once into column panels of `nr` columns, each panel (k, nr) contiguous, so one micro-kernel
 // call streams one panel row per reduction step and broadcasts one A element per C row.
+//
+// Operands come in one of two units (docs/design.md §1.5): float (fp32), or a bf16 pair, the
+// bf16 of two consecutive k in one 32-bit word, the even k in the low half (bf16 modules: A is
+// converted to pairs once per call, B packed as pairs once per plan). Everything below counts k
+// in its unit: a pair panel (k pairs, nr) holds 2k rows of B, and a 32-bit broadcast of A and
+// one lane of a panel row feed a dot product of two.
 #pragma once
 
 #include <cstdint>
@@ -25,18 +31,27 @@ struct tile_shape {
   int mr = 0, nr = 0;
 };
 
-// A packed B of GEMM: ceil(n / nr) column panels, panel p holding columns [p*nr, p*nr + nr) as a
-// (k, nr) row-major block at data + p*k*nr, columns past n zero. bias: n floats zero-padded to
-// panels*nr, or nullptr for none. Non-owning.
-struct panels_view {
-  const float* data = nullptr;
+// One bf16 pair: two bf16 of consecutive k, the even k in the low half.
+using bf16_pair = std::uint32_t;
+
+// A packed B of GEMM in unit E (float or bf16_pair): ceil(n / nr) column panels, panel p holding
+// columns [p*nr, p*nr + nr) as a (k, nr) row-major block of units at data + p*k*nr, columns
+// past n zero. bias: n floats zero-padded to panels*nr, or nullptr for none. Non-owning.
+template <class E>
+struct panels_of {
+  const E* data = nullptr;
   const float* bias = nullptr;
-  std::int64_t k = 0, n = 0;
+  std::int64_t k = 0, n = 0;  // k in units of E
   int nr = 0;
 
   std::int64_t panels() const noexcept { return (n + nr - 1) / nr; }
-  const float* panel(std::int64_t p) const noexcept { return data + p * k * nr; }
+  const E* panel(std::int64_t p) const noexcept { return data + p * k * nr; }
 };
+using panels_view = panels_of<float>;
+using pair_panels_view = panels_of<bf16_pair>;
+
+// Pairs of a k-element dimension: ceil(k / 2).
+constexpr std::int64_t pairs(std::int64_t k) noexcept { return (k + 1) / 2; }
 
 // Floats a packing of (k, n) into panels of nr columns occupies.
 constexpr std::int64_t packed_size(std::int64_t k, std::int64_t n, int nr) noexcept {
@@ -57,19 +72,37 @@ void pack_block(const float* src, std::int64_t stride_k, std::int64_t stride_n, 
                 std::int64_t k0, std::int64_t k1, std::int64_t n0, std::int64_t n1, int nr,
                 float* dst) noexcept;
 
-// An owning packed B with its bias: an nn.Linear prepared once for the GEMM.
+// pack_panels and pack_block for bf16 pair panels: element (kk, nn) rounded to bf16 (to_bf16)
+// into its half of pair (kk / 2, nn % nr) of panel nn / nr (word p * pairs(k) * nr +
+// kk / 2 * nr + nn % nr; the low half for even kk). pack_pair_panels zeroes the padding (the
+// missing odd k, columns past n); pack_pair_block leaves every other element as it is.
+void pack_pair_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
+                      std::int64_t stride_n, int nr, bf16_pair* dst) noexcept;
+void pack_pair_block(const float* src, std::int64_t stride_k, std::int64_t stride_n, std::int64_t k,
+                     std::int64_t k0, std::int64_t k1, std::int64_t n0, std::int64_t n1, int nr,
+                     bf16_pair* dst) noexcept;
+
+// An owning packed B with its bias: an nn.Linear prepared once for the GEMM, in fp32 panels or
+// (bf16) pair panels; the bias stays float.
 class packed_matrix {
  public:
   packed_matrix() = default;
-  // weight: nn.Linear's (n, k) row-major; bias: n floats or nullptr.
-  packed_matrix(const float* weight, const float* bias, std::int64_t n, std::int64_t k, int nr);
+  // weight: nn.Linear's (n, k) row-major; bias: n floats or nullptr. bf16: weight and bias
+  // rounded to bf16 (docs/design.md §1.5), the weight packed as pairs.
+  packed_matrix(const float* weight, const float* bias, std::int64_t n, std::int64_t k, int nr,
+                bool bf16_pairs = false);
 
-  panels_view view() const noexcept;
+  bool bf16() const noexcept { return bf16_; }
+  std::int64_t k() const noexcept { return k_; }  // in elements
+  panels_view view() const noexcept;              // fp32 only
+  pair_panels_view pair_view() const noexcept;    // bf16 only
 
  private:
-  float_buffer data_, bias_;
+  float_buffer data_, bias_;         // fp32 panels, bias
+  aligned_buffer<bf16_pair> pairs_;  // bf16 pair panels
   std::int64_t k_ = 0, n_ = 0;
   int nr_ = 0;
+  bool bf16_ = false;
 };
 
 // The GEMM's blocking (isa_kernels::gemm). A slice of gemm_k_slice steps of k keeps one panel's
@@ -85,15 +118,19 @@ inline constexpr std::int64_t gemm_k_slice = 256;
 inline constexpr std::int64_t gemm_a_block_bytes = 256 * 1024;
 inline constexpr std::int64_t gemm_b_block_bytes = 512 * 1024;
 
-// One GEMM C = A B + bias: A (m, k) with row stride lda; C (m, n) with row stride ldc.
-struct gemm_args {
-  const float* a = nullptr;
+// One GEMM C = A B + bias in unit E: A (m, b.k units) with row stride lda units; C (m, n)
+// floats with row stride ldc.
+template <class E>
+struct gemm_args_of {
+  const E* a = nullptr;
   std::int64_t lda = 0;
-  panels_view b;
+  panels_of<E> b;
   float* c = nullptr;
   std::int64_t ldc = 0;
   std::int64_t m = 0;
 };
+using gemm_args = gemm_args_of<float>;
+using pair_gemm_args = gemm_args_of<bf16_pair>;
 
 // The split form's projection with C written head-major: C (batch * seq_len, n) = A B + bias
 // stored as (batch, heads, seq_len, n / heads), so attention reads each head's rows contiguously

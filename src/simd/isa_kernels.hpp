@@ -30,6 +30,13 @@ struct isa_kernels {
   // g.b.nr must be one of tiles[].nr. Rows and panels of C outside the range are untouched.
   void (*gemm)(const gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
                std::int64_t panel_begin, std::int64_t panel_end) noexcept;
+  // Rows of A (rows, k), row r at a + r * lda, rounded to bf16 in pairs: (rows, pairs(k))
+  // at dst, the missing odd k zero (gemm.hpp).
+  void (*to_pairs)(const float* a, std::int64_t rows, std::int64_t k, std::int64_t lda,
+                   bf16_pair* dst) noexcept;
+  // The same over bf16 pairs (A converted, B packed as pairs: gemm.hpp), sums in fp32.
+  void (*pair_gemm)(const pair_gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
+                    std::int64_t panel_begin, std::int64_t panel_end) noexcept;
   // Query positions [row_begin, row_end) of the query heads of K/V head (task.b, task.g),
   // row_end - row_begin <= layout.block_positions, stacked position-major (attention_layout),
   // over keys [task.key_begin, task.key_end) of the packed head task.head:
@@ -42,10 +49,11 @@ struct isa_kernels {
                          const attention_task& task, float* scratch) noexcept;
   // Softmax pieces over a row with room for n rounded up to `lanes` floats: the largest of
   // x[0, n) (n >= 1; the padding is read and ignored; with NaNs in x, some element or NaN), and
-  // x[j] = 2^(x[j] - shift) in place for j < n (x[j] <= shift; exactly 0 below shift - 125;
-  // NaN stays NaN; relative error below 2e-7), the padding set to 0, returning the sum.
+  // x[j] = 2^(scale x[j] - shift) in place for j < n (scale x[j] <= shift; exactly 0 below
+  // shift - 125; NaN stays NaN; relative error below 2e-7), the padding set to 0, returning the
+  // sum. scale 1 is x[j] - shift exactly.
   float (*row_max)(const float* x, std::int64_t n) noexcept;
-  float (*exp2_sum)(float* x, std::int64_t n, float shift) noexcept;
+  float (*exp2_sum)(float* x, std::int64_t n, float shift, float scale) noexcept;
 
   // The panel width that wastes the fewest padding columns for an n-column B, the widest of
   // equals (wider tiles run closer to peak).
@@ -58,7 +66,7 @@ struct isa_kernels {
   // kernel; keys or more: the unfused one).
   attention_layout layout(std::int64_t seq_len, std::int64_t keys, std::int64_t head_dim,
                           std::int64_t key_tile = default_key_tile, std::int64_t kv_rows = 0,
-                          std::int64_t group = 1) const noexcept;
+                          std::int64_t group = 1, bool bf16_operands = false) const noexcept;
 };
 
 // The kernels of `isa` (which this CPU must support: see xsimd_supported_isas()).

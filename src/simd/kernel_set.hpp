@@ -15,25 +15,32 @@
 namespace mha::detail {
 
 template <xsimd_isa Isa>
-struct xsimd_kernel_set : sequential_execution {
+class xsimd_kernel_set : public sequential_execution {
+ public:
+  explicit xsimd_kernel_set(const mha::config& cfg)
+      : bf16_(cfg.precision == mha::precision::bf16) {}
   using packed_linear = packed_matrix;
 
   static const isa_kernels& kernels() noexcept { return kernels_for(Isa); }
 
-  // W (out, in) into column panels of the width that pads `out` least.
-  static packed_linear pack(const linear_weights& w) {
-    return {w.weight.data(), w.has_bias() ? w.bias.data() : nullptr, w.out, w.in,
-            kernels().panel_width(w.out)};
+  // W (out, in) into column panels of the width that pads `out` least (bf16 pairs in bf16).
+  packed_linear pack(const linear_weights& w) const {
+    return {w.weight.data(),
+            w.has_bias() ? w.bias.data() : nullptr,
+            w.out,
+            w.in,
+            kernels().panel_width(w.out),
+            bf16_};
   }
-  static void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) {
-    const panels_view b = w.view();
-    kernels().gemm({x, b.k, b, y, b.n, rows}, 0, rows, 0, b.panels());
+  void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) const {
+    with_gemm_args(w, x, rows, y, [&](const auto& g) { kernels_gemm(g); });
   }
-  // Head-major when each head's columns are whole panels (head_major_gemm), else nothing.
-  static std::optional<head_view<const float>> project_heads(const packed_linear& w, const float* x,
-                                                             std::int64_t batch,
-                                                             std::int64_t seq_len,
-                                                             std::int64_t heads, float* y) {
+  // Head-major when each head's columns are whole panels (head_major_gemm), else nothing; bf16
+  // projections are always row-major.
+  std::optional<head_view<const float>> project_heads(const packed_linear& w, const float* x,
+                                                      std::int64_t batch, std::int64_t seq_len,
+                                                      std::int64_t heads, float* y) const {
+    if (w.bf16()) return std::nullopt;
     const head_major_gemm g{x, w.view(), y, batch, seq_len, heads};
     if (!head_major_gemm::fits(g.b, heads)) return std::nullopt;
     gemm(kernels(), g);
@@ -41,11 +48,39 @@ struct xsimd_kernel_set : sequential_execution {
   }
   // Grouped K/V heads: a group's query heads are stacked in one block (attention.hpp).
   static constexpr bool grouped_kv = true;
+  // bf16: weights packed as pairs, x and the attention's operands rounded to pairs.
+  static constexpr bool bf16 = true;
   static void attention(const attention_args& args) { detail::attention(kernels(), args); }
   // Decode: the cache holds each head packed as the attention kernel reads it.
-  static std::int64_t cache_head_floats(std::int64_t capacity, std::int64_t head_dim) {
-    return detail::cache_head_floats(kernels(), capacity, head_dim);
+  std::int64_t cache_head_bytes(std::int64_t capacity, std::int64_t head_dim) const {
+    return detail::cache_head_bytes(kernels(), capacity, head_dim, bf16_);
   }
+
+ protected:
+  // f(the GEMM arguments of x W^T + b): fp32 as it is; bf16 with x rounded to pairs in a buffer
+  // of the set's pool, held while f runs (the parallel set passes its own GEMM).
+  template <class F>
+  void with_gemm_args(const packed_linear& w, const float* x, std::int64_t rows, float* y,
+                      F&& f) const {
+    if (!w.bf16()) {
+      const panels_view b = w.view();
+      f(gemm_args{x, b.k, b, y, b.n, rows});
+      return;
+    }
+    const pair_panels_view b = w.pair_view();
+    typename scratch_pool_of<bf16_pair>::lease a(pairs_, static_cast<std::size_t>(rows * b.k));
+    kernels().to_pairs(x, rows, w.k(), w.k(), a.data());
+    f(pair_gemm_args{a.data(), b.k, b, y, b.n, rows});
+  }
+
+ private:
+  static void kernels_gemm(const gemm_args& g) { kernels().gemm(g, 0, g.m, 0, g.b.panels()); }
+  static void kernels_gemm(const pair_gemm_args& g) {
+    kernels().pair_gemm(g, 0, g.m, 0, g.b.panels());
+  }
+
+  bool bf16_;
+  scratch_pool_of<bf16_pair> pairs_;  // x as bf16 pairs, per concurrent caller
 };
 
 // A driver plan over Set<isa>, the kernel-set template instantiated for the ISA chosen at run
@@ -54,6 +89,8 @@ template <template <xsimd_isa> class Set>
 std::unique_ptr<plan> make_isa_plan(xsimd_isa isa, const config& cfg, formulation form,
                                     const weights& w, std::string_view backend_name) {
   switch (isa) {
+    case xsimd_isa::avx512bf16:
+      return std::make_unique<driver_plan<Set<xsimd_isa::avx512bf16>>>(cfg, form, w, backend_name);
     case xsimd_isa::avx512:
       return std::make_unique<driver_plan<Set<xsimd_isa::avx512>>>(cfg, form, w, backend_name);
     case xsimd_isa::avx2:

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/driver.hpp"
+#include "core/bf16.hpp"
 #include "core/checks.hpp"
 #include "mha/backends/naive.hpp"
 
@@ -14,12 +15,17 @@ namespace {
 
 using detail::attention_args;
 
-// y = x W^T + b, one output element at a time.
-void project(const linear_weights& w, const float* x, std::int64_t rows, float* y) {
+// The precision's rounding of an operand (docs/design.md §1.5): none in fp32, to the nearest
+// bf16 in bf16.
+float operand(float v, bool bf16) { return bf16 ? detail::round_bf16(v) : v; }
+
+// y = x W^T + b, one output element at a time (x rounded as an operand; W already is).
+void project(const linear_weights& w, const float* x, std::int64_t rows, float* y, bool bf16) {
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t o = 0; o < w.out; ++o) {
       float dot = 0.0f;
-      for (std::int64_t i = 0; i < w.in; ++i) dot += x[r * w.in + i] * w.weight[o * w.in + i];
+      for (std::int64_t i = 0; i < w.in; ++i)
+        dot += operand(x[r * w.in + i], bf16) * w.weight[o * w.in + i];
       y[r * w.out + o] = w.has_bias() ? dot + w.bias[o] : dot;
     }
   }
@@ -30,14 +36,16 @@ void project(const linear_weights& w, const float* x, std::int64_t rows, float* 
 // later token cannot reach an earlier row (not even as 0 * NaN).
 
 // S[i][j] = scale * q_i . k_j for one head (the masked entries are set by causal_mask).
-void scores(const attention_args& a, std::int64_t b, std::int64_t h, std::vector<float>& s) {
+void scores(const attention_args& a, std::int64_t b, std::int64_t h, std::vector<float>& s,
+            bool bf16) {
   const std::int64_t n = a.keys();
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
     for (std::int64_t j = 0; j < a.key_end(i); ++j) {
       const float* q = a.q.row(b, h, i);
       const float* k = a.k.row(b, h / a.kv_group, j);
       float dot = 0.0f;
-      for (std::int64_t d = 0; d < a.head_dim; ++d) dot += q[d] * k[d];
+      for (std::int64_t d = 0; d < a.head_dim; ++d)
+        dot += operand(q[d], bf16) * operand(k[d], bf16);
       s[i * n + j] = a.scale * dot;
     }
   }
@@ -52,8 +60,11 @@ void causal_mask(const attention_args& a, std::vector<float>& s) {
   }
 }
 
-// Each row of S becomes softmax(row): exp(s - max) / sum, the max subtracted for stability.
-void softmax_rows(std::int64_t rows, std::int64_t n, std::vector<float>& s) {
+// Each row of S becomes exp(s - max), the max subtracted for stability; sums[i] gets the row's
+// sum. fp32 then divides the row by it (softmax(row)); bf16 keeps the unnormalised weights,
+// which are rounded as the operands of P V and divided after it (docs/design.md §1.5).
+void softmax_rows(std::int64_t rows, std::int64_t n, std::vector<float>& s,
+                  std::vector<float>& sums, bool bf16) {
   for (std::int64_t i = 0; i < rows; ++i) {
     float* row = s.data() + i * n;
     const float max = *std::max_element(row, row + n);
@@ -62,7 +73,10 @@ void softmax_rows(std::int64_t rows, std::int64_t n, std::vector<float>& s) {
       row[j] = std::exp(row[j] - max);
       sum += row[j];
     }
-    for (std::int64_t j = 0; j < n; ++j) row[j] /= sum;
+    sums[static_cast<std::size_t>(i)] = sum;
+    if (!bf16) {
+      for (std::int64_t j = 0; j < n; ++j) row[j] /= sum;
+    }
   }
 }
 
@@ -78,50 +92,89 @@ void dropout(const attention_args& a, std::int64_t b, std::int64_t h, std::vecto
   }
 }
 
-// out_i = sum_j A[i][j] v_j.
+// out_i = sum_j A[i][j] v_j; bf16: sum_j bf16(P[i][j]) bf16(v_j) / sums[i].
 void weighted_values(const attention_args& a, std::int64_t b, std::int64_t h,
-                     const std::vector<float>& s) {
+                     const std::vector<float>& s, const std::vector<float>& sums, bool bf16) {
   const std::int64_t n = a.keys();
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
     float* out = a.out.row(b, h, i);
     std::fill(out, out + a.head_dim, 0.0f);
     for (std::int64_t j = 0; j < a.key_end(i); ++j) {
       const float* v = a.v.row(b, h / a.kv_group, j);
-      for (std::int64_t d = 0; d < a.head_dim; ++d) out[d] += s[i * n + j] * v[d];
+      const float p = operand(s[i * n + j], bf16);
+      for (std::int64_t d = 0; d < a.head_dim; ++d) out[d] += p * operand(v[d], bf16);
+    }
+    if (bf16) {
+      for (std::int64_t d = 0; d < a.head_dim; ++d) out[d] /= sums[static_cast<std::size_t>(i)];
     }
   }
 }
 
-struct naive_kernels : detail::sequential_execution {
-  using packed_linear = linear_weights;  // nn.Linear's own layout, used as is
-  static packed_linear pack(const linear_weights& w) { return w; }
-  static void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) {
-    project(w, x, rows, y);
+// The kernel set of docs/design.md §2: the functions above, in the module's precision.
+class naive_kernels : public detail::sequential_execution {
+ public:
+  explicit naive_kernels(const mha::config& cfg) : bf16_(cfg.precision == precision::bf16) {}
+
+  using packed_linear = linear_weights;  // nn.Linear's own layout, rounded in bf16
+  packed_linear pack(const linear_weights& w) const {
+    packed_linear p = w;
+    for (float& v : p.weight) v = operand(v, bf16_);
+    for (float& v : p.bias) v = operand(v, bf16_);
+    return p;
+  }
+  void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) const {
+    project(w, x, rows, y, bf16_);
   }
   static constexpr bool grouped_kv = true;  // each query head reads K/V head h / kv_group
-  // Decode: the plain row-major cache; each sequence attends over its rows as a full forward
-  // with past = its length would.
-  static std::int64_t cache_head_floats(std::int64_t capacity, std::int64_t head_dim) {
-    return detail::row_major_cache::head_floats(capacity, head_dim);
+  static constexpr bool bf16 = true;        // the bf16 reference (docs/design.md §1.5)
+  // Decode: the plain row-major cache (bf16 elements in bf16); each sequence attends over its
+  // rows as a full forward with past = its length would.
+  std::int64_t cache_head_bytes(std::int64_t capacity, std::int64_t head_dim) const {
+    return bf16_ ? detail::row_major_cache::head_bytes<detail::bf16>(capacity, head_dim)
+                 : detail::row_major_cache::head_bytes<float>(capacity, head_dim);
   }
-  static void attention(const attention_args& a) {
+  void attention(const attention_args& a) const {
+    namespace cache = detail::row_major_cache;
+    if (a.cache != nullptr && !bf16_) {
+      cache::append(a);
+      for (std::int64_t b = 0; b < a.batch; ++b) attention(cache::sequence(a, b));
+      return;
+    }
     if (a.cache != nullptr) {
-      detail::row_major_cache::append(a);
-      for (std::int64_t b = 0; b < a.batch; ++b) attention(detail::row_major_cache::sequence(a, b));
+      // bf16: the cache holds bf16; each sequence's rows are widened to float for the loops.
+      cache::append<detail::bf16>(a, detail::to_bf16);
+      const detail::head_view<detail::bf16> keys = cache::keys<detail::bf16>(*a.cache, a.head_dim),
+                                            values =
+                                                cache::values<detail::bf16>(*a.cache, a.head_dim);
+      for (std::int64_t b = 0; b < a.batch; ++b) {
+        const std::int64_t n = a.keys(b), hd = a.head_dim;
+        std::vector<float> k(static_cast<std::size_t>(a.kv_heads() * n * hd)), v(k.size());
+        for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
+          std::transform(keys.row(b, g, 0), keys.row(b, g, n), k.begin() + g * n * hd,
+                         detail::from_bf16);
+          std::transform(values.row(b, g, 0), values.row(b, g, n), v.begin() + g * n * hd,
+                         detail::from_bf16);
+        }
+        attention(cache::sequence(a, b, {k.data(), 0, n * hd, hd}, {v.data(), 0, n * hd, hd}));
+      }
       return;
     }
     detail::check_score_memory("naive", a.seq_len, a.keys(), 1);
-    std::vector<float> s(static_cast<std::size_t>(a.seq_len * a.keys()));
+    std::vector<float> s(static_cast<std::size_t>(a.seq_len * a.keys())),
+        sums(static_cast<std::size_t>(a.seq_len));
     for (std::int64_t b = 0; b < a.batch; ++b) {
       for (std::int64_t h = 0; h < a.heads; ++h) {
-        scores(a, b, h, s);
+        scores(a, b, h, s, bf16_);
         if (a.causal) causal_mask(a, s);
-        softmax_rows(a.seq_len, a.keys(), s);
+        softmax_rows(a.seq_len, a.keys(), s, sums, bf16_);
         if (a.dropout.active()) dropout(a, b, h, s);
-        weighted_values(a, b, h, s);
+        weighted_values(a, b, h, s, sums, bf16_);
       }
     }
   }
+
+ private:
+  bool bf16_;
 };
 
 struct naive_impl final : backend {

@@ -170,6 +170,7 @@ void apply_dropout(const detail::dropout_spec& dropout, float* weights, std::int
 // one lease of the set's scratch pool.
 class onednn_kernel_set {
  public:
+  explicit onednn_kernel_set(const mha::config&) {}
   using packed_linear = detail::packed_linear;
 
   packed_linear pack(const linear_weights& w) const {
@@ -218,8 +219,8 @@ class onednn_kernel_set {
   }
 
   // Decode: the plain row-major cache, read in place through strided descriptors.
-  static std::int64_t cache_head_floats(std::int64_t capacity, std::int64_t head_dim) {
-    return detail::row_major_cache::head_floats(capacity, head_dim);
+  static std::int64_t cache_head_bytes(std::int64_t capacity, std::int64_t head_dim) {
+    return detail::row_major_cache::head_bytes<float>(capacity, head_dim);
   }
 
   static constexpr bool grouped_kv = true;  // a K/V head's query heads are one slice's rows
@@ -245,8 +246,8 @@ class onednn_kernel_set {
     const std::int64_t n = a.cache ? detail::key_bucket(longest, a.cache->capacity) : t;
     // The scores of a group (at least one slice of rows x n) and the mask (rows x n).
     detail::check_score_memory("onednn", rows, n, 2);
-    const detail::head_view<const float> k = a.cache ? cache::keys(*a.cache, hd) : a.k,
-                                         v = a.cache ? cache::values(*a.cache, hd) : a.v;
+    const detail::head_view<const float> k = a.cache ? cache::keys<float>(*a.cache, hd) : a.k,
+                                         v = a.cache ? cache::values<float>(*a.cache, hd) : a.v;
     assert(a.q.row_stride == hd && k.row_stride == hd && k.head_stride == v.head_stride &&
            k.batch_stride == v.batch_stride);
     const bool over_batch = a.cache == nullptr && per_kv == 1 && a.batch > 1 &&
@@ -409,8 +410,8 @@ class onednn_kernel_set {
   static void prepare_sequence(const detail::attention_args& a, std::int64_t b, std::int64_t n,
                                float* mask) {
     namespace cache = detail::row_major_cache;
-    const detail::head_view<float> keys = cache::keys(*a.cache, a.head_dim),
-                                   values = cache::values(*a.cache, a.head_dim);
+    const detail::head_view<float> keys = cache::keys<float>(*a.cache, a.head_dim),
+                                   values = cache::values<float>(*a.cache, a.head_dim);
     const std::int64_t past = a.cache->lengths[b], end = a.keys(b), t = a.seq_len;
     for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
       std::fill(keys.row(b, g, end), keys.row(b, g, n), 0.0f);

@@ -58,7 +58,11 @@ void in_arena(int threads, const std::function<void()>& f) {
   found->arena->execute(f);
 }
 
-void parallel_gemm(const isa_kernels& kernels, const gemm_args& g) {
+namespace {
+
+// The fixed grid of GEMM tiles over g, each tile's rows and panels to `tile`.
+template <class Args, class Tile>
+void over_gemm_tiles(const Args& g, Tile&& tile) {
   const std::int64_t panels = g.b.panels(),
                      tile_panels = std::max<std::int64_t>(1, gemm_tile_cols / g.b.nr);
   const std::int64_t row_tiles = (g.m + gemm_tile_rows - 1) / gemm_tile_rows,
@@ -69,10 +73,20 @@ void parallel_gemm(const isa_kernels& kernels, const gemm_args& g) {
                       for (std::int64_t t = range.begin(); t != range.end(); ++t) {
                         const std::int64_t row = t / panel_tiles * gemm_tile_rows,
                                            panel = t % panel_tiles * tile_panels;
-                        kernels.gemm(g, row, std::min(row + gemm_tile_rows, g.m), panel,
-                                     std::min(panel + tile_panels, panels));
+                        tile(row, std::min(row + gemm_tile_rows, g.m), panel,
+                             std::min(panel + tile_panels, panels));
                       }
                     });
+}
+
+}  // namespace
+
+void parallel_gemm(const isa_kernels& kernels, const gemm_args& g) {
+  over_gemm_tiles(g, [&](auto... range) { kernels.gemm(g, range...); });
+}
+
+void parallel_gemm(const isa_kernels& kernels, const pair_gemm_args& g) {
+  over_gemm_tiles(g, [&](auto... range) { kernels.pair_gemm(g, range...); });
 }
 
 void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g) {

@@ -25,8 +25,10 @@ int default_threads() noexcept;
 // counts) and never shared with other threads. Propagates f's exceptions.
 void in_arena(int threads, const std::function<void()>& f);
 
-// isa_kernels::gemm over all rows and panels of g, tiles of the fixed grid in parallel.
+// isa_kernels::gemm (pair_gemm) over all rows and panels of g, tiles of the fixed grid in
+// parallel.
 void parallel_gemm(const isa_kernels& kernels, const gemm_args& g);
+void parallel_gemm(const isa_kernels& kernels, const pair_gemm_args& g);
 // detail::gemm(kernels, g), head-major output: each head's rows in tiles of the same grid.
 void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g);
 

@@ -19,19 +19,21 @@ namespace {
 // in a task arena of run_options::threads, and for_each (the wrapper's per-head projections, a
 // decode step's sequences) as parallel tasks whose kernels nest in the same arena.
 template <xsimd_isa Isa>
-struct tbb_kernel_set : detail::xsimd_kernel_set<Isa> {
+class tbb_kernel_set : public detail::xsimd_kernel_set<Isa> {
+ public:
   using base = detail::xsimd_kernel_set<Isa>;
+  using base::base;
   using typename base::packed_linear;
 
-  static void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) {
-    const detail::panels_view b = w.view();
-    detail::parallel_gemm(base::kernels(), {x, b.k, b, y, b.n, rows});
+  void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) const {
+    base::with_gemm_args(w, x, rows, y,
+                         [&](const auto& g) { detail::parallel_gemm(base::kernels(), g); });
   }
-  static std::optional<detail::head_view<const float>> project_heads(const packed_linear& w,
-                                                                     const float* x,
-                                                                     std::int64_t batch,
-                                                                     std::int64_t seq_len,
-                                                                     std::int64_t heads, float* y) {
+  std::optional<detail::head_view<const float>> project_heads(const packed_linear& w,
+                                                              const float* x, std::int64_t batch,
+                                                              std::int64_t seq_len,
+                                                              std::int64_t heads, float* y) const {
+    if (w.bf16()) return std::nullopt;
     const detail::head_major_gemm g{x, w.view(), y, batch, seq_len, heads};
     if (!detail::head_major_gemm::fits(g.b, heads)) return std::nullopt;
     detail::parallel_gemm(base::kernels(), g);

@@ -45,14 +45,16 @@ const backend& xsimd_backend() {
 }
 
 const backend& xsimd_backend(xsimd_isa isa) {
-  static const xsimd_impl avx512{xsimd_isa::avx512}, avx2{xsimd_isa::avx2}, sse2{xsimd_isa::sse2};
-  const xsimd_impl* pinned = isa == xsimd_isa::avx512 ? &avx512
-                             : isa == xsimd_isa::avx2 ? &avx2
-                             : isa == xsimd_isa::sse2 ? &sse2
-                                                      : nullptr;
+  static const xsimd_impl avx512bf16{xsimd_isa::avx512bf16}, avx512{xsimd_isa::avx512},
+      avx2{xsimd_isa::avx2}, sse2{xsimd_isa::sse2};
+  const xsimd_impl* pinned = isa == xsimd_isa::avx512bf16 ? &avx512bf16
+                             : isa == xsimd_isa::avx512   ? &avx512
+                             : isa == xsimd_isa::avx2     ? &avx2
+                             : isa == xsimd_isa::sse2     ? &sse2
+                                                          : nullptr;
   if (pinned == nullptr) {
     throw invalid_argument(text("xsimd: unknown xsimd_isa value ", static_cast<int>(isa),
-                                "; expected avx512, avx2 or sse2"));
+                                "; expected avx512bf16, avx512, avx2 or sse2"));
   }
   if (!detail::cpu_runs(isa)) {
     throw invalid_argument(text("xsimd: this CPU does not support ", to_string(isa),

@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/bf16.hpp"
 #include "core/dropout.hpp"
 #include "simd/attention.hpp"
 #include "simd/micro/micro_kernel.hpp"
@@ -66,25 +67,27 @@ xsimd::batch<float, Arch> exp2_nonpositive(xsimd::batch<float, Arch> x) noexcept
   return xsimd::select(x < batch(-125.0f), batch(0.0f), scaled);
 }
 
-// isa_kernels::exp2_sum: x[j] = 2^(x[j] - shift) for j < n (each x[j] - shift <= 0), returns
-// their sum; the lanes past n up to the next multiple of the lanes are set to 0 (x has room
-// for them).
+// isa_kernels::exp2_sum: x[j] = 2^(scale x[j] - shift) for j < n (each scale x[j] - shift
+// <= 0), returns their sum; the lanes past n up to the next multiple of the lanes are set to 0
+// (x has room for them). One fma forms the exponent, so scale 1 is x[j] - shift exactly.
 template <class Arch>
-float exp2_sum(float* x, std::int64_t n, float shift) noexcept {
+float exp2_sum(float* x, std::int64_t n, float shift, float scale) noexcept {
   using batch = xsimd::batch<float, Arch>;
   constexpr std::int64_t lanes = batch::size;
-  const batch s(shift);
+  const batch minus_shift(-shift), c(scale);
   batch sum(0.0f);
   std::int64_t j = 0;
   for (; j + lanes <= n; j += lanes) {
-    const batch p = exp2_nonpositive<Arch>(batch::load_unaligned(x + j) - s);
+    const batch p =
+        exp2_nonpositive<Arch>(xsimd::fma(batch::load_unaligned(x + j), c, minus_shift));
     p.store_unaligned(x + j);
     sum += p;
   }
   if (j < n) {
     const auto inside = lane_index<Arch>() < batch(static_cast<float>(n - j));
-    const batch p = xsimd::select(inside, exp2_nonpositive<Arch>(batch::load_unaligned(x + j) - s),
-                                  batch(0.0f));
+    const batch p = xsimd::select(
+        inside, exp2_nonpositive<Arch>(xsimd::fma(batch::load_unaligned(x + j), c, minus_shift)),
+        batch(0.0f));
     p.store_unaligned(x + j);
     sum += p;
   }
@@ -118,15 +121,49 @@ void for_row_blocks(std::int64_t r, std::int64_t rows, F&& f) noexcept {
 // key tile (layout.key_tile >= keys) this is the unfused softmax(S) V of whole rows. Each row's
 // sums run in key order, one fma at a time, so a row's result does not depend on the rows it is
 // computed with: an incremental call's row equals the full forward's bit for bit.
-template <class Arch, class Tiles>
+//
+// Dot sets the operands' unit (micro_kernel.hpp): fp32 (fma_dot) or, for a bf16 module, bf16
+// pairs (docs/design.md §1.5): the queries, the packed K and V and the weights P are rounded
+// to bf16 and the products summed in fp32; the scale is then applied to the scores in the
+// softmax (Q K^T of rounded Q), where fp32 folds it into the queries.
+template <class Arch, class Tiles, class Dot>
 struct attention_block {
+  using unit = typename Dot::unit;
+  static constexpr bool pairs_of_bf16 = std::is_same_v<unit, bf16_pair>;
+
   const attention_args& a;
   const attention_layout& l;
   const attention_task& t;
-  const float* kt;    // packed K^T: head_dim x l.kv_rows in panels of l.scores.nr
-  const float* v;     // packed V: l.kv_rows x head_dim in panels of l.values.nr
+  const unit* kt;     // packed K^T: head_dim x l.kv_rows in panels of l.scores.nr
+  const unit* v;      // packed V: l.kv_rows x head_dim in panels of l.values.nr
   std::int64_t rows;  // stacked rows: positions * l.group
   attention_scratch s;
+
+  // Units of a K^T panel row (head_dim elements) and of a V panel column (kv_rows keys).
+  std::int64_t dim_units() const noexcept { return pairs_of_bf16 ? pairs(a.head_dim) : a.head_dim; }
+  std::int64_t value_rows() const noexcept { return pairs_of_bf16 ? pairs(l.kv_rows) : l.kv_rows; }
+  // Units of P per score row.
+  std::int64_t weight_units() const noexcept {
+    return pairs_of_bf16 ? pairs(l.score_cols) : l.score_cols;
+  }
+  const unit* queries() const noexcept {
+    if constexpr (pairs_of_bf16) {
+      return s.query_pairs;
+    } else {
+      return s.queries;
+    }
+  }
+  const unit* weights() const noexcept {
+    if constexpr (pairs_of_bf16) {
+      return s.weight_pairs;
+    } else {
+      return s.scores;
+    }
+  }
+  // The factor between a raw score and its base-2 exponent: the queries carry it in fp32.
+  float score_scale() const noexcept {
+    return pairs_of_bf16 ? a.scale * 1.44269504088896341f : 1.0f;
+  }
 
   // Position (relative to past) and query head of stacked row r.
   std::int64_t pos(std::int64_t r) const noexcept { return t.row_begin + r / l.group; }
@@ -147,12 +184,17 @@ struct attention_block {
     return end - j0;
   }
 
+  // The block's queries in the unit: fp32 times the scale in base 2, or bf16 pairs as they are.
   void scale_queries() const noexcept {
     const std::int64_t hd = a.head_dim;
     const float c = a.scale * 1.44269504088896341f;  // log2(e)
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* row = a.q.row(t.b, head(r), pos(r));
-      for (std::int64_t d = 0; d < hd; ++d) s.queries[r * hd + d] = c * row[d];
+      if constexpr (pairs_of_bf16) {
+        Dot::to_pairs(row, hd, s.query_pairs + r * pairs(hd));
+      } else {
+        for (std::int64_t d = 0; d < hd; ++d) s.queries[r * hd + d] = c * row[d];
+      }
     }
   }
 
@@ -160,15 +202,15 @@ struct attention_block {
   // Panels outer, micro-blocks inner: a (head_dim, nr) panel of K^T stays in L1.
   template <class T>
   void scores(T, std::int64_t j0, std::int64_t j1) const noexcept {
-    const std::int64_t hd = a.head_dim, last = rows_end(0, rows);
+    const std::int64_t du = dim_units(), last = rows_end(0, rows);
     const std::int64_t panels = ((last < j1 ? last : j1) - j0 + T::nr - 1) / T::nr;
-    const float* first_panel = kt + j0 * hd;  // panel j0 / nr, each hd * nr floats
+    const unit* first_panel = kt + j0 * du;  // panel j0 / nr, each du * nr units
     for (std::int64_t p = 0; p < panels; ++p) {
       for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
         if (j0 + p * T::nr >= rows_end(r, r + R)) return;  // above the diagonal
-        micro_kernel<T, R>(hd, s.queries + r * hd, hd, first_panel + p * hd * T::nr,
-                           s.scores + r * l.score_cols + p * T::nr, l.score_cols,
-                           start_bias<T>{nullptr});
+        micro_kernel<T, R, Dot>(du, queries() + r * du, du, first_panel + p * du * T::nr,
+                                s.scores + r * l.score_cols + p * T::nr, l.score_cols,
+                                start_bias<T>{nullptr});
       });
     }
   }
@@ -183,14 +225,14 @@ struct attention_block {
       const std::int64_t len = row_keys(r, j0, j1);
       float shift = 0.0f;  // m - m' (no change for a row without keys here)
       if (len > 0) {
-        const float tile_max = row_max<Arch>(s.scores + r * l.score_cols, len);
+        const float tile_max = score_scale() * row_max<Arch>(s.scores + r * l.score_cols, len);
         const float m = first || tile_max > s.row_max[r] ? tile_max : s.row_max[r];
         shift = first ? 0.0f : s.row_max[r] - m;
         s.row_max[r] = m;
       }
       s.rescale[r] = shift;
     }
-    if (!first) exp2_sum<Arch>(s.rescale, rows, 0.0f);  // 2^(m - m'), vectorised over rows
+    if (!first) exp2_sum<Arch>(s.rescale, rows, 0.0f, 1.0f);  // 2^(m - m'), vectorised over rows
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t len = row_keys(r, j0, j1);
       const std::int64_t block_end = rows_end(r, r + l.values.mr < rows ? r + l.values.mr : rows);
@@ -198,7 +240,7 @@ struct attention_block {
       float* p = s.scores + r * l.score_cols;
       std::int64_t zero_from = 0;
       if (len > 0) {
-        const float sum = exp2_sum<Arch>(p, len, s.row_max[r]);
+        const float sum = exp2_sum<Arch>(p, len, s.row_max[r], score_scale());
         s.row_sum[r] = first ? sum : s.row_sum[r] * s.rescale[r] + sum;
         zero_from = (len + lanes - 1) / lanes * lanes;  // exp2_sum zeroed up to here
         if (a.dropout.active()) {
@@ -207,7 +249,10 @@ struct attention_block {
           for (std::int64_t j = 0; j < len; ++j) p[j] *= s.dropout[j];
         }
       }
-      for (std::int64_t j = zero_from; j < end; ++j) p[j] = 0.0f;
+      // bf16 reads the weights in pairs: a pair's other half is zero too.
+      const std::int64_t read = pairs_of_bf16 ? round_up(end, 2) : end;
+      for (std::int64_t j = zero_from; j < read; ++j) p[j] = 0.0f;
+      if constexpr (pairs_of_bf16) Dot::to_pairs(p, read, s.weight_pairs + r * weight_units());
     }
   }
 
@@ -218,7 +263,7 @@ struct attention_block {
   // in a later token cannot reach an earlier row as 0 * NaN.
   template <class T>
   void values(T, std::int64_t j0, std::int64_t j1) const noexcept {
-    const std::int64_t panels = l.acc_cols / T::nr;
+    const std::int64_t panels = l.acc_cols / T::nr, wu = weight_units();
     for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
       const std::int64_t end = rows_end(r, r + R), kc = (end < j1 ? end : j1) - j0;
       if (kc <= 0) return;       // no keys here for these rows: rescale is 1, nothing to add
@@ -227,27 +272,47 @@ struct attention_block {
         const std::int64_t own = t.past + pos(r) + 1, first_row_end = own < j1 ? own : j1;
         common = first_row_end - j0 < 0 ? 0 : first_row_end - j0;
       }
+      // bf16: whole pairs of keys only, so that a key past a row's limit never meets its zero
+      // weight in a pair; the odd one left goes to the diagonal.
+      const std::int64_t common_units = pairs_of_bf16 ? common / 2 : common;
+      const std::int64_t done = pairs_of_bf16 ? 2 * common_units : common;
       for (std::int64_t p = 0; p < panels; ++p) {
-        const float* panel = v + p * l.kv_rows * T::nr + j0 * T::nr;
+        // Panel p's rows from key j0 (even: a key tile is a multiple of the lanes).
+        const unit* panel = v + p * value_rows() * T::nr + (pairs_of_bf16 ? j0 / 2 : j0) * T::nr;
         float* o = s.accumulators + r * l.acc_cols + p * T::nr;
-        const float* weights = s.scores + r * l.score_cols;
         if (j0 == t.key_begin) {
-          micro_kernel<T, R>(common, weights, l.score_cols, panel, o, l.acc_cols,
-                             start_bias<T>{nullptr});
+          micro_kernel<T, R, Dot>(common_units, weights() + r * wu, wu, panel, o, l.acc_cols,
+                                  start_bias<T>{nullptr});
         } else {
-          micro_kernel<T, R>(common, weights, l.score_cols, panel, o, l.acc_cols,
-                             start_scaled<T>{o, l.acc_cols, s.rescale + r});
+          micro_kernel<T, R, Dot>(common_units, weights() + r * wu, wu, panel, o, l.acc_cols,
+                                  start_scaled<T>{o, l.acc_cols, s.rescale + r});
         }
-        if (common < kc) diagonal<T>(r, R, j0, common, j1, panel, o);
+        if (done < kc) diagonal<T>(r, R, j0, done, j1, panel, o);
       }
     });
   }
 
-  // O[rr] += P[rr, k] V[j0 + k] for the rows rr of the row block [r, r + R) and their keys
-  // k in [common, row_keys(rr)): the part of the diagonal each row attends to.
+  // Row k (key j0 + k) of a V panel as floats, batch c of the tile: fp32 as is, bf16 widened
+  // from its half of the pair.
   template <class T>
-  void diagonal(std::int64_t r, int R, std::int64_t j0, std::int64_t common, std::int64_t j1,
-                const float* panel, float* o) const noexcept {
+  typename T::batch value_row(const unit* panel, std::int64_t k, int c) const noexcept {
+    using batch = typename T::batch;
+    constexpr std::int64_t lanes = batch::size;
+    if constexpr (pairs_of_bf16) {
+      using words = xsimd::batch<std::uint32_t, typename T::arch>;
+      const auto h = widen(words::load_unaligned(panel + k / 2 * T::nr + c * lanes));
+      return k % 2 == 0 ? h.even : h.odd;
+    } else {
+      return batch::load_unaligned(panel + k * T::nr + c * lanes);
+    }
+  }
+
+  // O[rr] += P[rr, k] V[j0 + k] for the rows rr of the row block [r, r + R) and their keys
+  // k in [from, row_keys(rr)): the part of the diagonal each row attends to (bf16: its weights
+  // rounded as in the pairs).
+  template <class T>
+  void diagonal(std::int64_t r, int R, std::int64_t j0, std::int64_t from, std::int64_t j1,
+                const unit* panel, float* o) const noexcept {
     using batch = typename T::batch;
     constexpr std::int64_t lanes = batch::size;
     for (std::int64_t rr = r; rr < r + R; ++rr) {
@@ -256,8 +321,10 @@ struct attention_block {
       float* out = o + (rr - r) * l.acc_cols;
       for (int c = 0; c < T::nv; ++c) {
         batch acc = batch::load_unaligned(out + c * lanes);
-        for (std::int64_t k = common; k < keys; ++k)
-          acc = xsimd::fma(batch(w[k]), batch::load_unaligned(panel + k * T::nr + c * lanes), acc);
+        for (std::int64_t k = from; k < keys; ++k) {
+          const float weight = pairs_of_bf16 ? round_bf16(w[k]) : w[k];
+          acc = xsimd::fma(batch(weight), value_row<T>(panel, k, c), acc);
+        }
         acc.store_unaligned(out + c * lanes);
       }
     }
@@ -306,17 +373,28 @@ struct attention_block {
   }
 };
 
-template <class Arch, class Tiles>
+// isa_kernels::attention_rows over the layout's unit: bf16 pairs through PairDot, else fp32.
+template <class Arch, class Tiles, class PairDot>
 void attention_rows(const attention_args& a, const attention_layout& l, const attention_task& t,
                     float* scratch) noexcept {
-  const attention_block<Arch, Tiles> block{a,
-                                           l,
-                                           t,
-                                           t.head,
-                                           t.head + l.values_offset(),
-                                           (t.row_end - t.row_begin) * l.group,
-                                           l.scratch_parts(scratch)};
-  block.run();
+  const auto run = [&](auto dot) {
+    using Dot = decltype(dot);
+    using unit = typename Dot::unit;
+    const unit* head = static_cast<const unit*>(t.head);
+    const attention_block<Arch, Tiles, Dot> block{a,
+                                                  l,
+                                                  t,
+                                                  head,
+                                                  head + l.values_offset(),
+                                                  (t.row_end - t.row_begin) * l.group,
+                                                  l.scratch_parts(scratch)};
+    block.run();
+  };
+  if (l.bf16) {
+    run(PairDot{});
+  } else {
+    run(fma_dot{});
+  }
 }
 
 }  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE

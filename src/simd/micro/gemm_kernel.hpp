@@ -12,20 +12,19 @@ namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 // first slice (k0 == 0) starts from the bias, later ones continue the sum in c. A tile with
 // fewer columns than nr (the last panel of an n that is not a multiple of nr) goes through a
 // tile on the stack, in one slice (kc == k).
-template <class T, int R>
-void micro_kernel_cols(std::int64_t k0, std::int64_t kc, const float* a, std::int64_t lda,
-                       const float* b, const float* init, float* c, std::int64_t ldc,
-                       int cols) noexcept {
+template <class T, int R, class Dot, class U = typename Dot::unit>
+void micro_kernel_cols(std::int64_t k0, std::int64_t kc, const U* a, std::int64_t lda, const U* b,
+                       const float* init, float* c, std::int64_t ldc, int cols) noexcept {
   if (cols == T::nr) {
     if (k0 == 0) {
-      micro_kernel<T, R>(kc, a, lda, b, c, ldc, start_bias<T>{init});
+      micro_kernel<T, R, Dot>(kc, a, lda, b, c, ldc, start_bias<T>{init});
     } else {
-      micro_kernel<T, R>(kc, a + k0, lda, b + k0 * T::nr, c, ldc, start_sum<T>{c, ldc});
+      micro_kernel<T, R, Dot>(kc, a + k0, lda, b + k0 * T::nr, c, ldc, start_sum<T>{c, ldc});
     }
     return;
   }
   alignas(64) float part[R * T::nr];
-  micro_kernel<T, R>(kc, a, lda, b, part, T::nr, start_bias<T>{init});
+  micro_kernel<T, R, Dot>(kc, a, lda, b, part, T::nr, start_bias<T>{init});
   for (int r = 0; r < R; ++r) {
     for (int j = 0; j < cols; ++j) c[r * ldc + j] = part[r * T::nr + j];
   }
@@ -34,14 +33,13 @@ void micro_kernel_cols(std::int64_t k0, std::int64_t kc, const float* a, std::in
 // `rows` rows of one column panel over k slice [k0, k0 + kc): blocks of R rows, then the
 // remainder in blocks of the smaller power-of-two row counts (edge micro-kernels instead of
 // padding A).
-template <class T, int R>
-void panel_rows(std::int64_t rows, std::int64_t k0, std::int64_t kc, const float* a,
-                std::int64_t lda, const float* b, const float* init, float* c, std::int64_t ldc,
-                int cols) noexcept {
+template <class T, int R, class Dot, class U = typename Dot::unit>
+void panel_rows(std::int64_t rows, std::int64_t k0, std::int64_t kc, const U* a, std::int64_t lda,
+                const U* b, const float* init, float* c, std::int64_t ldc, int cols) noexcept {
   for (; rows >= R; rows -= R, a += R * lda, c += R * ldc)
-    micro_kernel_cols<T, R>(k0, kc, a, lda, b, init, c, ldc, cols);
+    micro_kernel_cols<T, R, Dot>(k0, kc, a, lda, b, init, c, ldc, cols);
   if constexpr (smaller_rows < R >> 0) {
-    if (rows > 0) panel_rows<T, smaller_rows<R>>(rows, k0, kc, a, lda, b, init, c, ldc, cols);
+    if (rows > 0) panel_rows<T, smaller_rows<R>, Dot>(rows, k0, kc, a, lda, b, init, c, ldc, cols);
   }
 }
 
@@ -53,17 +51,20 @@ inline std::int64_t gemm_row_block(std::int64_t kc, int mr) noexcept {
 
 // Panels per group: their kc-row slices of B fill about gemm_b_block_bytes (at least one).
 inline std::int64_t gemm_panel_group(std::int64_t kc, int nr) noexcept {
-  const std::int64_t panels = gemm_b_block_bytes / (kc * nr * static_cast<std::int64_t>(sizeof(float)));
+  const std::int64_t panels =
+      gemm_b_block_bytes / (kc * nr * static_cast<std::int64_t>(sizeof(float)));
   return panels > 1 ? panels : 1;
 }
 
 // isa_kernels::gemm for one tile shape: panel groups, row blocks, k slices, panels, micro-tiles
-// (outer to inner). A is read in place (packing it lost 5-10% on Zen4 at these shapes); a full-width tile
-// adds slice after slice into C, a partial one (the last panel) runs whole k at once.
-template <class T>
-void gemm_panels(const gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
-                 std::int64_t panel_begin, std::int64_t panel_end) noexcept {
-  const panels_view& b = g.b;
+// (outer to inner). A is read in place (packing it lost 5-10% on Zen4 at these shapes); a
+// full-width tile adds slice after slice into C, a partial one (the last panel) runs whole k at
+// once. Every size below counts units of Dot (gemm.hpp): a slice of gemm_k_slice units is 256
+// floats or 256 bf16 pairs, the same bytes of a panel row either way.
+template <class T, class Dot>
+void gemm_panels(const gemm_args_of<typename Dot::unit>& g, std::int64_t row_begin,
+                 std::int64_t row_end, std::int64_t panel_begin, std::int64_t panel_end) noexcept {
+  const panels_of<typename Dot::unit>& b = g.b;
   const std::int64_t slice = b.k < gemm_k_slice ? b.k : gemm_k_slice;
   const std::int64_t block = gemm_row_block(slice, T::mr);
   const std::int64_t group = gemm_panel_group(slice, T::nr);
@@ -77,20 +78,20 @@ void gemm_panels(const gemm_args& g, std::int64_t row_begin, std::int64_t row_en
           const std::int64_t first_col = p * T::nr;
           const int cols = static_cast<int>(b.n - first_col < T::nr ? b.n - first_col : T::nr);
           if (cols < T::nr && k0 > 0) continue;  // a partial tile runs whole k in the first slice
-          panel_rows<T, T::mr>(rows, k0, cols < T::nr ? b.k : kc, g.a + r0 * g.lda, g.lda,
-                               b.panel(p), b.bias ? b.bias + first_col : nullptr,
-                               g.c + r0 * g.ldc + first_col, g.ldc, cols);
+          panel_rows<T, T::mr, Dot>(rows, k0, cols < T::nr ? b.k : kc, g.a + r0 * g.lda, g.lda,
+                                    b.panel(p), b.bias ? b.bias + first_col : nullptr,
+                                    g.c + r0 * g.ldc + first_col, g.ldc, cols);
         }
       }
     }
   }
 }
 
-template <class Arch, class Tiles>
-void gemm(const gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
+template <class Arch, class Tiles, class Dot = fma_dot>
+void gemm(const gemm_args_of<typename Dot::unit>& g, std::int64_t row_begin, std::int64_t row_end,
           std::int64_t panel_begin, std::int64_t panel_end) noexcept {
   with_tile(Tiles{}, g.b.nr, [&](auto t) {
-    gemm_panels<decltype(t)>(g, row_begin, row_end, panel_begin, panel_end);
+    gemm_panels<decltype(t), Dot>(g, row_begin, row_end, panel_begin, panel_end);
   });
 }
 

@@ -10,8 +10,16 @@
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
 // The table of one ISA: Arch is its widest arch, Tiles its micro-kernels (which may use
-// narrower batches: the AVX-512 build runs 8-float panels with AVX2-width registers).
-template <class Arch, class Tiles>
+// narrower batches: the AVX-512 build runs 8-float panels with AVX2-width registers), PairDot
+// its product of bf16 pairs (widened to fp32 FMAs, or AVX512_BF16's dot product).
+// isa_kernels::to_pairs: each row through PairDot's conversion.
+template <class PairDot>
+void to_pairs(const float* a, std::int64_t rows, std::int64_t k, std::int64_t lda,
+              bf16_pair* dst) noexcept {
+  for (std::int64_t r = 0; r < rows; ++r) PairDot::to_pairs(a + r * lda, k, dst + r * pairs(k));
+}
+
+template <class Arch, class Tiles, class PairDot = widen_dot>
 const isa_kernels* kernels_of(xsimd_isa isa) noexcept {
   static const isa_kernels table{isa,
                                  Arch::name(),
@@ -19,7 +27,9 @@ const isa_kernels* kernels_of(xsimd_isa isa) noexcept {
                                  Tiles::shapes,
                                  static_cast<int>(sizeof(Tiles::shapes) / sizeof(tile_shape)),
                                  &gemm<Arch, Tiles>,
-                                 &attention_rows<Arch, Tiles>,
+                                 &to_pairs<PairDot>,
+                                 &gemm<Arch, Tiles, PairDot>,
+                                 &attention_rows<Arch, Tiles, PairDot>,
                                  &row_max<Arch>,
                                  &exp2_sum<Arch>};
   return &table;

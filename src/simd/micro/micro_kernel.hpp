@@ -10,6 +10,7 @@
 // on a CPU without it (docs/dependencies.md §1.2). A test checks the objects for such symbols.
 #pragma once
 
+#include <bit>
 #include <cassert>
 #include <cstdint>
 #include <xsimd/xsimd.hpp>
@@ -25,8 +26,73 @@ namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 // A register tile of the micro-kernel: MR rows of C by NV batches of Arch (nr floats).
 template <class Arch, int MR, int NV>
 struct tile {
+  using arch = Arch;
   using batch = xsimd::batch<float, Arch>;
   static constexpr int mr = MR, nv = NV, nr = NV * static_cast<int>(batch::size);
+};
+
+// One step of k of the micro-kernel in the operands' unit (gemm.hpp): the B row the step streams
+// and the A element it broadcasts per row, and their product added to an accumulator.
+// fma_dot: fp32, one element per step.
+struct fma_dot {
+  using unit = float;
+  template <class Arch>
+  static xsimd::batch<float, Arch> load_b(const float* p) noexcept {
+    return xsimd::batch<float, Arch>::load_unaligned(p);
+  }
+  template <class Arch>
+  static xsimd::batch<float, Arch> broadcast_a(float a) noexcept {
+    return xsimd::batch<float, Arch>(a);
+  }
+  template <class B>
+  static B dot(B acc, B a, B b) noexcept {
+    return xsimd::fma(a, b, acc);
+  }
+};
+
+// A batch of bf16 pairs as two float batches: bf16 is the top half of a float32, so the even
+// k's value is the pair shifted up by 16 bits, the odd k's the pair with its low half cleared.
+template <class Arch>
+struct pair_halves {
+  xsimd::batch<float, Arch> even, odd;
+};
+template <class Arch>
+pair_halves<Arch> widen(xsimd::batch<std::uint32_t, Arch> p) noexcept {
+  using words = xsimd::batch<std::uint32_t, Arch>;
+  using floats = xsimd::batch<float, Arch>;
+  return {xsimd::bitwise_cast<floats>(p << 16),
+          xsimd::bitwise_cast<floats>(p & words(0xffff0000u))};
+}
+
+// widen_dot: bf16 pairs on any ISA, each widened to two float32 and multiplied with two FMAs
+// (acc + a_even b_even, then + a_odd b_odd): bf16 storage and bandwidth, the fp32 FMA rate.
+// (AVX512_BF16's vdpbf16ps does the pair in one instruction: micro/kernels_avx512bf16.cpp.)
+struct widen_dot {
+  using unit = bf16_pair;
+  // n floats rounded to n bf16 (ties to even, NaN kept a NaN: to_bf16) in pairs at dst, the
+  // missing odd one zero. Branch-free, so the compiler vectorises it for the ISA at hand.
+  static void to_pairs(const float* x, std::int64_t n, bf16_pair* dst) noexcept {
+    const auto round = [](float f) {
+      const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
+      const std::uint32_t nearest = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+      return (bits & 0x7fffffffu) > 0x7f800000u ? (bits >> 16) | 0x40u : nearest;
+    };
+    for (std::int64_t p = 0; p < n / 2; ++p) dst[p] = round(x[2 * p]) | round(x[2 * p + 1]) << 16;
+    if (n % 2 != 0) dst[n / 2] = round(x[n - 1]);
+  }
+  template <class Arch>
+  static pair_halves<Arch> load_b(const bf16_pair* p) noexcept {
+    return widen(xsimd::batch<std::uint32_t, Arch>::load_unaligned(p));
+  }
+  template <class Arch>
+  static pair_halves<Arch> broadcast_a(bf16_pair a) noexcept {
+    return widen(xsimd::batch<std::uint32_t, Arch>(a));
+  }
+  template <class Arch>
+  static xsimd::batch<float, Arch> dot(xsimd::batch<float, Arch> acc, const pair_halves<Arch>& a,
+                                       const pair_halves<Arch>& b) noexcept {
+    return xsimd::fma(a.odd, b.odd, xsimd::fma(a.even, b.even, acc));
+  }
 };
 
 // The tiles one ISA offers, widest panel first (isa_kernels::tiles lists the same).
@@ -110,26 +176,30 @@ struct start_sum {
   }
 };
 
-// The micro-kernel: the (R, T::nr) tile c = start + sum over kk < kc of a(:, kk) b(kk, :).
-// a: R rows with stride lda (A read in place, one element broadcast per row and step);
+// The micro-kernel: the (R, T::nr) tile c = start + sum over kk < kc of a(:, kk) b(kk, :), kc
+// and every offset in units of Dot (floats, or bf16 pairs).
+// a: R rows with stride lda (A read in place, one unit broadcast per row and step);
 // b: a packed panel, (kc, nr) row-major; start: one of the start_* policies; c: row stride ldc.
 // All R * NV accumulators stay in registers for the whole kc loop.
-template <class T, int R, class Start>
-void micro_kernel(std::int64_t kc, const float* a, std::int64_t lda, const float* b, float* c,
-                  std::int64_t ldc, const Start& start) noexcept {
+template <class T, int R, class Dot = fma_dot, class Start>
+void micro_kernel(std::int64_t kc, const typename Dot::unit* a, std::int64_t lda,
+                  const typename Dot::unit* b, float* c, std::int64_t ldc,
+                  const Start& start) noexcept {
+  using arch = typename T::arch;
   using batch = typename T::batch;
   constexpr int lanes = static_cast<int>(batch::size), nv = T::nv, nr = T::nr;
+  using b_operand = decltype(Dot::template load_b<arch>(b));
   batch acc[R][nv];
   start(acc);
   for (std::int64_t kk = 0; kk < kc; ++kk) {
-    batch bk[nv];
+    b_operand bk[nv];
 #pragma GCC unroll 8
-    for (int v = 0; v < nv; ++v) bk[v] = batch::load_unaligned(b + kk * nr + v * lanes);
+    for (int v = 0; v < nv; ++v) bk[v] = Dot::template load_b<arch>(b + kk * nr + v * lanes);
 #pragma GCC unroll 32
     for (int r = 0; r < R; ++r) {
-      const batch ar(a[r * lda + kk]);
+      const auto ar = Dot::template broadcast_a<arch>(a[r * lda + kk]);
 #pragma GCC unroll 8
-      for (int v = 0; v < nv; ++v) acc[r][v] = xsimd::fma(ar, bk[v], acc[r][v]);
+      for (int v = 0; v < nv; ++v) acc[r][v] = Dot::dot(acc[r][v], ar, bk[v]);
     }
   }
 #pragma GCC unroll 32
