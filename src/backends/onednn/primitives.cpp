@@ -4,6 +4,8 @@
 #include <limits>
 #include <unordered_map>
 
+#include "core/bf16.hpp"
+
 namespace mha::detail {
 namespace {
 
@@ -34,11 +36,12 @@ reorder_step make_reorder(const dnnl::engine& engine, const dnnl::memory::desc& 
   return {pd, dnnl::reorder(pd)};
 }
 
-// x (rows, in) -> y (rows, out) through `weights` (in, out), plus a (1, out) bias when `bias`.
+// x (rows, in) -> y (rows, out) through `weights` (in, out), plus a (1, out) bias when `bias`;
+// x in the weights' data type (f32 or bf16), y and the bias f32.
 dnnl::matmul::desc linear_desc(std::int64_t rows, const dnnl::memory::desc& weights, bool bias) {
   const std::int64_t in = weights.dims()[0], out = weights.dims()[1];
-  const dnnl::memory::desc x({rows, in}, dt::f32, tag::ab), b({1, out}, dt::f32, tag::ab),
-      y({rows, out}, dt::f32, tag::ab);
+  const dnnl::memory::desc x({rows, in}, weights.data_type(), tag::ab),
+      b({1, out}, dt::f32, tag::ab), y({rows, out}, dt::f32, tag::ab);
   return bias ? dnnl::matmul::desc(x, weights, b, y) : dnnl::matmul::desc(x, weights, y);
 }
 
@@ -51,9 +54,8 @@ dnnl::memory::desc token_major(std::int64_t batch, std::int64_t seq_len, std::in
 
 }  // namespace
 
-void matmul_step::run(dnnl::stream& stream, const float* src, const float* weights,
-                      const float* bias, float* dst, const float* post,
-                      std::byte* scratchpad) const {
+void matmul_step::run(dnnl::stream& stream, const void* src, const void* weights, const float* bias,
+                      float* dst, const float* post, std::byte* scratchpad) const {
   const dnnl::engine engine = pd.get_engine();
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, view(pd.src_desc(), engine, src)},
@@ -68,16 +70,20 @@ void matmul_step::run(dnnl::stream& stream, const float* src, const float* weigh
   primitive.execute(stream, args);
 }
 
-packed_linear pack_linear(const dnnl::engine& engine, const linear_weights& w) {
+packed_linear pack_linear(const dnnl::engine& engine, const linear_weights& w, bool in_bf16) {
   const dnnl::memory::desc plain({w.in, w.out}, dt::f32, tag::ba);  // W (out, in) read as W^T
   // The layout depends on (in, out), not on the row count (checked for rows 1 to 4096), so one
-  // row serves to ask.
+  // row serves to ask. A bf16 layer's reorder rounds W to bf16 on the way (nearest even).
   const dnnl::memory::desc preferred =
       dnnl::matmul::primitive_desc(
-          linear_desc(1, dnnl::memory::desc({w.in, w.out}, dt::f32, tag::any), w.has_bias()),
+          linear_desc(1, dnnl::memory::desc({w.in, w.out}, in_bf16 ? dt::bf16 : dt::f32, tag::any),
+                      w.has_bias()),
           user_scratchpad(), engine)
           .weights_desc();
-  packed_linear layer{dnnl::memory(preferred, engine), w.bias};
+  packed_linear layer{dnnl::memory(preferred, engine), w.bias, in_bf16};
+  if (in_bf16) {
+    for (float& b : layer.bias) b = round_bf16(b);
+  }
   dnnl::memory source = view(plain, engine, w.weight.data());
   dnnl::stream stream(engine);
   dnnl::reorder(source, layer.weights).execute(stream, source, layer.weights);
@@ -90,7 +96,7 @@ matmul_step make_linear(const dnnl::engine& engine, std::int64_t rows, const pac
                      user_scratchpad());
 }
 
-void reorder_step::run(dnnl::stream& stream, const float* src, float* dst,
+void reorder_step::run(dnnl::stream& stream, const void* src, void* dst,
                        std::byte* scratchpad) const {
   const dnnl::engine engine = pd.get_engine();
   primitive.execute(stream,
@@ -103,6 +109,12 @@ reorder_step make_head_split(const dnnl::engine& engine, std::int64_t batch, std
                              std::int64_t heads, std::int64_t head_dim) {
   return make_reorder(engine, token_major(batch, seq_len, heads, head_dim),
                       {{batch, heads, seq_len, head_dim}, dt::f32, tag::abcd});
+}
+
+reorder_step make_to_bf16(const dnnl::engine& engine, const dims& shape, const dims& strides) {
+  dims dense(shape.size(), 1);
+  for (std::size_t i = shape.size() - 1; i > 0; --i) dense[i - 1] = dense[i] * shape[i];
+  return make_reorder(engine, {shape, dt::f32, strides}, {shape, dt::bf16, dense});
 }
 
 std::int64_t attention_group(std::int64_t count, std::int64_t rows, std::int64_t keys) {
@@ -128,10 +140,11 @@ attention_steps::attention_steps(const dnnl::engine& engine, const attention_geo
   // instead of 57 us per forward at B1 T128 d64 H1, one Zen5 core).
   const std::int64_t q_stride = g.q_stride > 0 && gr > 1 ? g.q_stride : t * hd,
                      kv_stride = g.kv_stride > 0 && gr > 1 ? g.kv_stride : n * hd;
-  const dnnl::memory::desc q({1, gr, t, hd}, dt::f32, dims{gr * q_stride, q_stride, hd, 1});
+  const dt operands = g.bf16 ? dt::bf16 : dt::f32;
+  const dnnl::memory::desc q({1, gr, t, hd}, operands, dims{gr * q_stride, q_stride, hd, 1});
   // K read as K^T.
-  const dnnl::memory::desc kt({1, gr, hd, n}, dt::f32, dims{gr * kv_stride, kv_stride, 1, hd});
-  const dnnl::memory::desc v({1, gr, n, hd}, dt::f32, dims{gr * kv_stride, kv_stride, hd, 1});
+  const dnnl::memory::desc kt({1, gr, hd, n}, operands, dims{gr * kv_stride, kv_stride, 1, hd});
+  const dnnl::memory::desc v({1, gr, n, hd}, operands, dims{gr * kv_stride, kv_stride, hd, 1});
   const dnnl::memory::desc s({1, gr, t, n}, dt::f32, tag::abcd);
   const dnnl::memory::desc out({1, gr, t, hd}, dt::f32, tag::abcd);
 
@@ -162,7 +175,12 @@ attention_steps::attention_steps(const dnnl::engine& engine, const attention_geo
       user_scratchpad(), engine);
   softmax_ = dnnl::softmax_v2_forward(softmax_pd_);
 
-  context_ = make_matmul(engine, dnnl::matmul::desc(s, v, out), user_scratchpad());
+  if (g.bf16) {
+    const dnnl::memory::desc p({1, gr, t, n}, dt::bf16, tag::abcd);
+    context_ = make_matmul(engine, dnnl::matmul::desc(p, v, out), user_scratchpad());
+  } else {
+    context_ = make_matmul(engine, dnnl::matmul::desc(s, v, out), user_scratchpad());
+  }
 }
 
 void attention_steps::run_softmax(dnnl::stream& stream, float* scores,
@@ -178,6 +196,32 @@ void attention_steps::run_softmax(dnnl::stream& stream, float* scores,
 std::size_t attention_steps::scratchpad_bytes() const {
   return std::max({detail::scratchpad_bytes(scores_.pd), detail::scratchpad_bytes(context_.pd),
                    detail::scratchpad_bytes(softmax_pd_)});
+}
+
+void attention_steps::row_maxima(const float* weights, float* largest) const {
+  const std::int64_t n = g_.keys;
+  for (std::int64_t r = 0; r < g_.group * g_.rows; ++r) {
+    const float* row = weights + r * n;
+    float m = row[0];
+    for (std::int64_t j = 1; j < n; ++j) m = row[j] > m ? row[j] : m;
+    largest[r] = m;
+  }
+}
+
+void attention_steps::unnormalised_bf16(const float* weights, const float* largest,
+                                        std::uint16_t* p) const {
+  const std::int64_t n = g_.keys;
+  for (std::int64_t r = 0; r < g_.group * g_.rows; ++r) {
+    const float inverse = 1.0f / largest[r];
+    for (std::int64_t j = 0; j < n; ++j) p[r * n + j] = to_bf16(weights[r * n + j] * inverse);
+  }
+}
+
+void attention_steps::scale_rows(float* out, const float* largest) const {
+  const std::int64_t hd = g_.head_dim;
+  for (std::int64_t r = 0; r < g_.group * g_.rows; ++r) {
+    for (std::int64_t e = 0; e < hd; ++e) out[r * hd + e] *= largest[r];
+  }
 }
 
 void attention_steps::describe(std::vector<std::string>& out) const {

@@ -26,8 +26,9 @@ struct matmul_step {
   dnnl::matmul primitive;
 
   // dst = src * weights (+ bias) (+ the post-op operand `post`), each pointer viewed through the
-  // descriptors the step was built with. `bias` and `post` are null when the step has none.
-  void run(dnnl::stream& stream, const float* src, const float* weights, const float* bias,
+  // descriptors the step was built with (f32 or bf16 data). `bias` and `post` are null when the
+  // step has none.
+  void run(dnnl::stream& stream, const void* src, const void* weights, const float* bias,
            float* dst, const float* post, std::byte* scratchpad) const;
 };
 
@@ -37,18 +38,22 @@ struct matmul_step {
 // (format `ba`, which brgemm repacks block by block on every run), measured on one Zen4 core
 // with random data, GFLOP/s: (1024, 768, 768) 110.1 vs 106.2, 12 x (1024, 768, 64) 113.4 vs
 // 107.3, (128, 6144, 6144) 110.4 vs 103.7; forward B4 T256 d768 H12 split_weight 55.4 vs 57.4 ms.
+//
+// bf16 (docs/design.md §1.5): the weights repacked as bf16 and the bias rounded to bf16 values
+// (kept f32); the step then takes its input x as bf16 (converted by a to_bf16 reorder).
 struct packed_linear {
   dnnl::memory weights;     // owns its storage
   std::vector<float> bias;  // (out), or empty for no bias
+  bool bf16 = false;
 
-  const float* weight_data() const { return static_cast<const float*>(weights.get_data_handle()); }
+  const void* weight_data() const { return weights.get_data_handle(); }
   const float* bias_data() const { return bias.empty() ? nullptr : bias.data(); }
 };
 
-packed_linear pack_linear(const dnnl::engine& engine, const linear_weights& w);
+packed_linear pack_linear(const dnnl::engine& engine, const linear_weights& w, bool in_bf16);
 
 // y (rows, out) = x (rows, in) W^T + b for `layer`'s shape, weights layout and bias (present or
-// not). x and y contiguous row-major.
+// not). x (f32, or bf16 for a bf16 layer) and y (f32) contiguous row-major.
 matmul_step make_linear(const dnnl::engine& engine, std::int64_t rows, const packed_linear& layer);
 
 // One reorder primitive: the same (batch, heads, seq_len, head_dim) tensor moved between two
@@ -57,7 +62,7 @@ struct reorder_step {
   dnnl::reorder::primitive_desc pd;
   dnnl::reorder primitive;
 
-  void run(dnnl::stream& stream, const float* src, float* dst, std::byte* scratchpad) const;
+  void run(dnnl::stream& stream, const void* src, void* dst, std::byte* scratchpad) const;
 };
 
 // The head split: (batch, seq_len, heads * head_dim) row-major -> (batch, heads, seq_len,
@@ -71,6 +76,12 @@ struct reorder_step {
 //   for a second attention layout; not kept.
 reorder_step make_head_split(const dnnl::engine& engine, std::int64_t batch, std::int64_t seq_len,
                              std::int64_t heads, std::int64_t head_dim);
+
+// An f32 tensor of `dims` read through `strides` (in elements) -> the same tensor as dense
+// row-major bf16, rounded to nearest even: a bf16 layer's input, and a bf16 attention's Q, K
+// and V gathered from their projections.
+reorder_step make_to_bf16(const dnnl::engine& engine, const dnnl::memory::dims& dims,
+                          const dnnl::memory::dims& strides);
 
 // The geometry of one attention_steps: `group` slices of `rows` queries over `keys` keys and
 // values, each slice a (rows, head_dim) / (keys, head_dim) matrix with rows head_dim apart.
@@ -91,6 +102,10 @@ struct attention_geometry {
   // false: the causal mask of a full forward (rows == keys), built once; true: an additive
   // (rows, keys) mask passed to each run (a decode step's mask depends on the cached lengths).
   bool mask_per_run = false;
+  // Q, K, V and P as bf16 (docs/design.md §1.5; strides count bf16 elements), scores and out
+  // f32: the softmax runs on f32 scores, whose weights are then turned back into the
+  // unnormalised P and rounded (attention_steps::run_group).
+  bool bf16 = false;
   bool operator==(const attention_geometry&) const = default;
 };
 
@@ -113,18 +128,39 @@ class attention_steps {
     return static_cast<std::size_t>(g_.group * g_.rows * g_.keys);
   }
 
-  // Attention for the `group` slices starting at q, k, v into the dense out. `scores` holds
-  // score_floats(); `mask` is the (rows, keys) additive mask when geometry().mask_per_run;
-  // between(weights) runs after softmax, before the weights multiply V (training-mode dropout).
+  // Attention for the `group` slices starting at q, k, v (f32, or bf16 in a bf16 geometry) into
+  // the dense out. `scores` holds score_buffer_floats(); `mask` is the (rows, keys) additive
+  // mask when geometry().mask_per_run; between(weights) runs after softmax, before the weights
+  // multiply V (training-mode dropout).
+  //
+  // bf16 rounds the unnormalised weights exp(s - max), as the design's function does (its
+  // fused kernels round P before they know the row's sum): oneDNN's softmax normalises, so
+  // each row of weights a is divided by its largest, max_j a_j = 1 / sum (taken before
+  // dropout), which gives back exp(s - max) to an fp32 rounding; P V is then multiplied by it.
   template <class Between>
-  void run_group(dnnl::stream& stream, const float* q, const float* k, const float* v, float* out,
+  void run_group(dnnl::stream& stream, const void* q, const void* k, const void* v, float* out,
                  float* scores, std::byte* scratchpad, Between&& between,
                  const float* mask = nullptr) const {
     if (mask == nullptr && mask_.size() > 0) mask = mask_.data();
     scores_.run(stream, q, k, nullptr, scores, mask, scratchpad);
     run_softmax(stream, scores, scratchpad);
+    if (!g_.bf16) {
+      between(scores);
+      context_.run(stream, scores, v, nullptr, out, nullptr, scratchpad);
+      return;
+    }
+    float* largest = scores + score_floats();
+    auto* p = reinterpret_cast<std::uint16_t*>(largest + weight_rows());
+    row_maxima(scores, largest);
     between(scores);
-    context_.run(stream, scores, v, nullptr, out, nullptr, scratchpad);
+    unnormalised_bf16(scores, largest, p);
+    context_.run(stream, p, v, nullptr, out, nullptr, scratchpad);
+    scale_rows(out, largest);
+  }
+  // Floats run_group's `scores` holds: the scores, and in bf16 each weight row's largest and
+  // the bf16 P after them.
+  std::size_t score_buffer_floats() const noexcept {
+    return g_.bf16 ? score_floats() + weight_rows() + (score_floats() + 1) / 2 : score_floats();
   }
 
   std::size_t scratchpad_bytes() const;
@@ -133,6 +169,12 @@ class attention_steps {
 
  private:
   void run_softmax(dnnl::stream& stream, float* scores, std::byte* scratchpad) const;
+  std::size_t weight_rows() const noexcept { return static_cast<std::size_t>(g_.group * g_.rows); }
+  // bf16 (run_group): largest[r] = max of weight row r; p = bf16(weights / largest) row by row;
+  // out row r *= largest[r].
+  void row_maxima(const float* weights, float* largest) const;
+  void unnormalised_bf16(const float* weights, const float* largest, std::uint16_t* p) const;
+  void scale_rows(float* out, const float* largest) const;
 
   attention_geometry g_;
   float_buffer mask_;  // the full forward's (rows, rows) causal mask; empty otherwise

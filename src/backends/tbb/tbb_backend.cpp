@@ -61,7 +61,7 @@ class tbb_impl final : public backend {
                         detail::kernels_description(xsimd_default_isa()));
   }
   std::string isa() const override { return std::string(to_string(xsimd_default_isa())); }
-  // What the kernel set computes: grouped K/V heads and decode, not bf16 (every ISA alike).
+  // What the kernel set computes: grouped K/V heads, decode and bf16 (every ISA alike).
   support supports(const problem& p) const override {
     return detail::driver_support<tbb_kernel_set<xsimd_isa::sse2>>(p);
   }

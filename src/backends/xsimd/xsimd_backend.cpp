@@ -21,7 +21,7 @@ class xsimd_impl final : public backend {
   std::string_view name() const noexcept override { return "xsimd"; }
   std::string description() const override { return detail::kernels_description(active_isa()); }
   std::string isa() const override { return std::string(to_string(active_isa())); }
-  // What the kernel set computes: grouped K/V heads and decode, not bf16 (every ISA alike).
+  // What the kernel set computes: grouped K/V heads, decode and bf16 (every ISA alike).
   support supports(const problem& p) const override {
     return detail::driver_support<detail::xsimd_kernel_set<xsimd_isa::sse2>>(p);
   }
