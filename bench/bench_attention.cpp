@@ -7,6 +7,9 @@
 //            run), parallel over (b, h, 64-query block) tasks with the TBB framework;
 //   unfused  the same kernel with one key tile per row: each query block's whole rows of scores
 //            (64 x T floats), softmax, then P V;
+//   fused_bf16  the fused kernel of a bf16 module (docs/design.md §1.5): Q, K, V and P rounded to
+//            bf16, products summed in fp32 (vdpbf16ps where the CPU has AVX512_BF16), read
+//            against the bf16 dot-product peak there and the FMA peak elsewhere;
 //   onednn   oneDNN's batched matmul (scale and causal mask fused) + softmax + batched matmul
 //            over groups of heads whose scores fit 256 KiB (the onednn backend's steps), threads
 //            through OpenMP.
@@ -47,8 +50,11 @@ using mha::detail::text;
 
 mha_bench::fma_peak peaks;  // FP32 FMA peaks of every ISA, measured at start-up
 
-// The one-core peak (GFLOP/s) for kernels dispatched to `isa` (backend::isa() spelling).
-double peak_for(std::string_view isa) {
+// The one-core peak (GFLOP/s) for kernels dispatched to `isa` (backend::isa() spelling), with
+// fp32 or bf16 operands.
+double peak_for(std::string_view isa, bool bf16 = false) {
+  if (bf16 && peaks.bf16_dot && mha_bench::bf16_peak_isa_for(isa) == "bf16_dot")
+    return peaks.bf16_dot->gflops_one_core;
   return peaks.of(mha_bench::peak_isa_for(isa)).gflops_one_core;
 }
 
@@ -86,8 +92,9 @@ struct operands {
 };
 
 // max |out - oracle| over the sampled rows, relative to the largest oracle value; a message
-// when it exceeds the tolerance (float accumulation over up to 4096 keys stays far below it).
-std::string check(const shape& s, const operands& o) {
+// when it exceeds the tolerance (float accumulation over up to 4096 keys stays far below 1e-5;
+// bf16 operands within 2^-6 of the fp32 oracle here, docs/design.md §1.5).
+std::string check(const shape& s, const operands& o, double tolerance) {
   const mha_reference::attention_shape a{s.batch, s.heads, s.seq_len, s.head_dim};
   double error = 0.0, largest = 0.0;
   for (const std::int64_t b : {std::int64_t{0}, s.batch - 1}) {
@@ -105,15 +112,14 @@ std::string check(const shape& s, const operands& o) {
       }
     }
   }
-  constexpr double tolerance = 1e-5;
   if (error <= tolerance * largest) return {};
   return text("wrong result: max error ", error, " > ", tolerance, " x max |reference| ", largest);
 }
 
-void run(benchmark::State& state, const shape& s, operands& o, int threads, std::string_view isa,
-         const std::function<void()>& attention) {
+void run(benchmark::State& state, const shape& s, operands& o, int threads, double peak,
+         double tolerance, const std::function<void()>& attention) {
   if (!mha_bench::check_then_time(
-          state, attention, [&] { return check(s, o); }, s.gflop(), peak_for(isa), threads))
+          state, attention, [&] { return check(s, o, tolerance); }, s.gflop(), peak, threads))
     return;
   state.counters["B"] = static_cast<double>(s.batch);
   state.counters["T"] = static_cast<double>(s.seq_len);
@@ -123,8 +129,8 @@ void run(benchmark::State& state, const shape& s, operands& o, int threads, std:
 }
 
 // The xsimd kernel through the TBB framework, key_tile as the layout takes it (seq_len: one tile
-// per row, the unfused form).
-void bm_xsimd(benchmark::State& state, shape s, int threads, std::int64_t key_tile) {
+// per row, the unfused form), in fp32 or with bf16 operands.
+void bm_xsimd(benchmark::State& state, shape s, int threads, std::int64_t key_tile, bool bf16) {
   operands o(s);
   const mha::detail::isa_kernels& kernels = mha::detail::kernels_for(mha::xsimd_default_isa());
   mha::detail::attention_args args;
@@ -138,13 +144,15 @@ void bm_xsimd(benchmark::State& state, shape s, int threads, std::int64_t key_ti
   args.seq_len = s.seq_len;
   args.head_dim = s.head_dim;
   args.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  args.bf16 = bf16;
   const mha::detail::attention_layout layout =
       kernels.layout(s.seq_len, s.seq_len, s.head_dim, key_tile);
   state.SetLabel(text("key tile ", std::min(layout.key_tile, s.seq_len), ", ", kernels.arch_name));
-  run(state, s, o, threads, mha::to_string(mha::xsimd_default_isa()), [&] {
-    mha::detail::in_arena(threads,
-                          [&] { mha::detail::parallel_attention(kernels, args, key_tile); });
-  });
+  run(state, s, o, threads, peak_for(mha::to_string(mha::xsimd_default_isa()), bf16),
+      bf16 ? 1.0 / 64 : 1e-5, [&] {
+        mha::detail::in_arena(threads,
+                              [&] { mha::detail::parallel_attention(kernels, args, key_tile); });
+      });
 }
 
 #if MHA_BENCH_ONEDNN
@@ -169,7 +177,7 @@ void bm_onednn(benchmark::State& state, shape s, int threads) {
   for (const std::string& i : implementations) label += ", " + i;
   state.SetLabel(label);
   omp_set_num_threads(threads);  // oneDNN runs on OpenMP here (docs/dependencies.md §2)
-  run(state, s, o, threads, mha::onednn_backend().isa(), [&] {
+  run(state, s, o, threads, peak_for(mha::onednn_backend().isa()), 1e-5, [&] {
     for (std::int64_t first = 0; first < slices; first += group) {
       const std::int64_t at = first * s.seq_len * s.head_dim;
       steps.run_group(stream, o.q.data() + at, o.k.data() + at, o.v.data() + at, o.out.data() + at,
@@ -199,11 +207,15 @@ int main(int argc, char** argv) {
     for (const int threads : thread_counts) {
       const std::string suffix = text("/", s.name(), "/threads:", threads);
       benchmark::RegisterBenchmark(("attention/fused" + suffix).c_str(), bm_xsimd, s, threads,
-                                   mha::detail::default_key_tile)
+                                   mha::detail::default_key_tile, false)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark(("attention/unfused" + suffix).c_str(), bm_xsimd, s, threads,
-                                   s.seq_len)
+                                   s.seq_len, false)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("attention/fused_bf16" + suffix).c_str(), bm_xsimd, s, threads,
+                                   mha::detail::default_key_tile, true)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
 #if MHA_BENCH_ONEDNN

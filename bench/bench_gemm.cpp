@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "simd/isa_kernels.hpp"
 #include "core/text.hpp"
 #include "kernel_timing.hpp"
 #include "mha/backends/xsimd.hpp"
+#include "simd/isa_kernels.hpp"
 
 #if MHA_BENCH_ONEDNN
 #include <omp.h>
@@ -178,9 +178,9 @@ int main(int argc, char** argv) {
 #if MHA_BENCH_ONEDNN
   omp_set_num_threads(1);  // oneDNN runs on OpenMP here (docs/dependencies.md §2)
   const dnnl_version_t* v = dnnl_version();
-  benchmark::AddCustomContext("onednn", mha::detail::text(v->major, ".", v->minor, ".", v->patch,
-                                                         ", 1 OpenMP thread, ",
-                                                         mha::onednn_backend().isa()));
+  benchmark::AddCustomContext(
+      "onednn", mha::detail::text(v->major, ".", v->minor, ".", v->patch, ", 1 OpenMP thread, ",
+                                  mha::onednn_backend().isa()));
 #endif
   if (openblas::get().sgemm != nullptr)
     benchmark::AddCustomContext("openblas", openblas::get().config + ", 1 thread");

@@ -23,6 +23,7 @@
 #include "mha/error.hpp"
 #include "mha/registry.hpp"
 #include "progress.hpp"
+#include "reference/reference.hpp"
 #include "sweep.hpp"
 
 namespace {
@@ -192,12 +193,13 @@ class sweep_runner {
         p.plan->run(x, y, {.threads = c.threads});
       }
       p.check = fixture_->check(p.y);
-      if (!p.check.passed(tolerance_)) {
+      const double tolerance = tolerance_for(pr.cfg.precision);
+      if (!p.check.passed(tolerance)) {
         char buffer[160];
         std::snprintf(buffer, sizeof buffer,
                       "wrong result: max |y - reference| = %.3g > %.3g * max|reference| "
                       "(%.3g) over %zu rows",
-                      p.check.max_error, tolerance_, p.check.max_reference, p.check.rows);
+                      p.check.max_error, tolerance, p.check.max_reference, p.check.rows);
         p.error = buffer;
       }
     } catch (const std::exception& e) {
@@ -208,6 +210,12 @@ class sweep_runner {
       p.plan.reset();
     }
     return p;
+  }
+
+  // The check's tolerance: --tolerance, and for bf16 at least the bound every backend is held
+  // to against the bf16 oracle.
+  double tolerance_for(mha::precision p) const noexcept {
+    return p == mha::precision::bf16 ? std::max(tolerance_, mha_reference::bf16_bound) : tolerance_;
   }
 
   std::vector<bench_case> cases_;
@@ -325,6 +333,12 @@ int run_sweep(int argc, char** argv) {
            << " GFLOP/s on one core, " << fixed(p.gflops_all_cores, "%.1f") << " on "
            << peak.threads << " threads" << std::endl;
     }
+    if (peak.bf16_dot) {
+      *log << "mha_bench: bf16 dot-product peak (vdpbf16ps) "
+           << fixed(peak.bf16_dot->gflops_one_core, "%.1f") << " GFLOP/s on one core, "
+           << fixed(peak.bf16_dot->gflops_all_cores, "%.1f") << " on " << peak.threads << " threads"
+           << std::endl;
+    }
   }
   if (log) *log << "mha_bench: measuring the streaming-read bandwidth..." << std::endl;
   const stream_read bandwidth = measure_stream_read(hardware_threads);
@@ -415,8 +429,11 @@ int run_sweep(int argc, char** argv) {
       "mha_check",
       "before timing, one run per benchmark against the double-precision oracle "
       "(mha_reference::forward_rows) on batch elements {0, B-1} x tokens {0, T/3, 2T/3, T-1}; "
-      "passes when max|y - reference| <= mha_check_tolerance * max|reference|");
+      "passes when max|y - reference| <= mha_check_tolerance * max|reference| "
+      "(mha_check_tolerance_bf16 for bf16: the oracle then rounds as the module does)");
   benchmark::AddCustomContext("mha_check_tolerance", fixed(opt.tolerance, "%g"));
+  benchmark::AddCustomContext("mha_check_tolerance_bf16",
+                              fixed(std::max(opt.tolerance, mha_reference::bf16_bound), "%g"));
   benchmark::AddCustomContext("mha_command", join(raw, " "));
 
   benchmark::RunSpecifiedBenchmarks();

@@ -101,8 +101,8 @@ options parse_command_line(std::span<const std::string> args) {
          if (!(o.tolerance > 0)) fail(f, v, "a number > 0");
        }},
   };
-  const std::map<std::string_view, bool*> switches = {
-      {"--quiet", &o.quiet}, {"--list-shapes", &o.list_shapes}};
+  const std::map<std::string_view, bool*> switches = {{"--quiet", &o.quiet},
+                                                      {"--list-shapes", &o.list_shapes}};
 
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view arg = args[i];

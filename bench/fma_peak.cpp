@@ -99,21 +99,31 @@ double all_cores_once(kernel k, std::int64_t rounds, int threads) {
   return total / seconds * 1e-9;
 }
 
+// The peak of one loop: warm-up, one-core trials, the best of 3 all-core runs.
+isa_peak measure(const isa_kernel& k, int threads, int trials) {
+  const std::int64_t rounds = calibrate(k.run, run_seconds);
+  run_once(k.run, rounds * warm_up_runs);
+  isa_peak p{.isa = std::string(k.name),
+             .one_core_trials = one_core_trials(k.run, rounds, std::max(1, trials))};
+  p.gflops_one_core = *std::max_element(p.one_core_trials.begin(), p.one_core_trials.end());
+  for (int r = 0; r < 3; ++r)
+    p.gflops_all_cores = std::max(p.gflops_all_cores, all_cores_once(k.run, rounds, threads));
+  return p;
+}
+
 }  // namespace
 
 fma_peak measure_fma_peak(int threads, int trials) {
   fma_peak peak;
   peak.threads = std::max(1, threads);
-  for (const isa_kernel& k : supported_kernels()) {
-    const std::int64_t rounds = calibrate(k.run, run_seconds);
-    run_once(k.run, rounds * warm_up_runs);
-    isa_peak p{.isa = std::string(k.name), .one_core_trials = one_core_trials(k.run, rounds, std::max(1, trials))};
-    p.gflops_one_core = *std::max_element(p.one_core_trials.begin(), p.one_core_trials.end());
-    for (int r = 0; r < 3; ++r) {
-      p.gflops_all_cores = std::max(p.gflops_all_cores, all_cores_once(k.run, rounds, peak.threads));
-    }
-    peak.by_isa.push_back(std::move(p));
+  for (const isa_kernel& k : supported_kernels())
+    peak.by_isa.push_back(measure(k, peak.threads, trials));
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16")) {
+    peak.bf16_dot =
+        measure({"avx512bf16", detail::bf16_dot_rounds_avx512bf16}, peak.threads, trials);
   }
+#endif
   return peak;
 }
 
@@ -141,6 +151,13 @@ std::string_view peak_isa_for(std::string_view kernel_isa) {
   if (kernel_isa.starts_with("avx512")) return "avx512";
   if (kernel_isa.find("avx2") != std::string_view::npos) return "avx2";
   return "portable";
+}
+
+std::string_view bf16_peak_isa_for(std::string_view kernel_isa) {
+  if (kernel_isa == "avx512bf16" || kernel_isa == "avx512_core_bf16" ||
+      kernel_isa == "avx512_core_amx")
+    return "bf16_dot";
+  return peak_isa_for(kernel_isa);
 }
 
 }  // namespace mha_bench

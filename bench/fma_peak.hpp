@@ -3,6 +3,7 @@
 // Reusable by any benchmark of bench/ (link mha_fma_peak).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,10 @@ struct fma_peak {
   int threads = 1;  // threads of the all-cores figures
   // Every loop this CPU runs, widest first.
   std::vector<isa_peak> by_isa;
+  // The bf16 dot-product peak (isa "avx512bf16", vdpbf16ps), on CPUs with AVX512_BF16 only: the
+  // yardstick of bf16 kernels that use it (xsimd_isa avx512bf16); bf16 kernels elsewhere widen
+  // to FP32 FMAs and are read against by_isa.
+  std::optional<isa_peak> bf16_dot;
 
   // The loop with the highest one-core figure.
   const isa_peak& best() const;
@@ -35,8 +40,14 @@ struct fma_peak {
 // -> "avx2"; anything else ("sse2", "sse41", "scalar") -> "portable".
 std::string_view peak_isa_for(std::string_view kernel_isa);
 
-// Measures every loop this CPU runs: `trials` one-thread runs of about 25 ms each, then the best
-// of 3 runs of `threads` (>= 1) threads at once (not pinned). Loops: AVX-512 (x86-64-v4) and
+// The same for bf16 plans: "bf16_dot" (fma_peak::bf16_dot) where the kernels multiply bf16 pairs
+// natively (xsimd "avx512bf16", oneDNN "avx512_core_bf16"; oneDNN's "avx512_core_amx" too,
+// though AMX tiles can outrun it), else peak_isa_for (the kernels widen bf16 to FP32 FMAs).
+std::string_view bf16_peak_isa_for(std::string_view kernel_isa);
+
+// Measures every loop this CPU runs (and the bf16 dot-product loop where it runs): `trials`
+// one-thread runs of about 25 ms each, then the best of 3 runs of `threads` (>= 1) threads at
+// once (not pinned). Loops: AVX-512 (x86-64-v4) and
 // AVX2+FMA (x86-64-v3) when __builtin_cpu_supports says so, and a portable 4-lane loop (mul +
 // add where there is no FMA hardware). About 0.1 s per loop and 8 trials. The best of several
 // trials makes it robust to other load, not immune: the trials are kept so reports can say.

@@ -12,5 +12,7 @@ namespace mha_bench::detail {
 double fma_rounds_avx512(std::int64_t rounds, float* sink) noexcept;    // x86-64-v4
 double fma_rounds_avx2(std::int64_t rounds, float* sink) noexcept;      // x86-64-v3
 double fma_rounds_portable(std::int64_t rounds, float* sink) noexcept;  // no -march flag
+// The same with bf16 dot products (vdpbf16ps: 64 FLOPs per 16-lane instruction).
+double bf16_dot_rounds_avx512bf16(std::int64_t rounds, float* sink) noexcept;  // +AVX512_BF16
 
 }  // namespace mha_bench::detail

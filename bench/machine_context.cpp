@@ -91,6 +91,14 @@ void add_peak_context(const fma_peak& peak) {
     for (double t : p.one_core_trials) trials.push_back(gflops(t));
     benchmark::AddCustomContext("mha_fma_peak_trials_one_core_" + p.isa, join(trials, ","));
   }
+  // The bf16 dot-product peak: 0 where the CPU has none (its bf16 kernels widen to FMAs).
+  const isa_peak none;
+  const isa_peak& dot = peak.bf16_dot ? *peak.bf16_dot : none;
+  benchmark::AddCustomContext("mha_bf16_dot_peak_gflops_one_core", gflops(dot.gflops_one_core));
+  benchmark::AddCustomContext("mha_bf16_dot_peak_gflops_all_cores", gflops(dot.gflops_all_cores));
+  std::vector<std::string> dot_trials;
+  for (double t : dot.one_core_trials) dot_trials.push_back(gflops(t));
+  benchmark::AddCustomContext("mha_bf16_dot_peak_trials_one_core", join(dot_trials, ","));
 }
 
 void add_bandwidth_context(const stream_read& bandwidth) {
@@ -124,6 +132,8 @@ void add_dispatch_context(std::span<const mha::backend* const> backends) {
     benchmark::AddCustomContext("mha_backend_" + name + "_isa", isa);
     benchmark::AddCustomContext("mha_backend_" + name + "_peak_isa",
                                 std::string(peak_isa_for(isa)));
+    benchmark::AddCustomContext("mha_backend_" + name + "_bf16_peak_isa",
+                                std::string(bf16_peak_isa_for(isa)));
     if (isa == "scalar") continue;
     const std::string_view family = peak_isa_for(isa);
     families.emplace(family == "portable" ? "sse2" : family);

@@ -48,7 +48,8 @@ TEST_P(Bf16, MatchesTheOracleOnRoundedOperands) {
   const std::vector<float> y =
       mha_test::forward(*backend.backend, form, cfg, w, x, s.batch, s.seq_len);
   const std::vector<double> expected = mha_reference::forward(cfg, w, x, s.batch, s.seq_len);
-  EXPECT_LE(mha_test::max_abs_diff(y, expected), 2 * u * mha_test::max_abs(expected));
+  EXPECT_LE(mha_test::max_abs_diff(y, expected),
+            mha_reference::bf16_bound * mha_test::max_abs(expected));
 }
 
 // Against the fp32 function: |y - y_fp32| <= u (4 + 4 S) max|y_fp32|, S the largest |score|

@@ -13,6 +13,10 @@
 
 namespace mha_reference {
 
+// The bound of a bf16 module against forward() of the same config (docs/design.md §1.5): a
+// backend's max|y - y*| <= bf16_bound * max|y*|, twice bf16's unit roundoff 2^-9.
+inline constexpr double bf16_bound = 1.0 / 256;
+
 // One output row: token `token` of batch element `batch`.
 struct row {
   std::int64_t batch = 0, token = 0;

@@ -67,6 +67,7 @@ MHA_BENCH_CONTEXT = (
     "mha_over_budget",
     "mha_check",
     "mha_check_tolerance",
+    "mha_check_tolerance_bf16",
     "mha_command",
     "mha_dispatch",
     "mha_isa_overrides",
