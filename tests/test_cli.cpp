@@ -302,7 +302,8 @@ TEST_F(Cli, VerifyPassesEveryBackendAndFormulation) {
   const mha_test::command_result r = run_mha({"verify"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::size_t rows = lines(r.output) - 2;  // header and summary
-  EXPECT_EQ(rows % (2 * mha::available_backends().size()), 0u);
+  // Every formulation in both precisions.
+  EXPECT_EQ(rows % (2 * mha::formulations().size() * mha::available_backends().size()), 0u);
   // A declined problem gets its row with the reason, and is neither a pass nor a failure.
   std::size_t declined = 0;
   for (std::size_t at = r.output.find("declined: "); at != std::string::npos;
@@ -315,6 +316,9 @@ TEST_F(Cli, VerifyPassesEveryBackendAndFormulation) {
   }
   // naive computes grouped K/V heads.
   EXPECT_THAT(r.output, testing::ContainsRegex("naive +split_weight/[^ ]*/kvh2 .* pass"));
+  // ... and bf16, against the oracle of the same rounding, with fused_qkv among the forms.
+  EXPECT_THAT(r.output, testing::ContainsRegex("naive +fused_qkv/[^ ]*/bf16 .* pass"));
+  EXPECT_THAT(r.output, HasSubstr("3.9e-03 bf16"));
   EXPECT_THAT(r.output, testing::Not(HasSubstr("FAIL")));
   for (const mha::backend* b : mha::available_backends()) {
     EXPECT_THAT(r.output, HasSubstr(std::string(b->name()) + " "));
@@ -327,6 +331,8 @@ TEST_F(Cli, VerifyExitsOneWhenACheckFails) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("FAIL"));
   expect_usage_error({"verify", "--backend", "nosuch"}, {"unknown backend 'nosuch'"});
+  expect_usage_error({"verify", "--precision", "fp32,fp16"},
+                     {"unknown precision 'fp16'", "fp32 or bf16"});
 }
 
 }  // namespace

@@ -58,52 +58,73 @@ double relative_error(const std::vector<float>& y, const std::vector<double>& ex
   return scale > 0.0 ? error / scale : error;
 }
 
+// --precision: a comma-separated list of fp32 and bf16 (default both).
+std::vector<mha::precision> precisions(const arguments& a) {
+  std::vector<mha::precision> list;
+  const std::string given = a.text_or("precision", "fp32,bf16");
+  for (std::size_t at = 0; at <= given.size();) {
+    const std::size_t end = std::min(given.find(',', at), given.size());
+    list.push_back(mha::parse_precision(std::string_view(given).substr(at, end - at)));
+    at = end + 1;
+  }
+  return list;
+}
+
 int verify(const arguments& a) {
   std::vector<const mha::backend*> backends = mha::available_backends();
   if (a.has("backend")) backends = {&mha::require_backend(a.required("backend"))};
-  const double tolerance = a.real_or("tolerance", 1e-5);
+  // The default tolerances: fp32 sums against double; bf16 the design's bound against the
+  // oracle of the same rounding (docs/design.md §1.5).
+  const double fp32_tolerance = a.real_or("tolerance", 1e-5),
+               bf16_tolerance = a.real_or("tolerance", mha_reference::bf16_bound);
   const int threads = static_cast<int>(a.integer_or("threads", 0, 0, mha::max_run_threads));
-  if (!(tolerance >= 0.0)) throw usage_error("--tolerance must be >= 0");
+  if (!(fp32_tolerance >= 0.0)) throw usage_error("--tolerance must be >= 0");
+  const std::vector<mha::precision> checked = precisions(a);
 
   std::printf("%-8s %-58s %-12s %-15s %s\n", "backend", "problem", "mode", "max|err|/max|y|",
               "result");
   int failed = 0, total = 0, declined = 0;
   for (const mha::backend* b : backends) {
-    for (const mha::formulation form :
-         {mha::formulation::wrapper, mha::formulation::split_weight}) {
-      for (verify_case c : verify_cases()) {
-        c.p.form = form;
-        const mha::config& cfg = c.p.cfg;
-        if (const mha::support s = b->supports(c.p); !s) {
-          ++declined;
-          std::printf("%-8s %-58s %-12s %-15s declined: %s\n", std::string(b->name()).c_str(),
-                      mha::to_string(c.p).c_str(), "-", "-", s.reason().c_str());
-          continue;
-        }
-        const mha::weights w = mha::weights::random(cfg, 7);
-        std::mt19937 gen(11);
-        std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
-        std::vector<float> x(static_cast<std::size_t>(c.p.batch * c.p.seq_len * cfg.d_in));
-        for (float& v : x) v = dist(gen);
-        const mha::run_options options{.threads = threads, .training = c.training, .seed = 5};
+    for (const mha::formulation form : mha::formulations()) {
+      for (const mha::precision precision : checked) {
+        for (verify_case c : verify_cases()) {
+          c.p.form = form;
+          c.p.cfg.precision = precision;
+          const mha::config& cfg = c.p.cfg;
+          const double tolerance =
+              precision == mha::precision::bf16 ? bf16_tolerance : fp32_tolerance;
+          if (const mha::support s = b->supports(c.p); !s) {
+            ++declined;
+            std::printf("%-8s %-58s %-12s %-15s declined: %s\n", std::string(b->name()).c_str(),
+                        mha::to_string(c.p).c_str(), "-", "-", s.reason().c_str());
+            continue;
+          }
+          const mha::weights w = mha::weights::random(cfg, 7);
+          std::mt19937 gen(11);
+          std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+          std::vector<float> x(static_cast<std::size_t>(c.p.batch * c.p.seq_len * cfg.d_in));
+          for (float& v : x) v = dist(gen);
+          const mha::run_options options{.threads = threads, .training = c.training, .seed = 5};
 
-        std::vector<float> y(static_cast<std::size_t>(c.p.batch * c.p.seq_len * cfg.d_out));
-        b->prepare(cfg, form, w)
-            ->run({x.data(), c.p.batch, c.p.seq_len, cfg.d_in},
-                  {y.data(), c.p.batch, c.p.seq_len, cfg.d_out}, options);
-        const double error =
-            relative_error(y, mha_reference::forward(cfg, w, x, c.p.batch, c.p.seq_len, options));
-        const bool pass = error <= tolerance;
-        failed += pass ? 0 : 1;
-        ++total;
-        const std::string mode =
-            c.training ? "train p=" + std::to_string(cfg.dropout).substr(0, 4) : "inference";
-        std::printf("%-8s %-58s %-12s %-15.2e %s\n", std::string(b->name()).c_str(),
-                    mha::to_string(c.p).c_str(), mode.c_str(), error, pass ? "pass" : "FAIL");
+          std::vector<float> y(static_cast<std::size_t>(c.p.batch * c.p.seq_len * cfg.d_out));
+          b->prepare(cfg, form, w)
+              ->run({x.data(), c.p.batch, c.p.seq_len, cfg.d_in},
+                    {y.data(), c.p.batch, c.p.seq_len, cfg.d_out}, options);
+          const double error =
+              relative_error(y, mha_reference::forward(cfg, w, x, c.p.batch, c.p.seq_len, options));
+          const bool pass = error <= tolerance;
+          failed += pass ? 0 : 1;
+          ++total;
+          const std::string mode =
+              c.training ? "train p=" + std::to_string(cfg.dropout).substr(0, 4) : "inference";
+          std::printf("%-8s %-58s %-12s %-15.2e %s\n", std::string(b->name()).c_str(),
+                      mha::to_string(c.p).c_str(), mode.c_str(), error, pass ? "pass" : "FAIL");
+        }
       }
     }
   }
-  std::printf("%d of %d passed (tolerance %.1e of max|y|)", total - failed, total, tolerance);
+  std::printf("%d of %d passed (tolerance of max|y|: %.1e fp32, %.1e bf16)", total - failed, total,
+              fp32_tolerance, bf16_tolerance);
   if (declined > 0) std::printf("; %d declined by their backend (not failures)", declined);
   std::printf("\n");
   return failed == 0 ? 0 : 1;
@@ -115,13 +136,15 @@ const command& verify_command() {
   static const command c{
       "verify",
       "check every backend x formulation against the double-precision reference",
-      "usage: mha verify [--backend B] [--threads N] [--tolerance R]\n\n"
-      "Runs every backend (or B) in both formulations on random modules of a few awkward\n"
-      "shapes (one token, 96 heads, odd head_dim, no out_proj, non-causal, biases, training\n"
-      "dropout, grouped K/V heads) and compares each output with the double-precision\n"
-      "reference. Prints one row per run, or the reason a backend declines the problem;\n"
-      "exits 1 when any error exceeds R * max|y| (default R = 1e-5). Declines are not failures.\n",
-      {"backend", "threads", "tolerance"},
+      "usage: mha verify [--backend B] [--precision LIST] [--threads N] [--tolerance R]\n\n"
+      "Runs every backend (or B) in every formulation and precision (or LIST: fp32, bf16)\n"
+      "on random modules of a few awkward shapes (one token, 96 heads, odd head_dim, no\n"
+      "out_proj, non-causal, biases, training dropout, grouped K/V heads) and compares each\n"
+      "output with the double-precision reference of the same precision (bf16: operands\n"
+      "rounded as the module rounds them). Prints one row per run, or the reason a backend\n"
+      "declines the problem; exits 1 when any error exceeds R * max|y| (default R = 1e-5 for\n"
+      "fp32 and 2^-8 for bf16, docs/design.md §1.5). Declines are not failures.\n",
+      {"backend", "precision", "threads", "tolerance"},
       {},
       verify};
   return c;
