@@ -66,11 +66,18 @@ void pack_pair_block(const float* src, std::int64_t stride_k, std::int64_t strid
     }
   };
   if (stride_n == 1) {
-    // Rows of B contiguous (V): a pair of rows at a time, along the row, so reads and writes
-    // both run through memory (and vectorise).
+    // Rows of B contiguous (V): a pair of rows at a time, along the row a panel's columns at a
+    // time, so reads and writes both run through memory and the loop vectorises (indexing
+    // each word by nn / nr and nn % nr kept it scalar: 18% of a bf16 attention's time).
     for (std::int64_t kk = whole_begin; kk < whole_end; kk += 2) {
-      for (std::int64_t nn = n0; nn < n1; ++nn)
-        dst[nn / nr * panel + kk / 2 * nr + nn % nr] = at(kk, nn) | at(kk + 1, nn) << 16;
+      const float* even = src + (kk - k0) * stride_k - n0;  // element nn at even[nn]
+      const float* odd = even + stride_k;
+      for (std::int64_t nn = n0; nn < n1;) {
+        const std::int64_t p = nn / nr, end = std::min(n1, (p + 1) * nr);
+        bf16_pair* out = dst + p * panel + kk / 2 * nr - p * nr;  // word of nn at out[nn]
+        for (; nn < end; ++nn)
+          out[nn] = bf16_pair{to_bf16(even[nn])} | bf16_pair{to_bf16(odd[nn])} << 16;
+      }
     }
     for (std::int64_t nn = n0; nn < n1; ++nn) edges(nn, dst + nn / nr * panel + nn % nr);
     return;
