@@ -236,6 +236,53 @@ TEST_F(Cli, InputErrorsExitTwoNamingTheProblem) {
   EXPECT_FALSE(fs::exists(dir_ / "y.npy")) << "no output after a failure";
 }
 
+// The loading options (--prefix, --heads, --kv-heads, --rope-base): what the file does not say,
+// checked against what it says; the line printed names the layout and the block.
+TEST_F(Cli, LoadingOptionsPickTheBlockAndMustAgreeWithTheFile) {
+  auto run_golden = [&](const std::string& name, std::initializer_list<std::string> extra) {
+    std::vector<std::string> args = {"run",
+                                     "--weights",
+                                     golden / (name + ".safetensors"),
+                                     "--input",
+                                     golden / (name + ".x.npy"),
+                                     "--output",
+                                     dir_ / "y.npy"};
+    args.insert(args.end(), extra);
+    return args;
+  };
+  const mha_test::command_result r =
+      run_mha(run_golden("gpt2_model_h1", {"--heads", "2", "--prefix", "h.1.attn"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output,
+              HasSubstr("gpt2-layout weights at 'h.1.attn.' (d_in=16 d_out=16 n_heads=2"));
+  expect_usage_error(run_golden("gpt2_model_h1", {"--heads", "2"}),
+                     {"gpt2_model_h1.safetensors",
+                      "attention blocks at the 3 prefixes 'h.0.attn.', "
+                      "'h.1.attn.' and 'h.2.attn.'",
+                      "none at the top level", "--prefix"});
+  expect_usage_error(run_golden("gpt2_model_h1", {"--heads", "2", "--prefix", "h.1."}),
+                     {"no attention block at the prefix 'h.1.'", "'h.0.attn.'"});
+  expect_usage_error(run_golden("gpt2_model_h1", {"--prefix", "h.1.attn."}),
+                     {"number of heads is unknown", "--heads"});
+  expect_usage_error(
+      run_golden("llama_model_layer1", {"--heads", "4", "--prefix", "model.layers.1.self_attn."}),
+      {"rotates queries and keys", "--rope-base"});
+  expect_usage_error(
+      run_golden("gqa_rope", {"--kv-heads", "4"}),
+      {"K/V head counts disagree", "(--kv-heads) gives 4", "the shape of W_key.weight gives 2"});
+  expect_usage_error(run_golden("gqa_rope", {"--rope-base", "500000"}),
+                     {"rotary embedding bases disagree", "(--rope-base) gives 500000",
+                      "the metadata rope_base gives 10000"});
+  expect_usage_error(run_golden("gqa_rope", {"--rope-base", "-1"}), {"rope_base option (-1)"});
+  expect_usage_error(run_golden("gqa_rope", {"--kv-heads", "0"}), {"--kv-heads", "'0'"});
+  const mha_test::command_result gqa =
+      run_mha(run_golden("gqa_rope", {"--backend", "naive", "--formulation", "fused_qkv"}));
+  ASSERT_EQ(gqa.exit_code, 0) << gqa.output;
+  EXPECT_THAT(gqa.output, HasSubstr("naive fused_qkv, split-layout weights (d_in=12 d_out=16 "
+                                    "n_heads=4"));
+  EXPECT_THAT(gqa.output, HasSubstr("n_kv_heads=2 rope_base=10000"));
+}
+
 TEST_F(Cli, TrainingOptionsReachThePlan) {
   const mha::io::tensor x = mha::io::read_npy(golden / "split_basic.x.npy");
   mha::io::loaded_module m = mha::io::load_module(golden / "split_basic.safetensors");

@@ -1,9 +1,11 @@
 // PyTorch goldens (tests/golden, written by `python3 -m mhapy.golden`): every backend x
 // formulation x case reproduces PyTorch's output, through the io API and through `mha run`.
-// Either file layout runs in either formulation. The incremental cases (a `prefill` and a
-// `chunk` in cases.json: PyTorch's module with a KV cache, fed the same way) run through
-// plan::make_cache and plan::run(x, y, cache), and through `mha run --incremental`; a backend
-// that declines decode is skipped with its reason.
+// Every file layout (the seeds' split and wrapper modules, grouped K/V heads with rotary
+// embedding, nn.MultiheadAttention, GPT-2, Llama, blocks of whole-model checkpoints) runs in
+// every formulation, and is detected as the layout cases.json names. The incremental cases (a
+// `prefill` and a `chunk` in cases.json: PyTorch's module with a KV cache, fed the same way) run
+// through plan::make_cache and plan::run(x, y, cache), and through `mha run --incremental`; a
+// backend that declines decode is skipped with its reason.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,7 +31,12 @@ constexpr double relative_tolerance = 1e-5;
 
 struct golden_case {
   std::string name;
-  std::optional<std::int64_t> heads;  // --heads, for files without metadata num_heads
+  std::string layout;  // io::to_string of the layout the file has
+  // What the file does not say: --heads, --kv-heads, --rope-base (as cases.json writes it) and
+  // --prefix (the block of a whole-model checkpoint).
+  std::optional<std::int64_t> heads, kv_heads;
+  std::optional<std::string> rope_base;
+  std::string prefix;
   bool causal = true;
   fs::path weights, input, output;
   // Incremental cases: the first call takes `prefill` tokens (none when 0), the later ones
@@ -49,9 +56,13 @@ std::vector<golden_case> golden_cases(bool incremental) {
         if (!c.contains(key) || c.at(key).is_null()) return std::nullopt;
         return c.at(key).get<std::int64_t>();
       };
-      const golden_case g{c.at("name"),          number("heads_option"), c.at("causal"),
-                          dir / c.at("weights"), dir / c.at("input"),    dir / c.at("output"),
-                          number("prefill"),     number("chunk")};
+      golden_case g{c.at("name"),           c.at("layout"),
+                    number("heads_option"), number("kv_heads_option"),
+                    std::nullopt,           c.value("prefix", ""),
+                    c.at("causal"),         dir / c.at("weights"),
+                    dir / c.at("input"),    dir / c.at("output"),
+                    number("prefill"),      number("chunk")};
+      if (c.contains("rope_base_option")) g.rope_base = c.at("rope_base_option").dump();
       list.push_back(g);
     }
     return list;
@@ -71,8 +82,11 @@ struct loaded_case {
 };
 
 loaded_case load_case(const golden_case& c) {
-  loaded_case l{io::load_module(c.weights, {.n_heads = c.heads.value_or(0)}),
-                io::read_npy(c.input)};
+  io::state_dict_options options{
+      .n_heads = c.heads.value_or(0), .n_kv_heads = c.kv_heads.value_or(0), .prefix = c.prefix};
+  if (c.rope_base) options.rope_base = std::stod(*c.rope_base);
+  loaded_case l{io::load_module(c.weights, options), io::read_npy(c.input)};
+  EXPECT_EQ(io::to_string(l.m.layout), c.layout);
   l.m.cfg.causal = c.causal;
   const std::vector<std::int64_t>& shape = l.x.shape;
   EXPECT_TRUE(shape.size() == 2 || shape.size() == 3);
@@ -187,6 +201,9 @@ TEST_P(GoldenCommand, MhaRunMatchesPyTorch) {
       "--weights", c.weights,   "--input", c.input,         "--output",
       output};
   if (c.heads) args.insert(args.end(), {"--heads", std::to_string(*c.heads)});
+  if (c.kv_heads) args.insert(args.end(), {"--kv-heads", std::to_string(*c.kv_heads)});
+  if (c.rope_base) args.insert(args.end(), {"--rope-base", *c.rope_base});
+  if (!c.prefix.empty()) args.insert(args.end(), {"--prefix", c.prefix});
   if (!c.causal) args.emplace_back("--no-causal");
   if (c.chunk) {
     args.insert(args.end(), {"--incremental", "--prefill", std::to_string(*c.prefill), "--chunk",

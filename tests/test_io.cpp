@@ -360,6 +360,41 @@ TEST_F(Files, HugeFileWithABadHeaderIsRejectedBeforeItsDataIsRead) {
   EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak RSS added";
 }
 
+// Reading some tensors reads only their bytes: a tensor not kept is never decoded (a BOOL byte
+// of 2 would be an error) nor read (1 GiB of sparse zeros would show in the peak RSS).
+TEST_F(Files, KeptTensorsAloneAreRead) {
+  const std::filesystem::path p = dir_ / "model.safetensors";
+  const std::uint64_t big = std::uint64_t{1} << 30;
+  {
+    const std::string header = R"({"bad":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]},)"
+                               R"("big":{"dtype":"F32","shape":[268435456],"data_offsets":[5,)" +
+                               std::to_string(5 + big) +
+                               R"(]},"good":{"dtype":"F32","shape":[1],"data_offsets":[1,5]}})";
+    std::vector<std::byte> head = safetensors(
+        header, {std::byte{2}, std::byte{0}, std::byte{0}, std::byte{0x80}, std::byte{0x3f}});
+    std::ofstream out(p, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(head.data()),
+              static_cast<std::streamsize>(head.size()));
+  }
+  std::filesystem::resize_file(p, std::filesystem::file_size(p) + big);  // sparse
+  struct rusage before {}, after {};
+  ::getrusage(RUSAGE_SELF, &before);
+  std::vector<std::string> seen;
+  const io::tensor_file f = io::read_safetensors(p, [&](std::string_view name) {
+    seen.emplace_back(name);
+    return name == "good";
+  });
+  ::getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak RSS added";
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<std::string>{"bad", "big", "good"}));
+  ASSERT_EQ(f.tensors.size(), 1u);
+  EXPECT_EQ(f.tensors.at("good").values, std::vector<float>{1.0f});
+  expect_error<mha::format_error>(
+      [&] { io::read_safetensors(p, [](std::string_view name) { return name == "bad"; }); },
+      {"model.safetensors", "'bad' of dtype BOOL holds a byte other than 0 or 1"});
+}
+
 TEST_F(Files, ParseErrorsNameTheFile) {
   std::filesystem::path p = dir_ / "broken.npy";
   io::write_npy(p, {{3}, {1, 2, 3}});

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -65,6 +66,11 @@ std::vector<std::byte> safetensors_bytes(const tensor_file& file);
 // device or pipe), plus the errors above.
 tensor_file read_safetensors(const std::filesystem::path& path);
 void write_safetensors(const std::filesystem::path& path, const tensor_file& file);
+// read_safetensors keeping only the tensors whose name `keep` accepts (it sees each name of the
+// checked header once): the others' data is never read, so one block of a whole-model
+// checkpoint costs that block's bytes and memory.
+tensor_file read_safetensors(const std::filesystem::path& path,
+                             const std::function<bool(std::string_view name)>& keep);
 
 // ---- .npy (https://numpy.org/doc/stable/reference/generated/numpy.lib.format.html) ----
 
@@ -88,46 +94,96 @@ void write_npy(const std::filesystem::path& path, const tensor& t);
 
 // ---- a module's state_dict (docs/design.md §1) ----
 
-// What a state_dict determines: the module's shape and flags, its weights (split layout), and
-// which layout the file had. cfg.causal and cfg.dropout are the defaults (true, 0): a
-// state_dict does not record them.
+// How a file names an attention module's tensors (README, "Weight files"), relative to the
+// block's prefix:
+//   split      the seeds' MultiHeadAttention and GroupedQueryAttention: W_query.weight
+//              (d_out, d_in), W_key.weight and W_value.weight (d_kv, d_in), optional .bias of
+//              each (all three or none), optional out_proj.weight (d_out, d_out) with an
+//              optional out_proj.bias, optional mask (C, C);
+//   wrapper    the seeds' MultiHeadAttentionWrapper: heads.{h}.W_query.weight (head_dim, d_in),
+//              heads.{h}.W_key.weight, heads.{h}.W_value.weight (+ .bias, all or none, alike in
+//              every head), heads.{h}.mask for h in [0, H), out_proj.* as in split;
+//   torch_mha  torch.nn.MultiheadAttention: in_proj_weight (3 d, d) = [Wq; Wk; Wv], optional
+//              in_proj_bias (3 d), out_proj.weight (d, d), optional out_proj.bias;
+//   gpt2       GPT-2's attention (Conv1D layers, weights stored (in, out)): c_attn.weight
+//              (d, 3 d), c_attn.bias, c_proj.weight (d, d), c_proj.bias; the buffers bias
+//              (1, 1, C, C) (the causal mask) and masked_bias (ignored);
+//   llama      Llama's attention (Hugging Face): q_proj.weight (d_out, d_in), k_proj.weight and
+//              v_proj.weight (d_kv, d_in), o_proj.weight (d_out, d_out), biases as in split;
+//              the buffer rotary_emb.inv_freq (ignored); rotary embedding always stated.
+enum class layout { split, wrapper, torch_mha, gpt2, llama };
+
+// Every layout, in the order above.
+std::span<const layout> layouts() noexcept;
+
+// "split", "wrapper", "torch_mha", "gpt2" or "llama".
+std::string_view to_string(layout l) noexcept;
+
+// What a state_dict determines: the module's shape and flags, its weights (split layout, K and
+// V of d_kv rows), the layout the file had and where its block was. cfg.causal and cfg.dropout
+// are the defaults (true, 0): a state_dict does not record them.
 struct loaded_module {
   mha::config cfg;
   mha::weights w;
-  formulation layout = formulation::split_weight;  // split names or heads.{h}.* names
+  io::layout layout = layout::split;
+  std::string prefix;  // the block's prefix in the file ("" for a file of one module)
 };
 
+// What the file may not say, and which block to take. Each value given must agree with the file
+// (metadata, head groups, shapes) where that says it too.
 struct state_dict_options {
   // H, or 0 to take it from the metadata key "num_heads" or the number of heads.{h} groups.
-  // When several of these are present they must agree.
   std::int64_t n_heads = 0;
-  // The largest sequence length, or 0 for the size C of the (C, C) mask buffers. When the file
-  // has masks it must not exceed C. With neither, cfg.context_length is 0: set it before
-  // preparing a plan.
+  // K/V heads, or 0: the rows of the K projection over head_dim decide (checked against the
+  // metadata "num_kv_heads" or "num_kv_groups", as the seeds call them, when present).
+  std::int64_t n_kv_heads = 0;
+  // Rotary embedding base (0: none), or nullopt for the metadata "rope_base" or "rope_theta",
+  // else none. The llama layout needs one of them (0 included): Llama rotates.
+  std::optional<double> rope_base = std::nullopt;
+  // The largest sequence length, or 0 for the file's: the size C of its causal mask buffers or
+  // its metadata "context_length" (they must agree). It must not exceed the file's. With
+  // neither, cfg.context_length is 0: set it before preparing a plan.
   std::int64_t context_length = 0;
+  // One attention block of a whole-model checkpoint: the names' common beginning ("h.3.attn."
+  // in GPT-2's model.safetensors, "model.layers.0.self_attn." in Llama's; a missing final '.'
+  // is added). Empty: the file is one module. Tensors outside the block are ignored.
+  std::string prefix = {};
 };
 
-// Maps a PyTorch state_dict to a module. Accepted names, either layout:
-//   split:   W_query.weight (d_out, d_in), W_key.weight, W_value.weight, optional W_query.bias,
-//            W_key.bias, W_value.bias (d_out) (all three or none: cfg.qkv_bias), optional
-//            out_proj.weight (d_out, d_out) with out_proj.bias (d_out) (cfg.out_proj), mask;
-//   wrapper: heads.{h}.W_query.weight (head_dim, d_in), ... for h in [0, H), the same bias rule
-//            in every head, heads.{h}.mask, optional out_proj.* as above (d_out = H * head_dim).
-// Masks are (C, C) and all the same C. Any other name, a missing or mis-shaped tensor, a mixed
-// layout, a gap in the head indices or disagreeing head counts is an mha::format_error (an
-// mha::invalid_argument when `options` disagree with the file) naming the tensor or value.
-// Consumes `file` (moves its values).
+// The prefixes under which `names` hold an attention block, sorted: each name of a known
+// layout's identifying tensor (W_query, W_key, W_value, in_proj_weight, in_proj_bias,
+// c_attn.*, q_proj, k_proj, v_proj) without that tensor's name and, for the wrapper, without
+// "heads.{h}.". "" when the names are one module's.
+std::vector<std::string> attention_prefixes(std::span<const std::string> names);
+
+// Maps a PyTorch state_dict to a module: picks the block at options.prefix, detects its layout
+// from the names, reads its weights (rearranged once into the split layout, so any layout runs
+// in any formulation) and resolves H, the K/V heads, the rotary embedding and the context
+// length. An mha::format_error names the file and the tensor or value: a name the layout does
+// not have, a missing or mis-shaped tensor, two layouts in one block, no layout at all (listing
+// the layouts known and their tensors), a gap in the head indices, disagreeing metadata. An
+// mha::invalid_argument when `options` disagree with the file, a needed value is missing
+// (naming the option that gives it), or the prefix holds no attention block (listing those
+// that do). Consumes `file` (moves its values).
 loaded_module module_from_state_dict(tensor_file file, const state_dict_options& options = {});
 
-// read_safetensors then module_from_state_dict.
+// read_safetensors then module_from_state_dict; with a prefix only that block's tensors are
+// read (see read_safetensors with `keep`).
 loaded_module load_module(const std::filesystem::path& path,
                           const state_dict_options& options = {});
 
-// The state_dict of the PyTorch module of `layout` with these weights, which
-// module_from_state_dict maps back to (cfg, w): the names above, the metadata num_heads, and the
-// causal mask buffer(s) triu(ones(C, C), 1) with C = cfg.context_length (one per head in the
-// wrapper layout, as PyTorch stores them: C * C floats each). Validates cfg and w first
-// (mha::invalid_argument).
-tensor_file to_state_dict(const mha::config& cfg, const mha::weights& w, formulation layout);
+// The state_dict in `layout` of the module (cfg, w), which module_from_state_dict maps back to
+// (cfg, w): the names above, the metadata num_heads (and num_kv_heads when K/V heads are
+// grouped, rope_base when it is not 0 or the layout is llama), and the causal mask buffers of
+// C = cfg.context_length where the layout has them (split, one per head in wrapper as PyTorch
+// stores them: C * C floats each; gpt2's bias), else the metadata context_length (torch_mha,
+// llama). Validates cfg and w first, then that the layout
+// can hold them (mha::invalid_argument naming what it cannot): wrapper no grouped K/V heads,
+// torch_mha and gpt2 d_in = d_out, no grouped K/V heads and an out_proj, gpt2 every bias.
+tensor_file to_state_dict(const mha::config& cfg, const mha::weights& w, io::layout layout);
+
+// to_state_dict in the layout of the PyTorch module of each formulation: wrapper (the wrapper),
+// split (split_weight), torch_mha (fused_qkv: nn.MultiheadAttention's in_proj).
+tensor_file to_state_dict(const mha::config& cfg, const mha::weights& w, formulation form);
 
 }  // namespace mha::io

@@ -74,9 +74,13 @@ int run_module(const arguments& a) {
   const std::int64_t tokens = x.shape[batched ? 1 : 0];
   const std::int64_t d_in = x.shape.back();
 
-  mha::io::loaded_module m = mha::io::load_module(
-      weights_path, {.n_heads = a.integer_or("heads", 0, 1, int64_max),
-                     .context_length = a.integer_or("context-length", 0, 1, int64_max)});
+  mha::io::state_dict_options load{
+      .n_heads = a.integer_or("heads", 0, 1, int64_max),
+      .n_kv_heads = a.integer_or("kv-heads", 0, 1, int64_max),
+      .context_length = a.integer_or("context-length", 0, 1, int64_max),
+      .prefix = a.text_or("prefix", "")};
+  if (a.has("rope-base")) load.rope_base = a.real_or("rope-base", 0.0);
+  mha::io::loaded_module m = mha::io::load_module(weights_path, load);
   mha::config cfg = m.cfg;
   if (cfg.context_length == 0) cfg.context_length = tokens;  // no mask, no option: any T
   cfg.causal = !a.has("no-causal");
@@ -122,11 +126,12 @@ int run_module(const arguments& a) {
                                             ", then " + std::to_string(chunk) + " token" +
                                             (chunk == 1 ? "" : "s") + " per call)"
                                       : "";
-  std::printf("%s %s, %s-layout weights (n_heads %lld): %s -> %s float32 in %s%s\n",
+  const std::string block = m.prefix.empty() ? "" : " at '" + m.prefix + "'";
+  std::printf("%s %s, %s-layout weights%s (%s): %s -> %s float32 in %s%s\n",
               std::string(backend.name()).c_str(), std::string(mha::to_string(form)).c_str(),
-              m.layout == mha::formulation::wrapper ? "wrapper" : "split",
-              static_cast<long long>(cfg.n_heads), shape_text(x.shape).c_str(),
-              shape_text(y.shape).c_str(), output_path.c_str(), how.c_str());
+              std::string(mha::io::to_string(m.layout)).c_str(), block.c_str(),
+              mha::to_string(cfg).c_str(), shape_text(x.shape).c_str(), shape_text(y.shape).c_str(),
+              output_path.c_str(), how.c_str());
   return 0;
 }
 
@@ -138,15 +143,27 @@ const command& run_command() {
       "run a module's state_dict (safetensors) on an input (.npy)",
       "usage: mha run --weights W.safetensors --input X.npy --output Y.npy [options]\n\n"
       "Runs the module whose PyTorch state_dict is in W.safetensors on X and writes Y.\n"
-      "  --weights W        split names (W_query.weight, ..., out_proj.bias) or wrapper\n"
-      "                     names (heads.{h}.W_query.weight, ...); F32, F16, BF16 or F64\n"
+      "  --weights W        a state_dict in one of the layouts (README, \"Weight files\"),\n"
+      "                     told apart by its names: split (W_query.weight, ...), wrapper\n"
+      "                     (heads.{h}.W_query.weight, ...), torch_mha (in_proj_weight, ...),\n"
+      "                     gpt2 (c_attn.weight, ...), llama (q_proj.weight, ...); F32, F16,\n"
+      "                     BF16 or F64\n"
+      "  --prefix P         the attention block at P in a whole-model checkpoint\n"
+      "                     (h.3.attn. in GPT-2's, model.layers.0.self_attn. in Llama's);\n"
+      "                     other tensors are not read\n"
       "  --input X          float32 or float64 .npy, (batch, tokens, d_in) or (tokens, d_in)\n"
       "  --output Y         float32 .npy, (batch, tokens, d_out) or (tokens, d_out)\n"
       "  --backend B        a name from `mha backends` (default: MHA_BACKEND, else the best)\n"
-      "  --formulation F    wrapper or split_weight (default split_weight); either runs\n"
-      "                     weights of either layout\n"
+      "  --formulation F    wrapper, split_weight or fused_qkv (default split_weight); each\n"
+      "                     runs weights of every layout\n"
       "  --heads H          number of heads, when the file has no metadata num_heads and no\n"
       "                     heads.{h} groups (must agree with them when it has)\n"
+      "  --kv-heads K       K/V heads (grouped-query attention); the K projection's rows\n"
+      "                     give them, and the metadata num_kv_heads or num_kv_groups: it\n"
+      "                     must agree\n"
+      "  --rope-base B      rotary embedding base (0: none), when the file has no metadata\n"
+      "                     rope_base or rope_theta (must agree with it when it has); the\n"
+      "                     llama layout needs one of them\n"
       "  --no-causal        every token attends to every token\n"
       "  --context-length N largest tokens accepted (default: the mask buffer's size, else\n"
       "                     any); must not exceed the mask's size\n"
@@ -160,8 +177,8 @@ const command& run_command() {
       "  --prefill N        with --incremental: the first call takes N tokens (default 0:\n"
       "                     none, chunks from the start); 0 <= N <= tokens\n"
       "  --chunk S          with --incremental: tokens per later call (default 1)\n",
-      {"backend", "formulation", "weights", "input", "output", "heads", "context-length", "threads",
-       "dropout", "seed", "prefill", "chunk"},
+      {"backend", "formulation", "weights", "prefix", "input", "output", "heads", "kv-heads",
+       "rope-base", "context-length", "threads", "dropout", "seed", "prefill", "chunk"},
       {"no-causal", "training", "incremental"},
       run_module};
   return c;

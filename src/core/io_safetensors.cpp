@@ -6,6 +6,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -282,17 +283,13 @@ checked_header check_header(std::string_view header_text, std::uint64_t data_byt
   return h;
 }
 
-tensor_file decode(checked_header h, std::span<const std::byte> data, std::string_view source) {
-  tensor_file file;
-  file.metadata = std::move(h.metadata);
-  for (const entry& e : h.entries) {
-    tensor t{e.shape, std::vector<float>(static_cast<std::size_t>(e.elements))};
-    if (!e.type->decode(data.data() + e.begin, t.values.size(), t.values.data())) {
-      fail(source, "tensor ", printable(e.name), " of dtype BOOL holds a byte other than 0 or 1");
-    }
-    file.tensors.emplace(e.name, std::move(t));
+// The tensor of entry e from its bytes (e.end - e.begin of them).
+tensor decode(const entry& e, std::span<const std::byte> bytes, std::string_view source) {
+  tensor t{e.shape, std::vector<float>(static_cast<std::size_t>(e.elements))};
+  if (!e.type->decode(bytes.data(), t.values.size(), t.values.data())) {
+    fail(source, "tensor ", printable(e.name), " of dtype BOOL holds a byte other than 0 or 1");
   }
-  return file;
+  return t;
 }
 
 }  // namespace
@@ -303,7 +300,12 @@ tensor_file parse_safetensors(std::span<const std::byte> bytes, std::string_view
   checked_header h = check_header(
       {reinterpret_cast<const char*>(bytes.data() + 8), static_cast<std::size_t>(header_bytes)},
       data.size(), source);
-  return decode(std::move(h), data, source);
+  tensor_file file;
+  file.metadata = std::move(h.metadata);
+  for (const entry& e : h.entries) {
+    file.tensors.emplace(e.name, decode(e, data.subspan(e.begin, e.end - e.begin), source));
+  }
+  return file;
 }
 
 std::vector<std::byte> safetensors_bytes(const tensor_file& file) {
@@ -339,9 +341,14 @@ std::vector<std::byte> safetensors_bytes(const tensor_file& file) {
   return out;
 }
 
-// The header is read and checked, against the file's size too, before the data is read: a huge
-// file with a bad or small header costs only its header.
 tensor_file read_safetensors(const std::filesystem::path& path) {
+  return read_safetensors(path, [](std::string_view) { return true; });
+}
+
+// The header is read and checked, against the file's size too, before any data is read: a huge
+// file with a bad or small header costs only its header. Then each kept tensor's bytes alone.
+tensor_file read_safetensors(const std::filesystem::path& path,
+                             const std::function<bool(std::string_view name)>& keep) {
   const std::string source = path.string();
   detail::input_file in(path);
   std::array<std::byte, 8> first8{};
@@ -350,11 +357,18 @@ tensor_file read_safetensors(const std::filesystem::path& path) {
   const std::uint64_t header_bytes = header_length(first8, file_bytes, source);
   std::string header_text(static_cast<std::size_t>(header_bytes), '\0');
   in.read(8, std::as_writable_bytes(std::span(header_text)));
-  const std::uint64_t data_bytes = file_bytes - 8 - header_bytes;
-  checked_header h = check_header(header_text, data_bytes, source);
-  std::vector<std::byte> data(static_cast<std::size_t>(data_bytes));
-  in.read(8 + header_bytes, data);
-  return decode(std::move(h), data, source);
+  const std::uint64_t data_start = 8 + header_bytes;
+  checked_header h = check_header(header_text, file_bytes - data_start, source);
+  tensor_file file;
+  file.metadata = std::move(h.metadata);
+  std::vector<std::byte> bytes;
+  for (const entry& e : h.entries) {
+    if (!keep(e.name)) continue;
+    bytes.resize(static_cast<std::size_t>(e.end - e.begin));
+    in.read(data_start + e.begin, bytes);
+    file.tensors.emplace(e.name, decode(e, bytes, source));
+  }
+  return file;
 }
 
 void write_safetensors(const std::filesystem::path& path, const tensor_file& file) {

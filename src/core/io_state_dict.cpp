@@ -1,363 +1,344 @@
-// A PyTorch state_dict <-> (config, weights), names as in docs/design.md §1.
+// A PyTorch state_dict <-> (config, weights) (mha/io.hpp): the block at the prefix, its layout
+// (io_layouts.cpp reads and writes each), and what the names cannot say: H, the K/V heads, the
+// rotary embedding and the context length, from options, metadata and shapes that must agree.
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <optional>
+#include <set>
 
 #include "core/io_common.hpp"
+#include "core/io_layouts.hpp"
 #include "mha/io.hpp"
 
 namespace mha::io {
 namespace {
 
 using detail::printable;
-using detail::shape_text;
+using detail::tensor_map;
 using mha::detail::text;
 
-constexpr std::array<std::string_view, 3> projections = {"W_query", "W_key", "W_value"};
-constexpr std::string_view heads_prefix = "heads.";
-
-using tensor_map = std::map<std::string, tensor, std::less<>>;
-
-// The tensors of a state_dict by owner: the module itself, and each heads.{h} of a wrapper with
-// the "heads.{h}." prefix removed.
-struct grouped_tensors {
-  tensor_map module;
-  std::map<std::int64_t, tensor_map> heads;
+// One statement of a value: what it is and who makes it.
+template <class T>
+struct statement {
+  T value;
+  std::string from;
+  bool option = false;  // made by state_dict_options (a flag of `mha run`)
 };
 
-bool is_head_tensor(std::string_view rest) {
-  if (rest == "mask") return true;
-  return std::any_of(projections.begin(), projections.end(), [&](std::string_view p) {
-    return rest == text(p, ".weight") || rest == text(p, ".bias");
-  });
+// A count, or a rotary embedding base in fixed notation (500000, not 5e+05: as configs write it).
+std::string shown(std::int64_t count) { return std::to_string(count); }
+std::string shown(double base) {
+  std::array<char, 400> digits;  // the longest double in fixed notation is 309 + 17 digits
+  const auto [end, ec] =
+      std::to_chars(digits.data(), digits.data() + digits.size(), base, std::chars_format::fixed);
+  return std::string(digits.data(), ec == std::errc{} ? end : digits.data());
 }
 
-[[noreturn]] void unexpected_name(std::string_view source, std::string_view name) {
-  detail::fail(source, "unexpected tensor ", printable(name),
-               "; expected W_query.weight, W_key.weight, W_value.weight (each with an optional "
-               ".bias), out_proj.weight, out_proj.bias, mask, or heads.{h}.W_query.weight, ... "
-               "heads.{h}.mask");
-}
-
-grouped_tensors group_by_owner(tensor_file& file, std::string_view source) {
-  grouped_tensors groups;
-  for (auto& [name, t] : file.tensors) {
-    const std::string_view n = name;
-    if (!n.starts_with(heads_prefix)) {
-      if (!is_head_tensor(n) && n != "out_proj.weight" && n != "out_proj.bias") {
-        unexpected_name(source, n);
-      }
-      groups.module.emplace(name, std::move(t));
-      continue;
+// The value every statement makes; nullopt without any. When they disagree: an
+// mha::invalid_argument if an option is among them (the caller's mistake), else an
+// mha::format_error (the file's).
+template <class T>
+std::optional<T> agreed(const std::vector<statement<T>>& found, std::string_view what,
+                        std::string_view source) {
+  for (const statement<T>& s : found) {
+    if (s.value == found.front().value) continue;
+    const std::string message =
+        text(source, ": the ", what, " disagree: ", s.from, " gives ", shown(s.value), ", ",
+             found.front().from, " gives ", shown(found.front().value));
+    if (std::any_of(found.begin(), found.end(), [](const auto& f) { return f.option; })) {
+      throw invalid_argument(message);
     }
-    // heads.{h}.rest with h a decimal index as PyTorch's ModuleList writes it: digits only (no
-    // sign: from_chars would read "-0" as 0, shadowing heads.0), no leading 0.
-    const std::string_view after = n.substr(heads_prefix.size());
-    const std::size_t dot = after.find('.');
-    std::int64_t h = -1;
-    const std::string_view index = after.substr(0, dot);
-    const bool digits_only =
-        !index.empty() && std::all_of(index.begin(), index.end(),
-                                      [](char c) { return c >= '0' && c <= '9'; });
-    if (dot != std::string_view::npos &&
-        (!digits_only || (index.size() > 1 && index[0] == '0'))) {
-      detail::fail(source, "unexpected tensor ", printable(n), ": its head index ",
-                   printable(index),
-                   " is not canonical (expected heads.{h}.<name> with h = 0, 1, ... in digits "
-                   "only: no sign, no leading zero)");
-    }
-    const auto [end, ec] = std::from_chars(index.data(), index.data() + index.size(), h);
-    if (dot == std::string_view::npos || ec != std::errc{} ||
-        end != index.data() + index.size() || h < 0 ||
-        !is_head_tensor(after.substr(dot + 1))) {
-      unexpected_name(source, n);
-    }
-    groups.heads[h].emplace(after.substr(dot + 1), std::move(t));
+    throw format_error(message);
   }
-  return groups;
-}
-
-// Q, K and V of the module or of one head, checked against each other.
-struct qkv_layers {
-  linear_weights query, key, value;
-  bool bias = false;
-};
-
-// The tensor `prefix + name`, which must exist: its entry in `tensors`.
-tensor& find(tensor_map& tensors, std::string_view prefix, std::string_view name,
-             std::string_view source) {
-  const auto it = tensors.find(name);
-  if (it == tensors.end()) detail::fail(source, "tensor '", prefix, name, "' is missing");
-  return it->second;
-}
-
-// The values of tensor `prefix + name`, checked to have `shape`, removed from `tensors`.
-std::vector<float> take(tensor_map& tensors, std::string_view prefix, std::string_view name,
-                        std::span<const std::int64_t> shape, std::string_view source) {
-  const tensor& t = find(tensors, prefix, name, source);
-  if (!std::equal(t.shape.begin(), t.shape.end(), shape.begin(), shape.end())) {
-    detail::fail(source, "tensor '", prefix, name, "' has shape ", shape_text(t.shape),
-                 ", expected ", shape_text(shape));
-  }
-  return std::move(tensors.extract(tensors.find(name)).mapped().values);
-}
-
-// Every tensor of the group was used, but for its mask (checked by mask_size).
-void check_all_used(const tensor_map& tensors, std::string_view prefix, std::string_view source) {
-  for (const auto& [name, t] : tensors) {
-    if (name != "mask") unexpected_name(source, text(prefix, name));
-  }
-}
-
-qkv_layers read_qkv(tensor_map& tensors, std::string_view prefix, std::string_view source) {
-  const std::vector<std::int64_t> shape = find(tensors, prefix, "W_query.weight", source).shape;
-  if (shape.size() != 2 || shape[0] < 1 || shape[1] < 1) {
-    detail::fail(source, "tensor '", prefix, "W_query.weight' has shape ", shape_text(shape),
-                 ", expected (out, in) with both >= 1");
-  }
-  const std::size_t biases = static_cast<std::size_t>(
-      std::count_if(projections.begin(), projections.end(),
-                    [&](std::string_view p) { return tensors.contains(text(p, ".bias")); }));
-  if (biases != 0 && biases != projections.size()) {
-    detail::fail(source, "has ", biases, " of the 3 biases ", prefix, "W_query.bias, ", prefix,
-                 "W_key.bias, ", prefix, "W_value.bias; expected all or none");
-  }
-
-  qkv_layers layers;
-  layers.bias = biases != 0;
-  linear_weights* into[] = {&layers.query, &layers.key, &layers.value};
-  for (std::size_t i = 0; i < projections.size(); ++i) {
-    linear_weights& l = *into[i];
-    l.out = shape[0];
-    l.in = shape[1];
-    l.weight = take(tensors, prefix, text(projections[i], ".weight"), shape, source);
-    if (layers.bias) {
-      l.bias =
-          take(tensors, prefix, text(projections[i], ".bias"), std::span(shape).first(1), source);
-    }
-  }
-  return layers;
-}
-
-// out_proj.weight (d_out, d_out) with out_proj.bias (d_out), or neither (no out_proj).
-std::optional<linear_weights> read_out_proj(tensor_map& tensors, std::int64_t d_out,
-                                            std::string_view source) {
-  const bool weight = tensors.contains("out_proj.weight"), bias = tensors.contains("out_proj.bias");
-  if (!weight && !bias) return std::nullopt;
-  if (weight != bias) {
-    detail::fail(source, "tensor 'out_proj.", weight ? "weight" : "bias",
-                 "' is present without 'out_proj.", weight ? "bias" : "weight",
-                 "'; mha's out_proj is an nn.Linear with bias");
-  }
-  const std::array<std::int64_t, 2> shape = {d_out, d_out};
-  linear_weights l{d_out, d_out, take(tensors, "", "out_proj.weight", shape, source), {}};
-  l.bias = take(tensors, "", "out_proj.bias", std::span(shape).first(1), source);
-  return l;
-}
-
-// The common size C of the (C, C) mask buffers, 0 when there are none.
-std::int64_t mask_size(const grouped_tensors& groups, std::string_view source) {
-  std::int64_t size = 0;
-  std::string first;
-  auto check = [&](const tensor_map& tensors, const std::string& prefix) {
-    const auto it = tensors.find("mask");
-    if (it == tensors.end()) return;
-    const std::vector<std::int64_t>& s = it->second.shape;
-    if (s.size() != 2 || s[0] != s[1] || s[0] < 1) {
-      detail::fail(source, "tensor '", prefix, "mask' has shape ", shape_text(s),
-                   ", expected (C, C) with C >= 1 (the context length)");
-    }
-    if (size != 0 && s[0] != size) {
-      detail::fail(source, "tensor '", prefix, "mask' is (", s[0], ", ", s[0], ") but '", first,
-                   "mask' is (", size, ", ", size, "); masks must agree");
-    }
-    size = s[0];
-    if (first.empty()) first = prefix;
-  };
-  check(groups.module, "");
-  for (const auto& [h, tensors] : groups.heads) check(tensors, text(heads_prefix, h, "."));
-  return size;
-}
-
-// n_heads from whichever of the options, the metadata num_heads and the number of head groups
-// give one; they must agree.
-std::int64_t resolve_heads(const tensor_file& file, const grouped_tensors& groups,
-                           const state_dict_options& options, std::string_view source) {
-  struct candidate {
-    std::int64_t value;
-    std::string from;
-  };
-  std::vector<candidate> found;
-  if (options.n_heads > 0) found.push_back({options.n_heads, "the n_heads option (--heads)"});
-  if (const auto it = file.metadata.find("num_heads"); it != file.metadata.end()) {
-    const std::string& s = it->second;
-    std::int64_t value = 0;
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-    if (ec != std::errc{} || end != s.data() + s.size() || value < 1) {
-      detail::fail(source, "metadata num_heads is ", printable(s), ", expected a positive integer");
-    }
-    found.push_back({value, "the metadata num_heads"});
-  }
-  if (!groups.heads.empty()) {
-    found.push_back({static_cast<std::int64_t>(groups.heads.size()),
-                     text("the ", groups.heads.size(), " heads.{h} groups")});
-  }
-  if (found.empty()) {
-    throw invalid_argument(text(source,
-                                ": the number of heads is unknown (split-layout weights "
-                                "without metadata num_heads); give n_heads (--heads)"));
-  }
-  for (const candidate& c : found) {
-    if (c.value != found.front().value) {
-      const std::string message =
-          text(source, ": the head counts disagree: ", c.from, " gives ", c.value, ", ",
-               found.front().from, " gives ", found.front().value);
-      if (options.n_heads > 0) throw invalid_argument(message);
-      throw format_error(message);
-    }
-  }
+  if (found.empty()) return std::nullopt;
   return found.front().value;
 }
 
-loaded_module map_state_dict(tensor_file file, const state_dict_options& options,
-                             std::string_view source) {
-  if (options.n_heads < 0 || options.context_length < 0) {
-    throw invalid_argument(text(source, ": state_dict_options n_heads (", options.n_heads,
-                                ") and context_length (", options.context_length,
-                                ") must be >= 0 (0 = from the file)"));
+// The metadata `key` as a positive integer, added to `found` when present.
+void metadata_count(const tensor_file& file, std::string_view key,
+                    std::vector<statement<std::int64_t>>& found, std::string_view source) {
+  const auto it = file.metadata.find(key);
+  if (it == file.metadata.end()) return;
+  const std::string& s = it->second;
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc{} || end != s.data() + s.size() || value < 1) {
+    detail::fail(source, "metadata ", key, " is ", printable(s), ", expected a positive integer");
   }
-  grouped_tensors groups = group_by_owner(file, source);
-  const bool split = groups.module.contains("W_query.weight") ||
-                     groups.module.contains("W_key.weight") ||
-                     groups.module.contains("W_value.weight");
-  if (split && !groups.heads.empty()) {
-    detail::fail(source, "has both split names (W_query.weight, ...) and wrapper names (heads.",
-                 groups.heads.begin()->first, ".*); expected one layout");
-  }
-  if (!split && groups.heads.empty()) {
-    detail::fail(source,
-                 "has no attention weights: expected W_query.weight or "
-                 "heads.0.W_query.weight");
-  }
+  found.push_back({value, text("the metadata ", key)});
+}
 
-  loaded_module m;
-  m.layout = split ? formulation::split_weight : formulation::wrapper;
-  config& cfg = m.cfg;
-  cfg.n_heads = resolve_heads(file, groups, options, source);
-  const std::int64_t masks = mask_size(groups, source);
-  if (masks != 0 && options.context_length > masks) {
-    throw invalid_argument(text(source, ": context_length ", options.context_length,
-                                " exceeds the size of the file's mask buffer (", masks, ", ", masks,
-                                ")"));
+// The metadata `key` as a rotary embedding base (a finite number >= 0; 0: none), added to
+// `found` when present.
+void metadata_base(const tensor_file& file, std::string_view key,
+                   std::vector<statement<double>>& found, std::string_view source) {
+  const auto it = file.metadata.find(key);
+  if (it == file.metadata.end()) return;
+  const std::string& s = it->second;
+  double value = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc{} || end != s.data() + s.size() || !std::isfinite(value) || value < 0) {
+    detail::fail(source, "metadata ", key, " is ", printable(s),
+                 ", expected a number >= 0 (a rotary embedding base; 0 for none)");
   }
-  cfg.context_length = options.context_length > 0 ? options.context_length : masks;
+  found.push_back({value, text("the metadata ", key)});
+}
 
-  std::vector<head_weights> heads;
-  if (split) {
-    qkv_layers layers = read_qkv(groups.module, "", source);
-    cfg.d_out = layers.query.out;
-    cfg.d_in = layers.query.in;
-    cfg.qkv_bias = layers.bias;
-    m.w.query = std::move(layers.query);
-    m.w.key = std::move(layers.key);
-    m.w.value = std::move(layers.value);
-  } else {
-    // Indices 0..H-1 each once: the map is sorted, so the last index is H-1 exactly when there is
-    // no gap.
-    if (const std::int64_t last = groups.heads.rbegin()->first;
-        last != static_cast<std::int64_t>(groups.heads.size()) - 1) {
-      std::int64_t missing = 0;
-      while (groups.heads.contains(missing)) ++missing;
-      detail::fail(source, "has heads up to heads.", last, " but no heads.", missing);
-    }
-    for (auto& [h, tensors] : groups.heads) {
-      const std::string prefix = text(heads_prefix, h, ".");
-      qkv_layers layers = read_qkv(tensors, prefix, source);
-      if (h == 0) {
-        cfg.d_in = layers.query.in;
-        cfg.qkv_bias = layers.bias;
-      } else if (layers.query.in != cfg.d_in || layers.query.out != heads[0].query.out ||
-                 layers.bias != cfg.qkv_bias) {
-        detail::fail(source, "head ", h, " has W_query.weight (", layers.query.out, ", ",
-                     layers.query.in, ")", layers.bias ? " with" : " without",
-                     " biases but head 0 has (", heads[0].query.out, ", ", cfg.d_in, ")",
-                     cfg.qkv_bias ? " with" : " without", " biases");
+// "'a.', 'b.' and 'c.'", the first 10 and how many more.
+std::string listed(const std::vector<std::string>& prefixes) {
+  constexpr std::size_t most = 10;
+  std::string out;
+  for (std::size_t i = 0; i < prefixes.size() && i < most; ++i) {
+    out += (i == 0 ? "" : i + 1 == prefixes.size() ? " and " : ", ") + printable(prefixes[i]);
+  }
+  if (prefixes.size() > most) out += text(" and ", prefixes.size() - most, " more");
+  return out;
+}
+
+// The layouts known, with their tensors: for the message when nothing matches.
+std::string known_layouts() {
+  std::string out;
+  for (const layout l : layouts()) {
+    const detail::layout_rules& r = detail::rules(l);
+    out += text("; ", to_string(l), " (", r.module, "): ", r.tensors);
+  }
+  return out;
+}
+
+std::string normalized(std::string prefix) {
+  if (!prefix.empty() && !prefix.ends_with('.')) prefix += '.';
+  return prefix;
+}
+
+// Throws unless `prefix` holds an attention block of the file whose tensors are `names`.
+void check_prefix(std::string_view prefix, std::span<const std::string> names,
+                  std::string_view source) {
+  const std::vector<std::string> blocks = attention_prefixes(names);
+  if (std::binary_search(blocks.begin(), blocks.end(), prefix)) return;
+  if (blocks.empty()) {
+    detail::fail(source, "has no attention weights in a layout mha knows", known_layouts());
+  }
+  const std::string where = blocks.size() == 1
+                                ? "an attention block at the prefix "
+                                : text("attention blocks at the ", blocks.size(), " prefixes ");
+  if (prefix.empty()) {
+    throw invalid_argument(text(source, ": holds ", where, listed(blocks),
+                                ", none at the top level; pick one with the prefix option "
+                                "(--prefix)"));
+  }
+  throw invalid_argument(text(source, ": no attention block at the prefix ", printable(prefix),
+                              "; the file holds ", where, listed(blocks)));
+}
+
+// The layout of a block: the one whose identifying tensors it has.
+layout detect(const tensor_map& block, std::string_view prefix, std::string_view source) {
+  std::optional<layout> found;
+  std::string found_by;
+  for (const layout l : layouts()) {
+    for (const auto& [name, t] : block) {
+      if (!detail::rules(l).identifies(name)) continue;
+      if (found && *found != l) {
+        detail::fail(source, "has tensors of two layouts at the prefix ", printable(prefix), ": ",
+                     to_string(*found), " (", printable(found_by), ") and ", to_string(l), " (",
+                     printable(name), "); expected one");
       }
-      heads.push_back({std::move(layers.query), std::move(layers.key), std::move(layers.value)});
+      if (!found) found_by = name;
+      found = l;
     }
-    cfg.d_out = heads[0].query.out * cfg.n_heads;
   }
+  return *found;  // check_prefix saw one
+}
+
+// H from the option, the metadata num_heads and the layout's head groups.
+std::int64_t resolve_heads(const tensor_file& file, const detail::block_weights& b,
+                           const state_dict_options& options, std::string_view source) {
+  std::vector<statement<std::int64_t>> found;
+  if (options.n_heads > 0) found.push_back({options.n_heads, "the n_heads option (--heads)", true});
+  metadata_count(file, "num_heads", found, source);
+  if (b.heads > 0) found.push_back({b.heads, text("the ", b.heads, " heads.{h} groups")});
+  const std::optional<std::int64_t> heads = agreed(found, "head counts", source);
+  if (!heads) {
+    throw invalid_argument(text(source,
+                                ": the number of heads is unknown (no metadata num_heads); "
+                                "give n_heads (--heads)"));
+  }
+  return *heads;
+}
+
+// The K/V heads: the K projection's rows over head_dim, which the option and the metadata
+// num_kv_heads or num_kv_groups must match.
+std::int64_t resolve_kv_heads(const tensor_file& file, const config& cfg, const weights& w,
+                              layout l, const state_dict_options& options,
+                              std::string_view source) {
+  const std::string_view key = detail::rules(l).key_tensor;
+  const std::int64_t head_dim = cfg.head_dim();
+  if (w.key.out % head_dim != 0 || cfg.n_heads % (w.key.out / head_dim) != 0) {
+    throw invalid_argument(text(source, ": ", key, " has ", w.key.out,
+                                " rows, which is not head_dim ", head_dim, " (d_out ", cfg.d_out,
+                                " / n_heads ", cfg.n_heads,
+                                ") times a number of K/V heads dividing n_heads"));
+  }
+  std::vector<statement<std::int64_t>> found;
+  found.push_back({w.key.out / head_dim, text("the shape of ", key)});
+  if (options.n_kv_heads > 0) {
+    found.push_back({options.n_kv_heads, "the n_kv_heads option (--kv-heads)", true});
+  }
+  metadata_count(file, "num_kv_heads", found, source);
+  metadata_count(file, "num_kv_groups", found, source);
+  return *agreed(found, "K/V head counts", source);
+}
+
+// The rotary embedding base from the option and the metadata rope_base or rope_theta; 0 (none)
+// without them, which the llama layout does not allow: Llama rotates.
+double resolve_rope(const tensor_file& file, layout l, const state_dict_options& options,
+                    std::string_view source) {
+  std::vector<statement<double>> found;
+  if (options.rope_base) {
+    found.push_back({*options.rope_base, "the rope_base option (--rope-base)", true});
+  }
+  metadata_base(file, "rope_base", found, source);
+  metadata_base(file, "rope_theta", found, source);
+  const std::optional<double> base = agreed(found, "rotary embedding bases", source);
+  if (!base && l == layout::llama) {
+    throw invalid_argument(text(source,
+                                ": Llama's attention rotates queries and keys but the file has no "
+                                "metadata rope_theta or rope_base; give rope_base (--rope-base B: "
+                                "10000 in Llama 2, 500000 in Llama 3; 0 for none)"));
+  }
+  return base.value_or(0.0);
+}
+
+// The context length: the option, else the file's (its mask buffers' size C or the metadata
+// context_length, which must agree), else 0 (unknown). The option may not exceed the file's.
+std::int64_t resolve_context(const tensor_file& file, std::int64_t mask_size,
+                             const state_dict_options& options, std::string_view source) {
+  std::vector<statement<std::int64_t>> found;
+  if (mask_size > 0) {
+    found.push_back({mask_size, text("the mask buffer (", mask_size, ", ", mask_size, ")")});
+  }
+  metadata_count(file, "context_length", found, source);
+  const std::optional<std::int64_t> in_file = agreed(found, "context lengths", source);
+  if (in_file && options.context_length > *in_file) {
+    throw invalid_argument(text(source, ": context_length ", options.context_length,
+                                " exceeds the file's, ", *in_file, " (", found.front().from, ")"));
+  }
+  return options.context_length > 0 ? options.context_length : in_file.value_or(0);
+}
+
+void check_options(const state_dict_options& options, std::string_view source) {
+  if (options.n_heads < 0 || options.n_kv_heads < 0 || options.context_length < 0) {
+    throw invalid_argument(text(source, ": state_dict_options n_heads (", options.n_heads,
+                                "), n_kv_heads (", options.n_kv_heads, ") and context_length (",
+                                options.context_length, ") must be >= 0 (0 = from the file)"));
+  }
+  if (options.rope_base && !(*options.rope_base >= 0 && std::isfinite(*options.rope_base))) {
+    throw invalid_argument(text(source, ": the rope_base option (", *options.rope_base,
+                                ") must be a finite number >= 0 (0 for no rotary embedding)"));
+  }
+}
+
+// `file`'s tensors whose names are `names` (all of them, or the block's when the caller read
+// only those) mapped to a module.
+loaded_module map_state_dict(tensor_file file, std::span<const std::string> names,
+                             const state_dict_options& options, std::string_view source) {
+  check_options(options, source);
+  loaded_module m;
+  m.prefix = normalized(options.prefix);
+  check_prefix(m.prefix, names, source);
+  tensor_map block;
+  for (auto& [name, t] : file.tensors) {
+    if (name.starts_with(m.prefix)) block.emplace(name.substr(m.prefix.size()), std::move(t));
+  }
+  m.layout = detect(block, m.prefix, source);
+  detail::block_weights b = detail::rules(m.layout).read(block, m.prefix, source);
+  m.w = std::move(b.w);
+
+  config& cfg = m.cfg;
+  cfg.d_in = m.w.query.in;
+  cfg.d_out = m.w.query.out;
+  cfg.qkv_bias = m.w.query.has_bias();
+  cfg.out_proj = m.w.out_proj.out != 0;
+  cfg.out_proj_bias = !cfg.out_proj || m.w.out_proj.has_bias();
+  cfg.n_heads = resolve_heads(file, b, options, source);
   if (cfg.d_out % cfg.n_heads != 0) {
     throw invalid_argument(text(source, ": n_heads ", cfg.n_heads, " does not divide d_out ",
-                                cfg.d_out, " (the rows of W_query.weight)"));
+                                cfg.d_out, " (the rows of the Q projection)"));
   }
-
-  std::optional<linear_weights> out_proj = read_out_proj(groups.module, cfg.d_out, source);
-  cfg.out_proj = out_proj.has_value();
-  check_all_used(groups.module, "", source);
+  const std::int64_t kv = resolve_kv_heads(file, cfg, m.w, m.layout, options, source);
+  cfg.n_kv_heads = kv == cfg.n_heads ? 0 : kv;
+  cfg.rope_base = resolve_rope(file, m.layout, options, source);
+  cfg.context_length = resolve_context(file, b.mask_size, options, source);
   // Everything but context_length, which may legitimately be unknown (0) here.
   config checked = cfg;
   checked.context_length = std::max<std::int64_t>(1, cfg.context_length);
-  if (split) {
-    if (out_proj) m.w.out_proj = std::move(*out_proj);
-    validate(checked, m.w);
-  } else {
-    m.w = weights::from_heads(checked, heads, out_proj ? std::move(*out_proj) : linear_weights{});
-  }
+  validate(checked, m.w);
   return m;
 }
 
 }  // namespace
 
+std::vector<std::string> attention_prefixes(std::span<const std::string> names) {
+  std::set<std::string> found;
+  for (const std::string& name : names) {
+    // The longest ending, after a '.', that identifies a layout: the rest is its block's prefix.
+    for (std::size_t at = 0;;) {
+      const std::string_view ending = std::string_view(name).substr(at);
+      if (std::any_of(layouts().begin(), layouts().end(),
+                      [&](layout l) { return detail::rules(l).identifies(ending); })) {
+        found.insert(name.substr(0, at));
+        break;
+      }
+      at = name.find('.', at);
+      if (at == std::string::npos) break;
+      ++at;
+    }
+  }
+  return {found.begin(), found.end()};
+}
+
 loaded_module module_from_state_dict(tensor_file file, const state_dict_options& options) {
-  return map_state_dict(std::move(file), options, "state_dict");
+  std::vector<std::string> names;
+  for (const auto& [name, t] : file.tensors) names.push_back(name);
+  return map_state_dict(std::move(file), names, options, "state_dict");
 }
 
 loaded_module load_module(const std::filesystem::path& path, const state_dict_options& options) {
-  return map_state_dict(read_safetensors(path), options, path.string());
+  // Only the block's tensors are read; every name is kept for finding blocks.
+  const std::string prefix = normalized(options.prefix);
+  std::vector<std::string> names;
+  tensor_file file = read_safetensors(path, [&](std::string_view name) {
+    names.emplace_back(name);
+    return name.starts_with(prefix);
+  });
+  return map_state_dict(std::move(file), names, options, path.string());
 }
 
-tensor_file to_state_dict(const config& cfg, const weights& w, formulation layout) {
+tensor_file to_state_dict(const config& cfg, const weights& w, layout l) {
   validate(cfg, w);
-  std::int64_t mask_elements = 0;
-  const std::array<std::int64_t, 2> mask_shape = {cfg.context_length, cfg.context_length};
-  if (!detail::element_count(mask_shape, sizeof(float), mask_elements)) {
-    throw invalid_argument(text("to_state_dict: context_length ", cfg.context_length,
-                                " is too large for a (C, C) mask buffer"));
-  }
-  // PyTorch's causal mask: triu(ones(C, C), diagonal=1), 1 where token j is after token i.
-  tensor mask{{cfg.context_length, cfg.context_length},
-              std::vector<float>(static_cast<std::size_t>(mask_elements))};
-  for (std::int64_t i = 0; i < cfg.context_length; ++i) {
-    for (std::int64_t j = i + 1; j < cfg.context_length; ++j) {
-      mask.values[static_cast<std::size_t>(i * cfg.context_length + j)] = 1.0f;
-    }
-  }
-
   tensor_file file;
+  detail::rules(l).write(cfg, w, file.tensors);
   file.metadata["num_heads"] = std::to_string(cfg.n_heads);
-  auto put = [&](const std::string& prefix, const linear_weights& l) {
-    file.tensors[prefix + ".weight"] = {{l.out, l.in}, l.weight};
-    if (l.has_bias()) file.tensors[prefix + ".bias"] = {{l.out}, l.bias};
-  };
-  if (layout == formulation::split_weight) {
-    put("W_query", w.query);
-    put("W_key", w.key);
-    put("W_value", w.value);
-    file.tensors["mask"] = std::move(mask);
-  } else {
-    for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
-      const head_weights hw = w.head(cfg, h);
-      const std::string prefix = text(heads_prefix, h, ".");
-      put(prefix + "W_query", hw.query);
-      put(prefix + "W_key", hw.key);
-      put(prefix + "W_value", hw.value);
-      file.tensors[prefix + "mask"] = mask;
-    }
+  if (cfg.kv_heads() != cfg.n_heads) file.metadata["num_kv_heads"] = std::to_string(cfg.kv_heads());
+  if (cfg.rope_base != 0.0 || l == layout::llama) file.metadata["rope_base"] = shown(cfg.rope_base);
+  // Where no mask buffer carries the context length.
+  if (l == layout::torch_mha || l == layout::llama) {
+    file.metadata["context_length"] = std::to_string(cfg.context_length);
   }
-  if (cfg.out_proj) put("out_proj", w.out_proj);
   return file;
+}
+
+tensor_file to_state_dict(const config& cfg, const weights& w, formulation form) {
+  switch (form) {
+    case formulation::wrapper:
+      return to_state_dict(cfg, w, layout::wrapper);
+    case formulation::split_weight:
+      return to_state_dict(cfg, w, layout::split);
+    case formulation::fused_qkv:
+      return to_state_dict(cfg, w, layout::torch_mha);
+  }
+  throw invalid_argument(text("to_state_dict: unknown formulation value ", static_cast<int>(form)));
 }
 
 }  // namespace mha::io

@@ -119,9 +119,9 @@ def validate(s: Shape, threads: list, where: str) -> None:
 
 
 _SHAPE_FIELDS = {"batch", "seq_len", "d_in", "d_out", "n_heads", "causal", "qkv_bias", "out_proj", "past"}
-# The axes mha_bench writes only when not their default (docs/design.md §1.3 and §1.5), which no
-# module of torch_modules computes yet.
-_AXES = {"n_kv_heads": 0, "precision": "fp32"}
+# The axes mha_bench writes only when not their default (docs/design.md §1.3, §1.5, §1.6 and an
+# out_proj without bias), which the peers do not time.
+_AXES = {"n_kv_heads": 0, "precision": "fp32", "rope_base": 0.0, "out_proj_bias": True}
 _FILE_FIELDS = _SHAPE_FIELDS | set(_AXES) | {"threads", "series", "name", "flops"}
 
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 PRECISIONS = ("fp32", "bf16")
+# mha::formulations(), in its order.
+FORMULATIONS = ("wrapper", "split_weight", "fused_qkv")
 
 
 @dataclass(frozen=True, order=True)
@@ -21,7 +24,8 @@ class Shape:
     """One module + input shape, as mha::problem without the formulation: `seq_len` new tokens
     per sequence after `past` cached ones (past > 0: an incremental call, docs/design.md §1.4),
     `n_kv_heads` K/V heads (0 means n_heads; n_heads itself is stored as 0, so the two spellings
-    are one shape, §1.3) and the precision (§1.5)."""
+    are one shape, §1.3), the precision (§1.5), the rotary embedding base (0: none, §1.6) and
+    whether out_proj has its bias (stored as True without an out_proj, which has none to lack)."""
 
     batch: int
     seq_len: int
@@ -34,10 +38,14 @@ class Shape:
     past: int = 0
     n_kv_heads: int = 0
     precision: str = "fp32"
+    rope_base: float = 0.0
+    out_proj_bias: bool = True
 
     def __post_init__(self):
         if self.n_kv_heads == self.n_heads:
             object.__setattr__(self, "n_kv_heads", 0)
+        if not self.out_proj:
+            object.__setattr__(self, "out_proj_bias", True)
 
     @property
     def head_dim(self) -> int:
@@ -54,42 +62,70 @@ class Shape:
         return self.past > 0
 
     def flags(self) -> list[str]:
-        """The non-default flags in name order: noncausal, qkv_bias, no_out_proj."""
+        """The non-default flags in name order: noncausal, qkv_bias, no_out_proj, no_out_bias."""
         return [
             name
             for name, on in (
                 ("noncausal", not self.causal),
                 ("qkv_bias", self.qkv_bias),
                 ("no_out_proj", not self.out_proj),
+                ("no_out_bias", not self.out_proj_bias),
             )
             if on
         ]
 
+    def rope(self) -> list[str]:
+        """['rope<base>'] as mha::to_string writes the base (shortest_decimal), [] without."""
+        return [f"rope{shortest_decimal(self.rope_base)}"] if self.rope_base else []
+
     def problem_suffix(self) -> str:
-        """'b4/t256[/past<P>]/din768/dout768/h12[/kvh<K>][/flags][/bf16]':
+        """'b4/t256[/past<P>]/din768/dout768/h12[/kvh<K>][/rope<base>][/flags][/bf16]':
         mha::to_string(problem) after the formulation, each bracketed part only when not the
         default."""
         parts = [f"b{self.batch}", f"t{self.seq_len}"]
         parts += [f"past{self.past}"] if self.past else []
         parts += [f"din{self.d_in}", f"dout{self.d_out}", f"h{self.n_heads}"]
         parts += [f"kvh{self.n_kv_heads}"] if self.n_kv_heads else []
-        parts += self.flags()
+        parts += self.rope() + self.flags()
         parts += [self.precision] if self.precision != "fp32" else []
         return "/".join(parts)
 
     def label(self) -> str:
         """Short human label: 'B4 T256 d768 H12 (hd 64)', d_in->d_out when they differ, then
-        'past P', 'kvh K', the flags and the precision when not the default."""
+        'past P', 'kvh K', 'rope<base>', the flags and the precision when not the default."""
         d = f"d{self.d_out}" if self.d_in == self.d_out else f"d{self.d_in}->{self.d_out}"
         text = f"B{self.batch} T{self.seq_len} {d} H{self.n_heads} (hd {self.head_dim})"
         return " ".join([text] + self.extras())
 
     def extras(self, past: bool = True) -> list[str]:
-        """What label() adds after the sizes: 'past P' (unless past=False), 'kvh K', flags,
-        precision."""
+        """What label() adds after the sizes: 'past P' (unless past=False), 'kvh K',
+        'rope<base>', flags, precision."""
         out = [f"past {self.past}"] if self.past and past else []
         out += [f"kvh {self.n_kv_heads}"] if self.n_kv_heads else []
-        return out + self.flags() + ([self.precision] if self.precision != "fp32" else [])
+        out += self.rope() + self.flags()
+        return out + ([self.precision] if self.precision != "fp32" else [])
+
+
+def shortest_decimal(value: float) -> str:
+    """`value` as C++'s std::to_chars(double) writes it (how mha::to_string spells numbers): the
+    shortest digits that read back as `value`, in fixed or scientific notation, whichever is
+    shorter (fixed on a tie): 10000 -> '10000', 500000 -> '5e+05', 12345.5 -> '12345.5'."""
+    sign = "-" if value < 0 else ""
+    if value == 0:
+        return sign + "0"
+    _, digits, exponent = Decimal(repr(abs(value))).normalize().as_tuple()
+    digits = "".join(map(str, digits))
+    point = len(digits) + exponent  # digits before the decimal point
+    if exponent >= 0:
+        fixed = digits + "0" * exponent
+    elif point > 0:
+        fixed = f"{digits[:point]}.{digits[point:]}"
+    else:
+        fixed = "0." + "0" * -point + digits
+    power = point - 1
+    mantissa = digits[0] + (f".{digits[1:]}" if len(digits) > 1 else "")
+    scientific = f"{mantissa}e{'-' if power < 0 else '+'}{abs(power):02d}"
+    return sign + (fixed if len(fixed) <= len(scientific) else scientific)
 
 
 class ProblemError(ValueError):
@@ -102,27 +138,43 @@ class ProblemError(ValueError):
 
 
 _NUMBERED = re.compile(r"^(b|t|past|din|dout|h|kvh)(\d+)$")
+# rope<base>: a decimal number as std::from_chars reads one (no '+', no hexadecimal).
+_ROPE = re.compile(r"^rope(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)$")
 _REQUIRED = ("b", "t", "din", "dout", "h")
-_FLAGS = {"noncausal": ("causal", False), "qkv_bias": ("qkv_bias", True), "no_out_proj": ("out_proj", False)}
+_FLAGS = {
+    "noncausal": ("causal", False),
+    "qkv_bias": ("qkv_bias", True),
+    "no_out_proj": ("out_proj", False),
+    "no_out_bias": ("out_proj_bias", False),
+}
+
+
+def check_formulation(formulation: str) -> None:
+    """Raises ProblemError unless `formulation` is one of FORMULATIONS."""
+    if formulation not in FORMULATIONS:
+        raise ProblemError(f"unknown formulation '{formulation}'; expected {', '.join(FORMULATIONS)}")
 
 
 def parse_shape(parts: list[str]) -> Shape:
     """The Shape of the parts of a canonical problem string after the formulation, in any order
     (the grammar of mha::parse_problem): b<B>, t<T>, din<N>, dout<N>, h<H> required; past<P>,
-    kvh<K>, noncausal, qkv_bias, no_out_proj, fp32 or bf16 optional. Raises ProblemError naming
-    the part it cannot read, a part given twice, the required parts missing, or sizes that do
-    not divide (d_out by H, H by kvh)."""
+    kvh<K>, rope<base>, noncausal, qkv_bias, no_out_proj, no_out_bias, fp32 or bf16 optional.
+    Raises ProblemError naming the part it cannot read, a part given twice, the required parts
+    missing, or sizes that do not divide (d_out by H, H by kvh)."""
     numbers: dict[str, int] = {}
     fields: dict[str, object] = {}
     for part in parts:
         match = _NUMBERED.match(part)
+        rope = _ROPE.match(part)
         if match:
             key = match.group(1)
             if key in numbers:
                 raise ProblemError(f"name component {key} given twice")
             numbers[key] = int(match.group(2))
-        elif part in _FLAGS or part in PRECISIONS:
-            field, value = _FLAGS.get(part, ("precision", part))
+        elif part in _FLAGS or part in PRECISIONS or rope:
+            field, value = (
+                ("rope_base", float(rope.group(1))) if rope else _FLAGS.get(part, ("precision", part))
+            )
             if field in fields:
                 raise ProblemError(f"name component '{part}' given twice")
             fields[field] = value

@@ -39,8 +39,17 @@ buffer per call and holds context_length² floats per head (4.3 GB at a 32 K con
 modules build the same rows, the bottom-right (T, past + T) corner, per call instead, and so
 register no mask buffer (their state_dict has none).
 
-New modules go here, each a class of its own next to these: grouped-query attention with RoPE,
-and further nn.MultiheadAttention wrappers.
+The modules of the other weight layouts mha reads (mha/io.hpp, README "Weight files"), for the
+goldens:
+  GroupedQueryAttention        the seeds' lineage's grouped-query attention with rotary
+                               embedding (the Llama chapter's): the split names, W_key and W_value
+                               of num_kv_groups · head_dim rows, out_proj without bias; Hugging
+                               Face's LlamaAttention computes the same function (the llama layout
+                               is its names)
+  GPT2Attention                GPT-2's attention as Hugging Face stores it: Conv1D layers c_attn
+                               and c_proj, weights (in, out), and the mask buffers
+
+New modules go here, each a class of its own next to these.
 """
 
 from __future__ import annotations
@@ -309,22 +318,136 @@ class KVCacheMultiHeadAttentionWrapper(MultiHeadAttentionWrapper):
 
 
 class TorchNNMultiheadAttention(nn.Module):
-    """torch.nn.MultiheadAttention(batch_first=True) as self-attention with a boolean causal
-    attn_mask (none when causal=False). It needs d_in == d_out and always applies out_proj; its
-    in_proj bias always exists (bias=True keeps out_proj's bias): zero unless copied."""
+    """torch.nn.MultiheadAttention(batch_first=True) as self-attention with a causal attn_mask
+    (none when causal=False): boolean, or with float_mask=True the float mask of -inf above the
+    diagonal. It needs d_in == d_out and always applies out_proj; bias=True gives in_proj and
+    out_proj their biases (the in_proj bias zero unless copied), bias=False neither."""
 
-    def __init__(self, d_model, num_heads, context_length, causal=True):
+    def __init__(self, d_model, num_heads, context_length, causal=True, bias=True, float_mask=False):
         super().__init__()
-        self.attn = nn.MultiheadAttention(d_model, num_heads, bias=True, batch_first=True)
+        self.attn = nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True)
         self.causal = causal
-        self.register_buffer(
-            "mask", torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), diagonal=1)
-        )
+        mask = torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), diagonal=1)
+        if float_mask:
+            mask = torch.zeros(context_length, context_length).masked_fill(mask, -torch.inf)
+        self.register_buffer("mask", mask)
 
     def forward(self, x):
         t = x.shape[1]
         mask = self.mask[:t, :t] if self.causal else None
         return self.attn(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The modules of the other weight layouts
+
+
+def rope_tables(head_dim, theta_base, context_length):
+    """cos and sin (context_length, head_dim) as the seeds' compute_rope_params makes them: the
+    angle of position p and pair e is p · theta_base^(-2e/head_dim), duplicated to head_dim, in
+    float32. mha computes the angles in double (docs/design.md §1.6), which moves them by up to
+    p · 2^-24 rad: the goldens keep T <= 64, where that changes y by about 1e-7 of max|y|."""
+    inv_freq = 1.0 / (theta_base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    angles = torch.arange(context_length, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=1)
+    return torch.cos(angles), torch.sin(angles)
+
+
+def apply_rope(x, cos, sin):
+    """The seeds' apply_rope: x (..., T, head_dim) rotated by position in the rotate-half
+    convention, (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) with x1, x2 the two halves."""
+    seq_len, head_dim = x.shape[-2], x.shape[-1]
+    x1, x2 = x[..., : head_dim // 2], x[..., head_dim // 2 :]
+    rotated = torch.cat((-x2, x1), dim=-1)
+    return x * cos[:seq_len] + rotated * sin[:seq_len]
+
+
+class GroupedQueryAttention(nn.Module):
+    """The seeds' lineage's GroupedQueryAttention (the Llama chapter): W_query (d_out, d_in),
+    W_key and W_value (num_kv_groups · head_dim, d_in), no Q/K/V biases, RoPE on queries and
+    keys, each K/V head repeated for its group_size = num_heads / num_kv_groups query heads with
+    repeat_interleave (query head h reads K/V head h // group_size, docs/design.md §1.3), the
+    causal mask, out_proj without bias. The mask and the RoPE tables are buffers the state_dict
+    leaves out (the seeds keep them in the model, not persistent): it holds the four weights."""
+
+    def __init__(self, d_in, d_out, context_length, num_heads, num_kv_groups, rope_base=10_000.0):
+        super().__init__()
+        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+        assert num_heads % num_kv_groups == 0, "num_heads must be divisible by num_kv_groups"
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.W_key = nn.Linear(d_in, num_kv_groups * self.head_dim, bias=False)
+        self.W_value = nn.Linear(d_in, num_kv_groups * self.head_dim, bias=False)
+        self.num_kv_groups = num_kv_groups
+        self.group_size = num_heads // num_kv_groups
+        self.W_query = nn.Linear(d_in, d_out, bias=False)
+        self.out_proj = nn.Linear(d_out, d_out, bias=False)
+        mask = torch.triu(torch.ones(context_length, context_length), diagonal=1).bool()
+        self.register_buffer("mask", mask, persistent=False)
+        cos, sin = rope_tables(self.head_dim, rope_base, context_length)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, x):
+        b, num_tokens, _ = x.shape
+        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        keys = self.W_key(x).view(b, num_tokens, self.num_kv_groups, self.head_dim).transpose(1, 2)
+        values = self.W_value(x).view(b, num_tokens, self.num_kv_groups, self.head_dim).transpose(1, 2)
+        keys = apply_rope(keys, self.cos, self.sin)
+        queries = apply_rope(queries, self.cos, self.sin)
+        keys = keys.repeat_interleave(self.group_size, dim=1)  # (b, H, T, hd): [K1, K1, K2, K2]
+        values = values.repeat_interleave(self.group_size, dim=1)
+        attn_scores = queries @ keys.transpose(2, 3)
+        attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)
+        return self.out_proj(context_vec)
+
+
+class Conv1D(nn.Module):
+    """GPT-2's Conv1D (Hugging Face): a linear layer whose weight is stored (in, out), y = x W +
+    b. Initialised as nn.Linear is (U(±1/sqrt(in)), bias too) rather than GPT-2's N(0, 0.02)
+    and zero bias, so that every weight and bias shows in a golden's output."""
+
+    def __init__(self, n_out, n_in):
+        super().__init__()
+        bound = n_in**-0.5
+        self.weight = nn.Parameter(torch.empty(n_in, n_out).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(n_out).uniform_(-bound, bound))
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)
+
+
+class GPT2Attention(nn.Module):
+    """GPT-2's attention as Hugging Face's GPT2Attention stores and computes it: c_attn (d -> 3 d,
+    Conv1D) split into Q, K, V, per head softmax(Q K^T / sqrt(head_dim)) with the causal mask V,
+    heads merged, c_proj (Conv1D). The buffers of its older checkpoints are in the state_dict:
+    bias, the (1, 1, C, C) lower-triangular causal mask, and masked_bias (-1e4)."""
+
+    def __init__(self, d_model, num_heads, context_length):
+        super().__init__()
+        assert d_model % num_heads == 0, "d_model must be divisible by num_heads"
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.c_attn = Conv1D(3 * d_model, d_model)
+        self.c_proj = Conv1D(d_model, d_model)
+        tril = torch.tril(torch.ones(context_length, context_length))
+        self.register_buffer("bias", tril.view(1, 1, context_length, context_length))
+        self.register_buffer("masked_bias", torch.tensor(-1e4))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        query, key, value = self.c_attn(x).split(d, dim=2)
+        query, key, value = (
+            z.view(b, t, self.num_heads, self.head_dim).transpose(1, 2) for z in (query, key, value)
+        )
+        attn_weights = query @ key.transpose(-1, -2) / self.head_dim**0.5
+        causal = self.bias[:, :, :t, :t].bool()
+        attn_weights = torch.where(causal, attn_weights, torch.finfo(attn_weights.dtype).min)
+        attn_output = torch.softmax(attn_weights, dim=-1) @ value
+        return self.c_proj(attn_output.transpose(1, 2).reshape(b, t, d))
 
 
 # The module of each formulation, as mha names them (mha::formulation), and its KV-cache module.

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from mhapy import peers
-from mhapy.problem import ProblemError, Shape, cache_bytes, decode_bytes, flops, parse_shape
+from mhapy.problem import ProblemError, Shape, cache_bytes, decode_bytes, flops, parse_shape, shortest_decimal
 
 # B1 T2 d_in 3 d_out 4 H2 (head_dim 2), counted term by term:
 #   Q, K, V: 2·B·T·d_in·(d_out + 2·d_kv) = 2·1·2·3·(4 + 8) = 144 (d_kv = 4; n_kv_heads 1: 2, so 96)
@@ -68,14 +68,32 @@ def test_bytes_a_decode_step_reads_and_the_cache_holds():
         ("bf16/no_out_proj/h8/kvh8/past3/dout16/din8/t2/b3/noncausal/qkv_bias",
          Shape(3, 2, 8, 16, 8, False, True, False, past=3, precision="bf16")),
         ("b1/t1/din8/dout8/h2/fp32/past0", Shape(1, 1, 8, 8, 2)),
+        # Rotary embedding (any decimal spelling of the base) and an out_proj without bias; the
+        # latter means nothing without an out_proj, as in mha::to_string.
+        ("b1/t1/past9/din64/dout64/h8/kvh2/rope500000/no_out_bias",
+         Shape(1, 1, 64, 64, 8, past=9, n_kv_heads=2, rope_base=500000.0, out_proj_bias=False)),
+        ("no_out_bias/rope1e4/b2/t3/din8/dout8/h2/no_out_proj", Shape(2, 3, 8, 8, 2, out_proj=False, rope_base=1e4)),
+        ("b1/t1/din8/dout8/h2/rope0", Shape(1, 1, 8, 8, 2)),
     ],
 )  # fmt: skip
 def test_names_read_back_in_any_order_and_spell_canonically(text, shape):
     parsed = parse_shape(text.split("/"))
     assert parsed == shape
     assert parse_shape(parsed.problem_suffix().split("/")) == parsed
-    canonical = "b1/t1/past1023/din64/dout64/h8/kvh2/bf16"
+    canonical = "b1/t1/past1023/din64/dout64/h8/kvh2/rope5e+05/noncausal/no_out_bias/bf16"
     assert parse_shape(canonical.split("/")).problem_suffix() == canonical
+
+
+# What std::to_chars(double) writes for these (checked with GCC 12's libstdc++): mha::to_string
+# spells rope bases so, and problem_suffix must match it.
+@pytest.mark.parametrize(
+    "value, text",
+    [(10000.0, "10000"), (500000.0, "5e+05"), (1e6, "1e+06"), (12345.5, "12345.5"), (1.5e7, "1.5e+07"),
+     (100.0, "100"), (2.5, "2.5"), (0.001, "0.001"), (123456789.0, "123456789"), (1e21, "1e+21"),
+     (1e16, "1e+16"), (-2.5, "-2.5"), (0.0, "0")],
+)  # fmt: skip
+def test_numbers_are_spelled_as_cpp_to_chars_spells_them(value, text):
+    assert shortest_decimal(value) == text
 
 
 @pytest.mark.parametrize(
@@ -88,6 +106,11 @@ def test_names_read_back_in_any_order_and_spell_canonically(text, shape):
         ("b1/din8/h2", r"missing name component\(s\) t, dout"),
         ("b1/t1/din8/dout10/h3", r"d_out \(10\) is not a multiple of H \(3\)"),
         ("b1/t1/din8/dout12/h6/kvh4", r"H \(6\) is not a multiple of kvh \(4\)"),
+        ("b1/t1/din8/dout8/h2/rope", "unknown name component 'rope'"),
+        ("b1/t1/din8/dout8/h2/rope+5", r"unknown name component 'rope\+5'"),
+        ("b1/t1/din8/dout8/h2/ropex", "unknown name component 'ropex'"),
+        ("b1/t1/din8/dout8/h2/rope10/rope10", "name component 'rope10' given twice"),
+        ("b1/t1/din8/dout8/h2/no_out_bias/no_out_bias", "name component 'no_out_bias' given twice"),
     ],
 )
 def test_names_outside_the_grammar_are_refused(text, message):

@@ -39,8 +39,19 @@ def test_parse_name_reads_the_whole_problem_grammar_in_any_order():
     assert plain.name() == "mha/xsimd/wrapper/b1/t8/din8/dout8/h2/threads:2"
 
 
+def test_parse_name_reads_every_formulation_and_axis():
+    name = "mha/naive/fused_qkv/b1/t1/din8/dout8/h2/kvh1/rope10000/no_out_bias/threads:1"
+    shape = Shape(1, 1, 8, 8, 2, n_kv_heads=1, rope_base=10000.0, out_proj_bias=False)
+    assert parse_name(name) == Key("naive", "fused_qkv", shape, 1)
+    assert parse_name(name).name() == name
+
+
 def test_parse_name_leaves_other_benchmarks_alone_and_rejects_broken_mha_names():
     assert parse_name("peak/fma/threads:1") is None
+    with pytest.raises(
+        ReportError, match="unknown formulation 'fused'; expected wrapper, split_weight, fused_qkv"
+    ):
+        parse_name("mha/naive/fused/b1/t1/din1/dout1/h1/threads:1")
     with pytest.raises(ReportError, match="unknown name component 'x7'"):
         parse_name("mha/naive/wrapper/b1/t1/din1/dout1/h1/x7/threads:1")
     with pytest.raises(ReportError, match=r"missing name component\(s\) t, threads:<n>"):

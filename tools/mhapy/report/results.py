@@ -4,8 +4,9 @@ Contract of the input (what this module needs, nothing more):
 - a top-level object with "benchmarks" (a list) and optionally "context" (an object);
 - attention benchmarks are named mha/<backend>/<problem>/threads:<n>, <problem> being the
   canonical problem string <formulation>/b<B>/t<T>[/past<P>]/din<d_in>/dout<d_out>/h<H>[/kvh<K>]
-  [/noncausal][/qkv_bias][/no_out_proj][/bf16] (mha::to_string; its parts after the formulation,
-  and threads:<n>, in any order, as mha::parse_problem reads them), optionally followed by the
+  [/rope<base>][/noncausal][/qkv_bias][/no_out_proj][/no_out_bias][/bf16] (mha::to_string, the
+  formulation one of mhapy.problem.FORMULATIONS; its parts after the formulation, and
+  threads:<n>, in any order, as mha::parse_problem reads them), optionally followed by the
   components Google Benchmark appends itself (real_time, min_time:..., repeats:..., ...);
 - each entry has real_time and time_unit (ns, us, ms or s); run_type "iteration" entries are
   repetitions, run_type "aggregate" entries (aggregate_name mean/median/stddev/cv) summaries;
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import schema
-from ..problem import ProblemError, Shape, parse_shape
+from ..problem import ProblemError, Shape, check_formulation, parse_shape
 
 TIME_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
@@ -241,6 +242,7 @@ def parse_name(name: str) -> Key | None:
         elif not _GB_NAME_SUFFIX.match(token):
             problem.append(token)
     try:
+        check_formulation(formulation)
         shape = parse_shape(problem)
     except ProblemError as e:
         if e.missing and threads is None:
