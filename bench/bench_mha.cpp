@@ -315,14 +315,27 @@ int run_sweep(int argc, char** argv) {
               << " matches --benchmark_filter=" << filter << '\n';
     return 2;
   }
+  // --shard: this run's part of the selection. Every shard records the selection's fingerprint
+  // and size, so a report can tell which shards of which selection it has.
+  const std::string selection = selection_fingerprint(cases);
+  const std::size_t selection_size = cases.size();
   if (!opt.dump_shapes.empty()) {
     std::ofstream file(opt.dump_shapes);
-    file << shapes_json(covered_points(sweep, cases));
+    file << shapes_json(shard_points(sweep, cases, opt.shard));
     if (!file.flush()) {
       std::cerr << "mha_bench: cannot write --dump-shapes file '" << opt.dump_shapes << "'\n";
       return 2;
     }
     return 0;
+  }
+  cases = cases_of_shard(cases, opt.shard);
+  if (opt.shard.count > 1) {
+    std::cerr << "mha_bench: shard " << to_string(opt.shard) << ": " << cases.size() << " of the "
+              << selection_size << " selected benchmarks (selection " << selection << ")\n";
+    if (cases.empty()) {
+      std::cerr << "mha_bench: this shard is empty (more shards than benchmarks); its result "
+                   "file holds the peak entries and says which shard it is\n";
+    }
   }
 
   if (log) *log << "mha_bench: measuring the FP32 FMA peak..." << std::endl;
@@ -387,8 +400,8 @@ int run_sweep(int argc, char** argv) {
     }
   };
   const std::size_t middle = runner.cases().size() / 2;
+  register_peaks(0);
   for (std::size_t i = 0; i < runner.cases().size(); ++i) {
-    if (i == 0) register_peaks(0);
     if (i == middle && middle > 0) register_peaks(1);
     benchmark::RegisterBenchmark(runner.cases()[i].name().c_str(),
                                  [&runner, i](benchmark::State& state) { runner.run(state, i); })
@@ -435,6 +448,10 @@ int run_sweep(int argc, char** argv) {
   benchmark::AddCustomContext("mha_check_tolerance_bf16",
                               fixed(std::max(opt.tolerance, mha_reference::bf16_bound), "%g"));
   benchmark::AddCustomContext("mha_command", join(raw, " "));
+  benchmark::AddCustomContext("mha_shard", to_string(opt.shard));
+  benchmark::AddCustomContext("mha_selection", selection);
+  benchmark::AddCustomContext("mha_selection_benchmarks", std::to_string(selection_size));
+  benchmark::AddCustomContext("mha_shard_benchmarks", std::to_string(runner.cases().size()));
 
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -95,6 +95,7 @@ options parse_command_line(std::span<const std::string> args) {
        }},
       {"--budget", [&](auto f, auto v) { o.budget_seconds = non_negative(f, v); }},
       {"--dump-shapes", [&](auto, auto v) { o.dump_shapes = v; }},
+      {"--shard", [&](auto, auto v) { o.shard = parse_shard(v); }},
       {"--tolerance",
        [&](auto f, auto v) {
          o.tolerance = parse_number<double>(f, v, "a number > 0");
@@ -161,6 +162,9 @@ std::string usage(std::string_view program) {
          "  --dump-shapes FILE    write the shapes and thread counts the selected benchmarks run\n"
          "                        (after --backends and --benchmark_filter) as JSON for\n"
          "                        python3 -m mhapy.peers --shapes, then exit\n"
+         "  --shard I/N           run part I of N of the selected benchmarks (after --backends\n"
+         "                        and --benchmark_filter): a deterministic partition by name,\n"
+         "                        balanced by model FLOPs; the context says which (mha_shard)\n"
          "  --quiet               no progress lines on stderr\n"
          "\n"
          "Google Benchmark 1.7.1 flags work alongside, e.g. --benchmark_filter=REGEX,\n"

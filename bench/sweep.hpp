@@ -141,6 +141,45 @@ expansion covered_points(const expansion& e, std::span<const bench_case> cases);
 // Throws mha::invalid_argument for a malformed regex.
 bool filter_selects(std::string_view filter, std::string_view name);
 
+// --shard I/N: part I (1-based) of N of a sweep's selected benchmarks (docs/design.md §3).
+// Every shard of one selection is computed the same way on every task of a job array, from the
+// selected cases alone, so the N parts are disjoint and together are the selection.
+struct shard {
+  int index = 1, count = 1;  // 1 <= index <= count
+  bool operator==(const shard&) const = default;
+};
+
+// Reads "I/N" (1 <= I <= N); throws mha::invalid_argument naming the text otherwise.
+shard parse_shard(std::string_view text);
+// "2/4".
+std::string to_string(shard s);
+
+// The cost a partition balances: the expected wall time of the case (expected_wall_seconds,
+// one repetition, min_time 0.5 s) with its forward pass timed at a nominal 10 GFLOP/s per
+// thread, in integer microseconds. It depends on the model FLOPs (mha::flops) and the thread
+// count only, never on this machine's speed, so every task of a fleet computes the same
+// partition of the same selection.
+std::int64_t shard_cost(const bench_case& c);
+
+// The shard (0-based, < count) of each case: the cases sorted by canonical name, then taken
+// in decreasing cost (ties by name) and each given to the shard with the least cost so far
+// (ties: the lowest shard). Deterministic, and independent of the cases' order. Throws
+// mha::invalid_argument when count < 1.
+std::vector<int> assign_shards(std::span<const bench_case> cases, int count);
+
+// The cases of shard s (assign_shards), in their run order (the order of `cases`).
+std::vector<bench_case> cases_of_shard(std::span<const bench_case> cases, shard s);
+
+// A fingerprint of a selection: FNV-1a 64 of its canonical names (bench_case::name()), sorted,
+// each followed by a newline, as 16 hex digits. The same selection gives the same fingerprint
+// in any order, on any machine; a report uses it to tell which shards belong together.
+std::string selection_fingerprint(std::span<const bench_case> cases);
+
+// The points of e that shard s owns, for the peers' shape file of a sharded sweep: those its
+// cases run and that no case of a lower-numbered shard runs, so the shards' PyTorch files are
+// disjoint and together time covered_points(e, cases).
+expansion shard_points(const expansion& e, std::span<const bench_case> cases, shard s);
+
 // Estimated seconds of one forward pass of `c`, from the backend's single-thread rate on this
 // formulation (GFLOP/s of model FLOPs) and perfect scaling over c.threads: an optimistic
 // estimate, so the budget never skips a case that would fit.

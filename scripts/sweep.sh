@@ -2,7 +2,8 @@
 # The main job: installs what is missing, builds Release, runs a benchmark preset over every
 # built backend and writes results/<host>-<date>-<time>-<preset>.json (bench/README.md: its schema).
 #
-#   scripts/sweep.sh [--preset quick|heads|seq|threads|decode|full] [--with-pytorch] [mha_bench flags...]
+#   scripts/sweep.sh [--preset quick|heads|seq|threads|decode|full] [--with-pytorch]
+#                    [--shard I/N] [--results DIR] [--no-report] [--bench FILE] [mha_bench flags...]
 #
 # --with-pytorch also times the same shapes in PyTorch (python3 -m mhapy.peers) when
 # python3-torch is installed (it says so and goes on without when it is not), making sure torch
@@ -11,6 +12,12 @@
 # lists them); sweep.sh sets --preset and --benchmark_out itself. The quick preset runs 3
 # repetitions unless --benchmark_repetitions says otherwise, so its report can state its own
 # run-to-run noise. Ends by writing the report to reports/latest/ (python3 -m mhapy.report).
+# --shard I/N runs part I of N of the selected benchmarks (mha_bench --shard; the file is named
+# ...-<preset>-shard<I>of<N>.json) and writes no report: merge the N files with
+# python3 -m mhapy.report (scripts/fleet/ runs the shards as a Slurm job array). --results DIR
+# writes the result files there (default results/); --no-report skips the report; --bench FILE
+# runs that mha_bench as it is (a shared build: no install, no build). Sweeps that share a build
+# directory build it one at a time (a lock file in it).
 #   MHA_SWEEP_BUILD_DIR  build directory (default: build/release)
 set -euo pipefail
 start=$SECONDS
@@ -21,6 +28,10 @@ python=(env "PYTHONPATH=$root/tools" /usr/bin/python3)
 
 preset=quick
 with_pytorch=0
+shard=
+results_dir=$root/results
+write_report=1
+bench=
 bench_args=()
 # The peers repeat what mha_bench does: its defaults unless these flags say otherwise.
 min_time=0.5
@@ -32,7 +43,14 @@ while (($#)); do
     --benchmark_repetitions=*) repetitions=${1#*=}; bench_args+=("$1"); shift ;;
     --preset) preset=${2:?"--preset needs a name: quick, heads, seq, threads, decode or full"}; shift 2 ;;
     --preset=*) preset=${1#*=}; shift ;;
-    -h | --help) sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --shard) shard=${2:?"--shard needs I/N, e.g. 1/4"}; bench_args+=("--shard=$shard"); shift 2 ;;
+    --shard=*) shard=${1#*=}; bench_args+=("$1"); shift ;;
+    --results) results_dir=${2:?"--results needs a folder"}; shift 2 ;;
+    --results=*) results_dir=${1#*=}; shift ;;
+    --no-report) write_report=0; shift ;;
+    --bench) bench=${2:?"--bench needs an mha_bench binary"}; shift 2 ;;
+    --bench=*) bench=${1#*=}; shift ;;
+    -h | --help) sed -n '2,22s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
     --benchmark_out=* | --benchmark_out_format=*)
       echo "sweep.sh: $1: sweep.sh chooses the output file itself" >&2; exit 2 ;;
     *) bench_args+=("$1"); shift ;;
@@ -47,20 +65,44 @@ if [[ -z $repetitions ]]; then
   fi
 fi
 
-"$root/scripts/deps.sh"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMHA_BUILD_TESTS=OFF
-cmake --build "$build" --target mha_bench --parallel "$(nproc)"
+suffix=
+if [[ -n $shard ]]; then
+  if [[ ! $shard =~ ^([0-9]+)/([0-9]+)$ ]] || ((BASH_REMATCH[1] < 1 || BASH_REMATCH[1] > BASH_REMATCH[2])); then
+    echo "sweep.sh: --shard '$shard': expected I/N with 1 <= I <= N, e.g. 2/4" >&2
+    exit 2
+  fi
+  suffix=-shard${BASH_REMATCH[1]}of${BASH_REMATCH[2]}
+fi
+
+if [[ -n $bench ]]; then
+  if [[ ! -x $bench ]]; then
+    echo "sweep.sh: --bench '$bench' is not an executable mha_bench" >&2
+    exit 2
+  fi
+else
+  # Tasks of a job array may start together on one node, or share a build folder across nodes:
+  # one at a time installs and builds; the others then find the build up to date.
+  mkdir -p "$build"
+  (
+    flock 9
+    "$root/scripts/deps.sh"
+    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMHA_BUILD_TESTS=OFF
+    cmake --build "$build" --target mha_bench --parallel "$(nproc)"
+  ) 9>"$build/.sweep.lock"
+  bench=$build/bench/mha_bench
+fi
 
 # Google Benchmark writes the JSON as it goes: write to a hidden partial file and give it its
 # final name only once mha_bench has finished, so an interrupted sweep leaves no file that
 # looks complete.
-mkdir -p "$root/results"
-out=$root/results/$(hostname -s)-$(date +%Y%m%d-%H%M%S)-$preset.json
-partial=$root/results/.$(basename "$out" .json).partial
+mkdir -p "$results_dir"
+results_dir=$(cd "$results_dir" && pwd)
+out=$results_dir/$(hostname -s)-$(date +%Y%m%d-%H%M%S)-$preset$suffix.json
+partial=$results_dir/.$(basename "$out" .json).partial
 trap 'rm -f "$partial"' EXIT
 
 status=0
-"$build/bench/mha_bench" --preset "$preset" --benchmark_out="$partial" \
+"$bench" --preset "$preset" --benchmark_out="$partial" \
   --benchmark_out_format=json "${bench_args[@]}" || status=$?
 # mha_bench exits 1 when it ran to the end but some benchmark failed its check or threw: the
 # file is complete and says which (error_message), so it is kept; anything else is a failure.
@@ -78,16 +120,21 @@ if ((with_pytorch)); then
     # Debian's torch sends FP32 matmuls to the system BLAS: without OpenBLAS that is the
     # reference BLAS, ~40x slower (tools/README.md), which would misrepresent PyTorch.
     "$root/scripts/deps.sh" libopenblas0-openmp
-    shapes=$root/results/.$(basename "$out" .json).shapes.json
+    shapes=$results_dir/.$(basename "$out" .json).shapes.json
     peers=${out%.json}-pytorch.json
-    peers_partial=$root/results/.$(basename "$peers" .json).partial
+    peers_partial=$results_dir/.$(basename "$peers" .json).partial
     trap 'rm -f "$partial" "$shapes" "$peers_partial"' EXIT
-    "$build/bench/mha_bench" --preset "$preset" --dump-shapes "$shapes" "${bench_args[@]}"
-    "${python[@]}" -m mhapy.peers --shapes "$shapes" --out "$peers_partial" \
-      --min-time "$min_time" --repetitions "$repetitions"
-    mv "$peers_partial" "$peers"
-    results+=("$peers")
-    echo "sweep.sh: wrote ${peers#"$root"/}"
+    # With --shard, the shapes this shard owns: the shards' PyTorch files do not overlap.
+    "$bench" --preset "$preset" --dump-shapes "$shapes" "${bench_args[@]}"
+    if [[ $(tr -d ' \n' <"$shapes") == "[]" ]]; then
+      echo "sweep.sh: --with-pytorch: this shard owns no shape, so no PyTorch peers in it" >&2
+    else
+      "${python[@]}" -m mhapy.peers --shapes "$shapes" --out "$peers_partial" \
+        --min-time "$min_time" --repetitions "$repetitions"
+      mv "$peers_partial" "$peers"
+      results+=("$peers")
+      echo "sweep.sh: wrote ${peers#"$root"/}"
+    fi
   else
     echo "sweep.sh: --with-pytorch: PyTorch is not installed, so no PyTorch peers in this run" \
       "(apt-get install python3-torch libopenblas0-openmp adds them)" >&2
@@ -95,10 +142,15 @@ if ((with_pytorch)); then
 fi
 
 # ---- report ----
-# mhapy.report replaces its own files only once the new report is complete.
-report=$root/reports/latest
-"${python[@]}" -m mhapy.report "${results[@]}" --out "$report"
-echo "sweep.sh: report in ${report#"$root"/}/report.md (and report.html)"
+if [[ -n $shard ]]; then
+  echo "sweep.sh: one shard of $shard: no report; merge the shards with" \
+    "PYTHONPATH=tools /usr/bin/python3 -m mhapy.report <the shard files> --out <folder>"
+elif ((write_report)); then
+  # mhapy.report replaces its own files only once the new report is complete.
+  report=$root/reports/latest
+  "${python[@]}" -m mhapy.report "${results[@]}" --out "$report"
+  echo "sweep.sh: report in ${report#"$root"/}/report.md (and report.html)"
+fi
 echo "sweep.sh: done in $((SECONDS - start)) s"
 
 if ((status == 1)); then

@@ -2,13 +2,15 @@
 # The test command: installs what is missing, builds the test configuration (Release, every
 # backend whose dependency is present), runs every test with ctest, runs the suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer and the concurrency tests under
-# ThreadSanitizer, then fuzzes each file parser for a few seconds (scripts/fuzz.sh; longer runs:
-# scripts/fuzz.sh SECONDS).
+# ThreadSanitizer, runs the fleet scripts on a single-host Slurm cluster (scripts/fleet/test-slurm.sh:
+# as root; it says why when it is skipped), then fuzzes each file parser for a few seconds
+# (scripts/fuzz.sh; longer runs: scripts/fuzz.sh SECONDS).
 #   MHA_TEST_BUILD_DIR     build directory (default: build/test); the sanitizer builds go next
 #                          to it (<dir>/../asan, <dir>/../tsan unless MHA_TEST_ASAN_DIR /
 #                          MHA_TEST_TSAN_DIR say otherwise)
 #   MHA_TEST_SANITIZERS    0 to skip the sanitizer runs (default: 1)
 #   MHA_TEST_FUZZ_SECONDS  seconds per fuzz target (default: 5)
+#   MHA_TEST_SLURM         0 to skip the Slurm test (default: 1)
 set -euo pipefail
 start=$SECONDS
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,6 +24,15 @@ jobs=$(nproc)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" --parallel "$jobs"
 ctest --test-dir "$build" --output-on-failure --parallel "$jobs"
+
+# The fleet sweep (scripts/fleet/) as a user submits it, on a real Slurm cluster of this host:
+# a two-shard job array and the report job after it. Needs root and Debian's slurm-wlm and
+# munge (installed when missing); prints SKIPPED and why otherwise. About 30 s.
+if [[ -x $build/bench/mha_bench ]]; then
+  "$root/scripts/fleet/test-slurm.sh" --bench "$build/bench/mha_bench"
+else
+  echo "fleet-slurm-test: SKIPPED: no mha_bench in $build (Google Benchmark not found?)"
+fi
 
 if [[ ${MHA_TEST_SANITIZERS:-1} != 0 ]]; then
   # ASan + UBSan, any finding fatal: the unit, bad-input, io, command and conformance tests (the

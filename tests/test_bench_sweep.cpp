@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -424,6 +426,172 @@ TEST(BenchCommandLine, ReadsGoogleBenchmarkFlagsForTheEstimate) {
   EXPECT_EQ(mha_bench::benchmark_flag(args, "benchmark_min_time", 0.5), 0.2);
   EXPECT_EQ(mha_bench::benchmark_flag(args, "benchmark_repetitions", 1), 3.0);
   EXPECT_EQ(mha_bench::benchmark_flag(args, "benchmark_filter", 7), 7.0);
+}
+
+// ---- --shard I/N: a deterministic partition of the selection (issue 18) ----
+
+// The cases of a preset on four backends (two parallel, two single-threaded), both formulations.
+std::vector<bench_case> preset_cases(std::string_view preset) {
+  const std::vector<mha_bench::backend_info> backends = {
+      {"tbb", 2}, {"xsimd", 1}, {"onednn", 2}, {"naive", 1}};
+  return mha_bench::make_cases(points_of(preset), backends, std::vector{wrapper, split});
+}
+
+std::vector<std::string> names_of(const std::vector<bench_case>& cases) {
+  std::vector<std::string> names;
+  for (const bench_case& c : cases) names.push_back(c.name());
+  return names;
+}
+
+TEST(BenchShard, ParsesIOfNAndRejectsAnythingElse) {
+  EXPECT_EQ(mha_bench::parse_shard("1/1"), (mha_bench::shard{1, 1}));
+  EXPECT_EQ(mha_bench::parse_shard("3/4"), (mha_bench::shard{3, 4}));
+  EXPECT_EQ(mha_bench::to_string(mha_bench::shard{2, 16}), "2/16");
+  for (const char* bad : {"", "1", "0/2", "3/2", "1/0", "-1/2", "a/2", "1/2x", "1//2", " 1/2"}) {
+    EXPECT_THROW(mha_bench::parse_shard(bad), mha::invalid_argument) << bad;
+  }
+  try {
+    mha_bench::parse_shard("5/4");
+  } catch (const mha::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--shard '5/4'"));
+    EXPECT_THAT(e.what(), HasSubstr("1 <= I <= N"));
+  }
+  EXPECT_EQ(mha_bench::parse_command_line(std::vector<std::string>{"--shard=2/3"}).shard,
+            (mha_bench::shard{2, 3}));
+  EXPECT_EQ(mha_bench::parse_command_line(std::vector<std::string>{"--shard", "1/2"}).shard,
+            (mha_bench::shard{1, 2}));
+  EXPECT_EQ(mha_bench::parse_command_line(std::vector<std::string>{}).shard,
+            (mha_bench::shard{1, 1}));
+  EXPECT_THROW(mha_bench::parse_command_line(std::vector<std::string>{"--shard=2/1"}),
+               mha::invalid_argument);
+}
+
+// Shards 1/N .. N/N together run exactly the selection: every case once, none twice, each
+// shard in the selection's run order (a shape's cases stay together).
+TEST(BenchShard, ShardsTogetherAreExactlyTheSelection) {
+  for (std::string_view preset : {"quick", "heads", "decode", "full"}) {
+    const std::vector<bench_case> all = preset_cases(preset);
+    const std::vector<std::string> names = names_of(all);
+    for (int n : {1, 2, 3, 7}) {
+      std::multiset<std::string> seen;
+      for (int i = 1; i <= n; ++i) {
+        const auto part = names_of(mha_bench::cases_of_shard(all, {i, n}));
+        EXPECT_FALSE(part.empty()) << preset << " " << i << "/" << n;
+        // A subsequence of the run order.
+        auto at = names.begin();
+        for (const std::string& name : part) {
+          at = std::find(at, names.end(), name);
+          ASSERT_NE(at, names.end()) << name << " out of order in " << i << "/" << n;
+        }
+        seen.insert(part.begin(), part.end());
+      }
+      EXPECT_EQ(seen, std::multiset<std::string>(names.begin(), names.end()))
+          << preset << " /" << n;
+    }
+    EXPECT_EQ(names_of(mha_bench::cases_of_shard(all, {1, 1})), names) << "1/1 is everything";
+  }
+}
+
+// Every task of an array computes the partition on its own: it depends on the names and model
+// FLOPs of the selection, not on the order the cases come in nor on the machine.
+TEST(BenchShard, PartitionIsDeterministicAndIndependentOfOrder) {
+  const std::vector<bench_case> all = preset_cases("heads");
+  std::vector<bench_case> shuffled = all;
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(18));
+  const auto shard_by_name = [](const std::vector<bench_case>& cases) {
+    const std::vector<int> assignment = mha_bench::assign_shards(cases, 3);
+    std::map<std::string, int> by_name;
+    for (std::size_t i = 0; i < cases.size(); ++i) by_name[cases[i].name()] = assignment[i];
+    return by_name;
+  };
+  EXPECT_EQ(shard_by_name(all), shard_by_name(shuffled));
+  EXPECT_EQ(mha_bench::assign_shards(all, 3), mha_bench::assign_shards(all, 3));
+  EXPECT_THROW(mha_bench::assign_shards(all, 0), mha::invalid_argument);
+  EXPECT_TRUE(mha_bench::assign_shards(std::vector<bench_case>{}, 2).empty());
+}
+
+// Balanced by cost: the greedy rule leaves no shard more than one case's cost above another.
+TEST(BenchShard, ShardsAreBalancedByModelFlops) {
+  for (std::string_view preset : {"quick", "heads", "seq", "full"}) {
+    const std::vector<bench_case> all = preset_cases(preset);
+    std::int64_t largest = 0, total = 0;
+    for (const bench_case& c : all) {
+      largest = std::max(largest, mha_bench::shard_cost(c));
+      total += mha_bench::shard_cost(c);
+    }
+    for (int n : {2, 4}) {
+      const std::vector<int> assignment = mha_bench::assign_shards(all, n);
+      std::vector<std::int64_t> load(static_cast<std::size_t>(n), 0);
+      for (std::size_t i = 0; i < all.size(); ++i)
+        load[static_cast<std::size_t>(assignment[i])] += mha_bench::shard_cost(all[i]);
+      const auto [low, high] = std::minmax_element(load.begin(), load.end());
+      EXPECT_LE(*high - *low, largest) << preset << " into " << n;
+      EXPECT_LE(*high, std::max(largest, total / n + largest)) << preset << " into " << n;
+    }
+  }
+  // The cost grows with the FLOPs and falls with threads; every case costs at least its timing.
+  bench_case small, large;
+  small.shape = shape{1, 128, 768, 12};
+  large.shape = shape{1, 4096, 768, 12};
+  EXPECT_LT(mha_bench::shard_cost(small), mha_bench::shard_cost(large));
+  bench_case large2 = large;
+  large2.threads = 2;
+  EXPECT_LT(mha_bench::shard_cost(large2), mha_bench::shard_cost(large));
+  EXPECT_GE(mha_bench::shard_cost(small), 800000) << "min_time dominates a short pass";
+}
+
+// More shards than benchmarks: the extra shards are empty, the others one case each.
+TEST(BenchShard, MoreShardsThanCasesLeavesSomeEmpty) {
+  const std::vector<bench_case> all = preset_cases("quick");
+  const int n = static_cast<int>(all.size()) + 3;
+  std::size_t non_empty = 0;
+  for (int i = 1; i <= n; ++i) {
+    const std::size_t size = mha_bench::cases_of_shard(all, {i, n}).size();
+    EXPECT_LE(size, 1u);
+    non_empty += size;
+  }
+  EXPECT_EQ(non_empty, all.size());
+}
+
+TEST(BenchShard, FingerprintNamesTheSelectionInAnyOrder) {
+  const std::vector<bench_case> all = preset_cases("quick");
+  const std::string f = mha_bench::selection_fingerprint(all);
+  EXPECT_EQ(f.size(), 16u);
+  EXPECT_EQ(f.find_first_not_of("0123456789abcdef"), std::string::npos) << f;
+  std::vector<bench_case> reversed(all.rbegin(), all.rend());
+  EXPECT_EQ(mha_bench::selection_fingerprint(reversed), f);
+  std::vector<bench_case> fewer(all.begin() + 1, all.end());
+  EXPECT_NE(mha_bench::selection_fingerprint(fewer), f);
+  EXPECT_NE(mha_bench::selection_fingerprint(preset_cases("heads")), f);
+  // FNV-1a 64 of nothing is its offset basis.
+  EXPECT_EQ(mha_bench::selection_fingerprint(std::vector<bench_case>{}), "cbf29ce484222325");
+}
+
+// With --with-pytorch each shard times the points it owns: disjoint, together all of them.
+TEST(BenchShard, ShardPointsSplitThePeersShapesWithoutOverlap) {
+  const expansion e = mha_bench::expand(mha_bench::preset("heads", 2));
+  const std::vector<bench_case> all = preset_cases("heads");
+  const expansion covered = mha_bench::covered_points(e, all);
+  for (int n : {1, 2, 5}) {
+    std::vector<int> owners(covered.points.size(), 0);  // how many shards time each point
+    for (int i = 1; i <= n; ++i) {
+      const expansion part = mha_bench::shard_points(e, all, {i, n});
+      EXPECT_EQ(part.dropped, e.dropped);
+      const auto mine = mha_bench::cases_of_shard(all, {i, n});
+      for (const sweep_point& p : part.points) {
+        const auto at = std::ranges::find_if(covered.points, [&](const sweep_point& q) {
+          return q.shape == p.shape && q.threads == p.threads;
+        });
+        ASSERT_NE(at, covered.points.end());
+        ++owners[static_cast<std::size_t>(at - covered.points.begin())];
+        // Owned by shard i: one of its cases runs it.
+        EXPECT_TRUE(std::ranges::any_of(mine, [&](const bench_case& c) {
+          return c.shape == p.shape && c.threads == p.threads;
+        }));
+      }
+    }
+    EXPECT_THAT(owners, testing::Each(1)) << n << " shards";
+  }
 }
 
 // The peers time what mha_bench runs: points no selected case runs are left out.

@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             if not any(r.measurements or r.failures for r in machines):
                 raise ReportError("the inputs hold no attention benchmarks (names 'mha/...')")
             machines = [r for r in machines if r.measurements or r.failures]
+            for r in machines:
+                for problem in results.shard_problems(r):
+                    where = r.machine.label() if r.machine else "this machine"
+                    print(f"mhapy.report: warning: {where}: {problem}", file=sys.stderr)
             peaks = [analysis.find_peaks(r, args.peak_1core, args.peak_all) for r in machines]
             try:
                 notes = args.notes.read_text(encoding="utf-8") if args.notes else ""

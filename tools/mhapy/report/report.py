@@ -8,7 +8,7 @@ from ..schema import is_peer
 from . import analysis, document, figures
 from .analysis import Peaks, Series, SeriesTable
 from .document import Bullets, Figure, Heading, Para, Table
-from .results import Machine, ResultSet
+from .results import Machine, ResultSet, benchmarks_present, selections, shard_problems
 
 
 # A benchmark whose repetitions vary more than this (stddev / mean) is called noisy.
@@ -506,7 +506,38 @@ def _summary(results: ResultSet) -> list:
             f"variation) between repetitions; worst {worst.cv * 100:.0f}%: `{worst.key.name()}`. "
             "Treat differences of that size as noise."
         )
+    shards = _shards_text(results)
+    if shards:
+        items.append(shards)
     return [Heading(2, "Summary"), Bullets(items)]
+
+
+def _shards_text(results: ResultSet) -> str:
+    """Which shards of which selection the machine's files hold (mha_bench --shard I/N), when any
+    file is one shard of several; '' otherwise."""
+    groups = [g for g in selections(results) if g.count > 1]
+    if not groups:
+        return ""
+    parts = []
+    for g in groups:
+        present = benchmarks_present(results, g)
+        state = (
+            "complete"
+            if g.complete
+            else "**incomplete: missing "
+            + ", ".join(f"{i}/{g.count}" for i in g.missing)
+            + "** (Warnings above)"
+        )
+        held = (
+            f", {present} of {g.selection_size} benchmarks"
+            if present is not None and g.selection_size is not None
+            else ""
+        )
+        parts.append(", ".join(f"{i}/{g.count}" for i in g.present) + f" of {g.short()}: {state}{held}")
+    text = "Shards merged into this run (`mha_bench --shard I/N`): " + "; ".join(parts) + "."
+    if len(groups) > 1:
+        text += " **Shards of different selections are mixed** (Warnings above)."
+    return text
 
 
 def _bars_section(results: ResultSet, series_list: list[Series], folder: Path, prefix: str = "") -> list:
@@ -863,6 +894,7 @@ def build(
         if "warning" in key.lower()
     ]
     warnings += [f"**peak**: {text}" for text in analysis.peak_warnings(peaks)]
+    warnings += [f"**shards** ({_label(r)}): {text}" for r in machines for text in shard_problems(r)]
     if warnings:
         blocks += [Heading(2, "Warnings"), Bullets(warnings)]
     if len(machines) == 1:

@@ -174,6 +174,158 @@ def machine_of(context: dict) -> Machine:
     )
 
 
+# Context keys mha_bench writes about --shard I/N (bench/README.md): which part of which
+# selection a file holds. The selection is the benchmarks the run's flags selected on that
+# machine; its fingerprint is a hash of their sorted names.
+SHARD_KEY = "mha_shard"
+SELECTION_KEY = "mha_selection"
+SELECTION_SIZE_KEY = "mha_selection_benchmarks"
+SHARD_SIZE_KEY = "mha_shard_benchmarks"
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """What one result file says about its shard: part index of count of the selection with
+    fingerprint `selection` (selection_size benchmarks, size of them in this file)."""
+
+    source: str
+    index: int
+    count: int
+    selection: str
+    selection_size: int | None
+    size: int | None
+    preset: str = ""
+
+    def label(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def shard_of(context: dict, source: str) -> ShardFile | None:
+    """The shard a file's context names, or None when it names none (files written before
+    --shard, PyTorch peers). A malformed value raises ReportError."""
+    text = context.get(SHARD_KEY)
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise ReportError(f"{source}: context {SHARD_KEY} '{text}', expected I/N with 1 <= I <= N")
+
+    def count(key: str) -> int | None:
+        value = context.get(key)
+        if value in (None, ""):
+            return None
+        try:
+            return int(str(value))
+        except ValueError:
+            raise ReportError(f"{source}: context {key} '{value}', expected a count") from None
+
+    return ShardFile(
+        source,
+        int(match[1]),
+        int(match[2]),
+        str(context.get(SELECTION_KEY) or "unknown"),
+        count(SELECTION_SIZE_KEY),
+        count(SHARD_SIZE_KEY),
+        str(context.get("mha_preset") or ""),
+    )
+
+
+@dataclass
+class Selection:
+    """The files of one machine that hold shards of one selection split into `count` parts:
+    files[i] are the files of shard i (1-based; more than one: repeated runs of that shard)."""
+
+    selection: str
+    count: int
+    selection_size: int | None
+    preset: str
+    files: dict[int, list[str]] = field(default_factory=dict)
+
+    @property
+    def present(self) -> list[int]:
+        return sorted(self.files)
+
+    @property
+    def missing(self) -> list[int]:
+        return [i for i in range(1, self.count + 1) if i not in self.files]
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    def short(self) -> str:
+        """'selection 1f2e3d4c (preset quick, 24 benchmarks)'."""
+        what = ", ".join(
+            text
+            for text in (
+                f"preset {self.preset}" if self.preset else "",
+                f"{self.selection_size} benchmarks" if self.selection_size is not None else "",
+            )
+            if text
+        )
+        return f"selection {self.selection[:8]}" + (f" ({what})" if what else "")
+
+
+def selections(results: ResultSet) -> list[Selection]:
+    """The machine's files grouped by (selection fingerprint, shard count), in input order."""
+    groups: dict[tuple[str, int], Selection] = {}
+    for f in results.shards:
+        group = groups.setdefault(
+            (f.selection, f.count), Selection(f.selection, f.count, f.selection_size, f.preset)
+        )
+        group.files.setdefault(f.index, []).append(f.source)
+    return list(groups.values())
+
+
+def benchmarks_present(results: ResultSet, group: Selection) -> int | None:
+    """How many of the selection's benchmarks the present shards hold (their files' own counts),
+    or None when a file does not say."""
+    total = 0
+    for index, sources in group.files.items():
+        sizes = [f.size for f in results.shards if f.source == sources[0] and f.index == index]
+        if not sizes or sizes[0] is None:
+            return None
+        total += sizes[0]
+    return total
+
+
+def shard_problems(results: ResultSet) -> list[str]:
+    """What is wrong with the shards of one machine's files, one sentence each: shards missing
+    from a selection, and shards of different selections (or partitions) combined. Empty when
+    every sharded selection is complete and there is at most one."""
+    groups = selections(results)
+    problems = []
+    for g in groups:
+        if g.missing:
+            present = benchmarks_present(results, g)
+            held = (
+                f"; the report holds {present} of its {g.selection_size} benchmarks"
+                if present is not None and g.selection_size is not None
+                else ""
+            )
+            problems.append(
+                f"shard{'s' if len(g.missing) > 1 else ''} "
+                + ", ".join(f"{i}/{g.count}" for i in g.missing)
+                + f" of {g.short()} {'are' if len(g.missing) > 1 else 'is'} missing (present: "
+                + (", ".join(f"{i}/{g.count}" for i in g.present))
+                + f"){held}: rerun the missing shard{'s' if len(g.missing) > 1 else ''} "
+                "with the same flags"
+            )
+    sharded = [g for g in groups if g.count > 1]
+    if len(sharded) > 1:
+        problems.append(
+            "shards of different selections are mixed: "
+            + "; ".join(
+                f"{g.short()}: shard{'s' if len(g.present) > 1 else ''} "
+                + ", ".join(f"{i}/{g.count}" for i in g.present)
+                for g in sharded
+            )
+            + ". Shards merge into one run only when they come from the same flags on the same "
+            "machine (same selection fingerprint and shard count)"
+        )
+    return problems
+
+
 @dataclass
 class ResultSet:
     """Every benchmark of one or more files, merged by canonical name."""
@@ -189,6 +341,9 @@ class ResultSet:
     peak_entries: list[PeakEntry] = field(default_factory=list)
     # The machine these results describe (load_machines sets it; load leaves it None).
     machine: Machine | None = None
+    # The shard each mha_bench file holds (context mha_shard ...), in input order; files
+    # without one (older files, PyTorch peers) are not listed.
+    shards: list[ShardFile] = field(default_factory=list)
 
     def backends(self) -> list[str]:
         """Backends measured: mha backends first (alphabetical), then peers."""
@@ -215,6 +370,7 @@ class ResultSet:
             self.repeated,
             self.peak_entries,
             self.machine,
+            self.shards,
         )
 
     def forward(self) -> ResultSet:
@@ -325,8 +481,12 @@ def load(paths: list[str | Path], best_run: bool = False) -> ResultSet:
         path = Path(raw_path)
         doc = _load_document(path)
         source = str(path)
-        results.contexts.append((source, doc.get("context", {})))
-        _merge(results, _read_entries(doc["benchmarks"], source), best_run)
+        context = doc.get("context", {})
+        results.contexts.append((source, context))
+        shard = shard_of(context, source)
+        _merge(results, _read_entries(doc["benchmarks"], source), best_run, shard, results.shards)
+        if shard is not None:
+            results.shards.append(shard)
     return results
 
 
@@ -349,10 +509,13 @@ def load_machines(paths: list[str | Path], best_run: bool = False) -> list[Resul
         files.append((str(path), context, part, peers_only))
     machines: dict[Machine, ResultSet] = {}
 
-    def add(machine: Machine, source: str, context: dict, part: ResultSet) -> None:
+    def add(machine: Machine, source: str, context: dict, part: ResultSet, peers: bool = False) -> None:
         results = machines.setdefault(machine, ResultSet(machine=machine))
         results.contexts.append((source, context))
-        _merge(results, part, best_run)
+        shard = None if peers else shard_of(context, source)
+        _merge(results, part, best_run, shard, results.shards)
+        if shard is not None:
+            results.shards.append(shard)
 
     for source, context, part, peers_only in files:
         if not peers_only:
@@ -360,7 +523,7 @@ def load_machines(paths: list[str | Path], best_run: bool = False) -> list[Resul
     for source, context, part, peers_only in files:
         if peers_only:
             for machine in _peer_machines(context, list(machines)) or [machine_of(context)]:
-                add(machine, source, context, part)
+                add(machine, source, context, part, peers=True)
     return list(machines.values())
 
 
@@ -452,12 +615,30 @@ def _read_entries(entries: list, source: str) -> ResultSet:
     return part
 
 
-def _merge(into: ResultSet, part: ResultSet, best_run: bool = False) -> None:
+def _merge(
+    into: ResultSet,
+    part: ResultSet,
+    best_run: bool = False,
+    shard: ShardFile | None = None,
+    shards: list[ShardFile] = (),
+) -> None:
     for key, measurement in part.measurements.items():
         kept = into.measurements.get(key)
         if kept is not None and not best_run:
+            hint = ""
+            other = next((f for f in shards if f.source == kept.source), None)
+            if shard is not None and other is not None:
+                if other.selection != shard.selection:
+                    hint = f" (shards {other.label()} and {shard.label()} of different selections)"
+                elif other.count != shard.count:
+                    hint = (
+                        f" (shards {other.label()} and {shard.label()} of one selection split into "
+                        "different numbers of shards)"
+                    )
+                else:
+                    hint = f" (both are shard {shard.label()} of one selection: the same shard twice)"
             raise ReportError(
-                f"benchmark '{key.name()}' is in both {kept.source} and {measurement.source}; "
+                f"benchmark '{key.name()}' is in both {kept.source} and {measurement.source}{hint}; "
                 "to compare two runs use --ab BEFORE AFTER, to combine repeated runs --best-run"
             )
         if kept is not None:
