@@ -301,6 +301,33 @@ TEST_F(Cli, TrainingOptionsReachThePlan) {
   EXPECT_EQ(mha::io::read_npy(dir_ / "y.npy").values, expected);
 }
 
+// --precision bf16 prepares a bf16 plan: y is that plan's, bit for bit, on every backend that
+// computes bf16, and not the fp32 one; a backend that declines bf16 exits 2 with its reason.
+TEST_F(Cli, PrecisionOptionReachesThePlan) {
+  const mha::io::tensor x = mha::io::read_npy(golden / "split_basic.x.npy");
+  mha::io::loaded_module m = mha::io::load_module(golden / "split_basic.safetensors");
+  const std::vector<float> fp32 = mha_test::forward(
+      mha::naive_backend(), mha::formulation::split_weight, m.cfg, m.w, x.values, 2, 6);
+  m.cfg.precision = mha::precision::bf16;
+  for (const mha::backend* b : mha::available_backends()) {
+    const std::string name(b->name());
+    const std::vector<std::string> args =
+        run_args({"--backend", name, "--precision", "bf16", "--threads", "1"});
+    if (const mha::support s = b->supports({m.cfg, mha::formulation::split_weight}); !s) {
+      expect_usage_error(args, {name.c_str(), "bf16"});
+      continue;
+    }
+    const std::vector<float> bf16 = mha_test::forward(*b, mha::formulation::split_weight, m.cfg,
+                                                      m.w, x.values, 2, 6, {.threads = 1});
+    ASSERT_NE(bf16, fp32) << name << ": bf16 rounding changes the output";
+    const mha_test::command_result r = run_mha(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("precision=bf16"));
+    EXPECT_EQ(mha::io::read_npy(dir_ / "y.npy").values, bf16) << name;
+  }
+  expect_usage_error(run_args({"--precision", "fp16"}), {"precision 'fp16'", "fp32 or bf16"});
+}
+
 TEST_F(Cli, ContextLengthOptionWithoutMask) {
   // No mask in the file: any T runs unless --context-length caps it.
   mha::io::tensor_file f = mha::io::read_safetensors(golden / "split_basic.safetensors");

@@ -84,6 +84,7 @@ int run_module(const arguments& a) {
   mha::config cfg = m.cfg;
   if (cfg.context_length == 0) cfg.context_length = tokens;  // no mask, no option: any T
   cfg.causal = !a.has("no-causal");
+  cfg.precision = mha::parse_precision(a.text_or("precision", "fp32"));
   // Checked as given: 0.99999999 would round to 1 in float32 and be reported as "dropout (1)".
   const double dropout = a.real_or("dropout", 0.0);
   if (!(dropout >= 0.0 && dropout < 1.0) || static_cast<float>(dropout) >= 1.0f) {
@@ -167,6 +168,9 @@ const command& run_command() {
       "  --no-causal        every token attends to every token\n"
       "  --context-length N largest tokens accepted (default: the mask buffer's size, else\n"
       "                     any); must not exceed the mask's size\n"
+      "  --precision P      fp32 or bf16 (default fp32): bf16 rounds the weights and every\n"
+      "                     product's operands to bfloat16 and sums in fp32 (README, \"The\n"
+      "                     function\"); the weights are read as stored whatever P is\n"
       "  --threads N        worker threads, 0 = all cores (default 0)\n"
       "  --training         apply dropout to the attention weights\n"
       "  --dropout P        dropout probability in [0, 1) (needs --training)\n"
@@ -178,7 +182,7 @@ const command& run_command() {
       "                     none, chunks from the start); 0 <= N <= tokens\n"
       "  --chunk S          with --incremental: tokens per later call (default 1)\n",
       {"backend", "formulation", "weights", "prefix", "input", "output", "heads", "kv-heads",
-       "rope-base", "context-length", "threads", "dropout", "seed", "prefill", "chunk"},
+       "rope-base", "context-length", "precision", "threads", "dropout", "seed", "prefill", "chunk"},
       {"no-causal", "training", "incremental"},
       run_module};
   return c;
