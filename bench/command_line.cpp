@@ -143,7 +143,7 @@ std::string usage(std::string_view program) {
          "small;\n"
          "                        full: all of them\n"
          "  --backends a,b        backends to measure (default: every one built, best first)\n"
-         "  --formulations a,b    wrapper,split_weight (default: both)\n"
+         "  --formulations a,b    wrapper, split_weight, fused_qkv (default: all three)\n"
          "  --batch, --seq, --heads, --d-model, --threads LIST\n"
          "                        replace that list in every series of the preset (--d-model "
          "leaves\n"

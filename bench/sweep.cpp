@@ -44,8 +44,14 @@ std::vector<series> quick(int hw) {
 }
 
 std::vector<series> heads(int hw) {
+  // Grouped-query attention at the fixed width: multi-head, groups of 4 and 8, multi-query, at
+  // the H of the axis that 8 divides.
+  series grouped{"heads_kv", {4}, {256}, {8, 16, 24, 32, 48, 64, 96}, {gpt2_d_model}, 0,
+                 one_and_all(hw)};
+  grouped.kv_groups = {1, 4, 8, 0};
   return {{"heads_d_model", {4}, {256}, heads_axis, {gpt2_d_model}, 0, one_and_all(hw)},
-          {"heads_head_dim", {1}, {128}, heads_axis, {}, 64, one_and_all(hw)}};
+          {"heads_head_dim", {1}, {128}, heads_axis, {}, 64, one_and_all(hw)},
+          grouped};
 }
 
 std::vector<series> seq(int hw) {
@@ -67,7 +73,11 @@ std::vector<series> decode(int hw) {
   // from a short prompt to a long context, for one sequence and for continuous batches.
   series s{"decode", {1, 8, 32}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, one_and_all(hw)};
   s.past = {128, 512, 2048, 8192, 32768};
-  return {s};
+  // The same step with 3 K/V heads (groups of 4, 4x fewer cache bytes) and 1 (multi-query).
+  series grouped{"decode_kv", {1, 8}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, one_and_all(hw)};
+  grouped.kv_heads = {3, 1};
+  grouped.past = {2048, 8192, 32768};
+  return {s, grouped};
 }
 
 template <class T>
@@ -127,7 +137,11 @@ std::string to_string(const series& s) {
   const std::string d_model = s.head_dim > 0 ? std::to_string(s.head_dim) + "*H" : list(s.d_model);
   std::string text = s.name + ": B=" + list(s.batch) + " T=" + list(s.seq_len) +
                      " d_model=" + d_model + " H=" + list(s.heads);
-  if (!s.kv_heads.empty()) text += " kv_heads=" + list(s.kv_heads);
+  if (!s.kv_groups.empty()) {
+    text += " kv_groups=" + list(s.kv_groups);
+  } else if (!s.kv_heads.empty()) {
+    text += " kv_heads=" + list(s.kv_heads);
+  }
   if (!s.past.empty()) text += " past=" + list(s.past);
   if (!s.precisions.empty()) {
     std::vector<std::string> names;
@@ -168,7 +182,10 @@ std::vector<series> apply(std::vector<series> list, const overrides& o) {
     if (o.heads) s.heads = *o.heads;
     if (o.d_model && s.head_dim == 0) s.d_model = *o.d_model;
     if (o.threads) s.threads = *o.threads;
-    if (o.kv_heads) s.kv_heads = *o.kv_heads;
+    if (o.kv_heads) {
+      s.kv_heads = *o.kv_heads;
+      s.kv_groups.clear();
+    }
     if (o.past) s.past = *o.past;
     if (o.precisions) s.precisions = *o.precisions;
   }
@@ -230,7 +247,8 @@ expansion expand(std::span<const series> list) {
     require_positive<std::int64_t>(s.heads, s.name, "heads");
     require_positive<int>(s.threads, s.name, "threads");
     if (s.head_dim == 0) require_positive<std::int64_t>(s.d_model, s.name, "d_model");
-    for (auto [values, what] : {std::pair{&s.kv_heads, "kv_heads"}, std::pair{&s.past, "past"}}) {
+    for (auto [values, what] : {std::pair{&s.kv_heads, "kv_heads"},
+                                std::pair{&s.kv_groups, "kv_groups"}, std::pair{&s.past, "past"}}) {
       for (std::int64_t v : *values) {
         if (v < 0) {
           throw mha::invalid_argument("mha_bench: " + std::string(what) + " (" + std::to_string(v) +
@@ -241,10 +259,18 @@ expansion expand(std::span<const series> list) {
     const auto or_default = [](const auto& values, auto fallback) {
       return values.empty() ? std::vector{fallback} : values;
     };
-    const std::vector<std::int64_t> kv_list = or_default(s.kv_heads, std::int64_t{0}),
-                                    past_list = or_default(s.past, std::int64_t{0});
+    const std::vector<std::int64_t> past_list = or_default(s.past, std::int64_t{0});
     const std::vector<mha::precision> precision_list =
         or_default(s.precisions, mha::precision::fp32);
+    // The K/V heads of H: from kv_groups when set (-g: g does not divide H), else kv_heads.
+    const auto kv_list_for = [&](std::int64_t h) {
+      if (s.kv_groups.empty()) return or_default(s.kv_heads, std::int64_t{0});
+      std::vector<std::int64_t> kv;
+      for (std::int64_t g : s.kv_groups) {
+        kv.push_back(g == 0 ? 1 : h % g == 0 ? h / g : -g);
+      }
+      return kv;
+    };
     for (std::int64_t h : s.heads) {
       const std::vector<std::int64_t> widths =
           s.head_dim > 0 ? std::vector<std::int64_t>{s.head_dim * h} : s.d_model;
@@ -257,14 +283,22 @@ expansion expand(std::span<const series> list) {
                                     " T=" + std::to_string(t) + ", series " + s.name + ")");
               continue;
             }
-            for (std::int64_t kv : kv_list) {
-              if (kv > 0 && h % kv != 0) {
-                out.dropped.push_back(std::to_string(h) + " heads are not divisible by " +
-                                      std::to_string(kv) + " K/V heads (B=" + std::to_string(b) +
-                                      " T=" + std::to_string(t) + " d_model=" + std::to_string(d) +
-                                      ", series " + s.name + ")");
+            for (std::int64_t kv_given : kv_list_for(h)) {
+              const std::string where = " (B=" + std::to_string(b) + " T=" + std::to_string(t) +
+                                        " d_model=" + std::to_string(d) + ", series " + s.name +
+                                        ")";
+              if (kv_given < 0) {
+                out.dropped.push_back(std::to_string(h) + " heads do not form groups of " +
+                                      std::to_string(-kv_given) + where);
                 continue;
               }
+              if (kv_given > 0 && h % kv_given != 0) {
+                out.dropped.push_back(std::to_string(h) + " heads are not divisible by " +
+                                      std::to_string(kv_given) + " K/V heads" + where);
+                continue;
+              }
+              // H K/V heads is multi-head attention: one shape, one name, however it was asked.
+              const std::int64_t kv = kv_given == h ? 0 : kv_given;
               for (std::int64_t past : past_list) {
                 for (mha::precision precision : precision_list) {
                   const shape sh{b, t, d, h, kv, past, precision};

@@ -34,15 +34,20 @@ struct shape {
 // A family of shapes a report draws as one line: every combination of its lists. Either
 // d_model lists fixed model widths, or head_dim > 0 derives d_model = head_dim * H for each H
 // (the fixed-head_dim series of the heads preset).
-// The wave's axes (kv_heads, past, precisions) are empty (their default only) in every preset
-// but decode, whose past lists the cached lengths.
+// The wave's axes (kv_heads or kv_groups, past, precisions) are empty (their default only) but
+// in the decode series (past: the cached lengths) and the grouped-query series of the heads and
+// decode presets.
 struct series {
   std::string name;  // "heads_d_model", "heads_head_dim", "seq", "threads", "quick_heads", ...
   std::vector<std::int64_t> batch, seq_len, heads, d_model;
   std::int64_t head_dim = 0;
   std::vector<int> threads;                            // run_options::threads values; each >= 1
   std::vector<std::int64_t> kv_heads = {}, past = {};  // empty: {0} (no grouping; no cache)
-  std::vector<mha::precision> precisions = {};         // empty: {fp32}
+  // Query heads per K/V head, for series whose H varies: each H runs with H / g K/V heads (1:
+  // multi-head, 0: one K/V head for all, multi-query); an H that g does not divide is dropped
+  // with a notice. Non-empty replaces kv_heads.
+  std::vector<std::int64_t> kv_groups = {};
+  std::vector<mha::precision> precisions = {};  // empty: {fp32}
 };
 
 // The parts separated by `separator`: join({"a", "b"}, ",") == "a,b".

@@ -69,7 +69,7 @@ def check_measured(result):
             expect(b["GFLOPS"] >= b["GFLOPS_min"] > 0, f"{name}: {b['GFLOPS']} {b['GFLOPS_min']}")
             peak_entries.add((peak.group(1), int(peak.group(2))))
             continue
-        m = re.fullmatch(rf"mha/(\w+)/(wrapper|split_weight)/b{B}/t{T}/din{D}/dout{D}/h{H}"
+        m = re.fullmatch(rf"mha/(\w+)/(wrapper|split_weight|fused_qkv)/b{B}/t{T}/din{D}/dout{D}/h{H}"
                          r"/threads:(\d+)/real_time", name)
         expect(m, f"unexpected name {name}")
         backend, form, threads = m.group(1), m.group(2), int(m.group(3))
@@ -90,7 +90,7 @@ def check_measured(result):
         expect(b["check_rows"] == 8, f"{name}: {b['check_rows']} rows checked")
         expect(b["check_rel_err"] <= float(context["mha_check_tolerance"]), f"{name}: check")
     for backend in backends:
-        for form in ("wrapper", "split_weight"):
+        for form in ("wrapper", "split_weight", "fused_qkv"):
             expect((backend, form) in seen, f"no benchmark of {backend} {form}")
     expect(peak_entries == {(isa, at) for isa in peak_isas for at in (0, 1, 2)},
            f"peak entries {sorted(peak_entries)} for ISAs {sorted(peak_isas)}")

@@ -21,6 +21,7 @@ namespace {
 
 using mha_bench::bench_case;
 using mha_bench::expansion;
+using mha_bench::series;
 using mha_bench::shape;
 using mha_bench::sweep_point;
 using testing::ElementsAre;
@@ -70,6 +71,45 @@ TEST(BenchPresets, HeadsCoversBothSeriesUpTo96Heads) {
   EXPECT_EQ(head_dim.back().shape.d_model, 6144);
 }
 
+TEST(BenchPresets, HeadsHasKvGroupsOfOneFourEightAndAll) {
+  std::set<std::pair<std::int64_t, std::int64_t>> shapes;  // (H, K/V heads; 0: H)
+  for (const sweep_point& p : in_series(points_of("heads"), "heads_kv")) {
+    EXPECT_EQ(p.shape, (shape{4, 256, 768, p.shape.heads, p.shape.kv_heads}));
+    shapes.insert({p.shape.heads, p.shape.kv_heads});
+  }
+  std::set<std::pair<std::int64_t, std::int64_t>> expected;
+  for (std::int64_t h : {8, 16, 24, 32, 48, 64, 96}) {
+    for (std::int64_t kv : {std::int64_t{0}, h / 4, h / 8, std::int64_t{1}}) {
+      expected.insert({h, kv});
+    }
+  }
+  EXPECT_EQ(shapes, expected);
+  // Its multi-head shapes are heads_d_model's: one point, both names.
+  for (const sweep_point& p : in_series(points_of("heads"), "heads_d_model")) {
+    const bool grouped_series_h = p.shape.heads >= 8 && p.shape.heads % 8 == 0;
+    EXPECT_EQ(p.series.size(), grouped_series_h ? 2u : 1u) << p.shape.heads;
+  }
+}
+
+TEST(BenchPresets, KvGroupsDropHeadsTheyDoNotDivide) {
+  series s{"g", {1}, {8}, {1, 6, 8}, {48}, 0, {1}};
+  s.kv_groups = {1, 4, 0};
+  const mha_bench::expansion e = mha_bench::expand(std::vector{s});
+  std::set<std::pair<std::int64_t, std::int64_t>> shapes;
+  for (const sweep_point& p : e.points) shapes.insert({p.shape.heads, p.shape.kv_heads});
+  // H1: every group is multi-head (0); H6: groups of 4 dropped; H8: 2 and 1 K/V heads.
+  EXPECT_EQ(shapes, (std::set<std::pair<std::int64_t, std::int64_t>>{
+                        {1, 0}, {6, 0}, {6, 1}, {8, 0}, {8, 2}, {8, 1}}));
+  ASSERT_EQ(e.dropped.size(), 2u);  // H1 and H6 with groups of 4
+  EXPECT_THAT(e.dropped[1], HasSubstr("6 heads do not form groups of 4"));
+  EXPECT_THAT(mha_bench::to_string(s), HasSubstr("kv_groups=1,4,0"));
+  // --kv-heads replaces the groups.
+  mha_bench::overrides o;
+  o.kv_heads = std::vector<std::int64_t>{2};
+  const std::vector<series> applied = mha_bench::apply({s}, o);
+  EXPECT_TRUE(applied[0].kv_groups.empty());
+}
+
 TEST(BenchPresets, EveryPresetShapeHasWholeHeads) {
   for (std::string_view name : mha_bench::preset_names()) {
     for (const sweep_point& p : points_of(name)) {
@@ -102,7 +142,7 @@ TEST(BenchPresets, ThreadsRunsOneToEveryCore) {
 
 TEST(BenchPresets, DecodeIsOneTokenOverCachesFrom128To32k) {
   std::set<std::pair<std::int64_t, std::int64_t>> steps;  // (B, past)
-  for (const sweep_point& p : points_of("decode", 4)) {
+  for (const sweep_point& p : in_series(points_of("decode", 4), "decode")) {
     EXPECT_EQ(p.shape, (shape{p.shape.batch, 1, 768, 12, 0, p.shape.past})) << "GPT-2 small";
     EXPECT_TRUE(p.threads == 1 || p.threads == 4);
     steps.insert({p.shape.batch, p.shape.past});
@@ -110,6 +150,19 @@ TEST(BenchPresets, DecodeIsOneTokenOverCachesFrom128To32k) {
   std::set<std::pair<std::int64_t, std::int64_t>> expected;
   for (std::int64_t b : {1, 8, 32})
     for (std::int64_t past : {128, 512, 2048, 8192, 32768}) expected.insert({b, past});
+  EXPECT_EQ(steps, expected);
+}
+
+TEST(BenchPresets, DecodeHasGroupedQueryStepsAtLongCaches) {
+  std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>> steps;  // (B, K/V heads, past)
+  for (const sweep_point& p : in_series(points_of("decode", 2), "decode_kv")) {
+    EXPECT_EQ(p.shape, (shape{p.shape.batch, 1, 768, 12, p.shape.kv_heads, p.shape.past}));
+    steps.insert({p.shape.batch, p.shape.kv_heads, p.shape.past});
+  }
+  std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>> expected;
+  for (std::int64_t b : {1, 8})
+    for (std::int64_t kv : {3, 1})
+      for (std::int64_t past : {2048, 8192, 32768}) expected.insert({b, kv, past});
   EXPECT_EQ(steps, expected);
 }
 
@@ -127,8 +180,8 @@ TEST(BenchPresets, QuickIsAHandfulOfGpt2WideShapes) {
 TEST(BenchPresets, FullIsTheUnionWithoutDuplicates) {
   const auto full = points_of("full");
   const auto key = [](const sweep_point& p) {
-    return std::tuple(p.shape.batch, p.shape.seq_len, p.shape.d_model, p.shape.heads, p.shape.past,
-                      p.threads);
+    return std::tuple(p.shape.batch, p.shape.seq_len, p.shape.d_model, p.shape.heads,
+                      p.shape.kv_heads, p.shape.past, p.threads);
   };
   std::set<decltype(key(full.front()))> seen;
   for (const sweep_point& p : full) EXPECT_TRUE(seen.insert(key(p)).second) << "duplicate point";
@@ -214,10 +267,12 @@ TEST(BenchOverrides, KvHeadsPastAndPrecisionAreAxes) {
   o.past = {0, 100};
   o.precisions = {mha::precision::fp32, mha::precision::bf16};
   const expansion e = mha_bench::expand(mha_bench::apply(mha_bench::preset("seq", 1), o));
-  // Per T: H=4 with kv {0, 2, 4}, H=6 with kv {0, 2}; each x 2 past x 2 precisions.
-  EXPECT_EQ(e.points.size(), 7u * (3 + 2) * 2 * 2);
+  // Per T: H=4 with kv {0, 2} (4 K/V heads of 4 is multi-head, the kv 0 shape), H=6 with
+  // kv {0, 2}; each x 2 past x 2 precisions.
+  EXPECT_EQ(e.points.size(), 7u * (2 + 2) * 2 * 2);
   for (const sweep_point& p : e.points) {
     EXPECT_TRUE(p.shape.kv_heads == 0 || p.shape.heads % p.shape.kv_heads == 0);
+    EXPECT_NE(p.shape.kv_heads, p.shape.heads);
     EXPECT_EQ(p.shape.config().context_length, p.shape.past + p.shape.seq_len);
   }
   ASSERT_FALSE(e.dropped.empty());
