@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import schema
@@ -29,9 +29,10 @@ TIE_MARGIN = 0.05
 
 @dataclass
 class Peak:
-    """Measured FP32 FMA peak, GFLOP/s, and the rule that picks the peak of an n-thread run:
-    n == 1: the 1-core peak; n > 1: the all-core peak * min(n, T) / T, where T is the thread
-    count the all-core peak was measured on (the 1-core peak alone is not assumed to scale)."""
+    """A measured peak, GFLOP/s (the FP32 FMA peak of an ISA, or the bf16 dot-product peak:
+    both use this rule), and the rule that picks the peak of an n-thread run: n == 1: the
+    1-core peak; n > 1: the all-core peak * min(n, T) / T, where T is the thread count the
+    all-core peak was measured on (the 1-core peak alone is not assumed to scale)."""
 
     one_core: float | None = None
     all_cores: float | None = None
@@ -58,6 +59,12 @@ class Peak:
 PEAK_ONE_CORE_KEY = "mha_fma_peak_gflops_one_core"
 PEAK_ALL_CORES_KEY = "mha_fma_peak_gflops_all_cores"
 PEAK_THREADS_KEY = "mha_fma_peak_threads"
+# The bf16 dot-product peak (vdpbf16ps), measured on the same thread count as the FMA peaks;
+# "0" where the CPU has no AVX512_BF16. Per backend, mha_backend_<name>_bf16_peak_isa says
+# which peak its bf16 benchmarks are read against: BF16_DOT, or an FMA peak ISA (PEAK_ISAS).
+BF16_DOT_ONE_CORE_KEY = "mha_bf16_dot_peak_gflops_one_core"
+BF16_DOT_ALL_CORES_KEY = "mha_bf16_dot_peak_gflops_all_cores"
+BF16_DOT = "bf16_dot"
 
 _NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 
@@ -75,15 +82,23 @@ def classify_peak_key(key: str) -> str | None:
     A peak key contains 'peak' and 'gflops'; it is all-core when it says 'all' (all_cores,
     allcores...), 1-core when it says 1/one/single next to core/thread/cpu (peak_gflops_1core,
     fma_peak_gflops_one_core...). Per-ISA variants (..._one_core_avx2) count only when no
-    plain key exists: the shortest matching key wins."""
+    plain key exists: the shortest matching key wins. Keys naming bf16 (mha_bf16_dot_peak_...)
+    are not FP32 FMA peaks: None."""
     k = key.lower()
-    if "peak" not in k or "gflops" not in k:
+    if "peak" not in k or "gflops" not in k or "bf16" in k:
         return None
     if "all" in k:
         return "all"
     if re.search(r"(^|[^0-9])(1|one|single)[_\- ]?(core|thread|cpu)", k):
         return "one"
     return None
+
+
+def _peak_threads(context: dict) -> int | None:
+    """The thread count a context's all-core peaks (FMA and bf16 dot alike) were measured on:
+    mha_fma_peak_threads, else num_cpus; None when it names neither."""
+    threads = _number(context.get(PEAK_THREADS_KEY, context.get("num_cpus")))
+    return int(threads) if threads else None
 
 
 def find_peak(results: ResultSet, one_core: float | None = None, all_cores: float | None = None) -> Peak:
@@ -106,8 +121,7 @@ def find_peak(results: ResultSet, one_core: float | None = None, all_cores: floa
         if peak.all_cores is None and "all" in found:
             peak.all_cores = found["all"][1]
             sources.append(f"'{found['all'][0]}' in {path}")
-            threads = _number(context.get(PEAK_THREADS_KEY, context.get("num_cpus")))
-            peak.all_core_threads = int(threads) if threads else None
+            peak.all_core_threads = _peak_threads(context)
     if one_core is not None:
         peak.one_core = one_core
         sources.append("--peak-1core")
@@ -140,22 +154,41 @@ class FilePeaks:
     peak/<isa>/... entries; older files: the plain keys count for mha_fma_peak_isa), the file's
     best peak (today's keys, or the best ISA), and per (ISA, '1-core' | 'all-core') every figure
     measured: the start-up trials (mha_fma_peak_trials_one_core_<isa>; all-core: the context's
-    peak) and the peak entries' GFLOPS."""
+    peak) and the peak entries' GFLOPS; and its bf16 dot-product peak (empty: not measured, or
+    0 on a CPU without AVX512_BF16)."""
 
     source: str
     cpu_model: str
     per_isa: dict[str, Peak]
     best: Peak
     trials: dict[tuple[str, str], list[float]]
+    bf16_dot: Peak = field(default_factory=Peak)
+
+
+def _bf16_dot_peak(context: dict, name: str) -> Peak:
+    """The bf16 dot-product peak of one file's context (BF16_DOT_ONE_CORE_KEY, and
+    BF16_DOT_ALL_CORES_KEY on the FMA peaks' thread count, _peak_threads): a Peak, so the FMA
+    peaks' thread rule (Peak.for_threads) applies to it unchanged. A figure that is absent
+    (files written before it) or not > 0 (a CPU without AVX512_BF16) is None."""
+    figures = {}
+    for key in (BF16_DOT_ONE_CORE_KEY, BF16_DOT_ALL_CORES_KEY):
+        number = _number(context[key]) if key in context else None
+        figures[key] = number if number and number > 0 else None
+    found = [f"'{key}'" for key, number in figures.items() if number]
+    all_cores = figures[BF16_DOT_ALL_CORES_KEY]
+    return Peak(
+        figures[BF16_DOT_ONE_CORE_KEY],
+        all_cores,
+        _peak_threads(context) if all_cores else None,
+        f"{' and '.join(found)} in {name}" if found else "not measured",
+    )
 
 
 def _file_peaks(source: str, context: dict, entries: list) -> FilePeaks:
     model = str(context.get("mha_cpu_model") or context.get("cpu_model") or "unknown CPU")
-    threads = _number(context.get(PEAK_THREADS_KEY, context.get("num_cpus")))
     # All-core peak entries count on the thread count of the context's all-core peak (without
     # one: the most threads any entry of this file ran).
-    threads = int(threads) if threads else None
-    threads = threads or max(
+    threads = _peak_threads(context) or max(
         (e.threads for e in entries if e.source == source and e.threads > 1), default=None
     )
     per_isa: dict[str, Peak] = {}
@@ -199,7 +232,22 @@ def _file_peaks(source: str, context: dict, entries: list) -> FilePeaks:
             best.one_core, best.source = peak.one_core, peak.source
         if peak.all_cores and (best.all_cores is None or peak.all_cores > best.all_cores):
             best.all_cores, best.all_core_threads = peak.all_cores, peak.all_core_threads
-    return FilePeaks(source, model, per_isa, best, trials)
+    return FilePeaks(source, model, per_isa, best, trials, _bf16_dot_peak(context, name))
+
+
+@dataclass
+class Bf16Peak:
+    """Which peak a backend's bf16 benchmarks are read against, by `basis`:
+    'bf16_dot': its kernels multiply bf16 pairs natively (vdpbf16ps): the bf16 dot-product peak;
+    'fma': it stores bf16 and widens it to fp32 for FP32 FMAs: the FP32 FMA peak of its ISA;
+    'fma_no_dot': native, but its file has no bf16 dot peak > 0: the FP32 FMA peak instead
+    (which such kernels can exceed); 'unknown': its file does not say (no
+    mha_backend_<name>_bf16_peak_isa, written before it): peak None, % of peak not given.
+    name: how a table names the peak ('bf16 dot', 'avx512 FMA', ...)."""
+
+    basis: str
+    peak: Peak | None
+    name: str
 
 
 @dataclass
@@ -214,6 +262,8 @@ class Peaks:
     backend_isa: dict[tuple[str, str], str]
     fallback: Peak
     overridden: bool = False
+    # (file, backend) -> its mha_backend_<name>_bf16_peak_isa: BF16_DOT or an FMA peak ISA.
+    bf16_isa: dict[tuple[str, str], str] = field(default_factory=dict)
 
     RULE = (
         "% of peak divides model GFLOP/s by the measured FP32 FMA peak of the ISA the "
@@ -224,7 +274,9 @@ class Peaks:
         "their file's best peak; PyTorch peers the best peak of the machine's files. The "
         "thread rule: the 1-core "
         "peak for threads:1, otherwise the all-core peak scaled by threads / the thread count "
-        "it was measured on."
+        "it was measured on. In 'fp32 vs bf16', the bf16 benchmarks of a backend whose "
+        "`mha_backend_<name>_bf16_peak_isa` is `bf16_dot` are read against the measured bf16 "
+        "dot-product peak instead (the 'bf16 dot' row), by the same thread rule."
     )
 
     def isa_of(self, m: Measurement) -> str | None:
@@ -234,14 +286,45 @@ class Peaks:
         peaks = self.files.get(m.source)
         return isa if peaks and isa in peaks.per_isa else None
 
+    def _fma_peak(self, source: str, isa: str | None) -> tuple[Peak, str]:
+        """The FP32 FMA peak of `isa` in file `source`, by the rule above, and its name for
+        tables: '<isa> FMA'; without that ISA's peak the file's best ('best FMA'), else the
+        machine's best or the given peak ('FMA (--peak-1core/--peak-all)')."""
+        own = self.files.get(source)
+        if self.overridden:
+            return self.fallback, "FMA (--peak-1core/--peak-all)"
+        if own and isa in own.per_isa:
+            return own.per_isa[isa], f"{isa} FMA"
+        if own and (own.best.one_core or own.best.all_cores):
+            return own.best, "best FMA"
+        return self.fallback, "best FMA"
+
     def for_measurement(self, m: Measurement) -> Peak:
-        isa = self.isa_of(m)
-        if isa is not None:
-            return self.files[m.source].per_isa[isa]
-        own = self.files.get(m.source)
-        if own and not self.overridden and (own.best.one_core or own.best.all_cores):
-            return own.best
-        return self.fallback
+        return self._fma_peak(m.source, self.backend_isa.get((m.source, m.key.backend)))[0]
+
+    def bf16_peak(self, source: str, backend: str) -> Bf16Peak:
+        """The peak the bf16 benchmarks of `backend` in file `source` are read against (see
+        Bf16Peak): by its mha_backend_<name>_bf16_peak_isa. BF16_DOT: the file's bf16 dot
+        peak, or, when the file has none > 0, the backend's FP32 FMA peak (as bench_attention
+        does); an FMA peak ISA: that ISA's FP32 FMA peak (for_measurement's rule); no key
+        (files written before it): unknown, no peak. --peak-1core / --peak-all replace the
+        FP32 FMA peaks only."""
+        isa = self.bf16_isa.get((source, backend))
+        if isa is None:
+            return Bf16Peak("unknown", None, "unknown")
+        own = self.files.get(source)
+        if isa == BF16_DOT:
+            if own and (own.bf16_dot.one_core or own.bf16_dot.all_cores):
+                return Bf16Peak("bf16_dot", own.bf16_dot, "bf16 dot")
+            peak, name = self._fma_peak(source, self.backend_isa.get((source, backend)))
+            return Bf16Peak("fma_no_dot", peak, f"{name} (no bf16 dot peak)")
+        return Bf16Peak("fma", *self._fma_peak(source, isa))
+
+    def bf16_percent(self, m: Measurement | None) -> float | None:
+        """A bf16 benchmark's model GFLOP/s as % of its bf16_peak for its thread count; None
+        without a GFLOPS counter or a peak."""
+        peak = None if m is None else self.bf16_peak(m.source, m.key.backend).peak
+        return None if peak is None else percent_of_peak(m.gflops, peak, m.key.threads)
 
     def percent(self, m: Measurement | None) -> float | None:
         if m is None:
@@ -257,11 +340,14 @@ def find_peaks(results: ResultSet, one_core: float | None = None, all_cores: flo
     files = {
         source: _file_peaks(source, context, results.peak_entries) for source, context in results.contexts
     }
-    backend_isa = {}
+    backend_isa, bf16_isa = {}, {}
     for source, context in results.contexts:
         for key, value in context.items():
+            bf16 = re.match(r"^mha_backend_(.+)_bf16_peak_isa$", key)
             match = re.match(r"^mha_backend_(.+)_peak_isa$", key)
-            if match and str(value) in PEAK_ISAS:
+            if bf16 and (str(value) == BF16_DOT or str(value) in PEAK_ISAS):
+                bf16_isa[(source, bf16.group(1))] = str(value)
+            elif match and not bf16 and str(value) in PEAK_ISAS:
                 backend_isa[(source, match.group(1))] = str(value)
     overridden = one_core is not None or all_cores is not None
     fallback = find_peak(results, one_core, all_cores)
@@ -275,7 +361,7 @@ def find_peaks(results: ResultSet, one_core: float | None = None, all_cores: flo
                 fallback.all_cores, fallback.all_core_threads, raised = b.all_cores, b.all_core_threads, True
         if raised:
             fallback.source = "the highest 1-core and all-core figures of the machine's files"
-    return Peaks(files, backend_isa, fallback, overridden)
+    return Peaks(files, backend_isa, fallback, overridden, bf16_isa)
 
 
 def peak_warnings(all_peaks: list[Peaks]) -> list[str]:
@@ -513,6 +599,115 @@ def thread_scaling(results: ResultSet) -> list[Scaling]:
             if ratios:
                 geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
                 out.append(Scaling(backend, form, n, geomean, min(ratios), max(ratios), len(ratios)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# fp32 vs bf16: each bf16 benchmark against its fp32 twin, each as % of its matching peak
+
+
+def is_bf16(m: Measurement) -> bool:
+    return m.key.shape.precision == "bf16"
+
+
+@dataclass
+class PrecisionPair:
+    """One bf16 benchmark and its fp32 twin: the benchmark whose canonical name is the same
+    without '/bf16' (same backend, formulation, shape but the precision, threads); fp32 None
+    when that was not measured (the row is listed without a speedup). fp32_pct: the fp32 time
+    as % of the backend's FP32 FMA peak (Peaks.percent, the rule of every % of peak); bf16_pct:
+    the bf16 time as % of bf16_peak (Peaks.bf16_peak); either None without a GFLOPS counter or
+    a known peak for the thread count."""
+
+    bf16: Measurement
+    fp32: Measurement | None
+    fp32_pct: float | None
+    bf16_pct: float | None
+    bf16_peak: Bf16Peak
+
+    @property
+    def backend(self) -> str:
+        return self.bf16.key.backend
+
+    @property
+    def formulation(self) -> str:
+        return self.bf16.key.formulation
+
+    @property
+    def threads(self) -> int:
+        return self.bf16.key.threads
+
+    @property
+    def shape(self) -> Shape:
+        """The shape without its precision (the fp32 one): the row's label."""
+        return replace(self.bf16.key.shape, precision="fp32")
+
+    @property
+    def speedup(self) -> float | None:
+        """fp32 time / bf16 time (above 1: bf16 is faster); None without the fp32 twin."""
+        return None if self.fp32 is None else self.fp32.median_s / self.bf16.median_s
+
+
+def precision_pairs(results: ResultSet, peaks: Peaks) -> list[PrecisionPair]:
+    """Every bf16 benchmark of `results` paired with its fp32 twin (see PrecisionPair), none
+    left out, ordered by backend (mha backends first), threads, shape, formulation. Empty when
+    nothing was measured in bf16 (fp32-only runs, files written before bf16)."""
+    pairs = []
+    for m in results.measurements.values():
+        if not is_bf16(m):  # fp32 benchmarks are found from their bf16 twin
+            continue
+        key = m.key
+        fp32 = results.get(key.backend, key.formulation, replace(key.shape, precision="fp32"), key.threads)
+        pairs.append(
+            PrecisionPair(
+                m, fp32, peaks.percent(fp32), peaks.bf16_percent(m), peaks.bf16_peak(m.source, key.backend)
+            )
+        )
+    return sorted(pairs, key=lambda p: (is_peer(p.backend), p.backend, p.threads, p.shape, p.formulation))
+
+
+@dataclass
+class PrecisionSummary:
+    """One backend's bf16 speedups over fp32 (fp32 time / bf16 time): median, min, max over its
+    paired benchmarks (None without any), how many pairs bf16 is faster in, the unpaired bf16
+    benchmarks, and over the pairs the median % of peak of each precision (each against its
+    own peak; None when unknown)."""
+
+    backend: str
+    pairs: int
+    faster: int
+    unpaired: int
+    median: float | None
+    low: float | None
+    high: float | None
+    fp32_pct: float | None
+    bf16_pct: float | None
+
+
+def precision_summary(pairs: list[PrecisionPair]) -> list[PrecisionSummary]:
+    """Per backend of `pairs`, in their order (see PrecisionSummary)."""
+    out = []
+    for backend in dict.fromkeys(p.backend for p in pairs):
+        mine = [p for p in pairs if p.backend == backend]
+        ratios = [p.speedup for p in mine if p.speedup is not None]
+
+        def median(values: list) -> float | None:
+            values = [v for v in values if v is not None]
+            return statistics.median(values) if values else None
+
+        out.append(
+            PrecisionSummary(
+                backend,
+                len(ratios),
+                sum(r > 1 for r in ratios),
+                len(mine) - len(ratios),
+                median(ratios),
+                min(ratios, default=None),
+                max(ratios, default=None),
+                median([p.fp32_pct for p in mine if p.fp32 is not None]),
+                median([p.bf16_pct for p in mine if p.fp32 is not None]),
+            )
+        )
     return out
 
 

@@ -105,6 +105,31 @@ def _peak_blocks(results: ResultSet, peaks: Peaks, level: int) -> list:
         for isa, p in list(fp.per_isa.items()) + [("best", fp.best)]
         if p.one_core or p.all_cores
     ]
+    # The bf16 dot-product peaks, with the backends whose bf16 benchmarks are read against them.
+    rows += [
+        [
+            f"`{Path(fp.source).name}`",
+            "bf16 dot",
+            "–" if dot.one_core is None else f"{dot.one_core:.1f}",
+            "–" if dot.all_cores is None else f"{dot.all_cores:.1f} ({dot.all_core_threads} threads)",
+            ", ".join(
+                sorted(
+                    {
+                        f"{m.key.backend} (bf16)"
+                        for m in results.measurements.values()
+                        if m.source == fp.source
+                        and analysis.is_bf16(m)
+                        and peaks.bf16_peak(m.source, m.key.backend).basis == "bf16_dot"
+                    }
+                )
+            )
+            or "–",
+            dot.source,
+        ]
+        for fp in peaks.files.values()
+        for dot in [fp.bf16_dot]
+        if dot.one_core or dot.all_cores
+    ]
     if rows and not peaks.overridden:
         blocks.append(
             Table(
@@ -428,10 +453,24 @@ def _link_bullets(results: ResultSet, kind: str = "") -> list[str]:
     return items
 
 
+def _by_precision(results: ResultSet, kind: str = "") -> list[tuple[ResultSet, str]]:
+    """[(results, kind)] as given when nothing was measured in bf16; otherwise its fp32 and its
+    bf16 benchmarks apart, kind prefixed 'fp32' / 'bf16' (together, a backend that declines
+    bf16 would rank lower for measuring fewer shapes)."""
+    if not any(analysis.is_bf16(m) for m in results.measurements.values()):
+        return [(results, kind)]
+    return [
+        (results.only(lambda k, p=precision: k.shape.precision == p), f"{precision} {kind}".strip())
+        for precision in ("fp32", "bf16")
+    ]
+
+
 def _answer_bullets(results: ResultSet) -> list[str]:
     """Which backend to link: for forward passes (past = 0) and, separately, for decode
-    (past > 0), per thread count; then the measured noise."""
-    items = _link_bullets(results.forward()) + _link_bullets(results.decode(), "decode")
+    (past > 0), per thread count, fp32 and bf16 apart when bf16 was measured; then the
+    measured noise."""
+    parts = _by_precision(results.forward()) + _by_precision(results.decode(), "decode")
+    items = [text for part, kind in parts for text in _link_bullets(part, kind)]
     if not items:
         items = ["No mha backend was measured (PyTorch peers only): nothing to recommend."]
     return items + [_noise_text(results)]
@@ -481,6 +520,182 @@ def _answer(results: ResultSet, heads: list[Series], level: int = 2) -> list:
                 numeric={2, 3, 4, 5},
             )
         )
+    return blocks
+
+
+# ---- fp32 vs bf16 ----
+
+
+def _pct_cell(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}%"
+
+
+def _precision_row(p: analysis.PrecisionPair, with_peak: bool) -> list[str]:
+    """formulation, shape, threads, fp32 time ('no fp32 run' when unpaired), bf16 time, speedup
+    and, with_peak, each precision's % of its peak ('n/a': unknown) and the bf16 peak's name."""
+    cells = [
+        p.formulation,
+        p.shape.label(),
+        str(p.threads),
+        "no fp32 run" if p.fp32 is None else fmt_time(p.fp32.median_s),
+        fmt_time(p.bf16.median_s),
+        fmt_ratio(p.speedup),
+    ]
+    if with_peak:
+        cells += ["–" if p.fp32 is None else _pct_cell(p.fp32_pct), _pct_cell(p.bf16_pct), p.bf16_peak.name]
+    return cells
+
+
+def _names(backends: dict[str, set[str]], with_peaks: bool = False) -> str:
+    """'**naive**, **tbb**'; with_peaks: '**naive** (portable FMA), **tbb** (avx2 FMA)'."""
+    return ", ".join(
+        f"**{b}**" + (f" ({', '.join(sorted(names))})" if with_peaks else "") for b, names in backends.items()
+    )
+
+
+def _bf16_peak_text(pairs: list[analysis.PrecisionPair]) -> str:
+    """Which peak each backend's bf16 figures are read against, and why."""
+    by_basis: dict[str, dict[str, set[str]]] = {}
+    for p in pairs:
+        by_basis.setdefault(p.bf16_peak.basis, {}).setdefault(p.backend, set()).add(p.bf16_peak.name)
+    sentences = []
+    if "bf16_dot" in by_basis:
+        dots = sorted(
+            {
+                (p.bf16_peak.peak.one_core, p.bf16_peak.peak.all_cores, p.bf16_peak.peak.all_core_threads)
+                for p in pairs
+                if p.bf16_peak.basis == "bf16_dot"
+            },
+            key=str,
+        )
+        figures_text = "; ".join(
+            ", ".join(
+                text
+                for text in (
+                    f"{one:.1f} GFLOP/s on 1 core" if one else "",
+                    f"{every:.1f} GFLOP/s on {threads} threads" if every else "",
+                )
+                if text
+            )
+            for one, every, threads in dots
+        )
+        sentences.append(
+            f"{_names(by_basis['bf16_dot'])}: against the measured bf16 dot-product peak "
+            f"({figures_text}): their bf16 kernels multiply bf16 pairs natively (vdpbf16ps, two "
+            "products per fp32 lane), so the FP32 FMA peak is not their limit."
+        )
+    if "fma" in by_basis:
+        sentences.append(
+            f"{_names(by_basis['fma'], True)}: against the FP32 FMA peak of their ISA, as their "
+            "fp32 figures: their bf16 kernels only store bf16 and widen it to fp32, so their "
+            "arithmetic is FP32 FMAs."
+        )
+    if "fma_no_dot" in by_basis:
+        sentences.append(
+            f"{_names(by_basis['fma_no_dot'], True)}: their bf16 kernels multiply bf16 pairs natively, "
+            "but their file has no bf16 dot-product peak above 0 "
+            "(`mha_bf16_dot_peak_gflops_*`), so they are read against their FP32 FMA peak "
+            "instead, which such kernels can exceed."
+        )
+    if "unknown" in by_basis:
+        sentences.append(
+            f"{_names(by_basis['unknown'])}: their file does not say whether their bf16 kernels "
+            "are native (no `mha_backend_<name>_bf16_peak_isa`: written before it), so their bf16 "
+            "% of peak is n/a."
+        )
+    return "Which peak the bf16 figures are read against, per backend: " + " ".join(sentences)
+
+
+def _precision_reading(pairs: list[analysis.PrecisionPair], what: str) -> str:
+    """Per backend, from the data: the median speedup of bf16 over fp32 (range, how often bf16
+    is faster, median % of peak of each)."""
+    parts = []
+    for s in analysis.precision_summary(pairs):
+        if s.median is None:
+            parts.append(f"**{s.backend}**: no fp32 run to compare its {s.unpaired} bf16 benchmark(s) with")
+            continue
+        text = (
+            f"**{s.backend}** {fmt_ratio(s.median)} (median over {s.pairs} pair(s), "
+            f"{fmt_ratio(s.low)} – {fmt_ratio(s.high)}; bf16 faster in {s.faster} of {s.pairs})"
+        )
+        if s.bf16_pct is not None and s.fp32_pct is not None:
+            text += f", bf16 at a median {s.bf16_pct:.0f}% of its peak against {s.fp32_pct:.0f}% in fp32"
+        parts.append(text)
+    return f"Speedup of bf16 over fp32 ({what}), per backend: " + "; ".join(parts) + "."
+
+
+def _bf16_fastest_text(results: ResultSet) -> str:
+    """Which mha backend and formulation is fastest in bf16, per thread count, over the forward
+    passes measured in bf16 (shapes won, as 'Which backend to link'); '' when none."""
+    bf16 = results.forward().only(lambda k: k.shape.precision == "bf16")
+    chosen = analysis.choices(bf16)
+    fastest = []
+    for n in bf16.thread_counts():
+        wins = analysis.win_counts(chosen, n)
+        if wins:
+            fastest.append(f"{_threads_text(n)}: " + ", ".join(f"{v} on {k} of {t}" for v, k, t in wins))
+    if not fastest:
+        return ""
+    return (
+        "Fastest in bf16 (fastest mha backend and formulation per shape, shapes won): "
+        + "; ".join(fastest)
+        + "."
+    )
+
+
+def _precision_section(results: ResultSet, peaks: Peaks) -> list:
+    """fp32 vs bf16, when bf16 was measured: per backend, each bf16 benchmark against its fp32
+    twin (times, speedup, each as % of its matching peak), a reading of the data and which
+    peak each backend's bf16 figures are read against; decode steps in a table of their own,
+    without % of peak."""
+    pairs = analysis.precision_pairs(results, peaks)
+    if not pairs:
+        return []
+    forward = [p for p in pairs if not p.shape.is_decode]
+    decode = [p for p in pairs if p.shape.is_decode]
+    blocks: list = [
+        Heading(2, "fp32 vs bf16"),
+        Para(
+            "Each bf16 benchmark against the fp32 benchmark of the same backend, formulation, "
+            "shape and threads (its name without `/bf16`): speedup = fp32 time / bf16 time, "
+            "above 1.0 bf16 is faster (– and 'no fp32 run': no fp32 twin was measured). % of "
+            "peak = model GFLOP/s (the same FLOP count in both precisions) / the peak matching "
+            "each: fp32 the FP32 FMA peak of the backend's ISA, as everywhere in this report; "
+            "bf16 the bf16 dot-product peak (`mha_bf16_dot_peak_gflops_*`) where the backend's "
+            "`mha_backend_<name>_bf16_peak_isa` is `bf16_dot` and that peak was measured, "
+            "otherwise the same FP32 FMA peak; n/a: peak unknown. Both follow the same thread "
+            "rule: the 1-core peak for threads:1, otherwise the all-core peak scaled by threads "
+            "/ the thread count it was measured on."
+        ),
+    ]
+    reading = [_precision_reading(forward, "forward passes")] if forward else []
+    reading += [_bf16_fastest_text(results)]
+    reading += [_precision_reading(decode, "decode steps")] if decode else []
+    blocks.append(Para(" ".join(text for text in reading if text)))
+    blocks.append(Para(_bf16_peak_text(pairs)))
+    header = ["formulation", "shape", "threads", "fp32 time", "bf16 time", "speedup (fp32/bf16)"]
+    for backend in dict.fromkeys(p.backend for p in forward):
+        blocks += [
+            Heading(3, backend),
+            Table(
+                header + ["fp32 % of peak", "bf16 % of peak", "bf16 peak"],
+                [_precision_row(p, True) for p in forward if p.backend == backend],
+                numeric={2, 3, 4, 5, 6, 7},
+            ),
+        ]
+    if decode:
+        blocks += [
+            Heading(3, "Decode steps (past > 0)"),
+            Para(
+                "Time per step in each precision and the speedup; no % of peak: a step is bound "
+                "by memory (the decode sections), not by arithmetic."
+            ),
+            Table(
+                ["backend"] + header,
+                [[p.backend] + _precision_row(p, False) for p in decode],
+                numeric={3, 4, 5, 6},
+            ),
+        ]
     return blocks
 
 
@@ -594,9 +809,9 @@ def _failures_section(results: ResultSet) -> list:
 def _machine_blocks(
     results: ResultSet, peaks: Peaks, folder: Path, notes: str, prefix: str, answer: bool
 ) -> tuple[list, list]:
-    """One machine's sections (answer, summary, notes, figures, link tables, decode, failures,
-    absent) and its appendix. The forward-pass sections read the forward passes only (past =
-    0); the incremental calls (past > 0) have the decode sections."""
+    """One machine's sections (answer, summary, notes, figures, link tables, fp32 vs bf16,
+    decode, failures, absent) and its appendix. The forward-pass sections read the forward
+    passes only (past = 0); the incremental calls (past > 0) have the decode sections."""
     forward = results.forward()
     heads = analysis.heads_series(forward.shapes())
     seqs = analysis.seq_series(forward.shapes())
@@ -612,6 +827,10 @@ def _machine_blocks(
             "forward passes (past = 0): none in the inputs, so no split/wrapper speedup against "
             "H, GFLOP/s, thread scaling or per-shape link table."
         )
+    precision = _precision_section(results, peaks)
+    blocks += precision
+    if not precision:
+        absent.append("fp32 vs bf16: no bf16 benchmarks in the inputs (`mha_bench --precision fp32,bf16`).")
     bandwidths = analysis.find_bandwidths(results)
     decode = _decode_sections(results.decode(), bandwidths, folder, prefix)
     if not decode:
