@@ -75,8 +75,7 @@ std::map<rate_key, double> probe_rates(std::span<const bench_case> cases,
 // cached and new token once (the wrapper caches each head's K/V, the split form kv_heads).
 double decode_bytes(const mha::problem& p) {
   const mha::config& c = p.cfg;
-  const std::int64_t cache_heads =
-      p.form == mha::formulation::split_weight ? c.kv_heads() : c.n_heads;
+  const std::int64_t cache_heads = c.kv_heads();  // every formulation (mha::plan::cache_heads)
   const double weights = static_cast<double>(c.d_in) * (c.d_out + 2 * cache_heads * c.head_dim()) +
                          (c.out_proj ? static_cast<double>(c.d_out) * c.d_out : 0.0);
   const double kv = 2.0 * p.batch * (p.past + p.seq_len) * cache_heads * c.head_dim();

@@ -218,9 +218,9 @@ def flops(s: Shape) -> int:
 
 
 def cache_heads(s: Shape, formulation: str) -> int:
-    """K/V heads a KV cache holds (docs/design.md §1.4): kv_heads for split-weight, n_heads for
-    the wrapper (each head has its own K/V weights, so its own cache)."""
-    return s.kv_heads if formulation == "split_weight" else s.n_heads
+    """K/V heads a KV cache holds (docs/design.md §1.4, mha::plan::cache_heads): kv_heads in
+    every formulation (the wrapper computes each K/V group once for its query heads)."""
+    return s.kv_heads
 
 
 def cache_bytes(s: Shape, formulation: str, capacity: int) -> int:

@@ -82,9 +82,10 @@ def test_speedup_is_wrapper_time_over_split_time_per_backend(heads):
     for series in analysis.heads_series(heads.shapes()):
         for threads in (1, 2):
             table = analysis.speedup_table(heads, series, threads)
-            assert table.columns == ["naive", "xsimd", "torch"]  # torch_nn_mha has no wrapper
-            for backend in table.columns:
-                points = table.column(backend)
+            # (backend, formulation) columns; torch_nn_mha has no wrapper, none has fused_qkv
+            assert table.columns == [(b, "split_weight") for b in ("naive", "xsimd", "torch")]
+            for backend, form in table.columns:
+                points = table.column((backend, form))
                 assert [x for x, _ in points] == [s.n_heads for s in series.shapes]
                 assert [v for _, v in points] == pytest.approx([speedup_model(backend, x) for x, _ in points])
 

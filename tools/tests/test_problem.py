@@ -52,10 +52,12 @@ def test_bytes_a_decode_step_reads_and_the_cache_holds():
     s = Shape(2, 1, 3, 4, 2, past=5)
     assert decode_bytes(s, "split_weight") == decode_bytes(s, "wrapper") == 4 * (52 + 96)
     assert cache_bytes(s, "wrapper", 6) == 4 * 96
-    # One K/V head for split-weight (d_kv = 2); the wrapper still caches every head's.
+    # One K/V head (d_kv = 2): half the K/V weights and cache, in every formulation (the
+    # wrapper computes each K/V group once for its heads).
     grouped = dataclasses.replace(s, n_kv_heads=1)
-    assert decode_bytes(grouped, "split_weight") == 4 * (3 * (4 + 2 * 2) + 16 + 48)
-    assert decode_bytes(grouped, "wrapper") == 4 * (52 + 96)
+    for form in ("split_weight", "wrapper", "fused_qkv"):
+        assert decode_bytes(grouped, form) == 4 * (3 * (4 + 2 * 2) + 16 + 48)
+        assert cache_bytes(grouped, form, 6) == 4 * 48
     assert decode_bytes(dataclasses.replace(s, out_proj=False), "split_weight") == 4 * (36 + 96)
 
 

@@ -17,7 +17,10 @@ from ..problem import Shape, decode_bytes
 from ..schema import is_peer
 from .results import Measurement, ResultSet
 
-FORMULATIONS = ("split_weight", "wrapper")
+# Every formulation (mhapy.problem.FORMULATIONS), the ones compared with the wrapper (its
+# speedup tables: wrapper time / their time) first, split_weight the reference of fused_qkv.
+FORMULATIONS = ("split_weight", "fused_qkv", "wrapper")
+AGAINST_WRAPPER = ("split_weight", "fused_qkv")
 
 # "Which backend to link": a runner-up less than this much slower is a tie.
 TIE_MARGIN = 0.05
@@ -236,18 +239,27 @@ def _file_peaks(source: str, context: dict, entries: list) -> FilePeaks:
 
 
 @dataclass
-class Bf16Peak:
-    """Which peak a backend's bf16 benchmarks are read against, by `basis`:
-    'bf16_dot': its kernels multiply bf16 pairs natively (vdpbf16ps): the bf16 dot-product peak;
-    'fma': it stores bf16 and widens it to fp32 for FP32 FMAs: the FP32 FMA peak of its ISA;
-    'fma_no_dot': native, but its file has no bf16 dot peak > 0: the FP32 FMA peak instead
-    (which such kernels can exceed); 'unknown': its file does not say (no
+class MatchedPeak:
+    """The peak one benchmark's % of peak divides by (Peaks.matched_peak), by `basis`:
+    'fma': the FP32 FMA peak of its backend's ISA: every fp32 benchmark, and the bf16 ones of a
+    backend whose bf16 kernels store bf16 and widen it to fp32 for FP32 FMAs;
+    'bf16_dot': a bf16 benchmark of a backend whose kernels multiply bf16 pairs natively
+    (vdpbf16ps): the bf16 dot-product peak;
+    'fma_no_dot': native bf16, but its file has no bf16 dot peak > 0: the FP32 FMA peak instead
+    (which such kernels can exceed); 'unknown': a bf16 benchmark whose file does not say (no
     mha_backend_<name>_bf16_peak_isa, written before it): peak None, % of peak not given.
-    name: how a table names the peak ('bf16 dot', 'avx512 FMA', ...)."""
+    name: how a table names the peak ('bf16 dot', 'avx512 FMA', 'best FMA', ...)."""
 
     basis: str
     peak: Peak | None
     name: str
+
+    @property
+    def label(self) -> str:
+        """How a figure labels a line at this peak: 'avx512 FMA peak', 'bf16 dot peak',
+        'avx512 FMA peak (no bf16 dot peak)'."""
+        head, _, note = self.name.partition(" (")
+        return f"{head} peak" + (f" ({note}" if note else "")
 
 
 @dataclass
@@ -266,7 +278,7 @@ class Peaks:
     bf16_isa: dict[tuple[str, str], str] = field(default_factory=dict)
 
     RULE = (
-        "% of peak divides model GFLOP/s by the measured FP32 FMA peak of the ISA the "
+        "% of peak divides model GFLOP/s by the measured FP32 FMA peak of the ISA an fp32 "
         "benchmark's backend runs at (its `mha_backend_<name>_peak_isa`: avx512, avx2 or "
         "portable), taken from the same result file as the benchmark: the larger of the "
         "context's `mha_fma_peak_gflops_one_core_<isa>` / `..._all_cores_<isa>` and the "
@@ -274,9 +286,12 @@ class Peaks:
         "their file's best peak; PyTorch peers the best peak of the machine's files. The "
         "thread rule: the 1-core "
         "peak for threads:1, otherwise the all-core peak scaled by threads / the thread count "
-        "it was measured on. In 'fp32 vs bf16', the bf16 benchmarks of a backend whose "
-        "`mha_backend_<name>_bf16_peak_isa` is `bf16_dot` are read against the measured bf16 "
-        "dot-product peak instead (the 'bf16 dot' row), by the same thread rule."
+        "it was measured on. A bf16 benchmark (every section: GFLOP/s tables and figures, "
+        "'fp32 vs bf16') is read against the peak its backend's "
+        "`mha_backend_<name>_bf16_peak_isa` names: `bf16_dot` (native bf16 kernels): the "
+        "measured bf16 dot-product peak (the 'bf16 dot' row), or, without one above 0, the FP32 "
+        "FMA peak; an ISA: that ISA's FP32 FMA peak; no such key (older files): none, % of "
+        "peak n/a. Same thread rule."
     )
 
     def isa_of(self, m: Measurement) -> str | None:
@@ -300,36 +315,42 @@ class Peaks:
         return self.fallback, "best FMA"
 
     def for_measurement(self, m: Measurement) -> Peak:
+        """The FP32 FMA peak of m's backend (whatever m's precision): see matched_peak for the
+        peak m's % of peak divides by."""
         return self._fma_peak(m.source, self.backend_isa.get((m.source, m.key.backend)))[0]
 
-    def bf16_peak(self, source: str, backend: str) -> Bf16Peak:
+    def matched_peak(self, m: Measurement) -> MatchedPeak:
+        """The peak m's % of peak divides by, in every section of the report: a bf16
+        benchmark's bf16_peak (its backend's bf16_peak_isa), any other the FP32 FMA peak of its
+        backend's ISA (for_measurement)."""
+        if is_bf16(m):
+            return self.bf16_peak(m.source, m.key.backend)
+        return MatchedPeak("fma", *self._fma_peak(m.source, self.backend_isa.get((m.source, m.key.backend))))
+
+    def bf16_peak(self, source: str, backend: str) -> MatchedPeak:
         """The peak the bf16 benchmarks of `backend` in file `source` are read against (see
-        Bf16Peak): by its mha_backend_<name>_bf16_peak_isa. BF16_DOT: the file's bf16 dot
+        MatchedPeak): by its mha_backend_<name>_bf16_peak_isa. BF16_DOT: the file's bf16 dot
         peak, or, when the file has none > 0, the backend's FP32 FMA peak (as bench_attention
         does); an FMA peak ISA: that ISA's FP32 FMA peak (for_measurement's rule); no key
         (files written before it): unknown, no peak. --peak-1core / --peak-all replace the
         FP32 FMA peaks only."""
         isa = self.bf16_isa.get((source, backend))
         if isa is None:
-            return Bf16Peak("unknown", None, "unknown")
+            return MatchedPeak("unknown", None, "unknown")
         own = self.files.get(source)
         if isa == BF16_DOT:
             if own and (own.bf16_dot.one_core or own.bf16_dot.all_cores):
-                return Bf16Peak("bf16_dot", own.bf16_dot, "bf16 dot")
+                return MatchedPeak("bf16_dot", own.bf16_dot, "bf16 dot")
             peak, name = self._fma_peak(source, self.backend_isa.get((source, backend)))
-            return Bf16Peak("fma_no_dot", peak, f"{name} (no bf16 dot peak)")
-        return Bf16Peak("fma", *self._fma_peak(source, isa))
-
-    def bf16_percent(self, m: Measurement | None) -> float | None:
-        """A bf16 benchmark's model GFLOP/s as % of its bf16_peak for its thread count; None
-        without a GFLOPS counter or a peak."""
-        peak = None if m is None else self.bf16_peak(m.source, m.key.backend).peak
-        return None if peak is None else percent_of_peak(m.gflops, peak, m.key.threads)
+            return MatchedPeak("fma_no_dot", peak, f"{name} (no bf16 dot peak)")
+        return MatchedPeak("fma", *self._fma_peak(source, isa))
 
     def percent(self, m: Measurement | None) -> float | None:
-        if m is None:
-            return None
-        return percent_of_peak(m.gflops, self.for_measurement(m), m.key.threads)
+        """m's model GFLOP/s as % of its matched_peak for its thread count (fp32 and bf16
+        alike: the one rule of every % of peak in the report); None without a GFLOPS counter or
+        a peak."""
+        peak = None if m is None else self.matched_peak(m).peak
+        return None if peak is None else percent_of_peak(m.gflops, peak, m.key.threads)
 
     def any(self) -> bool:
         return bool(self.fallback.one_core or self.fallback.all_cores)
@@ -413,11 +434,13 @@ def peak_warnings(all_peaks: list[Peaks]) -> list[str]:
 @dataclass(frozen=True)
 class Series:
     """Shapes along one axis. kind: 'd_model' (fixed d_in, d_out; H varies), 'head_dim'
-    (fixed head_dim, d_model = head_dim * H), 'seq' (T varies) or 'past' (cached tokens vary:
-    decode). shapes sorted by x."""
+    (fixed head_dim, d_model = head_dim * H), 'seq' (T varies), 'past' (cached tokens vary:
+    decode) or 'kv' (fixed d_model, H varies, K/V heads grouped by `group`: 'H/g', g query
+    heads per K/V head, or '1', one K/V head; see kv_series). shapes sorted by x."""
 
     kind: str
     shapes: tuple[Shape, ...]
+    group: str = ""
 
     def x(self, shape: Shape) -> int:
         return {"seq": shape.seq_len, "past": shape.past}.get(self.kind, shape.n_heads)
@@ -439,12 +462,23 @@ class Series:
             )
         if self.kind == "past":
             return f"B={s.batch}, T={s.seq_len}, d_model = {d}, H = {s.n_heads}{flags}"
+        if self.kind == "kv":
+            flags = "".join(f", {f}" for f in replace(s, n_kv_heads=0).extras(past=False))
+            return f"{kv_group_text(self.group)}, d_model = {d} (B={s.batch}, T={s.seq_len}{flags})"
         return f"d_model = {d}, H = {s.n_heads} (B={s.batch}{flags})"
 
 
+def kv_group_text(group: str) -> str:
+    """A kv series' grouping in words: 'H/4 K/V heads (groups of 4)', '1 K/V head (MQA)'."""
+    if group == "1":
+        return "1 K/V head (MQA)"
+    return f"{group} K/V heads (groups of {group[2:]})"
+
+
 def _flag_key(s: Shape) -> tuple:
-    """What a series keeps fixed besides its sizes: flags, K/V heads, precision, past."""
-    return (s.causal, s.qkv_bias, s.out_proj, s.n_kv_heads, s.precision, s.past)
+    """What a series keeps fixed besides its sizes: flags, K/V heads, precision, RoPE base,
+    past."""
+    return (s.causal, s.qkv_bias, s.out_proj, s.out_proj_bias, s.n_kv_heads, s.precision, s.rope_base, s.past)
 
 
 def _series_from_groups(kind: str, groups: dict, x, least: int = 2) -> list[Series]:
@@ -460,7 +494,10 @@ def _series_from_groups(kind: str, groups: dict, x, least: int = 2) -> list[Seri
 
 def heads_series(shapes: list[Shape]) -> list[Series]:
     """Every group of >= 2 shapes that differ only in H (fixed d_model), then every group that
-    keeps head_dim fixed with d_in = d_out = head_dim * H. A shape may be in several series."""
+    keeps head_dim fixed with d_in = d_out = head_dim * H. A shape may be in several series.
+    K/V heads are fixed along a series (_flag_key): a shape with grouped K/V heads is never on
+    a line of shapes with H K/V heads. The report passes the shapes outside kv_series here
+    (mha_heads_series)."""
     by_d_model: dict[tuple, list[Shape]] = {}
     by_head_dim: dict[tuple, list[Shape]] = {}
     for s in set(shapes):
@@ -469,6 +506,56 @@ def heads_series(shapes: list[Shape]) -> list[Series]:
             by_head_dim.setdefault((s.batch, s.seq_len, s.head_dim) + _flag_key(s), []).append(s)
     h = lambda s: s.n_heads  # noqa: E731
     return _series_from_groups("d_model", by_d_model, h) + _series_from_groups("head_dim", by_head_dim, h)
+
+
+def grouped_kv_shapes(shapes: list[Shape]) -> list[Shape]:
+    """The shapes with fewer K/V heads than H (n_kv_heads set) whose MHA twin, the same shape
+    with H K/V heads, is among `shapes`: the shapes the grouped-query section compares with
+    MHA (the heads preset's heads_kv, the decode preset's decode_kv)."""
+    present = set(shapes)
+    return sorted(s for s in present if s.n_kv_heads and replace(s, n_kv_heads=0) in present)
+
+
+def _kv_group_rank(group: str) -> tuple:
+    return (1, 0) if group == "1" else (0, int(group[2:]))
+
+
+def kv_series(shapes: list[Shape]) -> list[Series]:
+    """The grouped K/V forward passes (grouped_kv_shapes, past = 0) along H: per family (the
+    fixed-d_model key of heads_series without the K/V heads) one series per grouping, kind
+    'kv': 'H/g' (each K/V head shared by g query heads, g = H / K/V heads; a single K/V head
+    counts in it too when another shape of the family has groups of g, as H = 8 with H/8 = 1)
+    and '1' (one K/V head, MQA), even of one shape. Ordered by family, then H/g by g, then
+    '1'."""
+    families: dict[tuple, list[Shape]] = {}
+    for s in grouped_kv_shapes(shapes):
+        if not s.is_decode:
+            key = (s.batch, s.seq_len, s.d_in, s.d_out) + _flag_key(replace(s, n_kv_heads=0))
+            families.setdefault(key, []).append(s)
+    found = []
+    for key, members in families.items():
+        sizes = {s.n_heads // s.n_kv_heads for s in members if s.n_kv_heads > 1}
+        groups: dict[str, list[Shape]] = {}
+        for s in members:
+            g = s.n_heads // s.n_kv_heads
+            if s.n_kv_heads > 1 or g in sizes:
+                groups.setdefault(f"H/{g}", []).append(s)
+            if s.n_kv_heads == 1:
+                groups.setdefault("1", []).append(s)
+        for group, members_ in groups.items():
+            series = Series("kv", tuple(sorted(members_, key=lambda s: s.n_heads)), group)
+            found.append(((key[:4], repr(key), _kv_group_rank(group)), series))
+    return [series for _, series in sorted(found, key=lambda t: t[0])]
+
+
+def mha_heads_series(shapes: list[Shape]) -> tuple[list[Series], list[Series]]:
+    """(heads_series of the shapes outside kv_series, kv_series): the H series of the
+    forward-pass sections and the grouped-query ones. A grouped K/V shape with its MHA twin
+    measured is read against it (kv_series); one without (a run at a fixed --kv-heads) stays in
+    the H series, along the others of its K/V heads."""
+    kv = kv_series(shapes)
+    grouped = {s for series in kv for s in series.shapes}
+    return heads_series([s for s in shapes if s not in grouped]), kv
 
 
 def seq_series(shapes: list[Shape]) -> list[Series]:
@@ -494,14 +581,34 @@ def past_series(shapes: list[Shape]) -> list[Series]:
 # Split / wrapper speedup and GFLOP/s along a series
 
 
-def speedup(results: ResultSet, backend: str, shape: Shape, threads: int) -> float | None:
-    """time(wrapper) / time(split_weight) on the same backend, shape and threads (> 1: split
-    is faster); None unless both were measured."""
-    wrapper = results.get(backend, "wrapper", shape, threads)
-    split = results.get(backend, "split_weight", shape, threads)
-    if wrapper is None or split is None:
+def speedup(
+    results: ResultSet,
+    backend: str,
+    shape: Shape,
+    threads: int,
+    formulation: str = "split_weight",
+    reference: str = "wrapper",
+) -> float | None:
+    """time(reference) / time(formulation) on the same backend, shape and threads (> 1:
+    `formulation` is faster; by default split_weight against the wrapper); None unless both
+    were measured."""
+    slow = results.get(backend, reference, shape, threads)
+    fast = results.get(backend, formulation, shape, threads)
+    if slow is None or fast is None:
         return None
-    return wrapper.median_s / split.median_s
+    return slow.median_s / fast.median_s
+
+
+def formulations_measured(results: ResultSet) -> list[str]:
+    """The formulations measured, in FORMULATIONS' order."""
+    found = {k.formulation for k in results.measurements}
+    return [f for f in FORMULATIONS if f in found]
+
+
+def against_wrapper(results: ResultSet) -> list[str]:
+    """The formulations a speedup table compares with the wrapper: those of AGAINST_WRAPPER
+    measured (split_weight alone in runs without fused_qkv)."""
+    return [f for f in formulations_measured(results) if f in AGAINST_WRAPPER]
 
 
 @dataclass
@@ -519,15 +626,18 @@ class SeriesTable:
 
 
 def speedup_table(results: ResultSet, series: Series, threads: int) -> SeriesTable | None:
-    """Split/wrapper speedup per backend along the series; None when no backend has both."""
+    """Speedup over the wrapper (wrapper time / the formulation's time) along the series, one
+    column (backend, formulation) per backend and formulation of against_wrapper(results)
+    measured with the wrapper there; None when there is none."""
     columns = [
-        b
+        (b, f)
         for b in results.backends()
-        if any(speedup(results, b, s, threads) is not None for s in series.shapes)
+        for f in against_wrapper(results)
+        if any(speedup(results, b, s, threads, f) is not None for s in series.shapes)
     ]
     if not columns:
         return None
-    rows = [(series.x(s), [speedup(results, b, s, threads) for b in columns]) for s in series.shapes]
+    rows = [(series.x(s), [speedup(results, b, s, threads, f) for b, f in columns]) for s in series.shapes]
     return SeriesTable(series, threads, columns, rows)
 
 
@@ -614,16 +724,16 @@ def is_bf16(m: Measurement) -> bool:
 class PrecisionPair:
     """One bf16 benchmark and its fp32 twin: the benchmark whose canonical name is the same
     without '/bf16' (same backend, formulation, shape but the precision, threads); fp32 None
-    when that was not measured (the row is listed without a speedup). fp32_pct: the fp32 time
-    as % of the backend's FP32 FMA peak (Peaks.percent, the rule of every % of peak); bf16_pct:
-    the bf16 time as % of bf16_peak (Peaks.bf16_peak); either None without a GFLOPS counter or
-    a known peak for the thread count."""
+    when that was not measured (the row is listed without a speedup). fp32_pct, bf16_pct: each
+    time as % of its matched peak (Peaks.percent, the rule of every % of peak: the FP32 FMA
+    peak, and for bf16 the peak bf16_peak names); either None without a GFLOPS counter or a
+    known peak for the thread count."""
 
     bf16: Measurement
     fp32: Measurement | None
     fp32_pct: float | None
     bf16_pct: float | None
-    bf16_peak: Bf16Peak
+    bf16_peak: MatchedPeak
 
     @property
     def backend(self) -> str:
@@ -660,7 +770,7 @@ def precision_pairs(results: ResultSet, peaks: Peaks) -> list[PrecisionPair]:
         fp32 = results.get(key.backend, key.formulation, replace(key.shape, precision="fp32"), key.threads)
         pairs.append(
             PrecisionPair(
-                m, fp32, peaks.percent(fp32), peaks.bf16_percent(m), peaks.bf16_peak(m.source, key.backend)
+                m, fp32, peaks.percent(fp32), peaks.percent(m), peaks.bf16_peak(m.source, key.backend)
             )
         )
     return sorted(pairs, key=lambda p: (is_peer(p.backend), p.backend, p.threads, p.shape, p.formulation))
@@ -755,10 +865,14 @@ def choose(results: ResultSet, shape: Shape, threads: int) -> Choice:
     best = linkable[0]
     others = [m for m in linkable if m.key.backend != best.key.backend]
     runner_up = others[0] if others else None
-    # The same backend's other formulation: how much the formulation choice matters.
-    sibling = next((m for m in linkable[1:] if m.key.backend == best.key.backend), None)
+    # The same backend's other formulations, fastest first: how much the formulation matters.
+    siblings = [m for m in linkable[1:] if m.key.backend == best.key.backend]
     form_note = (
-        f" ({sibling.key.formulation}: {_times(sibling.median_s / best.median_s)} slower)" if sibling else ""
+        " ("
+        + ", ".join(f"{m.key.formulation}: {_times(m.median_s / best.median_s)} slower" for m in siblings)
+        + ")"
+        if siblings
+        else ""
     )
     if runner_up is None:
         text = f"only {best.key.backend} measured: run {best.key.formulation}{form_note}"
@@ -795,7 +909,7 @@ def win_counts(chosen: list[Choice], threads: int) -> list[tuple[str, int, int]]
 
 
 def relative_time_table(results: ResultSet, series: Series, threads: int) -> SeriesTable | None:
-    """Per backend (mha backends, then peers): its faster formulation's time divided by the
+    """Per backend (mha backends, then peers): its fastest formulation's time divided by the
     fastest mha backend's time at each point (1.0 = the one to link). None when fewer than two
     backends were measured along the series."""
     columns = [
@@ -836,7 +950,7 @@ def noise_by_backend(results: ResultSet) -> dict[str, float]:
 @dataclass
 class LinkSummary:
     """Which backend to link at one thread count, over every shape measured there: the backend
-    whose faster formulation has the lowest geometric-mean time relative to the fastest mha
+    whose fastest formulation has the lowest geometric-mean time relative to the fastest mha
     time, its formulations' wins, the runner-up backend and the margin between their geometric
     means (over the shapes both measured); tie when the margin is under TIE_MARGIN or under the
     larger of the two backends' measured noise."""
@@ -911,19 +1025,137 @@ def link_summary(results: ResultSet, threads: int) -> LinkSummary | None:
     )
 
 
-def speedup_is_tie(results: ResultSet, backend: str, shape: Shape, threads: int) -> bool:
-    """A split/wrapper difference within noise: overlapping repetition ranges, or |speedup - 1|
-    under twice the backend's measured noise (needs >= NOISE_MIN_REPETITIONS repetitions)."""
-    wrapper = results.get(backend, "wrapper", shape, threads)
-    split = results.get(backend, "split_weight", shape, threads)
-    if wrapper is None or split is None:
+def speedup_is_tie(
+    results: ResultSet,
+    backend: str,
+    shape: Shape,
+    threads: int,
+    formulation: str = "split_weight",
+    reference: str = "wrapper",
+) -> bool:
+    """A difference between two formulations (by default split/wrapper) within noise:
+    overlapping repetition ranges, or |speedup - 1| under twice the backend's measured noise
+    (needs >= NOISE_MIN_REPETITIONS repetitions)."""
+    slow = results.get(backend, reference, shape, threads)
+    fast = results.get(backend, formulation, shape, threads)
+    if slow is None or fast is None:
         return False
-    if min(wrapper.repetitions, split.repetitions) < NOISE_MIN_REPETITIONS:
+    if min(slow.repetitions, fast.repetitions) < NOISE_MIN_REPETITIONS:
         return False
-    if _ranges_overlap(wrapper, split):
+    if _ranges_overlap(slow, fast):
         return True
     noise = noise_by_backend(results).get(backend)
-    return noise is not None and abs(wrapper.median_s / split.median_s - 1) < 2 * noise
+    return noise is not None and abs(slow.median_s / fast.median_s - 1) < 2 * noise
+
+
+# ---------------------------------------------------------------------------------------------
+# fused_qkv against split_weight (issue 15: at least as fast at every shape of the heads preset,
+# within noise, on the fastest backend)
+
+
+@dataclass
+class Race:
+    """One backend's `formulation` against `reference` (fused_qkv against split_weight) along
+    one series at one thread count: per point (x, ratio = reference time / formulation time,
+    above 1 `formulation` is faster; verdict 'faster' | 'tie' | 'slower': `formulation`'s,
+    'tie' within noise by speedup_is_tie) for every x both were measured at."""
+
+    backend: str
+    series: Series
+    threads: int
+    points: list[tuple[int, float, str]]
+    formulation: str = "fused_qkv"
+    reference: str = "split_weight"
+
+    @property
+    def median(self) -> float:
+        return statistics.median(r for _, r, _ in self.points)
+
+    @property
+    def low(self) -> tuple[int, float]:
+        """(x, ratio) of the smallest ratio."""
+        return min(((x, r) for x, r, _ in self.points), key=lambda t: t[1])
+
+    @property
+    def high(self) -> tuple[int, float]:
+        return max(((x, r) for x, r, _ in self.points), key=lambda t: t[1])
+
+    def where(self, verdict: str) -> list[tuple[int, float]]:
+        """(x, ratio) of the points with that verdict, in x order."""
+        return [(x, r) for x, r, v in self.points if v == verdict]
+
+
+def races(
+    results: ResultSet,
+    series_list: list[Series],
+    formulation: str = "fused_qkv",
+    reference: str = "split_weight",
+) -> list[Race]:
+    """A Race per (series, thread count, backend) with both formulations measured somewhere on
+    the series, in that order (backends: mha first). Empty without `formulation`."""
+    out = []
+    for series in series_list:
+        for n in results.thread_counts():
+            for b in results.backends():
+                points = []
+                for s in series.shapes:
+                    ratio = speedup(results, b, s, n, formulation, reference)
+                    if ratio is not None:
+                        tie = speedup_is_tie(results, b, s, n, formulation, reference)
+                        verdict = "tie" if tie else "faster" if ratio > 1 else "slower"
+                        points.append((series.x(s), ratio, verdict))
+                if points:
+                    out.append(Race(b, series, n, points, formulation, reference))
+    return out
+
+
+@dataclass
+class RaceVerdict:
+    """Over every shape of some races (each shape once, though several series hold it) of one
+    backend at one thread count: shapes where the formulation is faster, tied within noise,
+    slower; the ratios' median, min and max; held = never slower beyond noise."""
+
+    backend: str
+    threads: int
+    faster: int
+    tie: int
+    slower: list[tuple[Shape, float]]
+    median: float
+    low: float
+    high: float
+
+    @property
+    def shapes(self) -> int:
+        return self.faster + self.tie + len(self.slower)
+
+    @property
+    def held(self) -> bool:
+        return not self.slower
+
+
+def race_verdict(results: ResultSet, race_list: list[Race], backend: str, threads: int) -> RaceVerdict | None:
+    """The races of `backend` at `threads` over their distinct shapes (see RaceVerdict); None
+    when it has none."""
+    mine = [r for r in race_list if r.backend == backend and r.threads == threads]
+    seen: dict[Shape, tuple[float, str]] = {}
+    for race in mine:
+        for s in race.series.shapes:
+            for x, ratio, verdict in race.points:
+                if race.series.x(s) == x:
+                    seen[s] = (ratio, verdict)
+    if not seen:
+        return None
+    ratios = [r for r, _ in seen.values()]
+    return RaceVerdict(
+        backend,
+        threads,
+        sum(v == "faster" for _, v in seen.values()),
+        sum(v == "tie" for _, v in seen.values()),
+        sorted((s, r) for s, (r, v) in seen.items() if v == "slower"),
+        statistics.median(ratios),
+        min(ratios),
+        max(ratios),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1113,3 +1345,82 @@ def decode_bounds(
         if points:
             curves.setdefault(tuple(sorted(points.items())), []).append(form)
     return [(forms, list(points)) for points, forms in curves.items()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Grouped-query attention: fewer K/V heads than H, against the MHA twin (H K/V heads)
+
+
+def kv_ratio(results: ResultSet, backend: str, form: str, shape: Shape, threads: int) -> float | None:
+    """time(shape) / time(its MHA twin, the same shape with H K/V heads), same backend,
+    formulation and threads (below 1: the grouped K/V heads are faster); None unless both were
+    measured."""
+    grouped = results.get(backend, form, shape, threads)
+    mha = results.get(backend, form, replace(shape, n_kv_heads=0), threads)
+    return None if grouped is None or mha is None else grouped.median_s / mha.median_s
+
+
+def kv_table(results: ResultSet, series: Series, threads: int) -> SeriesTable | None:
+    """kv_ratio per (backend, formulation) along a kv series; None when nothing has both."""
+    columns = [
+        (b, f)
+        for b, f in variants(results)
+        if any(kv_ratio(results, b, f, s, threads) is not None for s in series.shapes)
+    ]
+    if not columns:
+        return None
+    rows = [(series.x(s), [kv_ratio(results, b, f, s, threads) for b, f in columns]) for s in series.shapes]
+    return SeriesTable(series, threads, columns, rows)
+
+
+# Issue 15's decode target: at B = 1 after 8192 cached tokens, a K/V head per 4 query heads (the
+# decode_kv preset's 3 of 12) at least 3x faster per step than 12 K/V heads.
+KV_DECODE_TARGET = {"batch": 1, "past": 8192, "group": 4, "speedup": 3.0}
+
+
+@dataclass
+class KvDecodeRow:
+    """One decode point of one backend, formulation and thread count: the MHA shape (`mha`: H
+    K/V heads; its B and past the point's) and per K/V head count (H first, then fewer) the
+    measured step, or None."""
+
+    backend: str
+    formulation: str
+    threads: int
+    mha: Shape
+    cells: dict[int, Measurement | None]
+
+    def speedup(self, kv: int) -> float | None:
+        """time with H K/V heads / time with kv (above 1: kv is faster)."""
+        mha, grouped = self.cells.get(self.mha.n_heads), self.cells.get(kv)
+        return None if mha is None or grouped is None else mha.median_s / grouped.median_s
+
+
+def kv_decode_family(shape: Shape) -> Shape:
+    """What one grouped-query decode table keeps fixed: the MHA shape at B = 1, past = 1."""
+    return replace(shape, n_kv_heads=0, batch=1, past=1)
+
+
+def kv_decode_rows(results: ResultSet) -> dict[Shape, tuple[list[int], list[KvDecodeRow]]]:
+    """The decode steps (past > 0) of grouped_kv_shapes with their MHA twins: per family
+    (kv_decode_family) the K/V head counts measured (H, then fewer) and a row per backend,
+    formulation, thread count, B and past with fewer K/V heads measured. Families, rows in order
+    (threads, backend, formulation, B, past)."""
+    grouped = [s for s in grouped_kv_shapes(results.shapes()) if s.is_decode]
+    families: dict[Shape, set[int]] = {}
+    for s in grouped:
+        families.setdefault(kv_decode_family(s), {s.n_heads}).add(s.n_kv_heads)
+    points = {replace(s, n_kv_heads=0) for s in grouped}
+    out = {}
+    for family in sorted(families):
+        kvs = sorted(families[family], reverse=True)
+        rows = []
+        for mha in sorted(p for p in points if kv_decode_family(p) == family):
+            for n in results.thread_counts():
+                for b, f in variants(results):
+                    cells = {k: results.get(b, f, replace(mha, n_kv_heads=k), n) for k in kvs}
+                    if any(m for k, m in cells.items() if k != mha.n_heads):
+                        rows.append(KvDecodeRow(b, f, n, mha, cells))
+        rows.sort(key=lambda r: (r.threads, is_peer(r.backend), r.backend, r.formulation, r.mha))
+        out[family] = (kvs, rows)
+    return out

@@ -1,7 +1,7 @@
 """Figures (matplotlib, Agg): each saved as <stem>.png and <stem>.svg in the report folder.
 
 Conventions: colour = backend (fixed per name, so figures of different runs compare), line
-style = formulation (solid split_weight, dashed wrapper), log2 x axis with the measured values
+style = formulation (solid split_weight, dashed wrapper, dash-dot fused_qkv), log2 x axis with the measured values
 as ticks, log y for rates and ratios, the 1.0 line on every ratio plot.
 """
 
@@ -50,7 +50,9 @@ _MARKERS = {
     "torch_nn_mha": "P",
     "torch_prealloc": "X",
 }
-_FORM_STYLE = {"split_weight": "-", "wrapper": "--"}
+_FORM_STYLE = {"split_weight": "-", "wrapper": "--", "fused_qkv": "-."}
+# time_bars: bars of these formulations hatched (split_weight plain).
+_FORM_HATCH = {"wrapper": "//", "fused_qkv": ".."}
 
 
 def colour(backend: str) -> str:
@@ -178,13 +180,21 @@ def _ratio_limits(ax) -> None:
     ax.set_ylim(min(low, 0.8), max(high, 1.25))
 
 
-def draw_speedup(ax, table: SeriesTable) -> None:
-    for backend in table.columns:
-        points = table.column(backend)
-        ax.plot([x for x, _ in points], [v for _, v in points], **line_style(backend))
-    ax.axhline(1.0, color="black", linewidth=1.0, linestyle=":", label="1.0 = same speed")
-    _ratio_limits(ax)
-    log_y(ax)
+def draw_ratios(one: str = "1.0 = same speed", named: bool = True) -> Callable:
+    """Ratio lines of (backend, formulation) columns (a line style per formulation) and the 1.0
+    line labelled `one`; named=False labels the lines with the backend alone (its
+    formulation is the only one drawn: the split/wrapper speedup of runs without fused_qkv)."""
+
+    def draw(ax, table: SeriesTable) -> None:
+        for backend, form in table.columns:
+            points = table.column((backend, form))
+            style = line_style(backend, form if named else None)
+            ax.plot([x for x, _ in points], [v for _, v in points], **style)
+        ax.axhline(1.0, color="black", linewidth=1.0, linestyle=":", label=one)
+        _ratio_limits(ax)
+        log_y(ax)
+
+    return draw
 
 
 def draw_gflops(peak_lines: Callable[[SeriesTable], list[tuple[str, float]]]) -> Callable:
@@ -248,7 +258,7 @@ def draw_decode_time(bounds: Callable[[SeriesTable], list[tuple[list[str], list[
 def time_bars(folder: Path, stem: str, panels: list[tuple[str, list[str], dict]]) -> None:
     """Median time per shape (groups) and backend · formulation (bars), one panel per thread
     count: panels = [(title, shape labels, {(backend, formulation): [seconds | None per shape]})].
-    Log time axis; bars of the wrapper hatched."""
+    Log time axis; bars of the wrapper hatched //, of fused_qkv dotted."""
     fig, axes = plt.subplots(
         len(panels),
         1,
@@ -265,7 +275,7 @@ def time_bars(folder: Path, stem: str, panels: list[tuple[str, list[str], dict]]
                 ys,
                 width,
                 color=colour(backend),
-                hatch="//" if form == "wrapper" else None,
+                hatch=_FORM_HATCH.get(form),
                 edgecolor="white",
                 label=backend_label(backend) + f" · {form}",
             )

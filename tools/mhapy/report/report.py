@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from ..schema import is_peer
@@ -72,6 +73,17 @@ def _context_rows(context: dict) -> list[list[str]]:
     return rows
 
 
+def _read_against(results: ResultSet, peaks: Peaks, peak: analysis.Peak) -> str:
+    """The backends whose benchmarks' % of peak divides by `peak` (Peaks.matched_peak): 'naive,
+    xsimd (bf16)', a backend's bf16 benchmarks named apart; '–' when none."""
+    names = {
+        m.key.backend + (" (bf16)" if analysis.is_bf16(m) else "")
+        for m in results.measurements.values()
+        if peaks.matched_peak(m).peak is peak
+    }
+    return ", ".join(sorted(names)) or "–"
+
+
 def _peak_blocks(results: ResultSet, peaks: Peaks, level: int) -> list:
     blocks: list = [Heading(level, "Measured peak")]
     peak = peaks.fallback
@@ -88,17 +100,7 @@ def _peak_blocks(results: ResultSet, peaks: Peaks, level: int) -> list:
             isa,
             "–" if p.one_core is None else f"{p.one_core:.1f}",
             "–" if p.all_cores is None else f"{p.all_cores:.1f} ({p.all_core_threads} threads)",
-            ", ".join(
-                sorted(
-                    {
-                        m.key.backend
-                        for m in results.measurements.values()
-                        if m.source == fp.source
-                        and (peaks.isa_of(m) == isa or (isa == "best" and peaks.isa_of(m) is None))
-                    }
-                )
-            )
-            or "–",
+            _read_against(results, peaks, p),
             p.source,
         ]
         for fp in peaks.files.values()
@@ -112,18 +114,7 @@ def _peak_blocks(results: ResultSet, peaks: Peaks, level: int) -> list:
             "bf16 dot",
             "–" if dot.one_core is None else f"{dot.one_core:.1f}",
             "–" if dot.all_cores is None else f"{dot.all_cores:.1f} ({dot.all_core_threads} threads)",
-            ", ".join(
-                sorted(
-                    {
-                        f"{m.key.backend} (bf16)"
-                        for m in results.measurements.values()
-                        if m.source == fp.source
-                        and analysis.is_bf16(m)
-                        and peaks.bf16_peak(m.source, m.key.backend).basis == "bf16_dot"
-                    }
-                )
-            )
-            or "–",
+            _read_against(results, peaks, dot),
             dot.source,
         ]
         for fp in peaks.files.values()
@@ -174,41 +165,180 @@ def _series_table_block(table: SeriesTable, header: list[str], cell) -> Table:
     return Table([table.series.x_name] + header, rows, numeric=set(range(len(header) + 1)))
 
 
+# How the text names a formulation.
+_FORM_NAMES = {"split_weight": "split-weight", "fused_qkv": "fused-QKV", "wrapper": "wrapper"}
+
+
+class _Against:
+    """The wording of a comparison with the wrapper, for the formulations compared
+    (analysis.against_wrapper): split_weight alone (runs without fused_qkv) reads as the
+    split/wrapper speedup it always was; more, as a speedup over the wrapper per formulation."""
+
+    def __init__(self, results: ResultSet):
+        self.forms = analysis.against_wrapper(results)
+        self.named = self.forms != ["split_weight"]
+
+    def column(self, column: tuple[str, str]) -> str:
+        """A table's name for a (backend, formulation) speedup column."""
+        return f"{column[0]} {column[1]}" if self.named else column[0]
+
+    @property
+    def heading(self) -> str:
+        """'Split-weight vs wrapper', 'Split-weight and fused-QKV vs wrapper'."""
+        text = " and ".join(_FORM_NAMES[f] for f in self.forms) + " vs wrapper"
+        return text[0].upper() + text[1:]
+
+    @property
+    def ratio(self) -> str:
+        """The y axis: 'wrapper time / split_weight time (×)'."""
+        return f"wrapper time / {self.forms[0] if not self.named else 'formulation'} time (×)"
+
+    @property
+    def definition(self) -> str:
+        if not self.named:
+            return (
+                "Speedup = median time of the wrapper / median time of split_weight, same backend, "
+                "shape and threads: above 1.0 split-weight is faster."
+            )
+        return (
+            "Speedup = median time of the wrapper / median time of the formulation ("
+            + ", ".join(self.forms)
+            + "), same backend, shape and threads: above 1.0 that formulation is faster than "
+            "the wrapper. Columns and lines: backend · formulation (lines: solid split_weight, "
+            "dash-dot fused_qkv)."
+        )
+
+
 def _speedup_section(results: ResultSet, series_list: list[Series], folder: Path, prefix: str = "") -> list:
     threads = results.thread_counts()
     tables = {(s, n): analysis.speedup_table(results, s, n) for s in series_list for n in threads}
     if not any(tables.values()):
         return []
+    against = _Against(results)
     blocks: list = [
-        Heading(2, "Split-weight vs wrapper against H"),
+        Heading(2, f"{against.heading} against H"),
         Para(
-            "Speedup = median time of the wrapper / median time of split_weight, same backend, "
-            "shape and threads: above 1.0 split-weight is faster. Both series of the heads "
+            f"{against.definition} Both series of the heads "
             "preset: fixed d_model (head_dim shrinks as H grows) and fixed head_dim (d_model "
             "grows with H)."
+            + (
+                " Shapes with grouped K/V heads measured next to their MHA twin are in "
+                "'Grouped-query attention', not here."
+                if analysis.kv_series(results.shapes())
+                else ""
+            )
         ),
     ]
     figures.series_grid(
         folder,
         prefix + "speedup_vs_heads",
-        "Split-weight speedup over the wrapper",
+        "Split-weight speedup over the wrapper" if not against.named else "Speedup over the wrapper",
         series_list,
         threads,
         lambda s, n: tables[(s, n)],
-        figures.draw_speedup,
-        "wrapper time / split_weight time (×)",
+        figures.draw_ratios(named=against.named),
+        against.ratio,
     )
-    blocks.append(Figure(prefix + "speedup_vs_heads", "Split/wrapper speedup against H, per backend"))
+    blocks.append(
+        Figure(
+            prefix + "speedup_vs_heads",
+            "Split/wrapper speedup against H, per backend"
+            if not against.named
+            else "Speedup over the wrapper against H, per backend and formulation",
+        )
+    )
     for (series, n), table in tables.items():
         if table is None:
             continue
         blocks.append(Heading(3, f"{series.title}, {_threads_text(n)}"))
-        blocks.append(_series_table_block(table, table.columns, fmt_ratio))
+        blocks.append(_series_table_block(table, [against.column(c) for c in table.columns], fmt_ratio))
     return blocks
 
 
+def _h_list(points: list[tuple[int, float]], name: str = "H") -> str:
+    """'H 4, 8, 12 (1.02× – 1.10×)': where, and the range of the ratios; '–' when none."""
+    if not points:
+        return "–"
+    low, high = fmt_ratio(min(r for _, r in points)), fmt_ratio(max(r for _, r in points))
+    span = low if low == high else f"{low} – {high}"
+    return f"{name} {', '.join(str(x) for x, _ in points)} ({span})"
+
+
+def _race_section(results: ResultSet, series_list: list[Series], folder: Path, prefix: str = "") -> list:
+    """fused_qkv against split_weight along the series: a figure of split_weight time /
+    fused_qkv time, and per backend, series and threads where fused_qkv is faster, within
+    noise, slower, by how much. Nothing without both formulations."""
+    race_list = analysis.races(results, series_list)
+    if not race_list:
+        return []
+    threads = results.thread_counts()
+    tables = {}
+    for series in series_list:
+        for n in threads:
+            mine = [r for r in race_list if r.series == series and r.threads == n]
+            columns = [(r.backend, "fused_qkv") for r in mine]
+            rows = [
+                (series.x(s), [next((v for x, v, _ in r.points if x == series.x(s)), None) for r in mine])
+                for s in series.shapes
+            ]
+            tables[(series, n)] = SeriesTable(series, n, columns, rows) if mine else None
+    stem = prefix + "fused_vs_split"
+    figures.series_grid(
+        folder,
+        stem,
+        "Fused-QKV speedup over split-weight",
+        series_list,
+        threads,
+        lambda s, n: tables[(s, n)],
+        figures.draw_ratios(named=False),
+        "split_weight time / fused_qkv time (×)",
+    )
+    rows = [
+        [
+            r.backend,
+            r.series.title,
+            str(r.threads),
+            fmt_ratio(r.median),
+            f"{fmt_ratio(r.low[1])} (H={r.low[0]}) – {fmt_ratio(r.high[1])} (H={r.high[0]})",
+            _h_list(r.where("faster")),
+            _h_list(r.where("tie")),
+            _h_list(r.where("slower")),
+        ]
+        for r in race_list
+    ]
+    return [
+        Heading(2, "Fused-QKV vs split-weight against H"),
+        Para(
+            "Ratio = median time of split_weight / median time of fused_qkv, same backend, shape and "
+            "threads: above 1.0 fused_qkv (one projection for Q, K and V) is faster. Per "
+            "backend, series and threads: the median ratio over the points both were measured "
+            "at, its range, and at which H fused_qkv is faster, within noise, or slower "
+            "(noise: overlapping repetition ranges, or a difference under twice the backend's "
+            f"measured noise; needs ≥ {analysis.NOISE_MIN_REPETITIONS} repetitions)."
+        ),
+        Figure(
+            stem, "split_weight time / fused_qkv time against H, per backend (above 1.0: fused_qkv faster)"
+        ),
+        Table(
+            [
+                "backend",
+                "series",
+                "threads",
+                "median",
+                "range",
+                "fused_qkv faster",
+                "within noise",
+                "split_weight faster",
+            ],
+            rows,
+            numeric={2, 3},
+        ),
+    ]
+
+
 def _peak_lines(results: ResultSet, peaks: Peaks):
-    """For a GFLOP/s panel: the distinct peaks its columns are read against."""
+    """For a GFLOP/s panel: the distinct peaks its columns are read against (Peaks.matched_peak,
+    as their % of peak: a bf16 panel's native backends the bf16 dot peak)."""
 
     def lines(table: SeriesTable) -> list[tuple[str, float]]:
         found: dict[str, float] = {}
@@ -217,13 +347,21 @@ def _peak_lines(results: ResultSet, peaks: Peaks):
                 m = results.get(backend, form, shape, table.threads)
                 if m is None:
                     continue
-                p = peaks.for_measurement(m).for_threads(table.threads)
-                isa = peaks.isa_of(m)
+                matched = peaks.matched_peak(m)
+                p = matched.peak.for_threads(table.threads) if matched.peak else None
                 if p:
-                    label = f"{isa} FMA peak" if isa else "measured FMA peak"
+                    label = matched.label
                     if found.get(label, p) != p:  # two files' peaks: say whose
                         label += f" ({Path(m.source).name})"
                     found[label] = p
+        # The FP32 FMA peak a native bf16 kernel stands against for want of a dot peak is one
+        # line with the same peak of the other columns, under their label.
+        found = {
+            label: p
+            for label, p in found.items()
+            if "(no bf16 dot peak)" not in label
+            or not any(q == p and "(no bf16 dot peak)" not in other for other, q in found.items())
+        }
         return sorted(found.items(), key=lambda t: -t[1])
 
     return lines
@@ -249,7 +387,14 @@ def _gflops_section(
         Para(
             "Model GFLOP/s (docs/design.md §3 FLOP count / median time) per backend and formulation; "
             "cells show GFLOP/s and, in brackets, % of the measured peak for that thread count "
-            "and the ISA of that backend (see the appendix)."
+            "and the ISA of that backend (see the appendix)"
+            + (
+                "; bf16 benchmarks (series marked bf16) against the peak 'fp32 vs bf16' names for "
+                "their backend: the bf16 dot-product peak where its kernels are native, else the "
+                "FP32 FMA peak (n/a: not known)."
+                if any(analysis.is_bf16(m) for m in results.measurements.values())
+                else "."
+            )
         ),
     ]
     figures.series_grid(
@@ -265,20 +410,29 @@ def _gflops_section(
     blocks.append(
         Figure(stem, f"GFLOP/s against {name}; right axis (one peak in a panel): % of measured peak")
     )
-    above = [
-        (pct, f"{b} {f}", series.x(shape), n)
-        for (series, n), table in tables.items()
-        if table is not None
-        for shape, (_, values) in zip(series.shapes, table.rows)
-        for (b, f), v in zip(table.columns, values)
-        if (pct := peaks.percent(results.get(b, f, shape, n))) is not None and pct > 100
-    ]
+    # Cells above 100%, by whether they are bf16 read against the FP32 FMA peak for want of a
+    # bf16 dot peak (their kernels can exceed it) or not (the calibration fell short).
+    above: dict[bool, list] = {True: [], False: []}
+    for (series, n), table in tables.items():
+        for shape, (_, values) in zip(series.shapes, table.rows if table else []):
+            for b, f in table.columns:
+                m = results.get(b, f, shape, n)
+                if (pct := peaks.percent(m)) is not None and pct > 100:
+                    no_dot = peaks.matched_peak(m).basis == "fma_no_dot"
+                    above[no_dot].append((pct, f"{b} {f}", series.x(shape), n))
     blocks += _above_100(
-        above,
+        above[False],
         lambda count, pct, variant, x, n: f"**{count} value(s) exceed 100% of the measured peak** (up to "
         f"{pct:.0f}%: {variant} at {short}={x}, {_threads_text(n)}): the peak calibration measured "
         "less than these runs reached (a busy machine during calibration, or turbo), so % of peak "
         "is overstated there.",
+    )
+    blocks += _above_100(
+        above[True],
+        lambda count, pct, variant, x, n: f"{count} bf16 value(s) exceed 100% of the FP32 FMA peak "
+        f"(up to {pct:.0f}%: {variant} at {short}={x}, {_threads_text(n)}): their kernels multiply "
+        "bf16 pairs natively, but their file has no bf16 dot-product peak to read them against, "
+        "so the FP32 FMA peak stands in; native bf16 kernels can exceed it.",
     )
     for (series, n), table in tables.items():
         if table is None:
@@ -353,6 +507,11 @@ def _choice_row(c: analysis.Choice) -> list[str]:
     ]
 
 
+def _best_word(results: ResultSet) -> str:
+    """'faster' of two formulations measured (or one), 'fastest' of three."""
+    return "faster" if len(analysis.formulations_measured(results)) <= 2 else "fastest"
+
+
 def _link_section(results: ResultSet, series_list: list[Series], folder: Path, prefix: str = "") -> list:
     chosen = analysis.choices(results)
     if not any(c.best for c in chosen):
@@ -384,7 +543,7 @@ def _link_section(results: ResultSet, series_list: list[Series], folder: Path, p
         figures.series_grid(
             folder,
             prefix + "link_choice",
-            "Each backend's faster formulation, relative to the fastest mha backend",
+            f"Each backend's {_best_word(results)} formulation, relative to the fastest mha backend",
             series_list,
             threads,
             lambda s, n: tables[(s, n)],
@@ -435,7 +594,7 @@ def _link_bullets(results: ResultSet, kind: str = "") -> list[str]:
             continue
         forms = ", ".join(f"{f} on {k}" for f, k in ls.formulations)
         text = (
-            f"**{kind + ', ' if kind else ''}{_threads_text(n)}: link {ls.backend}** (its faster "
+            f"**{kind + ', ' if kind else ''}{_threads_text(n)}: link {ls.backend}** (its {_best_word(results)} "
             f"formulation: {forms} of {sum(k for _, k in ls.formulations)} {what}); fastest mha "
             f"backend on {ls.wins} of {ls.shapes} {what}"
         )
@@ -476,50 +635,117 @@ def _answer_bullets(results: ResultSet) -> list[str]:
     return items + [_noise_text(results)]
 
 
-def _speedup_cell(results: ResultSet, backend: str, series: Series, n: int, x: int, v: float) -> str:
+def _speedup_cell(
+    results: ResultSet, backend: str, form: str, series: Series, n: int, x: int, v: float
+) -> str:
     shape = next(s for s in series.shapes if series.x(s) == x)
-    tie = analysis.speedup_is_tie(results, backend, shape, n)
+    tie = analysis.speedup_is_tie(results, backend, shape, n, form)
     return f"{fmt_ratio(v)} (H={x})" + (", tie within noise" if tie else "")
 
 
-def _answer(results: ResultSet, heads: list[Series], level: int = 2) -> list:
-    """The answer first: the backend to link (forward passes, decode), the noise, and the
-    split/wrapper speedup along the H series of the forward passes."""
+def _race_verdicts(results: ResultSet, series_list: list[Series]) -> list[str]:
+    """Per thread count, fused_qkv against split_weight on the backend to link there (the fp32
+    answer's when bf16 was measured) over every shape of the series: at how many shapes it is
+    at least as fast within noise, where it is slower, the ratios' median and range. Empty
+    without both formulations."""
+    race_list = analysis.races(results, series_list)
+    items = []
+    linking = _by_precision(results)[0][0]
+    for n in results.thread_counts():
+        ls = analysis.link_summary(linking, n)
+        v = analysis.race_verdict(results, race_list, ls.backend, n) if ls else None
+        if v is None:
+            continue
+        counts = f"{v.faster} faster beyond noise, {v.tie} within noise"
+        if v.held:
+            text = (
+                f"{_threads_text(n)}, {v.backend} (the backend to link): fused_qkv **at least as fast "
+                f"as split_weight (within noise) at all {v.shapes} shapes** ({counts})"
+            )
+        else:
+            slower = ", ".join(f"{s.label()} ({fmt_ratio(r)})" for s, r in v.slower)
+            text = (
+                f"{_threads_text(n)}, {v.backend} (the backend to link): fused_qkv **slower than "
+                f"split_weight beyond noise at {len(v.slower)} of {v.shapes} shapes**: {slower}; at "
+                f"least as fast (within noise) at the other {v.faster + v.tie} ({counts})"
+            )
+        text += (
+            f"; split_weight time / fused_qkv time median {fmt_ratio(v.median)}, "
+            f"{fmt_ratio(v.low)} – {fmt_ratio(v.high)}."
+        )
+        items.append(text)
+    return items
+
+
+def _answer(results: ResultSet, heads: list[Series], level: int = 2, kv: list[Series] = ()) -> list:
+    """The answer first: the backend to link (forward passes, decode), the noise, the speedup
+    of split_weight (and fused_qkv) over the wrapper along the H series of the forward passes,
+    and fused_qkv against split_weight on the backend to link (H and grouped K/V series)."""
     blocks: list = [Heading(level, "Answer: which backend to link")]
     blocks.append(Bullets(_answer_bullets(results)))
     results = results.forward()
+    against = _Against(results)
     rows = []
     for series in heads:
         for n in results.thread_counts():
             table = analysis.speedup_table(results, series, n)
-            for backend in table.columns if table else []:
-                points = table.column(backend)
+            for backend, form in table.columns if table else []:
+                points = table.column((backend, form))
                 (x0, v0), (x1, v1) = points[0], points[-1]
                 best_x, best_v = max(points, key=lambda p: p[1])
                 rows.append(
-                    [backend, series.title, str(n)]
+                    [backend]
+                    + ([form] if against.named else [])
+                    + [series.title, str(n)]
                     + [
-                        _speedup_cell(results, backend, series, n, x, v)
+                        _speedup_cell(results, backend, form, series, n, x, v)
                         for x, v in ((x0, v0), (x1, v1), (best_x, best_v))
                     ]
                 )
     if rows:
+        if against.named:
+            what = (
+                "Speedup over the wrapper per formulation (wrapper time / that formulation's "
+                "time; above 1.0 the formulation is faster)."
+            )
+        else:
+            what = (
+                "Split-weight speedup over the wrapper (wrapper time / split_weight time; above "
+                "1.0 split-weight is faster)."
+            )
         blocks.append(
             Para(
-                "Split-weight speedup over the wrapper (wrapper time / split_weight time; above "
-                "1.0 split-weight is faster). A difference smaller than the noise (overlapping "
+                f"{what} A difference smaller than the noise (overlapping "
+                "repetition ranges, or under twice the backend's measured noise; needs "
+                f"≥ {analysis.NOISE_MIN_REPETITIONS} repetitions) is a tie within noise, as at "
+                "H = 1 where split-weight and the wrapper do identical work:"
+                if against.named
+                else f"{what} A difference smaller than the noise (overlapping "
                 "repetition ranges, or under twice the backend's measured noise; needs "
                 f"≥ {analysis.NOISE_MIN_REPETITIONS} repetitions) is a tie within noise, as at "
                 "H = 1 where both do identical work:"
             )
         )
+        first = ["backend", "formulation"] if against.named else ["backend"]
         blocks.append(
             Table(
-                ["backend", "series", "threads", "smallest H", "largest H", "largest speedup"],
+                first + ["series", "threads", "smallest H", "largest H", "largest speedup"],
                 rows,
-                numeric={2, 3, 4, 5},
+                numeric={len(first) + i for i in range(1, 5)},
             )
         )
+    verdicts = _race_verdicts(results, list(heads) + list(kv))
+    if verdicts:
+        blocks.append(
+            Para(
+                "Fused-QKV against split-weight on the backend to link (issue 15's target: at least "
+                "as fast at every shape, within noise), over every shape of the H series and "
+                "grouped K/V series measured in both (ratio = split_weight time / fused_qkv time, "
+                "above 1.0 fused_qkv is faster; 'Fused-QKV vs split-weight against H' has each "
+                "backend and series):"
+            )
+        )
+        blocks.append(Bullets(verdicts))
     return blocks
 
 
@@ -781,7 +1007,11 @@ def _bars_section(results: ResultSet, series_list: list[Series], folder: Path, p
         Para(
             "Median time per forward pass "
             + ("for the shapes that belong to no H or T series " if series_list else "")
-            + "(lower is faster; hatched: wrapper)."
+            + (
+                "(lower is faster; hatched: wrapper)."
+                if "fused_qkv" not in analysis.formulations_measured(results)
+                else "(lower is faster; hatched //: wrapper, dotted: fused_qkv)."
+            )
         ),
         Figure(stem, "Median time per backend and formulation, per thread count"),
     ]
@@ -813,15 +1043,15 @@ def _machine_blocks(
     decode, failures, absent) and its appendix. The forward-pass sections read the forward
     passes only (past = 0); the incremental calls (past > 0) have the decode sections."""
     forward = results.forward()
-    heads = analysis.heads_series(forward.shapes())
+    heads, kv = analysis.mha_heads_series(forward.shapes())
     seqs = analysis.seq_series(forward.shapes())
-    blocks: list = _answer(results, heads) if answer else []
+    blocks: list = _answer(results, heads, kv=kv) if answer else []
     blocks += _summary(results)
     if notes.strip():
         blocks += [Heading(2, "Notes on this run")] + document.parse_notes(notes, 3)
     absent = []
     if forward.measurements:
-        blocks += _forward_blocks(forward, heads, seqs, peaks, folder, prefix, absent)
+        blocks += _forward_blocks(forward, heads, seqs, peaks, folder, prefix, absent, kv)
     else:
         absent.append(
             "forward passes (past = 0): none in the inputs, so no split/wrapper speedup against "
@@ -843,6 +1073,13 @@ def _machine_blocks(
     if not any(is_peer(b) for b in results.backends()):
         absent.append("PyTorch peers: not in the inputs (python3 -m mhapy.peers).")
     blocks += decode
+    grouped = _kv_section(results, kv, bandwidths, folder, prefix)
+    if not grouped:
+        absent.append(
+            "grouped-query attention: no shapes with fewer K/V heads than H next to the same shape "
+            "with H K/V heads (the heads preset's series heads_kv, the decode preset's decode_kv)."
+        )
+    blocks += grouped
     blocks += _failures_section(results)
     if absent:
         blocks += [Heading(2, "Not in this run"), Bullets(absent)]
@@ -857,15 +1094,20 @@ def _forward_blocks(
     folder: Path,
     prefix: str,
     absent: list[str],
+    kv: list[Series] = (),
 ) -> list:
     """The forward-pass sections (figures, scaling, link tables) of a machine's forward passes;
-    what they cannot show is added to `absent`."""
+    what they cannot show is added to `absent`. kv: the grouped K/V series (their own section;
+    here in fused_qkv against split_weight)."""
     blocks: list = []
     if heads:
         speed = _speedup_section(results, heads, folder, prefix)
         blocks += speed
         if not speed:
             absent.append("split/wrapper speedup: no backend has both formulations along an H series.")
+    if heads or kv:
+        blocks += _race_section(results, list(heads) + list(kv), folder, prefix)
+    if heads:
         blocks += _gflops_section(results, heads, peaks, folder, "heads", prefix)
     else:
         absent.append(
@@ -881,7 +1123,7 @@ def _forward_blocks(
     # Bars for the shapes no series figure shows; for every shape when no other figure was
     # drawn (e.g. one backend and formulation along a series, without the GFLOPS counter).
     drawn = any(isinstance(b, Figure) for b in blocks + scaling + link)
-    blocks += _bars_section(results, heads + seqs if drawn else [], folder, prefix)
+    blocks += _bars_section(results, heads + seqs + list(kv) if drawn else [], folder, prefix)
     blocks += scaling
     if not scaling:
         absent.append("thread scaling: no shape was measured at 1 thread and at more.")
@@ -1007,31 +1249,298 @@ def _decode_speedup_section(results: ResultSet, series_list: list[Series], folde
     if not any(tables.values()):
         return []
     stem = prefix + "decode_speedup_vs_past"
+    against = _Against(results)
     figures.series_grid(
         folder,
         stem,
-        "Split-weight speedup over the wrapper in decode",
+        "Split-weight speedup over the wrapper in decode"
+        if not against.named
+        else "Speedup over the wrapper in decode",
         series_list,
         threads,
         lambda s, n: tables[(s, n)],
-        figures.draw_speedup,
-        "wrapper time / split_weight time (×)",
+        figures.draw_ratios(named=against.named),
+        against.ratio,
     )
-    blocks: list = [
-        Heading(2, "Decode: split-weight vs wrapper"),
-        Para(
+    if not against.named:
+        text = (
             "Speedup = median time of the wrapper's decode step / split_weight's, same backend, "
             "shape and threads: above 1.0 split-weight is faster. Both read the same bytes "
-            "without grouped K/V heads (the wrapper caches each head's keys and values, "
-            "split-weight all heads' at once)."
+            "(each caches the K/V heads: the wrapper one buffer per head, split-weight all heads' "
+            "at once)."
+        )
+    else:
+        text = (
+            "Speedup = median time of the wrapper's decode step / the formulation's ("
+            + ", ".join(against.forms)
+            + "), same backend, shape and threads: above 1.0 that formulation is faster. All "
+            "read the same bytes (each caches the K/V heads: the wrapper one buffer per head, "
+            "the others all heads' at once)."
+        )
+    blocks: list = [
+        Heading(2, f"Decode: {against.heading[0].lower() + against.heading[1:]}"),
+        Para(text),
+        Figure(
+            stem,
+            "Split/wrapper speedup in decode against cached tokens, per backend"
+            if not against.named
+            else "Speedup over the wrapper in decode against cached tokens, per backend and formulation",
         ),
-        Figure(stem, "Split/wrapper speedup in decode against cached tokens, per backend"),
     ]
     for (series, n), table in tables.items():
         if table is not None:
             blocks.append(Heading(3, f"{series.title}, {_threads_text(n)}"))
-            blocks.append(_series_table_block(table, table.columns, fmt_ratio))
+            blocks.append(_series_table_block(table, [against.column(c) for c in table.columns], fmt_ratio))
     return blocks
+
+
+# ---- grouped-query attention ----
+
+
+def _kv_family_title(series: Series) -> str:
+    """What the grouped K/V series of one family share: the kv title after its grouping."""
+    return series.title.split(", ", 1)[1] if ", " in series.title else series.title
+
+
+def _kv_reading(results: ResultSet, kv: list[Series], n: int) -> str:
+    """Per grouping at n threads: the median time relative to MHA over every backend,
+    formulation and H, with the extremes and where."""
+    parts = []
+    for series in kv:
+        table = analysis.kv_table(results, series, n)
+        cells = [
+            (v, f"{b} {f} H={x}")
+            for x, values in (table.rows if table else [])
+            for (b, f), v in zip(table.columns, values)
+            if v is not None and not is_peer(b)
+        ]
+        if cells:
+            low, high = min(cells), max(cells)
+            family = f" ({_kv_family_title(series)})" if len({_kv_family_title(k) for k in kv}) > 1 else ""
+            parts.append(
+                f"{series.group}{family}: median {fmt_ratio(statistics.median(v for v, _ in cells))}, "
+                f"{fmt_ratio(low[0])} ({low[1]}) – {fmt_ratio(high[0])} ({high[1]})"
+            )
+    return f"{_threads_text(n)}: " + "; ".join(parts) if parts else ""
+
+
+def _kv_prefill(results: ResultSet, kv: list[Series], folder: Path, prefix: str) -> list:
+    """Forward passes with grouped K/V heads against MHA along H: a reading, a figure (a panel
+    per grouping and thread count) and per family, thread count and backend a table of the
+    relative times per formulation and grouping."""
+    threads = results.thread_counts()
+    tables = {(s, n): analysis.kv_table(results, s, n) for s in kv for n in threads}
+    if not any(tables.values()):
+        return []
+    stem = prefix + "kv_heads_vs_heads"
+    figures.series_grid(
+        folder,
+        stem,
+        "Time with grouped K/V heads relative to MHA (H K/V heads)",
+        kv,
+        threads,
+        lambda s, n: tables[(s, n)],
+        figures.draw_ratios("1.0 = MHA (H K/V heads)"),
+        "time / MHA time (×)",
+    )
+    readings = [text for n in threads if (text := _kv_reading(results, kv, n))]
+    blocks: list = [
+        Heading(3, "Forward passes against H"),
+        Para(
+            "Relative time = median time with the grouping / median time with H K/V heads, per "
+            "backend and formulation: below 1.0 the grouping is faster."
+            + (
+                " Per grouping, the median and extremes over mha backends, formulations and H: "
+                + "; ".join(readings)
+                + "."
+                if readings
+                else ""
+            )
+        ),
+        Figure(
+            stem, "Time relative to MHA against H, per grouping, backend and formulation (below 1.0: faster)"
+        ),
+    ]
+    families = list(dict.fromkeys(_kv_family_title(s) for s in kv))
+    for family in families:
+        mine = [s for s in kv if _kv_family_title(s) == family]
+        xs = sorted({series.x(shape) for series in mine for shape in series.shapes})
+        for n in threads:
+            for backend in results.backends():
+                columns = [
+                    (form, series)
+                    for form in analysis.FORMULATIONS
+                    for series in mine
+                    if tables[(series, n)] and (backend, form) in tables[(series, n)].columns
+                ]
+                if not columns:
+                    continue
+                rows = []
+                for x in xs:
+                    cells = []
+                    for form, series in columns:
+                        shape = next((sh for sh in series.shapes if series.x(sh) == x), None)
+                        value = None if shape is None else analysis.kv_ratio(results, backend, form, shape, n)
+                        cells.append(fmt_ratio(value))
+                    rows.append([str(x)] + cells)
+                header = ["H (heads)"] + [f"{form} {series.group}" for form, series in columns]
+                blocks += [
+                    Heading(4, f"{backend}, {family}, {_threads_text(n)}"),
+                    Table(header, rows, numeric=set(range(len(header)))),
+                ]
+    return blocks
+
+
+def _kv_target_text(
+    results: ResultSet, family, kvs: list[int], rows: list, bandwidths: analysis.Bandwidths
+) -> str:
+    """Issue 15's decode target (analysis.KV_DECODE_TARGET): at its B and past, the speedup of
+    H/group K/V heads over H per mha backend, formulation and thread count, whether it reaches
+    the target, and what the bandwidth bound allows; '' when the family has no such grouping."""
+    target = analysis.KV_DECODE_TARGET
+    kv = family.n_heads // target["group"]
+    if family.n_heads % target["group"] or kv not in kvs:
+        return ""
+    at = [
+        r
+        for r in rows
+        if r.mha.batch == target["batch"] and r.mha.past == target["past"] and not is_peer(r.backend)
+    ]
+    where = f"B={target['batch']}, past={target['past']}"
+    head = (
+        f"Target (issue 15): {kv} K/V heads at least {target['speedup']:.0f}× faster per step than "
+        f"{family.n_heads} at {where}"
+    )
+    parts = []
+    for n in results.thread_counts():
+        cells = []
+        for r in (r for r in at if r.threads == n):
+            sp = r.speedup(kv)
+            if sp is None:
+                continue
+            verdict = "meets it" if sp >= target["speedup"] else "short of it"
+            bounds = [bandwidths.bound_s(r.cells.get(k)) for k in (family.n_heads, kv)]
+            allowed = f", the bound allows {fmt_ratio(bounds[0] / bounds[1])}" if all(bounds) else ""
+            cells.append(f"{r.backend} {r.formulation} {fmt_ratio(sp)} ({verdict}{allowed})")
+        if cells:
+            parts.append(f"{_threads_text(n)}: " + ", ".join(cells))
+    if not parts:
+        return f"{head}: not measured."
+    return f"{head}: " + "; ".join(parts) + "."
+
+
+def _kv_decode(results: ResultSet, bandwidths: analysis.Bandwidths) -> list:
+    """Decode steps with grouped K/V heads against MHA: per family, thread count and backend a
+    table of the time per step with each K/V head count (and % of its bandwidth bound), the
+    speedups over MHA (and what the bounds allow), the bounds; the target reading first."""
+    families = analysis.kv_decode_rows(results)
+    if not families:
+        return []
+    blocks: list = [
+        Heading(3, "Decode steps"),
+        Para(
+            "Time per step = median time of one incremental call (T = 1: one new token per "
+            "sequence of the batch, so also the time per generated token of each sequence), "
+            "with each number of K/V heads; in brackets % of its bandwidth bound (the decode "
+            "section's rule: `bytes_min` / the measured streaming-read bandwidth). Speedup = "
+            "time with H K/V heads / time with fewer, above 1.0 grouping is faster; in brackets "
+            "what the bounds allow (the ratio of the bounds: the speedup of a step that only "
+            "streams its bytes). Bounds: each formulation's `bytes_min`."
+        ),
+    ]
+    for family, (kvs, rows) in families.items():
+        h = family.n_heads
+        title = f"T={family.seq_len}, d_model = {family.d_out}, H = {h}" + "".join(
+            f", {f}" for f in family.extras(past=False)
+        )
+        target = _kv_target_text(results, family, kvs, rows, bandwidths)
+        if target:
+            blocks.append(Para(target))
+        fewer = [k for k in kvs if k != h]
+        flat = sorted(
+            {
+                r.formulation
+                for r in rows
+                for k in fewer
+                if (mha := bandwidths.bound_s(r.cells.get(h)))
+                and (grouped := bandwidths.bound_s(r.cells.get(k)))
+                if grouped >= mha
+            }
+        )
+        if flat:
+            blocks.append(
+                Para(
+                    f"The bounds of {', '.join(flat)} do not shrink with fewer K/V heads: their "
+                    "`bytes_min` counts H cached heads (a file from an mha_bench that counted K/V "
+                    "heads for split_weight only), though docs/design.md §1.4 has every formulation "
+                    "cache the K/V heads. Their % of bound is overstated there and the speedup "
+                    "their bounds allow understated; split_weight's are the ones to read."
+                )
+            )
+        header = ["formulation", "B", "past"]
+        header += [f"{k} K/V head{'s' if k > 1 else ''}" + (" (MHA)" if k == h else "") for k in kvs]
+        header += [f"{k} vs {h}" for k in fewer] + ["bound " + " / ".join(map(str, kvs))]
+        for n in results.thread_counts():
+            for backend in results.backends():
+                mine = [r for r in rows if r.threads == n and r.backend == backend]
+                if not mine:
+                    continue
+                table = []
+                for r in mine:
+                    bounds = {k: bandwidths.bound_s(r.cells.get(k)) for k in kvs}
+                    cells = []
+                    for k in kvs:
+                        m = r.cells.get(k)
+                        pct = bandwidths.percent(m)
+                        cells.append(
+                            "–" if m is None else fmt_time(m.median_s) + (f" ({pct:.0f}%)" if pct else "")
+                        )
+                    for k in fewer:
+                        sp = r.speedup(k)
+                        allowed = (
+                            f" ({fmt_ratio(bounds[h] / bounds[k])})"
+                            if sp is not None and bounds[h] and bounds[k]
+                            else ""
+                        )
+                        cells.append(fmt_ratio(sp) + allowed)
+                    cells.append(" / ".join("–" if bounds[k] is None else fmt_time(bounds[k]) for k in kvs))
+                    table.append([r.formulation, str(r.mha.batch), str(r.mha.past)] + cells)
+                blocks += [
+                    Heading(4, f"{backend}, {title}, {_threads_text(n)}"),
+                    Table(header, table, numeric=set(range(1, len(header)))),
+                ]
+    return blocks
+
+
+def _kv_section(
+    results: ResultSet, kv: list[Series], bandwidths: analysis.Bandwidths, folder: Path, prefix: str
+) -> list:
+    """Grouped-query attention, when shapes with fewer K/V heads than H were measured next to
+    their MHA twin: forward passes against H (kv: the forward kv_series) and decode steps."""
+    prefill = _kv_prefill(results.forward(), kv, folder, prefix) if kv else []
+    decode = _kv_decode(results.decode(), bandwidths)
+    if not prefill and not decode:
+        return []
+    return (
+        [
+            Heading(2, "Grouped-query attention"),
+            Para(
+                "Shapes with fewer K/V heads than H (`/kvh<K>` in the name: K/V heads shared by H/K "
+                "query heads each; one K/V head is multi-query attention, MQA) against the same shape "
+                "with H K/V heads (MHA), same backend, formulation and threads. Groupings along H: "
+                "H/g, g query heads per K/V head (at H = 8, H/8 is also the one K/V head of MQA), "
+                "and 1 (MQA). These shapes are in no other section's figures but the per-shape "
+                "table of 'Which backend to link'"
+                + (
+                    " and 'Fused-QKV vs split-weight against H'."
+                    if analysis.races(results.forward(), kv)
+                    else "."
+                )
+            ),
+        ]
+        + prefill
+        + decode
+    )
 
 
 def _shift(blocks: list, by: int) -> list:
