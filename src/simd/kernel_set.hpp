@@ -33,7 +33,8 @@ class xsimd_kernel_set : public sequential_execution {
             bf16_};
   }
   void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) const {
-    with_gemm_args(w, x, rows, y, [&](const auto& g) { kernels_gemm(g); });
+    with_gemm_args(w, x, rows, y, [&](const auto& g) { kernels_gemm(g); },
+                   [](std::int64_t n, const auto& convert) { convert(0, n); });
   }
   // Head-major when each head's columns are whole panels (head_major_gemm), else nothing; bf16
   // projections are always row-major.
@@ -58,10 +59,12 @@ class xsimd_kernel_set : public sequential_execution {
 
  protected:
   // f(the GEMM arguments of x W^T + b): fp32 as it is; bf16 with x rounded to pairs in a buffer
-  // of the set's pool, held while f runs (the parallel set passes its own GEMM).
-  template <class F>
+  // of the set's pool, held while f runs. for_rows(rows, convert) calls convert(r0, r1) over
+  // row ranges covering [0, rows), each rounding its rows: the parallel set passes its own GEMM
+  // and converts in parallel (the rounding is per element, so the result is the same).
+  template <class F, class ForRows>
   void with_gemm_args(const packed_linear& w, const float* x, std::int64_t rows, float* y,
-                      F&& f) const {
+                      F&& f, ForRows&& for_rows) const {
     if (!w.bf16()) {
       const panels_view b = w.view();
       f(gemm_args{x, b.k, b, y, b.n, rows});
@@ -69,7 +72,9 @@ class xsimd_kernel_set : public sequential_execution {
     }
     const pair_panels_view b = w.pair_view();
     typename scratch_pool_of<bf16_pair>::lease a(pairs_, static_cast<std::size_t>(rows * b.k));
-    kernels().to_pairs(x, rows, w.k(), w.k(), a.data());
+    for_rows(rows, [&](std::int64_t r0, std::int64_t r1) {
+      kernels().to_pairs(x + r0 * w.k(), r1 - r0, w.k(), w.k(), a.data() + r0 * b.k);
+    });
     f(pair_gemm_args{a.data(), b.k, b, y, b.n, rows});
   }
 
