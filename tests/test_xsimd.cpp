@@ -12,6 +12,8 @@
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"
 #include "reference/reference.hpp"
+#include "core/bf16.hpp"
+#include "simd/gemm.hpp"
 #include "simd/isa_kernels.hpp"
 #include "support.hpp"
 
@@ -129,6 +131,51 @@ class XsimdKernels : public testing::TestWithParam<xsimd_isa> {
 // on awkward sizes: every edge micro-kernel, partial last panels, K = 1, K over several k slices
 // of the blocking with a partial last one, rows over two row blocks. Each call leaves C
 // outside its range untouched, so tiles can be handed to threads in any partition.
+// pack_pair_block writes element (kk, nn) of a block, rounded to bf16, into its half of word
+// p * pairs(k) * nr + kk / 2 * nr + nn % nr (p = nn / nr; low half for even kk), from either
+// orientation of B, and leaves every other half as it was: blocks with odd ends, a partial
+// last panel, a block starting mid-panel.
+TEST(XsimdPacking, PairBlocksPutEachElementInItsHalfAndKeepTheRest) {
+  namespace d = mha::detail;
+  const std::int64_t k = 301, n = 21;  // 151 pairs, panels of 8 (the last partial)
+  const int nr = 8;
+  const std::vector<float> b = mha_test::random_floats(static_cast<std::size_t>(k * n), 11);
+  struct block {
+    std::int64_t k0, k1, n0, n1;
+  };
+  for (const bool columns_contiguous : {true, false}) {
+    for (const block blk : {block{0, k, 0, n}, block{3, 300, 5, 17}, block{1, 2, 7, 8},
+                            block{2, 3, 0, 21}, block{40, 297, 9, 10}}) {
+      const std::int64_t rows = blk.k1 - blk.k0, cols = blk.n1 - blk.n0;
+      // The block as the source: (kk, nn) at src[(kk - k0) * stride_k + (nn - n0) * stride_n].
+      const std::int64_t stride_k = columns_contiguous ? 1 : cols,
+                         stride_n = columns_contiguous ? rows : 1;
+      std::vector<float> src(static_cast<std::size_t>(rows * cols));
+      for (std::int64_t kk = blk.k0; kk < blk.k1; ++kk)
+        for (std::int64_t nn = blk.n0; nn < blk.n1; ++nn)
+          src[static_cast<std::size_t>((kk - blk.k0) * stride_k + (nn - blk.n0) * stride_n)] =
+              b[static_cast<std::size_t>(kk * n + nn)];
+      const std::size_t words = static_cast<std::size_t>((k + 1) / 2 * d::round_up(n, nr));
+      std::vector<d::bf16_pair> packed(words, 0xabcdabcdu);
+      d::pack_pair_block(src.data(), stride_k, stride_n, k, blk.k0, blk.k1, blk.n0, blk.n1, nr,
+                         packed.data());
+      for (std::int64_t kk = 0; kk < k; ++kk) {
+        for (std::int64_t nn = 0; nn < n; ++nn) {
+          const d::bf16_pair word = packed[static_cast<std::size_t>(
+              nn / nr * ((k + 1) / 2) * nr + kk / 2 * nr + nn % nr)];
+          const auto half = static_cast<d::bf16>(kk % 2 == 0 ? word & 0xffffu : word >> 16);
+          const bool inside = kk >= blk.k0 && kk < blk.k1 && nn >= blk.n0 && nn < blk.n1;
+          const d::bf16 expected =
+              inside ? d::to_bf16(b[static_cast<std::size_t>(kk * n + nn)]) : d::bf16{0xabcd};
+          ASSERT_EQ(half, expected) << "(" << kk << ", " << nn << ") of block [" << blk.k0 << ", "
+                                    << blk.k1 << ") x [" << blk.n0 << ", " << blk.n1 << "), "
+                                    << (columns_contiguous ? "columns" : "rows") << " contiguous";
+        }
+      }
+    }
+  }
+}
+
 TEST_P(XsimdKernels, GemmSubRangesMatchDoubleProducts) {
   for (int t = 0; t < kernels().tile_count; ++t) {
     const int nr = kernels().tiles[t].nr;
