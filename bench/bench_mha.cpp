@@ -72,7 +72,7 @@ std::map<rate_key, double> probe_rates(std::span<const bench_case> cases,
 }
 
 // Bytes a decode step of p reads at least: every weight once and the keys and values of every
-// cached and new token once (the wrapper caches each head's K/V, the split form kv_heads).
+// cached and new token once (kv_heads K/V heads in every formulation).
 double decode_bytes(const mha::problem& p) {
   const mha::config& c = p.cfg;
   const std::int64_t cache_heads = c.kv_heads();  // every formulation (mha::plan::cache_heads)
