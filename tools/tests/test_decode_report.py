@@ -243,7 +243,9 @@ MHA_BENCH = os.environ.get("MHA_BENCH")
 def test_a_real_decode_run_reads_and_reports(tmp_path):
     path = tmp_path / "decode.json"
     command = [MHA_BENCH, "--preset", "decode", "--batch", "1,2", "--past", "8,40", "--d-model", "32"]
-    command += ["--heads", "2", "--backends", "naive", "--benchmark_min_time=0.01", "--quiet"]
+    # Two formulations and no grouped K/V heads (--kv-heads 0 folds decode_kv into decode).
+    command += ["--heads", "2", "--kv-heads", "0", "--formulations", "wrapper,split_weight"]
+    command += ["--backends", "naive", "--benchmark_min_time=0.01", "--quiet"]
     command += [f"--benchmark_out={path}", "--benchmark_out_format=json"]
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
