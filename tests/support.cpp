@@ -96,6 +96,11 @@ const std::vector<backend_case>& backend_cases() {
   return cases;
 }
 
+std::string conformance_param_name(const testing::TestParamInfo<conformance_param>& info) {
+  const auto& [backend, form, s] = info.param;
+  return backend.label + "_" + std::string(mha::to_string(form)) + "_" + s.name();
+}
+
 bool claims(const backend_case& b, const mha::problem& p) {
   // oneDNN computes bf16 where its kernels are bf16-native (AVX512_BF16 or AMX).
   if (p.cfg.precision == mha::precision::bf16 && b.backend->name() == "onednn") {

@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mha/backend.hpp"
@@ -58,6 +59,16 @@ struct backend_case {
 // Every backend of mha::available_backends(), best first, plus variants a backend offers for
 // testing (an xsimd ISA other than the one dispatched to, ...).
 const std::vector<backend_case>& backend_cases();
+
+// The parameter of the suites that run the conformance set (conformance, decode, bf16): every
+// backend case x formulation x conformance shape, their generator, and the test names they carry
+// ("xsimd_avx2_split_weight_b3_t17_din24_dout30_h3").
+using conformance_param = std::tuple<backend_case, mha::formulation, shape>;
+inline auto conformance_params() {
+  return testing::Combine(testing::ValuesIn(backend_cases()), testing::ValuesIn(mha::formulations()),
+                          testing::ValuesIn(conformance_shapes()));
+}
+std::string conformance_param_name(const testing::TestParamInfo<conformance_param>& info);
 
 // Whether the documentation says `b` computes p (docs/design.md §2.3 lists what each backend
 // does beyond fp32 multi-head attention): a backend that declines a problem it claims fails the

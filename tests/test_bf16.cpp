@@ -19,7 +19,7 @@ namespace {
 
 using mha::formulation;
 using mha_test::shape;
-using param = std::tuple<mha_test::backend_case, formulation, shape>;
+using param = mha_test::conformance_param;
 
 // bf16's unit roundoff: half a unit in the last place of its 8 significant bits.
 const double u = std::ldexp(1.0, -9);
@@ -75,16 +75,8 @@ TEST_P(Bf16, StaysWithinTheStatedBoundOfFp32) {
   }
 }
 
-std::string param_name(const testing::TestParamInfo<param>& info) {
-  const auto& [backend, form, s] = info.param;
-  return backend.label + "_" + std::string(mha::to_string(form)) + "_" + s.name();
-}
-
-INSTANTIATE_TEST_SUITE_P(All, Bf16,
-                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          testing::ValuesIn(mha::formulations()),
-                                          testing::ValuesIn(mha_test::conformance_shapes())),
-                         param_name);
+INSTANTIATE_TEST_SUITE_P(All, Bf16, mha_test::conformance_params(),
+                         mha_test::conformance_param_name);
 
 // A bf16 plan's cache holds bf16: half an fp32 plan's bytes; a generation loop through it gives
 // the full forward's rows, bit for bit on the backends whose decode shares their kernels.

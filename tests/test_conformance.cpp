@@ -9,7 +9,7 @@
 namespace {
 
 using mha_test::shape;
-using param = std::tuple<mha_test::backend_case, mha::formulation, shape>;
+using param = mha_test::conformance_param;
 
 // Allowed error relative to max|y|: float32 accumulation over K <= 96 terms in the projections
 // and T <= 65 in attention stays within a few ulp of the largest output.
@@ -37,15 +37,7 @@ TEST_P(Conformance, MatchesDoubleReference) {
       << "max |y| = " << scale;
 }
 
-std::string param_name(const testing::TestParamInfo<param>& info) {
-  const auto& [backend, form, s] = info.param;
-  return backend.label + "_" + std::string(mha::to_string(form)) + "_" + s.name();
-}
-
-INSTANTIATE_TEST_SUITE_P(All, Conformance,
-                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          testing::ValuesIn(mha::formulations()),
-                                          testing::ValuesIn(mha_test::conformance_shapes())),
-                         param_name);
+INSTANTIATE_TEST_SUITE_P(All, Conformance, mha_test::conformance_params(),
+                         mha_test::conformance_param_name);
 
 }  // namespace

@@ -24,7 +24,7 @@ namespace {
 
 using mha::formulation;
 using mha_test::shape;
-using param = std::tuple<mha_test::backend_case, formulation, shape>;
+using param = mha_test::conformance_param;
 
 // Rows [first, first + count) of every sequence of a (batch, seq_len, width) tensor.
 std::vector<float> rows_of(const std::vector<float>& t, std::int64_t batch, std::int64_t seq_len,
@@ -191,16 +191,8 @@ TEST_P(Decode, DropoutMatchesFullForward) {
                             s.seq_len, 1, 4, training));
 }
 
-std::string param_name(const testing::TestParamInfo<param>& info) {
-  const auto& [backend, form, s] = info.param;
-  return backend.label + "_" + std::string(mha::to_string(form)) + "_" + s.name();
-}
-
-INSTANTIATE_TEST_SUITE_P(All, Decode,
-                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          testing::ValuesIn(mha::formulations()),
-                                          testing::ValuesIn(mha_test::conformance_shapes())),
-                         param_name);
+INSTANTIATE_TEST_SUITE_P(All, Decode, mha_test::conformance_params(),
+                         mha_test::conformance_param_name);
 
 // The rest runs on each backend that decodes, split-weight and wrapper, on one small module.
 class DecodeBackend
