@@ -42,12 +42,6 @@ class Peak:
     all_core_threads: int | None = None
     source: str = "not measured"
 
-    RULE = (
-        "% of peak divides model GFLOP/s by the measured FP32 FMA peak for the benchmark's "
-        "thread count: the 1-core peak for threads:1, and otherwise the all-core peak scaled "
-        "by threads / the thread count it was measured on."
-    )
-
     def for_threads(self, threads: int) -> float | None:
         if threads == 1 and self.one_core:
             return self.one_core
@@ -295,11 +289,20 @@ class Peaks:
     )
 
     def isa_of(self, m: Measurement) -> str | None:
+        """The ISA whose FP32 FMA peak m's backend is read against, None when its file has no
+        peak of that ISA (or the peaks are overridden)."""
+        return self._isa(m.source, m.key.backend)
+
+    def _isa(self, source: str, backend: str) -> str | None:
         if self.overridden:
             return None
-        isa = self.backend_isa.get((m.source, m.key.backend))
-        peaks = self.files.get(m.source)
+        isa = self.backend_isa.get((source, backend))
+        peaks = self.files.get(source)
         return isa if peaks and isa in peaks.per_isa else None
+
+    def _backend_fma(self, source: str, backend: str) -> tuple[Peak, str]:
+        """The FP32 FMA peak `backend` ran at in file `source`, and its name (_fma_peak)."""
+        return self._fma_peak(source, self._isa(source, backend))
 
     def _fma_peak(self, source: str, isa: str | None) -> tuple[Peak, str]:
         """The FP32 FMA peak of `isa` in file `source`, by the rule above, and its name for
@@ -317,7 +320,7 @@ class Peaks:
     def for_measurement(self, m: Measurement) -> Peak:
         """The FP32 FMA peak of m's backend (whatever m's precision): see matched_peak for the
         peak m's % of peak divides by."""
-        return self._fma_peak(m.source, self.backend_isa.get((m.source, m.key.backend)))[0]
+        return self._backend_fma(m.source, m.key.backend)[0]
 
     def matched_peak(self, m: Measurement) -> MatchedPeak:
         """The peak m's % of peak divides by, in every section of the report: a bf16
@@ -325,7 +328,7 @@ class Peaks:
         backend's ISA (for_measurement)."""
         if is_bf16(m):
             return self.bf16_peak(m.source, m.key.backend)
-        return MatchedPeak("fma", *self._fma_peak(m.source, self.backend_isa.get((m.source, m.key.backend))))
+        return MatchedPeak("fma", *self._backend_fma(m.source, m.key.backend))
 
     def bf16_peak(self, source: str, backend: str) -> MatchedPeak:
         """The peak the bf16 benchmarks of `backend` in file `source` are read against (see
@@ -341,7 +344,7 @@ class Peaks:
         if isa == BF16_DOT:
             if own and (own.bf16_dot.one_core or own.bf16_dot.all_cores):
                 return MatchedPeak("bf16_dot", own.bf16_dot, "bf16 dot")
-            peak, name = self._fma_peak(source, self.backend_isa.get((source, backend)))
+            peak, name = self._backend_fma(source, backend)
             return MatchedPeak("fma_no_dot", peak, f"{name} (no bf16 dot peak)")
         return MatchedPeak("fma", *self._fma_peak(source, isa))
 
