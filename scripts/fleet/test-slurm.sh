@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fleet scripts on a real Slurm cluster of one host (issue 18): starts munged, slurmctld and
+# The fleet scripts on a real Slurm cluster of one host: starts munged, slurmctld and
 # slurmd from Debian's packages on localhost, with every file in a temporary folder; submits
 # scripts/fleet/sweep.sbatch as a two-task job array of a tiny selection and
 # scripts/fleet/report.sbatch after it (--dependency=afterok), exactly as README.md's "Sweeping a
@@ -12,8 +12,11 @@
 # build/release's). --timeout: how long to wait for the jobs (default 300). --keep: copy the
 # jobs' output, the daemons' logs, the result files and the report there. Needs root (it
 # installs slurm-wlm and munge with scripts/deps.sh when they are missing, and runs the daemons
-# and jobs as root); without root, or when the packages cannot be installed, or with
-# MHA_TEST_SLURM=0, it says it is skipped and why, and exits 0. Exits 1 when a check fails.
+# and jobs as root); without root, when the packages cannot be installed, without a loopback
+# network, or with MHA_TEST_SLURM=0, it says it is skipped and why, and exits 0
+# (slurm-conditions.sh decides). A host without a cgroup file system (a chroot, a container)
+# runs it: slurmd is pinned to a cgroup plugin that needs none. Exits 1 when a check fails,
+# a daemon included that does not start.
 set -euo pipefail
 start=$SECONDS
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -41,11 +44,18 @@ fail() {
   exit 1
 }
 
-# ---- can it run here? ----
-if [[ ${MHA_TEST_SLURM:-1} == 0 ]]; then skip "MHA_TEST_SLURM=0"; fi
-if [[ $(id -u) != 0 ]]; then
-  skip "not root (it installs slurm-wlm and munge and runs munged, slurmctld, slurmd and the jobs as root)"
-fi
+# ---- can it run here? (slurm-conditions.sh decides, from what is found here) ----
+source "$root/scripts/fleet/slurm-conditions.sh"
+# Skips with the reason when the verdict is not "run". $1: a tool still missing (or empty);
+# $2: 1 when the loopback takes a socket.
+skip_unless_runnable() {
+  local disabled=0 v
+  [[ ${MHA_TEST_SLURM:-1} == 0 ]] && disabled=1
+  v=$(slurm_test_verdict "$disabled" "$(id -u)" "$1" "$2")
+  [[ $v == run ]] || skip "${v#skip: }"
+}
+# Turned off, or not root: skipped before anything is installed (tools and loopback not yet known).
+skip_unless_runnable "" 1
 # Processes of those names (pids); the ones running before anything here are not ours.
 pids_of_daemons() {
   grep -lxE 'munged|slurmctld|slurmd|slurmstepd' /proc/[0-9]*/comm 2>/dev/null | cut -d/ -f3 || true
@@ -62,7 +72,6 @@ if missing=$(missing_tool); then
   if ! "$root/scripts/deps.sh" slurm-wlm munge; then
     skip "slurm-wlm and munge are not installed and could not be installed (scripts/deps.sh slurm-wlm munge failed; see above)"
   fi
-  if missing=$(missing_tool); then skip "$missing still not found after installing slurm-wlm and munge"; fi
   # Debian's packages may start their own daemons where services can start: not ours to keep.
   for pid in $(pids_of_daemons); do
     if [[ $before != *" $pid "* ]]; then
@@ -73,6 +82,17 @@ if missing=$(missing_tool); then
   sleep 1
   before=" $(pids_of_daemons | tr '\n' ' ') "
 fi
+# Two free ports on the loopback for slurmctld and slurmd, and a connection over it (a bind
+# alone succeeds in a network namespace whose lo is down); none when it cannot connect.
+ports=$(/usr/bin/python3 -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+s[0].listen()
+socket.create_connection(s[0].getsockname(), timeout=5).close()
+print(*[x.getsockname()[1] for x in s])' 2>/dev/null) || ports=
+skip_unless_runnable "$(missing_tool || true)" "$([[ -n $ports ]] && echo 1 || echo 0)"
+read -r ctld_port slurmd_port <<<"$ports"
 
 if [[ -z $bench ]]; then
   for candidate in "$root/build/test/bench/mha_bench" "$root/build/release/bench/mha_bench"; do
@@ -163,7 +183,7 @@ cleanup() {
   # Whatever of those names still runs now: only what ran before this test may.
   now=$(for pid in $(pids_of_daemons); do if running "$pid"; then echo "$pid"; fi; done | tr '\n' ' ')
   if [[ -n $keep ]]; then
-    mkdir -p "$keep" && cp -r "$tmp/out" "$tmp/log" "$tmp/results" "$tmp/slurm.conf" "$keep"/ &&
+    mkdir -p "$keep" && cp -r "$tmp/out" "$tmp/log" "$tmp/results" "$tmp/slurm.conf" "$tmp/cgroup.conf" "$keep"/ &&
       if [[ -d $tmp/report ]]; then cp -r "$tmp/report" "$keep"/; fi
     echo "$name: kept the jobs' output, logs, results and report in $keep"
   fi
@@ -192,47 +212,10 @@ started+=($!)
 for _ in $(seq 100); do [[ -S $tmp/munge/munge.socket ]] && break; sleep 0.1; done
 [[ -S $tmp/munge/munge.socket ]] || fail "munged did not start (log/munged.log)"
 
-# Two free ports on the loopback for slurmctld and slurmd.
-read -r ctld_port slurmd_port < <(/usr/bin/python3 -c '
-import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
 memory_mb=$(($(awk '/^MemTotal/ { print int($2 / 1024) }' /proc/meminfo) / 2))
-cat >"$SLURM_CONF" <<EOF
-ClusterName=mhatest
-SlurmctldHost=localhost
-SlurmctldPort=$ctld_port
-SlurmdPort=$slurmd_port
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$tmp/munge/munge.socket
-StateSaveLocation=$tmp/state
-SlurmdSpoolDir=$tmp/spool
-SlurmctldPidFile=$tmp/slurmctld.pid
-SlurmdPidFile=$tmp/slurmd.pid
-SlurmctldLogFile=$tmp/log/slurmctld.log
-SlurmdLogFile=$tmp/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=2
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=none
-MailProg=/bin/true
-ReturnToService=2
-MinJobAge=600
-NodeName=localhost NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=$(nproc) RealMemory=$memory_mb State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
-EOF
+slurm_write_config "$tmp" "$ctld_port" "$slurmd_port" "$(nproc)" "$memory_mb"
+echo "$name: /sys/fs/cgroup holds $(stat -f -c %T /sys/fs/cgroup 2>/dev/null || echo nothing);" \
+  "slurmd runs with CgroupPlugin=cgroup/v1, which reads and makes no cgroup (slurm-conditions.sh)"
 
 slurmctld -D -i -f "$SLURM_CONF" >>"$tmp/log/slurmctld.stderr.log" 2>&1 &
 started+=($!)
