@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -324,6 +325,20 @@ int run_sweep(int argc, char** argv) {
     if (!file.flush()) {
       std::cerr << "mha_bench: cannot write --dump-shapes file '" << opt.dump_shapes << "'\n";
       return 2;
+    }
+    return 0;
+  }
+  if (!opt.dump_inputs.empty()) {
+    // One file per shape (a shape's thread counts share its inputs), named by its problem.
+    std::filesystem::create_directories(opt.dump_inputs);
+    std::set<std::string> written;
+    for (const sweep_point& p : shard_points(sweep, cases, opt.shard).points) {
+      std::string name = mha::to_string(p.shape.problem(mha::formulation::split_weight));
+      name = name.substr(name.find('/') + 1);
+      std::replace(name.begin(), name.end(), '/', '_');
+      if (!written.insert(name).second) continue;
+      write_fixture(shape_fixture(p.shape),
+                    std::filesystem::path(opt.dump_inputs) / (name + ".safetensors"));
     }
     return 0;
   }

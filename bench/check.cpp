@@ -5,6 +5,8 @@
 #include <limits>
 #include <random>
 
+#include "mha/io.hpp"
+
 namespace mha_bench {
 namespace {
 
@@ -69,6 +71,26 @@ shape_fixture::shape_fixture(const mha_bench::shape& s)
 
 check_result shape_fixture::check(std::span<const float> y) const {
   return compare_rows(y, shape_.seq_len, shape_.d_model, rows_, reference_);
+}
+
+void write_fixture(const shape_fixture& fixture, const std::filesystem::path& path) {
+  const shape& s = fixture.shape();
+  mha::io::tensor_file file =
+      mha::io::to_state_dict(s.config(), fixture.weights(), mha::io::layout::split);
+  const auto x = fixture.x();
+  file.tensors["x"] = {{s.batch, s.seq_len, s.d_model}, {x.begin(), x.end()}};
+  const auto rows = fixture.rows();
+  const auto count = static_cast<std::int64_t>(rows.size());
+  mha::io::tensor& where = file.tensors["check.rows"] = {{count, 2}, {}};
+  for (const mha_reference::row& r : rows) {
+    where.values.push_back(static_cast<float>(r.batch));
+    where.values.push_back(static_cast<float>(r.token));
+  }
+  mha::io::tensor& reference = file.tensors["check.reference"] = {{count, s.d_model}, {}};
+  for (const double v : fixture.reference()) reference.values.push_back(static_cast<float>(v));
+  const std::string name = mha::to_string(s.problem(mha::formulation::split_weight));
+  file.metadata["problem"] = name.substr(name.find('/') + 1);
+  mha::io::write_safetensors(path, file);
 }
 
 }  // namespace mha_bench

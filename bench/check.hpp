@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <span>
 #include <vector>
 
@@ -57,6 +58,9 @@ class shape_fixture {
   const mha::weights& weights() const noexcept { return weights_; }
   // (batch, seq_len, d_model), row-major.
   std::span<const float> x() const noexcept { return x_; }
+  // The checked rows (sample_rows) and the oracle's values on them (rows x d_model).
+  std::span<const mha_reference::row> rows() const noexcept { return rows_; }
+  std::span<const double> reference() const noexcept { return reference_; }
   // Compares a forward pass's output y (batch, seq_len, d_model) with the oracle.
   check_result check(std::span<const float> y) const;
 
@@ -67,5 +71,12 @@ class shape_fixture {
   std::vector<mha_reference::row> rows_;
   std::vector<double> reference_;
 };
+
+// The fixture as a safetensors file at `path`: the weights as the split layout's state_dict
+// (mha::io::to_state_dict), "x" (batch, seq_len, d_model), "check.rows" (rows, 2: batch element
+// and token of each checked row) and "check.reference" (rows, d_model: the oracle, rounded to
+// float32), with the metadata "problem" = the problem string after its formulation. What
+// tools/tests pin mhapy.inputs and mhapy.oracle to. Throws mha::error when it cannot write.
+void write_fixture(const shape_fixture& fixture, const std::filesystem::path& path);
 
 }  // namespace mha_bench

@@ -95,6 +95,7 @@ options parse_command_line(std::span<const std::string> args) {
        }},
       {"--budget", [&](auto f, auto v) { o.budget_seconds = non_negative(f, v); }},
       {"--dump-shapes", [&](auto, auto v) { o.dump_shapes = v; }},
+      {"--dump-inputs", [&](auto, auto v) { o.dump_inputs = v; }},
       {"--shard", [&](auto, auto v) { o.shard = parse_shard(v); }},
       {"--tolerance",
        [&](auto f, auto v) {
@@ -162,6 +163,9 @@ std::string usage(std::string_view program) {
          "  --dump-shapes FILE    write the shapes and thread counts the selected benchmarks run\n"
          "                        (after --backends and --benchmark_filter) as JSON for\n"
          "                        python3 -m mhapy.peers --shapes, then exit\n"
+         "  --dump-inputs DIR     write each selected shape's inputs (weights, x) and the\n"
+         "                        oracle on the checked rows to DIR/<problem>.safetensors, then\n"
+         "                        exit (what tools/tests pin mhapy.inputs and mhapy.oracle to)\n"
          "  --shard I/N           run part I of N of the selected benchmarks (after --backends\n"
          "                        and --benchmark_filter): a deterministic partition by name,\n"
          "                        balanced by model FLOPs; the context says which (mha_shard)\n"

@@ -28,6 +28,7 @@ struct options {
   bool quiet = false;                    // --quiet: no progress on stderr
   bool list_shapes = false;              // --list-shapes: print the expanded shapes and exit
   std::string dump_shapes;               // --dump-shapes FILE: write the selected shapes, exit
+  std::string dump_inputs;               // --dump-inputs DIR: write each shape's inputs, exit
   mha_bench::shard shard;                // --shard I/N: run part I of N of the selection (1/1: all)
 };
 

@@ -1,6 +1,6 @@
 """Writers of the two tensor files mha reads, standard library only: safetensors (weights) and
-.npy version 1.0 (inputs). mhapy.golden writes its weights and mhapy.peak_rss its weights and
-inputs through them."""
+.npy version 1.0 (inputs), and a safetensors reader. mhapy.golden writes its weights and
+mhapy.peak_rss its weights and inputs through them; the tests read what mha_bench writes."""
 
 from __future__ import annotations
 
@@ -30,6 +30,22 @@ def write_safetensors(
         f.write(text)
         for _, _, data in tensors.values():
             f.write(data)
+
+
+def read_safetensors(path: Path) -> tuple[dict[str, tuple[str, list[int], bytes]], dict[str, str]]:
+    """The tensors of a safetensors file, name -> (dtype, shape, little-endian bytes), and its
+    metadata. For files this project wrote (mha_bench --dump-inputs); no checks beyond the
+    format's framing."""
+    data = Path(path).read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    metadata = header.pop("__metadata__", {})
+    body = data[8 + length :]
+    tensors = {
+        name: (entry["dtype"], entry["shape"], body[entry["data_offsets"][0] : entry["data_offsets"][1]])
+        for name, entry in header.items()
+    }
+    return tensors, metadata
 
 
 def write_npy(path: Path, shape: Sequence[int], data: bytes, descr: str = "<f4") -> None:
