@@ -2,22 +2,25 @@
 # The main job: installs what is missing, builds Release, runs a benchmark preset over every
 # built backend and writes results/<host>-<date>-<time>-<preset>.json (bench/README.md: its schema).
 #
-#   scripts/sweep.sh [--preset quick|heads|seq|threads|decode|full] [--with-pytorch]
+#   scripts/sweep.sh [--preset quick|heads|seq|threads|decode|full] [--with-peers [--peers LIST]]
 #                    [--shard I/N] [--results DIR] [--no-report] [--bench FILE] [mha_bench flags...]
 #
-# --with-pytorch also times the same shapes in PyTorch (python3 -m mhapy.peers) when
-# python3-torch is installed (it says so and goes on without when it is not), making sure torch
-# has OpenBLAS rather than the reference BLAS under it. Other flags go to mha_bench as they are
-# (--backends, --heads, --threads, --budget, --benchmark_repetitions=3, ...; `mha_bench --help`
-# lists them); sweep.sh sets --preset and --benchmark_out itself. The quick preset runs 3
-# repetitions unless --benchmark_repetitions says otherwise, so its report can state its own
-# run-to-run noise. Ends by writing the report to reports/latest/ (python3 -m mhapy.report).
+# --with-peers also runs the peers (python -m mhapy.peers: PyTorch, OpenVINO, ONNX Runtime) on the
+# same shapes and thread counts, in their own environment (scripts/peers-env.sh makes it: the
+# first time a minute or two), one results/<...>-peers-<library>.json per library; --peers
+# pytorch,openvino,onnxruntime takes a subset; --with-pytorch is --with-peers --peers pytorch.
+# When the environment cannot be made, the sweep says why and goes on without peers. Other
+# flags go to mha_bench as they are (--backends, --heads, --threads, --budget,
+# --benchmark_repetitions=3, ...; `mha_bench --help` lists them); sweep.sh sets --preset and
+# --benchmark_out itself. The quick preset runs 3 repetitions unless --benchmark_repetitions
+# says otherwise, so its report can state its own run-to-run noise. Ends by writing the report
+# to reports/latest/ (python3 -m mhapy.report).
 # --shard I/N runs part I of N of the selected benchmarks (mha_bench --shard; the file is named
 # ...-<preset>-shard<I>of<N>.json) and writes no report: merge the N files with
 # python3 -m mhapy.report (scripts/fleet/ runs the shards as a Slurm job array). --results DIR
 # writes the result files there (default results/); --no-report skips the report; --bench FILE
-# runs that mha_bench as it is (a shared build: no install, no build). Sweeps that share a build
-# directory build it one at a time (a lock file in it).
+# runs that mha_bench as it is (a shared build: no install, no build; the peers' environment is
+# still made). Sweeps that share a build directory build it one at a time (a lock file in it).
 #   MHA_SWEEP_BUILD_DIR  build directory (default: build/release)
 set -euo pipefail
 start=$SECONDS
@@ -27,7 +30,8 @@ build=${MHA_SWEEP_BUILD_DIR:-$root/build/release}
 python=(env "PYTHONPATH=$root/tools" /usr/bin/python3)
 
 preset=quick
-with_pytorch=0
+with_peers=0
+peers=pytorch,openvino,onnxruntime
 shard=
 results_dir=$root/results
 write_report=1
@@ -38,7 +42,10 @@ min_time=0.5
 repetitions=
 while (($#)); do
   case $1 in
-    --with-pytorch) with_pytorch=1; shift ;;
+    --with-peers) with_peers=1; shift ;;
+    --with-pytorch) with_peers=1; peers=pytorch; shift ;;
+    --peers) peers=${2:?"--peers needs a list: pytorch,openvino,onnxruntime"}; shift 2 ;;
+    --peers=*) peers=${1#*=}; shift ;;
     --benchmark_min_time=*) min_time=${1#*=}; bench_args+=("$1"); shift ;;
     --benchmark_repetitions=*) repetitions=${1#*=}; bench_args+=("$1"); shift ;;
     --preset) preset=${2:?"--preset needs a name: quick, heads, seq, threads, decode or full"}; shift 2 ;;
@@ -50,7 +57,7 @@ while (($#)); do
     --no-report) write_report=0; shift ;;
     --bench) bench=${2:?"--bench needs an mha_bench binary"}; shift 2 ;;
     --bench=*) bench=${1#*=}; shift ;;
-    -h | --help) sed -n '2,22s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,25s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
     --benchmark_out=* | --benchmark_out_format=*)
       echo "sweep.sh: $1: sweep.sh chooses the output file itself" >&2; exit 2 ;;
     *) bench_args+=("$1"); shift ;;
@@ -113,31 +120,35 @@ fi
 mv "$partial" "$out"
 echo "sweep.sh: wrote ${out#"$root"/} in $((SECONDS - start)) s"
 
-# ---- PyTorch peers: the same shapes, timed in PyTorch ----
+# ---- peers: the same shapes in PyTorch, OpenVINO and ONNX Runtime ----
 results=("$out")
-if ((with_pytorch)); then
-  if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-    # Debian's torch sends FP32 matmuls to the system BLAS: without OpenBLAS that is the
-    # reference BLAS, ~40x slower (tools/README.md), which would misrepresent PyTorch.
-    "$root/scripts/deps.sh" libopenblas0-openmp
+if ((with_peers)); then
+  if ! env_log=$("$root/scripts/peers-env.sh" 2>&1); then
+    echo "$env_log" >&2
+    echo "sweep.sh: --with-peers: no peers in this run (their environment could not be made, above)" >&2
+  else
+    echo "$env_log" | grep -E '^peers-env: (left out|installed|ready)' || true
+    peers_python=${env_log##*ready: }
     shapes=$results_dir/.$(basename "$out" .json).shapes.json
-    peers=${out%.json}-pytorch.json
-    peers_partial=$results_dir/.$(basename "$peers" .json).partial
-    trap 'rm -f "$partial" "$shapes" "$peers_partial"' EXIT
-    # With --shard, the shapes this shard owns: the shards' PyTorch files do not overlap.
+    trap 'rm -f "$partial" "$shapes"' EXIT
+    # With --shard, the shapes this shard owns: the shards' peer files do not overlap.
     "$bench" --preset "$preset" --dump-shapes "$shapes" "${bench_args[@]}"
     if [[ $(tr -d ' \n' <"$shapes") == "[]" ]]; then
-      echo "sweep.sh: --with-pytorch: this shard owns no shape, so no PyTorch peers in it" >&2
+      echo "sweep.sh: --with-peers: this shard owns no shape, so no peers in it" >&2
     else
-      "${python[@]}" -m mhapy.peers --shapes "$shapes" --out "$peers_partial" \
-        --min-time "$min_time" --repetitions "$repetitions"
-      mv "$peers_partial" "$peers"
-      results+=("$peers")
-      echo "sweep.sh: wrote ${peers#"$root"/}"
+      # One file per library, each written only once complete: <stem>-peers-<library>.json.
+      PYTHONPATH=$root/tools "$peers_python" -m mhapy.peers --libraries "$peers" --shapes "$shapes" \
+        --out "${out%.json}-peers.json" --min-time "$min_time" --repetitions "$repetitions" ||
+        echo "sweep.sh: --with-peers: a peer library's run failed (above); its file is missing" >&2
+      for library in ${peers//,/ }; do
+        file=${out%.json}-peers-$library.json
+        if [[ $peers != *,* ]]; then file=${out%.json}-peers.json; fi
+        if [[ -f $file ]]; then
+          results+=("$file")
+          echo "sweep.sh: wrote ${file#"$root"/}"
+        fi
+      done
     fi
-  else
-    echo "sweep.sh: --with-pytorch: PyTorch is not installed, so no PyTorch peers in this run" \
-      "(apt-get install python3-torch libopenblas0-openmp adds them)" >&2
   fi
 fi
 

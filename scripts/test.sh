@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, builds the test configuration (Release, every
-# backend whose dependency is present), runs every test with ctest, runs the suite again under
+# The test command: installs what is missing (the peers' Python environment included:
+# scripts/peers-env.sh), builds the test configuration (Release, every backend whose dependency
+# is present), runs every test with ctest, runs the suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer and the concurrency tests under
 # ThreadSanitizer, runs the fleet scripts on a single-host Slurm cluster (scripts/fleet/test-slurm.sh:
 # as root; it says why when it is skipped), then fuzzes each file parser for a few seconds
@@ -20,6 +21,9 @@ tsan=${MHA_TEST_TSAN_DIR:-$(dirname "$build")/tsan}
 jobs=$(nproc)
 
 "$root/scripts/deps.sh"
+# The peers' environment (PyTorch, OpenVINO, ONNX Runtime) for their tests; without it those
+# tests say SKIPPED and why, and the rest runs.
+"$root/scripts/peers-env.sh" || echo "test.sh: the peers' tests will be skipped (above: why)"
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" --parallel "$jobs"

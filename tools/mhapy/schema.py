@@ -1,8 +1,8 @@
 """The names of mha's result files that more than one part of mha's Python writes or reads: the
-counters of an attention benchmark, the backends that are PyTorch peers, and the context keys
+counters of an attention benchmark, the backends that are peers, and the context keys
 mha_bench writes (bench/README.md says what each means). Standard library only.
 
-mha_bench writes these (C++); mhapy.peers writes the same counters for the PyTorch modules;
+mha_bench writes these (C++); mhapy.peers writes the same counters for the peers;
 mhapy.report reads them and checks the shape counters against the benchmark's name;
 tests/bench_smoke.py checks that mha_bench writes every one.
 """
@@ -35,9 +35,10 @@ GBPS_MIN = "GBps_min"
 # Written by mha_bench only: its check against the double oracle before timing.
 CHECK_COUNTERS = ("check_rows", "check_max_err", "check_rel_err")
 
-# Backends whose names start with one of these are PyTorch peers (mhapy.peers writes them):
-# shown as reference points, never recommended for linking.
-PEER_BACKEND_PREFIXES = ("torch",)
+# Backends whose names start with one of these are peers (mhapy.peers writes them), by library:
+# ranked beside mha's backends, never recommended for linking.
+PEER_LIBRARIES = {"torch": "PyTorch", "openvino": "OpenVINO", "onnxruntime": "ONNX Runtime"}
+PEER_BACKEND_PREFIXES = tuple(PEER_LIBRARIES)
 
 # mha_bench's measured streaming-read bandwidth (GB/s): one thread, and `threads` threads at
 # once; every one-thread trial. The bound of a decode step is bytes_min / the figure of its
@@ -79,8 +80,13 @@ MHA_BENCH_CONTEXT = (
 
 
 def is_peer(backend: str) -> bool:
-    """True for PyTorch reference backends (not linkable mha backends)."""
+    """True for a peer library's backend (torch_sdpa, openvino_u8kv, ...), not an mha backend."""
     return backend.startswith(PEER_BACKEND_PREFIXES)
+
+
+def peer_library(backend: str) -> str:
+    """The library a peer backend belongs to: "PyTorch", "OpenVINO", "ONNX Runtime"."""
+    return next(name for prefix, name in PEER_LIBRARIES.items() if backend.startswith(prefix))
 
 
 def shape_counters(shape: Shape, threads: int) -> dict[str, int]:

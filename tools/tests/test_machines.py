@@ -211,7 +211,7 @@ def test_peer_files_without_dispatch_join_every_machine_of_their_cpu(tmp_path):
     md = (out / "report.md").read_text()
     head = md.split("## Answer")[0]
     assert head.count("`peers.json`") == 1  # listed once among the inputs
-    assert md.split("## Appendix")[1].count("PyTorch peers: `peers.json`") == 2
+    assert md.split("## Appendix")[1].count("peers: `peers.json`") == 2
 
 
 def test_single_shape_run_gets_a_time_figure_and_answer_first(tmp_path):

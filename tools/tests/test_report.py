@@ -130,7 +130,7 @@ def test_absent_data_is_said_not_faked(tmp_path):
         "split/wrapper speedup and GFLOP/s against H: no shapes that differ only in H",
         "thread scaling: no shape was measured at 1 thread and at more.",
         "GFLOP/s and % of peak: no GFLOPS counter in the inputs.",
-        "PyTorch peers: not in the inputs",
+        "peers: not in the inputs",
         "No measured FP32 FMA peak in the inputs",
         "only naive measured: run split_weight",
         "skipped: estimated 412 s exceeds the time budget",

@@ -260,7 +260,7 @@ class MatchedPeak:
 class Peaks:
     """Which peak each benchmark's % of peak divides by: the peak of its backend's peak_isa
     (mha_backend_<name>_peak_isa) in the file it came from; backends without that key: their
-    file's best peak; PyTorch peers (files without a peak): the best peak of the machine's
+    file's best peak; peers (files without a peak): the best peak of the machine's
     files (the highest 1-core and all-core figures). --peak-1core / --peak-all replace every
     peak."""
 
@@ -277,7 +277,7 @@ class Peaks:
         "portable), taken from the same result file as the benchmark: the larger of the "
         "context's `mha_fma_peak_gflops_one_core_<isa>` / `..._all_cores_<isa>` and the "
         "`peak/<isa>/...` entries measured during the run. Backends without a peak ISA use "
-        "their file's best peak; PyTorch peers the best peak of the machine's files. The "
+        "their file's best peak; peers the best peak of the machine's files. The "
         "thread rule: the 1-core "
         "peak for threads:1, otherwise the all-core peak scaled by threads / the thread count "
         "it was measured on. A bf16 benchmark (every section: GFLOP/s tables and figures, "
@@ -832,7 +832,7 @@ def precision_summary(pairs: list[PrecisionPair]) -> list[PrecisionSummary]:
 class Choice:
     """For one shape and thread count: the fastest linkable (backend, formulation), the best of
     any other linkable backend (the alternative to linking it), the margin between them, and
-    the fastest PyTorch peer as a reference point."""
+    the fastest peer as a reference point."""
 
     shape: Shape
     threads: int
@@ -1272,7 +1272,7 @@ def _file_bandwidth(source: str, context: dict) -> Bandwidth:
 @dataclass
 class Bandwidths:
     """The bandwidth each decode benchmark's bound divides by: its own file's; files without
-    one (PyTorch peers, older files) the machine's best (the highest one-thread and all-thread
+    one (peers, older files) the machine's best (the highest one-thread and all-thread
     figures of its files)."""
 
     files: dict[str, Bandwidth]

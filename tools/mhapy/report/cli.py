@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python3 -m mhapy.report",
         description="Write report.md, report.html and figures (PNG, SVG) from mha_bench and "
-        "PyTorch-peer JSON results (Google Benchmark format), or compare two runs with --ab.",
+        "peer JSON results (Google Benchmark format), or compare two runs with --ab.",
     )
     p.add_argument("results", nargs="*", help="result files, merged by benchmark name")
     p.add_argument("--ab", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two result files instead")

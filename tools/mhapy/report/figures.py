@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
 from .analysis import Scaling, Series, SeriesTable  # noqa: E402
-from ..schema import is_peer  # noqa: E402
+from ..schema import is_peer, peer_library  # noqa: E402
 
 plt.rcParams.update(
     {
@@ -62,7 +62,7 @@ def colour(backend: str) -> str:
 
 
 def backend_label(backend: str) -> str:
-    return f"{backend} (PyTorch, reference)" if is_peer(backend) else backend
+    return f"{backend} ({peer_library(backend)})" if is_peer(backend) else backend
 
 
 def line_style(backend: str, formulation: str | None = None) -> dict:

@@ -138,9 +138,7 @@ def _peak_blocks(results: ResultSet, peaks: Peaks, level: int) -> list:
         )
         if text
     )
-    what = (
-        "Every benchmark's peak" if peaks.overridden else "Best peak of the machine's files (PyTorch peers)"
-    )
+    what = "Every benchmark's peak" if peaks.overridden else "Best peak of the machine's files (peers)"
     blocks.append(Para(f"{what}: FP32 FMA {per}; from {peak.source}. {Peaks.RULE}"))
     return blocks
 
@@ -149,7 +147,7 @@ def _context_section(results: ResultSet, peaks: Peaks, level: int = 2) -> list:
     blocks: list = [Heading(level, "Appendix: machine and build")]
     for path, context in results.contexts:
         backends = sorted({m.key.backend for m in results.measurements.values() if m.source == path})
-        kind = "PyTorch peers" if backends and all(map(is_peer, backends)) else "benchmarks"
+        kind = "peers" if backends and all(map(is_peer, backends)) else "benchmarks"
         blocks.append(Heading(level + 1, f"{kind}: `{Path(path).name}`"))
         rows = _context_rows(context)
         blocks.append(Table(["key", "value"], rows) if rows else Para("This file has no context."))
@@ -517,7 +515,7 @@ def _link_section(results: ResultSet, series_list: list[Series], folder: Path, p
     if not any(c.best for c in chosen):
         return [
             Heading(2, "Which backend to link"),
-            Para("No mha backend was measured (PyTorch peers only): nothing to recommend."),
+            Para("No mha backend was measured (peers only): nothing to recommend."),
         ]
     blocks: list = [
         Heading(2, "Which backend to link"),
@@ -525,9 +523,9 @@ def _link_section(results: ResultSet, series_list: list[Series], folder: Path, p
             "Per shape and thread count: the fastest mha backend and formulation, the best of "
             "any other mha backend (the alternative to linking it), and the margin = runner-up "
             f"time / fastest time − 1. A margin under {analysis.TIE_MARGIN * 100:.0f}%, or "
-            "overlapping repetition ranges, is called within noise. PyTorch is a reference "
-            "point, not a candidate: its best time, and in brackets that time / the fastest mha "
-            "time."
+            "overlapping repetition ranges, is called within noise. The fastest peer (PyTorch, "
+            "OpenVINO, ONNX Runtime) is shown beside them: its time, and in brackets that time / "
+            "the fastest mha time ('mha and the peers' ranks them)."
         ),
     ]
     summary = []
@@ -557,7 +555,7 @@ def _link_section(results: ResultSet, series_list: list[Series], folder: Path, p
         blocks.append(Heading(3, _threads_text(n)))
         blocks.append(
             Table(
-                ["shape", "fastest", "time", "runner-up", "time", "margin", "PyTorch best", "recommendation"],
+                ["shape", "fastest", "time", "runner-up", "time", "margin", "fastest peer", "recommendation"],
                 [_choice_row(c) for c in chosen if c.threads == n],
                 numeric={2, 4, 5},
             )
@@ -631,7 +629,7 @@ def _answer_bullets(results: ResultSet) -> list[str]:
     parts = _by_precision(results.forward()) + _by_precision(results.decode(), "decode")
     items = [text for part, kind in parts for text in _link_bullets(part, kind)]
     if not items:
-        items = ["No mha backend was measured (PyTorch peers only): nothing to recommend."]
+        items = ["No mha backend was measured (peers only): nothing to recommend."]
     return items + [_noise_text(results)]
 
 
@@ -936,7 +934,7 @@ def _summary(results: ResultSet) -> list:
         f"{len(results.measurements)} benchmarks"
         + (f" ({decode} of them decode steps, past > 0)" if decode else "")
         + f": mha backends {', '.join(mha) or 'none'}"
-        + (f"; PyTorch peers {', '.join(peers)}" if peers else "; no PyTorch peers")
+        + (f"; peers {', '.join(peers)}" if peers else "; no peers")
         + f"; threads {', '.join(map(str, results.thread_counts()))}."
     ]
     noisy = [m for m in results.measurements.values() if m.cv is not None and m.cv > NOISY_CV]
@@ -1071,7 +1069,7 @@ def _machine_blocks(
             "(`mha_stream_read_gbps_*`) in the inputs."
         )
     if not any(is_peer(b) for b in results.backends()):
-        absent.append("PyTorch peers: not in the inputs (python3 -m mhapy.peers).")
+        absent.append("peers: not in the inputs (`scripts/sweep.sh --with-peers`, python -m mhapy.peers).")
     blocks += decode
     grouped = _kv_section(results, kv, bandwidths, folder, prefix)
     if not grouped:
@@ -1153,7 +1151,7 @@ def _bandwidth_text(bandwidths: analysis.Bandwidths) -> str:
     return (
         "Measured streaming-read bandwidth: "
         + "; ".join(figures_by_file)
-        + ". Files without one (PyTorch peers) are read against the machine's best."
+        + ". Files without one (peers) are read against the machine's best."
     )
 
 

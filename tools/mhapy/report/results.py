@@ -202,7 +202,7 @@ class ShardFile:
 
 def shard_of(context: dict, source: str) -> ShardFile | None:
     """The shard a file's context names, or None when it names none (files written before
-    --shard, PyTorch peers). A malformed value raises ReportError."""
+    --shard, peers). A malformed value raises ReportError."""
     text = context.get(SHARD_KEY)
     if text is None:
         return None
@@ -342,7 +342,7 @@ class ResultSet:
     # The machine these results describe (load_machines sets it; load leaves it None).
     machine: Machine | None = None
     # The shard each mha_bench file holds (context mha_shard ...), in input order; files
-    # without one (older files, PyTorch peers) are not listed.
+    # without one (older files, peers) are not listed.
     shards: list[ShardFile] = field(default_factory=list)
 
     def backends(self) -> list[str]:
@@ -493,7 +493,7 @@ def load(paths: list[str | Path], best_run: bool = False) -> ResultSet:
 def load_machines(paths: list[str | Path], best_run: bool = False) -> list[ResultSet]:
     """Reads result files and merges them per machine (machine_of the file's context), in the
     order machines first appear. Within a machine as load(); the same benchmark on two machines
-    is fine. A file of PyTorch peers (mhapy.peers writes no dispatch) joins every
+    is fine. A file of peers (mhapy.peers writes no dispatch) joins every
     machine with the same CPU model and thread count, e.g. both the native and a forced-AVX2
     run of one CPU; with an mha_dispatch of its own only the machines of that dispatch. A file
     that names no CPU model joins the first machine with its thread count. No match: a machine
@@ -528,7 +528,7 @@ def load_machines(paths: list[str | Path], best_run: bool = False) -> list[Resul
 
 
 def _peer_machines(context: dict, machines: list[Machine]) -> list[Machine]:
-    """The machines a file of PyTorch peers belongs to (see load_machines)."""
+    """The machines a file of peers belongs to (see load_machines)."""
     own = machine_of(context)
     same = [m for m in machines if m.threads == own.threads]
     if not (context.get("mha_cpu_model") or context.get("cpu_model")):

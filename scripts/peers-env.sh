@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Makes, or brings up to date, the peers' Python environment: a virtual environment of Debian's
+# python3 in build/peers-venv (git-ignored) with the pinned tools/peers-requirements.txt
+# (PyTorch 2.x, OpenVINO, ONNX Runtime), which mhapy.peers, `scripts/sweep.sh --with-peers` and
+# the peers' tests use. Installs python3-venv (apt) when missing. Nothing is reinstalled when the
+# environment already holds what the requirements pin.
+#
+#   scripts/peers-env.sh          prints what it installed, then "peers-env: ready: <python>"
+#
+# PyTorch: `pip install torch==2.13.0` takes a CPU build where one lies on the machine (this
+# kind of machine has one); elsewhere PyPI's torch is the CUDA build, gigabytes of nvidia-*
+# packages. pip's dry run (--dry-run --report) tells which: with CUDA packages in it, PyTorch is
+# left out, said here and recorded in the environment (build/peers-venv/mha-peers-left-out),
+# and its peers are declined with that reason. Exit status: 0 when the environment is usable
+# (perhaps without PyTorch), 1 when it cannot be made (the reason is printed).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv=${MHA_PEERS_VENV:-$root/build/peers-venv}
+requirements=$root/tools/peers-requirements.txt
+name=peers-env
+
+fail() {
+  echo "$name: cannot make the peers' environment: $*" >&2
+  exit 1
+}
+
+# The environment is current when it was made from these exact requirements.
+stamp=$venv/mha-peers-requirements.txt
+if [[ -x $venv/bin/python && -f $stamp ]] && cmp -s "$stamp" "$requirements"; then
+  left_out=$(cat "$venv/mha-peers-left-out" 2>/dev/null || true)
+  [[ -z $left_out ]] || echo "$name: left out: $left_out"
+  echo "$name: ready: $venv/bin/python"
+  exit 0
+fi
+
+if ! /usr/bin/python3 -c "import ensurepip, venv" 2>/dev/null; then
+  "$root/scripts/deps.sh" python3-venv || fail "python3-venv is missing and could not be installed"
+fi
+rm -rf "$venv"
+/usr/bin/python3 -m venv "$venv" || fail "python3 -m venv $venv failed"
+pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+
+# PyTorch: which build would pip take? Leave it out rather than download a CUDA build.
+packages=$(grep -vE '^\s*(#|$)' "$requirements")
+torch_spec=$(grep -E '^torch[=<>~! ]' <<<"$packages" || true)
+left_out=
+if [[ -n $torch_spec ]]; then
+  report=$(mktemp)
+  trap 'rm -f "$report"' EXIT
+  "${pip[@]}" install -q --dry-run --ignore-installed --report "$report" "$torch_spec" >/dev/null 2>&1 ||
+    fail "pip cannot resolve $torch_spec (no network, or no such release for this Python)"
+  cuda=$(/usr/bin/python3 -c '
+import json, sys
+items = json.load(open(sys.argv[1]))["install"]
+names = sorted(i["metadata"]["name"] for i in items if i["metadata"]["name"].lower().startswith(("nvidia-", "triton", "cuda")))
+print(" ".join(names))' "$report")
+  if [[ -n $cuda ]]; then
+    left_out="PyTorch ($torch_spec): pip would install the CUDA build here ($(wc -w <<<"$cuda") CUDA packages: ${cuda:0:120}...), gigabytes, not the CPU build; its peers are declined"
+    packages=$(grep -vE '^torch[=<>~! ]' <<<"$packages")
+    echo "$name: left out: $left_out"
+  fi
+fi
+
+echo "$name: installing into $venv: $(tr '\n' ' ' <<<"$packages")"
+# This machine's pip configuration may name index folders that lack a package: pip warns about
+# each ("Location ... is ignored"), which says nothing about the install.
+# shellcheck disable=SC2086
+"${pip[@]}" install -q $packages 2> >(grep -v '^WARNING: Location' >&2) || fail "pip install failed (above)"
+echo "$name: installed: $("${pip[@]}" list --format=freeze 2>/dev/null | grep -iE "^($(tr '\n' '|' <<<"$packages" | sed -E 's/==[^|]*//g; s/\|$//'))==" | tr '\n' ' ')"
+printf '%s' "$left_out" >"$venv/mha-peers-left-out"
+cp "$requirements" "$stamp"
+echo "$name: ready: $venv/bin/python"
