@@ -108,7 +108,8 @@ def test_html_is_self_contained_with_every_figure_embedded(heads_report):
     out = heads_report
     html = (out / "report.html").read_text()
     figures = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,[A-Za-z0-9+/=]+">', html)
-    assert len(figures) == len(list(out.glob("*.png"))) == 4
+    # speedup, GFLOP/s, scaling, link choice, and the peers against mha.
+    assert len(figures) == len(list(out.glob("*.png"))) == 5 and (out / "peers.png").exists()
     assert not re.search(r'(src|href)="(?!data:)', html)  # nothing loaded from elsewhere
     assert "<table>" in html and '<td class="num">1.00×</td>' in html
 

@@ -367,3 +367,43 @@ def ab_strip(folder: Path, stem: str, groups: list[tuple[str, list[tuple[float, 
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     save(fig, folder, stem)
+
+
+_PATH_COLOURS = {"PyTorch": "#d62728", "OpenVINO": "#9467bd", "ONNX Runtime": "#8c564b"}
+
+
+def peer_bars(folder: Path, stem: str, panels: list[tuple[str, list[str], dict]]) -> None:
+    """Each peer library's fastest time relative to mha's fastest, per shape (groups) and library
+    (a stem from the 1.0 line to its ratio), one panel per class, precision and thread count:
+    panels = [(title, shape labels, {library: [ratio | None per shape]})]. Log ratio axis; a
+    stem below 1.0 is a shape where the library is faster."""
+    fig, axes = plt.subplots(
+        len(panels),
+        1,
+        figsize=(max(6.4, 1.6 + 1.0 * max(len(p[1]) for p in panels)), 2.9 * len(panels) + 0.8),
+        squeeze=False,
+    )
+    markers = "os^Dv"
+    for ax, (title, labels, bars) in zip((row[0] for row in axes), panels):
+        width = 0.6 / max(len(bars), 1)
+        for i, (library, ratios) in enumerate(bars.items()):
+            xs = [j + (i - (len(bars) - 1) / 2) * width for j, r in enumerate(ratios) if r is not None]
+            ys = [r for r in ratios if r is not None]
+            style = _PATH_COLOURS.get(library, colour(library))
+            ax.vlines(xs, 1.0, ys, color=style, linewidth=2)
+            ax.plot(xs, ys, linestyle="", marker=markers[i % len(markers)], color=style, label=library)
+        ax.axhline(1.0, color="black", linewidth=1.0, label="mha's fastest backend")
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(
+            labels, rotation=15 if len(labels) > 2 else 0, ha="right" if len(labels) > 2 else "center"
+        )
+        ax.set_xlim(-0.6, len(labels) - 0.4)
+        _ratio_limits(ax)
+        log_y(ax)
+        ax.set_ylabel("time / mha's time")
+        ax.set_title(title)
+    fig.suptitle("Peers' fastest time / mha's fastest time (below 1.0: the peer is faster)", fontsize=11)
+    legend_height = _figure_legend(fig, [row[0] for row in axes])
+    height = fig.get_figheight()
+    fig.tight_layout(rect=(0, legend_height / height, 1, 1 - 0.35 / height))
+    save(fig, folder, stem)

@@ -60,8 +60,9 @@ class ClassRanking:
     the class's shapes it measured of its time / the fastest time of any path there (1.0: fastest
     everywhere), with the count of shapes; `wins`: shapes where the path is fastest;
     `versus_mha`: per peer library, the geometric mean over shapes both measured of mha's best
-    time / the library's best (above 1.0 the peer is faster); `peer_wins`: the shapes where a
-    peer beats mha, largest margin first."""
+    time / the library's best (above 1.0 the peer is faster); `ratios`: per shape (all of the
+    class's, in order) and library, the library's best time / mha's best (None where one is
+    missing); `peer_wins`: the shapes where a peer beats mha, largest margin first."""
 
     shape_class: str
     precision: str
@@ -72,6 +73,7 @@ class ClassRanking:
     wins: dict[str, int]
     best_mha: str | None
     versus_mha: dict[str, tuple[float, int]]
+    ratios: dict[Shape, dict[str, float | None]]
     peer_wins: list[PeerWin]
 
 
@@ -140,6 +142,13 @@ def _rank(results: ResultSet, cls: str, precision: str, threads: int) -> ClassRa
             if ratio > 1:
                 peer_wins.append(PeerWin(s, best[p][s], mha_best[s], ratio))
     peer_wins.sort(key=lambda w: -w.ratio)
+    ratios = {
+        s: {
+            p: best[p][s].median_s / mha_best[s].median_s if s in best[p] and s in mha_best else None
+            for p in peers
+        }
+        for s in shapes
+    }
     complete = [p for p in paths if geomeans.get(p, (0, 0))[1] == len(shapes)] or list(geomeans)
     fastest = min(complete, key=lambda p: geomeans[p][0])
     mha_complete = [p for p in mha if geomeans.get(p, (0, 0))[1] == len(shapes)] or [
@@ -147,5 +156,5 @@ def _rank(results: ResultSet, cls: str, precision: str, threads: int) -> ClassRa
     ]
     best_mha = min(mha_complete, key=lambda p: geomeans[p][0]) if mha_complete else None
     return ClassRanking(
-        cls, precision, threads, len(shapes), fastest, geomeans, wins, best_mha, versus, peer_wins
+        cls, precision, threads, len(shapes), fastest, geomeans, wins, best_mha, versus, ratios, peer_wins
     )

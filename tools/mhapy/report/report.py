@@ -6,7 +6,7 @@ import statistics
 from pathlib import Path
 
 from ..schema import is_peer
-from . import analysis, document, figures
+from . import analysis, document, figures, peer_ranking
 from .analysis import Peaks, Series, SeriesTable
 from .document import Bullets, Figure, Heading, Para, Table
 from .results import Machine, ResultSet, benchmarks_present, selections, shard_problems
@@ -747,6 +747,76 @@ def _answer(results: ResultSet, heads: list[Series], level: int = 2, kv: list[Se
     return blocks
 
 
+# ---- mha and the peers ----
+
+
+def _mechanism(m) -> str:
+    """How a peer's variant computes (its entry's label after the check's text)."""
+    return m.label.split("inputs); ", 1)[-1] if "inputs); " in m.label else m.key.backend
+
+
+def _peer_cell(r: peer_ranking.ClassRanking, library: str) -> str:
+    if library not in r.versus_mha:
+        return "–"
+    ratio, shapes = r.versus_mha[library]
+    text = fmt_ratio(1 / ratio) + ("" if shapes == r.shapes else f" ({shapes} of {r.shapes})")
+    return f"**{text}**" if ratio > 1 else text
+
+
+def _peers_section(results: ResultSet, folder: Path, prefix: str = "") -> list:
+    """The answer with the peers: per shape class, precision and thread count the fastest path
+    (an mha backend or a peer library), each library's time against mha's best, and every shape
+    where a peer wins, by how much and how it computes. Empty without peers and mha backends."""
+    ranked = peer_ranking.rankings(results)
+    if not ranked:
+        return []
+    libraries = sorted({lib for r in ranked for lib in r.versus_mha})
+    rows = [
+        [r.shape_class, r.precision, str(r.threads), str(r.shapes), f"**{r.fastest}**", r.best_mha or "–"]
+        + [_peer_cell(r, lib) for lib in libraries]
+        for r in ranked
+    ]
+    blocks: list = [
+        Heading(2, "Answer: mha and the peers"),
+        Para(
+            "Per class of shapes, precision and thread count: the fastest path (an mha backend at its "
+            "fastest formulation, or a peer library at its fastest variant: the lowest geometric mean of "
+            "its time / the fastest time at each shape, among the paths measured on every shape of the "
+            "class), mha's fastest backend, and each peer library's time / mha's fastest time (geometric "
+            "mean over the shapes both measured; below 1.0, in bold, the peer is faster). Every peer "
+            "output was checked against the float64 oracle on mha's own inputs before it was timed."
+        ),
+        Table(["class", "precision", "threads", "shapes", "fastest", "mha's fastest"] + libraries, rows),
+    ]
+    wins = []
+    for r in ranked:
+        by_library: dict[str, list] = {}
+        for w in r.peer_wins:
+            by_library.setdefault(peer_ranking.path_of(w.peer.key.backend), []).append(w)
+        for library, ws in by_library.items():
+            top = ws[0]
+            wins.append(
+                f"**{library} beats mha on {r.shape_class} ({r.precision}, {_threads_text(r.threads)}) at "
+                f"{len(ws)} of {r.shapes} shapes**, by up to {fmt_ratio(top.ratio)} ({top.shape.label()}: "
+                f"{top.peer.key.backend} {fmt_time(top.peer.median_s)} against mha's {top.mha.key.backend} "
+                f"{fmt_time(top.mha.median_s)}); how it computes: {_mechanism(top.peer)}."
+            )
+    blocks.append(
+        Bullets(wins) if wins else Para("No peer beats mha's fastest backend at any shape measured here.")
+    )
+    panels = []
+    for r in ranked:
+        bars = {lib: [r.ratios[shape][lib] for shape in r.ratios] for lib in libraries if lib in r.versus_mha}
+        title = f"{r.shape_class}, {r.precision}, {_threads_text(r.threads)}"
+        panels.append((title, [shape.label() for shape in r.ratios], bars))
+    if panels:
+        figures.peer_bars(folder, prefix + "peers", panels)
+        blocks.append(
+            Figure(prefix + "peers", "Each peer library's fastest time / mha's fastest time, per shape")
+        )
+    return blocks
+
+
 # ---- fp32 vs bf16 ----
 
 
@@ -1044,6 +1114,7 @@ def _machine_blocks(
     heads, kv = analysis.mha_heads_series(forward.shapes())
     seqs = analysis.seq_series(forward.shapes())
     blocks: list = _answer(results, heads, kv=kv) if answer else []
+    blocks += _peers_section(results, folder, prefix)
     blocks += _summary(results)
     if notes.strip():
         blocks += [Heading(2, "Notes on this run")] + document.parse_notes(notes, 3)
@@ -1070,6 +1141,11 @@ def _machine_blocks(
         )
     if not any(is_peer(b) for b in results.backends()):
         absent.append("peers: not in the inputs (`scripts/sweep.sh --with-peers`, python -m mhapy.peers).")
+    for path, context in results.contexts:
+        if context.get("peers_unavailable"):
+            absent.append(
+                f"{context.get('mha_peers', 'a peer library')}: {context['peers_unavailable']} (`{Path(path).name}`)."
+            )
     blocks += decode
     grouped = _kv_section(results, kv, bandwidths, folder, prefix)
     if not grouped:

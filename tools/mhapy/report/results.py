@@ -505,7 +505,9 @@ def load_machines(paths: list[str | Path], best_run: bool = False) -> list[Resul
         context = doc.get("context", {})
         part = _read_entries(doc["benchmarks"], str(path))
         backends = {k.backend for k in part.measurements} | {f.key.backend for f in part.failures if f.key}
-        peers_only = bool(backends) and all(map(schema.is_peer, backends))
+        # mhapy.peers names its library in the context (a library that could not run writes a
+        # file of declined entries, or none); older peer files are told by their backends.
+        peers_only = "mha_peers" in context or (bool(backends) and all(map(schema.is_peer, backends)))
         files.append((str(path), context, part, peers_only))
     machines: dict[Machine, ResultSet] = {}
 
