@@ -122,8 +122,9 @@ step git "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -
 EOF
 )
 : >"$logs/steps.txt"
-ROOTFS=$rootfs SOURCE=$root LOGS=$logs COMMIT=$commit SWEEP=$sweep \
-  SWEEP_ARGS="$(printf '%q ' "${sweep_args[@]}")" \
+sweep_text=  # the sweep's flags, quoted for the inner shell (none: nothing, not an empty word)
+if ((${#sweep_args[@]})); then sweep_text=$(printf '%q ' "${sweep_args[@]}"); fi
+ROOTFS=$rootfs SOURCE=$root LOGS=$logs COMMIT=$commit SWEEP=$sweep SWEEP_ARGS=$sweep_text \
   unshare --mount --pid --fork --propagation private bash -c "$inner" || true
 chroot "$rootfs" dpkg-query -W -f='${Package}\n' | sort |
   comm -13 "$logs/packages-minbase.txt" - >"$dir/installed.txt"
