@@ -95,7 +95,6 @@ class PyTorch(Peer):
         from .. import torch_modules
 
         self.tm = torch_modules
-        self.compiled: dict[Shape, tuple] = {}
         self.compile_over: str | None = None
 
     # -- what each variant computes --
@@ -223,23 +222,23 @@ class PyTorch(Peer):
         return TorchCall(torch, self.sdpa_module(s, w, dtype), xt, threads)
 
     def compiled_call(self, s: Shape, w: Weights, xt, dtype, threads: int) -> Call:
-        """The compiled module of s, compiled once per shape (on its first call) and reused at
-        every thread count; compile_s is the first call's time."""
+        """The module of s compiled afresh for this thread count: dynamo guards on the thread
+        count (a change recompiles) and stops compiling a function after a few recompiles
+        (config.recompile_limit), after which it runs eagerly, so every call starts from a reset.
+        compile_s is the first call's time."""
         torch = self.torch
-        if s not in self.compiled:
-            self.compiled.clear()
-            module = torch.compile(self.sdpa_module(s, w, dtype))
-            start = time.perf_counter()
-            with torch.inference_mode():
-                module(xt)
-            seconds = time.perf_counter() - start
-            self.compiled[s] = (module, seconds)
-            if seconds > COMPILE_LIMIT_S:
-                self.compile_over = (
-                    f"torch.compile took {seconds:.0f} s on {s.problem_suffix()}, over the "
-                    f"{COMPILE_LIMIT_S:.0f} s limit: not compiled for the rest of this run"
-                )
-        module, seconds = self.compiled[s]
+        torch._dynamo.reset()
+        torch.set_num_threads(threads)
+        module = torch.compile(self.sdpa_module(s, w, dtype), fullgraph=True)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            module(xt)
+        seconds = time.perf_counter() - start
+        if seconds > COMPILE_LIMIT_S:
+            self.compile_over = (
+                f"torch.compile took {seconds:.0f} s on {s.problem_suffix()}, over the "
+                f"{COMPILE_LIMIT_S:.0f} s limit: not compiled for the rest of this run"
+            )
         call = TorchCall(torch, module, xt, threads)
         call.counters = {"compile_s": seconds}
         return call
