@@ -22,8 +22,9 @@ class invalid_argument : public error {
 };
 
 // A backend was asked for a problem it does not compute (backend::supports() says which and
-// why): "xsimd: does not compute split_weight with d_in=64 ... precision=bf16: bf16 precision is
-// not implemented". The input is valid; another backend may accept it.
+// why): "onednn: does not compute split_weight with d_in=64 ... precision=bf16: bf16 needs
+// oneDNN's avx512_core_bf16 kernels or newer, and its effective ISA here is avx2". The input is
+// valid; another backend may accept it.
 class unsupported : public error {
  public:
   using error::error;

@@ -16,9 +16,9 @@ struct kv_cache_access;
 
 // Made empty by plan::make_cache(batch, capacity) for that plan; plan::run(x, y, cache)
 // appends each call's keys and values. Holds, per sequence b < batch(), the keys and values of
-// its length(b) tokens so far, for every K/V head of the plan (the split-weight form's
-// n_kv_heads; the wrapper's n_heads, one cache per head), in the layout the plan's kernels
-// read (opaque; docs/design.md §1.4 describes each backend's).
+// its length(b) tokens so far, for every K/V head of the plan (config::kv_heads(), in every
+// formulation: the wrapper computes each K/V group once for its query heads), in the layout the
+// plan's kernels read (opaque; docs/design.md §1.4 describes each backend's).
 //
 // A cache belongs to the plan that made it (a run with another plan's cache throws). Not
 // thread-safe: a run writes it, so concurrent runs need one cache each (they may share the

@@ -11,9 +11,9 @@
 //   void linear(const packed_linear&, const float* x, std::int64_t rows, float* y) const;
 //   void attention(const attention_args&) const;
 //   // Optional, for split_weight's and fused_qkv's projections: the projection of x (batch *
-//   seq_len rows) into y
-//   // (rows * out floats) in a layout the kernel set prefers, returned as its (batch, heads,
-//   // seq_len, out / heads) view; nullopt, writing nothing, when it has none for this shape.
+//   // seq_len rows) into y (rows * out floats) in a layout the kernel set prefers, returned as
+//   // its (batch, heads, seq_len, out / heads) view; nullopt, writing nothing, when it has
+//   // none for this shape.
 //   // Otherwise the driver uses linear() into (rows, out) row-major, seen through strides.
 //   std::optional<head_view<const float>> project_heads(
 //       const packed_linear&, const float* x, std::int64_t batch, std::int64_t seq_len,

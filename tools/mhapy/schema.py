@@ -32,7 +32,8 @@ TOKENS_PER_S = "tokens_per_s"
 # those bytes per second of real time, GB/s.
 BYTES_MIN = "bytes_min"
 GBPS_MIN = "GBps_min"
-# Written by mha_bench only: its check against the double oracle before timing.
+# The check against the double oracle before timing: mha_bench writes all three; the peers
+# check_rows and check_rel_err, with check_tolerance (their tolerance depends on the precision).
 CHECK_COUNTERS = ("check_rows", "check_max_err", "check_rel_err")
 
 # Backends whose names start with one of these are peers (mhapy.peers writes them), by library:
