@@ -50,12 +50,11 @@ using mha::detail::text;
 
 mha_bench::fma_peak peaks;  // FP32 FMA peaks of every ISA, measured at start-up
 
-// The one-core peak (GFLOP/s) for kernels dispatched to `isa` (backend::isa() spelling), with
+// The one-core peak (GFLOP/s) for kernels dispatched to `isa`, with
 // fp32 or bf16 operands.
-double peak_for(std::string_view isa, bool bf16 = false) {
-  if (bf16 && peaks.bf16_dot && mha_bench::bf16_peak_isa_for(isa) == "bf16_dot")
-    return peaks.bf16_dot->gflops_one_core;
-  return peaks.of(mha_bench::peak_isa_for(isa)).gflops_one_core;
+double peak_for(mha::isa isa, bool bf16 = false) {
+  if (bf16 && peaks.bf16_dot && mha::native_bf16(isa)) return peaks.bf16_dot->gflops_one_core;
+  return peaks.of(mha::fma_peak_of(isa)).gflops_one_core;
 }
 
 struct shape {
@@ -148,11 +147,10 @@ void bm_xsimd(benchmark::State& state, shape s, int threads, std::int64_t key_ti
   const mha::detail::attention_layout layout =
       kernels.layout(s.seq_len, s.seq_len, s.head_dim, key_tile);
   state.SetLabel(text("key tile ", std::min(layout.key_tile, s.seq_len), ", ", kernels.arch_name));
-  run(state, s, o, threads, peak_for(mha::to_string(mha::xsimd_default_isa()), bf16),
-      bf16 ? 1.0 / 64 : 1e-5, [&] {
-        mha::detail::in_arena(threads,
-                              [&] { mha::detail::parallel_attention(kernels, args, key_tile); });
-      });
+  run(state, s, o, threads, peak_for(mha::xsimd_default_isa(), bf16), bf16 ? 1.0 / 64 : 1e-5, [&] {
+    mha::detail::in_arena(threads,
+                          [&] { mha::detail::parallel_attention(kernels, args, key_tile); });
+  });
 }
 
 #if MHA_BENCH_ONEDNN
@@ -198,7 +196,7 @@ int main(int argc, char** argv) {
 #if MHA_BENCH_ONEDNN
   const dnnl_version_t* v = dnnl_version();
   benchmark::AddCustomContext("onednn", text(v->major, ".", v->minor, ".", v->patch, ", OpenMP, ",
-                                             mha::onednn_backend().isa()));
+                                             mha::onednn_backend().description()));
 #endif
 
   std::vector<int> thread_counts = {1, 2};

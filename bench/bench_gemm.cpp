@@ -5,7 +5,7 @@
 // oneDNN's reorder to the format its matmul asks for; OpenBLAS takes W as is), as a plan does
 // in prepare(). Before timing, 64 sampled entries of C are checked against a double dot product.
 // Counters: GFLOPS (2MNK per second) and pct_peak against the FP32 FMA peak of one core, of the
-// ISA the kernel runs (fma_peak.hpp: peak_isa_for).
+// ISA the kernel runs (mha::fma_peak_of).
 //   bench_gemm [--isa avx512|avx2|sse2] [--benchmark_filter=...] [google benchmark flags]
 // --isa runs the xsimd kernels of that ISA only and caps oneDNN to the same (kernel_timing.hpp).
 #include <benchmark/benchmark.h>
@@ -38,10 +38,9 @@ namespace {
 // FP32 FMA peaks of every ISA, measured at start-up by the suite's calibration loop.
 mha_bench::fma_peak peaks;
 
-// The one-core peak (GFLOP/s) for kernels dispatched to `isa` (backend::isa() spelling).
-double peak_for(std::string_view isa) {
-  return peaks.of(mha_bench::peak_isa_for(isa)).gflops_one_core;
-}
+// The one-core peak (GFLOP/s) of the FMA loop `loop` ("avx512", "avx2", "portable":
+// mha::fma_peak_of the ISA a kernel runs on).
+double peak_for(std::string_view loop) { return peaks.of(loop).gflops_one_core; }
 
 struct shape {
   std::int64_t m, k, n;
@@ -83,23 +82,24 @@ std::string check(const shape& s, const operands& o) {
   return {};
 }
 
-void run(benchmark::State& state, const shape& s, operands& o, std::string_view isa,
+void run(benchmark::State& state, const shape& s, operands& o, std::string_view peak_loop,
          const std::function<void()>& gemm) {
   if (!mha_bench::check_then_time(
-          state, gemm, [&] { return check(s, o); }, 2.0 * s.m * s.n * s.k * 1e-9, peak_for(isa)))
+          state, gemm, [&] { return check(s, o); }, 2.0 * s.m * s.n * s.k * 1e-9,
+          peak_for(peak_loop)))
     return;
   state.counters["M"] = static_cast<double>(s.m);
   state.counters["K"] = static_cast<double>(s.k);
   state.counters["N"] = static_cast<double>(s.n);
 }
 
-void bm_xsimd(benchmark::State& state, shape s, mha::xsimd_isa isa) {
+void bm_xsimd(benchmark::State& state, shape s, mha::isa isa) {
   operands o(s);
   const mha::detail::isa_kernels& kernels = mha::detail::kernels_for(isa);
   const mha::detail::packed_matrix w(o.w.data(), nullptr, s.n, s.k, kernels.panel_width(s.n));
   const mha::detail::panels_view b = w.view();
   state.SetLabel("panels of " + std::to_string(b.nr));
-  run(state, s, o, mha::to_string(isa), [&] {
+  run(state, s, o, mha::fma_peak_of(isa), [&] {
     kernels.gemm({o.a.data(), s.k, b, o.c.data(), s.n, s.m}, 0, s.m, 0, b.panels());
   });
 }
@@ -122,7 +122,7 @@ void bm_onednn(benchmark::State& state, shape s) {
   memory a(a_md, engine, o.a.data()), c(c_md, engine, o.c.data());
   const dnnl::matmul matmul(pd);
   state.SetLabel(pd.impl_info_str());
-  run(state, s, o, mha::onednn_backend().isa(), [&] {
+  run(state, s, o, mha::fma_peak_of(mha::onednn_backend().isa()), [&] {
     matmul.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, w_packed}, {DNNL_ARG_DST, c}});
     stream.wait();
   });
@@ -154,7 +154,7 @@ struct openblas {
 };
 
 // OpenBLAS picks its own kernels (its config names them): read against the best peak.
-std::string_view best_isa() { return peaks.best().isa; }
+std::string_view best_loop() { return peaks.best().isa; }
 
 void bm_openblas(benchmark::State& state, shape s) {
   const openblas& blas = openblas::get();
@@ -162,7 +162,7 @@ void bm_openblas(benchmark::State& state, shape s) {
   state.SetLabel(blas.config);
   constexpr int row_major = 101, no_trans = 111, trans = 112;  // CBLAS_ORDER, CBLAS_TRANSPOSE
   const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
-  run(state, s, o, best_isa(), [&] {
+  run(state, s, o, best_loop(), [&] {
     blas.sgemm(row_major, no_trans, trans, m, n, k, 1.0f, o.a.data(), k, o.w.data(), k, 0.0f,
                o.c.data(), n);
   });
@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
   const dnnl_version_t* v = dnnl_version();
   benchmark::AddCustomContext(
       "onednn", mha::detail::text(v->major, ".", v->minor, ".", v->patch, ", 1 OpenMP thread, ",
-                                  mha::onednn_backend().isa()));
+                                  mha::to_string(mha::onednn_backend().isa())));
 #endif
   if (openblas::get().sgemm != nullptr)
     benchmark::AddCustomContext("openblas", openblas::get().config + ", 1 thread");
@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
   for (const shape& s : shapes) {
     // Every ISA this CPU runs, or the one --isa / MHA_XSIMD_ISA names.
     const bool capped = std::getenv("MHA_XSIMD_ISA") != nullptr;
-    for (mha::xsimd_isa isa : mha::xsimd_supported_isas()) {
+    for (mha::isa isa : mha::xsimd_supported_isas()) {
       if (capped && isa != mha::xsimd_default_isa()) continue;
       const std::string name = mha::detail::text("gemm/xsimd_", mha::to_string(isa), "/", s.name());
       benchmark::RegisterBenchmark(name.c_str(), bm_xsimd, s, isa)->UseRealTime();

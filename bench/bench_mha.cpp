@@ -403,7 +403,7 @@ int run_sweep(int argc, char** argv) {
   // The peaks of the ISAs in use, measured again at the start, middle and end of the run
   // (entries peak/<isa>/threads:1/at:<k>), so a report can take the best and see the spread.
   std::set<std::string> peak_isas;
-  for (const mha::backend* b : backends) peak_isas.emplace(peak_isa_for(b->isa()));
+  for (const mha::backend* b : backends) peak_isas.emplace(mha::fma_peak_of(b->isa()));
   const auto register_peaks = [&](int at) {
     for (const std::string& isa : peak_isas) {
       benchmark::RegisterBenchmark(

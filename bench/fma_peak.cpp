@@ -147,17 +147,8 @@ const isa_peak& fma_peak::of(std::string_view isa) const {
   return best();
 }
 
-std::string_view peak_isa_for(std::string_view kernel_isa) {
-  if (kernel_isa.starts_with("avx512")) return "avx512";
-  if (kernel_isa.find("avx2") != std::string_view::npos) return "avx2";
-  return "portable";
-}
-
-std::string_view bf16_peak_isa_for(std::string_view kernel_isa) {
-  if (kernel_isa == "avx512bf16" || kernel_isa == "avx512_core_bf16" ||
-      kernel_isa == "avx512_core_amx")
-    return "bf16_dot";
-  return peak_isa_for(kernel_isa);
+std::string_view bf16_peak_isa_for(mha::isa kernel_isa) {
+  return mha::native_bf16(kernel_isa) ? "bf16_dot" : mha::fma_peak_of(kernel_isa);
 }
 
 }  // namespace mha_bench

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "mha/isa.hpp"
+
 namespace mha_bench {
 
 // The peak of one instruction set's loop: "avx512", "avx2" or "portable".
@@ -25,7 +27,7 @@ struct fma_peak {
   // Every loop this CPU runs, widest first.
   std::vector<isa_peak> by_isa;
   // The bf16 dot-product peak (isa "avx512bf16", vdpbf16ps), on CPUs with AVX512_BF16 only: the
-  // yardstick of bf16 kernels that use it (xsimd_isa avx512bf16); bf16 kernels elsewhere widen
+  // yardstick of bf16 kernels that use it (isa avx512bf16); bf16 kernels elsewhere widen
   // to FP32 FMAs and are read against by_isa.
   std::optional<isa_peak> bf16_dot;
 
@@ -35,15 +37,11 @@ struct fma_peak {
   const isa_peak& of(std::string_view isa) const;
 };
 
-// Which measured peak the figures of kernels dispatched to `kernel_isa` are read against, in
-// the spelling of backend::isa(): "avx512..." -> "avx512"; "avx2", "fma3+avx2", "avx2_vnni"
-// -> "avx2"; anything else ("sse2", "sse41", "scalar") -> "portable".
-std::string_view peak_isa_for(std::string_view kernel_isa);
-
-// The same for bf16 plans: "bf16_dot" (fma_peak::bf16_dot) where the kernels multiply bf16 pairs
-// natively (xsimd "avx512bf16", oneDNN "avx512_core_bf16"; oneDNN's "avx512_core_amx" too,
-// though AMX tiles can outrun it), else peak_isa_for (the kernels widen bf16 to FP32 FMAs).
-std::string_view bf16_peak_isa_for(std::string_view kernel_isa);
+// Which measured peak the bf16 figures of kernels on `kernel_isa` are read against: "bf16_dot"
+// (fma_peak::bf16_dot) where they multiply bf16 pairs natively (mha::native_bf16: avx512bf16,
+// amx, though AMX tiles can outrun it), else the FP32 loop mha::fma_peak_of names (the kernels
+// widen bf16 to FP32 FMAs). fp32 figures: mha::fma_peak_of.
+std::string_view bf16_peak_isa_for(mha::isa kernel_isa);
 
 // Measures every loop this CPU runs (and the bf16 dot-product loop where it runs): `trials`
 // one-thread runs of about 25 ms each, then the best of 3 runs of `threads` (>= 1) threads at

@@ -128,16 +128,17 @@ void add_dispatch_context(std::span<const mha::backend* const> backends) {
   std::set<std::string> families;
   std::vector<std::string> each;
   for (const mha::backend* b : backends) {
-    const std::string name(b->name()), isa = b->isa();
-    benchmark::AddCustomContext("mha_backend_" + name + "_isa", isa);
+    const std::string name(b->name());
+    const mha::isa isa = b->isa();
+    benchmark::AddCustomContext("mha_backend_" + name + "_isa", std::string(mha::to_string(isa)));
     benchmark::AddCustomContext("mha_backend_" + name + "_peak_isa",
-                                std::string(peak_isa_for(isa)));
+                                std::string(mha::fma_peak_of(isa)));
     benchmark::AddCustomContext("mha_backend_" + name + "_bf16_peak_isa",
                                 std::string(bf16_peak_isa_for(isa)));
-    if (isa == "scalar") continue;
-    const std::string_view family = peak_isa_for(isa);
+    if (isa == mha::isa::scalar) continue;
+    const std::string_view family = mha::fma_peak_of(isa);
     families.emplace(family == "portable" ? "sse2" : family);
-    each.push_back(name + " " + isa);
+    each.push_back(name + " " + std::string(mha::to_string(isa)));
   }
   const std::string dispatch = families.empty()       ? "scalar"
                                : families.size() == 1 ? *families.begin()

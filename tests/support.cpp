@@ -86,7 +86,7 @@ const std::vector<backend_case>& backend_cases() {
       list.push_back({std::string(b->name()), b});
 #if MHA_WITH_XSIMD
     // Every other ISA this CPU runs ("xsimd" itself is the dispatched one).
-    for (mha::xsimd_isa isa : mha::xsimd_supported_isas()) {
+    for (mha::isa isa : mha::xsimd_supported_isas()) {
       if (isa != mha::xsimd_default_isa())
         list.push_back({"xsimd_" + std::string(mha::to_string(isa)), &mha::xsimd_backend(isa)});
     }
@@ -104,8 +104,7 @@ std::string conformance_param_name(const testing::TestParamInfo<conformance_para
 bool claims(const backend_case& b, const mha::problem& p) {
   // oneDNN computes bf16 where its kernels are bf16-native (AVX512_BF16 or AMX).
   if (p.cfg.precision == mha::precision::bf16 && b.backend->name() == "onednn") {
-    const std::string isa = b.backend->isa();
-    return isa.find("bf16") != std::string::npos || isa.find("amx") != std::string::npos;
+    return mha::native_bf16(b.backend->isa());
   }
   return true;
 }

@@ -59,7 +59,7 @@ TEST_F(Cli, BackendsListsTheRegistry) {
   for (const mha::backend* b : mha::available_backends()) {
     EXPECT_THAT(r.output, HasSubstr(std::string(b->name())));
     EXPECT_THAT(r.output, HasSubstr(b->description()));
-    std::string isa_column = b->isa();  // in its own column, between spaces
+    std::string isa_column(mha::to_string(b->isa()));  // in its own column, between spaces
     isa_column.insert(isa_column.begin(), ' ');
     isa_column.push_back(' ');
     EXPECT_THAT(r.output, HasSubstr(isa_column));
@@ -77,7 +77,8 @@ TEST_F(Cli, BackendsListsTheRegistry) {
     const std::size_t at = r.output.find("\n" + std::string(b->name()) + " ");
     ASSERT_NE(at, std::string::npos) << b->name();
     std::size_t end = at + 1;
-    for (int line = 0; line < 4 && end != std::string::npos; ++line) end = r.output.find('\n', end + 1);
+    for (int line = 0; line < 4 && end != std::string::npos; ++line)
+      end = r.output.find('\n', end + 1);
     const std::string block = r.output.substr(at + 1, end - at);
     EXPECT_THAT(block, HasSubstr("bf16           " + answer + "\n")) << b->name();
   }

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "mha/config.hpp"
+#include "mha/isa.hpp"
 #include "mha/kv_cache.hpp"
 #include "mha/problem.hpp"
 #include "mha/run_options.hpp"
@@ -107,10 +108,11 @@ class backend {
   // One line for humans: what it is built on and, for SIMD backends, the ISA in use.
   virtual std::string description() const = 0;
   // The instruction set the backend's kernels dispatch to on this machine, now (after any
-  // MHA_XSIMD_ISA or ONEDNN_MAX_CPU_ISA cap), in the backend's own spelling: "scalar" (naive),
-  // "avx512" / "avx2" / "sse2" (xsimd, tbb), oneDNN's "avx512_core_amx", "avx2", ... (onednn).
-  // Result files record it, so a figure can be read against the peak of the ISA that ran.
-  virtual std::string isa() const = 0;
+  // MHA_XSIMD_ISA or ONEDNN_MAX_CPU_ISA cap): isa::scalar (naive), sse2 ... avx512bf16
+  // (xsimd, tbb), the class of oneDNN's effective ISA (onednn; its own name is in
+  // description()). Result files record its name, so a figure is read against the peak of the
+  // ISA that ran (mha::fma_peak_of, mha::native_bf16).
+  virtual mha::isa isa() const = 0;
   // The most threads run() can use on this machine: 1 for single-threaded backends (which
   // ignore run_options::threads), the hardware concurrency for parallel ones.
   virtual int max_threads() const noexcept { return 1; }

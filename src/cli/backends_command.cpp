@@ -26,20 +26,20 @@ int list_backends(const arguments&) {
   const auto probes = feature_probes();
   for (const mha::backend* b : mha::available_backends()) {
     std::printf("%-10s %-8d %-16s %s\n", std::string(b->name()).c_str(), b->max_threads(),
-                b->isa().c_str(), b->description().c_str());
-    // Both formulations are asked; one declined alone is named.
+                std::string(mha::to_string(b->isa())).c_str(), b->description().c_str());
+    // Every formulation is asked; one declined alone is named.
     for (const auto& [feature, probe] : probes) {
       std::vector<std::string> declines;
-      for (mha::formulation form : {mha::formulation::wrapper, mha::formulation::split_weight}) {
+      for (mha::formulation form : mha::formulations()) {
         mha::problem p = probe;
         p.form = form;
         if (const mha::support s = b->supports(p); !s)
           declines.push_back(std::string(mha::to_string(form)) + ": " + s.reason());
       }
-      const std::string answer =
-          declines.empty()     ? "yes"
-          : declines.size() == 2 ? "declined: " + declines[0].substr(declines[0].find(": ") + 2)
-                                 : "declined in " + declines[0];
+      const std::string answer = declines.empty() ? "yes"
+                                 : declines.size() == mha::formulations().size()
+                                     ? "declined: " + declines[0].substr(declines[0].find(": ") + 2)
+                                     : "declined in " + declines[0];
       std::printf("%-10s   %-14s %s\n", "", feature, answer.c_str());
     }
   }

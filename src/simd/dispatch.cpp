@@ -3,6 +3,7 @@
 // xsimd and tbb backends share. Compiled with the baseline flags.
 #include "simd/dispatch.hpp"
 
+#include <algorithm>
 #include <cassert>
 #include <cstdlib>
 #include <xsimd/config/xsimd_config.hpp>
@@ -29,47 +30,53 @@ tile_shape isa_kernels::tile_for(int nr) const noexcept {
   return tiles[0];
 }
 
-const isa_kernels& kernels_for(xsimd_isa isa) noexcept {
-  switch (isa) {
-    case xsimd_isa::avx512bf16:
+const isa_kernels& kernels_for(mha::isa which) noexcept {
+  switch (which) {
+    case isa::avx512bf16:
       return *avx512bf16_kernels();
-    case xsimd_isa::avx512:
+    case isa::avx512:
       return *kernel_table{}(xsimd::avx512bw{});
-    case xsimd_isa::avx2:
+    case isa::avx2:
       return *kernel_table{}(xsimd::fma3<xsimd::avx2>{});
-    case xsimd_isa::sse2:
+    default:  // sse2 (kernels_for is only asked for an ISA of xsimd_supported_isas())
       break;
   }
   return *kernel_table{}(xsimd::sse2{});
 }
 
-bool cpu_runs(xsimd_isa isa) noexcept {
-  switch (isa) {
-    case xsimd_isa::avx512bf16:
+bool cpu_runs(mha::isa which) noexcept {
+  switch (which) {
+    case isa::avx512bf16:
       return __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16");
-    case xsimd_isa::avx512:
+    case isa::avx512:
       return __builtin_cpu_supports("x86-64-v4");
-    case xsimd_isa::avx2:
+    case isa::avx2:
       return __builtin_cpu_supports("x86-64-v3");
-    case xsimd_isa::sse2:
+    case isa::sse2:
       return true;  // the x86-64 baseline
+    default:        // no xsimd kernels
+      return false;
   }
-  return false;
 }
 
-xsimd_isa best_isa() noexcept {
-  static const xsimd_isa best = [] {
-    auto isa = xsimd::dispatch<kernel_archs>(kernel_table{})()->isa;
+// The ISAs xsimd has kernels for, best first.
+constexpr mha::isa xsimd_isas[] = {isa::avx512bf16, isa::avx512, isa::avx2, isa::sse2};
+
+mha::isa best_isa() noexcept {
+  static const mha::isa best = [] {
+    mha::isa picked = xsimd::dispatch<kernel_archs>(kernel_table{})()->isa;
     // AVX512_BF16 is not an arch of xsimd 8.1: the step up from its AVX-512 pick is ours.
-    if (isa == xsimd_isa::avx512 && cpu_runs(xsimd_isa::avx512bf16)) isa = xsimd_isa::avx512bf16;
-    while (!cpu_runs(isa)) isa = static_cast<xsimd_isa>(static_cast<int>(isa) + 1);
-    return isa;
+    if (picked == isa::avx512 && cpu_runs(isa::avx512bf16)) picked = isa::avx512bf16;
+    for (mha::isa i : xsimd_isas) {  // the best that xsimd picked or that the CPU runs below it
+      if (i <= picked && cpu_runs(i)) return i;
+    }
+    return isa::sse2;
   }();
   return best;
 }
 
-std::string kernels_description(xsimd_isa isa) {
-  const isa_kernels& k = kernels_for(isa);
+std::string kernels_description(mha::isa which) {
+  const isa_kernels& k = kernels_for(which);
   return text("xsimd ", XSIMD_VERSION_MAJOR, ".", XSIMD_VERSION_MINOR, ".", XSIMD_VERSION_PATCH,
               ", ", k.arch_name, ", ", k.lanes, " lanes");
 }
@@ -80,54 +87,37 @@ namespace {
 
 using detail::text;
 
-constexpr xsimd_isa all_isas[] = {xsimd_isa::avx512bf16, xsimd_isa::avx512, xsimd_isa::avx2,
-                                  xsimd_isa::sse2};
-
 }  // namespace
 
-std::string detail::isa_names(const std::vector<xsimd_isa>& isas) {
+std::string detail::isa_names(const std::vector<mha::isa>& isas) {
   std::string names;
-  for (xsimd_isa isa : isas) names += (names.empty() ? "" : ", ") + std::string(to_string(isa));
+  for (mha::isa i : isas) names += (names.empty() ? "" : ", ") + std::string(to_string(i));
   return names;
 }
 
-std::string_view to_string(xsimd_isa isa) noexcept {
-  switch (isa) {
-    case xsimd_isa::avx512bf16:
-      return "avx512bf16";
-    case xsimd_isa::avx512:
-      return "avx512";
-    case xsimd_isa::avx2:
-      return "avx2";
-    case xsimd_isa::sse2:
-      return "sse2";
-  }
-  return "unknown";
-}
-
-std::vector<xsimd_isa> xsimd_supported_isas() {
-  std::vector<xsimd_isa> isas;
-  for (xsimd_isa isa : all_isas) {
-    if (detail::cpu_runs(isa)) isas.push_back(isa);
+std::vector<mha::isa> xsimd_supported_isas() {
+  std::vector<mha::isa> isas;
+  for (mha::isa i : detail::xsimd_isas) {
+    if (detail::cpu_runs(i)) isas.push_back(i);
   }
   return isas;
 }
 
-xsimd_isa xsimd_default_isa() {
+mha::isa xsimd_default_isa() {
   const char* env = std::getenv("MHA_XSIMD_ISA");
   if (env == nullptr || *env == '\0') return detail::best_isa();
   const std::string_view wanted(env);
-  for (xsimd_isa isa : all_isas) {
-    if (to_string(isa) != wanted) continue;
-    if (!detail::cpu_runs(isa)) {
-      throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted,
-                                  "', which this CPU does not support; it supports ",
-                                  detail::isa_names(xsimd_supported_isas())));
-    }
-    return isa;
+  const std::optional<mha::isa> named = parse_isa(wanted);
+  if (!named || std::ranges::find(detail::xsimd_isas, *named) == std::end(detail::xsimd_isas)) {
+    throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted,
+                                "', expected one of avx512bf16, avx512, avx2, sse2"));
   }
-  throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted,
-                              "', expected one of avx512bf16, avx512, avx2, sse2"));
+  if (!detail::cpu_runs(*named)) {
+    throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted,
+                                "', which this CPU does not support; it supports ",
+                                detail::isa_names(xsimd_supported_isas())));
+  }
+  return *named;
 }
 
 }  // namespace mha

@@ -19,7 +19,7 @@ namespace mha::detail {
 // One ISA's kernels. All entries are noexcept, allocate nothing and may run concurrently on
 // disjoint outputs.
 struct isa_kernels {
-  xsimd_isa isa;
+  mha::isa isa;           // which of mha::isa (sse2, avx2, avx512 or avx512bf16)
   const char* arch_name;  // xsimd's name of the widest arch used: "avx512bw", "fma3+avx2", ...
   int lanes;              // floats per widest register
   // The micro-kernels' tile shapes, widest panel first.
@@ -69,22 +69,23 @@ struct isa_kernels {
                           std::int64_t group = 1, bool bf16_operands = false) const noexcept;
 };
 
-// The kernels of `isa` (which this CPU must support: see xsimd_supported_isas()).
-const isa_kernels& kernels_for(xsimd_isa isa) noexcept;
+// The kernels of `which` (one of xsimd_supported_isas()).
+const isa_kernels& kernels_for(mha::isa which) noexcept;
 
-// Whether this CPU (and OS) runs the kernels of `isa`: the whole x86-64 level its translation
-// unit is compiled for (x86-64-v4, -v3, baseline), AVX state enabled by the OS.
-bool cpu_runs(xsimd_isa isa) noexcept;
+// Whether this CPU (and OS) runs the kernels of `which` (false for an isa without xsimd kernels):
+// the whole x86-64 level its translation unit is compiled for (x86-64-v4, -v3, baseline), AVX state
+// enabled by the OS.
+bool cpu_runs(mha::isa which) noexcept;
 
 // The best ISA this CPU runs, chosen once: xsimd::dispatch's pick (CPUID feature bits), or the
 // next one down when cpu_runs() says no (xsimd 8.1 checks neither the OS's XGETBV state nor
 // the rest of the x86-64 level, e.g. BMI2 or AVX512VL, that our builds may use).
-xsimd_isa best_isa() noexcept;
+mha::isa best_isa() noexcept;
 
-// "xsimd <version>, <arch>, <lanes> lanes": what the kernels of `isa` run on, for backends'
+// "xsimd <version>, <arch>, <lanes> lanes": what the kernels of `which` run on, for backends'
 // descriptions.
-std::string kernels_description(xsimd_isa isa);
+std::string kernels_description(mha::isa which);
 // "avx512, avx2, sse2": ISA names for messages.
-std::string isa_names(const std::vector<xsimd_isa>& isas);
+std::string isa_names(const std::vector<mha::isa>& isas);
 
 }  // namespace mha::detail

@@ -14,7 +14,7 @@
 
 namespace mha::detail {
 
-template <xsimd_isa Isa>
+template <mha::isa Isa>
 class xsimd_kernel_set : public sequential_execution {
  public:
   explicit xsimd_kernel_set(const mha::config& cfg)
@@ -33,8 +33,9 @@ class xsimd_kernel_set : public sequential_execution {
             bf16_};
   }
   void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) const {
-    with_gemm_args(w, x, rows, y, [&](const auto& g) { kernels_gemm(g); },
-                   [](std::int64_t n, const auto& convert) { convert(0, n); });
+    with_gemm_args(
+        w, x, rows, y, [&](const auto& g) { kernels_gemm(g); },
+        [](std::int64_t n, const auto& convert) { convert(0, n); });
   }
   // Head-major when each head's columns are whole panels (head_major_gemm), else nothing; bf16
   // projections are always row-major.
@@ -63,8 +64,8 @@ class xsimd_kernel_set : public sequential_execution {
   // row ranges covering [0, rows), each rounding its rows: the parallel set passes its own GEMM
   // and converts in parallel (the rounding is per element, so the result is the same).
   template <class F, class ForRows>
-  void with_gemm_args(const packed_linear& w, const float* x, std::int64_t rows, float* y,
-                      F&& f, ForRows&& for_rows) const {
+  void with_gemm_args(const packed_linear& w, const float* x, std::int64_t rows, float* y, F&& f,
+                      ForRows&& for_rows) const {
     if (!w.bf16()) {
       const panels_view b = w.view();
       f(gemm_args{x, b.k, b, y, b.n, rows});
@@ -89,21 +90,22 @@ class xsimd_kernel_set : public sequential_execution {
 };
 
 // A driver plan over Set<isa>, the kernel-set template instantiated for the ISA chosen at run
-// time (Set<Isa> must be a kernel set for every xsimd_isa).
-template <template <xsimd_isa> class Set>
-std::unique_ptr<plan> make_isa_plan(xsimd_isa isa, const config& cfg, formulation form,
+// time (Set<Isa> must be a kernel set for each of sse2, avx2, avx512 and avx512bf16; any other isa
+// runs sse2's).
+template <template <mha::isa> class Set>
+std::unique_ptr<plan> make_isa_plan(mha::isa which, const config& cfg, formulation form,
                                     const weights& w, std::string_view backend_name) {
-  switch (isa) {
-    case xsimd_isa::avx512bf16:
-      return std::make_unique<driver_plan<Set<xsimd_isa::avx512bf16>>>(cfg, form, w, backend_name);
-    case xsimd_isa::avx512:
-      return std::make_unique<driver_plan<Set<xsimd_isa::avx512>>>(cfg, form, w, backend_name);
-    case xsimd_isa::avx2:
-      return std::make_unique<driver_plan<Set<xsimd_isa::avx2>>>(cfg, form, w, backend_name);
-    case xsimd_isa::sse2:
+  switch (which) {
+    case isa::avx512bf16:
+      return std::make_unique<driver_plan<Set<isa::avx512bf16>>>(cfg, form, w, backend_name);
+    case isa::avx512:
+      return std::make_unique<driver_plan<Set<isa::avx512>>>(cfg, form, w, backend_name);
+    case isa::avx2:
+      return std::make_unique<driver_plan<Set<isa::avx2>>>(cfg, form, w, backend_name);
+    default:  // sse2: make_isa_plan is only asked for an ISA of xsimd_supported_isas()
       break;
   }
-  return std::make_unique<driver_plan<Set<xsimd_isa::sse2>>>(cfg, form, w, backend_name);
+  return std::make_unique<driver_plan<Set<isa::sse2>>>(cfg, form, w, backend_name);
 }
 
 }  // namespace mha::detail

@@ -10,7 +10,7 @@ int main() {
   const mha::config cfg{.d_in = 8, .d_out = 8, .n_heads = 2, .context_length = 4};
   const mha::weights w = mha::weights::random(cfg, 1);
   std::vector<float> x(4 * 8, 0.25f);
-  for (mha::xsimd_isa isa : mha::xsimd_supported_isas()) {
+  for (mha::isa isa : mha::xsimd_supported_isas()) {
     const mha::backend& backend = mha::xsimd_backend(isa);
     std::vector<float> y(4 * 8);
     backend.prepare(cfg, mha::formulation::split_weight, w)

@@ -5,12 +5,13 @@
 
 namespace mha {
 
-// The oneDNN backend (oneDNN 2.x, fp32). Every step is a oneDNN primitive: the projections are
-// matmuls with fused bias on weights repacked at prepare() into the layout oneDNN prefers;
+// The oneDNN backend (oneDNN 2.x; fp32, and bf16 where its kernels multiply bf16 natively:
+// supports() declines it below avx512_core_bf16). Every step is a oneDNN primitive: the projections
+// are matmuls with fused bias on weights repacked at prepare() into the layout oneDNN prefers;
 // attention runs on head-major (seq_len, head_dim) blocks, a group of heads at a time: Q K^T as
 // a batched matmul with the 1/sqrt(head_dim) scale and the causal mask fused, softmax in place,
-// A V as a batched matmul; the head split (split_weight) is a reorder, the merge a row copy.
-// Both formulations run through the same driver as the other backends.
+// A V as a batched matmul; the head split (split_weight, fused_qkv) is a reorder, the merge a
+// row copy. The three formulations run through the same driver as the other backends.
 //
 // Decode (plan::make_cache): the cache is plain rows (per sequence and head, capacity keys then
 // capacity values) that the attention matmuls read in place through strided descriptors, per

@@ -5,16 +5,18 @@
 
 namespace mha {
 
-// The TBB backend: both formulations over the xsimd kernels of the ISA xsimd_default_isa()
+// The TBB backend: the three formulations over the xsimd kernels of the ISA xsimd_default_isa()
 // names at prepare() (the plan keeps it), in parallel:
 // - projections: the packed-panel GEMM (weights packed once at prepare()) over a fixed grid of
 //   48-row x 128-column tiles;
 // - attention: fused online softmax (no seq_len x seq_len scores), one task per (batch, head,
 //   block of 64 query rows), causal tiles above the diagonal skipped;
 // - wrapper: the heads as parallel tasks, each running its own projections and attention
-//   (themselves parallel); split_weight: each projection in parallel (writing each head's
-//   rows contiguously when head_dim is a multiple of the GEMM panel width), then attention
-//   over every head at once.
+//   (themselves parallel); split_weight and fused_qkv: each projection (fused_qkv's one) in
+//   parallel (writing each head's rows contiguously when head_dim is a multiple of the GEMM
+//   panel width), then attention over every head at once;
+// - decode: attention tasks per (sequence, head) and, for a few new tokens over long caches,
+//   per chunk of keys (docs/design.md §1.4), merged in a fixed order.
 //
 // Threads: each run() executes in a tbb::task_arena of run_options::threads slots (0: every
 // core, max_threads()) that belongs to the calling thread (kept for its later calls). Results are
@@ -25,10 +27,10 @@ namespace mha {
 // working on an attention call holds one packed head (2 * seq_len * head_dim floats) and one
 // query block's scratch (64 x 512 scores, the block's queries and outputs: 167 KB at
 // head_dim 64, whatever seq_len), allocated per call and freed before run() returns (the
-// wrapper's heads are separate calls, some at once). Never seq_len^2: one forward at B1 T8192
-// d768 H12 grows the peak RSS by 105 MB (split_weight), 133 MB (wrapper).
-// run() is const and safe to call from several threads at once; concurrent runs each get
-// their own arena and compete for the same cores. Out of memory surfaces as std::bad_alloc.
+// wrapper's heads are separate calls, some at once). Never seq_len^2 (bench/README.md, the
+// memory probe, has measured figures). run() is const and safe to call from several threads at
+// once; concurrent runs each get their own arena and compete for the same cores. Out of memory
+// surfaces as std::bad_alloc.
 const backend& tbb_backend();
 
 }  // namespace mha

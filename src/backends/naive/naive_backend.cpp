@@ -183,7 +183,7 @@ struct naive_impl final : backend {
     return "reference loops, single-threaded, float accumulation";
   }
   // Plain loops compiled for the x86-64 baseline; whatever the compiler vectorises is SSE2.
-  std::string isa() const override { return "scalar"; }
+  mha::isa isa() const override { return isa::scalar; }
   // Grouped-query attention too (each query head reads its group's K/V head, kv_group), and
   // decode (keys from a cache): naive_kernels says so.
   support supports(const problem& p) const override {

@@ -639,14 +639,31 @@ std::string_view isa_name(dnnl::cpu_isa isa) {
   return "unknown ISA";
 }
 
+// The class of oneDNN's effective ISA (its "avx" has no FMA: portable, as sse41).
+mha::isa isa_class(dnnl::cpu_isa isa) {
+  using enum dnnl::cpu_isa;
+  switch (isa) {
+    case avx2:
+    case avx2_vnni:
+      return mha::isa::avx2;
+    case avx512_mic:
+    case avx512_mic_4ops:
+    case avx512_core:
+    case avx512_core_vnni:
+      return mha::isa::avx512;
+    case avx512_core_bf16:
+      return mha::isa::avx512bf16;
+    case avx512_core_amx:
+      return mha::isa::amx;
+    default:
+      return mha::isa::sse41;
+  }
+}
+
 // Whether oneDNN's kernels multiply bf16 natively here (AVX512_BF16 or AMX). Below that,
 // oneDNN 2.6 emulates bf16 on avx512_core with extra instructions per product, or (AVX2) has
 // no bf16 matmul at all: slower than fp32, which is not what a bf16 plan is for.
-bool native_bf16() {
-  using enum dnnl::cpu_isa;
-  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-  return isa == avx512_core_bf16 || isa == avx512_core_amx;
-}
+bool native_bf16() { return mha::native_bf16(isa_class(dnnl::get_effective_cpu_isa())); }
 
 // dnnl::version()->cpu_runtime as a word.
 std::string_view runtime_name(unsigned runtime) {
@@ -671,7 +688,7 @@ struct onednn_impl final : backend {
                 isa_name(dnnl::get_effective_cpu_isa()),
                 native_bf16() ? ", fp32 and bf16" : ", fp32");
   }
-  std::string isa() const override { return std::string(isa_name(dnnl::get_effective_cpu_isa())); }
+  mha::isa isa() const override { return isa_class(dnnl::get_effective_cpu_isa()); }
   int max_threads() const noexcept override { return omp_get_max_threads(); }
   // What the kernel set computes: grouped K/V heads, decode and bf16, the last only where
   // oneDNN runs bf16 matmuls natively.

@@ -19,7 +19,7 @@ namespace {
 // The xsimd kernel set of one ISA with its GEMM and attention in parallel, the driver's run()
 // in a task arena of run_options::threads, and for_each (the wrapper's per-head projections, a
 // decode step's sequences) as parallel tasks whose kernels nest in the same arena.
-template <xsimd_isa Isa>
+template <mha::isa Isa>
 class tbb_kernel_set : public detail::xsimd_kernel_set<Isa> {
  public:
   using base = detail::xsimd_kernel_set<Isa>;
@@ -66,10 +66,10 @@ class tbb_impl final : public backend {
                         detail::default_threads(), " threads) over ",
                         detail::kernels_description(xsimd_default_isa()));
   }
-  std::string isa() const override { return std::string(to_string(xsimd_default_isa())); }
+  mha::isa isa() const override { return xsimd_default_isa(); }
   // What the kernel set computes: grouped K/V heads, decode and bf16 (every ISA alike).
   support supports(const problem& p) const override {
-    return detail::driver_support<tbb_kernel_set<xsimd_isa::sse2>>(p);
+    return detail::driver_support<tbb_kernel_set<isa::sse2>>(p);
   }
   int max_threads() const noexcept override { return detail::default_threads(); }
 

@@ -20,8 +20,8 @@ void to_pairs(const float* a, std::int64_t rows, std::int64_t k, std::int64_t ld
 }
 
 template <class Arch, class Tiles, class PairDot = widen_dot>
-const isa_kernels* kernels_of(xsimd_isa isa) noexcept {
-  static const isa_kernels table{isa,
+const isa_kernels* kernels_of(mha::isa which) noexcept {
+  static const isa_kernels table{which,
                                  Arch::name(),
                                  static_cast<int>(xsimd::batch<float, Arch>::size),
                                  Tiles::shapes,

@@ -14,7 +14,7 @@ using tiles = tile_list<tile<xsimd::fma3<xsimd::avx2>, 6, 2>, tile<xsimd::fma3<x
 
 template <>
 const isa_kernels* kernel_table::operator()(xsimd::fma3<xsimd::avx2>) const noexcept {
-  return avx2::kernels_of<xsimd::fma3<xsimd::avx2>, avx2::tiles>(xsimd_isa::avx2);
+  return avx2::kernels_of<xsimd::fma3<xsimd::avx2>, avx2::tiles>(isa::avx2);
 }
 
 }  // namespace mha::detail

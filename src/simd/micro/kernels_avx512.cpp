@@ -19,7 +19,7 @@ using tiles = tile_list<tile<xsimd::avx512bw, 8, 2>, tile<xsimd::fma3<xsimd::avx
 
 template <>
 const isa_kernels* kernel_table::operator()(xsimd::avx512bw) const noexcept {
-  return avx512::kernels_of<xsimd::avx512bw, avx512::tiles>(xsimd_isa::avx512);
+  return avx512::kernels_of<xsimd::avx512bw, avx512::tiles>(isa::avx512);
 }
 
 }  // namespace mha::detail

@@ -20,18 +20,19 @@ struct dpbf16_dot {
   static void to_pairs(const float* x, std::int64_t n, bf16_pair* dst) noexcept {
     std::int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-      const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+      const __m512bh both =
+          _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
       _mm512_storeu_si512(dst + i / 2, (__m512i)both);
     }
     if (i < n) {
       // The tail through a zero-padded register: the pair past an odd n gets a zero half.
       const __mmask16 lo = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
-      const __mmask16 hi =
-          static_cast<__mmask16>(n - i <= 16 ? 0 : n - i >= 32 ? 0xffff : (1u << (n - i - 16)) - 1);
+      const __mmask16 hi = static_cast<__mmask16>(n - i <= 16   ? 0
+                                                  : n - i >= 32 ? 0xffff
+                                                                : (1u << (n - i - 16)) - 1);
       const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, x + i + 16),
                                                 _mm512_maskz_loadu_ps(lo, x + i));
-      const __mmask16 words =
-          static_cast<__mmask16>((1u << ((n - i + 1) / 2)) - 1);
+      const __mmask16 words = static_cast<__mmask16>((1u << ((n - i + 1) / 2)) - 1);
       _mm512_mask_storeu_epi32(dst + i / 2, words, (__m512i)both);
     }
   }
@@ -48,11 +49,11 @@ struct dpbf16_dot {
                                        xsimd::batch<std::uint32_t, Arch> a,
                                        xsimd::batch<std::uint32_t, Arch> b) noexcept {
     if constexpr (xsimd::batch<float, Arch>::size == 16) {
-      return _mm512_dpbf16_ps(acc, (__m512bh)static_cast<__m512i>(a),
-                              (__m512bh)static_cast<__m512i>(b));
+      return _mm512_dpbf16_ps(acc, (__m512bh) static_cast<__m512i>(a),
+                              (__m512bh) static_cast<__m512i>(b));
     } else {
-      return _mm256_dpbf16_ps(acc, (__m256bh)static_cast<__m256i>(a),
-                              (__m256bh)static_cast<__m256i>(b));
+      return _mm256_dpbf16_ps(acc, (__m256bh) static_cast<__m256i>(a),
+                              (__m256bh) static_cast<__m256i>(b));
     }
   }
 };
@@ -65,7 +66,7 @@ using tiles = tile_list<tile<xsimd::avx512bw, 8, 2>, tile<xsimd::fma3<xsimd::avx
 
 const isa_kernels* avx512bf16_kernels() noexcept {
   return avx512bf16::kernels_of<xsimd::avx512bw, avx512bf16::tiles, avx512bf16::dpbf16_dot>(
-      xsimd_isa::avx512bf16);
+      isa::avx512bf16);
 }
 
 }  // namespace mha::detail
