@@ -34,8 +34,8 @@
 #include "core/text.hpp"
 #include "kernel_timing.hpp"
 #include "mha/backends/xsimd.hpp"
-#include "reference/reference.hpp"
-#include "simd/isa_kernels.hpp"
+#include "reference.hpp"
+#include "kernels/isa_kernels.hpp"
 
 #if MHA_BENCH_ONEDNN
 #include <omp.h>

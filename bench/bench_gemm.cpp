@@ -23,7 +23,7 @@
 #include "core/text.hpp"
 #include "kernel_timing.hpp"
 #include "mha/backends/xsimd.hpp"
-#include "simd/isa_kernels.hpp"
+#include "kernels/isa_kernels.hpp"
 
 #if MHA_BENCH_ONEDNN
 #include <omp.h>

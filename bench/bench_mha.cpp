@@ -18,13 +18,13 @@
 
 #include "check.hpp"
 #include "command_line.hpp"
-#include "common/kv_cache_access.hpp"
 #include "fma_peak.hpp"
 #include "machine_context.hpp"
+#include "mha_testing.hpp"
 #include "mha/error.hpp"
 #include "mha/registry.hpp"
 #include "progress.hpp"
-#include "reference/reference.hpp"
+#include "reference.hpp"
 #include "sweep.hpp"
 
 namespace {
@@ -122,7 +122,7 @@ class sweep_runner {
     if (p.cache) {
       // A decode step: the cache rewinds to `past` zero tokens before each (bench/README.md).
       for (auto _ : state) {
-        mha::detail::kv_cache_access::hold_zero_tokens(*p.cache, pr.past);
+        mha_testing::hold_zero_tokens(*p.cache, pr.past);
         p.plan->run(x, y, *p.cache, options);
         benchmark::ClobberMemory();
       }
@@ -187,7 +187,7 @@ class sweep_runner {
       const mha::tensor_view<float> y(p.y.data(), pr.batch, pr.seq_len, pr.cfg.d_out);
       if (pr.past > 0) {
         p.cache.emplace(p.plan->make_cache(pr.batch, pr.past + pr.seq_len));
-        mha::detail::kv_cache_access::hold_zero_tokens(*p.cache, pr.past);
+        mha_testing::hold_zero_tokens(*p.cache, pr.past);
         p.plan->run(x, y, *p.cache, {.threads = c.threads});
       } else {
         p.plan->run(x, y, {.threads = c.threads});

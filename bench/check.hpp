@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "mha/weights.hpp"
-#include "reference/reference.hpp"
+#include "reference.hpp"
 #include "sweep.hpp"
 
 namespace mha_bench {

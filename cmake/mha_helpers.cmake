@@ -76,10 +76,10 @@ macro(mha_add_backend name)
   endif()
 endmacro()
 
-# The SIMD kernels (src/simd) for a backend built on them, added once whichever asks first.
-function(mha_add_simd_kernels)
-  if(NOT TARGET mha_simd_kernels)
-    add_subdirectory(${PROJECT_SOURCE_DIR}/src/simd ${PROJECT_BINARY_DIR}/src/simd)
+# The SIMD kernels (src/kernels) for a backend built on them, added once whichever asks first.
+function(mha_add_kernels)
+  if(NOT TARGET mha_kernels)
+    add_subdirectory(${PROJECT_SOURCE_DIR}/src/kernels ${PROJECT_BINARY_DIR}/src/kernels)
   endif()
 endfunction()
 

@@ -1,4 +1,4 @@
-# Checks the ODR hazard of mha_simd_kernels' per-ISA objects (kernels_avx512/avx2/sse2.cpp.o, each
+# Checks the ODR hazard of mha_kernels' per-ISA objects (kernels_avx512/avx2/sse2.cpp.o, each
 # compiled with its own -march). A weak or unique symbol is kept once by the linker for every
 # caller in the program; if an ISA object defines one that code built for another ISA also
 # uses (an inline helper, a std template, an xsimd template of a narrower arch), the program

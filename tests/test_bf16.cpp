@@ -9,7 +9,7 @@
 
 #include "mha/backends/xsimd.hpp"
 #include "mha/build_config.hpp"
-#include "reference/reference.hpp"
+#include "reference.hpp"
 #include "support.hpp"
 #if MHA_WITH_TBB
 #include "mha/backends/tbb.hpp"

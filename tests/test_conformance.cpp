@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "mha/registry.hpp"
-#include "reference/reference.hpp"
+#include "reference.hpp"
 #include "support.hpp"
 
 namespace {

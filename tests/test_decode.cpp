@@ -17,7 +17,8 @@
 
 #include "mha/backends/onednn.hpp"
 #include "mha/error.hpp"
-#include "reference/reference.hpp"
+#include "mha_testing.hpp"
+#include "reference.hpp"
 #include "support.hpp"
 
 namespace {
@@ -269,6 +270,20 @@ TEST_P(DecodeBackend, SequencesAtDifferentLengths) {
   EXPECT_TRUE(same_rows(backend(), sequence(third, 1, 1, cfg.d_out), expected(1, 4, 1)));
 }
 
+// mha_testing::hold_zero_tokens, the benchmarks' rewind, stands for a prefill of zero tokens
+// (keys and values 0: the module has no qkv_bias): the next call computes what it computes
+// after a real prefill of x = 0.
+TEST_P(DecodeBackend, HeldZeroTokensEqualAPrefillOfZeros) {
+  ASSERT_FALSE(cfg.qkv_bias);
+  const std::vector<float> zeros(x_.size(), 0.0f);
+  mha::kv_cache fed = plan_->make_cache(batch, seq_len);
+  step_of(zeros, fed, {0, 0, 0}, 8);
+  mha::kv_cache held = plan_->make_cache(batch, seq_len);
+  mha_testing::hold_zero_tokens(held, 8);
+  EXPECT_EQ(held.lengths(), fed.lengths());
+  EXPECT_EQ(step(held, {8, 8, 8}, 2), step(fed, {8, 8, 8}, 2));
+}
+
 // A call past the capacity throws naming the sequence and the lengths, and changes nothing: the
 // next call that fits still computes the full forward's rows.
 TEST_P(DecodeBackend, CapacityErrorLeavesTheCacheIntact) {
@@ -379,7 +394,7 @@ INSTANTIATE_TEST_SUITE_P(All, DecodeBackend,
                          });
 
 // Long caches: a decode call of few rows over more than 2048 keys splits them into chunks on the
-// SIMD backends (src/simd/attention.hpp, split-KV). Sequence 0 crosses a chunk boundary inside a
+// SIMD backends (src/kernels/attention.hpp, split-KV). Sequence 0 crosses a chunk boundary inside a
 // call (its rows 0-1 see no key of the third chunk, rows 2-4 do); sequence 1 restarts, so one
 // call mixes 3 chunks and 1. Every output is the full forward's within the conformance bound,
 // and every thread count gives the same bits (onednn: within onednn_thread_tolerance).

@@ -7,7 +7,7 @@
 #include "core/dropout.hpp"
 #include "core/philox.hpp"
 #include "mha/registry.hpp"
-#include "reference/reference.hpp"
+#include "reference.hpp"
 #include "support.hpp"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "mha/registry.hpp"
-#include "reference/reference.hpp"
+#include "reference.hpp"
 #include "support.hpp"
 
 namespace {

@@ -1,7 +1,7 @@
 // The oracle itself, against cases whose answer follows from the formulas by hand.
 #include <gtest/gtest.h>
 
-#include "reference/reference.hpp"
+#include "reference.hpp"
 #include "support.hpp"
 
 namespace {

@@ -12,9 +12,9 @@
 #include "core/bf16.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"
-#include "reference/reference.hpp"
-#include "simd/gemm.hpp"
-#include "simd/isa_kernels.hpp"
+#include "reference.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/isa_kernels.hpp"
 #include "support.hpp"
 
 namespace {

@@ -9,7 +9,7 @@
 #include "cli/arguments.hpp"
 #include "mha/problem.hpp"
 #include "mha/registry.hpp"
-#include "reference/reference.hpp"
+#include "reference.hpp"
 
 namespace mha_cli {
 namespace {

@@ -1,4 +1,4 @@
-#include "reference/reference.hpp"
+#include "reference.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-#include "common/driver.hpp"
+#include "driver/driver.hpp"
 #include "core/bf16.hpp"
 #include "core/checks.hpp"
 #include "mha/backends/naive.hpp"

@@ -1,4 +1,4 @@
-// The oneDNN backend: the shared wrapper / split-weight drivers (common/driver.hpp) over a kernel
+// The oneDNN backend: the shared wrapper / split-weight drivers (driver/driver.hpp) over a kernel
 // set of oneDNN primitives (docs/design.md §2), built on first use of a shape and cached per plan.
 #include <omp.h>
 
@@ -15,7 +15,7 @@
 
 #include "backends/onednn/introspection.hpp"
 #include "backends/onednn/primitives.hpp"
-#include "common/driver.hpp"
+#include "driver/driver.hpp"
 #include "core/bf16.hpp"
 #include "core/checks.hpp"
 #include "core/dropout.hpp"
@@ -162,7 +162,7 @@ void apply_dropout(const detail::dropout_spec& dropout, float* weights, std::int
   }
 }
 
-// The oneDNN primitives as a kernel set of the shared drivers (common/driver.hpp), sequential
+// The oneDNN primitives as a kernel set of the shared drivers (driver/driver.hpp), sequential
 // between primitives (each primitive is threaded by oneDNN's OpenMP runtime):
 //   linear:        one matmul with fused bias, on weights packed in oneDNN's preferred layout
 //                  (bf16: x first rounded to bf16 by a reorder);

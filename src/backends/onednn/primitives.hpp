@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "common/buffer.hpp"
+#include "driver/buffer.hpp"
 #include "mha/weights.hpp"
 
 namespace mha::detail {

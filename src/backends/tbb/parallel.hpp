@@ -1,4 +1,4 @@
-// Internal: the TBB backend's parallel framework over the SIMD kernels (simd/isa_kernels.hpp): a
+// Internal: the TBB backend's parallel framework over the SIMD kernels (kernels/isa_kernels.hpp): a
 // task arena per run, the GEMM over a fixed grid of (row block, panel group) tiles, and attention
 // over (batch, head, query block) tasks with per-thread workspaces.
 //
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "simd/isa_kernels.hpp"
+#include "kernels/isa_kernels.hpp"
 
 namespace mha::detail {
 

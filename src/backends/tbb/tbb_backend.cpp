@@ -1,4 +1,4 @@
-// The TBB backend: the shared wrapper / split-weight drivers over the SIMD kernels (src/simd), run
+// The TBB backend: the shared wrapper / split-weight drivers over the SIMD kernels (src/kernels), run
 // in parallel by the framework of parallel.hpp inside one task arena per run.
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -11,7 +11,7 @@
 #include "core/text.hpp"
 #include "mha/backends/tbb.hpp"
 #include "mha/backends/xsimd.hpp"
-#include "simd/kernel_set.hpp"
+#include "kernels/kernel_set.hpp"
 
 namespace mha {
 namespace {

@@ -1,4 +1,4 @@
-// The xsimd backend: the shared wrapper / split-weight drivers over the SIMD kernels (src/simd)
+// The xsimd backend: the shared wrapper / split-weight drivers over the SIMD kernels (src/kernels)
 // of one ISA, chosen at prepare() (MHA_XSIMD_ISA, else the best this CPU runs).
 #include <cstdlib>
 #include <optional>
@@ -6,7 +6,7 @@
 #include "core/text.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"
-#include "simd/kernel_set.hpp"
+#include "kernels/kernel_set.hpp"
 
 namespace mha {
 namespace {

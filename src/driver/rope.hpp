@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/attention_args.hpp"
+#include "driver/attention_args.hpp"
 
 namespace mha::detail {
 

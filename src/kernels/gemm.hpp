@@ -15,8 +15,8 @@
 
 #include <cstdint>
 
-#include "common/attention_args.hpp"
-#include "common/buffer.hpp"
+#include "driver/attention_args.hpp"
+#include "driver/buffer.hpp"
 
 namespace mha::detail {
 

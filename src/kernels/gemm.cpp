@@ -1,11 +1,11 @@
 // The GEMM framework of the SIMD kernels: packing B into panels, and the loop over the heads of a
 // head-major projection. Compiled with the baseline flags.
-#include "simd/gemm.hpp"
+#include "kernels/gemm.hpp"
 
 #include <algorithm>
 
 #include "core/bf16.hpp"
-#include "simd/isa_kernels.hpp"
+#include "kernels/isa_kernels.hpp"
 
 namespace mha::detail {
 

@@ -8,8 +8,8 @@
 
 #include "core/bf16.hpp"
 #include "core/dropout.hpp"
-#include "simd/attention.hpp"
-#include "simd/micro/micro_kernel.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/micro/micro_kernel.hpp"
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 

@@ -1,6 +1,6 @@
 // The AVX-512 kernels (compiled with -march=x86-64-v4; see micro/micro_kernel.hpp).
 #define MHA_SIMD_ISA_NAMESPACE avx512
-#include "simd/micro/kernel_table.hpp"
+#include "kernels/micro/kernel_table.hpp"
 
 namespace mha::detail {
 namespace avx512 {

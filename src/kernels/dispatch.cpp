@@ -1,7 +1,7 @@
 // Which ISA's kernels run: the table per ISA, what this CPU runs, the default choice
 // (MHA_XSIMD_ISA or the best), and the public ISA functions of mha/backends/xsimd.hpp, which the
 // xsimd and tbb backends share. Compiled with the baseline flags.
-#include "simd/dispatch.hpp"
+#include "kernels/dispatch.hpp"
 
 #include <algorithm>
 #include <cassert>

@@ -5,7 +5,7 @@
 #include <immintrin.h>
 
 #define MHA_SIMD_ISA_NAMESPACE avx512bf16
-#include "simd/micro/kernel_table.hpp"
+#include "kernels/micro/kernel_table.hpp"
 
 namespace mha::detail {
 namespace avx512bf16 {

@@ -1,14 +1,14 @@
 // The attention framework of the SIMD kernels: the geometry of the fused kernel, packing a head
 // (into a workspace or a KV cache), the per-thread workspace, the schedule of a call and its
 // single-threaded loop. Compiled with the baseline flags.
-#include "simd/attention.hpp"
+#include "kernels/attention.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
-#include "simd/isa_kernels.hpp"
+#include "kernels/isa_kernels.hpp"
 
 namespace mha::detail {
 namespace {

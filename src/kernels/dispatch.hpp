@@ -3,7 +3,7 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include "simd/isa_kernels.hpp"
+#include "kernels/isa_kernels.hpp"
 
 namespace mha::detail {
 

@@ -1,7 +1,7 @@
 // The SSE2 kernels, the x86-64 baseline (compiled with -march=x86-64; see micro/micro_kernel.hpp).
 // SSE2 has no FMA: xsimd::fma is a multiply and an add.
 #define MHA_SIMD_ISA_NAMESPACE sse2
-#include "simd/micro/kernel_table.hpp"
+#include "kernels/micro/kernel_table.hpp"
 
 namespace mha::detail {
 namespace sse2 {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "common/attention_args.hpp"
+#include "driver/attention_args.hpp"
 #include "mha/kv_cache.hpp"
 
 namespace mha::detail {
@@ -14,10 +14,7 @@ struct kv_cache_access {
   static kv_store store(kv_cache& c) noexcept {
     return {c.data_.get(), c.heads_, c.head_bytes_, c.capacity_, c.lengths_.data()};
   }
-  // For benchmarks: every sequence as if it had been fed n tokens of x = 0 by a module without
-  // qkv_bias (keys and values 0), without computing them: a decode step over a long cache can
-  // be timed without its prefill. Valid while the cache's rows below n were never written (a
-  // cache is zeroed when made), e.g. to rewind to n after the steps that appended past it.
+  // mha_testing::hold_zero_tokens (src/testing/mha_testing.hpp), for benchmarks.
   static void hold_zero_tokens(kv_cache& c, std::int64_t n) noexcept {
     std::fill(c.lengths_.begin(), c.lengths_.end(), n);
   }

@@ -1,5 +1,5 @@
 // Internal: the SIMD kernels of one ISA as a kernel set of the shared drivers
-// (common/driver.hpp), single-threaded: the xsimd backend's; the tbb backend derives its
+// (driver/driver.hpp), single-threaded: the xsimd backend's; the tbb backend derives its
 // parallel set from it.
 #pragma once
 
@@ -8,9 +8,9 @@
 #include <optional>
 #include <string_view>
 
-#include "common/driver.hpp"
+#include "driver/driver.hpp"
 #include "mha/weights.hpp"
-#include "simd/isa_kernels.hpp"
+#include "kernels/isa_kernels.hpp"
 
 namespace mha::detail {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "simd/micro/micro_kernel.hpp"
+#include "kernels/micro/micro_kernel.hpp"
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 

@@ -12,9 +12,9 @@
 
 #include <cstdint>
 
-#include "common/attention_args.hpp"
-#include "common/buffer.hpp"
-#include "simd/gemm.hpp"
+#include "driver/attention_args.hpp"
+#include "driver/buffer.hpp"
+#include "kernels/gemm.hpp"
 
 namespace mha::detail {
 

@@ -41,10 +41,10 @@
 #include <optional>
 #include <vector>
 
-#include "common/attention_args.hpp"
-#include "common/buffer.hpp"
-#include "common/kv_cache_access.hpp"
-#include "common/rope.hpp"
+#include "driver/attention_args.hpp"
+#include "driver/buffer.hpp"
+#include "driver/kv_cache_access.hpp"
+#include "driver/rope.hpp"
 #include "core/checks.hpp"
 #include "mha/backend.hpp"
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "common/attention_args.hpp"
+#include "driver/attention_args.hpp"
 #include "mha/backends/xsimd.hpp"
-#include "simd/attention.hpp"
-#include "simd/gemm.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/gemm.hpp"
 
 namespace mha::detail {
 

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <xsimd/xsimd.hpp>
 
-#include "simd/gemm.hpp"
+#include "kernels/gemm.hpp"
 
 #ifndef MHA_SIMD_ISA_NAMESPACE
 #error "define MHA_SIMD_ISA_NAMESPACE (the ISA's name) before including micro_kernel.hpp"

@@ -1,6 +1,6 @@
 // The AVX2 + FMA kernels (compiled with -march=x86-64-v3; see micro/micro_kernel.hpp).
 #define MHA_SIMD_ISA_NAMESPACE avx2
-#include "simd/micro/kernel_table.hpp"
+#include "kernels/micro/kernel_table.hpp"
 
 namespace mha::detail {
 namespace avx2 {

@@ -3,9 +3,9 @@
 // MHA_SIMD_ISA_NAMESPACE; see micro/micro_kernel.hpp.
 #pragma once
 
-#include "simd/dispatch.hpp"
-#include "simd/micro/attention_kernel.hpp"
-#include "simd/micro/gemm_kernel.hpp"
+#include "kernels/dispatch.hpp"
+#include "kernels/micro/attention_kernel.hpp"
+#include "kernels/micro/gemm_kernel.hpp"
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
