@@ -11,6 +11,7 @@ packages=(
   libxsimd-dev libdnnl-dev ocl-icd-opencl-dev libtbb-dev   # optional backends (dnnl needs OpenCL)
   libgtest-dev libgmock-dev                                # tests
   clang-14 libclang-rt-14-dev                              # fuzz targets (libFuzzer, sanitizers)
+  clang-format-14                                          # the formatting check (scripts/format.sh)
   libbenchmark-dev libbenchmark-tools                      # benchmarks, compare.py
   python3-numpy python3-matplotlib python3-pytest python3-scipy  # reports and their tests
 )

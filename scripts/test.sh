@@ -5,7 +5,8 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer and the concurrency tests under
 # ThreadSanitizer, runs the fleet scripts on a single-host Slurm cluster (scripts/fleet/test-slurm.sh:
 # as root; it says why when it is skipped), then fuzzes each file parser for a few seconds
-# (scripts/fuzz.sh; longer runs: scripts/fuzz.sh SECONDS).
+# (scripts/fuzz.sh; longer runs: scripts/fuzz.sh SECONDS). The formatting check
+# (scripts/format.sh --check) runs after ctest; its failure fails the command at the end.
 #   MHA_TEST_BUILD_DIR     build directory (default: build/test); the sanitizer builds go next
 #                          to it (<dir>/../asan, <dir>/../tsan unless MHA_TEST_ASAN_DIR /
 #                          MHA_TEST_TSAN_DIR say otherwise)
@@ -28,6 +29,11 @@ jobs=$(nproc)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" --parallel "$jobs"
 ctest --test-dir "$build" --output-on-failure --parallel "$jobs"
+
+# The formatting check (clang-format, ruff: scripts/format.sh formats); a failure fails the
+# command at the end, after the other tests have run.
+format_ok=1
+"$root/scripts/format.sh" --check || format_ok=0
 
 # The fleet sweep (scripts/fleet/) as a user submits it, on a real Slurm cluster of this host:
 # a two-shard job array and the report job after it. Needs root and Debian's slurm-wlm and
@@ -84,4 +90,8 @@ fi
 
 "$root/scripts/fuzz.sh" "${MHA_TEST_FUZZ_SECONDS:-5}"
 
+if ((!format_ok)); then
+  echo "test.sh: the formatting check failed (above): scripts/format.sh formats the tree" >&2
+  exit 1
+fi
 echo "test.sh: passed in $((SECONDS - start)) s"
