@@ -33,9 +33,9 @@
 #include "backends/tbb/parallel.hpp"
 #include "core/text.hpp"
 #include "kernel_timing.hpp"
+#include "kernels/isa_kernels.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "reference.hpp"
-#include "kernels/isa_kernels.hpp"
 
 #if MHA_BENCH_ONEDNN
 #include <omp.h>

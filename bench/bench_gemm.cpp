@@ -22,8 +22,8 @@
 
 #include "core/text.hpp"
 #include "kernel_timing.hpp"
-#include "mha/backends/xsimd.hpp"
 #include "kernels/isa_kernels.hpp"
+#include "mha/backends/xsimd.hpp"
 
 #if MHA_BENCH_ONEDNN
 #include <omp.h>

@@ -17,9 +17,8 @@ struct options {
   std::string preset = "quick";
   overrides lists;                    // --batch --seq --heads --d-model --threads
   std::vector<std::string> backends;  // --backends; empty: every backend built
-  std::vector<mha::formulation> formulations = {mha::formulation::wrapper,
-                                                mha::formulation::split_weight,
-                                                mha::formulation::fused_qkv};
+  std::vector<mha::formulation> formulations = {
+      mha::formulation::wrapper, mha::formulation::split_weight, mha::formulation::fused_qkv};
   // --budget: skip cases whose forward pass is estimated slower than this (0 = never). 5 s lets
   // the naive backend (~2.6 GFLOP/s here) run GPT-2 small and the heads preset's fixed-d_model
   // series (2-2.5 s per pass) and skips its passes of 6 s and more.

@@ -46,8 +46,8 @@ std::vector<series> quick(int hw) {
 std::vector<series> heads(int hw) {
   // Grouped-query attention at the fixed width: multi-head, groups of 4 and 8, multi-query, at
   // the H of the axis that 8 divides.
-  series grouped{"heads_kv", {4}, {256}, {8, 16, 24, 32, 48, 64, 96}, {gpt2_d_model}, 0,
-                 one_and_all(hw)};
+  series grouped{"heads_kv",     {4}, {256},          {8, 16, 24, 32, 48, 64, 96},
+                 {gpt2_d_model}, 0,   one_and_all(hw)};
   grouped.kv_groups = {1, 4, 8, 0};
   return {{"heads_d_model", {4}, {256}, heads_axis, {gpt2_d_model}, 0, one_and_all(hw)},
           {"heads_head_dim", {1}, {128}, heads_axis, {}, 64, one_and_all(hw)},

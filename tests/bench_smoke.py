@@ -6,6 +6,7 @@ ctest with /usr/bin/python3 and PYTHONPATH=tools).
 
 usage: bench_smoke.py MHA_BENCH WORK_DIR
 """
+
 import json
 import os
 import re
@@ -17,15 +18,26 @@ from mhapy.problem import Shape, flops
 
 B, T, D, H = 2, 16, 32, 2
 SHAPE = ["--batch", str(B), "--seq", str(T), "--d-model", str(D), "--heads", str(H)]
-COUNTERS = (schema.GFLOPS, schema.TOKENS_PER_S, *schema.SHAPE_COUNTERS, schema.THREADS_COUNTER,
-            *schema.CHECK_COUNTERS)
+COUNTERS = (
+    schema.GFLOPS,
+    schema.TOKENS_PER_S,
+    *schema.SHAPE_COUNTERS,
+    schema.THREADS_COUNTER,
+    *schema.CHECK_COUNTERS,
+)
 PEAK_ISAS = {"avx512", "avx2", "portable"}
 
 
 def run(binary, out, *extra):
     """Runs mha_bench on the tiny shape; returns (exit code, stderr, parsed JSON)."""
-    args = [binary, *SHAPE, "--benchmark_min_time=0.01", f"--benchmark_out={out}",
-            "--benchmark_out_format=json", *extra]
+    args = [
+        binary,
+        *SHAPE,
+        "--benchmark_min_time=0.01",
+        f"--benchmark_out={out}",
+        "--benchmark_out_format=json",
+        *extra,
+    ]
     done = subprocess.run(args, capture_output=True, text=True, timeout=300)
     with open(out) as f:
         return done.returncode, done.stderr, json.load(f)
@@ -55,8 +67,10 @@ def check_measured(result):
         expect(peak_isa in PEAK_ISAS, f"{backend}: peak ISA {peak_isa}")
         expect(float(context[f"mha_fma_peak_gflops_one_core_{peak_isa}"]) > 0, f"no {peak_isa} peak")
         trials = [float(t) for t in context[f"mha_fma_peak_trials_one_core_{peak_isa}"].split(",")]
-        expect(len(trials) >= 3 and max(trials) == float(
-            context[f"mha_fma_peak_gflops_one_core_{peak_isa}"]), f"{peak_isa} trials {trials}")
+        expect(
+            len(trials) >= 3 and max(trials) == float(context[f"mha_fma_peak_gflops_one_core_{peak_isa}"]),
+            f"{peak_isa} trials {trials}",
+        )
         peak_isas.add(peak_isa)
     expect(context["mha_backend_naive_isa"] == "scalar", "naive's ISA")
 
@@ -69,8 +83,11 @@ def check_measured(result):
             expect(b["GFLOPS"] >= b["GFLOPS_min"] > 0, f"{name}: {b['GFLOPS']} {b['GFLOPS_min']}")
             peak_entries.add((peak.group(1), int(peak.group(2))))
             continue
-        m = re.fullmatch(rf"mha/(\w+)/(wrapper|split_weight|fused_qkv)/b{B}/t{T}/din{D}/dout{D}/h{H}"
-                         r"/threads:(\d+)/real_time", name)
+        m = re.fullmatch(
+            rf"mha/(\w+)/(wrapper|split_weight|fused_qkv)/b{B}/t{T}/din{D}/dout{D}/h{H}"
+            r"/threads:(\d+)/real_time",
+            name,
+        )
         expect(m, f"unexpected name {name}")
         backend, form, threads = m.group(1), m.group(2), int(m.group(3))
         seen.add((backend, form))
@@ -83,17 +100,20 @@ def check_measured(result):
         expect(b["label"].startswith("series="), f"{name}: label {b.get('label')}")
         expect(b["time_unit"] == "ms", f"{name}: time unit")
         seconds = b["real_time"] * 1e-3
-        expect(abs(b["GFLOPS"] - flops(Shape(B, T, D, D, H)) * 1e-9 / seconds) <= 1e-6 * b["GFLOPS"],
-               f"{name}: GFLOPS {b['GFLOPS']} is not model FLOPs / real_time")
-        expect(abs(b["tokens_per_s"] - B * T / seconds) <= 1e-6 * b["tokens_per_s"],
-               f"{name}: tokens_per_s")
+        expect(
+            abs(b["GFLOPS"] - flops(Shape(B, T, D, D, H)) * 1e-9 / seconds) <= 1e-6 * b["GFLOPS"],
+            f"{name}: GFLOPS {b['GFLOPS']} is not model FLOPs / real_time",
+        )
+        expect(abs(b["tokens_per_s"] - B * T / seconds) <= 1e-6 * b["tokens_per_s"], f"{name}: tokens_per_s")
         expect(b["check_rows"] == 8, f"{name}: {b['check_rows']} rows checked")
         expect(b["check_rel_err"] <= float(context["mha_check_tolerance"]), f"{name}: check")
     for backend in backends:
         for form in ("wrapper", "split_weight", "fused_qkv"):
             expect((backend, form) in seen, f"no benchmark of {backend} {form}")
-    expect(peak_entries == {(isa, at) for isa in peak_isas for at in (0, 1, 2)},
-           f"peak entries {sorted(peak_entries)} for ISAs {sorted(peak_isas)}")
+    expect(
+        peak_entries == {(isa, at) for isa in peak_isas for at in (0, 1, 2)},
+        f"peak entries {sorted(peak_entries)} for ISAs {sorted(peak_isas)}",
+    )
     expect(re.search(r"\[1/\d+\] mha/\S+  ETA ", stderr), f"no progress line in: {stderr}")
 
 
@@ -104,8 +124,10 @@ def check_all_skipped(result, code, message):
     for b in data["benchmarks"]:
         if b["name"].startswith("peak/"):
             continue
-        expect(b.get("error_occurred") and b["error_message"].startswith(message),
-               f"{b['name']}: expected '{message}...', got {b.get('error_message')}")
+        expect(
+            b.get("error_occurred") and b["error_message"].startswith(message),
+            f"{b['name']}: expected '{message}...', got {b.get('error_message')}",
+        )
 
 
 def main():
@@ -113,10 +135,12 @@ def main():
     os.makedirs(work, exist_ok=True)
     check_measured(run(binary, os.path.join(work, "measured.json")))
     # No float32 result is within 1e-30 of the double oracle: every check must fail, exit 1.
-    check_all_skipped(run(binary, os.path.join(work, "wrong.json"), "--quiet",
-                          "--tolerance=1e-30"), 1, "wrong result")
-    check_all_skipped(run(binary, os.path.join(work, "budget.json"), "--quiet",
-                          "--budget=1e-12"), 0, "over budget")
+    check_all_skipped(
+        run(binary, os.path.join(work, "wrong.json"), "--quiet", "--tolerance=1e-30"), 1, "wrong result"
+    )
+    check_all_skipped(
+        run(binary, os.path.join(work, "budget.json"), "--quiet", "--budget=1e-12"), 0, "over budget"
+    )
     print("bench_smoke: passed")
 
 

@@ -65,7 +65,8 @@ const std::vector<backend_case>& backend_cases();
 // ("xsimd_avx2_split_weight_b3_t17_din24_dout30_h3").
 using conformance_param = std::tuple<backend_case, mha::formulation, shape>;
 inline auto conformance_params() {
-  return testing::Combine(testing::ValuesIn(backend_cases()), testing::ValuesIn(mha::formulations()),
+  return testing::Combine(testing::ValuesIn(backend_cases()),
+                          testing::ValuesIn(mha::formulations()),
                           testing::ValuesIn(conformance_shapes()));
 }
 std::string conformance_param_name(const testing::TestParamInfo<conformance_param>& info);

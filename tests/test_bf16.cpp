@@ -80,13 +80,15 @@ INSTANTIATE_TEST_SUITE_P(All, Bf16, mha_test::conformance_params(),
 
 // A bf16 plan's cache holds bf16: half an fp32 plan's bytes; a generation loop through it gives
 // the full forward's rows, bit for bit on the backends whose decode shares their kernels.
-class Bf16Decode : public testing::TestWithParam<std::tuple<mha_test::backend_case, formulation>> {};
+class Bf16Decode : public testing::TestWithParam<std::tuple<mha_test::backend_case, formulation>> {
+};
 
 TEST_P(Bf16Decode, CacheHoldsBf16AndTokensEqualTheFullForward) {
   const auto& [backend, form] = GetParam();
   const shape s{2, 40, 24, 64, 4, true, true, true, 2, 10000.0};
   const mha::config cfg = bf16_config(s);
-  if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, 1, 8})) GTEST_SKIP() << *why;
+  if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, 1, 8}))
+    GTEST_SKIP() << *why;
   const mha::weights w = mha::weights::random(cfg, 5);
   const std::vector<float> x =
       mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 6, 2.0f);

@@ -1,7 +1,6 @@
 // safetensors and .npy: round trips, dtype conversions, files, and the malformed-file catalogue
 // (each case asserts mha::format_error and that the message names the offending value).
 #include <gtest/gtest.h>
-
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -10,14 +9,14 @@
 #include <bit>
 #include <chrono>
 #include <climits>
-#include <fstream>
-#include <iterator>
-#include <thread>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
+#include <thread>
 
 #include "mha/error.hpp"
 #include "mha/io.hpp"
@@ -201,7 +200,6 @@ std::vector<std::filesystem::path> listing(const std::filesystem::path& dir) {
   return names;
 }
 
-
 TEST_F(Files, WriteThenReadBothFormats) {
   const io::tensor t{{2, 2}, {1, 2, 3, 4}};
   io::write_npy(dir_ / "t.npy", t);
@@ -312,7 +310,8 @@ TEST_F(Files, NamesOfNameMaxBytesWork) {
 // Two writers of the same output each leave a whole file, never a mix or an error.
 TEST_F(Files, ConcurrentWritersBothProduceAValidFile) {
   const std::filesystem::path p = dir_ / "y.npy";
-  const io::tensor a{{4096}, std::vector<float>(4096, 1.0f)}, b{{4096}, std::vector<float>(4096, 2.0f)};
+  const io::tensor a{{4096}, std::vector<float>(4096, 1.0f)},
+      b{{4096}, std::vector<float>(4096, 2.0f)};
   std::atomic<int> errors{0};
   auto writer = [&](const io::tensor& t) {
     for (int i = 0; i < 50; ++i) {
@@ -339,14 +338,16 @@ TEST_F(Files, HugeFileWithABadHeaderIsRejectedBeforeItsDataIsRead) {
   {
     const std::vector<std::byte> head = safetensors("{}      ");
     std::ofstream out(p, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(head.data()), static_cast<std::streamsize>(head.size()));
+    out.write(reinterpret_cast<const char*>(head.data()),
+              static_cast<std::streamsize>(head.size()));
   }
   std::filesystem::resize_file(p, std::uint64_t{2} << 30);  // sparse: no disk used
-  struct rusage before {}, after {};
+  struct rusage before {
+  }, after{};
   ::getrusage(RUSAGE_SELF, &before);
-  expect_error<mha::format_error>([&] { io::read_safetensors(p); },
-                                  {"huge.safetensors", "data section has 2147483632 bytes",
-                                   "the tensors cover 0"});
+  expect_error<mha::format_error>(
+      [&] { io::read_safetensors(p); },
+      {"huge.safetensors", "data section has 2147483632 bytes", "the tensors cover 0"});
   ::getrusage(RUSAGE_SELF, &after);
   EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak RSS added";
 
@@ -377,7 +378,8 @@ TEST_F(Files, KeptTensorsAloneAreRead) {
               static_cast<std::streamsize>(head.size()));
   }
   std::filesystem::resize_file(p, std::filesystem::file_size(p) + big);  // sparse
-  struct rusage before {}, after {};
+  struct rusage before {
+  }, after{};
   ::getrusage(RUSAGE_SELF, &before);
   std::vector<std::string> seen;
   const io::tensor_file f = io::read_safetensors(p, [&](std::string_view name) {
@@ -447,7 +449,8 @@ TEST(BadSafetensors, HugeHeaderIsParsedInLinearTime) {
   for (const char* last : {"\"t0\":{}}", "\"z\":{}}"}) {
     const std::string text = header + last;
     const auto start = std::chrono::steady_clock::now();
-    expect_bad_safetensors(text, 0, {std::string(last).starts_with("\"t0") ? "key 't0' twice" : "lacks the field"});
+    expect_bad_safetensors(
+        text, 0, {std::string(last).starts_with("\"t0") ? "key 't0' twice" : "lacks the field"});
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_LT(seconds, 3.0) << "the one timing bound of the suite: loose, against quadratic time";

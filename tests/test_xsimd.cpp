@@ -10,11 +10,11 @@
 #include <limits>
 
 #include "core/bf16.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/isa_kernels.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"
 #include "reference.hpp"
-#include "kernels/gemm.hpp"
-#include "kernels/isa_kernels.hpp"
 #include "support.hpp"
 
 namespace {

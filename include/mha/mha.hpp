@@ -2,6 +2,7 @@
 #pragma once
 
 #include "mha/backend.hpp"
+#include "mha/backends/all.hpp"  // every backend this build contains
 #include "mha/build_config.hpp"
 #include "mha/config.hpp"
 #include "mha/error.hpp"
@@ -11,4 +12,3 @@
 #include "mha/run_options.hpp"
 #include "mha/tensor_view.hpp"
 #include "mha/weights.hpp"
-#include "mha/backends/all.hpp"  // every backend this build contains

@@ -23,7 +23,8 @@ struct run_options {
   // results for every value (fixed partitioning); oneDNN does on its AVX-512 kernels and agrees
   // within onednn_thread_tolerance on AVX2 (mha/backends/onednn.hpp).
   int threads = 0;
-  // Training mode: apply dropout with config::dropout to the attention weights (docs/design.md §1.1).
+  // Training mode: apply dropout with config::dropout to the attention weights (docs/design.md
+  // §1.1).
   bool training = false;
   // Dropout seed. The mask is a pure function of (seed, b, h, i, j): the same on every backend,
   // thread count and call.

@@ -48,8 +48,7 @@ int flushed(int code, std::string_view name) {
   errno = 0;
   if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
     const int reason = errno;
-    std::cerr << "mha" << (name.empty() ? "" : " ") << name
-              << ": cannot write to standard output: "
+    std::cerr << "mha" << (name.empty() ? "" : " ") << name << ": cannot write to standard output: "
               << (reason != 0 ? std::strerror(reason) : "write error") << '\n';
     return 2;
   }

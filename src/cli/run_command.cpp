@@ -182,7 +182,8 @@ const command& run_command() {
       "                     none, chunks from the start); 0 <= N <= tokens\n"
       "  --chunk S          with --incremental: tokens per later call (default 1)\n",
       {"backend", "formulation", "weights", "prefix", "input", "output", "heads", "kv-heads",
-       "rope-base", "context-length", "precision", "threads", "dropout", "seed", "prefill", "chunk"},
+       "rope-base", "context-length", "precision", "threads", "dropout", "seed", "prefill",
+       "chunk"},
       {"no-causal", "training", "incremental"},
       run_module};
   return c;

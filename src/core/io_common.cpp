@@ -111,8 +111,8 @@ input_file::input_file(const std::filesystem::path& path) : path_(path) {
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     const int reason = S_ISREG(st.st_mode) ? errno : EINVAL;
     ::close(fd_);
-    throw error(text("mha: cannot read '", path.string(),
-                     "': ", std::generic_category().message(reason)));
+    throw error(
+        text("mha: cannot read '", path.string(), "': ", std::generic_category().message(reason)));
   }
   size_ = static_cast<std::uint64_t>(st.st_size);
 }
@@ -124,9 +124,9 @@ input_file::~input_file() {
 void input_file::read(std::uint64_t offset, std::span<std::byte> out) const {
   std::size_t done = 0;
   while (done < out.size()) {
-    const ::ssize_t n =
-        ::pread(fd_, out.data() + done, std::min<std::size_t>(out.size() - done, std::size_t{1} << 30),
-                static_cast<::off_t>(offset + done));
+    const ::ssize_t n = ::pread(fd_, out.data() + done,
+                                std::min<std::size_t>(out.size() - done, std::size_t{1} << 30),
+                                static_cast<::off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       throw error(text("mha: cannot read '", path_.string(),

@@ -90,7 +90,8 @@ class input_file {
 // file a symlink names, keeping the link), so a failed write never leaves a partial file under
 // the final name and concurrent writers each leave a whole file. A path that exists and is not
 // a regular file (a device, FIFO, or a symlink to one: /dev/null, /dev/stdout), or is under /dev
-// or /proc (/dev/stdout redirected to a file), is written through, as cp does. mha::error on failure.
+// or /proc (/dev/stdout redirected to a file), is written through, as cp does. mha::error on
+// failure.
 void write_file(const std::filesystem::path& path, std::span<const std::byte> bytes);
 
 // Throws mha::format_error "<source>: <args...>".

@@ -280,8 +280,8 @@ tensor read_npy(const std::filesystem::path& path) {
   const std::string source = path.string();
   detail::input_file in(path);
   const std::uint64_t file_bytes = in.size();
-  std::vector<std::byte> prefix(static_cast<std::size_t>(
-      std::min<std::uint64_t>(file_bytes, 12 + max_npy_header_bytes)));
+  std::vector<std::byte> prefix(
+      static_cast<std::size_t>(std::min<std::uint64_t>(file_bytes, 12 + max_npy_header_bytes)));
   in.read(0, prefix);
   const npy_layout l = parse_layout(prefix, file_bytes, source);
   std::vector<std::byte> data(static_cast<std::size_t>(file_bytes - l.data_start));

@@ -107,7 +107,8 @@ class duplicate_key_check {
     return true;
   }
   bool key(json::string_t& key) {
-    if (!open_.back().insert(key).second) fail(source_, "header has the key ", printable(key), " twice");
+    if (!open_.back().insert(key).second)
+      fail(source_, "header has the key ", printable(key), " twice");
     return true;
   }
   bool end_object() {
@@ -246,8 +247,8 @@ std::uint64_t header_length(std::span<const std::byte> first8, std::uint64_t fil
          max_safetensors_header_bytes, " bytes");
   }
   if (header_bytes > file_bytes - 8) {
-    fail(source, "header length ", header_bytes, " runs past the end of the file (",
-         file_bytes - 8, " bytes follow the length)");
+    fail(source, "header length ", header_bytes, " runs past the end of the file (", file_bytes - 8,
+         " bytes follow the length)");
   }
   return header_bytes;
 }
@@ -295,7 +296,8 @@ tensor decode(const entry& e, std::span<const std::byte> bytes, std::string_view
 }  // namespace
 
 tensor_file parse_safetensors(std::span<const std::byte> bytes, std::string_view source) {
-  const std::uint64_t header_bytes = header_length(bytes.first(std::min<std::size_t>(8, bytes.size())), bytes.size(), source);
+  const std::uint64_t header_bytes =
+      header_length(bytes.first(std::min<std::size_t>(8, bytes.size())), bytes.size(), source);
   const std::span<const std::byte> data = bytes.subspan(8 + header_bytes);
   checked_header h = check_header(
       {reinterpret_cast<const char*>(bytes.data() + 8), static_cast<std::size_t>(header_bytes)},

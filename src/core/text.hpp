@@ -4,9 +4,9 @@
 #include <array>
 #include <charconv>
 #include <sstream>
+#include <string>
 #include <system_error>
 #include <type_traits>
-#include <string>
 #include <utility>
 
 namespace mha::detail {

@@ -41,11 +41,11 @@
 #include <optional>
 #include <vector>
 
+#include "core/checks.hpp"
 #include "driver/attention_args.hpp"
 #include "driver/buffer.hpp"
 #include "driver/kv_cache_access.hpp"
 #include "driver/rope.hpp"
-#include "core/checks.hpp"
 #include "mha/backend.hpp"
 
 namespace mha::detail {

@@ -17,9 +17,7 @@ namespace mha::detail {
 class rope_table {
  public:
   rope_table(std::int64_t positions, std::int64_t head_dim, double base)
-      : half_(head_dim / 2),
-        cos_(static_cast<std::size_t>(positions * half_)),
-        sin_(cos_.size()) {
+      : half_(head_dim / 2), cos_(static_cast<std::size_t>(positions * half_)), sin_(cos_.size()) {
     for (std::int64_t e = 0; e < half_; ++e) {
       const double frequency = std::pow(base, -2.0 * static_cast<double>(e) / head_dim);
       for (std::int64_t pos = 0; pos < positions; ++pos) {
@@ -32,7 +30,8 @@ class rope_table {
 
   // Head h of v (rows i < seq_len of every sequence b < batch) turned in place, row i of b by
   // position first(b) + i, in the rotate-half convention: for e < head_dim / 2,
-  //   (x_e, x_{e + head_dim/2}) <- (x_e cos - x_{e + head_dim/2} sin, x_{e + head_dim/2} cos + x_e sin).
+  //   (x_e, x_{e + head_dim/2}) <- (x_e cos - x_{e + head_dim/2} sin, x_{e + head_dim/2} cos + x_e
+  //   sin).
   template <class First>
   void rotate(const head_view<float>& v, std::int64_t h, std::int64_t batch, std::int64_t seq_len,
               First first) const noexcept {

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "driver/attention_args.hpp"
-#include "mha/backends/xsimd.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/gemm.hpp"
+#include "mha/backends/xsimd.hpp"
 
 namespace mha::detail {
 

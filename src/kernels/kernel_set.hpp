@@ -9,8 +9,8 @@
 #include <string_view>
 
 #include "driver/driver.hpp"
-#include "mha/weights.hpp"
 #include "kernels/isa_kernels.hpp"
+#include "mha/weights.hpp"
 
 namespace mha::detail {
 

@@ -210,9 +210,7 @@ def flops(s: Shape) -> int:
     new = s.seq_len * (s.seq_len + 1) // 2 if s.causal else s.seq_len * s.seq_len
     pairs = s.seq_len * s.past + new
     tokens = s.batch * s.seq_len
-    projections = 2 * tokens * s.d_in * (s.d_out + 2 * d_kv) + (
-        2 * tokens * s.d_out**2 if s.out_proj else 0
-    )
+    projections = 2 * tokens * s.d_in * (s.d_out + 2 * d_kv) + (2 * tokens * s.d_out**2 if s.out_proj else 0)
     scores_and_context = 4 * s.batch * s.n_heads * s.head_dim * pairs
     return projections + scores_and_context
 

@@ -137,7 +137,7 @@ def _choice(tmp_path, times: dict, spreads: dict | None = None):
             s,
             1,
             seconds,
-            **({"spread": spreads[backend]} if spreads and backend in spreads else {})
+            **({"spread": spreads[backend]} if spreads and backend in spreads else {}),
         )
     return analysis.choose(load([write(tmp_path / "c.json", data)]), s, 1)
 

@@ -5,9 +5,9 @@
 #include <limits>
 #include <vector>
 
-#include "driver/driver.hpp"
 #include "core/bf16.hpp"
 #include "core/checks.hpp"
+#include "driver/driver.hpp"
 #include "mha/backends/naive.hpp"
 
 namespace mha {

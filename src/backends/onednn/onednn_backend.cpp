@@ -15,11 +15,11 @@
 
 #include "backends/onednn/introspection.hpp"
 #include "backends/onednn/primitives.hpp"
-#include "driver/driver.hpp"
 #include "core/bf16.hpp"
 #include "core/checks.hpp"
 #include "core/dropout.hpp"
 #include "core/text.hpp"
+#include "driver/driver.hpp"
 #include "mha/backends/onednn.hpp"
 #include "mha/error.hpp"
 

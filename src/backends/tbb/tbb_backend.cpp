@@ -1,5 +1,5 @@
-// The TBB backend: the shared wrapper / split-weight drivers over the SIMD kernels (src/kernels), run
-// in parallel by the framework of parallel.hpp inside one task arena per run.
+// The TBB backend: the shared wrapper / split-weight drivers over the SIMD kernels (src/kernels),
+// run in parallel by the framework of parallel.hpp inside one task arena per run.
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/version.h>
@@ -9,9 +9,9 @@
 
 #include "backends/tbb/parallel.hpp"
 #include "core/text.hpp"
+#include "kernels/kernel_set.hpp"
 #include "mha/backends/tbb.hpp"
 #include "mha/backends/xsimd.hpp"
-#include "kernels/kernel_set.hpp"
 
 namespace mha {
 namespace {

@@ -4,9 +4,9 @@
 #include <optional>
 
 #include "core/text.hpp"
+#include "kernels/kernel_set.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"
-#include "kernels/kernel_set.hpp"
 
 namespace mha {
 namespace {

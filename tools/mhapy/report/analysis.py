@@ -1257,8 +1257,9 @@ class Bandwidth:
 
 
 def _file_bandwidth(source: str, context: dict) -> Bandwidth:
-    one, all_cores = _number(context.get(schema.STREAM_ONE_CORE)), _number(
-        context.get(schema.STREAM_ALL_CORES)
+    one, all_cores = (
+        _number(context.get(schema.STREAM_ONE_CORE)),
+        _number(context.get(schema.STREAM_ALL_CORES)),
     )
     threads = _number(context.get(schema.STREAM_THREADS))
     return Bandwidth(

@@ -420,17 +420,21 @@ def _gflops_section(
                     above[no_dot].append((pct, f"{b} {f}", series.x(shape), n))
     blocks += _above_100(
         above[False],
-        lambda count, pct, variant, x, n: f"**{count} value(s) exceed 100% of the measured peak** (up to "
-        f"{pct:.0f}%: {variant} at {short}={x}, {_threads_text(n)}): the peak calibration measured "
-        "less than these runs reached (a busy machine during calibration, or turbo), so % of peak "
-        "is overstated there.",
+        lambda count, pct, variant, x, n: (
+            f"**{count} value(s) exceed 100% of the measured peak** (up to "
+            f"{pct:.0f}%: {variant} at {short}={x}, {_threads_text(n)}): the peak calibration measured "
+            "less than these runs reached (a busy machine during calibration, or turbo), so % of peak "
+            "is overstated there."
+        ),
     )
     blocks += _above_100(
         above[True],
-        lambda count, pct, variant, x, n: f"{count} bf16 value(s) exceed 100% of the FP32 FMA peak "
-        f"(up to {pct:.0f}%: {variant} at {short}={x}, {_threads_text(n)}): their kernels multiply "
-        "bf16 pairs natively, but their file has no bf16 dot-product peak to read them against, "
-        "so the FP32 FMA peak stands in; native bf16 kernels can exceed it.",
+        lambda count, pct, variant, x, n: (
+            f"{count} bf16 value(s) exceed 100% of the FP32 FMA peak "
+            f"(up to {pct:.0f}%: {variant} at {short}={x}, {_threads_text(n)}): their kernels multiply "
+            "bf16 pairs natively, but their file has no bf16 dot-product peak to read them against, "
+            "so the FP32 FMA peak stands in; native bf16 kernels can exceed it."
+        ),
     )
     for (series, n), table in tables.items():
         if table is None:
@@ -1292,9 +1296,11 @@ def _decode_sections(
     ]
     blocks += _above_100(
         above,
-        lambda count, pct, variant, past, n: f"**{count} step(s) beat the bandwidth bound** (up to "
-        f"{pct:.0f}%: {variant} at past={past}, {_threads_text(n)}): part of the bytes came from a "
-        "cache, not memory, so the bound does not hold there.",
+        lambda count, pct, variant, past, n: (
+            f"**{count} step(s) beat the bandwidth bound** (up to "
+            f"{pct:.0f}%: {variant} at past={past}, {_threads_text(n)}): part of the bytes came from a "
+            "cache, not memory, so the bound does not hold there."
+        ),
     )
     for (series, n), table in tables.items():
         if table is None:

@@ -57,9 +57,7 @@ class Key:
 
     def name(self) -> str:
         """The canonical benchmark name (without Google Benchmark's own suffixes)."""
-        return (
-            f"mha/{self.backend}/{self.formulation}/{self.shape.problem_suffix()}" f"/threads:{self.threads}"
-        )
+        return f"mha/{self.backend}/{self.formulation}/{self.shape.problem_suffix()}/threads:{self.threads}"
 
 
 @dataclass
