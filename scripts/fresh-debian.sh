@@ -6,11 +6,16 @@
 # `scripts/sweep.sh` with the given flags. Long (about half an hour on 2 cores: every package,
 # then every build from nothing), so not part of `.ci/run`.
 #
-#   scripts/fresh-debian.sh [--dir DIR] [--mirror URL] [--keep] [--no-sweep] [-- SWEEP_FLAGS...]
+#   scripts/fresh-debian.sh [--dir DIR] [--mirror URL] [--keep] [--no-sweep] [--no-host-pip]
+#                           [-- SWEEP_FLAGS...]
 #
 # --dir: where the new root goes (default build/fresh-debian, under the build tree; replaced on
 # every run); --mirror: the Debian archive (default http://deb.debian.org/debian); --keep: leave
 # the root there afterwards (default: removed when the run ends); --no-sweep: the tests only.
+# pip in the chroot sees the host's pip configuration (/etc/pip.conf, /etc/xdg/pip, root's, PIP_*
+# variables) and the local folders it names (read-only): that is how a machine of this kind
+# offers its CPU PyTorch wheel, which the peers' environment installs. --no-host-pip: PyPI alone
+# (where PyPI's torch is a CUDA build, the peers' environment then leaves PyTorch out and says so).
 # Everything after `--` goes to scripts/sweep.sh (`-- --with-peers --preset decode`).
 #
 # Root only (debootstrap, chroot and mounts): anyone else gets a refusal and exit 2. The mounts
@@ -28,6 +33,7 @@ dir=$root/build/fresh-debian
 mirror=http://deb.debian.org/debian
 keep=0
 sweep=1
+host_pip=1
 sweep_args=()
 while (($#)); do
   case $1 in
@@ -35,8 +41,9 @@ while (($#)); do
     --mirror) mirror=${2:?"--mirror needs a URL"}; shift 2 ;;
     --keep) keep=1; shift ;;
     --no-sweep) sweep=0; shift ;;
+    --no-host-pip) host_pip=0; shift ;;
     --) shift; sweep_args=("$@"); break ;;
-    -h | --help) sed -n '2,21s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,26s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "$name: unknown argument '$1' (sweep flags go after --)" >&2; exit 2 ;;
   esac
 done
@@ -89,6 +96,27 @@ echo "$name: debootstrap took $((SECONDS - step_start)) s"
 chroot "$rootfs" dpkg-query -W -f='${Package}\n' | sort >"$logs/packages-minbase.txt"
 commit=$(git -C "$root" rev-parse HEAD)
 
+# The host's pip configuration and the local folders its find-links, index and constraint
+# settings name, each bound read-only at the same path in the chroot, and its PIP_* variables
+# (--no-host-pip: none of it).
+pip_paths=() pip_env=()
+if ((host_pip)); then
+  # Root's own configuration too: the chroot's HOME is /root, as the host's is under sudo.
+  configs=(/etc/pip.conf /etc/xdg/pip /root/.config/pip /root/.pip)
+  for f in "${configs[@]}"; do [[ -e $f ]] && pip_paths+=("$f"); done
+  while read -r path; do
+    covered=0
+    for p in "${pip_paths[@]}"; do [[ $path == "$p" || $path == "$p"/* ]] && covered=1; done
+    ((covered)) || pip_paths+=("$path")
+  done < <({ env | grep -E '^PIP_(FIND_LINKS|INDEX_URL|EXTRA_INDEX_URL|CONSTRAINT)=' | cut -d= -f2-
+    cat /etc/pip.conf /etc/xdg/pip/*.conf /root/.config/pip/*.conf /root/.pip/*.conf 2>/dev/null |
+      grep -E '^[[:space:]]*(find-links|index-url|extra-index-url|constraint)[[:space:]]*='; } |
+    grep -oE "(file://)?/[^ \"',]+" | sed 's@^file://@@; s@/simple/\{0,1\}$@@' | sort -u |
+    while read -r p; do if [[ -e $p ]]; then echo "$p"; fi; done)
+  mapfile -t pip_env < <(env | grep '^PIP_')
+  if ((${#pip_paths[@]})); then echo "$name: pip in the chroot sees the host's ${pip_paths[*]}"; fi
+fi
+
 # Runs inside the new namespaces: mounts, then the user's steps in the chroot. Each step's
 # outcome goes to a line of $logs/steps.txt ("name status seconds"), read back below.
 inner=$(
@@ -99,9 +127,14 @@ mount -t sysfs sysfs "$ROOTFS/sys"   # its fs/cgroup is empty: no cgroup file sy
 mount --rbind /dev "$ROOTFS/dev"
 mkdir -p "$ROOTFS/mnt/mha-source"
 mount --bind -o ro "$SOURCE" "$ROOTFS/mnt/mha-source"
+while IFS= read -r path; do  # the host's pip configuration (above), read-only
+  [[ -n $path ]] || continue
+  if [[ -d $path ]]; then mkdir -p "$ROOTFS$path"; else mkdir -p "$(dirname "$ROOTFS$path")"; touch "$ROOTFS$path"; fi
+  mount --bind -o ro "$path" "$ROOTFS$path"
+done <<<"$PIP_PATHS"
 in_chroot() {
-  chroot "$ROOTFS" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
-    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin bash -c "$1"
+  eval "chroot \"\$ROOTFS\" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=\"\${TERM:-dumb}\" \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin $PIP_ENV bash -c \"\$1\""
 }
 step() { # step NAME COMMAND: runs COMMAND in the chroot, its output to $LOGS/NAME.log
   local t=$SECONDS status=0
@@ -124,7 +157,10 @@ EOF
 : >"$logs/steps.txt"
 sweep_text=  # the sweep's flags, quoted for the inner shell (none: nothing, not an empty word)
 if ((${#sweep_args[@]})); then sweep_text=$(printf '%q ' "${sweep_args[@]}"); fi
-ROOTFS=$rootfs SOURCE=$root LOGS=$logs COMMIT=$commit SWEEP=$sweep SWEEP_ARGS=$sweep_text \
+pip_env_text=  # the PIP_* assignments, quoted for the inner shell
+if ((${#pip_env[@]})); then pip_env_text=$(printf '%q ' "${pip_env[@]}"); fi
+PIP_PATHS=$(printf '%s\n' "${pip_paths[@]}") PIP_ENV=$pip_env_text \
+  ROOTFS=$rootfs SOURCE=$root LOGS=$logs COMMIT=$commit SWEEP=$sweep SWEEP_ARGS=$sweep_text \
   unshare --mount --pid --fork --propagation private bash -c "$inner" || true
 chroot "$rootfs" dpkg-query -W -f='${Package}\n' | sort |
   comm -13 "$logs/packages-minbase.txt" - >"$dir/installed.txt"
@@ -142,4 +178,6 @@ for step in git test sweep; do
 done
 grep -h "fleet-slurm-test: \(SKIPPED\|passed\|FAILED\)" "$logs/test.log" 2>/dev/null | sed 's/^/  /' || true
 echo "  installed: $(wc -l <"$dir/installed.txt") Debian packages beyond minbase (${dir#"$root"/}/installed.txt)"
+# What the peers' environment installed (scripts/peers-env.sh says it once, when it makes it).
+grep -h "^peers-env: \(installed\|left out\)" "$logs/test.log" "$logs/sweep.log" 2>/dev/null | sort -u | sed 's/^/  /' || true
 exit "$failed"
