@@ -13,7 +13,8 @@
 # every run); --mirror: the Debian archive (default http://deb.debian.org/debian); --keep: leave
 # the root there afterwards (default: removed when the run ends); --no-sweep: the tests only.
 # pip in the chroot sees the host's pip configuration (/etc/pip.conf, /etc/xdg/pip, root's, PIP_*
-# variables) and the local folders it names (read-only): that is how a machine of this kind
+# variables), the local folders it names and the host's local CA certificates
+# (/usr/local/share/ca-certificates), all read-only: that is how a machine of this kind
 # offers its CPU PyTorch wheel, which the peers' environment installs. --no-host-pip: PyPI alone
 # (where PyPI's torch is a CUDA build, the peers' environment then leaves PyTorch out and says so).
 # Everything after `--` goes to scripts/sweep.sh (`-- --with-peers --preset decode`).
@@ -101,8 +102,11 @@ commit=$(git -C "$root" rev-parse HEAD)
 # (--no-host-pip: none of it).
 pip_paths=() pip_env=()
 if ((host_pip)); then
-  # Root's own configuration too: the chroot's HOME is /root, as the host's is under sudo.
-  configs=(/etc/pip.conf /etc/xdg/pip /root/.config/pip /root/.pip)
+  # Root's own configuration too (the chroot's HOME is /root, as the host's is under sudo), and
+  # the host's local CA certificates, which ca-certificates adds to the chroot's bundle when the
+  # first step installs it: where the network reaches PyPI through a proxy of its own, pip needs
+  # them as the host's pip does.
+  configs=(/etc/pip.conf /etc/xdg/pip /root/.config/pip /root/.pip /usr/local/share/ca-certificates)
   for f in "${configs[@]}"; do [[ -e $f ]] && pip_paths+=("$f"); done
   while read -r path; do
     covered=0
