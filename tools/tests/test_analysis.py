@@ -13,9 +13,11 @@ from conftest import (
 )
 
 from mhapy.problem import Shape, flops
-from mhapy.report import analysis
-from mhapy.report.analysis import Peak, classify_peak_key, find_peak
+from mhapy.report import formulations, linking, peaks, throughput
+from mhapy.report.peaks import Peak, classify_peak_key, find_peak
 from mhapy.report.results import load
+from mhapy.report.scaling import thread_scaling
+from mhapy.report.series import heads_series, seq_series
 
 
 @pytest.fixture
@@ -47,8 +49,8 @@ def test_peak_rule_one_core_for_one_thread_all_cores_scaled_otherwise(heads):
     assert Peak(50.0, None, None).for_threads(2) is None  # not assumed to scale
     overridden = find_peak(heads, one_core=80.0)
     assert overridden.for_threads(1) == 80.0 and "--peak-1core" in overridden.source
-    assert analysis.percent_of_peak(50.0, peak, 1) == pytest.approx(50.0)
-    assert analysis.percent_of_peak(50.0, Peak(), 1) is None
+    assert peaks.percent_of_peak(50.0, peak, 1) == pytest.approx(50.0)
+    assert peaks.percent_of_peak(50.0, Peak(), 1) is None
 
 
 def test_peak_threads_fall_back_to_num_cpus(tmp_path):
@@ -62,26 +64,26 @@ def test_peak_threads_fall_back_to_num_cpus(tmp_path):
 
 
 def test_both_heads_series_are_inferred_from_the_shapes(heads):
-    series = analysis.heads_series(heads.shapes())
+    series = heads_series(heads.shapes())
     kinds = [(s.kind, [s.x(x) for x in s.shapes]) for s in series]
     assert kinds == [("d_model", [h for h in HEADS if 768 % h == 0]), ("head_dim", list(HEADS))]
     d_model, head_dim = series
     assert all(s.head_dim == 64 and s.d_out == 64 * s.n_heads for s in head_dim.shapes)
     assert {(s.batch, s.seq_len, s.d_out) for s in d_model.shapes} == {(4, 256, 768)}
-    assert analysis.seq_series(heads.shapes()) == []
+    assert seq_series(heads.shapes()) == []
 
 
 def test_seq_series_groups_shapes_that_differ_only_in_t():
     shapes = [Shape(1, t, 768, 768, 12) for t in (64, 256, 1024)] + [Shape(1, 64, 768, 768, 6)]
-    (series,) = analysis.seq_series(shapes)
+    (series,) = seq_series(shapes)
     assert [series.x(s) for s in series.shapes] == [64, 256, 1024]
     assert series.x_name == "T (tokens)"
 
 
 def test_speedup_is_wrapper_time_over_split_time_per_backend(heads):
-    for series in analysis.heads_series(heads.shapes()):
+    for series in heads_series(heads.shapes()):
         for threads in (1, 2):
-            table = analysis.speedup_table(heads, series, threads)
+            table = formulations.speedup_table(heads, series, threads)
             # (backend, formulation) columns; torch_nn_mha has no wrapper, none has fused_qkv
             assert table.columns == [(b, "split_weight") for b in ("naive", "xsimd", "torch")]
             for backend, form in table.columns:
@@ -93,12 +95,12 @@ def test_speedup_is_wrapper_time_over_split_time_per_backend(heads):
 def test_speedup_needs_both_formulations(tmp_path):
     s = Shape(1, 8, 16, 16, 2)
     results = load([write(tmp_path / "w.json", entries("naive", "wrapper", s, 1, 1.0))])
-    assert analysis.speedup(results, "naive", s, 1) is None
+    assert formulations.speedup(results, "naive", s, 1) is None
 
 
 def test_gflops_table_is_model_flops_over_median_time(heads):
-    series = analysis.heads_series(heads.shapes())[1]  # fixed head_dim
-    table = analysis.gflops_table(heads, series, 2)
+    series = heads_series(heads.shapes())[1]  # fixed head_dim
+    table = throughput.gflops_table(heads, series, 2)
     assert ("xsimd", "wrapper") in table.columns and ("torch_nn_mha", "split_weight") in table.columns
     for s, (x, values) in zip(series.shapes, table.rows):
         got = dict(zip(table.columns, values))
@@ -115,7 +117,7 @@ def test_thread_scaling_geomean_min_max(tmp_path):
         + entries("tbb", "split_weight", b, 2, 1.0 / 1.5)
         + entries("tbb", "wrapper", a, 1, 1.0)  # no 2-thread partner: not in the scaling
     )
-    (scaling,) = analysis.thread_scaling(load([write(tmp_path / "t.json", data)]))
+    (scaling,) = thread_scaling(load([write(tmp_path / "t.json", data)]))
     assert (scaling.backend, scaling.formulation, scaling.threads, scaling.shapes) == (
         "tbb",
         "split_weight",
@@ -139,7 +141,7 @@ def _choice(tmp_path, times: dict, spreads: dict | None = None):
             seconds,
             **({"spread": spreads[backend]} if spreads and backend in spreads else {}),
         )
-    return analysis.choose(load([write(tmp_path / "c.json", data)]), s, 1)
+    return linking.choose(load([write(tmp_path / "c.json", data)]), s, 1)
 
 
 def test_choice_picks_the_fastest_linkable_and_the_best_other_backend(tmp_path):
@@ -159,14 +161,15 @@ def test_choice_picks_the_fastest_linkable_and_the_best_other_backend(tmp_path):
     assert not c.tie
     assert c.peer.key.backend == "torch"
     assert (
-        c.recommendation == "link xsimd, run split_weight (wrapper: 1.10× slower); 1.50× faster than onednn"
+        linking.recommendation(c)
+        == "link xsimd, run split_weight (wrapper: 1.10× slower); 1.50× faster than onednn"
     )
 
 
 def test_choice_calls_a_small_margin_a_tie(tmp_path):
     c = _choice(tmp_path, {("xsimd", "split_weight"): 1.0, ("tbb", "split_weight"): 1.03})
     assert c.tie and c.margin == pytest.approx(0.03)
-    assert c.recommendation.startswith("xsimd or tbb: within noise (3.0% apart)")
+    assert linking.recommendation(c).startswith("xsimd or tbb: within noise (3.0% apart)")
 
 
 def test_choice_calls_overlapping_repetitions_a_tie_even_beyond_the_margin(tmp_path):
@@ -179,19 +182,19 @@ def test_choice_calls_overlapping_repetitions_a_tie_even_beyond_the_margin(tmp_p
 def test_choice_with_one_backend_or_peers_only(tmp_path):
     c = _choice(tmp_path, {("naive", "split_weight"): 2.0, ("naive", "wrapper"): 3.0})
     assert c.runner_up is None and c.margin is None
-    assert c.recommendation == "only naive measured: run split_weight (wrapper: 1.50× slower)"
+    assert linking.recommendation(c) == "only naive measured: run split_weight (wrapper: 1.50× slower)"
     c = _choice(tmp_path, {("torch", "split_weight"): 2.0})
     assert c.best is None and c.peer.key.backend == "torch"
 
 
 def test_win_counts_and_relative_time(heads):
-    chosen = analysis.choices(heads)
+    chosen = linking.choices(heads)
     assert len(chosen) == 2 * len(heads.shapes())
     # Model: xsimd split is fastest everywhere (50 GFLOP/s vs naive's 2).
     n_shapes = len(heads.shapes())
-    assert analysis.win_counts(chosen, 1) == [("xsimd split_weight", n_shapes, n_shapes)]
-    series = analysis.heads_series(heads.shapes())[1]
-    table = analysis.relative_time_table(heads, series, 1)
+    assert linking.win_counts(chosen, 1) == [("xsimd split_weight", n_shapes, n_shapes)]
+    series = heads_series(heads.shapes())[1]
+    table = linking.relative_time_table(heads, series, 1)
     assert table.columns == ["naive", "xsimd", "torch", "torch_nn_mha"]
     for x, values in table.rows:
         rel = dict(zip(table.columns, values))
@@ -205,7 +208,7 @@ def test_win_counts_and_relative_time(heads):
 def test_series_of_other_presets_do_not_mix(heads):
     # d_model series are keyed on B and T too: the head_dim series' H=12 (d768, B1 T128) is not
     # in the d_model series (B4 T256).
-    d_model = analysis.heads_series(heads.shapes())[0]
+    d_model = heads_series(heads.shapes())[0]
     assert d_model.kind == "d_model"
     assert Shape(1, 128, 768, 768, 12) not in d_model.shapes
     assert d_model_series()[0] in d_model.shapes and head_dim_series()[0] not in d_model.shapes

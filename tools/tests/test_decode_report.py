@@ -21,9 +21,10 @@ from test_report import table_after
 
 from mhapy import schema
 from mhapy.problem import Shape, decode_bytes
-from mhapy.report import analysis, cli
-from mhapy.report.report import fmt_time
+from mhapy.report import cli, decode, linking
 from mhapy.report.results import load, load_machines
+from mhapy.report.series import heads_series, past_series, seq_series
+from mhapy.report.wording import fmt_time
 
 # The decode model: a step takes bytes_min / (bandwidth of its thread count x efficiency), the
 # wrapper WRAPPER_SLOWER times longer. naive runs 1 thread only.
@@ -155,10 +156,10 @@ def test_backend_to_link_for_decode_per_thread_count(tmp_path):
     data = decode_run()
     path = write(tmp_path / "d.json", data, dict(CONTEXT, **STREAM_CONTEXT))
     results = load([path]).decode()
-    one = analysis.link_summary(results, 1)
+    one = linking.link_summary(results, 1)
     assert (one.backend, one.runner_up) == ("xsimd", "tbb")
     assert one.margin == pytest.approx(0.8 / 0.7 - 1)
-    two = analysis.link_summary(results, 2)
+    two = linking.link_summary(results, 2)
     assert (two.backend, two.runner_up, two.shapes) == ("tbb", None, 6)
     out = tmp_path / "r"
     assert cli.main([str(path), "--out", str(out)]) == 0
@@ -200,7 +201,7 @@ def test_a_step_above_the_bound_is_said_and_the_bound_follows_the_thread_rule(tm
     data = entries("xsimd", "split_weight", s, 1, fast) + entries("tbb", "split_weight", s, 3, fast)
     path = write(tmp_path / "d.json", data, dict(CONTEXT, **STREAM_CONTEXT))
     results = load([path])
-    bandwidths = analysis.find_bandwidths(results)
+    bandwidths = decode.find_bandwidths(results)
     xsimd, tbb = (results.get(b, "split_weight", s, n) for b, n in (("xsimd", 1), ("tbb", 3)))
     assert bandwidths.percent(xsimd) == pytest.approx(200.0)
     assert bandwidths.bound_s(tbb) is None  # measured on 2 threads, not 3
@@ -218,22 +219,22 @@ def test_bytes_min_comes_from_the_counter_else_from_the_shape(tmp_path):
     assert data[0][schema.BYTES_MIN] == decode_bytes(s, "wrapper")
     data[0][schema.BYTES_MIN] = data[1][schema.BYTES_MIN] = data[2][schema.BYTES_MIN] = 1e6
     m = load([write(tmp_path / "a.json", data)]).get("naive", "wrapper", s, 1)
-    assert analysis.bytes_min(m) == 1e6
+    assert decode.bytes_min(m) == 1e6
     for e in data:
         e.pop(schema.BYTES_MIN, None)
     m = load([write(tmp_path / "b.json", data)]).get("naive", "wrapper", s, 1)
-    assert m.bytes_min is None and analysis.bytes_min(m) == decode_bytes(s, "wrapper")
+    assert m.bytes_min is None and decode.bytes_min(m) == decode_bytes(s, "wrapper")
 
 
 def test_past_series_group_everything_but_past():
     shapes = decode_shapes() + [Shape(1, 1, 768, 768, 12), Shape(1, 1, 768, 768, 12, past=7, causal=False)]
-    series = analysis.past_series(shapes)
+    series = past_series(shapes)
     assert [(s.title, [s.x(x) for x in s.shapes]) for s in series] == [
         ("B=1, T=1, d_model = 768, H = 12, noncausal", [7]),
         ("B=1, T=1, d_model = 768, H = 12", [128, 512, 2048]),
         ("B=8, T=1, d_model = 768, H = 12", [128, 512, 2048]),
     ]
-    assert not analysis.heads_series(shapes) and not analysis.seq_series(decode_shapes())
+    assert not heads_series(shapes) and not seq_series(decode_shapes())
 
 
 MHA_BENCH = os.environ.get("MHA_BENCH")

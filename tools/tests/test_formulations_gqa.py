@@ -21,9 +21,10 @@ from conftest import (
 from test_report import table_after
 
 from mhapy.problem import Shape, cache_bytes, decode_bytes, flops
-from mhapy.report import analysis, cli
-from mhapy.report.report import fmt_time
+from mhapy.report import cli
 from mhapy.report.results import load
+from mhapy.report.series import mha_heads_series
+from mhapy.report.wording import fmt_time
 
 FORMS = ("wrapper", "split_weight", "fused_qkv")
 # split_weight on 1 thread, GFLOP/s; 2 threads 1.8x faster; the wrapper 1.5x slower (tbb) or
@@ -97,7 +98,7 @@ def three(tmp_path_factory):
 
 def test_series_keep_grouped_kv_shapes_off_the_mha_lines():
     shapes = d_model_series() + head_dim_series() + heads_kv_shapes()
-    heads, kv = analysis.mha_heads_series(shapes)
+    heads, kv = mha_heads_series(shapes)
     # The H lines are the heads preset's two series as they were: H K/V heads only.
     assert [(s.kind, [x.n_heads for x in s.shapes]) for s in heads] == [
         ("d_model", list(HEADS)),
@@ -114,7 +115,7 @@ def test_series_keep_grouped_kv_shapes_off_the_mha_lines():
     assert kv[2].title == "1 K/V head (MQA), d_model = 768 (B=4, T=256)"
     # Without the MHA twins (a run at a fixed --kv-heads) they stay H series of their own.
     fixed = [Shape(4, 256, 768, 768, h, n_kv_heads=4) for h in (8, 16, 32)]
-    heads, kv = analysis.mha_heads_series(fixed)
+    heads, kv = mha_heads_series(fixed)
     assert kv == [] and [[x.n_heads for x in s.shapes] for s in heads] == [[8, 16, 32]]
 
 

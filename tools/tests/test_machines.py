@@ -6,12 +6,19 @@ from pathlib import Path
 from conftest import CONTEXT, entries, isa_context, peak_entries, write
 from test_report import run_tool, table_after
 
-from mhapy.report import analysis
 from mhapy.problem import Shape, flops
+from mhapy.report import cross_machine
+from mhapy.report.appendix import peak_warning_text
+from mhapy.report.peaks import find_peaks, peak_warnings
 from mhapy.report.results import load_machines
 
 S1 = Shape(1, 64, 64, 64, 2)
 S2 = Shape(1, 64, 128, 128, 2)
+
+
+def warnings_of(all_peaks):
+    """The peak warnings as the report words them."""
+    return [peak_warning_text(w) for w in peak_warnings(all_peaks)]
 
 
 def rate_entries(backend, form, s, threads, gflops):
@@ -28,7 +35,7 @@ def test_percent_of_peak_uses_the_backends_peak_isa(tmp_path):
     )
     data += rate_entries("xsimd", "split_weight", S1, 2, 90.0)
     (results,) = load_machines([write(tmp_path / "a.json", data, context)])
-    peaks = analysis.find_peaks(results)
+    peaks = find_peaks(results)
     xsimd = results.get("xsimd", "split_weight", S1, 1)
     naive = results.get("naive", "split_weight", S1, 1)
     assert peaks.isa_of(xsimd) == "avx2" and peaks.isa_of(naive) == "portable"
@@ -38,7 +45,7 @@ def test_percent_of_peak_uses_the_backends_peak_isa(tmp_path):
     assert peaks.percent(results.get("xsimd", "split_weight", S1, 2)) == pytest_approx(50.0)
     # The best peak stays the fallback (PyTorch peers, backends without a peak ISA).
     assert peaks.fallback.one_core == 200.0
-    overridden = analysis.find_peaks(results, one_core=25.0)
+    overridden = find_peaks(results, one_core=25.0)
     assert overridden.percent(xsimd) == pytest_approx(200.0)
 
 
@@ -56,7 +63,7 @@ def test_peak_entries_raise_the_peak_and_are_not_listed(tmp_path):
     (results,) = load_machines([path])
     assert len(results.peak_entries) == 4  # iterations only, the aggregate is not a peak
     assert not results.unrecognised
-    peaks = analysis.find_peaks(results)
+    peaks = find_peaks(results)
     assert peaks.files[str(path)].per_isa["avx512"].one_core == 220.0
     assert peaks.percent(results.get("xsimd", "split_weight", S1, 1)) == pytest_approx(50.0)
     out = tmp_path / "r"
@@ -74,7 +81,7 @@ def test_low_and_spread_peaks_are_warned_about(tmp_path):
     a = write(tmp_path / "good.json", rate_entries("xsimd", "split_weight", S1, 1, 100.0), good)
     b = write(tmp_path / "low.json", rate_entries("xsimd", "split_weight", S1, 1, 60.0), low)
     machines = load_machines([a, b])
-    warnings = analysis.peak_warnings([analysis.find_peaks(r) for r in machines])
+    warnings = warnings_of([find_peaks(r) for r in machines])
     assert len(warnings) == 2, warnings
     assert warnings[0].startswith("`low.json`: its avx512 1-core FMA peak, 150.0 GFLOP/s, is 25% below")
     assert "flattered" in warnings[0] and "`good.json`" in warnings[0]
@@ -105,9 +112,9 @@ def test_older_files_are_warned_about_from_their_plain_peak_keys(tmp_path):
     wide = write(tmp_path / "wide.json", data, old(800.0, 8))
     machines = load_machines([low, high, wide], best_run=True)
     assert [r.machine.threads for r in machines] == [2, 8]
-    peaks = [analysis.find_peaks(r) for r in machines]
+    peaks = [find_peaks(r) for r in machines]
     assert peaks[0].files[str(low)].per_isa["avx2"].all_cores == 205.8
-    (warning,) = analysis.peak_warnings(peaks)
+    (warning,) = warnings_of(peaks)
     assert warning.startswith(
         "`low.json`: its avx2 all-core FMA peak, 205.8 GFLOP/s on 2 threads, is 11% below the "
         "231.1 GFLOP/s measured in `high.json`"
@@ -120,9 +127,9 @@ def test_all_core_peak_entries_spreading_are_warned_about(tmp_path):
     data = rate_entries("xsimd", "split_weight", S1, 2, 100.0)
     data += peak_entries("avx512", [170.0], threads=2, at=1) + peak_entries("avx512", [99.0], at=1)
     (results,) = load_machines([write(tmp_path / "s.json", data, context)])
-    peaks = analysis.find_peaks(results)
+    peaks = find_peaks(results)
     assert peaks.percent(results.get("xsimd", "split_weight", S1, 2)) == pytest_approx(50.0)
-    (warning,) = analysis.peak_warnings([peaks])
+    (warning,) = warnings_of([peaks])
     assert (
         "its avx512 all-core FMA peak trials and peak entries spread 15% (170.0 to 200.0 GFLOP/s" in warning
     )
@@ -173,7 +180,7 @@ def test_two_machines_two_sections_and_a_cross_machine_table(tmp_path):
     assert "`MHA_XSIMD_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2`" not in forced_part  # context: appendix only
     machines = load_machines(two_machines(tmp_path))
     assert [r.machine.label() for r in machines] == [native, forced]
-    peaks = analysis.find_peaks(machines[1])
+    peaks = find_peaks(machines[1])
     assert peaks.percent(machines[1].get("xsimd", "split_weight", S1, 1)) == pytest_approx(50.0)
 
 
@@ -241,7 +248,7 @@ def test_cross_machine_rows_tell_backend_from_formulation_differences(tmp_path):
         rate_entries("xsimd", "split_weight", S1, 1, 40.0) + rate_entries("xsimd", "wrapper", S1, 1, 50.0),
         isa_context("avx2"),
     )
-    (row,) = analysis.cross_machine(load_machines([a, b]))
+    (row,) = cross_machine.cross_machine(load_machines([a, b]))
     assert (row.threads, row.differs, row.backend_differs) == ("1", True, False)
     assert [m.key.formulation for m in row.cells] == ["split_weight", "wrapper"]
     # a never measured the wrapper: cannot be called noise.
@@ -257,7 +264,7 @@ def test_cross_machine_differences_within_noise_are_said(tmp_path):
             "onednn", "split_weight", S1, 1, o
         )
         rows.append(write(tmp_path / f"{name}.json", data, isa_context("avx512" if name == "a" else "avx2")))
-    (row,) = analysis.cross_machine(load_machines(rows))
+    (row,) = cross_machine.cross_machine(load_machines(rows))
     assert row.backend_differs and row.within_noise
     out = tmp_path / "r"
     assert run_tool(*rows, "--out", out).returncode == 0
@@ -290,7 +297,7 @@ def test_all_core_peak_entries_without_a_peak_thread_count_in_the_context(tmp_pa
     data = rate_entries("xsimd", "split_weight", S1, 2, 100.0)
     data += peak_entries("avx512", [380.0, 400.0], threads=4, at=0)
     (results,) = load_machines([write(tmp_path / "t.json", data, context)])
-    peaks = analysis.find_peaks(results)
+    peaks = find_peaks(results)
     peak = peaks.files[str(tmp_path / "t.json")].per_isa["avx512"]
     assert (peak.all_cores, peak.all_core_threads) == (400.0, 4)
     assert peaks.percent(results.get("xsimd", "split_weight", S1, 2)) == pytest_approx(50.0)

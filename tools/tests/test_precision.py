@@ -9,10 +9,11 @@ from conftest import CONTEXT, entries, isa_context, write
 from test_report import table_after
 
 from mhapy.problem import Shape, flops
-from mhapy.report import analysis, cli
-from mhapy.report.analysis import Peak, classify_peak_key, find_peak, find_peaks
-from mhapy.report.report import _peak_lines
+from mhapy.report import cli, precision, throughput
+from mhapy.report.peaks import Peak, classify_peak_key, find_peak, find_peaks
 from mhapy.report.results import load
+from mhapy.report.series import heads_series
+from mhapy.report.throughput import peak_lines
 
 A = Shape(1, 64, 64, 64, 2)
 B = Shape(1, 64, 64, 64, 4)  # differs from A in H only
@@ -68,7 +69,7 @@ def test_each_bf16_benchmark_is_paired_with_its_fp32_twin(tmp_path):
     # Unpaired: bf16 wrapper at 2 threads, no fp32 wrapper at 2 threads.
     data += rate_entries("xsimd", "wrapper", bf16(A), 2, 60.0)
     results = load([write(tmp_path / "p.json", data, bf16_context(xsimd="bf16_dot"))])
-    pairs = analysis.precision_pairs(results, find_peaks(results))
+    pairs = precision.precision_pairs(results, find_peaks(results))
     assert len(pairs) == 2  # one row per bf16 benchmark; fp32 ones without a twin: no row
     paired, unpaired = pairs  # ordered by threads
     assert paired.bf16.key.shape == bf16(A) and paired.fp32.key.shape == A
@@ -83,7 +84,7 @@ def test_each_bf16_benchmark_is_paired_with_its_fp32_twin(tmp_path):
         None,
     )
     assert unpaired.bf16.median_s == pytest.approx(seconds(A, 60.0))
-    (summary,) = analysis.precision_summary(pairs)
+    (summary,) = precision.precision_summary(pairs)
     assert (summary.pairs, summary.unpaired, summary.faster) == (1, 1, 1)
     assert summary.median == pytest.approx(1.5)
 
@@ -98,7 +99,7 @@ def test_bf16_peak_is_the_dot_peak_for_native_kernels_and_the_fma_peak_otherwise
         data += rate_entries(backend, "split_weight", bf16(A), 1, bf16_rate)
     context = bf16_context(xsimd="bf16_dot", onednn="avx512", tbb="avx2", naive="portable")
     results = load([write(tmp_path / "k.json", data, context)])
-    pairs = {p.backend: p for p in analysis.precision_pairs(results, find_peaks(results))}
+    pairs = {p.backend: p for p in precision.precision_pairs(results, find_peaks(results))}
     expected = {
         # backend: (basis, name, fp32 %, bf16 %)
         "xsimd": ("bf16_dot", "bf16 dot", 100 / 200, 160 / 400),
@@ -124,7 +125,7 @@ def test_a_zero_dot_peak_falls_back_to_the_fma_peak_and_a_missing_key_is_unknown
     )
     results = load([write(tmp_path / "z.json", data, bf16_context("0", "0", xsimd="bf16_dot"))])
     peaks = find_peaks(results)
-    pairs = {p.backend: p for p in analysis.precision_pairs(results, peaks)}
+    pairs = {p.backend: p for p in precision.precision_pairs(results, peaks)}
     xsimd, onednn = pairs["xsimd"], pairs["onednn"]
     assert (xsimd.bf16_peak.basis, xsimd.bf16_peak.name) == ("fma_no_dot", "avx512 FMA (no bf16 dot peak)")
     assert xsimd.bf16_pct == pytest.approx(125.0)  # 250 / 200: native kernels can exceed it
@@ -147,7 +148,7 @@ def test_bf16_dot_peak_follows_the_fma_thread_rule(tmp_path):
         data += rate_entries("xsimd", "split_weight", A, n, fp32)
         data += rate_entries("xsimd", "split_weight", bf16(A), n, bf16_rate)
     results = load([write(tmp_path / "t.json", data, bf16_context(xsimd="bf16_dot"))])
-    pairs = {p.threads: p for p in analysis.precision_pairs(results, find_peaks(results))}
+    pairs = {p.threads: p for p in precision.precision_pairs(results, find_peaks(results))}
     # bf16: 200/400; 400/(1600*2/4); 800/1600; 8 threads capped at the 4-thread figure.
     assert [pairs[n].bf16_pct for n in (1, 2, 4, 8)] == pytest.approx([50.0, 50.0, 50.0, 50.0])
     # fp32: 100/200; 180/(720*2/4); 360/720; 360/720.
@@ -156,7 +157,7 @@ def test_bf16_dot_peak_follows_the_fma_thread_rule(tmp_path):
     assert isinstance(dot, Peak) and (dot.one_core, dot.all_cores, dot.all_core_threads) == (400.0, 1600.0, 4)
     # Without a 1-core dot figure, 1 thread gets the all-core figure scaled (the FMA rule).
     results = load([write(tmp_path / "u.json", data, bf16_context(None, "1600.0", xsimd="bf16_dot"))])
-    pairs = {p.threads: p for p in analysis.precision_pairs(results, find_peaks(results))}
+    pairs = {p.threads: p for p in precision.precision_pairs(results, find_peaks(results))}
     assert pairs[1].bf16_pct == pytest.approx(200.0 / 400.0 * 100)
 
 
@@ -177,11 +178,11 @@ def test_older_files_without_bf16_runs_or_keys(tmp_path):
     # fp32 only (a file before bf16): no pairs.
     fp32_only = rate_entries("xsimd", "split_weight", A, 1, 100.0)
     results = load([write(tmp_path / "old.json", fp32_only, CONTEXT)])
-    assert analysis.precision_pairs(results, find_peaks(results)) == []
+    assert precision.precision_pairs(results, find_peaks(results)) == []
     # bf16 runs but none of issue 16's keys: paired, speedup given, bf16 % of peak unknown.
     data = fp32_only + rate_entries("xsimd", "split_weight", bf16(A), 1, 125.0)
     results = load([write(tmp_path / "mid.json", data, CONTEXT)])
-    (pair,) = analysis.precision_pairs(results, find_peaks(results))
+    (pair,) = precision.precision_pairs(results, find_peaks(results))
     assert pair.speedup == pytest.approx(1.25)
     assert pair.fp32_pct == pytest.approx(100.0)  # CONTEXT's plain 1-core peak, 100
     assert (pair.bf16_peak.basis, pair.bf16_pct) == ("unknown", None)
@@ -313,13 +314,13 @@ def test_every_percent_of_peak_of_a_bf16_benchmark_is_against_its_matched_peak(t
     # The figure's peak lines: the bf16 panel draws both peaks its columns are read against.
     results = load([tmp_path / "in.json"])
     peaks = find_peaks(results)
-    series = {s.shapes[0].precision: s for s in analysis.heads_series(results.shapes())}
-    lines = _peak_lines(results, peaks)
-    assert lines(analysis.gflops_table(results, series["bf16"], 1)) == [
+    series = {s.shapes[0].precision: s for s in heads_series(results.shapes())}
+    lines = peak_lines(results, peaks)
+    assert lines(throughput.gflops_table(results, series["bf16"], 1)) == [
         ("bf16 dot peak", 400.0),
         ("avx512 FMA peak", 200.0),
     ]
-    assert lines(analysis.gflops_table(results, series["fp32"], 1)) == [("avx512 FMA peak", 200.0)]
+    assert lines(throughput.gflops_table(results, series["fp32"], 1)) == [("avx512 FMA peak", 200.0)]
     # The appendix lists each peak with the benchmarks read against it.
     assert "| `in.json` | avx512 | 200.0 | 720.0 (4 threads) | onednn (bf16), xsimd |" in md
     assert "| `in.json` | bf16 dot | 400.0 | 1600.0 (4 threads) | xsimd (bf16) |" in md
@@ -338,8 +339,8 @@ def test_a_bf16_kernel_without_a_dot_peak_above_the_fma_peak_is_said_so(tmp_path
     )  # H 2 or 4: both 150%
     assert "exceed 100% of the measured peak" not in md
     results = load([tmp_path / "in.json"])
-    bf16_series = next(s for s in analysis.heads_series(results.shapes()) if s.shapes[0].precision == "bf16")
-    lines = _peak_lines(results, find_peaks(results))(analysis.gflops_table(results, bf16_series, 1))
+    bf16_series = next(s for s in heads_series(results.shapes()) if s.shapes[0].precision == "bf16")
+    lines = peak_lines(results, find_peaks(results))(throughput.gflops_table(results, bf16_series, 1))
     assert lines == [("avx512 FMA peak", 200.0)]  # both backends' (xsimd's for want of a dot peak): one line
     md = report(tmp_path, bf16_series_run(300.0), CONTEXT)
     assert gflops_rows(md, BF16_TABLE) == [[str(h), "150.0", "300.0"] for h in (2, 4)]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import document, figures
 from .document import Bullets, Figure, Heading, Para, Table
-from .report import fmt_ratio, fmt_time
+from .wording import fmt_ratio, fmt_time
 from .results import Key, Measurement, ResultSet
 
 try:  # optional, as for compare.py

@@ -8,7 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import ab, analysis, report, results
+from . import ab, report, results
+from .peaks import find_peaks
 from .results import ReportError
 
 # Files this tool writes into an output folder: replaced as a whole on every run, so a figure
@@ -85,9 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             machines = [r for r in machines if r.measurements or r.failures]
             for r in machines:
                 for problem in results.shard_problems(r):
-                    where = r.machine.label() if r.machine else "this machine"
-                    print(f"mhapy.report: warning: {where}: {problem}", file=sys.stderr)
-            peaks = [analysis.find_peaks(r, args.peak_1core, args.peak_all) for r in machines]
+                    print(f"mhapy.report: warning: {r.machine_label()}: {problem}", file=sys.stderr)
+            peaks = [find_peaks(r, args.peak_1core, args.peak_all) for r in machines]
             try:
                 notes = args.notes.read_text(encoding="utf-8") if args.notes else ""
             except OSError as e:

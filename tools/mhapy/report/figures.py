@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import matplotlib
 
@@ -17,8 +17,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
-from .analysis import Scaling, Series, SeriesTable  # noqa: E402
 from ..schema import is_peer, peer_library  # noqa: E402
+from .series import Series, SeriesTable  # noqa: E402
+from .wording import threads_text  # noqa: E402
+
+if TYPE_CHECKING:  # scaling draws with this module: imported for the annotation only
+    from .scaling import Scaling
 
 plt.rcParams.update(
     {
@@ -112,10 +116,6 @@ def log_y(ax) -> None:
     ax.yaxis.set_minor_locator(NullLocator())
 
 
-def _threads_text(n: int) -> str:
-    return f"{n} thread" + ("" if n == 1 else "s")
-
-
 def _figure_legend(fig, axes) -> float:
     """One legend for all panels, below them; returns its height in inches."""
     handles, labels = {}, []
@@ -157,7 +157,7 @@ def series_grid(
     for r, threads in enumerate(thread_counts):
         for c, series in enumerate(series_list):
             ax = axes[r][c]
-            ax.set_title(f"{series.title}, {_threads_text(threads)}")
+            ax.set_title(f"{series.title}, {threads_text(threads)}")
             table = table_for(series, threads)
             log2_x(ax, [series.x(s) for s in series.shapes])
             ax.set_xlabel(series.x_name)

@@ -1,6 +1,6 @@
 """mha against the peers: per shape class, precision and thread count, the fastest path (mha's
 backend to link or a peer library), and where a peer beats mha, by how much. Numbers and
-verdicts only; the report's peers section words them.
+verdicts first, then the section that words them ("Answer: mha and the peers").
 
 A path is an mha backend (its fastest formulation at each shape) or a peer library (its
 fastest variant: PyTorch's best of the seeds' modules, SDPA, nn.MultiheadAttention and
@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..problem import Shape
 from ..schema import is_peer, peer_library
+from . import figures
+from .document import Bullets, Figure, Heading, Para, Table
 from .results import Measurement, ResultSet
+from .wording import fmt_ratio, fmt_time, threads_text
 
 # Classes in the order the report lists them.
 CLASSES = (
@@ -158,3 +162,73 @@ def _rank(results: ResultSet, cls: str, precision: str, threads: int) -> ClassRa
     return ClassRanking(
         cls, precision, threads, len(shapes), fastest, geomeans, wins, best_mha, versus, ratios, peer_wins
     )
+
+
+# ---- in words ----
+
+
+def _mechanism(m) -> str:
+    """How a peer's variant computes (its entry's label after the check's text)."""
+    return m.label.split("inputs); ", 1)[-1] if "inputs); " in m.label else m.key.backend
+
+
+def _peer_cell(r: ClassRanking, library: str) -> str:
+    if library not in r.versus_mha:
+        return "–"
+    ratio, shapes = r.versus_mha[library]
+    text = fmt_ratio(1 / ratio) + ("" if shapes == r.shapes else f" ({shapes} of {r.shapes})")
+    return f"**{text}**" if ratio > 1 else text
+
+
+def section(results: ResultSet, folder: Path, prefix: str = "") -> list:
+    """The answer with the peers: per shape class, precision and thread count the fastest path
+    (an mha backend or a peer library), each library's time against mha's best, and every shape
+    where a peer wins, by how much and how it computes. Empty without peers and mha backends."""
+    ranked = rankings(results)
+    if not ranked:
+        return []
+    libraries = sorted({lib for r in ranked for lib in r.versus_mha})
+    rows = [
+        [r.shape_class, r.precision, str(r.threads), str(r.shapes), f"**{r.fastest}**", r.best_mha or "–"]
+        + [_peer_cell(r, lib) for lib in libraries]
+        for r in ranked
+    ]
+    blocks: list = [
+        Heading(2, "Answer: mha and the peers"),
+        Para(
+            "Per class of shapes, precision and thread count: the fastest path (an mha backend at its "
+            "fastest formulation, or a peer library at its fastest variant: the lowest geometric mean of "
+            "its time / the fastest time at each shape, among the paths measured on every shape of the "
+            "class), mha's fastest backend, and each peer library's time / mha's fastest time (geometric "
+            "mean over the shapes both measured; below 1.0, in bold, the peer is faster). Every peer "
+            "output was checked against the float64 oracle on mha's own inputs before it was timed."
+        ),
+        Table(["class", "precision", "threads", "shapes", "fastest", "mha's fastest"] + libraries, rows),
+    ]
+    wins = []
+    for r in ranked:
+        by_library: dict[str, list] = {}
+        for w in r.peer_wins:
+            by_library.setdefault(path_of(w.peer.key.backend), []).append(w)
+        for library, ws in by_library.items():
+            top = ws[0]
+            wins.append(
+                f"**{library} beats mha on {r.shape_class} ({r.precision}, {threads_text(r.threads)}) at "
+                f"{len(ws)} of {r.shapes} shapes**, by up to {fmt_ratio(top.ratio)} ({top.shape.label()}: "
+                f"{top.peer.key.backend} {fmt_time(top.peer.median_s)} against mha's {top.mha.key.backend} "
+                f"{fmt_time(top.mha.median_s)}); how it computes: {_mechanism(top.peer)}."
+            )
+    blocks.append(
+        Bullets(wins) if wins else Para("No peer beats mha's fastest backend at any shape measured here.")
+    )
+    panels = []
+    for r in ranked:
+        bars = {lib: [r.ratios[shape][lib] for shape in r.ratios] for lib in libraries if lib in r.versus_mha}
+        title = f"{r.shape_class}, {r.precision}, {threads_text(r.threads)}"
+        panels.append((title, [shape.label() for shape in r.ratios], bars))
+    if panels:
+        figures.peer_bars(folder, prefix + "peers", panels)
+        blocks.append(
+            Figure(prefix + "peers", "Each peer library's fastest time / mha's fastest time, per shape")
+        )
+    return blocks

@@ -42,6 +42,18 @@ _AGGREGATE_SUFFIX = re.compile(r"_(mean|median|stddev|cv)$")
 _PEAK_NAME = re.compile(r"^peak/(?P<isa>[A-Za-z0-9_]+)/threads:(?P<threads>\d+)/at:(?P<at>\d+)(/|$)")
 
 
+_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
+
+
+def context_number(value) -> float | None:
+    """A context value as a number: ints and floats as they are, otherwise the first number in
+    its text ('231.1 GFLOP/s': 231.1); None without one."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    match = _NUMBER.search(str(value))
+    return float(match.group(0)) if match else None
+
+
 class ReportError(Exception):
     """Bad input to the report generator; the message names the file, value and expectation."""
 
@@ -86,6 +98,10 @@ class Measurement:
     @property
     def repetitions(self) -> int:
         return len(self.times_s)
+
+
+def is_bf16(m: Measurement) -> bool:
+    return m.key.shape.precision == "bf16"
 
 
 @dataclass
@@ -342,6 +358,10 @@ class ResultSet:
     # The shard each mha_bench file holds (context mha_shard ...), in input order; files
     # without one (older files, peers) are not listed.
     shards: list[ShardFile] = field(default_factory=list)
+
+    def machine_label(self) -> str:
+        """How the report names the machine (Machine.label); 'this machine' when unset."""
+        return self.machine.label() if self.machine else "this machine"
 
     def backends(self) -> list[str]:
         """Backends measured: mha backends first (alphabetical), then peers."""

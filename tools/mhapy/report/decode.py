@@ -1,0 +1,306 @@
+"""Decode: incremental calls (past > 0) against the streaming-read bandwidth: the time per step
+along the cached length, the bandwidth bound of each step (bytes_min / the measured bandwidth)
+and % of it; the sections on the time per step and on the formulations in decode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import schema
+from ..problem import decode_bytes
+from . import figures
+from .document import Figure, Heading, Para, Table
+from .formulations import Against, series_table_block, speedup_table
+from .linking import choose
+from .results import Measurement, ResultSet, context_number
+from .series import Series, SeriesTable, past_series, variants
+from .wording import above_100, fmt_ratio, fmt_time, threads_text
+
+
+@dataclass
+class Bandwidth:
+    """Measured streaming-read bandwidth, GB/s (1e9 bytes per second): one thread, and
+    `threads` threads at once (mha_bench's mha_stream_read_* keys)."""
+
+    one_core: float | None = None
+    all_cores: float | None = None
+    threads: int | None = None
+    source: str = "not measured"
+
+    def for_threads(self, threads: int) -> float | None:
+        if threads == 1 and self.one_core:
+            return self.one_core
+        if self.all_cores and threads == self.threads:
+            return self.all_cores
+        return None
+
+    def any(self) -> bool:
+        return bool(self.one_core or self.all_cores)
+
+
+def _file_bandwidth(source: str, context: dict) -> Bandwidth:
+    one, all_cores = (
+        context_number(context.get(schema.STREAM_ONE_CORE)),
+        context_number(context.get(schema.STREAM_ALL_CORES)),
+    )
+    threads = context_number(context.get(schema.STREAM_THREADS))
+    return Bandwidth(
+        one if one and one > 0 else None,
+        all_cores if all_cores and all_cores > 0 else None,
+        int(threads) if threads else None,
+        f"`{Path(source).name}`",
+    )
+
+
+@dataclass
+class Bandwidths:
+    """The bandwidth each decode benchmark's bound divides by: its own file's; files without
+    one (peers, older files) the machine's best (the highest one-thread and all-thread
+    figures of its files)."""
+
+    files: dict[str, Bandwidth]
+    fallback: Bandwidth
+
+    def for_measurement(self, m: Measurement) -> Bandwidth:
+        own = self.files.get(m.source)
+        return own if own is not None and own.any() else self.fallback
+
+    def bound_s(self, m: Measurement | None) -> float | None:
+        """bytes_min (the counter, else problem.decode_bytes) / the bandwidth of the thread
+        count, seconds; None without a bandwidth for it."""
+        if m is None:
+            return None
+        rate = self.for_measurement(m).for_threads(m.key.threads)
+        return None if not rate else bytes_min(m) / (rate * 1e9)
+
+    def percent(self, m: Measurement | None) -> float | None:
+        bound = self.bound_s(m)
+        return None if bound is None else 100.0 * bound / m.median_s
+
+    def any(self) -> bool:
+        return self.fallback.any()
+
+
+def bytes_min(m: Measurement) -> float:
+    """The least bytes the call reads: its bytes_min counter, else problem.decode_bytes."""
+    return m.bytes_min if m.bytes_min is not None else decode_bytes(m.key.shape, m.key.formulation)
+
+
+def find_bandwidths(results: ResultSet) -> Bandwidths:
+    files = {source: _file_bandwidth(source, context) for source, context in results.contexts}
+    best = Bandwidth(source="the highest figures of the machine's files")
+    for bw in files.values():
+        if bw.one_core and (best.one_core is None or bw.one_core > best.one_core):
+            best.one_core = bw.one_core
+        if bw.all_cores and (best.all_cores is None or bw.all_cores > best.all_cores):
+            best.all_cores, best.threads = bw.all_cores, bw.threads
+    return Bandwidths(files, best)
+
+
+def decode_time_table(results: ResultSet, series: Series, threads: int) -> SeriesTable | None:
+    """Median time per call of each (backend, formulation) along a past series; None when
+    nothing was measured there."""
+    columns = [
+        (b, f) for b, f in variants(results) if any(results.get(b, f, s, threads) for s in series.shapes)
+    ]
+    if not columns:
+        return None
+    rows = [
+        (series.x(s), [(m.median_s if (m := results.get(b, f, s, threads)) else None) for b, f in columns])
+        for s in series.shapes
+    ]
+    return SeriesTable(series, threads, columns, rows)
+
+
+def decode_bounds(
+    results: ResultSet, bandwidths: Bandwidths, table: SeriesTable
+) -> list[tuple[list[str], list[tuple[int, float]]]]:
+    """The bandwidth-bound curves of a decode table: per formulation, at each past, the bound of
+    the first column (mha backends first) measured there; formulations with the same curve (no
+    grouped K/V heads: they read the same bytes) share it. [(formulations, [(past, bound s)])]."""
+    per_form: dict[str, dict[int, float]] = {}
+    for shape in table.series.shapes:
+        x = table.series.x(shape)
+        for backend, form in table.columns:
+            points = per_form.setdefault(form, {})
+            bound = bandwidths.bound_s(results.get(backend, form, shape, table.threads))
+            if x not in points and bound is not None:
+                points[x] = bound
+    curves: dict[tuple, list[str]] = {}
+    for form, points in per_form.items():
+        if points:
+            curves.setdefault(tuple(sorted(points.items())), []).append(form)
+    return [(forms, list(points)) for points, forms in curves.items()]
+
+
+# ---- in words ----
+
+# How a decode step's bandwidth bound and % of it are read (Bandwidths.bound_s, percent).
+BANDWIDTH_RULE = (
+    "The bandwidth bound of a decode step is `bytes_min` (every weight once and the keys "
+    "and values of the past + T tokens once: the least it reads) / the measured "
+    "streaming-read bandwidth of its thread count: `mha_stream_read_gbps_one_core` for "
+    "threads:1, `mha_stream_read_gbps_all_cores` for `mha_stream_read_threads` threads "
+    "(other thread counts get no bound). % of bound = bound / time: 100% streams those bytes "
+    "as fast as the machine reads memory; above 100%, part of them came from a cache (the "
+    "weights, 9 MiB at d_model 768, stay in a large last-level cache from step to step)."
+)
+
+
+def _bandwidth_text(bandwidths: Bandwidths) -> str:
+    """Which streaming-read bandwidths the bounds divide by."""
+    if not bandwidths.any():
+        return (
+            "No measured streaming-read bandwidth in the inputs (`mha_stream_read_gbps_*`): no "
+            "bound is drawn and no % of bound given."
+        )
+    figures_by_file = []
+    for bw in list(bandwidths.files.values()):
+        if bw.any():
+            parts = [f"{bw.one_core:.1f} GB/s on 1 thread"] if bw.one_core else []
+            parts += [f"{bw.all_cores:.1f} GB/s on {bw.threads} threads"] if bw.all_cores else []
+            figures_by_file.append(f"{', '.join(parts)} ({bw.source})")
+    return (
+        "Measured streaming-read bandwidth: "
+        + "; ".join(figures_by_file)
+        + ". Files without one (peers) are read against the machine's best."
+    )
+
+
+def _bound_text(curves: list, x: int) -> str:
+    found = [(forms, dict(points)[x]) for forms, points in curves if x in dict(points)]
+    if len(found) == 1:
+        return fmt_time(found[0][1])
+    return " / ".join(f"{fmt_time(t)} ({', '.join(forms)})" for forms, t in found) or "–"
+
+
+def _fastest_text(results: ResultSet, shape, threads: int) -> str:
+    c = choose(results, shape, threads)
+    if c.best is None:
+        return "–"
+    text = f"{c.best.key.backend} {c.best.key.formulation}"
+    if c.runner_up is not None:
+        text += f" ({c.runner_up.key.backend} +{c.margin * 100:.0f}%" + (", within noise)" if c.tie else ")")
+    return text
+
+
+def sections(results: ResultSet, bandwidths: Bandwidths, folder: Path, prefix: str = "") -> list:
+    """Time per decode step against past with the bandwidth bound, % of the bound, the
+    fastest backend per shape, and split-weight vs wrapper in decode."""
+    series_list = past_series(results.shapes())
+    if not series_list:
+        return []
+    threads = results.thread_counts()
+    tables = {(s, n): decode_time_table(results, s, n) for s in series_list for n in threads}
+    curves = {key: decode_bounds(results, bandwidths, t) for key, t in tables.items() if t}
+    stem = prefix + "decode_time_vs_past"
+    figures.series_grid(
+        folder,
+        stem,
+        "Time per decode step against cached tokens",
+        series_list,
+        threads,
+        lambda s, n: tables[(s, n)],
+        figures.draw_decode_time(lambda t: curves[(t.series, t.threads)]),
+        "ms per step",
+    )
+    blocks: list = [
+        Heading(2, "Decode: time per step against cached tokens"),
+        Para(
+            "A decode benchmark times one incremental call (`plan::run` through a KV cache): T "
+            "new tokens per sequence of the batch after `past` cached ones (the decode preset: "
+            "T = 1, so every sequence gets one token per step). Time per step = median real "
+            f"time of that call. {BANDWIDTH_RULE} Cells: time per step and, in "
+            "brackets, % of the bound; the last column is the fastest mha backend and "
+            "formulation with the runner-up backend's margin (the per-shape rule of 'Which "
+            "backend to link'). Decode benchmarks are in no forward-pass section: their GFLOP/s "
+            "and % of FMA peak say little about a step bound by memory."
+        ),
+        Para(_bandwidth_text(bandwidths)),
+        Figure(stem, "Time per decode step (log scales) against cached tokens; black: bandwidth bound"),
+    ]
+    above = [
+        (pct, f"{m.key.backend} {m.key.formulation}", m.key.shape.past, m.key.threads)
+        for m in results.measurements.values()
+        if (pct := bandwidths.percent(m)) is not None and pct > 100
+    ]
+    blocks += above_100(
+        above,
+        lambda count, pct, variant, past, n: (
+            f"**{count} step(s) beat the bandwidth bound** (up to "
+            f"{pct:.0f}%: {variant} at past={past}, {threads_text(n)}): part of the bytes came from a "
+            "cache, not memory, so the bound does not hold there."
+        ),
+    )
+    for (series, n), table in tables.items():
+        if table is None:
+            continue
+        rows = []
+        for shape, (x, values) in zip(series.shapes, table.rows):
+            cells = [
+                "–" if v is None else fmt_time(v) + (f" ({p:.0f}%)" if (p := bandwidths.percent(m)) else "")
+                for (b, f), v in zip(table.columns, values)
+                for m in [results.get(b, f, shape, n)]
+            ]
+            rows.append(
+                [str(x), _bound_text(curves[(series, n)], x)] + cells + [_fastest_text(results, shape, n)]
+            )
+        header = [series.x_name, "bandwidth bound"] + [f"{b} {f}" for b, f in table.columns] + ["fastest"]
+        blocks += [
+            Heading(3, f"{series.title}, {threads_text(n)}"),
+            Table(header, rows, numeric=set(range(len(header) - 1))),
+        ]
+    return blocks + _decode_speedup_section(results, series_list, folder, prefix)
+
+
+def _decode_speedup_section(results: ResultSet, series_list: list[Series], folder: Path, prefix: str) -> list:
+    threads = results.thread_counts()
+    tables = {(s, n): speedup_table(results, s, n) for s in series_list for n in threads}
+    if not any(tables.values()):
+        return []
+    stem = prefix + "decode_speedup_vs_past"
+    against = Against(results)
+    figures.series_grid(
+        folder,
+        stem,
+        "Split-weight speedup over the wrapper in decode"
+        if not against.named
+        else "Speedup over the wrapper in decode",
+        series_list,
+        threads,
+        lambda s, n: tables[(s, n)],
+        figures.draw_ratios(named=against.named),
+        against.ratio,
+    )
+    if not against.named:
+        text = (
+            "Speedup = median time of the wrapper's decode step / split_weight's, same backend, "
+            "shape and threads: above 1.0 split-weight is faster. Both read the same bytes "
+            "(each caches the K/V heads: the wrapper one buffer per head, split-weight all heads' "
+            "at once)."
+        )
+    else:
+        text = (
+            "Speedup = median time of the wrapper's decode step / the formulation's ("
+            + ", ".join(against.forms)
+            + "), same backend, shape and threads: above 1.0 that formulation is faster. All "
+            "read the same bytes (each caches the K/V heads: the wrapper one buffer per head, "
+            "the others all heads' at once)."
+        )
+    blocks: list = [
+        Heading(2, f"Decode: {against.heading[0].lower() + against.heading[1:]}"),
+        Para(text),
+        Figure(
+            stem,
+            "Split/wrapper speedup in decode against cached tokens, per backend"
+            if not against.named
+            else "Speedup over the wrapper in decode against cached tokens, per backend and formulation",
+        ),
+    ]
+    for (series, n), table in tables.items():
+        if table is not None:
+            blocks.append(Heading(3, f"{series.title}, {threads_text(n)}"))
+            blocks.append(series_table_block(table, [against.column(c) for c in table.columns], fmt_ratio))
+    return blocks
