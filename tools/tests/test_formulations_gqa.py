@@ -276,7 +276,7 @@ def decode_kv_run(forms=FORMS) -> list:
     ]
 
 
-def test_grouped_query_decode_per_past_and_batch_with_the_target(tmp_path):
+def test_grouped_query_decode_per_past_and_batch_with_the_claim(tmp_path):
     md = report(tmp_path, decode_kv_run(), dict(CONTEXT, **STREAM_CONTEXT))
     body = section(md, "## Grouped-query attention")
     assert "### Forward passes against H" not in body  # a decode-only run
@@ -302,12 +302,12 @@ def test_grouped_query_decode_per_past_and_batch_with_the_target(tmp_path):
     # The wrapper's bound comes from its bytes_min, which counts its K/V heads too.
     wrapper = next(r for r in rows if r[:3] == ["wrapper", "1", "8192"])
     assert wrapper[8] == " / ".join(fmt_time(decode_bytes(s[k], "wrapper") / 40e9) for k in (12, 3, 1))
-    # The target: tbb 4x meets it, xsimd (streams its weights too, and more) falls short.
+    # The claim: tbb 4x meets it, xsimd (streams its weights too, and more) falls short.
     allowed = bounds[12] / bounds[3]
     xsimd = decode_seconds("xsimd", s[12], 1) / decode_seconds("xsimd", s[3], 1)
     assert xsimd < 3 < allowed
     assert (
-        "Target (issue 15): 3 K/V heads at least 3× faster per step than 12 at B=1, past=8192: 1 thread: "
+        "mha's claim: 3 K/V heads at least 3× faster per step than 12 at B=1, past=8192: 1 thread: "
         f"tbb fused_qkv 4.00× (meets it, the bound allows {decode_bytes(s[12], 'fused_qkv') / decode_bytes(s[3], 'fused_qkv'):.2f}×), "
         f"tbb split_weight 4.00× (meets it, the bound allows {allowed:.2f}×)"
     ) in body

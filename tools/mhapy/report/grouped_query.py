@@ -248,7 +248,7 @@ def _kv_claim_text(family: Shape, checks: list[KvClaimCheck]) -> str:
     mha backend and formulation, whether it meets the claim, what the bandwidth bound allows."""
     claim = KV_DECODE_CLAIM
     head = (
-        f"Target (issue 15): {family.n_heads // claim.group} K/V heads at least {claim.speedup:.0f}× "
+        f"mha's claim: {family.n_heads // claim.group} K/V heads at least {claim.speedup:.0f}× "
         f"faster per step than {family.n_heads} at B={claim.batch}, past={claim.past}"
     )
     parts = []
