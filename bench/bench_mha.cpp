@@ -34,26 +34,27 @@ using namespace mha_bench;
 // The shape the backends' speeds are probed on (single-threaded, before the sweep) to
 // estimate each case's time for the budget and the ETA: a GPT-2-wide module on a short input,
 // 0.31 GFLOP, about 0.12 s on the naive backend and milliseconds on the others.
-constexpr shape probe_shape{.batch = 1, .seq_len = 64, .d_model = 768, .heads = 12};
+mha::problem probe_shape() { return sweep_problem(1, 64, 768, 12); }
 
 using rate_key = std::pair<std::size_t, mha::formulation>;  // backend index, formulation
 
-// Single-thread GFLOP/s of each backend x formulation the cases use, on probe_shape: the
+// Single-thread GFLOP/s of each backend x formulation the cases use, on probe_shape(): the
 // faster of two runs (the first pays for one-time work such as JIT code generation), timed in
 // process CPU time so that other load on the machine does not move the budget's decisions.
 // 0 when the probe throws (the case then reports the error itself).
 std::map<rate_key, double> probe_rates(std::span<const bench_case> cases,
                                        std::span<const mha::backend* const> backends) {
   std::map<rate_key, double> rates;
-  const mha::weights w = mha::weights::random(probe_shape.config(), 1);
-  const std::vector<float> x(
-      static_cast<std::size_t>(probe_shape.batch * probe_shape.seq_len * probe_shape.d_model),
-      0.5f);
-  std::vector<float> y(x.size());
+  const mha::problem shape = probe_shape();
+  const mha::weights w = mha::weights::random(shape.cfg, 1);
+  const std::vector<float> x(static_cast<std::size_t>(shape.batch * shape.seq_len * shape.cfg.d_in),
+                             0.5f);
+  std::vector<float> y(static_cast<std::size_t>(shape.batch * shape.seq_len * shape.cfg.d_out));
   for (const bench_case& c : cases) {
-    const rate_key key{c.backend, c.form};
+    const rate_key key{c.backend, c.problem.form};
     if (rates.contains(key)) continue;
-    const mha::problem p = probe_shape.problem(c.form);
+    mha::problem p = shape;
+    p.form = c.problem.form;
     double best = 0;
     try {
       const auto plan = backends[c.backend]->prepare(p.cfg, p.form, w);
@@ -115,7 +116,7 @@ class sweep_runner {
       state.SkipWithError(p.error.c_str());
       return;
     }
-    const mha::problem pr = c.problem();
+    const mha::problem& pr = c.problem;
     const mha::tensor_view<const float> x(fixture_->x().data(), pr.batch, pr.seq_len, pr.cfg.d_in);
     const mha::tensor_view<float> y(p.y.data(), pr.batch, pr.seq_len, pr.cfg.d_out);
     const mha::run_options options{.threads = c.threads};
@@ -175,11 +176,11 @@ class sweep_runner {
     current_->index = index;
     prepared& p = *current_;
     try {
-      if (!fixture_ || !(fixture_->shape() == c.shape)) {
+      if (!fixture_ || !same_shape(fixture_->problem(), c.problem)) {
         fixture_.reset();
-        fixture_.emplace(c.shape);
+        fixture_.emplace(c.problem);
       }
-      const mha::problem pr = c.problem();
+      const mha::problem& pr = c.problem;
       p.plan = backends_[c.backend]->prepare(pr.cfg, pr.form, fixture_->weights());
       p.y.assign(static_cast<std::size_t>(pr.batch * pr.seq_len * pr.cfg.d_out), 0.0f);
       const mha::tensor_view<const float> x(fixture_->x().data(), pr.batch, pr.seq_len,
@@ -266,13 +267,13 @@ int run_sweep(int argc, char** argv) {
   for (const std::string& d : sweep.dropped) std::cerr << "mha_bench: dropped " << d << '\n';
   if (opt.list_shapes) {
     for (const sweep_point& p : sweep.points) {
-      std::cout << "B=" << p.shape.batch << " T=" << p.shape.seq_len << " d_in=" << p.shape.d_model
-                << " d_out=" << p.shape.d_model << " H=" << p.shape.heads
-                << " head_dim=" << p.shape.head_dim();
-      if (p.shape.kv_heads > 0) std::cout << " kv_heads=" << p.shape.kv_heads;
-      if (p.shape.past > 0) std::cout << " past=" << p.shape.past;
-      if (p.shape.precision != mha::precision::fp32)
-        std::cout << " precision=" << mha::to_string(p.shape.precision);
+      const mha::config& c = p.problem.cfg;
+      std::cout << "B=" << p.problem.batch << " T=" << p.problem.seq_len << " d_in=" << c.d_in
+                << " d_out=" << c.d_out << " H=" << c.n_heads << " head_dim=" << c.head_dim();
+      if (c.n_kv_heads > 0) std::cout << " kv_heads=" << c.n_kv_heads;
+      if (p.problem.past > 0) std::cout << " past=" << p.problem.past;
+      if (c.precision != mha::precision::fp32)
+        std::cout << " precision=" << mha::to_string(c.precision);
       std::cout << " threads=" << p.threads << " series=" << join(p.series, ",") << '\n';
     }
     return 0;
@@ -297,7 +298,7 @@ int run_sweep(int argc, char** argv) {
   const std::string filter = benchmark::GetBenchmarkFilter();
   for (bench_case& c : make_cases(sweep.points, infos, opt.formulations)) {
     if (!filter_selects(filter, c.name() + "/real_time")) continue;
-    if (const mha::support s = backends[c.backend]->supports(c.problem()); !s) {
+    if (const mha::support s = backends[c.backend]->supports(c.problem); !s) {
       declined.push_back(c.name() + ": " + s.reason());
       continue;
     }
@@ -333,11 +334,10 @@ int run_sweep(int argc, char** argv) {
     std::filesystem::create_directories(opt.dump_inputs);
     std::set<std::string> written;
     for (const sweep_point& p : shard_points(sweep, cases, opt.shard).points) {
-      std::string name = mha::to_string(p.shape.problem(mha::formulation::split_weight));
-      name = name.substr(name.find('/') + 1);
+      std::string name = shape_name(p.problem);
       std::replace(name.begin(), name.end(), '/', '_');
       if (!written.insert(name).second) continue;
-      write_fixture(shape_fixture(p.shape),
+      write_fixture(shape_fixture(p.problem),
                     std::filesystem::path(opt.dump_inputs) / (name + ".safetensors"));
     }
     return 0;
@@ -383,7 +383,7 @@ int run_sweep(int argc, char** argv) {
   std::vector<double> expected;
   int over_budget = 0;
   for (const bench_case& c : cases) {
-    const double rate = rates.at({c.backend, c.form});
+    const double rate = rates.at({c.backend, c.problem.form});
     const double seconds = rate > 0 ? estimated_seconds(c, rate) : 0.0;
     skip.push_back(budget_skip_reason(seconds, opt.budget_seconds));
     names.push_back(c.name());

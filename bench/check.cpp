@@ -13,10 +13,10 @@ namespace {
 constexpr std::uint64_t weight_seed = 42;
 constexpr std::uint32_t input_seed = 7;
 
-std::vector<float> random_input(const shape& s) {
+std::vector<float> random_input(const mha::problem& p) {
   std::mt19937 generator(input_seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> x(static_cast<std::size_t>(s.batch * s.seq_len * s.d_model));
+  std::vector<float> x(static_cast<std::size_t>(p.batch * p.seq_len * p.cfg.d_in));
   for (float& e : x) e = uniform(generator);
   return x;
 }
@@ -61,24 +61,24 @@ check_result compare_rows(std::span<const float> y, std::int64_t seq_len, std::i
   return result;
 }
 
-shape_fixture::shape_fixture(const mha_bench::shape& s)
-    : shape_(s),
-      weights_(mha::weights::random(s.config(), weight_seed)),
-      x_(random_input(s)),
-      rows_(sample_rows(s.batch, s.seq_len)),
-      reference_(mha_reference::forward_rows(s.config(), weights_, x_, s.batch, s.seq_len, rows_,
-                                             {}, s.past)) {}
+shape_fixture::shape_fixture(const mha::problem& shape)
+    : problem_(shape),
+      weights_(mha::weights::random(shape.cfg, weight_seed)),
+      x_(random_input(shape)),
+      rows_(sample_rows(shape.batch, shape.seq_len)),
+      reference_(mha_reference::forward_rows(shape.cfg, weights_, x_, shape.batch, shape.seq_len,
+                                             rows_, {}, shape.past)) {}
 
 check_result shape_fixture::check(std::span<const float> y) const {
-  return compare_rows(y, shape_.seq_len, shape_.d_model, rows_, reference_);
+  return compare_rows(y, problem_.seq_len, problem_.cfg.d_out, rows_, reference_);
 }
 
 void write_fixture(const shape_fixture& fixture, const std::filesystem::path& path) {
-  const shape& s = fixture.shape();
+  const mha::problem& p = fixture.problem();
   mha::io::tensor_file file =
-      mha::io::to_state_dict(s.config(), fixture.weights(), mha::io::layout::split);
+      mha::io::to_state_dict(p.cfg, fixture.weights(), mha::io::layout::split);
   const auto x = fixture.x();
-  file.tensors["x"] = {{s.batch, s.seq_len, s.d_model}, {x.begin(), x.end()}};
+  file.tensors["x"] = {{p.batch, p.seq_len, p.cfg.d_in}, {x.begin(), x.end()}};
   const auto rows = fixture.rows();
   const auto count = static_cast<std::int64_t>(rows.size());
   mha::io::tensor& where = file.tensors["check.rows"] = {{count, 2}, {}};
@@ -86,10 +86,9 @@ void write_fixture(const shape_fixture& fixture, const std::filesystem::path& pa
     where.values.push_back(static_cast<float>(r.batch));
     where.values.push_back(static_cast<float>(r.token));
   }
-  mha::io::tensor& reference = file.tensors["check.reference"] = {{count, s.d_model}, {}};
+  mha::io::tensor& reference = file.tensors["check.reference"] = {{count, p.cfg.d_out}, {}};
   for (const double v : fixture.reference()) reference.values.push_back(static_cast<float>(v));
-  const std::string name = mha::to_string(s.problem(mha::formulation::split_weight));
-  file.metadata["problem"] = name.substr(name.find('/') + 1);
+  file.metadata["problem"] = shape_name(p);
   mha::io::write_safetensors(path, file);
 }
 

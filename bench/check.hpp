@@ -45,27 +45,29 @@ check_result compare_rows(std::span<const float> y, std::int64_t seq_len, std::i
                           std::span<const mha_reference::row> rows,
                           std::span<const double> reference);
 
-// The inputs of one shape and the oracle on its sampled rows: weights as nn.Linear initialises
-// them (mha::weights::random, fixed seed) and x uniform in [-1, 1) (fixed seed); with past > 0,
-// x is a decode call's tokens after `past` zero tokens (mha_reference::forward_rows). Building it
-// costs O(seq_len * d_model^2) in double per sampled batch element, about 8 s at B1 T128
+// The inputs of one shape (a problem in any formulation: they all compute the same function)
+// and the oracle on its sampled rows: weights as nn.Linear initialises them
+// (mha::weights::random, fixed seed) and x uniform in [-1, 1) (fixed seed); with past > 0, x is
+// a decode call's tokens after `past` zero tokens (mha_reference::forward_rows). Building it
+// costs O(seq_len * d_in * d_out) in double per sampled batch element, about 8 s at B1 T128
 // d_model 6144 here; a sweep builds it once per shape. Immutable after construction.
 class shape_fixture {
  public:
-  explicit shape_fixture(const mha_bench::shape& s);
+  explicit shape_fixture(const mha::problem& shape);
 
-  const mha_bench::shape& shape() const noexcept { return shape_; }
+  // The shape, in the formulation it was given in.
+  const mha::problem& problem() const noexcept { return problem_; }
   const mha::weights& weights() const noexcept { return weights_; }
-  // (batch, seq_len, d_model), row-major.
+  // (batch, seq_len, d_in), row-major.
   std::span<const float> x() const noexcept { return x_; }
-  // The checked rows (sample_rows) and the oracle's values on them (rows x d_model).
+  // The checked rows (sample_rows) and the oracle's values on them (rows x d_out).
   std::span<const mha_reference::row> rows() const noexcept { return rows_; }
   std::span<const double> reference() const noexcept { return reference_; }
-  // Compares a forward pass's output y (batch, seq_len, d_model) with the oracle.
+  // Compares a forward pass's output y (batch, seq_len, d_out) with the oracle.
   check_result check(std::span<const float> y) const;
 
  private:
-  mha_bench::shape shape_;
+  mha::problem problem_;
   mha::weights weights_;
   std::vector<float> x_;
   std::vector<mha_reference::row> rows_;
@@ -73,8 +75,8 @@ class shape_fixture {
 };
 
 // The fixture as a safetensors file at `path`: the weights as the split layout's state_dict
-// (mha::io::to_state_dict), "x" (batch, seq_len, d_model), "check.rows" (rows, 2: batch element
-// and token of each checked row) and "check.reference" (rows, d_model: the oracle, rounded to
+// (mha::io::to_state_dict), "x" (batch, seq_len, d_in), "check.rows" (rows, 2: batch element
+// and token of each checked row) and "check.reference" (rows, d_out: the oracle, rounded to
 // float32), with the metadata "problem" = the problem string after its formulation. What
 // tools/tests pin mhapy.inputs and mhapy.oracle to. Throws mha::error when it cannot write.
 void write_fixture(const shape_fixture& fixture, const std::filesystem::path& path);

@@ -116,16 +116,31 @@ std::string join(std::span<const std::string> parts, std::string_view separator)
   return joined;
 }
 
-mha::config shape::config() const {
-  mha::config c{
-      .d_in = d_model, .d_out = d_model, .n_heads = heads, .context_length = past + seq_len};
-  c.n_kv_heads = kv_heads;
-  c.precision = precision;
-  return c;
+mha::problem sweep_problem(std::int64_t batch, std::int64_t seq_len, std::int64_t d_model,
+                           std::int64_t heads, std::int64_t kv_heads, std::int64_t past,
+                           mha::precision precision) {
+  mha::problem p{.cfg = {.d_in = d_model,
+                         .d_out = d_model,
+                         .n_heads = heads,
+                         .context_length = past + seq_len},
+                 .form = mha::formulation::split_weight,
+                 .batch = batch,
+                 .seq_len = seq_len,
+                 .past = past};
+  p.cfg.n_kv_heads = kv_heads;
+  p.cfg.precision = precision;
+  return p;
 }
 
-mha::problem shape::problem(mha::formulation form) const {
-  return mha::problem{config(), form, batch, seq_len, past};
+bool same_shape(const mha::problem& a, const mha::problem& b) noexcept {
+  mha::problem a_as_b = a;
+  a_as_b.form = b.form;
+  return a_as_b == b;
+}
+
+std::string shape_name(const mha::problem& p) {
+  const std::string name = mha::to_string(p);
+  return name.substr(name.find('/') + 1);
 }
 
 std::string to_string(const series& s) {
@@ -196,32 +211,29 @@ std::string shapes_json(const expansion& e) {
   std::string out = "[";
   for (std::size_t i = 0; i < e.points.size();) {
     // expand() keeps a shape's points together: one object per run of equal shapes.
-    const shape& sh = e.points[i].shape;
+    const mha::problem& p = e.points[i].problem;
     std::vector<std::string> threads, names;
-    for (; i < e.points.size() && e.points[i].shape == sh; ++i) {
+    for (; i < e.points.size() && e.points[i].problem == p; ++i) {
       threads.push_back(std::to_string(e.points[i].threads));
       for (const std::string& n : e.points[i].series) add_series_name(names, n);
     }
-    const mha::config c = sh.config();
-    std::string name = mha::to_string(sh.problem(mha::formulation::split_weight));
-    name.erase(0, name.find('/') + 1);
+    const mha::config& c = p.cfg;
     std::string axes;
-    if (sh.kv_heads > 0) axes += ", \"n_kv_heads\": " + std::to_string(sh.kv_heads);
-    if (sh.past > 0) axes += ", \"past\": " + std::to_string(sh.past);
-    if (sh.precision != mha::precision::fp32)
-      axes += ", \"precision\": \"" + std::string(mha::to_string(sh.precision)) + "\"";
+    if (c.n_kv_heads > 0) axes += ", \"n_kv_heads\": " + std::to_string(c.n_kv_heads);
+    if (p.past > 0) axes += ", \"past\": " + std::to_string(p.past);
+    if (c.precision != mha::precision::fp32)
+      axes += ", \"precision\": \"" + std::string(mha::to_string(c.precision)) + "\"";
     char flops[32];
-    std::snprintf(flops, sizeof flops, "%.17g",
-                  mha::flops(sh.problem(mha::formulation::split_weight)));
-    out +=
-        std::string(out.size() > 1 ? ",\n " : "\n ") + "{\"batch\": " + std::to_string(sh.batch) +
-        ", \"seq_len\": " + std::to_string(sh.seq_len) + ", \"d_in\": " + std::to_string(c.d_in) +
-        ", \"d_out\": " + std::to_string(c.d_out) + ", \"n_heads\": " + std::to_string(c.n_heads) +
-        ", \"causal\": " + (c.causal ? "true" : "false") +
-        ", \"qkv_bias\": " + (c.qkv_bias ? "true" : "false") +
-        ", \"out_proj\": " + (c.out_proj ? "true" : "false") + ", \"threads\": [" +
-        join(threads, ", ") + "], \"series\": \"" + join(names, ",") + "\"" + axes +
-        ", \"name\": \"" + name + "\", \"flops\": " + flops + "}";
+    std::snprintf(flops, sizeof flops, "%.17g", mha::flops(p));
+    out += std::string(out.size() > 1 ? ",\n " : "\n ") + "{\"batch\": " + std::to_string(p.batch) +
+           ", \"seq_len\": " + std::to_string(p.seq_len) + ", \"d_in\": " + std::to_string(c.d_in) +
+           ", \"d_out\": " + std::to_string(c.d_out) +
+           ", \"n_heads\": " + std::to_string(c.n_heads) +
+           ", \"causal\": " + (c.causal ? "true" : "false") +
+           ", \"qkv_bias\": " + (c.qkv_bias ? "true" : "false") +
+           ", \"out_proj\": " + (c.out_proj ? "true" : "false") + ", \"threads\": [" +
+           join(threads, ", ") + "], \"series\": \"" + join(names, ",") + "\"" + axes +
+           ", \"name\": \"" + shape_name(p) + "\", \"flops\": " + flops + "}";
   }
   return out + "\n]\n";
 }
@@ -229,8 +241,9 @@ std::string shapes_json(const expansion& e) {
 expansion covered_points(const expansion& e, std::span<const bench_case> cases) {
   expansion out{.points = {}, .dropped = e.dropped};
   for (const sweep_point& p : e.points) {
-    const bool covered = std::ranges::any_of(
-        cases, [&](const bench_case& c) { return c.shape == p.shape && c.threads == p.threads; });
+    const bool covered = std::ranges::any_of(cases, [&](const bench_case& c) {
+      return same_shape(c.problem, p.problem) && c.threads == p.threads;
+    });
     if (covered) out.points.push_back(p);
   }
   return out;
@@ -239,7 +252,7 @@ expansion covered_points(const expansion& e, std::span<const bench_case> cases) 
 expansion expand(std::span<const series> list) {
   expansion out;
   // Shapes in first-seen order; each shape's points are gathered so they run together.
-  std::vector<shape> shapes;
+  std::vector<mha::problem> shapes;
   std::vector<std::vector<sweep_point>> points_of;
   for (const series& s : list) {
     require_positive<std::int64_t>(s.batch, s.name, "batch");
@@ -301,10 +314,10 @@ expansion expand(std::span<const series> list) {
               const std::int64_t kv = kv_given == h ? 0 : kv_given;
               for (std::int64_t past : past_list) {
                 for (mha::precision precision : precision_list) {
-                  const shape sh{b, t, d, h, kv, past, precision};
-                  auto it = std::find(shapes.begin(), shapes.end(), sh);
+                  const mha::problem shape = sweep_problem(b, t, d, h, kv, past, precision);
+                  auto it = std::find(shapes.begin(), shapes.end(), shape);
                   if (it == shapes.end()) {
-                    shapes.push_back(sh);
+                    shapes.push_back(shape);
                     points_of.emplace_back();
                     it = shapes.end() - 1;
                   }
@@ -313,7 +326,7 @@ expansion expand(std::span<const series> list) {
                   for (int n : s.threads) {
                     auto p = std::find_if(pts.begin(), pts.end(),
                                           [&](const sweep_point& q) { return q.threads == n; });
-                    if (p == pts.end()) p = pts.insert(pts.end(), sweep_point{sh, n, {}});
+                    if (p == pts.end()) p = pts.insert(pts.end(), sweep_point{shape, n, {}});
                     add_series_name(p->series, s.name);
                   }
                 }
@@ -338,7 +351,7 @@ expansion expand(std::span<const series> list) {
 }
 
 std::string bench_case::name() const {
-  return "mha/" + backend_name + "/" + mha::to_string(problem()) +
+  return "mha/" + backend_name + "/" + mha::to_string(problem) +
          "/threads:" + std::to_string(threads);
 }
 
@@ -351,7 +364,7 @@ std::vector<bench_case> make_cases(std::span<const sweep_point> points,
   for (std::size_t first = 0; first < points.size();) {
     // points[first, last) share one shape (expand() keeps them together).
     std::size_t last = first;
-    while (last < points.size() && points[last].shape == points[first].shape) ++last;
+    while (last < points.size() && points[last].problem == points[first].problem) ++last;
     for (std::size_t b = 0; b < backends.size(); ++b) {
       for (mha::formulation form : formulations) {
         const std::size_t shape_start = cases.size();
@@ -360,8 +373,9 @@ std::vector<bench_case> make_cases(std::span<const sweep_point> points,
           auto it = std::find_if(cases.begin() + static_cast<std::ptrdiff_t>(shape_start),
                                  cases.end(), [&](const bench_case& c) { return c.threads == n; });
           if (it == cases.end()) {
-            it = cases.insert(cases.end(),
-                              bench_case{b, backends[b].name, form, points[p].shape, n, {}});
+            mha::problem in_form = points[p].problem;
+            in_form.form = form;
+            it = cases.insert(cases.end(), bench_case{b, backends[b].name, in_form, n, {}});
           }
           for (const std::string& s : points[p].series) add_series_name(it->series, s);
         }
@@ -414,7 +428,7 @@ std::string to_string(shard s) { return std::to_string(s.index) + "/" + std::to_
 std::int64_t shard_cost(const bench_case& c) {
   // A nominal machine: the partition must not depend on the one it is computed on.
   constexpr double nominal_gflops_per_thread = 10.0, nominal_min_time = 0.5;
-  const double run = mha::flops(c.problem()) * 1e-9 / (nominal_gflops_per_thread * c.threads);
+  const double run = mha::flops(c.problem) * 1e-9 / (nominal_gflops_per_thread * c.threads);
   return std::llround(expected_wall_seconds(run, nominal_min_time, 1) * 1e6);
 }
 
@@ -484,14 +498,14 @@ expansion shard_points(const expansion& e, std::span<const bench_case> cases, sh
   const expansion taken = covered_points(e, earlier);
   std::erase_if(out.points, [&](const sweep_point& p) {
     return std::ranges::any_of(taken.points, [&](const sweep_point& q) {
-      return q.shape == p.shape && q.threads == p.threads;
+      return q.problem == p.problem && q.threads == p.threads;
     });
   });
   return out;
 }
 
 double estimated_seconds(const bench_case& c, double gflops_one_thread) {
-  return mha::flops(c.problem()) * 1e-9 / (gflops_one_thread * c.threads);
+  return mha::flops(c.problem) * 1e-9 / (gflops_one_thread * c.threads);
 }
 
 std::optional<std::string> budget_skip_reason(double seconds, double budget_seconds) {

@@ -1,6 +1,7 @@
-// mha_bench: what a sweep measures. Presets expand into series of shapes, shapes into
-// benchmark cases (backend x formulation x shape x thread count), and slow cases are skipped
-// when their estimated time exceeds the budget. Pure functions over plain data: no timing, no
+// mha_bench: what a sweep measures. Presets expand into series of shapes (each an mha::problem
+// whose formulation the cases choose), shapes into benchmark cases (backend x formulation x
+// shape x thread count), and slow cases are skipped when their estimated time exceeds the
+// budget. Pure functions over plain data: no timing, no
 // Google Benchmark, so all of it is unit-tested (tests/test_bench_sweep.cpp).
 #pragma once
 
@@ -16,20 +17,22 @@
 
 namespace mha_bench {
 
-// One shape of a sweep: input (batch, seq_len, d_model) through a module with d_in = d_out =
-// d_model and `heads` heads (causal, out_proj, no qkv bias: the defaults), with kv_heads K/V
-// heads (0: heads), in `precision`, after `past` cached tokens (0: a full forward pass).
-struct shape {
-  std::int64_t batch = 1, seq_len = 1, d_model = 1, heads = 1;
-  std::int64_t kv_heads = 0, past = 0;
-  mha::precision precision = mha::precision::fp32;
+// One shape of a sweep as a problem: input (batch, seq_len, d_model) after `past` cached tokens
+// (0: a full forward pass) through a module with d_in = d_out = d_model, `heads` heads and
+// kv_heads K/V heads (0: heads), in `precision`, every other field at its default (causal,
+// out_proj with its bias, no qkv bias, no rotary embedding), context_length = past + seq_len.
+// Its formulation is split_weight: a shape stands for every formulation, and make_cases sets
+// each case's.
+mha::problem sweep_problem(std::int64_t batch, std::int64_t seq_len, std::int64_t d_model,
+                           std::int64_t heads, std::int64_t kv_heads = 0, std::int64_t past = 0,
+                           mha::precision precision = mha::precision::fp32);
 
-  std::int64_t head_dim() const noexcept { return d_model / heads; }
-  // The module (context_length = past + seq_len) and the problem in formulation `form`.
-  mha::config config() const;
-  mha::problem problem(mha::formulation form) const;
-  bool operator==(const shape&) const = default;
-};
+// Whether a and b are the same shape: equal but perhaps for their formulations.
+bool same_shape(const mha::problem& a, const mha::problem& b) noexcept;
+
+// The canonical problem string after its formulation, "b1/t128/din768/dout768/h12": the name
+// of a shape in every formulation (mhapy.problem.Shape.problem_suffix spells it the same).
+std::string shape_name(const mha::problem& p);
 
 // A family of shapes a report draws as one line: every combination of its lists. Either
 // d_model lists fixed model widths, or head_dim > 0 derives d_model = head_dim * H for each H
@@ -78,7 +81,7 @@ std::vector<series> apply(std::vector<series> list, const overrides& o);
 
 // One shape at one thread count, with the name of every series that contains it.
 struct sweep_point {
-  mha_bench::shape shape;
+  mha::problem problem;  // a sweep_problem: its formulation is not the point's
   int threads = 1;
   std::vector<std::string> series;
 };
@@ -113,16 +116,15 @@ struct backend_info {
   int max_threads = 1;  // mha::backend::max_threads()
 };
 
-// One benchmark: a backend computing one formulation of one shape at one thread count.
+// One benchmark: a backend computing one problem (a shape in one formulation) at one thread
+// count.
 struct bench_case {
   std::size_t backend = 0;  // index into the backend list given to make_cases
   std::string backend_name;
-  mha::formulation form = mha::formulation::split_weight;
-  mha_bench::shape shape;
+  mha::problem problem;
   int threads = 1;
   std::vector<std::string> series;
 
-  mha::problem problem() const { return shape.problem(form); }
   // "mha/naive/split_weight/b4/t256/din768/dout768/h12/threads:1" (Google Benchmark appends
   // "/real_time").
   std::string name() const;

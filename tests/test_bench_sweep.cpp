@@ -21,9 +21,10 @@ namespace {
 
 using mha_bench::bench_case;
 using mha_bench::expansion;
+using mha_bench::same_shape;
 using mha_bench::series;
-using mha_bench::shape;
 using mha_bench::sweep_point;
+using mha_bench::sweep_problem;
 using testing::ElementsAre;
 using testing::HasSubstr;
 
@@ -45,7 +46,7 @@ std::vector<sweep_point> in_series(const std::vector<sweep_point>& points, const
 std::vector<std::int64_t> heads_at_one_thread(const std::vector<sweep_point>& points) {
   std::vector<std::int64_t> h;
   for (const sweep_point& p : points) {
-    if (p.threads == 1) h.push_back(p.shape.heads);
+    if (p.threads == 1) h.push_back(p.problem.cfg.n_heads);
   }
   return h;
 }
@@ -58,24 +59,25 @@ TEST(BenchPresets, HeadsCoversBothSeriesUpTo96Heads) {
   EXPECT_EQ(heads_at_one_thread(d_model), axis);
   EXPECT_EQ(heads_at_one_thread(head_dim), axis);
   for (const sweep_point& p : d_model) {
-    EXPECT_EQ(p.shape.d_model, 768);
-    EXPECT_EQ(p.shape.batch, 4);
-    EXPECT_EQ(p.shape.seq_len, 256);
+    EXPECT_EQ(p.problem.cfg.d_out, 768);
+    EXPECT_EQ(p.problem.batch, 4);
+    EXPECT_EQ(p.problem.seq_len, 256);
   }
   for (const sweep_point& p : head_dim) {
-    EXPECT_EQ(p.shape.head_dim(), 64);
-    EXPECT_EQ(p.shape.d_model, 64 * p.shape.heads);
-    EXPECT_EQ(p.shape.batch, 1);
-    EXPECT_EQ(p.shape.seq_len, 128);
+    EXPECT_EQ(p.problem.cfg.head_dim(), 64);
+    EXPECT_EQ(p.problem.cfg.d_out, 64 * p.problem.cfg.n_heads);
+    EXPECT_EQ(p.problem.batch, 1);
+    EXPECT_EQ(p.problem.seq_len, 128);
   }
-  EXPECT_EQ(head_dim.back().shape.d_model, 6144);
+  EXPECT_EQ(head_dim.back().problem.cfg.d_out, 6144);
 }
 
 TEST(BenchPresets, HeadsHasKvGroupsOfOneFourEightAndAll) {
   std::set<std::pair<std::int64_t, std::int64_t>> shapes;  // (H, K/V heads; 0: H)
   for (const sweep_point& p : in_series(points_of("heads"), "heads_kv")) {
-    EXPECT_EQ(p.shape, (shape{4, 256, 768, p.shape.heads, p.shape.kv_heads}));
-    shapes.insert({p.shape.heads, p.shape.kv_heads});
+    EXPECT_EQ(p.problem,
+              sweep_problem(4, 256, 768, p.problem.cfg.n_heads, p.problem.cfg.n_kv_heads));
+    shapes.insert({p.problem.cfg.n_heads, p.problem.cfg.n_kv_heads});
   }
   std::set<std::pair<std::int64_t, std::int64_t>> expected;
   for (std::int64_t h : {8, 16, 24, 32, 48, 64, 96}) {
@@ -86,8 +88,8 @@ TEST(BenchPresets, HeadsHasKvGroupsOfOneFourEightAndAll) {
   EXPECT_EQ(shapes, expected);
   // Its multi-head shapes are heads_d_model's: one point, both names.
   for (const sweep_point& p : in_series(points_of("heads"), "heads_d_model")) {
-    const bool grouped_series_h = p.shape.heads >= 8 && p.shape.heads % 8 == 0;
-    EXPECT_EQ(p.series.size(), grouped_series_h ? 2u : 1u) << p.shape.heads;
+    const bool grouped_series_h = p.problem.cfg.n_heads >= 8 && p.problem.cfg.n_heads % 8 == 0;
+    EXPECT_EQ(p.series.size(), grouped_series_h ? 2u : 1u) << p.problem.cfg.n_heads;
   }
 }
 
@@ -96,7 +98,8 @@ TEST(BenchPresets, KvGroupsDropHeadsTheyDoNotDivide) {
   s.kv_groups = {1, 4, 0};
   const mha_bench::expansion e = mha_bench::expand(std::vector{s});
   std::set<std::pair<std::int64_t, std::int64_t>> shapes;
-  for (const sweep_point& p : e.points) shapes.insert({p.shape.heads, p.shape.kv_heads});
+  for (const sweep_point& p : e.points)
+    shapes.insert({p.problem.cfg.n_heads, p.problem.cfg.n_kv_heads});
   // H1: every group is multi-head (0); H6: groups of 4 dropped; H8: 2 and 1 K/V heads.
   EXPECT_EQ(shapes, (std::set<std::pair<std::int64_t, std::int64_t>>{
                         {1, 0}, {6, 0}, {6, 1}, {8, 0}, {8, 2}, {8, 1}}));
@@ -113,7 +116,7 @@ TEST(BenchPresets, KvGroupsDropHeadsTheyDoNotDivide) {
 TEST(BenchPresets, EveryPresetShapeHasWholeHeads) {
   for (std::string_view name : mha_bench::preset_names()) {
     for (const sweep_point& p : points_of(name)) {
-      EXPECT_EQ(p.shape.d_model % p.shape.heads, 0) << name;
+      EXPECT_EQ(p.problem.cfg.d_out % p.problem.cfg.n_heads, 0) << name;
       EXPECT_FALSE(p.series.empty()) << name;
     }
   }
@@ -122,8 +125,8 @@ TEST(BenchPresets, EveryPresetShapeHasWholeHeads) {
 TEST(BenchPresets, SeqSweepsGpt2SmallUpTo4096Tokens) {
   std::vector<std::int64_t> t;
   for (const sweep_point& p : points_of("seq")) {
-    EXPECT_EQ(p.shape, (shape{1, p.shape.seq_len, 768, 12}));
-    if (p.threads == 1) t.push_back(p.shape.seq_len);
+    EXPECT_EQ(p.problem, sweep_problem(1, p.problem.seq_len, 768, 12));
+    if (p.threads == 1) t.push_back(p.problem.seq_len);
   }
   EXPECT_THAT(t, ElementsAre(64, 128, 256, 512, 1024, 2048, 4096));
 }
@@ -131,7 +134,7 @@ TEST(BenchPresets, SeqSweepsGpt2SmallUpTo4096Tokens) {
 TEST(BenchPresets, ThreadsRunsOneToEveryCore) {
   std::vector<int> threads;
   for (const sweep_point& p : points_of("threads", 4)) {
-    EXPECT_EQ(p.shape, (shape{1, 1024, 768, 12}));
+    EXPECT_EQ(p.problem, sweep_problem(1, 1024, 768, 12));
     threads.push_back(p.threads);
   }
   EXPECT_THAT(threads, ElementsAre(1, 2, 3, 4));
@@ -143,9 +146,10 @@ TEST(BenchPresets, ThreadsRunsOneToEveryCore) {
 TEST(BenchPresets, DecodeIsOneTokenOverCachesFrom128To32k) {
   std::set<std::pair<std::int64_t, std::int64_t>> steps;  // (B, past)
   for (const sweep_point& p : in_series(points_of("decode", 4), "decode")) {
-    EXPECT_EQ(p.shape, (shape{p.shape.batch, 1, 768, 12, 0, p.shape.past})) << "GPT-2 small";
+    EXPECT_EQ(p.problem, sweep_problem(p.problem.batch, 1, 768, 12, 0, p.problem.past))
+        << "GPT-2 small";
     EXPECT_TRUE(p.threads == 1 || p.threads == 4);
-    steps.insert({p.shape.batch, p.shape.past});
+    steps.insert({p.problem.batch, p.problem.past});
   }
   std::set<std::pair<std::int64_t, std::int64_t>> expected;
   for (std::int64_t b : {1, 8, 32})
@@ -156,8 +160,9 @@ TEST(BenchPresets, DecodeIsOneTokenOverCachesFrom128To32k) {
 TEST(BenchPresets, DecodeHasGroupedQueryStepsAtLongCaches) {
   std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>> steps;  // (B, K/V heads, past)
   for (const sweep_point& p : in_series(points_of("decode", 2), "decode_kv")) {
-    EXPECT_EQ(p.shape, (shape{p.shape.batch, 1, 768, 12, p.shape.kv_heads, p.shape.past}));
-    steps.insert({p.shape.batch, p.shape.kv_heads, p.shape.past});
+    EXPECT_EQ(p.problem,
+              sweep_problem(p.problem.batch, 1, 768, 12, p.problem.cfg.n_kv_heads, p.problem.past));
+    steps.insert({p.problem.batch, p.problem.cfg.n_kv_heads, p.problem.past});
   }
   std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>> expected;
   for (std::int64_t b : {1, 8})
@@ -169,8 +174,8 @@ TEST(BenchPresets, DecodeHasGroupedQueryStepsAtLongCaches) {
 TEST(BenchPresets, QuickIsAHandfulOfGpt2WideShapes) {
   std::set<std::pair<std::int64_t, std::int64_t>> shapes;  // (T, H)
   for (const sweep_point& p : points_of("quick")) {
-    EXPECT_EQ(p.shape.d_model, 768);
-    shapes.insert({p.shape.seq_len, p.shape.heads});
+    EXPECT_EQ(p.problem.cfg.d_out, 768);
+    shapes.insert({p.problem.seq_len, p.problem.cfg.n_heads});
   }
   EXPECT_GE(shapes.size(), 4u);
   EXPECT_LE(shapes.size(), 8u);
@@ -180,8 +185,8 @@ TEST(BenchPresets, QuickIsAHandfulOfGpt2WideShapes) {
 TEST(BenchPresets, FullIsTheUnionWithoutDuplicates) {
   const auto full = points_of("full");
   const auto key = [](const sweep_point& p) {
-    return std::tuple(p.shape.batch, p.shape.seq_len, p.shape.d_model, p.shape.heads,
-                      p.shape.kv_heads, p.shape.past, p.threads);
+    return std::tuple(p.problem.batch, p.problem.seq_len, p.problem.cfg.d_out,
+                      p.problem.cfg.n_heads, p.problem.cfg.n_kv_heads, p.problem.past, p.threads);
   };
   std::set<decltype(key(full.front()))> seen;
   for (const sweep_point& p : full) EXPECT_TRUE(seen.insert(key(p)).second) << "duplicate point";
@@ -190,7 +195,7 @@ TEST(BenchPresets, FullIsTheUnionWithoutDuplicates) {
   }
   // GPT-2 small is in the quick, seq and threads presets: one point, every series named.
   const auto gpt2 = std::find_if(full.begin(), full.end(), [](const sweep_point& p) {
-    return p.shape == shape{1, 1024, 768, 12} && p.threads == 1;
+    return p.problem == sweep_problem(1, 1024, 768, 12) && p.threads == 1;
   });
   ASSERT_NE(gpt2, full.end());
   EXPECT_THAT(gpt2->series, ElementsAre("gpt2_small", "seq", "threads"));
@@ -198,9 +203,9 @@ TEST(BenchPresets, FullIsTheUnionWithoutDuplicates) {
 
 TEST(BenchPresets, ShapesOfOnePointAreContiguous) {
   const auto full = points_of("full");
-  std::vector<shape> order;
+  std::vector<mha::problem> order;
   for (const sweep_point& p : full) {
-    if (order.empty() || !(order.back() == p.shape)) order.push_back(p.shape);
+    if (order.empty() || !(order.back() == p.problem)) order.push_back(p.problem);
   }
   for (std::size_t i = 0; i < order.size(); ++i) {
     for (std::size_t j = i + 1; j < order.size(); ++j) EXPECT_FALSE(order[i] == order[j]);
@@ -226,9 +231,9 @@ TEST(BenchOverrides, ReplaceListsInEverySeries) {
   const expansion e = mha_bench::expand(mha_bench::apply(mha_bench::preset("heads", 2), o));
   std::set<std::pair<std::int64_t, std::int64_t>> d_model_by_heads;
   for (const sweep_point& p : e.points) {
-    EXPECT_EQ(p.shape.batch, 3);
+    EXPECT_EQ(p.problem.batch, 3);
     EXPECT_EQ(p.threads, 1);
-    d_model_by_heads.insert({p.shape.heads, p.shape.d_model});
+    d_model_by_heads.insert({p.problem.cfg.n_heads, p.problem.cfg.d_out});
   }
   // The fixed-d_model series takes --d-model; the fixed-head_dim one keeps d_model = 64 * H.
   EXPECT_EQ(d_model_by_heads, (std::set<std::pair<std::int64_t, std::int64_t>>{
@@ -240,7 +245,7 @@ TEST(BenchOverrides, NonDivisibleShapesAreDroppedAndListed) {
   o.d_model = {100};
   o.heads = {3, 4};
   const expansion e = mha_bench::expand(mha_bench::apply(mha_bench::preset("seq", 1), o));
-  for (const sweep_point& p : e.points) EXPECT_EQ(p.shape.heads, 4);
+  for (const sweep_point& p : e.points) EXPECT_EQ(p.problem.cfg.n_heads, 4);
   ASSERT_FALSE(e.dropped.empty());
   EXPECT_THAT(e.dropped.front(), HasSubstr("d_model 100 is not divisible by 3 heads"));
 }
@@ -271,22 +276,23 @@ TEST(BenchOverrides, KvHeadsPastAndPrecisionAreAxes) {
   // kv {0, 2}; each x 2 past x 2 precisions.
   EXPECT_EQ(e.points.size(), 7u * (2 + 2) * 2 * 2);
   for (const sweep_point& p : e.points) {
-    EXPECT_TRUE(p.shape.kv_heads == 0 || p.shape.heads % p.shape.kv_heads == 0);
-    EXPECT_NE(p.shape.kv_heads, p.shape.heads);
-    EXPECT_EQ(p.shape.config().context_length, p.shape.past + p.shape.seq_len);
+    EXPECT_TRUE(p.problem.cfg.n_kv_heads == 0 ||
+                p.problem.cfg.n_heads % p.problem.cfg.n_kv_heads == 0);
+    EXPECT_NE(p.problem.cfg.n_kv_heads, p.problem.cfg.n_heads);
+    EXPECT_EQ(p.problem.cfg.context_length, p.problem.past + p.problem.seq_len);
   }
   ASSERT_FALSE(e.dropped.empty());
   EXPECT_THAT(e.dropped.front(), HasSubstr("6 heads are not divisible by 4 K/V heads"));
 
   const std::vector<sweep_point> points = {
-      {shape{1, 1, 4096, 32, 8, 1023, mha::precision::bf16}, 1, {"decode"}}};
+      {sweep_problem(1, 1, 4096, 32, 8, 1023, mha::precision::bf16), 1, {"decode"}}};
   const std::vector<mha_bench::backend_info> backends = {{"xsimd", 1}};
   const auto cases = mha_bench::make_cases(points, backends, std::vector{split});
   ASSERT_EQ(cases.size(), 1u);
   EXPECT_EQ(cases[0].name(),
             "mha/xsimd/split_weight/b1/t1/past1023/din4096/dout4096/h32/kvh8/bf16/threads:1");
   EXPECT_EQ(mha::parse_problem(cases[0].name().substr(10, cases[0].name().rfind('/') - 10)),
-            cases[0].problem());
+            cases[0].problem);
 
   mha_bench::overrides negative;
   negative.past = {-1};
@@ -295,7 +301,7 @@ TEST(BenchOverrides, KvHeadsPastAndPrecisionAreAxes) {
 }
 
 TEST(BenchCases, NamesReadLikeTheProblemString) {
-  const std::vector<sweep_point> points = {{shape{4, 256, 768, 12}, 2, {"heads_d_model"}}};
+  const std::vector<sweep_point> points = {{sweep_problem(4, 256, 768, 12), 2, {"heads_d_model"}}};
   const std::vector<mha_bench::backend_info> backends = {{"tbb", 2}};
   const auto cases = mha_bench::make_cases(points, backends, std::vector{split});
   ASSERT_EQ(cases.size(), 1u);
@@ -304,9 +310,9 @@ TEST(BenchCases, NamesReadLikeTheProblemString) {
 }
 
 TEST(BenchCases, ThreadCountsAreCappedPerBackend) {
-  const shape s{1, 64, 64, 4};
+  const mha::problem s = sweep_problem(1, 64, 64, 4);
   const std::vector<sweep_point> points = {
-      {s, 1, {"a"}}, {s, 2, {"a", "b"}}, {s, 4, {"c"}}, {shape{1, 8, 8, 2}, 1, {"a"}}};
+      {s, 1, {"a"}}, {s, 2, {"a", "b"}}, {s, 4, {"c"}}, {sweep_problem(1, 8, 8, 2), 1, {"a"}}};
   const std::vector<mha_bench::backend_info> backends = {{"parallel", 2}, {"serial", 1}};
   const auto cases = mha_bench::make_cases(points, backends, std::vector{wrapper, split});
   std::vector<std::string> names;
@@ -327,9 +333,9 @@ TEST(BenchCases, ThreadCountsAreCappedPerBackend) {
 
 TEST(BenchBudget, EstimateIsFlopsOverRateAndThreads) {
   bench_case c;
-  c.shape = shape{1, 1024, 768, 12};
+  c.problem = sweep_problem(1, 1024, 768, 12);
   c.threads = 2;
-  const double gflop = mha::flops(c.problem()) * 1e-9;
+  const double gflop = mha::flops(c.problem) * 1e-9;
   EXPECT_DOUBLE_EQ(mha_bench::estimated_seconds(c, 4.0), gflop / 8.0);
 }
 
@@ -392,9 +398,9 @@ TEST(BenchCheck, ComparesSampledRowsRelativeToTheReference) {
 }
 
 TEST(BenchCheck, FixtureChecksAgainstTheOracleOnSampledRows) {
-  const mha_bench::shape_fixture f(shape{2, 5, 8, 2});
+  const mha_bench::shape_fixture f(sweep_problem(2, 5, 8, 2));
   // The oracle on every row of the fixture's own inputs passes; a sampled row changed fails.
-  const auto all = mha_reference::forward(f.shape().config(), f.weights(), f.x(), 2, 5);
+  const auto all = mha_reference::forward(f.problem().cfg, f.weights(), f.x(), 2, 5);
   std::vector<float> y(all.begin(), all.end());
   EXPECT_TRUE(f.check(y).passed(1e-6));
   y[(1 * 5 + 4) * 8 + 3] += 1.0f;  // batch 1, last token: a sampled row
@@ -586,8 +592,8 @@ TEST(BenchShard, ShardsAreBalancedByModelFlops) {
   }
   // The cost grows with the FLOPs and falls with threads; every case costs at least its timing.
   bench_case small, large;
-  small.shape = shape{1, 128, 768, 12};
-  large.shape = shape{1, 4096, 768, 12};
+  small.problem = sweep_problem(1, 128, 768, 12);
+  large.problem = sweep_problem(1, 4096, 768, 12);
   EXPECT_LT(mha_bench::shard_cost(small), mha_bench::shard_cost(large));
   bench_case large2 = large;
   large2.threads = 2;
@@ -635,13 +641,13 @@ TEST(BenchShard, ShardPointsSplitThePeersShapesWithoutOverlap) {
       const auto mine = mha_bench::cases_of_shard(all, {i, n});
       for (const sweep_point& p : part.points) {
         const auto at = std::ranges::find_if(covered.points, [&](const sweep_point& q) {
-          return q.shape == p.shape && q.threads == p.threads;
+          return q.problem == p.problem && q.threads == p.threads;
         });
         ASSERT_NE(at, covered.points.end());
         ++owners[static_cast<std::size_t>(at - covered.points.begin())];
         // Owned by shard i: one of its cases runs it.
         EXPECT_TRUE(std::ranges::any_of(mine, [&](const bench_case& c) {
-          return c.shape == p.shape && c.threads == p.threads;
+          return same_shape(c.problem, p.problem) && c.threads == p.threads;
         }));
       }
     }
@@ -651,16 +657,17 @@ TEST(BenchShard, ShardPointsSplitThePeersShapesWithoutOverlap) {
 
 // The peers time what mha_bench runs: points no selected case runs are left out.
 TEST(ShapesJson, CoveredPointsAreThoseTheSelectedCasesRun) {
-  const shape a{1, 64, 64, 4}, b{1, 8, 8, 2};
+  const mha::problem a = sweep_problem(1, 64, 64, 4), b = sweep_problem(1, 8, 8, 2);
   mha_bench::expansion e;
   e.points = {{a, 1, {"s"}}, {a, 2, {"s"}}, {b, 1, {"s"}}, {b, 2, {"s"}}};
   e.dropped = {"one dropped shape"};
   const std::vector<mha_bench::backend_info> serial = {{"serial", 1}};
   auto cases = mha_bench::make_cases(e.points, serial, std::vector{split});
-  std::erase_if(cases, [&](const bench_case& c) { return c.shape == b; });  // a filter on /t64/
+  std::erase_if(
+      cases, [&](const bench_case& c) { return same_shape(c.problem, b); });  // a filter on /t64/
   const mha_bench::expansion covered = mha_bench::covered_points(e, cases);
   ASSERT_EQ(covered.points.size(), 1u);
-  EXPECT_EQ(covered.points[0].shape, a);
+  EXPECT_EQ(covered.points[0].problem, a);
   EXPECT_EQ(covered.points[0].threads, 1);
   EXPECT_EQ(covered.dropped, e.dropped);
   EXPECT_TRUE(mha_bench::covered_points(e, {}).points.empty());
