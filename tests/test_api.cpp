@@ -108,6 +108,32 @@ TEST(Problem, NewAxesInTheCanonicalStringRoundTrip) {
             "split_weight/b4/t256/din768/dout768/h12");
 }
 
+// Every optional part at once, in to_string's order; rotary bases in std::to_chars' shortest
+// digits (what mhapy.problem.shortest_decimal reproduces).
+TEST(Problem, EveryOptionalPartRoundTrips) {
+  mha::problem p;
+  p.cfg = {.d_in = 64, .d_out = 64, .n_heads = 8, .context_length = 10};
+  p.form = mha::formulation::fused_qkv;
+  p.past = 9;
+  p.cfg.n_kv_heads = 2;
+  p.cfg.rope_base = 500000;
+  p.cfg.causal = false;
+  p.cfg.qkv_bias = true;
+  p.cfg.out_proj_bias = false;
+  p.cfg.precision = mha::precision::bf16;
+  const std::string name =
+      "fused_qkv/b1/t1/past9/din64/dout64/h8/kvh2/rope5e+05/noncausal/qkv_bias/"
+      "no_out_bias/bf16";
+  EXPECT_EQ(mha::to_string(p), name);
+  EXPECT_EQ(mha::parse_problem(name), p);
+  p.cfg.rope_base = 10000;
+  p.cfg.out_proj = false;  // no out_proj: no bias to lack, so no no_out_bias
+  EXPECT_EQ(mha::to_string(p),
+            "fused_qkv/b1/t1/past9/din64/dout64/h8/kvh2/rope10000/noncausal/qkv_bias/no_out_proj/"
+            "bf16");
+  EXPECT_EQ(mha::parse_problem("split_weight/b1/t1/din8/dout8/h2/rope1e4").cfg.rope_base, 10000.0);
+}
+
 TEST(Problem, ParseNamesTheBadPart) {
   using mha_test::expect_error;
   expect_error<mha::invalid_argument>([] { mha::parse_problem("split_weight/b4/t256/din768"); },
@@ -117,6 +143,18 @@ TEST(Problem, ParseNamesTheBadPart) {
       {"unknown part 'fast'", "kvh<K>"});
   expect_error<mha::invalid_argument>(
       [] { mha::parse_problem("split_weight/b4/b2/t256/din768/dout768/h12"); }, {"gives b twice"});
+  // Every part at most once, flags and the precision too; counts are decimal digits.
+  expect_error<mha::invalid_argument>(
+      [] { mha::parse_problem("split_weight/b1/t1/din8/dout8/h2/noncausal/noncausal"); },
+      {"gives noncausal twice"});
+  expect_error<mha::invalid_argument>(
+      [] { mha::parse_problem("split_weight/b1/t1/din8/dout8/h2/bf16/fp32"); },
+      {"gives fp32 or bf16 twice"});
+  expect_error<mha::invalid_argument>(
+      [] { mha::parse_problem("split_weight/b1/t1/past-1/din8/dout8/h2"); },
+      {"unknown part 'past-1'"});
+  expect_error<mha::invalid_argument>(
+      [] { mha::parse_problem("split_weight/b1/t1/din8/dout8/h2/rope"); }, {"unknown part 'rope'"});
   expect_error<mha::invalid_argument>([] { mha::parse_problem("fused/b1/t1/din1/dout1/h1"); },
                                       {"unknown formulation 'fused'"});
 }

@@ -23,18 +23,25 @@ struct problem {
   bool operator==(const problem&) const = default;
 };
 
-// The canonical problem string, in the order benchmark names use it:
+// The canonical problem string: the grammar every problem name follows (benchmark names,
+// result files, the report, the peers; docs/design.md and bench/README.md point here):
 //   <formulation>/b<B>/t<T>[/past<P>]/din<d_in>/dout<d_out>/h<H>[/kvh<K>][/rope<base>]
 //   [/noncausal][/qkv_bias][/no_out_proj][/no_out_bias][/<precision>]
-// with the bracketed parts only when not the default (past 0, kv_heads() == n_heads, no rotary
-// embedding, causal, no qkv bias, out_proj with its bias, fp32):
+// with the bracketed parts only when not the default: past 0, kv_heads() == n_heads, no rotary
+// embedding (rope_base 0), causal, no qkv bias, out_proj, out_proj with its bias (no_out_bias
+// only with an out_proj), precision fp32 (<precision> is its name: bf16). Counts are decimal
+// digits; the base is a decimal number, written in std::to_chars' shortest form:
 // "split_weight/b4/t256/din768/dout768/h12",
-// "fused_qkv/b1/t1/past1023/din4096/dout4096/h32/kvh8/rope500000/no_out_bias/bf16".
+// "fused_qkv/b1/t1/past1023/din4096/dout4096/h32/kvh8/rope5e+05/no_out_bias/bf16".
+// The parts' order, spelling and defaults are one table in src/core/problem.cpp, which
+// tools/mhapy/problem.py mirrors.
 std::string to_string(const problem& p);
 
-// The inverse of to_string(problem) for any order of the parts after the formulation (the
-// report's parser accepts the same grammar). context_length becomes past + seq_len, dropout 0.
-// Throws mha::invalid_argument naming the part it cannot read.
+// The inverse of to_string(problem) for any order of the parts after the formulation, each at
+// most once, default values spelled out or not ("fp32", "kvh<H>", "past0"); the report's parser
+// accepts the same grammar. context_length becomes past + seq_len, dropout 0. Throws
+// mha::invalid_argument naming the part it cannot read, a part given twice or a required part
+// missing.
 problem parse_problem(std::string_view name);
 
 // Model FLOPs of one call (docs/design.md §3), as a double, with d_kv = kv_heads * head_dim:

@@ -1,6 +1,7 @@
 #include "mha/problem.hpp"
 
 #include <charconv>
+#include <iterator>
 #include <optional>
 
 #include "core/text.hpp"
@@ -11,56 +12,125 @@ namespace {
 
 using detail::text;
 
-// The flags of the canonical string: the name of each and whether a problem sets it.
-struct flag {
-  std::string_view name;
-  bool (*is_set)(const config&);
-  void (*set)(config&);
-};
-constexpr flag flags[] = {
-    {"noncausal", [](const config& c) { return !c.causal; }, [](config& c) { c.causal = false; }},
-    {"qkv_bias", [](const config& c) { return c.qkv_bias; }, [](config& c) { c.qkv_bias = true; }},
-    {"no_out_proj", [](const config& c) { return !c.out_proj; },
-     [](config& c) { c.out_proj = false; }},
-    {"no_out_bias", [](const config& c) { return c.out_proj && !c.out_proj_bias; },
-     [](config& c) { c.out_proj_bias = false; }},
-};
+// The value of a part: the text to write after its prefix, or nullopt when the problem has the
+// part's default and the part is left out.
+using written = std::optional<std::string>;
 
-// The base of "rope<base>" (a decimal number, "rope10000") when `part` is one, else nullopt.
-std::optional<double> rope_part(std::string_view part) {
-  constexpr std::string_view prefix = "rope";
-  if (!part.starts_with(prefix) || part.size() == prefix.size()) return std::nullopt;
-  double value = 0;
-  const char* first = part.data() + prefix.size();
-  const char* last = part.data() + part.size();
-  const auto [end, ec] = std::from_chars(first, last, value);
-  if (ec != std::errc{} || end != last) return std::nullopt;
-  return value;
-}
-
-// The value of "<prefix><digits>" when `part` is one, else nullopt.
-std::optional<std::int64_t> numbered(std::string_view part, std::string_view prefix) {
-  if (!part.starts_with(prefix) || part.size() == prefix.size()) return std::nullopt;
+// The value of `digits` when it is a non-empty run of decimal digits, else nullopt.
+std::optional<std::int64_t> count(std::string_view digits) {
+  if (digits.empty() || digits.front() < '0' || digits.front() > '9') return std::nullopt;
   std::int64_t value = 0;
-  const char* first = part.data() + prefix.size();
-  const char* last = part.data() + part.size();
-  const auto [end, ec] = std::from_chars(first, last, value);
-  if (ec != std::errc{} || end != last) return std::nullopt;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec != std::errc{} || end != digits.data() + digits.size()) return std::nullopt;
   return value;
 }
+
+// The value of a decimal number as std::from_chars reads one ("10000", "1e4", "2.5"), else nullopt.
+std::optional<double> decimal(std::string_view number) {
+  double value = 0;
+  const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if (number.empty() || ec != std::errc{} || end != number.data() + number.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+// Writing a part: `value` when the part is `present`, nullopt when it is left out.
+template <class T>
+written value_if(bool present, const T& value) {
+  if (!present) return std::nullopt;
+  return text(value);
+}
+// A flag: nothing after its name when `set`.
+written flag_if(bool set) { return value_if(set, ""); }
+
+// Reading a part: the count `value` into `into`; false when `value` is not a count.
+bool read_count(std::string_view value, std::int64_t& into) {
+  const auto n = count(value);
+  if (n) into = *n;
+  return n.has_value();
+}
+// A flag (nothing after its name): sets `field` to `to`.
+bool read_flag(std::string_view value, bool& field, bool to) {
+  if (!value.empty()) return false;
+  field = to;
+  return true;
+}
+
+// One part of the canonical string after the formulation: its prefix followed by its value (a
+// flag has none; the precision is its value alone). `write` gives the value, or nullopt when the
+// problem has the part's default and the part is left out (a required part is always written);
+// `read` sets the part from the text after the prefix and says whether that text is a value of
+// the part, leaving the problem as it was when not.
+struct part {
+  std::string_view prefix;
+  std::string_view syntax;  // in messages: "b<B>", "noncausal", "fp32 or bf16"
+  bool required;
+  written (*write)(const problem&);
+  bool (*read)(std::string_view value, problem&);
+};
+
+// The grammar of the canonical problem string after the formulation, written once: its parts in
+// the order to_string writes them, their spelling and their defaults (include/mha/problem.hpp
+// states it in words). tools/mhapy/problem.py's PARTS mirrors this table, and
+// tools/tests/test_problem.py holds the two to the same strings on every preset's problems: a
+// new axis of the problem is a row here and one there.
+constexpr part parts[] = {
+    {"b", "b<B>", true, [](const problem& p) -> written { return text(p.batch); },
+     [](std::string_view v, problem& p) { return read_count(v, p.batch); }},
+    {"t", "t<T>", true, [](const problem& p) -> written { return text(p.seq_len); },
+     [](std::string_view v, problem& p) { return read_count(v, p.seq_len); }},
+    {"past", "past<P>", false, [](const problem& p) { return value_if(p.past != 0, p.past); },
+     [](std::string_view v, problem& p) { return read_count(v, p.past); }},
+    {"din", "din<N>", true, [](const problem& p) -> written { return text(p.cfg.d_in); },
+     [](std::string_view v, problem& p) { return read_count(v, p.cfg.d_in); }},
+    {"dout", "dout<N>", true, [](const problem& p) -> written { return text(p.cfg.d_out); },
+     [](std::string_view v, problem& p) { return read_count(v, p.cfg.d_out); }},
+    {"h", "h<H>", true, [](const problem& p) -> written { return text(p.cfg.n_heads); },
+     [](std::string_view v, problem& p) { return read_count(v, p.cfg.n_heads); }},
+    {"kvh", "kvh<K>", false,
+     [](const problem& p) { return value_if(p.cfg.kv_heads() != p.cfg.n_heads, p.cfg.kv_heads()); },
+     [](std::string_view v, problem& p) { return read_count(v, p.cfg.n_kv_heads); }},
+    // The base in its shortest round-trip digits, as std::to_chars writes it: "10000", "5e+05".
+    {"rope", "rope<base>", false,
+     [](const problem& p) { return value_if(p.cfg.rope_base != 0.0, p.cfg.rope_base); },
+     [](std::string_view v, problem& p) {
+       const auto base = decimal(v);
+       if (base) p.cfg.rope_base = *base;
+       return base.has_value();
+     }},
+    {"noncausal", "noncausal", false, [](const problem& p) { return flag_if(!p.cfg.causal); },
+     [](std::string_view v, problem& p) { return read_flag(v, p.cfg.causal, false); }},
+    {"qkv_bias", "qkv_bias", false, [](const problem& p) { return flag_if(p.cfg.qkv_bias); },
+     [](std::string_view v, problem& p) { return read_flag(v, p.cfg.qkv_bias, true); }},
+    {"no_out_proj", "no_out_proj", false, [](const problem& p) { return flag_if(!p.cfg.out_proj); },
+     [](std::string_view v, problem& p) { return read_flag(v, p.cfg.out_proj, false); }},
+    // Without an out_proj there is no bias to lack.
+    {"no_out_bias", "no_out_bias", false,
+     [](const problem& p) { return flag_if(p.cfg.out_proj && !p.cfg.out_proj_bias); },
+     [](std::string_view v, problem& p) { return read_flag(v, p.cfg.out_proj_bias, false); }},
+    {"", "fp32 or bf16", false,
+     [](const problem& p) {
+       return value_if(p.cfg.precision != precision::fp32, to_string(p.cfg.precision));
+     },
+     [](std::string_view v, problem& p) {
+       for (const precision named : {precision::fp32, precision::bf16}) {
+         if (v == to_string(named)) {
+           p.cfg.precision = named;
+           return true;
+         }
+       }
+       return false;
+     }},
+};
 
 }  // namespace
 
 std::string to_string(const problem& p) {
-  std::string s = text(to_string(p.form), "/b", p.batch, "/t", p.seq_len);
-  if (p.past != 0) s += text("/past", p.past);
-  s += text("/din", p.cfg.d_in, "/dout", p.cfg.d_out, "/h", p.cfg.n_heads);
-  if (p.cfg.kv_heads() != p.cfg.n_heads) s += text("/kvh", p.cfg.kv_heads());
-  if (p.cfg.rope_base != 0.0) s += text("/rope", p.cfg.rope_base);
-  for (const flag& f : flags) {
-    if (f.is_set(p.cfg)) s += text("/", f.name);
+  std::string s(to_string(p.form));
+  for (const part& each : parts) {
+    if (const written value = each.write(p)) s += text("/", each.prefix, *value);
   }
-  if (p.cfg.precision != precision::fp32) s += text("/", to_string(p.cfg.precision));
   return s;
 }
 
@@ -68,60 +138,35 @@ problem parse_problem(std::string_view name) {
   const std::string_view whole = name;
   auto next = [&] {
     const std::size_t slash = name.find('/');
-    const std::string_view part = name.substr(0, slash);
+    const std::string_view text_part = name.substr(0, slash);
     name = slash == std::string_view::npos ? std::string_view() : name.substr(slash + 1);
-    return part;
+    return text_part;
   };
   problem p;
   p.form = parse_formulation(next());
-  // The numbered parts; b, t, din, dout and h are required.
-  struct number {
-    std::string_view prefix;
-    std::int64_t* into;
-    bool required, seen = false;
-  };
-  number numbers[] = {{"b", &p.batch, true},
-                      {"t", &p.seq_len, true},
-                      {"past", &p.past, false},
-                      {"din", &p.cfg.d_in, true},
-                      {"dout", &p.cfg.d_out, true},
-                      {"h", &p.cfg.n_heads, true},
-                      {"kvh", &p.cfg.n_kv_heads, false}};
+  bool seen[std::size(parts)] = {};
   while (!name.empty()) {
-    const std::string_view part = next();
-    bool known = false;
-    for (number& n : numbers) {
-      if (const auto value = numbered(part, n.prefix)) {
-        if (n.seen) throw invalid_argument(text("mha: '", whole, "' gives ", n.prefix, " twice"));
-        *n.into = *value;
-        n.seen = known = true;
-        break;
-      }
+    const std::string_view given = next();
+    std::size_t i = 0;
+    while (i < std::size(parts) && !(given.starts_with(parts[i].prefix) &&
+                                     parts[i].read(given.substr(parts[i].prefix.size()), p))) {
+      ++i;
     }
-    for (const flag& f : flags) {
-      if (!known && part == f.name) {
-        f.set(p.cfg);
-        known = true;
-      }
+    if (i == std::size(parts)) {
+      std::string expected;
+      for (const part& each : parts) expected += text(expected.empty() ? "" : ", ", each.syntax);
+      throw invalid_argument(
+          text("mha: '", whole, "': unknown part '", given, "'; expected ", expected));
     }
-    if (const auto base = known ? std::nullopt : rope_part(part)) {
-      p.cfg.rope_base = *base;
-      known = true;
+    if (seen[i]) {
+      const std::string_view which = parts[i].prefix.empty() ? parts[i].syntax : parts[i].prefix;
+      throw invalid_argument(text("mha: '", whole, "' gives ", which, " twice"));
     }
-    if (!known && (part == "fp32" || part == "bf16")) {
-      p.cfg.precision = parse_precision(part);
-      known = true;
-    }
-    if (!known) {
-      throw invalid_argument(text("mha: '", whole, "': unknown part '", part,
-                                  "'; expected b<B>, t<T>, past<P>, din<N>, dout<N>, h<H>, "
-                                  "kvh<K>, rope<base>, noncausal, qkv_bias, no_out_proj, "
-                                  "no_out_bias, fp32 or bf16"));
-    }
+    seen[i] = true;
   }
-  for (const number& n : numbers) {
-    if (n.required && !n.seen) {
-      throw invalid_argument(text("mha: '", whole, "' has no ", n.prefix, "<number> part"));
+  for (std::size_t i = 0; i < std::size(parts); ++i) {
+    if (parts[i].required && !seen[i]) {
+      throw invalid_argument(text("mha: '", whole, "' has no ", parts[i].prefix, "<number> part"));
     }
   }
   p.cfg.context_length = p.past + p.seq_len;
