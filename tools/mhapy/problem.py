@@ -3,9 +3,10 @@ module and its input, how benchmark names spell it (and how to read it back), it
 count and the bytes a decode step reads at least.
 
 Standard library only. The report, the PyTorch peers, the memory probe and the tests all take
-shapes, FLOPs and bytes from here; the tests pin `flops` and `name` to mha::flops and
-mha::to_string through what `mha_bench --dump-shapes` writes, and `decode_bytes` to mha_bench's
-`bytes_min` counter (tools/tests/test_problem.py).
+shapes, FLOPs and bytes from here; the tests pin `flops` and the names to mha::flops,
+mha::to_string and mha::parse_problem through what `mha_bench --dump-shapes` writes for every
+preset, and `decode_bytes` to mha_bench's `bytes_min` counter (tools/tests/test_problem.py).
+The grammar of the names is include/mha/problem.hpp's; PARTS below mirrors its C++ table.
 """
 
 from __future__ import annotations
@@ -61,34 +62,11 @@ class Shape:
         """An incremental call: queries after `past` > 0 cached tokens."""
         return self.past > 0
 
-    def flags(self) -> list[str]:
-        """The non-default flags in name order: noncausal, qkv_bias, no_out_proj, no_out_bias."""
-        return [
-            name
-            for name, on in (
-                ("noncausal", not self.causal),
-                ("qkv_bias", self.qkv_bias),
-                ("no_out_proj", not self.out_proj),
-                ("no_out_bias", not self.out_proj_bias),
-            )
-            if on
-        ]
-
-    def rope(self) -> list[str]:
-        """['rope<base>'] as mha::to_string writes the base (shortest_decimal), [] without."""
-        return [f"rope{shortest_decimal(self.rope_base)}"] if self.rope_base else []
-
     def problem_suffix(self) -> str:
-        """'b4/t256[/past<P>]/din768/dout768/h12[/kvh<K>][/rope<base>][/flags][/bf16]':
-        mha::to_string(problem) after the formulation, each bracketed part only when not the
-        default."""
-        parts = [f"b{self.batch}", f"t{self.seq_len}"]
-        parts += [f"past{self.past}"] if self.past else []
-        parts += [f"din{self.d_in}", f"dout{self.d_out}", f"h{self.n_heads}"]
-        parts += [f"kvh{self.n_kv_heads}"] if self.n_kv_heads else []
-        parts += self.rope() + self.flags()
-        parts += [self.precision] if self.precision != "fp32" else []
-        return "/".join(parts)
+        """'b4/t256/din768/dout768/h12', 'b1/t1/past1023/din64/dout64/h8/kvh2/bf16':
+        mha::to_string(problem) after the formulation, the parts of PARTS in order, each optional
+        one only when not its default."""
+        return "/".join(text for part in PARTS if (text := part.spell(self)) is not None)
 
     def label(self) -> str:
         """Short human label: 'B4 T256 d768 H12 (hd 64)', d_in->d_out when they differ, then
@@ -98,12 +76,12 @@ class Shape:
         return " ".join([text] + self.extras())
 
     def extras(self, past: bool = True) -> list[str]:
-        """What label() adds after the sizes: 'past P' (unless past=False), 'kvh K',
-        'rope<base>', flags, precision."""
+        """What label() adds after the sizes: 'past P' (unless past=False), 'kvh K', then the
+        other optional parts not at their default as names spell them ('rope<base>', flags,
+        precision)."""
         out = [f"past {self.past}"] if self.past and past else []
         out += [f"kvh {self.n_kv_heads}"] if self.n_kv_heads else []
-        out += self.rope() + self.flags()
-        return out + ([self.precision] if self.precision != "fp32" else [])
+        return out + [text for part in PARTS if part.kind != "count" and (text := part.spell(self))]
 
 
 def shortest_decimal(value: float) -> str:
@@ -137,16 +115,67 @@ class ProblemError(ValueError):
         self.missing = missing
 
 
-_NUMBERED = re.compile(r"^(b|t|past|din|dout|h|kvh)(\d+)$")
-# rope<base>: a decimal number as std::from_chars reads one (no '+', no hexadecimal).
-_ROPE = re.compile(r"^rope(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)$")
-_REQUIRED = ("b", "t", "din", "dout", "h")
-_FLAGS = {
-    "noncausal": ("causal", False),
-    "qkv_bias": ("qkv_bias", True),
-    "no_out_proj": ("out_proj", False),
-    "no_out_bias": ("out_proj_bias", False),
-}
+# A rotary base after "rope": a decimal number as std::from_chars reads one (no '+', no hexadecimal).
+_DECIMAL = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a canonical problem string after the formulation: `prefix`, then the value of
+    Shape's `field`; left out when the shape has `default` (None: required, always written).
+    `kind` says how the value is spelled: "count" (decimal digits), "decimal" (shortest_decimal),
+    "flag" (the prefix alone, for a field not at its default) or "name" (the value alone, one of
+    `names`)."""
+
+    prefix: str
+    field: str
+    default: object = None
+    kind: str = "count"
+    names: tuple[str, ...] = ()
+
+    def spell(self, shape: Shape) -> str | None:
+        """The part as `shape` spells it, None when it is left out."""
+        value = getattr(shape, self.field)
+        if self.default is not None and value == self.default:
+            return None
+        if self.kind == "flag":
+            return self.prefix
+        return self.prefix + (shortest_decimal(value) if self.kind == "decimal" else str(value))
+
+    def read(self, text: str) -> object:
+        """The field's value that `text` spells, None when `text` is not this part."""
+        if not text.startswith(self.prefix):
+            return None
+        value = text[len(self.prefix) :]
+        if self.kind == "count":
+            return int(value) if value.isascii() and value.isdigit() else None
+        if self.kind == "decimal":
+            return float(value) if _DECIMAL.fullmatch(value) else None
+        if self.kind == "flag":
+            return (not self.default) if value == "" else None
+        return value if value in self.names else None
+
+
+# The parts of a canonical problem string after the formulation, in the order mha::to_string
+# writes them, with their spelling and defaults: the mirror of `parts` in src/core/problem.cpp,
+# row for row (tools/tests/test_problem.py holds the two to the same names on every preset).
+# Shape stores n_kv_heads = n_heads as 0 and out_proj_bias as True without an out_proj, so the
+# defaults here leave out what mha::to_string leaves out.
+PARTS = (
+    Part("b", "batch"),
+    Part("t", "seq_len"),
+    Part("past", "past", 0),
+    Part("din", "d_in"),
+    Part("dout", "d_out"),
+    Part("h", "n_heads"),
+    Part("kvh", "n_kv_heads", 0),
+    Part("rope", "rope_base", 0.0, "decimal"),
+    Part("noncausal", "causal", True, "flag"),
+    Part("qkv_bias", "qkv_bias", False, "flag"),
+    Part("no_out_proj", "out_proj", True, "flag"),
+    Part("no_out_bias", "out_proj_bias", True, "flag"),
+    Part("", "precision", "fp32", "name", PRECISIONS),
+)
 
 
 def check_formulation(formulation: str) -> None:
@@ -156,48 +185,31 @@ def check_formulation(formulation: str) -> None:
 
 
 def parse_shape(parts: list[str]) -> Shape:
-    """The Shape of the parts of a canonical problem string after the formulation, in any order
-    (the grammar of mha::parse_problem): b<B>, t<T>, din<N>, dout<N>, h<H> required; past<P>,
-    kvh<K>, rope<base>, noncausal, qkv_bias, no_out_proj, no_out_bias, fp32 or bf16 optional.
-    Raises ProblemError naming the part it cannot read, a part given twice, the required parts
-    missing, or sizes that do not divide (d_out by H, H by kvh)."""
-    numbers: dict[str, int] = {}
+    """The Shape of the parts of a canonical problem string after the formulation, in any order,
+    each at most once, as mha::parse_problem reads them (PARTS). Raises ProblemError naming the
+    part it cannot read, a part given twice, the required parts missing, or sizes that do not
+    divide (d_out by H, H by kvh)."""
     fields: dict[str, object] = {}
-    for part in parts:
-        match = _NUMBERED.match(part)
-        rope = _ROPE.match(part)
-        if match:
-            key = match.group(1)
-            if key in numbers:
-                raise ProblemError(f"name component {key} given twice")
-            numbers[key] = int(match.group(2))
-        elif part in _FLAGS or part in PRECISIONS or rope:
-            field, value = (
-                ("rope_base", float(rope.group(1))) if rope else _FLAGS.get(part, ("precision", part))
-            )
-            if field in fields:
-                raise ProblemError(f"name component '{part}' given twice")
-            fields[field] = value
+    for text in parts:
+        for part in PARTS:
+            value = part.read(text)
+            if value is not None:
+                break
         else:
-            raise ProblemError(f"unknown name component '{part}'")
-    missing = [k for k in _REQUIRED if k not in numbers]
+            raise ProblemError(f"unknown name component '{text}'")
+        if part.field in fields:
+            which = part.prefix if part.kind == "count" else f"'{text}'"
+            raise ProblemError(f"name component {which} given twice")
+        fields[part.field] = value
+    missing = [p.prefix for p in PARTS if p.default is None and p.field not in fields]
     if missing:
         raise ProblemError(f"missing name component(s) {', '.join(missing)}", missing)
-    h, d_out, kvh = numbers["h"], numbers["dout"], numbers.get("kvh", 0)
+    h, d_out, kvh = fields["n_heads"], fields["d_out"], fields.get("n_kv_heads", 0)
     if h == 0 or d_out % h:
         raise ProblemError(f"d_out ({d_out}) is not a multiple of H ({h})")
     if kvh and h % kvh:
         raise ProblemError(f"H ({h}) is not a multiple of kvh ({kvh})")
-    return Shape(
-        batch=numbers["b"],
-        seq_len=numbers["t"],
-        d_in=numbers["din"],
-        d_out=d_out,
-        n_heads=h,
-        past=numbers.get("past", 0),
-        n_kv_heads=kvh,
-        **fields,
-    )
+    return Shape(**fields)
 
 
 def flops(s: Shape) -> int:

@@ -1,10 +1,12 @@
 """mhapy.problem: the FLOP count of docs/design.md §3 by hand on small shapes, and against the
 counts and names mha_bench itself writes (`--dump-shapes`, when ctest gives its path in
-MHA_BENCH), which the peers read."""
+MHA_BENCH), which the peers read: on every preset's problems, mhapy spells and parses the names
+as mha::to_string and mha::parse_problem do."""
 
 import dataclasses
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -121,26 +123,57 @@ def test_names_outside_the_grammar_are_refused(text, message):
 
 
 MHA_BENCH = os.environ.get("MHA_BENCH")
+needs_mha_bench = pytest.mark.skipif(
+    not MHA_BENCH, reason="MHA_BENCH (the mha_bench binary) not given; ctest gives it"
+)
 FIELDS = ("batch", "seq_len", "d_in", "d_out", "n_heads", "causal", "qkv_bias", "out_proj")
 AXES = ("past", "n_kv_heads", "precision")
 
 
-@pytest.mark.skipif(not MHA_BENCH, reason="MHA_BENCH (the mha_bench binary) not given; ctest gives it")
+def dump_shapes(path, *flags):
+    """The shapes `mha_bench --dump-shapes` writes for `flags`, as parsed JSON objects."""
+    command = [MHA_BENCH, *flags, "--quiet", "--dump-shapes", str(path)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(path.read_text())
+
+
+def shape_of(item):
+    """The Shape of a --dump-shapes object's fields (not its name)."""
+    return Shape(**{k: item[k] for k in FIELDS + AXES if k in item})
+
+
+def check_spelled_alike(item, where):
+    """The C++ name of a --dump-shapes object (mha::to_string after the formulation) is the one
+    mhapy spells from its fields, reads back as those fields, and counts mhapy's FLOPs."""
+    s = shape_of(item)
+    assert s.problem_suffix() == item["name"], (where, item)
+    assert parse_shape(item["name"].split("/")) == s, (where, item)
+    assert flops(s) == item["flops"], (where, item)
+
+
+@needs_mha_bench
+def test_every_presets_problems_are_spelled_alike_in_cpp_and_python(tmp_path):
+    usage = subprocess.run([MHA_BENCH, "--help"], capture_output=True, text=True, check=True).stdout
+    presets = re.search(r"--preset ([\w|]+)\]", usage).group(1).split("|")  # mha_bench::preset_names()
+    assert {"quick", "heads", "decode", "full"} <= set(presets), usage
+    for preset in presets:
+        items = dump_shapes(tmp_path / "shapes.json", "--preset", preset, "--precision", "fp32,bf16")
+        assert any(i.get("precision") == "bf16" for i in items), preset
+        for item in items:
+            check_spelled_alike(item, preset)
+
+
+@needs_mha_bench
 def test_counts_and_names_are_the_ones_mha_bench_writes(tmp_path):
     path = tmp_path / "shapes.json"
     axes = ["--batch", "1,3", "--seq", "1,7", "--heads", "1,4", "--d-model", "16,24", "--kv-heads", "0,2"]
-    axes += ["--past", "0,5", "--backends", "naive", "--quiet"]
+    axes += ["--past", "0,5", "--backends", "naive"]
     for preset in ("quick", "heads"):
-        done = subprocess.run(
-            [MHA_BENCH, "--preset", preset, *axes, "--dump-shapes", str(path)], capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr
-        items = json.loads(path.read_text())
+        items = dump_shapes(path, "--preset", preset, *axes)
         assert any(i.get("past") for i in items) and any(i.get("n_kv_heads") for i in items)
         for item in items:
-            s = Shape(**{k: item[k] for k in FIELDS + AXES if k in item})
-            assert flops(s) == item["flops"], item
-            assert s.problem_suffix() == item["name"], item
+            check_spelled_alike(item, preset)
         # The peers read the file as it is (and check the same), every shape.
         jobs = run.shapes_from_file(str(path))
         assert [j.shape.problem_suffix() for j in jobs] == [i["name"] for i in items]
