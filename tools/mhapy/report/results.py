@@ -3,11 +3,11 @@
 Contract of the input (what this module needs, nothing more):
 - a top-level object with "benchmarks" (a list) and optionally "context" (an object);
 - attention benchmarks are named mha/<backend>/<problem>/threads:<n>, <problem> being the
-  canonical problem string <formulation>/b<B>/t<T>[/past<P>]/din<d_in>/dout<d_out>/h<H>[/kvh<K>]
-  [/rope<base>][/noncausal][/qkv_bias][/no_out_proj][/no_out_bias][/bf16] (mha::to_string, the
-  formulation one of mhapy.problem.FORMULATIONS; its parts after the formulation, and
-  threads:<n>, in any order, as mha::parse_problem reads them), optionally followed by the
-  components Google Benchmark appends itself (real_time, min_time:..., repeats:..., ...);
+  canonical problem string of include/mha/problem.hpp (mha::to_string; mhapy.problem.PARTS
+  mirrors its grammar), the formulation one of mhapy.problem.FORMULATIONS, its parts after the
+  formulation, and threads:<n>, in any order, as mha::parse_problem reads them, optionally
+  followed by the components Google Benchmark appends itself (real_time, min_time:...,
+  repeats:..., ...);
 - each entry has real_time and time_unit (ns, us, ms or s); run_type "iteration" entries are
   repetitions, run_type "aggregate" entries (aggregate_name mean/median/stddev/cv) summaries;
 - an entry with error_occurred (1.7.1) or skipped (1.8+) records a failed or skipped benchmark;
