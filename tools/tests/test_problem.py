@@ -126,8 +126,7 @@ MHA_BENCH = os.environ.get("MHA_BENCH")
 needs_mha_bench = pytest.mark.skipif(
     not MHA_BENCH, reason="MHA_BENCH (the mha_bench binary) not given; ctest gives it"
 )
-FIELDS = ("batch", "seq_len", "d_in", "d_out", "n_heads", "causal", "qkv_bias", "out_proj")
-AXES = ("past", "n_kv_heads", "precision")
+SHAPE_FIELDS = {f.name for f in dataclasses.fields(Shape)}
 
 
 def dump_shapes(path, *flags):
@@ -139,8 +138,8 @@ def dump_shapes(path, *flags):
 
 
 def shape_of(item):
-    """The Shape of a --dump-shapes object's fields (not its name)."""
-    return Shape(**{k: item[k] for k in FIELDS + AXES if k in item})
+    """The Shape of a --dump-shapes object's fields (not its name): the keys named as Shape's."""
+    return Shape(**{k: v for k, v in item.items() if k in SHAPE_FIELDS})
 
 
 def check_spelled_alike(item, where):
