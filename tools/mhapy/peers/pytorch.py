@@ -144,6 +144,13 @@ class PyTorch(Peer):
             elif getattr(layer, "bias", None) is not None:
                 layer.bias.zero_()
 
+    def load_block(self, module, w: Weights) -> None:
+        """w into a split-weight module's W_query, W_key, W_value and out_proj."""
+        for name, linear in (("W_query", w.query), ("W_key", w.key), ("W_value", w.value)):
+            self.load_linear(getattr(module, name), linear)
+        if w.out_proj is not None:
+            self.load_linear(module.out_proj, w.out_proj)
+
     def seeds_split(self, s: Shape, w: Weights, module_class, context_length: int = 0, **kw):
         """The seeds' split module (or its KV-cache twin) with mha's weights; context_length:
         its cache's capacity (default past + T)."""
@@ -158,10 +165,7 @@ class PyTorch(Peer):
             out_proj=s.out_proj,
             **kw,
         )
-        for name, linear in (("W_query", w.query), ("W_key", w.key), ("W_value", w.value)):
-            self.load_linear(getattr(module, name), linear)
-        if w.out_proj is not None:
-            self.load_linear(module.out_proj, w.out_proj)
+        self.load_block(module, w)
         return module.eval().to(torch.float32)
 
     def sdpa_module(self, s: Shape, w: Weights, dtype, capacity: int = 0):
@@ -180,10 +184,7 @@ class PyTorch(Peer):
             rope=rope,
             capacity=capacity,
         )
-        for name, linear in (("W_query", w.query), ("W_key", w.key), ("W_value", w.value)):
-            self.load_linear(getattr(module, name), linear)
-        if w.out_proj is not None:
-            self.load_linear(module.out_proj, w.out_proj)
+        self.load_block(module, w)
         return module.eval().to(dtype)
 
     # -- calls --

@@ -165,6 +165,18 @@ def tolerance(s: Shape, call: Call, rows: oracle.Rows) -> float:
     return oracle.bf16_tolerance(float(rows.max_score.max()))
 
 
+def first_run_error(call: Call, s: Shape, rows: oracle.Rows) -> tuple[float, float]:
+    """Runs a prepared call once from its start (rewound): max |y - oracle| / max |oracle| on the
+    oracle's rows, and the tolerance it must meet. A y of the wrong shape or type is an error of
+    infinity."""
+    call.rewind()
+    call.run()
+    y = call.output()
+    if y.shape != (s.batch, s.seq_len, s.d_out) or y.dtype != np.float32:
+        return float("inf"), tolerance(s, call, rows)
+    return oracle.relative_error(y, rows), tolerance(s, call, rows)
+
+
 def time_call(call: Call, min_time: float, repetitions: int) -> tuple[int, list[tuple[float, float]]]:
     """Google Benchmark's scheme: grow the iteration count until one repetition lasts >=
     min_time, then `repetitions` repetitions of that many iterations. Rewinds (untimed) every
@@ -316,10 +328,7 @@ class Sweep:
             call = None
             try:
                 call = peer.prepare(variant, s, w, x, n)
-                call.rewind()
-                call.run()
-                error = oracle.relative_error(call.output(), rows)
-                bound = tolerance(s, call, rows)
+                error, bound = first_run_error(call, s, rows)
                 check = {"check_rows": len(rows.rows), "check_rel_err": error, "check_tolerance": bound}
                 check |= call.counters
                 if not error <= bound:  # NaN fails too

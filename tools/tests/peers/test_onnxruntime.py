@@ -13,10 +13,11 @@ import pytest
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
+import adapter_checks  # noqa: E402
 from mhapy import inputs, oracle  # noqa: E402
 from mhapy.peers import onnxruntime, run  # noqa: E402
 from mhapy.peers.adapter import CACHE_SLACK_CALLS  # noqa: E402
-from mhapy.problem import parse_shape  # noqa: E402
+from adapter_checks import assert_first_run_computes_the_function, shape  # noqa: E402
 
 PEER = onnxruntime.make_peer()
 VARIANTS = {v.backend: v for v in onnxruntime.VARIANTS}
@@ -39,41 +40,21 @@ SHAPES = [
 ]
 
 
-def shape(text):
-    return parse_shape(text.split("/"))
-
-
 def computed():
-    for backend, variant in VARIANTS.items():
-        for t in SHAPES:
-            if PEER.declines(variant, shape(t)) is None:
-                yield pytest.param(variant, shape(t), id=f"{backend}-{t}")
+    return adapter_checks.computed(PEER, VARIANTS, SHAPES)
 
 
 def prepared(variant, s, threads=1):
-    w, x = inputs.weights(s), inputs.x(s)
-    return PEER.prepare(variant, s, w, x, threads), w, x
-
-
-def check(call, s, w, x):
-    rows = oracle.forward_rows(s, w, x, inputs.sample_rows(s.batch, s.seq_len))
-    y = call.output()
-    assert y.shape == (s.batch, s.seq_len, s.d_out) and y.dtype == np.float32
-    error = oracle.relative_error(y, rows)
-    assert error <= run.tolerance(s, call, rows), (s, error)
+    return adapter_checks.prepared(PEER, variant, s, threads)
 
 
 @pytest.mark.parametrize("variant, s", list(computed()))
 def test_every_variant_computes_the_function_on_every_axis_it_claims(variant, s):
     call, w, x = prepared(variant, s)
-    call.rewind()
-    call.run()
-    check(call, s, w, x)
+    assert_first_run_computes_the_function(call, s, w, x)
     assert call.kv_cache_precision == ("f32" if s.is_decode else None)
-    call.run()  # a second step (a decode step appends), then a rewind: the first step again
-    call.rewind()
-    call.run()
-    check(call, s, w, x)
+    call.run()  # a second step (a decode step appends); the check rewinds: the first step again
+    assert_first_run_computes_the_function(call, s, w, x)
     call.close()
 
 
@@ -81,9 +62,7 @@ def test_every_variant_computes_the_function_on_every_axis_it_claims(variant, s)
 def test_two_threads_compute_it_too(backend):
     s = shape("b2/t3/past6/din32/dout32/h2/qkv_bias")
     call, w, x = prepared(VARIANTS[backend], s, threads=2)
-    call.rewind()
-    call.run()
-    check(call, s, w, x)
+    assert_first_run_computes_the_function(call, s, w, x)
 
 
 def test_each_variant_declines_only_what_its_operator_lacks():

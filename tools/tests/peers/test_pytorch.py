@@ -10,8 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import adapter_checks  # noqa: E402
+from adapter_checks import assert_first_run_computes_the_function  # noqa: E402
 from mhapy import inputs, oracle  # noqa: E402
-from mhapy.peers import pytorch, run  # noqa: E402
+from mhapy.peers import pytorch  # noqa: E402
 from mhapy.problem import parse_shape  # noqa: E402
 
 PEER = pytorch.make_peer()
@@ -31,32 +33,22 @@ SHAPES = [
 ]
 
 
-def computed(text):
-    """(variant, shape) pairs of SHAPES that the variant does not decline (torch_compile on the
-    first forward shape only: each compile takes seconds)."""
-    for key, variant in VARIANTS.items():
-        for t in SHAPES if variant.backend != "torch_compile" else SHAPES[:1]:
-            s = parse_shape(t.split("/"))
-            if PEER.declines(variant, s) is None:
-                yield pytest.param(variant, s, id=f"{key[0]}-{key[1]}-{t}")
+def computed(shapes):
+    """(variant, shape) pairs the variant does not decline (torch_compile on the first shape
+    only: each compile takes seconds)."""
+    return adapter_checks.computed(PEER, VARIANTS, shapes, only_first={"torch_compile"})
 
 
 def first_run(variant, s, threads=1):
-    w, x = inputs.weights(s), inputs.x(s)
-    call = PEER.prepare(variant, s, w, x, threads)
-    call.rewind()
-    call.run()
+    """The variant's call on the shape, after its first run (checked against the oracle)."""
+    call, w, x = adapter_checks.prepared(PEER, variant, s, threads)
+    assert_first_run_computes_the_function(call, s, w, x)
     return call, w, x
 
 
 @pytest.mark.parametrize("variant, s", list(computed(SHAPES)))
 def test_every_variant_computes_the_function_on_every_axis_it_claims(variant, s):
-    call, w, x = first_run(variant, s)
-    rows = oracle.forward_rows(s, w, x, inputs.sample_rows(s.batch, s.seq_len))
-    y = call.output()
-    assert y.shape == (s.batch, s.seq_len, s.d_out) and y.dtype == np.float32
-    error = oracle.relative_error(y, rows)
-    assert error <= run.tolerance(s, call, rows), (variant, s, error)
+    call, _, _ = first_run(variant, s)
     if s.is_decode:
         assert call.kv_cache_precision is None or call.kv_cache_precision in ("f32", "bf16")
     call.close()

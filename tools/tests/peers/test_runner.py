@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import subprocess
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
