@@ -154,7 +154,11 @@ step() { # step NAME COMMAND: runs COMMAND in the chroot, its output to $LOGS/NA
   return "$status"
 }
 step git "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git ca-certificates && git clone -q /mnt/mha-source /root/mha && git -C /root/mha checkout -q $COMMIT" &&
-  step test "cd /root/mha && scripts/test.sh" &&
+  step test "cd /root/mha && scripts/test.sh"; tested=$?
+# The sanitizer runs' own logs (test.sh shows only their tails) go with the others: the root is
+# removed when the run ends.
+for log in "$ROOTFS"/root/mha/build/asan/shard-*.log; do [[ -f $log ]] && cp "$log" "$LOGS/asan-${log##*/}"; done
+((tested == 0)) &&
   if ((SWEEP)); then step sweep "cd /root/mha && scripts/sweep.sh $SWEEP_ARGS"; fi
 EOF
 )

@@ -66,8 +66,12 @@ if [[ ${MHA_TEST_SANITIZERS:-1} != 0 ]]; then
   for ((shard = 0; shard < jobs; ++shard)); do
     if ! wait "${shard_pids[$shard]}"; then
       asan_failed=1
-      echo "test.sh: ASan + UBSan shard $((shard + 1))/$jobs failed:" >&2
-      tail -n 60 "$asan/shard-$shard.log" >&2
+      echo "test.sh: ASan + UBSan shard $((shard + 1))/$jobs failed ($asan/shard-$shard.log):" >&2
+      # What failed, wherever it is in the log (a sanitizer's report at exit comes before the
+      # last of the tests' buffered output), then the log's end.
+      grep -E -A12 '^\[  FAILED  \]|ERROR: (Address|Leak)Sanitizer|runtime error:|^SUMMARY:' \
+        "$asan/shard-$shard.log" | head -n 80 >&2 || true
+      tail -n 20 "$asan/shard-$shard.log" >&2
     fi
     grep -E '^\[(==========|  PASSED  )\]' "$asan/shard-$shard.log" || true
   done
