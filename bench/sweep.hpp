@@ -62,7 +62,7 @@ std::string to_string(const series& s);
 // "quick", "heads", "seq", "threads", "decode", "full": the names preset() accepts.
 std::span<const std::string_view> preset_names() noexcept;
 
-// The series of a preset (issue 3; bench/README.md lists them). `hardware_threads` (>= 1) sets
+// The series of a preset (bench/README.md lists them). `hardware_threads` (>= 1) sets
 // the thread counts: {1, hardware_threads} everywhere, 1..hardware_threads in "threads".
 // "full" is every series of the other presets. Throws mha::invalid_argument for an unknown
 // name, listing the valid ones.
