@@ -1,20 +1,18 @@
 // The oneDNN backend: the shared wrapper / split-weight drivers (driver/driver.hpp) over a kernel
 // set of oneDNN primitives (docs/design.md §2), built on first use of a shape and cached per plan.
-#include <omp.h>
-
 #include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <limits>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "backends/onednn/introspection.hpp"
+#include "backends/onednn/primitive_cache.hpp"
 #include "backends/onednn/primitives.hpp"
+#include "backends/onednn/runtime.hpp"
 #include "core/bf16.hpp"
 #include "core/checks.hpp"
 #include "core/dropout.hpp"
@@ -26,121 +24,11 @@
 namespace mha {
 namespace {
 
+using detail::caller_stream;
+using detail::cpu_engine;
+using detail::rethrowing_dnnl_errors;
 using detail::scratch_pool;
 using detail::text;
-
-constexpr std::string_view onednn_name = "onednn";
-
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// The calling thread's stream, made once rather than per primitive call (the wrapper form makes
-// 3 projection calls per head).
-dnnl::stream& caller_stream() {
-  thread_local dnnl::stream stream(cpu_engine());
-  return stream;
-}
-
-// Runs f(), rethrowing a dnnl::error as mha::error naming the backend and what failed, as
-// what() says it (called on failure only): "onednn: oneDNN failed in a (1024 rows)
-// projection: could not execute a primitive (dnnl_status_t 5)".
-template <class What, class F>
-decltype(auto) rethrowing_dnnl_errors(What&& what, F&& f) {
-  try {
-    return f();
-  } catch (const dnnl::error& e) {
-    throw error(text(onednn_name, ": oneDNN failed ", what(), ": ", e.what(), " (dnnl_status_t ",
-                     static_cast<int>(e.status), ")"));
-  }
-}
-
-// run_options::threads as the calling thread's OpenMP team size for one run (oneDNN's OpenMP
-// runtime reads it when it opens a parallel region), restored afterwards. 0 leaves it alone.
-class openmp_threads {
- public:
-  explicit openmp_threads(int threads) : previous_(omp_get_max_threads()), set_(threads > 0) {
-    if (set_) omp_set_num_threads(threads);
-  }
-  ~openmp_threads() {
-    if (set_) omp_set_num_threads(previous_);
-  }
-  openmp_threads(const openmp_threads&) = delete;
-  openmp_threads& operator=(const openmp_threads&) = delete;
-
- private:
-  int previous_;
-  bool set_;
-};
-
-// Primitives built for one key (a shape and the OpenMP team size they were created for: oneDNN
-// sizes a primitive's work partition by omp_get_max_threads() when it is created and keeps it for
-// every execution, so a primitive built for 1 thread would run single-threaded when asked for 2).
-// Keeps the `capacity` most recently used. Thread-safe: concurrent runs share entries through
-// shared_ptr, so evicting one never pulls it from under a run that is using it.
-template <class Key, class Value, std::size_t capacity>
-class primitive_cache {
- public:
-  template <class Build>
-  std::shared_ptr<const Value> get(const Key& key, Build&& build) const {
-    if (auto found = find(key)) return found;
-    // Built outside the lock (it JIT-compiles kernels): other shapes keep running meanwhile.
-    // Two threads may both build a new key; the first to insert wins.
-    auto built = std::make_shared<const Value>(build());
-    std::lock_guard lock(mutex_);
-    for (const auto& [k, v] : recent_) {
-      if (k == key) return v;
-    }
-    recent_.emplace_front(key, std::move(built));
-    if (recent_.size() > capacity) recent_.pop_back();
-    return recent_.front().second;
-  }
-
-  // f(key, value) for every entry, most recently used first.
-  template <class F>
-  void for_each(F&& f) const {
-    std::lock_guard lock(mutex_);
-    for (const auto& [k, v] : recent_) f(k, *v);
-  }
-
- private:
-  std::shared_ptr<const Value> find(const Key& key) const {
-    std::lock_guard lock(mutex_);
-    for (auto it = recent_.begin(); it != recent_.end(); ++it) {
-      if (it->first == key) {
-        recent_.splice(recent_.begin(), recent_, it);  // most recently used first
-        return it->second;
-      }
-    }
-    return nullptr;
-  }
-
-  mutable std::mutex mutex_;
-  mutable std::list<std::pair<Key, std::shared_ptr<const Value>>> recent_;
-};
-
-struct linear_key {
-  std::int64_t rows, in, out;
-  bool bias;
-  int threads;
-  bool operator==(const linear_key&) const = default;
-};
-struct head_split_key {
-  std::int64_t batch, seq_len, heads, head_dim;
-  int threads;
-  bool operator==(const head_split_key&) const = default;
-};
-struct attention_key {
-  detail::attention_geometry geometry;
-  int threads;
-  bool operator==(const attention_key&) const = default;
-};
-struct to_bf16_key {
-  dnnl::memory::dims dims, strides;
-  int threads;
-  bool operator==(const to_bf16_key&) const = default;
-};
 
 // Training mode: every row of a group's attention weights (slices x rows x keys) times the
 // shared dropout mask of its (b, h, absolute position) = origin(slice, row) (docs/design.md §1.1).
@@ -176,9 +64,9 @@ void apply_dropout(const detail::dropout_spec& dropout, float* weights, std::int
 //                  cache, K and V) gathered by reorders into dense bf16 slices first, the
 //                  softmax weights rounded as attention_steps::run_group says, the cache
 //                  held as bf16.
-// Primitives are built on first use of their shape and team size and kept per plan; every
-// primitive runs on a user scratchpad, taken with the staging, scores and output buffers from
-// one lease of the set's scratch pool.
+// Primitives are built on first use of their shape and team size and kept per plan
+// (primitive_cache.hpp); every primitive runs on a user scratchpad, taken with the staging,
+// scores and output buffers from one lease of the set's scratch pool.
 class onednn_kernel_set {
  public:
   explicit onednn_kernel_set(const mha::config& cfg) : bf16_(cfg.precision == precision::bf16) {}
@@ -193,7 +81,7 @@ class onednn_kernel_set {
     rethrowing_dnnl_errors(
         [&] { return text("in a (", rows, " rows) projection"); },
         [&] {
-          const auto step = linear_step(w, rows);
+          const auto step = primitives_.linear(w, rows);
           const layer_input in = input_of(w, rows);
           scratch_pool::lease scratch(
               scratch_, in.floats + floats(std::max(detail::scratchpad_bytes(step->pd),
@@ -217,11 +105,9 @@ class onednn_kernel_set {
     rethrowing_dnnl_errors(
         [&] { return text("in a (", rows, " rows) head projection"); },
         [&] {
-          const auto step = linear_step(w, rows);
+          const auto step = primitives_.linear(w, rows);
           const layer_input in = input_of(w, rows);
-          const auto split = split_cache_.get(
-              head_split_key{batch, seq_len, heads, hd, team()},
-              [&] { return detail::make_head_split(cpu_engine(), batch, seq_len, heads, hd); });
+          const auto split = primitives_.head_split(batch, seq_len, heads, hd);
           const std::size_t staging = static_cast<std::size_t>(rows * width);
           const std::size_t pad =
               floats(std::max({detail::scratchpad_bytes(step->pd),
@@ -273,7 +159,7 @@ class onednn_kernel_set {
   // run_options::threads as the calling thread's OpenMP team size for the run.
   template <class F>
   void run(const run_options& options, F&& f) const {
-    const openmp_threads threads(options.threads);
+    const detail::openmp_team team(options.threads);
     f();
   }
   template <class F>
@@ -281,53 +167,15 @@ class onednn_kernel_set {
     for (std::int64_t i = 0; i < n; ++i) f(i);
   }
 
-  // "<step> <implementation>" for every primitive built for input shape (batch, seq_len).
-  std::vector<std::string> implementations(std::int64_t batch, std::int64_t seq_len) const {
-    std::vector<std::string> out;
-    linear_cache_.for_each([&](const linear_key& k, const detail::matmul_step& step) {
-      if (k.rows == batch * seq_len) out.push_back(detail::describe("projection", step.pd));
-    });
-    split_cache_.for_each([&](const head_split_key& k, const detail::reorder_step& step) {
-      if (k.batch == batch && k.seq_len == seq_len)
-        out.push_back(detail::describe("head_split", step.pd));
-    });
-    attention_cache_.for_each([&](const attention_key& k, const detail::attention_steps& steps) {
-      if (k.geometry.positions == seq_len) steps.describe(out);
-    });
-    return out;
-  }
-
-  // The team sizes of the projections built for batch * seq_len rows, most recently used first.
-  std::vector<int> team_sizes(std::int64_t batch, std::int64_t seq_len) const {
-    std::vector<int> out;
-    linear_cache_.for_each([&](const linear_key& k, const detail::matmul_step&) {
-      if (k.rows == batch * seq_len && std::ranges::find(out, k.threads) == out.end())
-        out.push_back(k.threads);
-    });
-    return out;
-  }
+  // Introspection (introspection.hpp): primitive_caches::implementations and team_sizes.
+  const detail::primitive_caches& primitives() const noexcept { return primitives_; }
 
  private:
-  static int team() { return omp_get_max_threads(); }
   static std::size_t floats(std::size_t bytes) {
     return (bytes + sizeof(float) - 1) / sizeof(float);
   }
   static std::byte* bytes(scratch_pool::lease& scratch, std::size_t offset = 0) {
     return reinterpret_cast<std::byte*>(scratch.data() + offset);
-  }
-
-  std::shared_ptr<const detail::matmul_step> linear_step(const packed_linear& w,
-                                                         std::int64_t rows) const {
-    const dnnl::memory::dims dims = w.weights.get_desc().dims();
-    return linear_cache_.get(linear_key{rows, dims[0], dims[1], w.bias_data() != nullptr, team()},
-                             [&] { return detail::make_linear(cpu_engine(), rows, w); });
-  }
-
-  // The reorder rounding an f32 tensor of `dims` read through `strides` to dense bf16.
-  std::shared_ptr<const detail::reorder_step> to_bf16(const dnnl::memory::dims& dims,
-                                                      const dnnl::memory::dims& strides) const {
-    return to_bf16_cache_.get(to_bf16_key{dims, strides, team()},
-                              [&] { return detail::make_to_bf16(cpu_engine(), dims, strides); });
   }
 
   // A layer's input as its matmul reads it: x itself, or (a bf16 layer) x rounded to bf16 into
@@ -349,7 +197,8 @@ class onednn_kernel_set {
   layer_input input_of(const packed_linear& w, std::int64_t rows) const {
     if (!w.bf16) return {};
     const std::int64_t in = w.weights.get_desc().dims()[0];
-    return {to_bf16({rows, in}, {in, 1}), static_cast<std::size_t>((rows * in + 1) / 2)};
+    return {primitives_.to_bf16({rows, in}, {in, 1}),
+            static_cast<std::size_t>((rows * in + 1) / 2)};
   }
 
   // Floats of each part of a group's lease: scores (with bf16 P after them), dense outputs,
@@ -377,12 +226,6 @@ class onednn_kernel_set {
     std::byte* scratchpad;
   };
 
-  std::shared_ptr<const detail::attention_steps> steps_for(
-      const detail::attention_geometry& g) const {
-    return attention_cache_.get(attention_key{g, team()},
-                                [&] { return detail::attention_steps(cpu_engine(), g); });
-  }
-
   // attention() with the primitives reading Q, K and V as T: float, or detail::bf16 (Q, and K
   // and V without a cache, gathered into dense bf16 slices per group; the cache holds bf16).
   template <class T>
@@ -401,7 +244,7 @@ class onednn_kernel_set {
     for (std::int64_t b = 0; b < a.batch; ++b) longest = std::max(longest, a.keys(b));
     const std::int64_t n = a.cache ? detail::key_bucket(longest, a.cache->capacity) : t;
     // The scores of a group (at least one slice of rows x n) and the mask (rows x n).
-    detail::check_score_memory("onednn", rows, n, 2);
+    detail::check_score_memory(detail::onednn_name, rows, n, 2);
     // The cache's rows (as T), or this call's projections (as float).
     const detail::head_view<const T> cached_k = a.cache ? cache::keys<T>(*a.cache, hd)
                                                         : detail::head_view<T>{},
@@ -438,13 +281,14 @@ class onednn_kernel_set {
                                              .scale = a.scale,
                                              .mask_per_run = a.cache != nullptr,
                                              .bf16 = in_bf16};
-          const auto steps = steps_for(g);
+          const auto steps = primitives_.attention(g);
           // bf16: the reorders gathering a group's queries, keys and values.
           std::shared_ptr<const detail::reorder_step> gather_q, gather_kv;
           if constexpr (in_bf16) {
-            gather_q =
-                to_bf16({group, per_kv, t, hd}, {q_slice, a.q.head_stride, a.q.row_stride, 1});
-            if (gathered_kv) gather_kv = to_bf16({group, n, hd}, {kv_slice, a.k.row_stride, 1});
+            gather_q = primitives_.to_bf16({group, per_kv, t, hd},
+                                           {q_slice, a.q.head_stride, a.q.row_stride, 1});
+            if (gathered_kv)
+              gather_kv = primitives_.to_bf16({group, n, hd}, {kv_slice, a.k.row_stride, 1});
           }
           const auto gathered = [&](std::int64_t elements) {
             return static_cast<std::size_t>(in_bf16 ? (elements + 1) / 2 : 0);
@@ -605,14 +449,7 @@ class onednn_kernel_set {
     }
   }
 
-  // A plan's projections use two shapes per input shape (Q/K/V and out_proj); the bounds keep
-  // a plan that sees many shapes (every T of a generation loop) from holding every shape's
-  // kernels and (T, T) masks.
-  primitive_cache<linear_key, detail::matmul_step, 16> linear_cache_;
-  primitive_cache<head_split_key, detail::reorder_step, 8> split_cache_;
-  primitive_cache<attention_key, detail::attention_steps, 8> attention_cache_;
-  // bf16: x of two projection shapes, a group's Q and its K / V per attention shape.
-  primitive_cache<to_bf16_key, detail::reorder_step, 16> to_bf16_cache_;
+  detail::primitive_caches primitives_;
   scratch_pool scratch_;
   bool bf16_;
 };
@@ -680,7 +517,7 @@ std::string_view runtime_name(unsigned runtime) {
 }
 
 struct onednn_impl final : backend {
-  std::string_view name() const noexcept override { return onednn_name; }
+  std::string_view name() const noexcept override { return detail::onednn_name; }
   std::string description() const override {
     const dnnl::version_t* v = dnnl::version();
     return text("oneDNN ", v->major, ".", v->minor, ".", v->patch, " (",
@@ -689,7 +526,7 @@ struct onednn_impl final : backend {
                 native_bf16() ? ", fp32 and bf16" : ", fp32");
   }
   mha::isa isa() const override { return isa_class(dnnl::get_effective_cpu_isa()); }
-  int max_threads() const noexcept override { return omp_get_max_threads(); }
+  int max_threads() const noexcept override { return detail::team_size(); }
   // What the kernel set computes: grouped K/V heads, decode and bf16, the last only where
   // oneDNN runs bf16 matmuls natively.
   support supports(const problem& p) const override {
@@ -757,13 +594,14 @@ std::vector<std::string> detail::onednn_implementations(const plan& p, std::int6
   const std::vector<float> x(static_cast<std::size_t>(batch * seq_len * p.config().d_in));
   std::vector<float> y(static_cast<std::size_t>(batch * seq_len * p.config().d_out));
   p.run({x.data(), batch, seq_len, p.config().d_in}, {y.data(), batch, seq_len, p.config().d_out});
-  return own.kernels().implementations(batch, seq_len);
+  return own.kernels().primitives().implementations(batch, seq_len);
 }
 
 std::vector<int> detail::onednn_cached_team_sizes(const plan& p, std::int64_t batch,
                                                   std::int64_t seq_len) {
   return introspected("onednn_cached_team_sizes", p, batch, seq_len)
       .kernels()
+      .primitives()
       .team_sizes(batch, seq_len);
 }
 
