@@ -199,6 +199,10 @@ std::int64_t key_bucket(std::int64_t keys, std::int64_t capacity);
 std::int64_t attention_group(std::int64_t count, std::int64_t rows, std::int64_t keys);
 
 std::size_t scratchpad_bytes(const dnnl::primitive_desc_base& pd);
+// Floats of a scratch lease that hold `bytes` (a scratchpad), rounded up.
+constexpr std::size_t floats_holding(std::size_t bytes) noexcept {
+  return (bytes + sizeof(float) - 1) / sizeof(float);
+}
 // "<name> <implementation>", e.g. "projection brg:avx512_core".
 std::string describe(const char* name, const dnnl::primitive_desc_base& pd);
 
