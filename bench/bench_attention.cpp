@@ -40,6 +40,7 @@
 #if MHA_BENCH_ONEDNN
 #include <omp.h>
 
+#include "backends/onednn/attention_plan.hpp"
 #include "backends/onednn/primitives.hpp"
 #include "mha/backends/onednn.hpp"
 #endif

@@ -1,7 +1,6 @@
 #include "backends/onednn/attention.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -9,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/onednn/attention_plan.hpp"
 #include "backends/onednn/runtime.hpp"
 #include "core/bf16.hpp"
 #include "core/checks.hpp"
@@ -83,6 +83,26 @@ void prepare_sequence(const attention_args& a, std::int64_t b, std::int64_t n, f
   }
 }
 
+// The first element e in [from, to) where keys[e] or values[e] is NaN or infinite, else `to`.
+// Every causal call scans each slice's new keys and values. Out of line: inlined into attend(),
+// GCC 12 reloads a constant on every element for want of registers (callgrind, B1 T128 d768
+// H12: 13 instead of 11 instructions per key and value).
+template <class T>
+[[gnu::noinline]] std::int64_t first_non_finite(const T* keys, const T* values, std::int64_t from,
+                                                std::int64_t to) {
+  const auto finite = [](T x) {
+    if constexpr (std::is_same_v<T, bf16>) {
+      return std::isfinite(from_bf16(x));
+    } else {
+      return std::isfinite(x);
+    }
+  };
+  for (std::int64_t e = from; e < to; ++e) {
+    if (!finite(keys[e]) || !finite(values[e])) return e;
+  }
+  return to;
+}
+
 // The dense products multiply masked weights (0) by every key and value, and a masked score
 // is computed before the mask is added: a NaN or Inf in token j's K or V would reach the rows
 // before j (0 * NaN, NaN + -inf). When a slice of the group has one among this call's tokens
@@ -96,22 +116,13 @@ void keep_causal_rows_finite(const attention_steps& steps, dnnl::stream& stream,
                              std::int64_t past, std::int64_t end, Between& between) {
   const attention_geometry& g = steps.geometry();
   const std::int64_t hd = g.head_dim, stride = g.kv_stride > 0 ? g.kv_stride : g.keys * hd;
-  const auto finite = [](T x) {
-    if constexpr (std::is_same_v<T, bf16>) {
-      return std::isfinite(from_bf16(x));
-    } else {
-      return std::isfinite(x);
-    }
-  };
   std::vector<std::int64_t> first_bad(static_cast<std::size_t>(g.group), end);
   bool any = false;
   for (std::int64_t s = 0; s < g.group; ++s) {
-    for (std::int64_t e = past * hd; e < end * hd; ++e) {
-      if (!finite(k[s * stride + e]) || !finite(v[s * stride + e])) {
-        first_bad[static_cast<std::size_t>(s)] = e / hd;
-        any = true;
-        break;
-      }
+    const std::int64_t bad = first_non_finite(k + s * stride, v + s * stride, past * hd, end * hd);
+    if (bad < end * hd) {
+      first_bad[static_cast<std::size_t>(s)] = bad / hd;
+      any = true;
     }
   }
   if (!any) return;
@@ -140,142 +151,131 @@ void keep_causal_rows_finite(const attention_steps& steps, dnnl::stream& stream,
   }
 }
 
-// onednn_attention() with the primitives reading Q, K and V as T: float, or bf16 (Q, and K
-// and V without a cache, gathered into dense bf16 slices per group; the cache holds bf16).
+// A group's queries (slices p.slice(o, first, 0 .. group - 1)) where the primitives read
+// them: in place in a.q, or staged in buf.queries (copied, or gathered by `gather`).
+const void* group_queries(const attention_args& a, const attention_plan& p, std::int64_t o,
+                          std::int64_t first, const reorder_step* gather, dnnl::stream& stream,
+                          const group_lease& buf) {
+  const std::int64_t t = a.seq_len, hd = a.head_dim, per_kv = a.kv_group, rows = p.geometry.rows;
+  const auto [b0, kv0] = p.slice(o, first, 0);
+  switch (p.queries) {
+    case attention_plan::query_source::in_place:
+      break;
+    case attention_plan::query_source::copied:
+      for (std::int64_t s = 0; s < p.geometry.group; ++s) {
+        const auto [b, kv] = p.slice(o, first, s);
+        for (std::int64_t r = 0; r < rows; ++r)
+          std::copy_n(a.q.row(b, kv * per_kv + r / t, r % t), hd,
+                      buf.queries + (s * rows + r) * hd);
+      }
+      return buf.queries;
+    case attention_plan::query_source::gathered_bf16:
+      gather->run(stream, a.q.row(b0, kv0 * per_kv, 0), buf.queries, buf.scratchpad);
+      return buf.queries;
+  }
+  return a.q.row(b0, kv0 * per_kv, 0);
+}
+
+// A group's keys and values where the primitives read them: in place in a.k and a.v or in the
+// cache (cached_k, cached_v), or gathered by `gather` into buf.keys and buf.values.
+template <class T>
+std::pair<const T*, const T*> group_keys_values(const attention_args& a, const attention_plan& p,
+                                                std::int64_t o, std::int64_t first,
+                                                const head_view<const T>& cached_k,
+                                                const head_view<const T>& cached_v,
+                                                const reorder_step* gather, dnnl::stream& stream,
+                                                const group_lease& buf) {
+  const auto [b0, kv0] = p.slice(o, first, 0);
+  switch (p.keys_values) {
+    case attention_plan::kv_source::projections:
+      break;
+    case attention_plan::kv_source::cache:
+      return {cached_k.row(b0, kv0, 0), cached_v.row(b0, kv0, 0)};
+    case attention_plan::kv_source::gathered_bf16:
+      gather->run(stream, a.k.row(b0, kv0, 0), buf.keys, buf.scratchpad);
+      gather->run(stream, a.v.row(b0, kv0, 0), buf.values, buf.scratchpad);
+      return {reinterpret_cast<const T*>(buf.keys), reinterpret_cast<const T*>(buf.values)};
+  }
+  return {reinterpret_cast<const T*>(a.k.row(b0, kv0, 0)),
+          reinterpret_cast<const T*>(a.v.row(b0, kv0, 0))};
+}
+
+// The head merge: each row of a group's dense outputs into its head's columns of a.out.
+void merge_heads(const attention_args& a, const attention_plan& p, std::int64_t o,
+                 std::int64_t first, const float* out) {
+  const std::int64_t t = a.seq_len, hd = a.head_dim, per_kv = a.kv_group, rows = p.geometry.rows;
+  for (std::int64_t s = 0; s < p.geometry.group; ++s) {
+    const auto [b, kv] = p.slice(o, first, s);
+    for (std::int64_t r = 0; r < rows; ++r)
+      std::copy_n(out + (s * rows + r) * hd, hd, a.out.row(b, kv * per_kv + r / t, r % t));
+  }
+}
+
+// onednn_attention() with the primitives reading Q, K and V as T: float, or bf16 (the cache
+// holds bf16).
 template <class T>
 void attend(const attention_args& a, const primitive_caches& primitives, const scratch_pool& pool) {
   namespace cache = row_major_cache;
-  constexpr bool in_bf16 = std::is_same_v<T, bf16>;
   if (a.cache != nullptr) {
-    if constexpr (in_bf16) {
+    if constexpr (std::is_same_v<T, bf16>) {
       cache::append<T>(a, to_bf16);
     } else {
       cache::append(a);
     }
   }
-  const std::int64_t t = a.seq_len, hd = a.head_dim, per_kv = a.kv_group, rows = per_kv * t;
-  std::int64_t longest = t;
-  for (std::int64_t b = 0; b < a.batch; ++b) longest = std::max(longest, a.keys(b));
-  const std::int64_t n = a.cache ? key_bucket(longest, a.cache->capacity) : t;
-  // The scores of a group (at least one slice of rows x n) and the mask (rows x n).
-  check_score_memory(onednn_name, rows, n, 2);
-  // The cache's rows (as T), or this call's projections (as float).
-  const head_view<const T> cached_k = a.cache ? cache::keys<T>(*a.cache, hd) : head_view<T>{},
-                           cached_v = a.cache ? cache::values<T>(*a.cache, hd) : head_view<T>{};
-  const std::int64_t kv_batch_stride = a.cache ? cached_k.batch_stride : a.k.batch_stride,
-                     kv_head_stride = a.cache ? cached_k.head_stride : a.k.head_stride;
-  assert(a.q.row_stride == hd && a.k.row_stride == hd && a.k.head_stride == a.v.head_stride &&
-         a.k.batch_stride == a.v.batch_stride);
-  const bool over_batch = a.cache == nullptr && per_kv == 1 && a.batch > 1 &&
-                          a.q.batch_stride == t * hd && a.k.batch_stride == t * hd;
-  const bool stacked = per_kv == 1 || a.q.head_stride == t * hd;
-  const std::int64_t outer = over_batch ? a.kv_heads() : a.batch,
-                     inner = over_batch ? a.batch : a.kv_heads();
-  // Elements from one slice's queries (keys and values) to the next's in a.q (a.k, a.v or
-  // the cache).
-  const std::int64_t q_slice = over_batch ? a.q.batch_stride : per_kv * a.q.head_stride,
-                     kv_slice = over_batch ? kv_batch_stride : kv_head_stride;
-  // Where the primitives read K and V from: the projections or cache in place, or (bf16
-  // without a cache) dense gathered slices.
-  const bool gathered_kv = in_bf16 && a.cache == nullptr;
+  const attention_plan p = plan_attention(a);
+  const attention_geometry& g = p.geometry;
+  // The scores of a group (at least one slice of rows x keys) and the mask (rows x keys).
+  check_score_memory(onednn_name, g.rows, g.keys, 2);
+  head_view<const T> cached_k, cached_v;  // decode: the cache's rows
+  if (a.cache != nullptr) {
+    cached_k = cache::keys<T>(*a.cache, a.head_dim);
+    cached_v = cache::values<T>(*a.cache, a.head_dim);
+  }
   rethrowing_dnnl_errors(
-      [&] { return text("in attention over ", n, " keys"); },
+      [&] { return text("in attention over ", g.keys, " keys"); },
       [&] {
-        const std::int64_t group = attention_group(inner, rows, n);
-        const attention_geometry g{.rows = rows,
-                                   .positions = t,
-                                   .keys = n,
-                                   .head_dim = hd,
-                                   .group = group,
-                                   .q_stride = in_bf16 || !stacked ? rows * hd : q_slice,
-                                   .kv_stride = gathered_kv ? n * hd : kv_slice,
-                                   .causal = a.causal,
-                                   .scale = a.scale,
-                                   .mask_per_run = a.cache != nullptr,
-                                   .bf16 = in_bf16};
         const auto steps = primitives.attention(g);
-        // bf16: the reorders gathering a group's queries, keys and values.
         std::shared_ptr<const reorder_step> gather_q, gather_kv;
-        if constexpr (in_bf16) {
-          gather_q = primitives.to_bf16({group, per_kv, t, hd},
-                                        {q_slice, a.q.head_stride, a.q.row_stride, 1});
-          if (gathered_kv)
-            gather_kv = primitives.to_bf16({group, n, hd}, {kv_slice, a.k.row_stride, 1});
-        }
-        const auto gathered = [&](std::int64_t elements) {
-          return static_cast<std::size_t>(in_bf16 ? (elements + 1) / 2 : 0);
-        };
+        if (p.queries == attention_plan::query_source::gathered_bf16)
+          gather_q = primitives.to_bf16(p.gather_q.dims, p.gather_q.strides);
+        if (p.keys_values == attention_plan::kv_source::gathered_bf16)
+          gather_kv = primitives.to_bf16(p.gather_kv.dims, p.gather_kv.strides);
         std::size_t scratchpad = steps->scratchpad_bytes();
         for (const auto& r : {gather_q, gather_kv}) {
           if (r) scratchpad = std::max(scratchpad, scratchpad_bytes(r->pd));
         }
-        group_lease buf(pool, {.scores = steps->score_buffer_floats(),
-                               .out = static_cast<std::size_t>(group * rows * hd),
-                               .mask = a.cache ? static_cast<std::size_t>(rows * n) : 0,
-                               .queries = in_bf16   ? gathered(group * rows * hd)
-                                          : stacked ? 0
-                                                    : static_cast<std::size_t>(group * rows * hd),
-                               .keys = gathered_kv ? gathered(group * n * hd) : 0,
-                               .values = gathered_kv ? gathered(group * n * hd) : 0,
-                               .scratchpad_bytes = scratchpad});
+        const group_lease buf(pool, {.scores = steps->score_buffer_floats(),
+                                     .out = p.out_floats,
+                                     .mask = p.mask_floats,
+                                     .queries = p.query_floats,
+                                     .keys = p.key_floats,
+                                     .values = p.value_floats,
+                                     .scratchpad_bytes = scratchpad});
         dnnl::stream& stream = caller_stream();
-        for (std::int64_t o = 0; o < outer; ++o) {
-          if (a.cache != nullptr) prepare_sequence<T>(a, o, n, buf.mask);
+        for (std::int64_t o = 0; o < p.outer; ++o) {
+          if (a.cache != nullptr) prepare_sequence<T>(a, o, g.keys, buf.mask);
           const std::int64_t past = a.cache ? a.cache->lengths[o] : 0,
-                             end = a.cache ? a.keys(o) : t;
-          for (std::int64_t first = 0; first < inner; first += group) {
-            // Slice s of this group as (b, K/V head).
-            const auto slice = [&](std::int64_t s) {
-              return over_batch ? std::pair{first + s, o} : std::pair{o, first + s};
-            };
-            // Row r of slice s as (b, module-wide h, absolute position).
+                             end = a.cache ? a.keys(o) : a.seq_len;
+          for (std::int64_t first = 0; first < p.inner; first += g.group) {
+            // Row r of slice s of this group as (b, module-wide h, absolute position).
             const auto origin = [&](std::int64_t s, std::int64_t r) {
-              const auto [b, kv] = slice(s);
-              return row_origin{a.first_batch + b, a.first_head + kv * per_kv + r / t,
-                                past + r % t};
+              const auto [b, kv] = p.slice(o, first, s);
+              return row_origin{a.first_batch + b, a.first_head + kv * a.kv_group + r / a.seq_len,
+                                past + r % a.seq_len};
             };
             const auto between = [&](float* weights) {
-              if (a.dropout.active()) apply_dropout(a.dropout, weights, group, rows, n, origin);
+              if (a.dropout.active())
+                apply_dropout(a.dropout, weights, g.group, g.rows, g.keys, origin);
             };
-            const auto [b0, kv0] = slice(0);
-            const void* q = a.q.row(b0, kv0 * per_kv, 0);
-            if (gather_q) {
-              gather_q->run(stream, q, buf.queries, buf.scratchpad);
-              q = buf.queries;
-            } else if (!stacked) {
-              for (std::int64_t s = 0; s < group; ++s) {
-                const auto [b, kv] = slice(s);
-                for (std::int64_t r = 0; r < rows; ++r)
-                  std::copy_n(a.q.row(b, kv * per_kv + r / t, r % t), hd,
-                              buf.queries + (s * rows + r) * hd);
-              }
-              q = buf.queries;
-            }
-            const T *ks = nullptr, *vs = nullptr;
-            if (a.cache != nullptr) {
-              ks = cached_k.row(b0, kv0, 0);
-              vs = cached_v.row(b0, kv0, 0);
-            } else if (gather_kv) {
-              gather_kv->run(stream, a.k.row(b0, kv0, 0), buf.keys, buf.scratchpad);
-              gather_kv->run(stream, a.v.row(b0, kv0, 0), buf.values, buf.scratchpad);
-              ks = reinterpret_cast<const T*>(buf.keys);
-              vs = reinterpret_cast<const T*>(buf.values);
-            } else {
-              ks = reinterpret_cast<const T*>(a.k.row(b0, kv0, 0));
-              vs = reinterpret_cast<const T*>(a.v.row(b0, kv0, 0));
-            }
-            steps->run_group(stream, q, ks, vs, buf.out, buf.scores, buf.scratchpad, between,
+            const void* q = group_queries(a, p, o, first, gather_q.get(), stream, buf);
+            const auto [k, v] = group_keys_values<T>(a, p, o, first, cached_k, cached_v,
+                                                     gather_kv.get(), stream, buf);
+            steps->run_group(stream, q, k, v, buf.out, buf.scores, buf.scratchpad, between,
                              a.cache ? buf.mask : nullptr);
             stream.wait();
-            if (a.causal)
-              keep_causal_rows_finite(*steps, stream, buf, q, ks, vs, past, end, between);
-            // The head merge: each row into its head's columns of the output.
-            for (std::int64_t s = 0; s < group; ++s) {
-              const auto [b, kv] = slice(s);
-              for (std::int64_t r = 0; r < rows; ++r)
-                std::copy_n(buf.out + (s * rows + r) * hd, hd,
-                            a.out.row(b, kv * per_kv + r / t, r % t));
-            }
+            if (a.causal) keep_causal_rows_finite(*steps, stream, buf, q, k, v, past, end, between);
+            merge_heads(a, p, o, first, buf.out);
           }
         }
       });

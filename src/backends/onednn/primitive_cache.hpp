@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/onednn/attention_plan.hpp"
 #include "backends/onednn/primitives.hpp"
 
 namespace mha::detail {

@@ -117,22 +117,6 @@ reorder_step make_to_bf16(const dnnl::engine& engine, const dims& shape, const d
   return make_reorder(engine, {shape, dt::f32, strides}, {shape, dt::bf16, dense});
 }
 
-std::int64_t attention_group(std::int64_t count, std::int64_t rows, std::int64_t keys) {
-  constexpr std::int64_t score_budget_bytes = std::int64_t{256} * 1024;
-  const std::int64_t per_slice = rows * keys * static_cast<std::int64_t>(sizeof(float));
-  for (std::int64_t g = count; g > 1; --g) {
-    if (count % g == 0 && g * per_slice <= score_budget_bytes) return g;
-  }
-  return 1;
-}
-
-std::int64_t key_bucket(std::int64_t keys, std::int64_t capacity) {
-  std::int64_t power = 1;
-  while (power * 2 <= keys) power *= 2;
-  const std::int64_t granule = std::max<std::int64_t>(64, power / 8);
-  return std::min((keys + granule - 1) / granule * granule, capacity);
-}
-
 attention_steps::attention_steps(const dnnl::engine& engine, const attention_geometry& g) : g_(g) {
   const std::int64_t t = g.rows, n = g.keys, hd = g.head_dim, gr = g.group;
   // A group of one slice has no slice stride: the dense one keeps the descriptors plain, which

@@ -1,5 +1,6 @@
 // Internal: the oneDNN primitives the backend's kernel set builds, and how to run them on raw
-// buffers.
+// buffers (which shapes attention asks for: attention_plan.hpp; how a plan keeps them:
+// primitive_cache.hpp).
 //
 // Everything here is built once per shape (and OpenMP team size) and then only executed. Every
 // primitive uses a user-managed scratchpad: oneDNN's default (library) scratchpad is shared by the
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/onednn/attention_plan.hpp"
 #include "driver/buffer.hpp"
 #include "mha/weights.hpp"
 
@@ -82,32 +84,6 @@ reorder_step make_head_split(const dnnl::engine& engine, std::int64_t batch, std
 // and V gathered from their projections.
 reorder_step make_to_bf16(const dnnl::engine& engine, const dnnl::memory::dims& dims,
                           const dnnl::memory::dims& strides);
-
-// The geometry of one attention_steps: `group` slices of `rows` queries over `keys` keys and
-// values, each slice a (rows, head_dim) / (keys, head_dim) matrix with rows head_dim apart.
-// Slices are dense and back to back by default (stride 0); a decode step reads its queries and
-// the cached keys and values of one sequence's heads through their strides instead.
-//
-// Grouped K/V heads: a slice's rows are the queries of all the query heads that share its keys
-// and values, stacked head after head, so row r is position r % positions.
-struct attention_geometry {
-  std::int64_t rows = 0;
-  std::int64_t positions = 0;  // query positions per head (0: rows)
-  std::int64_t keys = 0, head_dim = 0, group = 1;
-  std::int64_t q_stride = 0;  // floats from one slice's queries to the next (0: rows * head_dim)
-  std::int64_t kv_stride =
-      0;  // floats from one slice's keys (values) to the next (0: keys * head_dim)
-  bool causal = true;
-  float scale = 1.0f;
-  // false: the causal mask of a full forward (rows == keys), built once; true: an additive
-  // (rows, keys) mask passed to each run (a decode step's mask depends on the cached lengths).
-  bool mask_per_run = false;
-  // Q, K, V and P as bf16 (docs/design.md §1.5; strides count bf16 elements), scores and out
-  // f32: the softmax runs on f32 scores, whose weights are then turned back into the
-  // unnormalised P and rounded (attention_steps::run_group).
-  bool bf16 = false;
-  bool operator==(const attention_geometry&) const = default;
-};
 
 // The attention core over `group` slices at a time:
 //   scores  = scale * Q K^T (+ mask: -inf where a query does not see a key)   batched matmul
@@ -182,21 +158,6 @@ class attention_steps {
   dnnl::softmax_v2_forward::primitive_desc softmax_pd_;
   dnnl::softmax_v2_forward softmax_;
 };
-
-// Keys a decode step's attention primitives are built for: `keys` rounded up to a granule of
-// 1/8 of its power of two (at least 64), at most `capacity`. A generation loop then builds new
-// primitives about 8 times per doubling of its context rather than every step, and pads at
-// most 1/8 of the keys (masked, and zeroed in the cache).
-std::int64_t key_bucket(std::int64_t keys, std::int64_t capacity);
-
-// The heads per execution of attention_steps out of `count` slices of (rows, keys) scores: the
-// largest divisor of count whose group * rows * keys scores fit 256 KiB (at least 1), so they
-// stay in L2 (1 MiB on Zen4) between the three primitives. Measured, 1 thread, split_weight
-// d768, median ms: at B4 T256 H96, 76.4 / 80.6 / 78.7 / 82.2 with budgets of 64 KiB (one head
-// per execution) / 256 KiB / 1 MiB / 4 MiB, but 128.8 with all 384 heads at once (96 MiB of
-// scores); at B1 T16 H96, one head per execution costs 1.84 ms against 1.20 grouped
-// (per-execution overhead). Between 64 KiB and 4 MiB the differences are noise.
-std::int64_t attention_group(std::int64_t count, std::int64_t rows, std::int64_t keys);
 
 std::size_t scratchpad_bytes(const dnnl::primitive_desc_base& pd);
 // Floats of a scratch lease that hold `bytes` (a scratchpad), rounded up.
