@@ -102,6 +102,10 @@ std::string conformance_param_name(const testing::TestParamInfo<conformance_para
 }
 
 bool claims(const backend_case& b, const mha::problem& p) {
+  // A KV cache keeps the plan's precision, or int8 on every backend but oneDNN.
+  if (p.cache_precision() != p.cfg.precision) {
+    return p.cache_precision() == mha::precision::int8 && b.backend->name() != "onednn";
+  }
   // oneDNN computes bf16 where its kernels are bf16-native (AVX512_BF16 or AMX).
   if (p.cfg.precision == mha::precision::bf16 && b.backend->name() == "onednn") {
     return mha::native_bf16(b.backend->isa());

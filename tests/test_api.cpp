@@ -188,9 +188,13 @@ TEST(Config, KvHeadsMustDivideHeadsAndPrecisionBeNamed) {
   EXPECT_THAT(mha::to_string(c), testing::HasSubstr(" n_kv_heads=3"));
   c.precision = static_cast<mha::precision>(7);
   expect_error<mha::invalid_argument>([&] { mha::validate(c); }, {"unknown precision value 7"});
+  c.precision = mha::precision::int8;  // a cache's format only
+  expect_error<mha::invalid_argument>([&] { mha::validate(c); },
+                                      {"precision int8 is a KV cache's format", "fp32 or bf16"});
   EXPECT_EQ(mha::parse_precision("bf16"), mha::precision::bf16);
+  EXPECT_EQ(mha::parse_precision("int8"), mha::precision::int8);
   expect_error<mha::invalid_argument>([] { mha::parse_precision("fp16"); },
-                                      {"unknown precision 'fp16'", "fp32 or bf16"});
+                                      {"unknown precision 'fp16'", "fp32, bf16 or int8"});
 }
 
 // A backend says what it declines and why; prepare() of a declined problem throws

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -35,9 +36,12 @@ class plan {
 
   // Incremental calls (decode; docs/design.md §1.4). make_cache: an empty cache for `batch`
   // sequences of up to `capacity` tokens (1 <= capacity <= context_length), its bytes
-  // allocated now (kv_cache::bytes()). Throws mha::unsupported when the backend declines
-  // decode (backend::supports with past > 0), mha::invalid_argument on a bad batch or capacity.
-  kv_cache make_cache(std::int64_t batch, std::int64_t capacity) const;
+  // allocated now (kv_cache::bytes()), keeping keys and values in `kv` (nullopt: the plan's
+  // precision; int8: §1.7). Throws mha::unsupported when the backend declines decode or that
+  // cache (backend::supports with past > 0 and kv_precision kv), mha::invalid_argument on a
+  // bad batch, capacity or precision.
+  kv_cache make_cache(std::int64_t batch, std::int64_t capacity,
+                      std::optional<mha::precision> kv = std::nullopt) const;
   // x (batch, T, d_in) are the next T tokens of each sequence of `cache` (batch == cache's):
   // computes their queries, keys and values, appends the keys and values, and writes y (batch,
   // T, d_out) = rows past_b .. past_b + T - 1 of the forward pass over tokens 0 .. past_b + T - 1
@@ -57,10 +61,10 @@ class plan {
   plan(const mha::config& cfg, mha::formulation form, std::string_view backend_name)
       : config_(cfg), formulation_(form), backend_name_(backend_name) {}
 
-  // Bytes of one (sequence, K/V head) of a cache of `capacity` tokens in the layout of the
-  // plan's kernels; 0 (the default) when the plan runs no incremental calls, and make_cache
-  // then throws mha::unsupported.
-  virtual std::int64_t cache_head_bytes(std::int64_t capacity) const noexcept;
+  // Bytes of one (sequence, K/V head) of a cache of `capacity` tokens of precision `kv` in the
+  // layout of the plan's kernels; 0 (the default) when the plan keeps no such cache (or runs no
+  // incremental calls), and make_cache then throws mha::unsupported.
+  virtual std::int64_t cache_head_bytes(std::int64_t capacity, mha::precision kv) const noexcept;
   // Called by run(x, y, cache) once the arguments are validated; appends to the cache's
   // storage and leaves its lengths to run(). The default throws mha::unsupported (a plan that
   // does not decode).

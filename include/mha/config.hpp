@@ -8,16 +8,19 @@
 
 namespace mha {
 
-// The number format a plan computes in (docs/design.md §1.5). fp32 is the function of §1 as
-// written; bf16 rounds the weights and the operands of every product to bfloat16 and sums in
-// fp32: naive, xsimd and tbb compute it on every CPU, onednn where its kernels are
-// bf16-native (backend::supports says).
+// The number format a plan computes in (docs/design.md §1.5), and the one a KV cache keeps its
+// keys and values in (§1.7). fp32 is the function of §1 as written; bf16 rounds the weights and
+// the operands of every product to bfloat16 and sums in fp32: naive, xsimd and tbb compute it on
+// every CPU, onednn where its kernels are bf16-native (backend::supports says). int8 is a KV
+// cache's format only: each cached key and value row stored as 8-bit codes with a scale and an
+// offset of its own.
 enum class precision {
   fp32,
   bf16,
+  int8,
 };
 
-// "fp32" or "bf16".
+// "fp32", "bf16" or "int8".
 std::string_view to_string(precision p) noexcept;
 
 // Inverse of to_string(precision); throws mha::invalid_argument listing the valid names.
@@ -27,7 +30,7 @@ precision parse_precision(std::string_view name);
 // describe it. d_out is the total over all heads; head_dim() = d_out / n_heads.
 //
 // Valid when: d_in, d_out, n_heads, context_length >= 1; d_out % n_heads == 0;
-// n_kv_heads == 0 or it divides n_heads; 0 <= dropout < 1; precision is a named value;
+// n_kv_heads == 0 or it divides n_heads; 0 <= dropout < 1; precision is fp32 or bf16;
 // rope_base == 0, or rope_base > 1 and finite with an even head_dim; every weight tensor's byte
 // count fits in std::int64_t.
 // validate() checks exactly this and throws mha::invalid_argument naming the bad value.

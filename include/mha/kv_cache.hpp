@@ -7,6 +7,8 @@
 #include <memory>
 #include <vector>
 
+#include "mha/config.hpp"
+
 namespace mha {
 
 class plan;
@@ -14,11 +16,12 @@ namespace detail {
 struct kv_cache_access;
 }
 
-// Made empty by plan::make_cache(batch, capacity) for that plan; plan::run(x, y, cache)
-// appends each call's keys and values. Holds, per sequence b < batch(), the keys and values of
-// its length(b) tokens so far, for every K/V head of the plan (config::kv_heads(), in every
-// formulation: the wrapper computes each K/V group once for its query heads), in the layout the
-// plan's kernels read (opaque; docs/design.md §1.4 describes each backend's).
+// Made empty by plan::make_cache(batch, capacity[, precision]) for that plan; plan::run(x, y,
+// cache) appends each call's keys and values, in the cache's precision (docs/design.md §1.7).
+// Holds, per sequence b < batch(), the keys and values of its length(b) tokens so far, for every
+// K/V head of the plan (config::kv_heads(), in every formulation: the wrapper computes each K/V
+// group once for its query heads), in the layout the plan's kernels read (opaque; docs/design.md
+// §1.4 describes each backend's).
 //
 // A cache belongs to the plan that made it (a run with another plan's cache throws). Not
 // thread-safe: a run writes it, so concurrent runs need one cache each (they may share the
@@ -34,10 +37,13 @@ class kv_cache {
   // Tokens sequence b holds (0 <= b < batch(), else mha::invalid_argument).
   std::int64_t length(std::int64_t b) const;
   const std::vector<std::int64_t>& lengths() const noexcept { return lengths_; }
+  // The format its keys and values are kept in: fp32, bf16 or int8 (codes, with a scale and an
+  // offset per token and K/V head).
+  mha::precision precision() const noexcept { return precision_; }
   // The storage, allocated (and zeroed) once when the cache is made: 2 * batch * capacity *
-  // heads * head_dim * the element's bytes (4 for fp32 plans, 2 for bf16 ones), plus the
-  // padding of the backend's layout (the SIMD backends round head_dim up to their panel
-  // width, e.g. 17 to 24).
+  // heads * (head_dim * the element's bytes: 4 for fp32, 2 for bf16, 1 for int8; int8 adds 8
+  // bytes of scale and offset per row), plus the padding of the backend's layout (the SIMD
+  // backends round head_dim up to their panel width, e.g. 17 to 24).
   std::size_t bytes() const noexcept { return static_cast<std::size_t>(bytes_); }
 
   // Forgets every sequence (lengths 0); the storage stays.
@@ -50,14 +56,15 @@ class kv_cache {
   friend class plan;
   friend struct detail::kv_cache_access;
   // head_bytes: the bytes of one (sequence, head) in the plan's layout.
-  kv_cache(const plan* owner, std::int64_t batch, std::int64_t capacity, std::int64_t heads,
-           std::int64_t head_bytes);
+  kv_cache(const plan* owner, mha::precision precision, std::int64_t batch, std::int64_t capacity,
+           std::int64_t heads, std::int64_t head_bytes);
 
   struct aligned_delete {
     void operator()(std::byte* p) const noexcept;
   };
 
   const plan* owner_;
+  mha::precision precision_;
   std::int64_t capacity_, heads_, head_bytes_, bytes_;
   std::vector<std::int64_t> lengths_;
   // Raw storage (64-byte aligned) in which each kernel set keeps elements of its own type.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -13,23 +14,28 @@ namespace mha {
 // A module, the formulation it is computed in, and the input shape of one call: `seq_len` new
 // tokens per sequence, after `past` tokens whose keys and values a cache already holds
 // (past = 0: a full forward pass; past > 0, usually with seq_len = 1: a decode step,
-// docs/design.md §1.4).
+// docs/design.md §1.4), kept in a cache of `kv_precision` (§1.7; nullopt: the plan's own).
 struct problem {
   config cfg;
   formulation form = formulation::split_weight;
   std::int64_t batch = 1;
   std::int64_t seq_len = 1;
   std::int64_t past = 0;
+  std::optional<precision> kv_precision = std::nullopt;
   bool operator==(const problem&) const = default;
+
+  // The format of the cache's keys and values: kv_precision, else the plan's precision.
+  mha::precision cache_precision() const noexcept { return kv_precision.value_or(cfg.precision); }
 };
 
 // The canonical problem string: the grammar every problem name follows (benchmark names,
 // result files, the report, the peers; docs/design.md and bench/README.md point here):
 //   <formulation>/b<B>/t<T>[/past<P>]/din<d_in>/dout<d_out>/h<H>[/kvh<K>][/rope<base>]
-//   [/noncausal][/qkv_bias][/no_out_proj][/no_out_bias][/<precision>]
+//   [/noncausal][/qkv_bias][/no_out_proj][/no_out_bias][/<precision>][/kv_<precision>]
 // with the bracketed parts only when not the default: past 0, kv_heads() == n_heads, no rotary
 // embedding (rope_base 0), causal, no qkv bias, out_proj, out_proj with its bias (no_out_bias
-// only with an out_proj), precision fp32 (<precision> is its name: bf16). Counts are decimal
+// only with an out_proj), precision fp32 (<precision> is its name: bf16), a cache in the plan's
+// precision (kv_int8; kv_fp32 or kv_bf16 only when it differs from the plan's). Counts are decimal
 // digits; the base is a decimal number, written in std::to_chars' shortest form:
 // "split_weight/b4/t256/din768/dout768/h12",
 // "fused_qkv/b1/t1/past1023/din4096/dout4096/h32/kvh8/rope5e+05/no_out_bias/bf16".
@@ -38,8 +44,9 @@ struct problem {
 std::string to_string(const problem& p);
 
 // The inverse of to_string(problem) for any order of the parts after the formulation, each at
-// most once, default values spelled out or not ("fp32", "kvh<H>", "past0"); the report's parser
-// accepts the same grammar. context_length becomes past + seq_len, dropout 0. Throws
+// most once, default values spelled out or not ("fp32", "kvh<H>", "past0", "kv_fp32" of an fp32
+// plan, which reads as kv_precision nullopt); the report's parser accepts the same grammar.
+// context_length becomes past + seq_len, dropout 0. Throws
 // mha::invalid_argument naming the part it cannot read, a part given twice or a required part
 // missing.
 problem parse_problem(std::string_view name);

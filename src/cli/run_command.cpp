@@ -18,13 +18,13 @@ using mha::io::detail::shape_text;
 
 constexpr std::int64_t int64_max = std::numeric_limits<std::int64_t>::max();
 
-// x (batch, tokens, d_in) through a cache of `tokens` tokens: `prefill` tokens in the first call
-// (none when 0), then `chunk` per call; y gets each call's rows in place.
+// x (batch, tokens, d_in) through a cache of `tokens` tokens in precision `kv`: `prefill` tokens
+// in the first call (none when 0), then `chunk` per call; y gets each call's rows in place.
 void run_incremental(const mha::plan& plan, const std::vector<float>& x, std::vector<float>& y,
                      std::int64_t batch, std::int64_t tokens, std::int64_t prefill,
-                     std::int64_t chunk, const mha::run_options& options) {
+                     std::int64_t chunk, mha::precision kv, const mha::run_options& options) {
   const std::int64_t d_in = plan.config().d_in, d_out = plan.config().d_out;
-  mha::kv_cache cache = plan.make_cache(batch, tokens);
+  mha::kv_cache cache = plan.make_cache(batch, tokens, kv);
   std::vector<float> xs, ys;
   for (std::int64_t at = 0; at < tokens;) {
     const std::int64_t t = std::min(at == 0 && prefill > 0 ? prefill : chunk, tokens - at);
@@ -56,7 +56,7 @@ int run_module(const arguments& a) {
     throw usage_error("--dropout applies in training mode only; add --training");
   }
   const bool incremental = a.has("incremental");
-  for (const char* option : {"prefill", "chunk"}) {
+  for (const char* option : {"prefill", "chunk", "kv-precision"}) {
     if (a.has(option) && !incremental) {
       throw usage_error(std::string("--") + option +
                         " applies to incremental runs; add --incremental");
@@ -109,6 +109,8 @@ int run_module(const arguments& a) {
 
   const std::int64_t prefill = a.integer_or("prefill", 0, 0, tokens);
   const std::int64_t chunk = a.integer_or("chunk", 1, 1, int64_max);
+  const mha::precision kv =
+      mha::parse_precision(a.text_or("kv-precision", std::string(mha::to_string(cfg.precision))));
 
   const auto plan = backend.prepare(cfg, form, m.w);
   std::vector<std::int64_t> y_shape = x.shape;
@@ -116,17 +118,18 @@ int run_module(const arguments& a) {
   mha::io::tensor y{y_shape,
                     std::vector<float>(static_cast<std::size_t>(batch * tokens * cfg.d_out))};
   if (incremental) {
-    run_incremental(*plan, x.values, y.values, batch, tokens, prefill, chunk, options);
+    run_incremental(*plan, x.values, y.values, batch, tokens, prefill, chunk, kv, options);
   } else {
     plan->run({x.values.data(), batch, tokens, d_in}, {y.values.data(), batch, tokens, cfg.d_out},
               options);
   }
   mha::io::write_npy(output_path, y);
 
-  const std::string how = incremental ? " through a KV cache (prefill " + std::to_string(prefill) +
-                                            ", then " + std::to_string(chunk) + " token" +
-                                            (chunk == 1 ? "" : "s") + " per call)"
-                                      : "";
+  const std::string how =
+      incremental ? " through a KV cache of " + std::string(mha::to_string(kv)) + " (prefill " +
+                        std::to_string(prefill) + ", then " + std::to_string(chunk) + " token" +
+                        (chunk == 1 ? "" : "s") + " per call)"
+                  : "";
   const std::string block = m.prefix.empty() ? "" : " at '" + m.prefix + "'";
   std::printf("%s %s, %s-layout weights%s (%s): %s -> %s float32 in %s%s\n",
               std::string(backend.name()).c_str(), std::string(mha::to_string(form)).c_str(),
@@ -180,10 +183,13 @@ const command& run_command() {
       "                     see the tokens fed so far)\n"
       "  --prefill N        with --incremental: the first call takes N tokens (default 0:\n"
       "                     none, chunks from the start); 0 <= N <= tokens\n"
-      "  --chunk S          with --incremental: tokens per later call (default 1)\n",
+      "  --chunk S          with --incremental: tokens per later call (default 1)\n"
+      "  --kv-precision P   with --incremental: the cache keeps keys and values in fp32, bf16\n"
+      "                     or int8 (default: the plan's --precision; int8: codes with a scale\n"
+      "                     and offset per token, a quarter of fp32's bytes)\n",
       {"backend", "formulation", "weights", "prefix", "input", "output", "heads", "kv-heads",
-       "rope-base", "context-length", "precision", "threads", "dropout", "seed", "prefill",
-       "chunk"},
+       "rope-base", "context-length", "precision", "threads", "dropout", "seed", "prefill", "chunk",
+       "kv-precision"},
       {"no-causal", "training", "incremental"},
       run_module};
   return c;

@@ -74,6 +74,11 @@ void check_config(const config& cfg, std::string_view where) {
     throw invalid_argument(text(where, ": n_kv_heads (", cfg.n_kv_heads, ") must divide n_heads (",
                                 cfg.n_heads, "), or be 0 for n_kv_heads = n_heads"));
   }
+  if (cfg.precision == precision::int8) {
+    throw invalid_argument(text(where,
+                                ": precision int8 is a KV cache's format, not a plan's; a plan "
+                                "computes in fp32 or bf16 (make_cache takes int8)"));
+  }
   if (cfg.precision != precision::fp32 && cfg.precision != precision::bf16) {
     throw invalid_argument(text(where, ": unknown precision value ",
                                 static_cast<int>(cfg.precision), "; expected fp32 or bf16"));
@@ -120,16 +125,18 @@ std::string_view to_string(precision p) noexcept {
       return "fp32";
     case precision::bf16:
       return "bf16";
+    case precision::int8:
+      return "int8";
   }
   return "unknown";
 }
 
 precision parse_precision(std::string_view name) {
-  for (precision p : {precision::fp32, precision::bf16}) {
+  for (precision p : {precision::fp32, precision::bf16, precision::int8}) {
     if (name == to_string(p)) return p;
   }
   throw invalid_argument(
-      detail::text("mha: unknown precision '", name, "'; expected fp32 or bf16"));
+      detail::text("mha: unknown precision '", name, "'; expected fp32, bf16 or int8"));
 }
 
 std::span<const formulation> formulations() noexcept {

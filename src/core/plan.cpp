@@ -18,6 +18,11 @@ using detail::text;
 
 // What backend::supports() and a plan without incremental calls say about decode.
 constexpr std::string_view decode_declined = "decode with a KV cache (past > 0) is not implemented";
+// ... and about a cache in another precision than the plan's.
+std::string cache_declined(precision kv, precision plan) {
+  return text("a KV cache of ", to_string(kv), " with a ", to_string(plan),
+              " plan is not implemented");
+}
 
 std::string shape_of(const auto& view) {
   return text("(", view.batch(), ", ", view.seq_len(), ", ", view.features(), ")");
@@ -72,9 +77,10 @@ void plan::run(tensor_view<const float> x, tensor_view<float> y, const run_optio
   execute(x, y, options);
 }
 
-kv_cache::kv_cache(const plan* owner, std::int64_t batch, std::int64_t capacity, std::int64_t heads,
-                   std::int64_t head_bytes)
+kv_cache::kv_cache(const plan* owner, mha::precision precision, std::int64_t batch,
+                   std::int64_t capacity, std::int64_t heads, std::int64_t head_bytes)
     : owner_(owner),
+      precision_(precision),
       capacity_(capacity),
       heads_(heads),
       head_bytes_(head_bytes),
@@ -106,12 +112,23 @@ void kv_cache::reset(std::int64_t b) {
   lengths_[static_cast<std::size_t>(b)] = 0;
 }
 
-std::int64_t plan::cache_head_bytes(std::int64_t) const noexcept { return 0; }
+std::int64_t plan::cache_head_bytes(std::int64_t, mha::precision) const noexcept { return 0; }
 
 std::int64_t plan::cache_heads() const noexcept { return config_.kv_heads(); }
 
-kv_cache plan::make_cache(std::int64_t batch, std::int64_t capacity) const {
-  if (cache_head_bytes(1) == 0) throw unsupported(text(backend_name_, ": ", decode_declined));
+kv_cache plan::make_cache(std::int64_t batch, std::int64_t capacity,
+                          std::optional<mha::precision> kv) const {
+  const mha::precision format = kv.value_or(config_.precision);
+  if (format != precision::fp32 && format != precision::bf16 && format != precision::int8) {
+    throw invalid_argument(text(backend_name_, ": unknown KV cache precision value ",
+                                static_cast<int>(format), "; expected fp32, bf16 or int8"));
+  }
+  if (cache_head_bytes(1, config_.precision) == 0)
+    throw unsupported(text(backend_name_, ": ", decode_declined));
+  if (cache_head_bytes(1, format) == 0) {
+    throw unsupported(text(backend_name_, ": ", cache_declined(format, config_.precision),
+                           " (backend::supports says why)"));
+  }
   if (batch < 1)
     throw invalid_argument(text(backend_name_, ": cache batch (", batch, ") must be >= 1"));
   if (capacity < 1 || capacity > config_.context_length) {
@@ -122,9 +139,9 @@ kv_cache plan::make_cache(std::int64_t batch, std::int64_t capacity) const {
   // The nominal size first, so that the layout's own arithmetic cannot overflow.
   detail::check_byte_count(backend_name_, "kv cache",
                            {2, batch, capacity, cache_heads(), config_.head_dim()}, sizeof(float));
-  const std::int64_t head_bytes = cache_head_bytes(capacity);
+  const std::int64_t head_bytes = cache_head_bytes(capacity, format);
   detail::check_byte_count(backend_name_, "kv cache", {batch, cache_heads(), head_bytes}, 1);
-  return kv_cache(this, batch, capacity, cache_heads(), head_bytes);
+  return kv_cache(this, format, batch, capacity, cache_heads(), head_bytes);
 }
 
 void plan::run(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache,
@@ -180,6 +197,14 @@ support detail::supports_axes(const problem& p, computed_axes axes) {
                             p.cfg.n_heads, ") is not implemented"));
   }
   if (!axes.decode && p.past != 0) return support::no(std::string(decode_declined));
+  // The kernel sets keep a cache in their plan's precision, or (int8_cache) in int8.
+  const precision kv = p.cache_precision();
+  if (kv != p.cfg.precision && !(axes.int8_cache && kv == precision::int8)) {
+    if (kv != precision::fp32 && kv != precision::bf16 && kv != precision::int8) {
+      return support::no(text("unknown KV cache precision value ", static_cast<int>(kv)));
+    }
+    return support::no(cache_declined(kv, p.cfg.precision));
+  }
   return support::yes();
 }
 

@@ -122,6 +122,19 @@ constexpr part parts[] = {
        }
        return false;
      }},
+    {"kv_", "kv_<fp32, bf16 or int8>", false,
+     [](const problem& p) {
+       return value_if(p.cache_precision() != p.cfg.precision, to_string(p.cache_precision()));
+     },
+     [](std::string_view v, problem& p) {
+       for (const precision named : {precision::fp32, precision::bf16, precision::int8}) {
+         if (v == to_string(named)) {
+           p.kv_precision = named;
+           return true;
+         }
+       }
+       return false;
+     }},
 };
 
 }  // namespace
@@ -170,6 +183,7 @@ problem parse_problem(std::string_view name) {
     }
   }
   p.cfg.context_length = p.past + p.seq_len;
+  if (p.kv_precision == p.cfg.precision) p.kv_precision.reset();  // one problem, one value
   return p;
 }
 

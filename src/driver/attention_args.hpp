@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/dropout.hpp"
+#include "mha/config.hpp"
 
 namespace mha::detail {
 
@@ -27,12 +28,14 @@ struct head_view {
 
 // A KV cache's storage in the layout of the kernel set that made it (mha::kv_cache,
 // docs/design.md §1.4): K/V head g of sequence b at head(b, g), `head_bytes` each with room for
-// `capacity` tokens, holding elements of the set's own type; lengths[b] tokens of sequence b
-// held before the current call.
+// `capacity` tokens, holding elements of `format`: the plan's precision (fp32 floats, or bf16 in
+// the set's own unit), or int8 codes with a scale and an offset per token (§1.7); lengths[b]
+// tokens of sequence b held before the current call.
 struct kv_store {
   std::byte* data = nullptr;
   std::int64_t heads = 0, head_bytes = 0, capacity = 0;
   const std::int64_t* lengths = nullptr;
+  precision format = precision::fp32;
 
   std::byte* head(std::int64_t b, std::int64_t g) const noexcept {
     return data + (b * heads + g) * head_bytes;

@@ -28,11 +28,16 @@
 //   // Optional: true when the set computes config::precision bf16 (docs/design.md §1.5):
 //   // rounds packed weights and every product's operands itself.
 //   static constexpr bool bf16 = true;
-//   // Optional: decode. Bytes of one (sequence, K/V head) of a cache of `capacity` tokens in
-//   // the set's layout; with it, attention() also takes attention_args::cache (appending the
-//   // new keys and values there and attending over the cache), and the plan runs incremental
-//   // calls (plan::make_cache, plan::run with a cache).
-//   std::int64_t cache_head_bytes(std::int64_t capacity, std::int64_t head_dim) const;
+//   // Optional: decode. Bytes of one (sequence, K/V head) of a cache of `capacity` tokens of
+//   // precision `kv` (the plan's, or int8 where int8_cache says so) in the set's layout; with
+//   // it, attention() also takes attention_args::cache (appending the new keys and values
+//   // there and attending over the cache), and the plan runs incremental calls
+//   // (plan::make_cache, plan::run with a cache).
+//   std::int64_t cache_head_bytes(std::int64_t capacity, std::int64_t head_dim,
+//                                 mha::precision kv) const;
+//   // Optional: true when attention() also reads and appends an int8 cache (docs/design.md
+//   // §1.7), with a plan of either precision.
+//   static constexpr bool int8_cache = true;
 // Stateless sets write these as static members; the driver calls them through its instance.
 #pragma once
 
@@ -63,8 +68,12 @@ struct sequential_execution {
 
 // What kernel set K declares it computes beyond multi-head attention over a full forward.
 template <class K>
-inline constexpr bool set_decodes = requires(const K& k, std::int64_t n) {
-  { k.cache_head_bytes(n, n) } -> std::same_as<std::int64_t>;
+inline constexpr bool set_decodes = requires(const K& k, std::int64_t n, mha::precision kv) {
+  { k.cache_head_bytes(n, n, kv) } -> std::same_as<std::int64_t>;
+};
+template <class K>
+inline constexpr bool set_caches_int8 = requires {
+  requires K::int8_cache;
 };
 template <class K>
 inline constexpr bool set_groups_kv = requires {
@@ -80,8 +89,10 @@ inline constexpr bool set_computes_bf16 = requires {
 // without bias).
 template <class K>
 support driver_support(const problem& p) {
-  return supports_axes(
-      p, {.grouped_kv = set_groups_kv<K>, .decode = set_decodes<K>, .bf16 = set_computes_bf16<K>});
+  return supports_axes(p, {.grouped_kv = set_groups_kv<K>,
+                           .decode = set_decodes<K>,
+                           .bf16 = set_computes_bf16<K>,
+                           .int8_cache = set_caches_int8<K>});
 }
 
 template <class K>
@@ -135,9 +146,10 @@ class driver_plan final : public plan {
 
   static constexpr bool decodes = set_decodes<K>;
 
-  std::int64_t cache_head_bytes(std::int64_t capacity) const noexcept override {
+  std::int64_t cache_head_bytes(std::int64_t capacity, mha::precision kv) const noexcept override {
     if constexpr (decodes) {
-      return kernels_.cache_head_bytes(capacity, config().head_dim());
+      const bool kept = kv == config().precision || (set_caches_int8<K> && kv == precision::int8);
+      return kept ? kernels_.cache_head_bytes(capacity, config().head_dim(), kv) : 0;
     } else {
       return 0;
     }

@@ -1,10 +1,11 @@
 // Internal: the kernel sets' view of a kv_cache's storage, and the plain row-major layout of
-// the backends that read a cache as ordinary strided rows (naive, onednn).
+// the backends that read a cache as ordinary strided rows (naive, onednn; naive's int8 too).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
+#include "core/int8.hpp"
 #include "driver/attention_args.hpp"
 #include "mha/kv_cache.hpp"
 
@@ -12,7 +13,7 @@ namespace mha::detail {
 
 struct kv_cache_access {
   static kv_store store(kv_cache& c) noexcept {
-    return {c.data_.get(), c.heads_, c.head_bytes_, c.capacity_, c.lengths_.data()};
+    return {c.data_.get(), c.heads_, c.head_bytes_, c.capacity_, c.lengths_.data(), c.precision_};
   }
   // mha_testing::hold_zero_tokens (src/testing/mha_testing.hpp), for benchmarks.
   static void hold_zero_tokens(kv_cache& c, std::int64_t n) noexcept {
@@ -43,6 +44,23 @@ head_view<T> values(const kv_store& c, std::int64_t head_dim) noexcept {
   return v;
 }
 
+// An int8 cache (docs/design.md §1.7) holds codes where the others hold elements (keys<uint8_t>
+// and values<uint8_t> read them), and after them, at a cache line, the int8_row of each of the
+// `capacity` key rows, then of as many value rows.
+inline std::int64_t int8_codes_bytes(std::int64_t capacity, std::int64_t head_dim) noexcept {
+  return (head_bytes<std::uint8_t>(capacity, head_dim) + 63) / 64 * 64;
+}
+inline std::int64_t int8_head_bytes(std::int64_t capacity, std::int64_t head_dim) noexcept {
+  return int8_codes_bytes(capacity, head_dim) +
+         2 * capacity * static_cast<std::int64_t>(sizeof(int8_row));
+}
+// The scale and offset of key row 0 of K/V head g of sequence b; value row 0's are `capacity`
+// after it.
+inline int8_row* int8_rows(const kv_store& c, std::int64_t head_dim, std::int64_t b,
+                           std::int64_t g) noexcept {
+  return reinterpret_cast<int8_row*>(c.head(b, g) + int8_codes_bytes(c.capacity, head_dim));
+}
+
 // Appends a cached call's new keys and values (a.k, a.v) after each sequence's length, each
 // element converted by to_element (identity for float, to_bf16 for bf16).
 template <class T, class Convert>
@@ -62,6 +80,22 @@ void append(const attention_args& a, Convert to_element) noexcept {
 }
 inline void append(const attention_args& a) noexcept {
   append<float>(a, [](float x) { return x; });
+}
+// ... into an int8 cache: each row quantised (quantize_row).
+inline void append_int8(const attention_args& a) noexcept {
+  const head_view<std::uint8_t> k = keys<std::uint8_t>(*a.cache, a.head_dim),
+                                v = values<std::uint8_t>(*a.cache, a.head_dim);
+  for (std::int64_t b = 0; b < a.batch; ++b) {
+    const std::int64_t past = a.cache->lengths[b];
+    for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
+      int8_row* rows = int8_rows(*a.cache, a.head_dim, b, g);
+      for (std::int64_t i = 0; i < a.seq_len; ++i) {
+        rows[past + i] = quantize_row(a.k.row(b, g, i), a.head_dim, k.row(b, g, past + i));
+        rows[a.cache->capacity + past + i] =
+            quantize_row(a.v.row(b, g, i), a.head_dim, v.row(b, g, past + i));
+      }
+    }
+  }
 }
 
 // Sequence b of a cached call (after append) as a cache-free call of one sequence: its queries

@@ -8,13 +8,14 @@
 #include <limits>
 #include <numeric>
 
+#include "core/int8.hpp"
 #include "kernels/isa_kernels.hpp"
 
 namespace mha::detail {
 namespace {
 
 // Scratch parts start on a cache line (and an AVX-512 register boundary).
-constexpr std::int64_t line_floats = 16;
+constexpr std::int64_t line_floats = 16, line_bytes = 64;
 
 // Query rows per attention block (positions x grouped heads). Attention alone (head-major Q, K, V),
 // one core, median ms over 9 runs at (B, T, H, head_dim) = (1, 1024, 12, 64) / (1, 4096, 12, 64) /
@@ -32,7 +33,31 @@ void pack_keys(const attention_args& args, const attention_layout& l, std::int64
   // transpose-free form (4x4 blocks of dot products over head_dim, one horizontal add per
   // score) 2.7 ms (Zen4, AVX-512). V (kv_rows, head_dim) as it is.
   const float *k = args.k.row(b, g, 0), *v = args.v.row(b, g, 0);
-  if (l.bf16) {
+  if (l.int8) {
+    // Codes in the panels' places (element (d, j) of K^T at panel j / nr, row d, column j % nr;
+    // (j, d) of V at panel d / nr, row j, column d % nr), each row's scale and offset in the
+    // arrays after them.
+    std::uint8_t* codes = static_cast<std::uint8_t*>(head);
+    float* scales = reinterpret_cast<float*>(codes + l.scales_offset());
+    const std::int64_t rows = l.key_rows(), kr = l.scores.nr, vr = l.values.nr;
+    for (std::int64_t j = j0; j < j1; ++j) {
+      const float* key = k + (j - j0) * args.k.row_stride;  // row j - j0 of the new keys
+      const int8_row ks = row_scale(key, l.head_dim);
+      const int8_encoder key_code(ks);
+      std::uint8_t* column = codes + j / kr * l.head_dim * kr + j % kr;
+      for (std::int64_t d = 0; d < l.head_dim; ++d) column[d * kr] = key_code(key[d]);
+      const float* value = v + (j - j0) * args.v.row_stride;
+      const int8_row vs = row_scale(value, l.head_dim);
+      const int8_encoder value_code(vs);
+      std::uint8_t* row = codes + l.values_offset() + j * vr;
+      for (std::int64_t d = 0; d < l.head_dim; ++d)
+        row[d / vr * l.kv_rows * vr + d % vr] = value_code(value[d]);
+      scales[j] = ks.scale;
+      scales[rows + j] = ks.offset;
+      scales[2 * rows + j] = vs.scale;
+      scales[3 * rows + j] = vs.offset;
+    }
+  } else if (l.bf16) {
     bf16_pair* units = static_cast<bf16_pair*>(head);
     pack_pair_block(k, /*stride_k=*/1, args.k.row_stride, l.head_dim, 0, l.head_dim, j0, j1,
                     l.scores.nr, units);
@@ -50,14 +75,25 @@ void pack_keys(const attention_args& args, const attention_layout& l, std::int64
 }  // namespace
 
 std::int64_t attention_layout::values_offset() const noexcept {
+  if (int8) return round_up(head_dim * round_up(kv_rows, scores.nr), line_bytes);
   const std::int64_t keys_units = bf16 ? pairs(head_dim) * round_up(kv_rows, scores.nr)
                                        : packed_size(head_dim, kv_rows, scores.nr);
   return round_up(keys_units, line_floats);
 }
 
 std::int64_t attention_layout::head_units() const noexcept {
+  if (int8) return head_bytes();
   return values_offset() + (bf16 ? pairs(kv_rows) * round_up(head_dim, values.nr)
                                  : packed_size(kv_rows, head_dim, values.nr));
+}
+
+std::int64_t attention_layout::scales_offset() const noexcept {
+  return round_up(values_offset() + kv_rows * round_up(head_dim, values.nr), line_bytes);
+}
+
+std::int64_t attention_layout::head_bytes() const noexcept {
+  // Floats and bf16 pairs are both 4 bytes.
+  return int8 ? scales_offset() + 4 * key_rows() * 4 : head_units() * 4;
 }
 
 std::int64_t attention_layout::scratch_floats() const noexcept {
@@ -68,7 +104,7 @@ std::int64_t attention_layout::scratch_floats() const noexcept {
                                        : 0;
   return round_up(block_rows * head_dim, line_floats) +
          round_up(block_rows * score_cols, line_floats) +
-         round_up(block_rows * acc_cols, line_floats) + 3 * row_floats +
+         round_up(block_rows * acc_cols, line_floats) + (int8 ? 5 : 3) * row_floats +
          round_up(score_cols, line_floats) + pair_parts;
 }
 
@@ -87,6 +123,10 @@ attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept
     float* pairs_start = parts.dropout + round_up(score_cols, line_floats);
     parts.query_pairs = reinterpret_cast<bf16_pair*>(pairs_start);
     parts.weight_pairs = parts.query_pairs + round_up(block_rows * pairs(head_dim), line_floats);
+  }
+  if (int8) {
+    parts.query_sums = parts.dropout + round_up(score_cols, line_floats);
+    parts.value_offsets = parts.query_sums + row_floats;
   }
   return parts;
 }
@@ -112,9 +152,11 @@ void pack_head(const attention_args& args, const attention_layout& layout, std::
 
 attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys, std::int64_t head_dim,
                                      std::int64_t key_tile, std::int64_t kv_rows,
-                                     std::int64_t group, bool bf16_operands) const noexcept {
+                                     std::int64_t group, bool bf16_operands,
+                                     bool int8_codes) const noexcept {
   attention_layout l;
-  l.bf16 = bf16_operands;
+  l.int8 = int8_codes;
+  l.bf16 = bf16_operands && !int8_codes;
   l.scores = tiles[0];
   l.values = tile_for(panel_width(head_dim));
   l.seq_len = seq_len;
@@ -126,9 +168,9 @@ attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys, st
   l.block_rows = l.block_positions * group;
   // Key tiles start on a K^T panel, and the softmax reads rows as whole registers: both a
   // multiple of the lanes and of the scores panel width.
-  const std::int64_t step = std::lcm(l.scores.nr, lanes);
-  l.key_tile = round_up(std::max<std::int64_t>(key_tile, 1), step);
-  l.score_cols = std::min(l.key_tile, round_up(keys, step));
+  l.key_step = std::lcm(l.scores.nr, lanes);
+  l.key_tile = round_up(std::max<std::int64_t>(key_tile, 1), l.key_step);
+  l.score_cols = std::min(l.key_tile, round_up(keys, l.key_step));
   l.acc_cols = round_up(head_dim, l.values.nr);
   return l;
 }
@@ -158,7 +200,8 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
   std::int64_t keys = 0;
   for (std::int64_t b = 0; b < args.batch; ++b) keys = std::max(keys, this->keys(b));
   layout_ = kernels.layout(args.seq_len, keys, args.head_dim, key_tile,
-                           args.cache ? args.cache->capacity : 0, args.kv_group, args.bf16);
+                           args.cache ? args.cache->capacity : 0, args.kv_group, args.bf16,
+                           args.cache && args.cache->format == precision::int8);
   if (args.seq_len <= split_rows && keys > split_keys) {
     chunks_ = (keys + split_keys - 1) / split_keys;
     per_head_ = chunks_;
@@ -240,11 +283,11 @@ void attention(const isa_kernels& kernels, const attention_args& args, std::int6
 }
 
 std::int64_t cache_head_bytes(const isa_kernels& kernels, std::int64_t capacity,
-                              std::int64_t head_dim, bool bf16_operands) noexcept {
-  // Floats and bf16 pairs are both 4 bytes.
-  return kernels.layout(1, capacity, head_dim, default_key_tile, capacity, 1, bf16_operands)
-             .head_units() *
-         4;
+                              std::int64_t head_dim, bool bf16_operands, precision kv) noexcept {
+  return kernels
+      .layout(1, capacity, head_dim, default_key_tile, capacity, 1, bf16_operands,
+              kv == precision::int8)
+      .head_bytes();
 }
 
 }  // namespace mha::detail

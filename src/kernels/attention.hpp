@@ -50,6 +50,8 @@ struct attention_scratch {
   float* row_sum;           // block_rows: running sum of exp(score - row_max), undropped
   float* rescale;           // block_rows: exp(previous row_max - row_max) of the current key tile
   float* dropout;           // score_cols: one row's dropout multipliers over a key tile
+  float* query_sums;        // int8: block_rows: each row's sum of its (scaled) queries
+  float* value_offsets;     // int8: block_rows: one key tile's sum of P times the values' offsets
 };
 
 // The geometry of the attention kernel on one ISA for one call: panel widths, the query-row
@@ -62,11 +64,14 @@ struct attention_scratch {
 struct attention_layout {
   tile_shape scores, values;  // micro-kernels of S = Q K^T and of O = P V
   bool bf16 = false;          // operands in bf16 pairs (docs/design.md §1.5), else fp32
-  std::int64_t seq_len = 0;   // query positions per head
-  std::int64_t group = 1;     // query heads per K/V head, stacked in a block's rows
-  std::int64_t keys = 0;      // most keys any sequence attends over (past + seq_len)
-  std::int64_t kv_rows = 0;   // keys a packed head has room for: `keys` in a workspace, the
-                              // capacity in a KV cache
+  // K and V as 8-bit codes with a scale and an offset per key (an int8 KV cache, §1.7), read
+  // with fp32 queries and weights (never bf16 pairs: bf16 is then false).
+  bool int8 = false;
+  std::int64_t seq_len = 0;  // query positions per head
+  std::int64_t group = 1;    // query heads per K/V head, stacked in a block's rows
+  std::int64_t keys = 0;     // most keys any sequence attends over (past + seq_len)
+  std::int64_t kv_rows = 0;  // keys a packed head has room for: `keys` in a workspace, the
+                             // capacity in a KV cache
   std::int64_t head_dim = 0;
   std::int64_t block_positions = 0;  // query positions per attention_rows call (the last may
                                      // be fewer)
@@ -76,17 +81,26 @@ struct attention_layout {
   std::int64_t score_cols = 0;       // columns of a scores tile: key_tile, or keys rounded up
                                      // like key_tile when that is smaller
   std::int64_t acc_cols = 0;         // head_dim rounded up to values.nr
+  std::int64_t key_step = 0;         // the key tile's granule: scores.nr and the lanes divide it
 
   // A packed head, in units of its operands (floats, or bf16 pairs of 4 bytes alike): K^T
   // (head_dim, kv_rows) in panels of scores.nr at the start (bf16: pairs along head_dim), then
   // V (kv_rows, head_dim) in panels of values.nr at values_offset() (bf16: pairs along keys).
+  // int8: in bytes, K^T codes (head_dim, kv_rows) in panels of scores.nr at the start, V codes
+  // (kv_rows, head_dim) in panels of values.nr at values_offset(), then from scales_offset()
+  // four arrays of key_rows() floats: the keys' scales, their offsets, the values' scales,
+  // their offsets (core/int8.hpp).
   std::int64_t head_units() const noexcept;
   std::int64_t values_offset() const noexcept;
+  std::int64_t scales_offset() const noexcept;
+  std::int64_t key_rows() const noexcept { return round_up(kv_rows, key_step); }
+  // The bytes of a packed head.
+  std::int64_t head_bytes() const noexcept;
   // One query block's scratch in floats: O(block_rows * (score_cols + head_dim)), independent
   // of the keys once keys >= key_tile.
   std::int64_t scratch_floats() const noexcept;
   // Carves `scratch` (scratch_floats() floats, 64-byte aligned) into its parts, each aligned
-  // (the bf16 parts only for a bf16 layout, else nullptr).
+  // (the bf16 parts only for a bf16 layout, the int8 parts for an int8 one, else nullptr).
   attention_scratch scratch_parts(float* scratch) const noexcept;
   // Query blocks per K/V head: ceil(seq_len / block_positions).
   std::int64_t blocks() const noexcept { return (seq_len + block_positions - 1) / block_positions; }
@@ -107,7 +121,8 @@ struct attention_task {
 };
 
 // Head (b, g) of args.k and args.v (all keys, from row 0) packed into `head`
-// (layout.head_units() units, kv_rows == keys), rounded to bf16 in a bf16 layout.
+// (layout.head_units() units, kv_rows == keys), rounded to bf16 in a bf16 layout (never int8:
+// only a cache holds codes).
 void pack_head(const attention_args& args, const attention_layout& layout, std::int64_t b,
                std::int64_t g, void* head) noexcept;
 
@@ -175,8 +190,9 @@ void attention(const isa_kernels& kernels, const attention_args& args,
                std::int64_t key_tile = default_key_tile);
 
 // Bytes of one (sequence, K/V head) of a KV cache of `capacity` tokens: a packed head with
-// kv_rows = capacity, in the layout of `kernels` and the precision (attention_args::cache).
+// kv_rows = capacity, in the layout of `kernels` for a cache of `kv` (bf16: pairs; int8: codes)
+// in a plan of bf16 operands or not.
 std::int64_t cache_head_bytes(const isa_kernels& kernels, std::int64_t capacity,
-                              std::int64_t head_dim, bool bf16_operands) noexcept;
+                              std::int64_t head_dim, bool bf16_operands, precision kv) noexcept;
 
 }  // namespace mha::detail

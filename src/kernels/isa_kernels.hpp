@@ -63,10 +63,12 @@ struct isa_kernels {
   // The attention geometry of seq_len query positions of `group` query heads per K/V head over
   // at most `keys` key rows, in packed heads with room for kv_rows keys (0: keys); key_tile is
   // rounded up to a multiple of scores.nr and the lanes (default_key_tile: the measured fused
-  // kernel; keys or more: the unfused one).
+  // kernel; keys or more: the unfused one); int8_codes: heads of an int8 cache (bf16_operands
+  // is then ignored).
   attention_layout layout(std::int64_t seq_len, std::int64_t keys, std::int64_t head_dim,
                           std::int64_t key_tile = default_key_tile, std::int64_t kv_rows = 0,
-                          std::int64_t group = 1, bool bf16_operands = false) const noexcept;
+                          std::int64_t group = 1, bool bf16_operands = false,
+                          bool int8_codes = false) const noexcept;
 };
 
 // The kernels of `which` (one of xsimd_supported_isas()).

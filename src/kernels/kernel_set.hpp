@@ -54,9 +54,12 @@ class xsimd_kernel_set : public sequential_execution {
   static constexpr bool bf16 = true;
   static void attention(const attention_args& args) { detail::attention(kernels(), args); }
   // Decode: the cache holds each head packed as the attention kernel reads it.
-  std::int64_t cache_head_bytes(std::int64_t capacity, std::int64_t head_dim) const {
-    return detail::cache_head_bytes(kernels(), capacity, head_dim, bf16_);
+  std::int64_t cache_head_bytes(std::int64_t capacity, std::int64_t head_dim,
+                                mha::precision kv) const {
+    return detail::cache_head_bytes(kernels(), capacity, head_dim, bf16_, kv);
   }
+  // ... or of int8 codes, widened in the kernel (docs/design.md §1.7).
+  static constexpr bool int8_cache = true;
 
  protected:
   // f(the GEMM arguments of x W^T + b): fp32 as it is; bf16 with x rounded to pairs in a buffer

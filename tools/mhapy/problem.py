@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 PRECISIONS = ("fp32", "bf16")
+# A KV cache's formats (mha::precision: int8 is a cache's only).
+KV_PRECISIONS = ("fp32", "bf16", "int8")
 # mha::formulations(), in its order.
 FORMULATIONS = ("wrapper", "split_weight", "fused_qkv")
 
@@ -25,8 +27,10 @@ class Shape:
     """One module + input shape, as mha::problem without the formulation: `seq_len` new tokens
     per sequence after `past` cached ones (past > 0: an incremental call, docs/design.md §1.4),
     `n_kv_heads` K/V heads (0 means n_heads; n_heads itself is stored as 0, so the two spellings
-    are one shape, §1.3), the precision (§1.5), the rotary embedding base (0: none, §1.6) and
-    whether out_proj has its bias (stored as True without an out_proj, which has none to lack)."""
+    are one shape, §1.3), the precision (§1.5), the rotary embedding base (0: none, §1.6),
+    whether out_proj has its bias (stored as True without an out_proj, which has none to lack)
+    and the KV cache's precision (§1.7; "" for the plan's own, which is how it is stored when
+    given equal to `precision`)."""
 
     batch: int
     seq_len: int
@@ -41,8 +45,11 @@ class Shape:
     precision: str = "fp32"
     rope_base: float = 0.0
     out_proj_bias: bool = True
+    kv_precision: str = ""
 
     def __post_init__(self):
+        if self.kv_precision == self.precision:
+            object.__setattr__(self, "kv_precision", "")
         if self.n_kv_heads == self.n_heads:
             object.__setattr__(self, "n_kv_heads", 0)
         if not self.out_proj:
@@ -175,6 +182,7 @@ PARTS = (
     Part("no_out_proj", "out_proj", True, "flag"),
     Part("no_out_bias", "out_proj_bias", True, "flag"),
     Part("", "precision", "fp32", "name", PRECISIONS),
+    Part("kv_", "kv_precision", "", "name", KV_PRECISIONS),
 )
 
 

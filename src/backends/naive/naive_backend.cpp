@@ -7,6 +7,7 @@
 
 #include "core/bf16.hpp"
 #include "core/checks.hpp"
+#include "core/int8.hpp"
 #include "driver/driver.hpp"
 #include "mha/backends/naive.hpp"
 
@@ -127,53 +128,107 @@ class naive_kernels : public detail::sequential_execution {
   }
   static constexpr bool grouped_kv = true;  // each query head reads K/V head h / kv_group
   static constexpr bool bf16 = true;        // the bf16 reference (docs/design.md §1.5)
-  // Decode: the plain row-major cache (bf16 elements in bf16); each sequence attends over its
-  // rows as a full forward with past = its length would.
-  std::int64_t cache_head_bytes(std::int64_t capacity, std::int64_t head_dim) const {
-    return bf16_ ? detail::row_major_cache::head_bytes<detail::bf16>(capacity, head_dim)
-                 : detail::row_major_cache::head_bytes<float>(capacity, head_dim);
+  static constexpr bool int8_cache = true;  // the int8 cache's reference (§1.7)
+  // Decode: the plain row-major cache (bf16 elements in bf16, int8 codes and their rows'
+  // scales in int8); each sequence attends over its rows as a full forward with past = its
+  // length would.
+  std::int64_t cache_head_bytes(std::int64_t capacity, std::int64_t head_dim, precision kv) const {
+    namespace cache = detail::row_major_cache;
+    switch (kv) {
+      case precision::bf16:
+        return cache::head_bytes<detail::bf16>(capacity, head_dim);
+      case precision::int8:
+        return cache::int8_head_bytes(capacity, head_dim);
+      default:
+        return cache::head_bytes<float>(capacity, head_dim);
+    }
   }
   void attention(const attention_args& a) const {
     namespace cache = detail::row_major_cache;
-    if (a.cache != nullptr && !bf16_) {
+    if (a.cache == nullptr) {
+      attend(a, bf16_);
+    } else if (a.cache->format == precision::fp32) {
       cache::append(a);
-      for (std::int64_t b = 0; b < a.batch; ++b) attention(cache::sequence(a, b));
-      return;
-    }
-    if (a.cache != nullptr) {
-      // bf16: the cache holds bf16; each sequence's rows are widened to float for the loops.
+      for (std::int64_t b = 0; b < a.batch; ++b) attend(cache::sequence(a, b), bf16_);
+    } else if (a.cache->format == precision::bf16) {
+      // The cache holds bf16; each sequence's rows are widened to float for the loops.
       cache::append<detail::bf16>(a, detail::to_bf16);
-      const detail::head_view<detail::bf16> keys = cache::keys<detail::bf16>(*a.cache, a.head_dim),
-                                            values =
-                                                cache::values<detail::bf16>(*a.cache, a.head_dim);
-      for (std::int64_t b = 0; b < a.batch; ++b) {
-        const std::int64_t n = a.keys(b), hd = a.head_dim;
-        std::vector<float> k(static_cast<std::size_t>(a.kv_heads() * n * hd)), v(k.size());
-        for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
-          std::transform(keys.row(b, g, 0), keys.row(b, g, n), k.begin() + g * n * hd,
-                         detail::from_bf16);
-          std::transform(values.row(b, g, 0), values.row(b, g, n), v.begin() + g * n * hd,
-                         detail::from_bf16);
+      const auto keys = cache::keys<detail::bf16>(*a.cache, a.head_dim),
+                 values = cache::values<detail::bf16>(*a.cache, a.head_dim);
+      attend_widened(a, bf16_,
+                     [&](std::int64_t b, std::int64_t g, std::int64_t j, bool value, float* to) {
+                       const detail::bf16* row = (value ? values : keys).row(b, g, j);
+                       std::transform(row, row + a.head_dim, to, detail::from_bf16);
+                     });
+    } else {
+      // int8: each element is offset + scale * code, in fp32 (§1.7): K, V and the weights are
+      // not rounded to bf16; the queries are, in a bf16 plan, as its operands are.
+      cache::append_int8(a);
+      const auto keys = cache::keys<std::uint8_t>(*a.cache, a.head_dim),
+                 values = cache::values<std::uint8_t>(*a.cache, a.head_dim);
+      std::vector<float> q;
+      attention_args rounded = a;
+      if (bf16_) {
+        const std::int64_t hd = a.head_dim, head = a.seq_len * hd;
+        q.resize(static_cast<std::size_t>(a.batch * a.heads * head));
+        const detail::head_view<float> to{q.data(), a.heads * head, head, hd};
+        for (std::int64_t b = 0; b < a.batch; ++b) {
+          for (std::int64_t h = 0; h < a.heads; ++h) {
+            for (std::int64_t i = 0; i < a.seq_len; ++i) {
+              std::transform(a.q.row(b, h, i), a.q.row(b, h, i) + hd, to.row(b, h, i),
+                             detail::round_bf16);
+            }
+          }
         }
-        attention(cache::sequence(a, b, {k.data(), 0, n * hd, hd}, {v.data(), 0, n * hd, hd}));
+        rounded.q = to;
       }
-      return;
+      attend_widened(rounded, false,
+                     [&](std::int64_t b, std::int64_t g, std::int64_t j, bool value, float* to) {
+                       const std::uint8_t* codes = (value ? values : keys).row(b, g, j);
+                       const detail::int8_row row = cache::int8_rows(
+                           *a.cache, a.head_dim, b, g)[value ? a.cache->capacity + j : j];
+                       for (std::int64_t d = 0; d < a.head_dim; ++d)
+                         to[d] = detail::dequantize(codes[d], row);
+                     });
     }
+  }
+
+ private:
+  // Attention over a cache after the append: each sequence's keys and values widened to float
+  // rows by row(b, g, j, value, to) (key row j, or value row j when `value`), then attended as
+  // a full forward with past = the sequence's length.
+  template <class Widen>
+  static void attend_widened(const attention_args& a, bool bf16, Widen row) {
+    namespace cache = detail::row_major_cache;
+    for (std::int64_t b = 0; b < a.batch; ++b) {
+      const std::int64_t n = a.keys(b), hd = a.head_dim;
+      std::vector<float> k(static_cast<std::size_t>(a.kv_heads() * n * hd)), v(k.size());
+      for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          row(b, g, j, false, k.data() + (g * n + j) * hd);
+          row(b, g, j, true, v.data() + (g * n + j) * hd);
+        }
+      }
+      attend(cache::sequence(a, b, {k.data(), 0, n * hd, hd}, {v.data(), 0, n * hd, hd}), bf16);
+    }
+  }
+
+  // Attention without a cache: the loops above, bf16 rounding the operands or not.
+  static void attend(const attention_args& a, bool bf16) {
     detail::check_score_memory("naive", a.seq_len, a.keys(), 1);
     std::vector<float> s(static_cast<std::size_t>(a.seq_len * a.keys())),
         sums(static_cast<std::size_t>(a.seq_len));
     for (std::int64_t b = 0; b < a.batch; ++b) {
       for (std::int64_t h = 0; h < a.heads; ++h) {
-        scores(a, b, h, s, bf16_);
+        scores(a, b, h, s, bf16);
         if (a.causal) causal_mask(a, s);
-        softmax_rows(a.seq_len, a.keys(), s, sums, bf16_);
+        softmax_rows(a.seq_len, a.keys(), s, sums, bf16);
         if (a.dropout.active()) dropout(a, b, h, s);
-        weighted_values(a, b, h, s, sums, bf16_);
+        weighted_values(a, b, h, s, sums, bf16);
       }
     }
   }
 
- private:
   bool bf16_;
 };
 

@@ -41,9 +41,10 @@ class onednn_kernel_set {
                                                       std::int64_t batch, std::int64_t seq_len,
                                                       std::int64_t heads, float* y) const;
 
-  // Decode: the plain row-major cache (bf16 elements in bf16), read in place through strided
-  // descriptors.
-  std::int64_t cache_head_bytes(std::int64_t capacity, std::int64_t head_dim) const {
+  // Decode: the plain row-major cache in the plan's precision (bf16 elements in bf16), read in
+  // place through strided descriptors; no int8 cache (onednn_impl::supports says why).
+  std::int64_t cache_head_bytes(std::int64_t capacity, std::int64_t head_dim,
+                                mha::precision) const {
     return bf16_ ? row_major_cache::head_bytes<detail::bf16>(capacity, head_dim)
                  : row_major_cache::head_bytes<float>(capacity, head_dim);
   }

@@ -125,19 +125,32 @@ void for_row_blocks(std::int64_t r, std::int64_t rows, F&& f) noexcept {
 // Dot sets the operands' unit (micro_kernel.hpp): fp32 (fma_dot) or, for a bf16 module, bf16
 // pairs (docs/design.md §1.5): the queries, the packed K and V and the weights P are rounded
 // to bf16 and the products summed in fp32; the scale is then applied to the scores in the
-// softmax (Q K^T of rounded Q), where fp32 folds it into the queries.
+// softmax (Q K^T of rounded Q), where fp32 folds it into the queries. An int8 cache (§1.7,
+// code_dot) holds K and V as codes c with k = offset + scale c per key: the fp32 queries (of
+// a bf16 plan: rounded to bf16 first) meet the widened codes, each score is then
+// scale_j (q . c_j) + offset_j sum(q), and P V is sum_j (p_j scale_j) c_j + sum_j p_j offset_j.
 template <class Arch, class Tiles, class Dot>
 struct attention_block {
   using unit = typename Dot::unit;
+  using panel_unit = b_unit_t<Dot>;
   static constexpr bool pairs_of_bf16 = std::is_same_v<unit, bf16_pair>;
+  static constexpr bool codes = std::is_same_v<panel_unit, std::uint8_t>;
 
   const attention_args& a;
   const attention_layout& l;
   const attention_task& t;
-  const unit* kt;     // packed K^T: head_dim x l.kv_rows in panels of l.scores.nr
-  const unit* v;      // packed V: l.kv_rows x head_dim in panels of l.values.nr
-  std::int64_t rows;  // stacked rows: positions * l.group
+  const panel_unit* kt;  // packed K^T: head_dim x l.kv_rows in panels of l.scores.nr
+  const panel_unit* v;   // packed V: l.kv_rows x head_dim in panels of l.values.nr
+  std::int64_t rows;     // stacked rows: positions * l.group
   attention_scratch s;
+  // int8: the keys' scales, their offsets, the values' scales, their offsets (l.key_rows()
+  // floats each, one after the other); nullptr otherwise.
+  const float* scales;
+
+  const float* key_scale() const noexcept { return scales; }
+  const float* key_offset() const noexcept { return scales + l.key_rows(); }
+  const float* value_scale() const noexcept { return scales + 2 * l.key_rows(); }
+  const float* value_offset() const noexcept { return scales + 3 * l.key_rows(); }
 
   // Units of a K^T panel row (head_dim elements) and of a V panel column (kv_rows keys).
   std::int64_t dim_units() const noexcept { return pairs_of_bf16 ? pairs(a.head_dim) : a.head_dim; }
@@ -184,7 +197,8 @@ struct attention_block {
     return end - j0;
   }
 
-  // The block's queries in the unit: fp32 times the scale in base 2, or bf16 pairs as they are.
+  // The block's queries in the unit: fp32 times the scale in base 2, or bf16 pairs as they are;
+  // int8: of a bf16 plan rounded to bf16 first, and each row's sum.
   void scale_queries() const noexcept {
     const std::int64_t hd = a.head_dim;
     const float c = a.scale * 1.44269504088896341f;  // log2(e)
@@ -192,10 +206,54 @@ struct attention_block {
       const float* row = a.q.row(t.b, head(r), pos(r));
       if constexpr (pairs_of_bf16) {
         Dot::to_pairs(row, hd, s.query_pairs + r * pairs(hd));
+      } else if constexpr (codes) {
+        float sum = 0.0f;
+        for (std::int64_t d = 0; d < hd; ++d) {
+          s.queries[r * hd + d] = c * (a.bf16 ? round_bf16(row[d]) : row[d]);
+          sum += s.queries[r * hd + d];
+        }
+        s.query_sums[r] = sum;
       } else {
         for (std::int64_t d = 0; d < hd; ++d) s.queries[r * hd + d] = c * row[d];
       }
     }
+  }
+
+  // int8: the R x nr tile of q . c_j at `tile` (rows [r, r + R), keys [j, j + nr)) into the
+  // scores q . k_j = scale_j (q . c_j) + offset_j sum(q).
+  template <class T>
+  void key_scores(std::int64_t r, int R, std::int64_t j, float* tile) const noexcept {
+    using batch = typename T::batch;
+    constexpr std::int64_t lanes = batch::size;
+    for (int c = 0; c < T::nv; ++c) {
+      const batch scale = batch::load_unaligned(key_scale() + j + c * lanes),
+                  offset = batch::load_unaligned(key_offset() + j + c * lanes);
+      for (int rr = 0; rr < R; ++rr) {
+        float* x = tile + rr * l.score_cols + c * lanes;
+        xsimd::fma(batch::load_unaligned(x), scale, batch(s.query_sums[r + rr]) * offset)
+            .store_unaligned(x);
+      }
+    }
+  }
+
+  // int8: row p's weights of keys [j0, j0 + len) times their values' scales (what multiplies
+  // the codes); returns sum_j p_j offset_j (what every element of the output row gains).
+  float value_weights(float* p, std::int64_t j0, std::int64_t len) const noexcept {
+    using batch = xsimd::batch<float, Arch>;
+    constexpr std::int64_t lanes = batch::size;
+    batch sum(0.0f);
+    std::int64_t j = 0;
+    for (; j + lanes <= len; j += lanes) {
+      const batch w = batch::load_unaligned(p + j);
+      sum = xsimd::fma(w, batch::load_unaligned(value_offset() + j0 + j), sum);
+      (w * batch::load_unaligned(value_scale() + j0 + j)).store_unaligned(p + j);
+    }
+    float total = xsimd::hadd(sum);
+    for (; j < len; ++j) {
+      total += p[j] * value_offset()[j0 + j];
+      p[j] *= value_scale()[j0 + j];
+    }
+    return total;
   }
 
   // Scores of keys [j0, j1) (j0 a multiple of T::nr) into columns [0, j1 - j0) of s.scores.
@@ -204,13 +262,14 @@ struct attention_block {
   void scores(T, std::int64_t j0, std::int64_t j1) const noexcept {
     const std::int64_t du = dim_units(), last = rows_end(0, rows);
     const std::int64_t panels = ((last < j1 ? last : j1) - j0 + T::nr - 1) / T::nr;
-    const unit* first_panel = kt + j0 * du;  // panel j0 / nr, each du * nr units
+    const panel_unit* first_panel = kt + j0 * du;  // panel j0 / nr, each du * nr units
     for (std::int64_t p = 0; p < panels; ++p) {
       for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
         if (j0 + p * T::nr >= rows_end(r, r + R)) return;  // above the diagonal
-        micro_kernel<T, R, Dot>(du, queries() + r * du, du, first_panel + p * du * T::nr,
-                                s.scores + r * l.score_cols + p * T::nr, l.score_cols,
-                                start_bias<T>{nullptr});
+        float* tile = s.scores + r * l.score_cols + p * T::nr;
+        micro_kernel<T, R, Dot>(du, queries() + r * du, du, first_panel + p * du * T::nr, tile,
+                                l.score_cols, start_bias<T>{nullptr});
+        if constexpr (codes) key_scores<T>(r, R, j0 + p * T::nr, tile);
       });
     }
   }
@@ -239,6 +298,7 @@ struct attention_block {
       const std::int64_t end = (block_end < j1 ? block_end : j1) - j0;
       float* p = s.scores + r * l.score_cols;
       std::int64_t zero_from = 0;
+      if constexpr (codes) s.value_offsets[r] = 0.0f;
       if (len > 0) {
         const float sum = exp2_sum<Arch>(p, len, s.row_max[r], score_scale());
         s.row_sum[r] = first ? sum : s.row_sum[r] * s.rescale[r] + sum;
@@ -248,6 +308,7 @@ struct attention_block {
                               t.past + pos(r), j0, j0 + len, s.dropout);
           for (std::int64_t j = 0; j < len; ++j) p[j] *= s.dropout[j];
         }
+        if constexpr (codes) s.value_offsets[r] = value_weights(p, j0, len);
       }
       // bf16 reads the weights in pairs: a pair's other half is zero too.
       const std::int64_t read = pairs_of_bf16 ? round_up(end, 2) : end;
@@ -278,7 +339,8 @@ struct attention_block {
       const std::int64_t done = pairs_of_bf16 ? 2 * common_units : common;
       for (std::int64_t p = 0; p < panels; ++p) {
         // Panel p's rows from key j0 (even: a key tile is a multiple of the lanes).
-        const unit* panel = v + p * value_rows() * T::nr + (pairs_of_bf16 ? j0 / 2 : j0) * T::nr;
+        const panel_unit* panel =
+            v + p * value_rows() * T::nr + (pairs_of_bf16 ? j0 / 2 : j0) * T::nr;
         float* o = s.accumulators + r * l.acc_cols + p * T::nr;
         if (j0 == t.key_begin) {
           micro_kernel<T, R, Dot>(common_units, weights() + r * wu, wu, panel, o, l.acc_cols,
@@ -288,17 +350,29 @@ struct attention_block {
                                   start_scaled<T>{o, l.acc_cols, s.rescale + r});
         }
         if (done < kc) diagonal<T>(r, R, j0, done, j1, panel, o);
+        if constexpr (codes) {
+          using batch = typename T::batch;
+          constexpr std::int64_t lanes = batch::size;
+          for (std::int64_t rr = r; rr < r + R; ++rr) {
+            const batch gain(s.value_offsets[rr]);
+            float* out = o + (rr - r) * l.acc_cols;
+            for (int c = 0; c < T::nv; ++c)
+              (batch::load_unaligned(out + c * lanes) + gain).store_unaligned(out + c * lanes);
+          }
+        }
       }
     });
   }
 
   // Row k (key j0 + k) of a V panel as floats, batch c of the tile: fp32 as is, bf16 widened
-  // from its half of the pair.
+  // from its half of the pair, codes widened.
   template <class T>
-  typename T::batch value_row(const unit* panel, std::int64_t k, int c) const noexcept {
+  typename T::batch value_row(const panel_unit* panel, std::int64_t k, int c) const noexcept {
     using batch = typename T::batch;
     constexpr std::int64_t lanes = batch::size;
-    if constexpr (pairs_of_bf16) {
+    if constexpr (codes) {
+      return widen_codes<typename T::arch>(panel + k * T::nr + c * lanes);
+    } else if constexpr (pairs_of_bf16) {
       using words = xsimd::batch<std::uint32_t, typename T::arch>;
       const auto h = widen(words::load_unaligned(panel + k / 2 * T::nr + c * lanes));
       return k % 2 == 0 ? h.even : h.odd;
@@ -312,7 +386,7 @@ struct attention_block {
   // rounded as in the pairs).
   template <class T>
   void diagonal(std::int64_t r, int R, std::int64_t j0, std::int64_t from, std::int64_t j1,
-                const unit* panel, float* o) const noexcept {
+                const panel_unit* panel, float* o) const noexcept {
     using batch = typename T::batch;
     constexpr std::int64_t lanes = batch::size;
     for (std::int64_t rr = r; rr < r + R; ++rr) {
@@ -373,24 +447,31 @@ struct attention_block {
   }
 };
 
-// isa_kernels::attention_rows over the layout's unit: bf16 pairs through PairDot, else fp32.
+// isa_kernels::attention_rows over the layout's unit: bf16 pairs through PairDot, int8 codes
+// through code_dot, else fp32.
 template <class Arch, class Tiles, class PairDot>
 void attention_rows(const attention_args& a, const attention_layout& l, const attention_task& t,
                     float* scratch) noexcept {
   const auto run = [&](auto dot) {
     using Dot = decltype(dot);
-    using unit = typename Dot::unit;
-    const unit* head = static_cast<const unit*>(t.head);
+    using panel_unit = b_unit_t<Dot>;
+    const panel_unit* head = static_cast<const panel_unit*>(t.head);
+    const float* scales = l.int8 ? reinterpret_cast<const float*>(
+                                       static_cast<const std::uint8_t*>(t.head) + l.scales_offset())
+                                 : nullptr;
     const attention_block<Arch, Tiles, Dot> block{a,
                                                   l,
                                                   t,
                                                   head,
                                                   head + l.values_offset(),
                                                   (t.row_end - t.row_begin) * l.group,
-                                                  l.scratch_parts(scratch)};
+                                                  l.scratch_parts(scratch),
+                                                  scales};
     block.run();
   };
-  if (l.bf16) {
+  if (l.int8) {
+    run(code_dot{});
+  } else if (l.bf16) {
     run(PairDot{});
   } else {
     run(fma_dot{});

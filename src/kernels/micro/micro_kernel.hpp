@@ -13,6 +13,7 @@
 #include <bit>
 #include <cassert>
 #include <cstdint>
+#include <cstring>
 #include <xsimd/xsimd.hpp>
 
 #include "kernels/gemm.hpp"
@@ -49,6 +50,66 @@ struct fma_dot {
     return xsimd::fma(a, b, acc);
   }
 };
+
+// lanes 8-bit codes at p as a float batch (exact: 0 to 255), by the widest widening load the
+// batch's width has (vpmovzxbd, then vcvtdq2ps; SSE2 unpacks with zeros).
+template <class Arch>
+xsimd::batch<float, Arch> widen_codes(const std::uint8_t* p) noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  // (Batches of 16 and 8 floats exist only in the translation units built with AVX-512 and
+  // AVX2, which alone declare those intrinsics.)
+  if constexpr (batch::size == 16) {
+#ifdef __AVX512F__
+    return batch(_mm512_cvtepi32_ps(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+#endif
+  } else if constexpr (batch::size == 8) {
+#ifdef __AVX2__
+    return batch(_mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+#endif
+  } else {
+    static_assert(batch::size == 4, "widen_codes: a batch of 4, 8 or 16 floats");
+    std::int32_t word;
+    std::memcpy(&word, p, sizeof word);
+    const __m128i zero = _mm_setzero_si128();
+    return batch(_mm_cvtepi32_ps(
+        _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(word), zero), zero)));
+  }
+}
+
+// code_dot: fp32 rows of A against a panel of 8-bit codes (an int8 KV cache, docs/design.md
+// §1.7), each widened to fp32 as it is loaded: the products are fp32 FMAs of exact integers;
+// the codes' scales and offsets are applied around the micro-kernel (attention_block).
+struct code_dot {
+  using unit = float;           // A
+  using b_unit = std::uint8_t;  // B
+  template <class Arch>
+  static xsimd::batch<float, Arch> load_b(const std::uint8_t* p) noexcept {
+    return widen_codes<Arch>(p);
+  }
+  template <class Arch>
+  static xsimd::batch<float, Arch> broadcast_a(float a) noexcept {
+    return xsimd::batch<float, Arch>(a);
+  }
+  template <class B>
+  static B dot(B acc, B a, B b) noexcept {
+    return xsimd::fma(a, b, acc);
+  }
+};
+
+// The unit a Dot reads B in: its `unit`, or its b_unit where it names one (code_dot).
+template <class Dot>
+struct b_unit_of {
+  using type = typename Dot::unit;
+};
+template <class Dot>
+requires requires { typename Dot::b_unit; }
+struct b_unit_of<Dot> {
+  using type = typename Dot::b_unit;
+};
+template <class Dot>
+using b_unit_t = typename b_unit_of<Dot>::type;
 
 // A batch of bf16 pairs as two float batches: bf16 is the top half of a float32, so the even
 // k's value is the pair shifted up by 16 bits, the odd k's the pair with its low half cleared.
@@ -177,14 +238,13 @@ struct start_sum {
 };
 
 // The micro-kernel: the (R, T::nr) tile c = start + sum over kk < kc of a(:, kk) b(kk, :), kc
-// and every offset in units of Dot (floats, or bf16 pairs).
+// and every offset in units of Dot (floats, or bf16 pairs; B in b_unit_t<Dot>).
 // a: R rows with stride lda (A read in place, one unit broadcast per row and step);
 // b: a packed panel, (kc, nr) row-major; start: one of the start_* policies; c: row stride ldc.
 // All R * NV accumulators stay in registers for the whole kc loop.
 template <class T, int R, class Dot = fma_dot, class Start>
 void micro_kernel(std::int64_t kc, const typename Dot::unit* a, std::int64_t lda,
-                  const typename Dot::unit* b, float* c, std::int64_t ldc,
-                  const Start& start) noexcept {
+                  const b_unit_t<Dot>* b, float* c, std::int64_t ldc, const Start& start) noexcept {
   using arch = typename T::arch;
   using batch = typename T::batch;
   constexpr int lanes = static_cast<int>(batch::size), nv = T::nv, nr = T::nr;

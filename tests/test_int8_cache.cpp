@@ -1,0 +1,339 @@
+// The int8 KV cache (docs/design.md §1.7) on every backend that keeps one: its rows' codes, the
+// same arithmetic as the naive reference, its derived bound against the exact function (random
+// inputs, an outlier channel, a long context), split keys bitwise for every thread count, and
+// what declines it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/int8.hpp"
+#include "mha/backends/naive.hpp"
+#include "mha/error.hpp"
+#include "reference.hpp"
+#include "support.hpp"
+
+namespace {
+
+using mha::formulation;
+using mha::precision;
+
+// ---- one row's codes ----
+
+TEST(Int8Row, SmallestIsExactOthersWithinHalfAStepAndAConstantRowIsExact) {
+  const std::vector<float> x = mha_test::random_floats(64, 3, 5.0f);
+  std::vector<std::uint8_t> codes(x.size());
+  const mha::detail::int8_row row = mha::detail::quantize_row(x.data(), 64, codes.data());
+  const auto [lo, hi] = std::minmax_element(x.begin(), x.end());
+  EXPECT_EQ(row.offset, *lo);
+  EXPECT_FLOAT_EQ(row.scale, (*hi - *lo) / 255.0f);
+  for (std::size_t d = 0; d < x.size(); ++d) {
+    const float back = mha::detail::dequantize(codes[d], row);
+    EXPECT_LE(std::abs(back - x[d]), row.scale * (0.5f + 1e-4f)) << d;
+    if (x[d] == *lo) {
+      EXPECT_EQ(back, x[d]);
+    }
+  }
+  EXPECT_EQ(codes[static_cast<std::size_t>(hi - x.begin())], 255);
+
+  const std::vector<float> constant(17, -2.75f);
+  std::vector<std::uint8_t> zero(17, 9);
+  const mha::detail::int8_row flat = mha::detail::quantize_row(constant.data(), 17, zero.data());
+  EXPECT_EQ(flat.scale, 0.0f);
+  for (std::uint8_t c : zero) EXPECT_EQ(mha::detail::dequantize(c, flat), -2.75f);
+}
+
+TEST(Int8Row, ANonFiniteElementMakesTheRowNan) {
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::infinity()}) {
+    std::vector<float> x(8, 1.0f);
+    x[3] = bad;
+    std::vector<std::uint8_t> codes(8);
+    const mha::detail::int8_row row = mha::detail::quantize_row(x.data(), 8, codes.data());
+    EXPECT_TRUE(std::isnan(mha::detail::dequantize(codes[0], row)));
+  }
+  // A range past the largest float.
+  const float big[] = {-3e38f, 3e38f};
+  std::uint8_t codes[2];
+  EXPECT_TRUE(std::isnan(mha::detail::quantize_row(big, 2, codes).scale));
+}
+
+// ---- through a plan ----
+
+struct case_param {
+  mha_test::backend_case backend;
+  formulation form;
+  precision plan;
+};
+
+std::vector<case_param> case_params() {
+  std::vector<case_param> out;
+  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+    for (formulation form : mha::formulations()) {
+      for (precision p : {precision::fp32, precision::bf16}) out.push_back({b, form, p});
+    }
+  }
+  return out;
+}
+
+// GQA (2 K/V heads of 4), RoPE, Q/K/V biases, head_dim 16.
+const mha_test::shape decode_shape{2, 40, 24, 64, 4, true, true, true, 2, 10000.0};
+
+mha::config config_of(const mha_test::shape& s, precision p) {
+  mha::config cfg = s.config();
+  cfg.precision = p;
+  return cfg;
+}
+
+// The tokens [0, tokens) of x (batch, s.seq_len, d_in) fed through a cache of `kv`: a prefill of
+// `prefill` tokens, then one at a time; the outputs (batch, tokens, d_out).
+std::vector<float> decode(const mha::plan& p, const std::vector<float>& x, std::int64_t batch,
+                          std::int64_t seq_len, std::int64_t tokens, std::int64_t prefill,
+                          std::optional<precision> kv, int threads = 0) {
+  const mha::config& cfg = p.config();
+  mha::kv_cache cache = p.make_cache(batch, tokens, kv);
+  std::vector<float> got(static_cast<std::size_t>(batch * tokens * cfg.d_out));
+  for (std::int64_t at = 0; at < tokens;) {
+    const std::int64_t t = at == 0 ? prefill : 1;
+    std::vector<float> xs, ys(static_cast<std::size_t>(batch * t * cfg.d_out));
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const auto from = x.begin() + (b * seq_len + at) * cfg.d_in;
+      xs.insert(xs.end(), from, from + t * cfg.d_in);
+    }
+    p.run({xs.data(), batch, t, cfg.d_in}, {ys.data(), batch, t, cfg.d_out}, cache,
+          {.threads = threads});
+    for (std::int64_t b = 0; b < batch; ++b) {
+      std::copy_n(ys.begin() + b * t * cfg.d_out, t * cfg.d_out,
+                  got.begin() + (b * tokens + at) * cfg.d_out);
+    }
+    at += t;
+  }
+  return got;
+}
+
+// x's first `tokens` of each sequence, as a (batch, tokens, d_in) input.
+std::vector<float> first_tokens(const std::vector<float>& x, std::int64_t batch,
+                                std::int64_t seq_len, std::int64_t tokens, std::int64_t d_in) {
+  std::vector<float> out;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    out.insert(out.end(), x.begin() + b * seq_len * d_in, x.begin() + (b * seq_len + tokens) * d_in);
+  }
+  return out;
+}
+
+// The bound of docs/design.md §1.7 for y of `cfg` on x against the exact function: codes move
+// each cached element by at most max|k| / 255 (max|v| / 255), a score by at most
+// delta = sqrt(head_dim) max|q| max|k| / 255 (times the softmax scale 1 / sqrt(head_dim) on
+// head_dim products), each weight by a factor within exp(+-2 delta), so the heads' outputs by
+// at most max|v| ((e^(2 delta) - 1)(1 + 1/255) + 1/255), and y by out_proj's largest row sum of
+// |W| times that. max|q| and max|k| are the projections' (times sqrt 2 with RoPE, which mixes
+// pairs). Plus the fp32 function's own rounding (1e-5 max|y|).
+double int8_bound(const mha::config& cfg, const mha::weights& w, const std::vector<float>& x,
+                  std::int64_t rows, double max_y) {
+  const auto largest = [&](const mha::linear_weights& l) {
+    double m = 0.0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t o = 0; o < l.out; ++o) {
+        double dot = l.has_bias() ? l.bias[static_cast<std::size_t>(o)] : 0.0;
+        for (std::int64_t i = 0; i < l.in; ++i)
+          dot += double{x[static_cast<std::size_t>(r * l.in + i)]} * l.weight[o * l.in + i];
+        m = std::max(m, std::abs(dot));
+      }
+    }
+    return cfg.rope_base != 0.0 ? std::sqrt(2.0) * m : m;
+  };
+  const double q = largest(w.query), k = largest(w.key), v = largest(w.value);
+  const double delta = std::sqrt(static_cast<double>(cfg.head_dim())) * q * k / 255.0;
+  const double heads = v * (std::expm1(2.0 * delta) * (1.0 + 1.0 / 255.0) + 1.0 / 255.0);
+  double rows_sum = 1.0;
+  if (cfg.out_proj) {
+    rows_sum = 0.0;
+    for (std::int64_t o = 0; o < w.out_proj.out; ++o) {
+      double sum = 0.0;
+      for (std::int64_t i = 0; i < w.out_proj.in; ++i)
+        sum += std::abs(double{w.out_proj.weight[o * w.out_proj.in + i]});
+      rows_sum = std::max(rows_sum, sum);
+    }
+  }
+  return rows_sum * heads + 1e-5 * max_y;
+}
+
+class Int8Cache : public testing::TestWithParam<case_param> {};
+
+// The kernels compute scale_j (q . c_j) + offset_j sum(q) and sum_j (p_j scale_j) c_j +
+// sum_j p_j offset_j where naive widens each code to offset + scale c first: the same function,
+// so only fp32 rounding differs (measured at most 1.5e-6 of max|y| in fp32 plans). A bf16 plan
+// rounds the heads' outputs to bf16 before out_proj, where an fp32 difference can land on the
+// other side of a tie: the bf16 oracle's 2u (docs/design.md §1.5).
+TEST_P(Int8Cache, DecodeMatchesTheNaiveReferenceAndItsBound) {
+  const auto& [backend, form, plan_precision] = GetParam();
+  const mha_test::shape& s = decode_shape;
+  const mha::config cfg = config_of(s, plan_precision);
+  if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, 1, 8, precision::int8}))
+    GTEST_SKIP() << *why;
+  const mha::weights w = mha::weights::random(cfg, 5);
+  const std::vector<float> x =
+      mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 6, 2.0f);
+  const auto p = backend.backend->prepare(cfg, form, w);
+  const std::vector<float> got = decode(*p, x, s.batch, s.seq_len, 32, 20, precision::int8);
+
+  const auto reference = mha::naive_backend().prepare(cfg, form, w);
+  const std::vector<float> expected =
+      decode(*reference, x, s.batch, s.seq_len, 32, 20, precision::int8);
+  const double tolerance = plan_precision == precision::bf16 ? mha_reference::bf16_bound : 1e-5;
+  EXPECT_LE(mha_test::max_abs_diff(got, expected), tolerance * mha_test::max_abs(expected));
+
+  // Against the exact function of the same tokens (the fp32 module's, in double).
+  const std::vector<float> x32 = first_tokens(x, s.batch, s.seq_len, 32, s.d_in);
+  const std::vector<double> exact = mha_reference::forward(s.config(), w, x32, s.batch, 32);
+  const double bound = int8_bound(s.config(), w, x32, s.batch * 32, mha_test::max_abs(exact));
+  const double error = mha_test::max_abs_diff(got, exact);
+  EXPECT_LE(error, bound);
+  // The int8 cache is lossy: it must not be the fp32 cache by accident.
+  const std::vector<float> fp32 =
+      decode(*backend.backend->prepare(s.config(), form, w), x, s.batch, s.seq_len, 32, 20,
+             precision::fp32);
+  EXPECT_GT(mha_test::max_abs_diff(got, fp32), 0.0);
+  RecordProperty("error_over_bound", std::to_string(error / bound));
+}
+
+// An outlier channel: key and value channel 0 of every head 50 times the rest (the pattern of
+// trained LLMs' keys), which coarsens every other channel's codes; still within the bound.
+TEST_P(Int8Cache, AnOutlierChannelStaysWithinTheBound) {
+  const auto& [backend, form, plan_precision] = GetParam();
+  const mha_test::shape s{1, 48, 32, 64, 4, true, false, true, 0, 0.0};
+  if (plan_precision != precision::fp32) GTEST_SKIP() << "the fp32 plan covers it";
+  const mha::config cfg = s.config();
+  if (const auto why = mha_test::declined(backend, {cfg, form, 1, 1, 8, precision::int8}))
+    GTEST_SKIP() << *why;
+  mha::weights w = mha::weights::random(cfg, 9);
+  for (std::int64_t h = 0; h < cfg.kv_heads(); ++h) {
+    for (std::int64_t i = 0; i < cfg.d_in; ++i) {
+      w.key.weight[h * cfg.head_dim() * cfg.d_in + i] *= 50.0f;
+      w.value.weight[h * cfg.head_dim() * cfg.d_in + i] *= 50.0f;
+    }
+  }
+  const std::vector<float> x =
+      mha_test::random_floats(static_cast<std::size_t>(s.seq_len * s.d_in), 8, 1.0f);
+  const auto p = backend.backend->prepare(cfg, form, w);
+  const std::vector<float> got = decode(*p, x, 1, s.seq_len, s.seq_len, 8, precision::int8);
+  const std::vector<double> exact = mha_reference::forward(cfg, w, x, 1, s.seq_len);
+  EXPECT_LE(mha_test::max_abs_diff(got, exact),
+            int8_bound(cfg, w, x, s.seq_len, mha_test::max_abs(exact)));
+}
+
+// A NaN key and value in a later token reach no earlier row (their codes are never read
+// there), as in an fp32 cache; the rows that see it are NaN.
+TEST_P(Int8Cache, NonFiniteTokensReachOnlyTheRowsThatSeeThem) {
+  const auto& [backend, form, plan_precision] = GetParam();
+  const mha_test::shape s{1, 16, 8, 16, 2, true, false, true, 0, 0.0};
+  const mha::config cfg = config_of(s, plan_precision);
+  if (const auto why = mha_test::declined(backend, {cfg, form, 1, 1, 8, precision::int8}))
+    GTEST_SKIP() << *why;
+  const auto p = backend.backend->prepare(cfg, form, mha::weights::random(cfg, 2));
+  std::vector<float> x = mha_test::random_floats(static_cast<std::size_t>(16 * 8), 4, 1.0f);
+  x[10 * 8 + 3] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> y = decode(*p, x, 1, 16, 16, 12, precision::int8);
+  for (std::int64_t t = 0; t < 16; ++t) {
+    const bool any_nan = std::any_of(y.begin() + t * 16, y.begin() + (t + 1) * 16,
+                                     [](float v) { return std::isnan(v); });
+    EXPECT_EQ(any_nan, t >= 10) << "token " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Int8Cache, testing::ValuesIn(case_params()), [](const auto& p) {
+  return p.param.backend.label + "_" + std::string(mha::to_string(p.param.form)) + "_" +
+         std::string(mha::to_string(p.param.plan));
+});
+
+// A long context: 4200 keys split into chunks of 2048 (docs/design.md §1.4) read from codes;
+// every thread count gives the same bits, and the rows stay within the bound.
+TEST(Int8CacheLong, SplitKeysAreBitwiseForEveryThreadCountAndWithinTheBound) {
+  const mha_test::shape s{1, 4200, 16, 32, 2, true, false, true, 0, 0.0};
+  const mha::config cfg = s.config();
+  const mha::weights w = mha::weights::random(cfg, 5);
+  const std::vector<float> x =
+      mha_test::random_floats(static_cast<std::size_t>(s.seq_len * s.d_in), 17, 3.0f);
+  const std::vector<double> exact = mha_reference::forward(cfg, w, x, 1, s.seq_len);
+  const double bound = int8_bound(cfg, w, x, s.seq_len, mha_test::max_abs(exact));
+  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+    if (mha_test::declined(b, {cfg, formulation::split_weight, 1, 1, 4100, precision::int8}))
+      continue;
+    const auto p = b.backend->prepare(cfg, formulation::split_weight, w);
+    const std::vector<float> one = decode(*p, x, 1, s.seq_len, s.seq_len, 4190, precision::int8, 1);
+    EXPECT_LE(mha_test::max_abs_diff(one, exact), bound) << b.label;
+    if (b.backend->max_threads() == 1) continue;
+    for (int threads : {2, 3}) {
+      EXPECT_EQ(decode(*p, x, 1, s.seq_len, s.seq_len, 4190, precision::int8, threads), one)
+          << b.label << ", " << threads << " threads";
+    }
+  }
+}
+
+// Bytes: codes where fp32 keeps floats, plus a scale and an offset per row.
+TEST(Int8CacheSupport, ACacheHoldsCodesAndSaysItsPrecision) {
+  const mha::config cfg{.d_in = 16, .d_out = 128, .n_heads = 2, .context_length = 4096};
+  const mha::weights w = mha::weights::random(cfg, 1);
+  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+    if (mha_test::declined(b, {cfg, formulation::split_weight, 1, 1, 3, precision::int8}))
+      continue;
+    const auto p = b.backend->prepare(cfg, formulation::split_weight, w);
+    const mha::kv_cache cache = p->make_cache(3, 4096, precision::int8);
+    EXPECT_EQ(cache.precision(), precision::int8);
+    EXPECT_EQ(p->make_cache(3, 4096).precision(), precision::fp32);
+    const std::size_t codes = 2 * 3 * 4096 * 2 * 64, scales = 2 * 3 * 4096 * 2 * 8;
+    EXPECT_GE(cache.bytes(), codes + scales) << b.label;
+    EXPECT_LE(cache.bytes(), codes + scales + 3 * 2 * 64 * 3) << b.label;  // lines of padding
+  }
+}
+
+// make_cache declines exactly what backend::supports declines, with its reason; onednn says
+// why it keeps no int8 cache, and a precision that is not one is an error naming it.
+TEST(Int8CacheSupport, MakeCacheFollowsSupports) {
+  const mha::config cfg{.d_in = 8, .d_out = 8, .n_heads = 2, .context_length = 4};
+  const mha::weights w = mha::weights::random(cfg, 1);
+  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+    const mha::support s =
+        b.backend->supports({cfg, formulation::split_weight, 1, 1, 3, precision::int8});
+    if (b.backend->name() == "onednn") {
+      EXPECT_FALSE(s);
+      EXPECT_NE(s.reason().find("int8 KV cache"), std::string::npos) << s.reason();
+    }
+    const auto p = b.backend->prepare(cfg, formulation::split_weight, w);
+    if (s) {
+      EXPECT_EQ(p->make_cache(2, 4, precision::int8).precision(), precision::int8) << b.label;
+    } else {
+      mha_test::expect_error<mha::unsupported>(
+          [&] { (void)p->make_cache(2, 4, precision::int8); }, {"KV cache of int8"});
+    }
+    mha_test::expect_error<mha::invalid_argument>(
+        [&] { (void)p->make_cache(2, 4, static_cast<precision>(9)); },
+        {"unknown KV cache precision value 9"});
+  }
+  // An fp32 cache with a bf16 plan (and the reverse) is not kept by any backend.
+  mha::config bf16 = cfg;
+  bf16.precision = precision::bf16;
+  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+    const mha::support s =
+        b.backend->supports({bf16, formulation::split_weight, 1, 1, 3, precision::fp32});
+    EXPECT_FALSE(s) << b.label;
+  }
+}
+
+TEST(Int8CacheProblem, NamesSpellTheCacheOnlyWhenItIsNotThePlans) {
+  mha::problem p = mha::parse_problem("split_weight/b1/t1/past8/din8/dout8/h2/kv_int8");
+  EXPECT_EQ(p.kv_precision, precision::int8);
+  EXPECT_EQ(p.cache_precision(), precision::int8);
+  EXPECT_EQ(mha::to_string(p), "split_weight/b1/t1/past8/din8/dout8/h2/kv_int8");
+  p = mha::parse_problem("split_weight/b1/t1/past8/din8/dout8/h2/bf16/kv_bf16");
+  EXPECT_EQ(p.kv_precision, std::nullopt);
+  EXPECT_EQ(mha::to_string(p), "split_weight/b1/t1/past8/din8/dout8/h2/bf16");
+  mha_test::expect_error<mha::invalid_argument>(
+      [] { mha::parse_problem("split_weight/b1/t1/din8/dout8/h2/kv_int4"); },
+      {"unknown part 'kv_int4'", "kv_<fp32, bf16 or int8>"});
+}
+
+}  // namespace
