@@ -78,23 +78,14 @@ xsimd::batch<float, Arch> widen_codes(const std::uint8_t* p) noexcept {
   }
 }
 
-// code_dot: fp32 rows of A against a panel of 8-bit codes (an int8 KV cache, docs/design.md
-// §1.7), each widened to fp32 as it is loaded: the products are fp32 FMAs of exact integers;
-// the codes' scales and offsets are applied around the micro-kernel (attention_block).
-struct code_dot {
-  using unit = float;           // A
-  using b_unit = std::uint8_t;  // B
+// code_dot: fma_dot with B a panel of 8-bit codes (an int8 KV cache, docs/design.md §1.7),
+// each widened to fp32 as it is loaded: the products are fp32 FMAs of exact integers; the
+// codes' scales and offsets are applied around the micro-kernel (attention_block).
+struct code_dot : fma_dot {
+  using b_unit = std::uint8_t;  // A stays fp32 (fma_dot::unit)
   template <class Arch>
   static xsimd::batch<float, Arch> load_b(const std::uint8_t* p) noexcept {
     return widen_codes<Arch>(p);
-  }
-  template <class Arch>
-  static xsimd::batch<float, Arch> broadcast_a(float a) noexcept {
-    return xsimd::batch<float, Arch>(a);
-  }
-  template <class B>
-  static B dot(B acc, B a, B b) noexcept {
-    return xsimd::fma(a, b, acc);
   }
 };
 
