@@ -47,8 +47,8 @@ TEST(Int8Row, SmallestIsExactOthersWithinHalfAStepAndAConstantRowIsExact) {
 }
 
 TEST(Int8Row, ANonFiniteElementMakesTheRowNan) {
-  for (const float bad : {std::numeric_limits<float>::quiet_NaN(),
-                          std::numeric_limits<float>::infinity()}) {
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     std::vector<float> x(8, 1.0f);
     x[3] = bad;
     std::vector<std::uint8_t> codes(8);
@@ -119,7 +119,8 @@ std::vector<float> first_tokens(const std::vector<float>& x, std::int64_t batch,
                                 std::int64_t seq_len, std::int64_t tokens, std::int64_t d_in) {
   std::vector<float> out;
   for (std::int64_t b = 0; b < batch; ++b) {
-    out.insert(out.end(), x.begin() + b * seq_len * d_in, x.begin() + (b * seq_len + tokens) * d_in);
+    out.insert(out.end(), x.begin() + b * seq_len * d_in,
+               x.begin() + (b * seq_len + tokens) * d_in);
   }
   return out;
 }
@@ -193,9 +194,8 @@ TEST_P(Int8Cache, DecodeMatchesTheNaiveReferenceAndItsBound) {
   const double error = mha_test::max_abs_diff(got, exact);
   EXPECT_LE(error, bound);
   // The int8 cache is lossy: it must not be the fp32 cache by accident.
-  const std::vector<float> fp32 =
-      decode(*backend.backend->prepare(s.config(), form, w), x, s.batch, s.seq_len, 32, 20,
-             precision::fp32);
+  const std::vector<float> fp32 = decode(*backend.backend->prepare(s.config(), form, w), x, s.batch,
+                                         s.seq_len, 32, 20, precision::fp32);
   EXPECT_GT(mha_test::max_abs_diff(got, fp32), 0.0);
   RecordProperty("error_over_bound", std::to_string(error / bound));
 }
@@ -278,8 +278,7 @@ TEST(Int8CacheSupport, ACacheHoldsCodesAndSaysItsPrecision) {
   const mha::config cfg{.d_in = 16, .d_out = 128, .n_heads = 2, .context_length = 4096};
   const mha::weights w = mha::weights::random(cfg, 1);
   for (const mha_test::backend_case& b : mha_test::backend_cases()) {
-    if (mha_test::declined(b, {cfg, formulation::split_weight, 1, 1, 3, precision::int8}))
-      continue;
+    if (mha_test::declined(b, {cfg, formulation::split_weight, 1, 1, 3, precision::int8})) continue;
     const auto p = b.backend->prepare(cfg, formulation::split_weight, w);
     const mha::kv_cache cache = p->make_cache(3, 4096, precision::int8);
     EXPECT_EQ(cache.precision(), precision::int8);
@@ -306,8 +305,8 @@ TEST(Int8CacheSupport, MakeCacheFollowsSupports) {
     if (s) {
       EXPECT_EQ(p->make_cache(2, 4, precision::int8).precision(), precision::int8) << b.label;
     } else {
-      mha_test::expect_error<mha::unsupported>(
-          [&] { (void)p->make_cache(2, 4, precision::int8); }, {"KV cache of int8"});
+      mha_test::expect_error<mha::unsupported>([&] { (void)p->make_cache(2, 4, precision::int8); },
+                                               {"KV cache of int8"});
     }
     mha_test::expect_error<mha::invalid_argument>(
         [&] { (void)p->make_cache(2, 4, static_cast<precision>(9)); },
