@@ -257,20 +257,40 @@ struct attention_block {
   }
 
   // Scores of keys [j0, j1) (j0 a multiple of T::nr) into columns [0, j1 - j0) of s.scores.
-  // Panels outer, micro-blocks inner: a (head_dim, nr) panel of K^T stays in L1.
+  // Panels outer, micro-blocks inner: a (head_dim, nr) panel of K^T stays in L1. A row block
+  // too short to hide the FMA latency on its own (a decode step's one row) takes
+  // panels_for<T, R> panels at once.
   template <class T>
   void scores(T, std::int64_t j0, std::int64_t j1) const noexcept {
-    const std::int64_t du = dim_units(), last = rows_end(0, rows);
+    const std::int64_t last = rows_end(0, rows);
     const std::int64_t panels = ((last < j1 ? last : j1) - j0 + T::nr - 1) / T::nr;
-    const panel_unit* first_panel = kt + j0 * du;  // panel j0 / nr, each du * nr units
+    if (rows * T::nv < 8) {
+      for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
+        std::int64_t p = 0;
+        for (; p + panels_for<T, R> <= panels; p += panels_for<T, R>)
+          score_panels<T, R, panels_for<T, R>>(r, j0, p);
+        for (; p < panels; ++p) score_panels<T, R, 1>(r, j0, p);
+      });
+      return;
+    }
     for (std::int64_t p = 0; p < panels; ++p) {
       for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
         if (j0 + p * T::nr >= rows_end(r, r + R)) return;  // above the diagonal
-        float* tile = s.scores + r * l.score_cols + p * T::nr;
-        micro_kernel<T, R, Dot>(du, queries() + r * du, du, first_panel + p * du * T::nr, tile,
-                                l.score_cols, start_bias<T>{nullptr});
-        if constexpr (codes) key_scores<T>(r, R, j0 + p * T::nr, tile);
+        score_panels<T, R, 1>(r, j0, p);
       });
+    }
+  }
+
+  // The scores of rows [r, r + R) and the keys of panels [p, p + P) from key j0.
+  template <class T, int R, int P>
+  void score_panels(std::int64_t r, std::int64_t j0, std::int64_t p) const noexcept {
+    const std::int64_t du = dim_units();
+    float* tile = s.scores + r * l.score_cols + p * T::nr;
+    // Panel j0 / nr + p, each du * nr units.
+    panels_kernel<T, R, P, Dot>(du, queries() + r * du, du, kt + j0 * du + p * du * T::nr,
+                                du * T::nr, tile, l.score_cols, start_bias<T>{nullptr});
+    if constexpr (codes) {
+      for (int q = 0; q < P; ++q) key_scores<T>(r, R, j0 + (p + q) * T::nr, tile + q * T::nr);
     }
   }
 
@@ -337,30 +357,39 @@ struct attention_block {
       // weight in a pair; the odd one left goes to the diagonal.
       const std::int64_t common_units = pairs_of_bf16 ? common / 2 : common;
       const std::int64_t done = pairs_of_bf16 ? 2 * common_units : common;
-      for (std::int64_t p = 0; p < panels; ++p) {
-        // Panel p's rows from key j0 (even: a key tile is a multiple of the lanes).
-        const panel_unit* panel =
-            v + p * value_rows() * T::nr + (pairs_of_bf16 ? j0 / 2 : j0) * T::nr;
+      constexpr int block_rows = decltype(R)::value;
+      const auto add = [&]<int P>(std::integral_constant<int, P>, std::int64_t p) {
+        // Panels [p, p + P)'s rows from key j0 (even: a key tile is a multiple of the lanes).
+        const std::int64_t stride = value_rows() * T::nr;
+        const panel_unit* panel = v + p * stride + (pairs_of_bf16 ? j0 / 2 : j0) * T::nr;
         float* o = s.accumulators + r * l.acc_cols + p * T::nr;
         if (j0 == t.key_begin) {
-          micro_kernel<T, R, Dot>(common_units, weights() + r * wu, wu, panel, o, l.acc_cols,
-                                  start_bias<T>{nullptr});
+          panels_kernel<T, block_rows, P, Dot>(common_units, weights() + r * wu, wu, panel, stride,
+                                               o, l.acc_cols, start_bias<T>{nullptr});
         } else {
-          micro_kernel<T, R, Dot>(common_units, weights() + r * wu, wu, panel, o, l.acc_cols,
-                                  start_scaled<T>{o, l.acc_cols, s.rescale + r});
+          panels_kernel<T, block_rows, P, Dot>(common_units, weights() + r * wu, wu, panel, stride,
+                                               o, l.acc_cols,
+                                               start_scaled<T>{o, l.acc_cols, s.rescale + r});
         }
-        if (done < kc) diagonal<T>(r, R, j0, done, j1, panel, o);
-        if constexpr (codes) {
-          using batch = typename T::batch;
-          constexpr std::int64_t lanes = batch::size;
-          for (std::int64_t rr = r; rr < r + R; ++rr) {
-            const batch gain(s.value_offsets[rr]);
-            float* out = o + (rr - r) * l.acc_cols;
-            for (int c = 0; c < T::nv; ++c)
-              (batch::load_unaligned(out + c * lanes) + gain).store_unaligned(out + c * lanes);
+        for (int q = 0; q < P; ++q) {
+          if (done < kc) diagonal<T>(r, R, j0, done, j1, panel + q * stride, o + q * T::nr);
+          if constexpr (codes) {
+            using batch = typename T::batch;
+            constexpr std::int64_t lanes = batch::size;
+            for (std::int64_t rr = r; rr < r + R; ++rr) {
+              const batch gain(s.value_offsets[rr]);
+              float* out = o + q * T::nr + (rr - r) * l.acc_cols;
+              for (int c = 0; c < T::nv; ++c)
+                (batch::load_unaligned(out + c * lanes) + gain).store_unaligned(out + c * lanes);
+            }
           }
         }
-      }
+      };
+      // A row block too short to hide the FMA latency takes several panels at once.
+      constexpr int group = panels_for<T, block_rows>;
+      std::int64_t p = 0;
+      for (; p + group <= panels; p += group) add(std::integral_constant<int, group>{}, p);
+      for (; p < panels; ++p) add(std::integral_constant<int, 1>{}, p);
     });
   }
 

@@ -74,7 +74,26 @@ void gemm_panels(const gemm_args_of<typename Dot::unit>& g, std::int64_t row_beg
       const std::int64_t rows = (r0 + block < row_end ? r0 + block : row_end) - r0;
       for (std::int64_t k0 = 0; k0 < b.k; k0 += slice) {
         const std::int64_t kc = k0 + slice < b.k ? slice : b.k - k0;
-        for (std::int64_t p = p0; p < p1; ++p) {
+        std::int64_t p = p0;
+        if (rows == 1) {
+          // One row (a decode step's token): panels_for<T, 1> full panels at once, so that
+          // enough FMA chains run side by side (bitwise the same sums).
+          constexpr int group_of = panels_for<T, 1>;
+          for (; p + group_of <= p1 && (p + group_of) * T::nr <= b.n; p += group_of) {
+            const std::int64_t first_col = p * T::nr;
+            const auto* a = g.a + r0 * g.lda;
+            float* c = g.c + r0 * g.ldc + first_col;
+            if (k0 == 0) {
+              panels_kernel<T, 1, group_of, Dot>(
+                  kc, a, g.lda, b.panel(p), b.k * T::nr, c, g.ldc,
+                  start_bias<T>{b.bias ? b.bias + first_col : nullptr});
+            } else {
+              panels_kernel<T, 1, group_of, Dot>(kc, a + k0, g.lda, b.panel(p) + k0 * T::nr,
+                                                 b.k * T::nr, c, g.ldc, start_sum<T>{c, g.ldc});
+            }
+          }
+        }
+        for (; p < p1; ++p) {
           const std::int64_t first_col = p * T::nr;
           const int cols = static_cast<int>(b.n - first_col < T::nr ? b.n - first_col : T::nr);
           if (cols < T::nr && k0 > 0) continue;  // a partial tile runs whole k in the first slice

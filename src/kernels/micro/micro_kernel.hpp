@@ -169,18 +169,19 @@ inline constexpr int smaller_rows = [] {
 }();
 
 // How a micro-kernel's accumulators start, per policy below: called once, before the k loop,
-// with the R x NV accumulators to fill.
+// with the R x NV accumulators to fill (NV = T::nv, or a multiple of it when the micro-kernel
+// spans several panels: their columns side by side).
 // start_bias: every row = init (nr floats: the bias), or 0 when init is nullptr.
 template <class T>
 struct start_bias {
   const float* init;
 
-  template <int R>
-  void operator()(typename T::batch (&acc)[R][T::nv]) const noexcept {
+  template <int R, int NV>
+  void operator()(typename T::batch (&acc)[R][NV]) const noexcept {
     using batch = typename T::batch;
     constexpr int lanes = static_cast<int>(batch::size);
 #pragma GCC unroll 8
-    for (int v = 0; v < T::nv; ++v) {
+    for (int v = 0; v < NV; ++v) {
       const batch start = init ? batch::load_unaligned(init + v * lanes) : batch(0.0f);
 #pragma GCC unroll 32
       for (int r = 0; r < R; ++r) acc[r][v] = start;
@@ -196,16 +197,15 @@ struct start_scaled {
   std::int64_t ldc;
   const float* scale;
 
-  template <int R>
-  void operator()(typename T::batch (&acc)[R][T::nv]) const noexcept {
+  template <int R, int NV>
+  void operator()(typename T::batch (&acc)[R][NV]) const noexcept {
     using batch = typename T::batch;
     constexpr int lanes = static_cast<int>(batch::size);
 #pragma GCC unroll 32
     for (int r = 0; r < R; ++r) {
       const batch f(scale[r]);
 #pragma GCC unroll 8
-      for (int v = 0; v < T::nv; ++v)
-        acc[r][v] = f * batch::load_unaligned(c + r * ldc + v * lanes);
+      for (int v = 0; v < NV; ++v) acc[r][v] = f * batch::load_unaligned(c + r * ldc + v * lanes);
     }
   }
 };
@@ -216,48 +216,89 @@ struct start_sum {
   const float* c;
   std::int64_t ldc;
 
-  template <int R>
-  void operator()(typename T::batch (&acc)[R][T::nv]) const noexcept {
+  template <int R, int NV>
+  void operator()(typename T::batch (&acc)[R][NV]) const noexcept {
     using batch = typename T::batch;
     constexpr int lanes = static_cast<int>(batch::size);
 #pragma GCC unroll 32
     for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
-      for (int v = 0; v < T::nv; ++v) acc[r][v] = batch::load_unaligned(c + r * ldc + v * lanes);
+      for (int v = 0; v < NV; ++v) acc[r][v] = batch::load_unaligned(c + r * ldc + v * lanes);
     }
   }
 };
 
-// The micro-kernel: the (R, T::nr) tile c = start + sum over kk < kc of a(:, kk) b(kk, :), kc
-// and every offset in units of Dot (floats, or bf16 pairs; B in b_unit_t<Dot>).
+// The micro-kernel over P adjacent panels: the (R, P * T::nr) tile c = start + sum over kk < kc
+// of a(:, kk) b(kk, :), kc and every offset in units of Dot (floats, or bf16 pairs; B in
+// b_unit_t<Dot>).
 // a: R rows with stride lda (A read in place, one unit broadcast per row and step);
-// b: a packed panel, (kc, nr) row-major; start: one of the start_* policies; c: row stride ldc.
-// All R * NV accumulators stay in registers for the whole kc loop.
-template <class T, int R, class Dot = fma_dot, class Start>
-void micro_kernel(std::int64_t kc, const typename Dot::unit* a, std::int64_t lda,
-                  const b_unit_t<Dot>* b, float* c, std::int64_t ldc, const Start& start) noexcept {
+// b: P packed panels, each (kc, nr) row-major, panel_stride units apart, their columns side by
+// side in c; start: one of the start_* policies; c: row stride ldc.
+// All R * P * NV accumulators stay in registers for the whole kc loop. Each element's sum runs
+// over kk in order whatever P is, so P panels at once give bitwise what P calls of one give:
+// P > 1 only adds independent FMA chains where R * NV are too few to hide the FMA's latency
+// (panels_for).
+template <class T, int R, int P, class Dot = fma_dot, class Start>
+void panels_kernel(std::int64_t kc, const typename Dot::unit* a, std::int64_t lda,
+                   const b_unit_t<Dot>* b, std::int64_t panel_stride, float* c, std::int64_t ldc,
+                   const Start& start) noexcept {
   using arch = typename T::arch;
   using batch = typename T::batch;
   constexpr int lanes = static_cast<int>(batch::size), nv = T::nv, nr = T::nr;
   using b_operand = decltype(Dot::template load_b<arch>(b));
-  batch acc[R][nv];
+  batch acc[R][P * nv];
   start(acc);
   for (std::int64_t kk = 0; kk < kc; ++kk) {
-    b_operand bk[nv];
+    if constexpr (P == 1) {
+      // The B row first, then one broadcast per row: R * nv + nv + 1 registers.
+      b_operand bk[nv];
 #pragma GCC unroll 8
-    for (int v = 0; v < nv; ++v) bk[v] = Dot::template load_b<arch>(b + kk * nr + v * lanes);
+      for (int v = 0; v < nv; ++v) bk[v] = Dot::template load_b<arch>(b + kk * nr + v * lanes);
 #pragma GCC unroll 32
-    for (int r = 0; r < R; ++r) {
-      const auto ar = Dot::template broadcast_a<arch>(a[r * lda + kk]);
+      for (int r = 0; r < R; ++r) {
+        const auto ar = Dot::template broadcast_a<arch>(a[r * lda + kk]);
 #pragma GCC unroll 8
-      for (int v = 0; v < nv; ++v) acc[r][v] = Dot::dot(acc[r][v], ar, bk[v]);
+        for (int v = 0; v < nv; ++v) acc[r][v] = Dot::dot(acc[r][v], ar, bk[v]);
+      }
+    } else {
+      // Few rows, many batches: the rows' broadcasts first, each B batch used as it is loaded,
+      // so the 8 accumulators, R broadcasts and one B batch fit AVX2's 16 registers (loading
+      // all P * nv batches first spilled an accumulator: a store and reload in its chain).
+      using a_operand = decltype(Dot::template broadcast_a<arch>(a[0]));
+      a_operand ar[R];
+#pragma GCC unroll 32
+      for (int r = 0; r < R; ++r) ar[r] = Dot::template broadcast_a<arch>(a[r * lda + kk]);
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; ++v) {
+          const b_operand bk =
+              Dot::template load_b<arch>(b + p * panel_stride + kk * nr + v * lanes);
+#pragma GCC unroll 32
+          for (int r = 0; r < R; ++r) acc[r][p * nv + v] = Dot::dot(acc[r][p * nv + v], ar[r], bk);
+        }
+      }
     }
   }
 #pragma GCC unroll 32
   for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int v = 0; v < nv; ++v) acc[r][v].store_unaligned(c + r * ldc + v * lanes);
+#pragma GCC unroll 16
+    for (int v = 0; v < P * nv; ++v) acc[r][v].store_unaligned(c + r * ldc + v * lanes);
   }
 }
+
+// The micro-kernel of one panel: the (R, T::nr) tile (panels_kernel with P = 1).
+template <class T, int R, class Dot = fma_dot, class Start>
+void micro_kernel(std::int64_t kc, const typename Dot::unit* a, std::int64_t lda,
+                  const b_unit_t<Dot>* b, float* c, std::int64_t ldc, const Start& start) noexcept {
+  panels_kernel<T, R, 1, Dot>(kc, a, lda, b, 0, c, ldc, start);
+}
+
+// Panels a micro-kernel of R rows takes at once: enough for 8 independent accumulators (two
+// FMA pipes of latency 4, as on Zen3/4 and Golden Cove), 1 where R * nv already are. A decode
+// step's single query row (R = 1) with 2-batch panels takes 4: its score and P V kernels were
+// bound by one chain's latency, not by the FMA pipes.
+template <class T, int R>
+inline constexpr int panels_for = R* T::nv >= 8 ? 1 : 8 / (R * T::nv);
 
 }  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE
