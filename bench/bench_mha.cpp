@@ -73,15 +73,22 @@ std::map<rate_key, double> probe_rates(std::span<const bench_case> cases,
   return rates;
 }
 
-// Bytes a decode step of p reads at least: every weight once and the keys and values of every
-// cached and new token once (kv_heads K/V heads in every formulation).
+// Bytes a decode step of p reads at least: every weight once (4 bytes each in an fp32 plan, 2 in
+// a bf16 one) and the keys and values of every cached and new token once (kv_heads K/V heads in
+// every formulation), each row of head_dim elements in the cache's precision: 4 or 2 bytes an
+// element, or 1 byte an element and an fp32 scale and offset (int8, docs/design.md §1.7).
 double decode_bytes(const mha::problem& p) {
   const mha::config& c = p.cfg;
   const std::int64_t cache_heads = c.kv_heads();  // every formulation (mha::plan::cache_heads)
   const double weights = static_cast<double>(c.d_in) * (c.d_out + 2 * cache_heads * c.head_dim()) +
                          (c.out_proj ? static_cast<double>(c.d_out) * c.d_out : 0.0);
-  const double kv = 2.0 * p.batch * (p.past + p.seq_len) * cache_heads * c.head_dim();
-  return (weights + kv) * sizeof(float);
+  const auto element_bytes = [](mha::precision q) { return q == mha::precision::fp32 ? 4.0 : 2.0; };
+  const mha::precision cache = p.cache_precision();
+  const double row_bytes = cache == mha::precision::int8
+                               ? static_cast<double>(c.head_dim()) + 2 * sizeof(float)
+                               : static_cast<double>(c.head_dim()) * element_bytes(cache);
+  const double rows = 2.0 * p.batch * (p.past + p.seq_len) * cache_heads;
+  return weights * element_bytes(c.precision) + rows * row_bytes;
 }
 
 // Shared by every benchmark of the sweep. Google Benchmark calls one benchmark function several
@@ -187,14 +194,14 @@ class sweep_runner {
                                             pr.cfg.d_in);
       const mha::tensor_view<float> y(p.y.data(), pr.batch, pr.seq_len, pr.cfg.d_out);
       if (pr.past > 0) {
-        p.cache.emplace(p.plan->make_cache(pr.batch, pr.past + pr.seq_len));
+        p.cache.emplace(p.plan->make_cache(pr.batch, pr.past + pr.seq_len, pr.kv_precision));
         mha_testing::hold_zero_tokens(*p.cache, pr.past);
         p.plan->run(x, y, *p.cache, {.threads = c.threads});
       } else {
         p.plan->run(x, y, {.threads = c.threads});
       }
       p.check = fixture_->check(p.y);
-      const double tolerance = tolerance_for(pr.cfg.precision);
+      const double tolerance = tolerance_for(pr);
       if (!p.check.passed(tolerance)) {
         char buffer[160];
         std::snprintf(buffer, sizeof buffer,
@@ -213,10 +220,13 @@ class sweep_runner {
     return p;
   }
 
-  // The check's tolerance: --tolerance, and for bf16 at least the bound every backend is held
-  // to against the bf16 oracle.
-  double tolerance_for(mha::precision p) const noexcept {
-    return p == mha::precision::bf16 ? std::max(tolerance_, mha_reference::bf16_bound) : tolerance_;
+  // The check's tolerance: --tolerance, for bf16 at least the bound every backend is held to
+  // against the bf16 oracle, and with an int8 KV cache that cache's bound on top.
+  double tolerance_for(const mha::problem& p) const noexcept {
+    const double plan = p.cfg.precision == mha::precision::bf16
+                            ? std::max(tolerance_, mha_reference::bf16_bound)
+                            : tolerance_;
+    return plan + fixture_->int8_cache_tolerance();
   }
 
   std::vector<bench_case> cases_;
@@ -289,7 +299,8 @@ sweep_shapes expand_preset(const options& opt, int hardware_threads) {
 }
 
 // --list-shapes: one line per point on stdout, "B=1 T=128 d_in=768 d_out=768 H=12 head_dim=64
-// threads=1 series=quick_heads", with kv_heads, past and precision when not the default.
+// threads=1 series=quick_heads", with kv_heads, past, precision and kv_precision when not the
+// default.
 void print_shapes(const expansion& shapes) {
   for (const sweep_point& p : shapes.points) {
     const mha::config& c = p.problem.cfg;
@@ -299,6 +310,8 @@ void print_shapes(const expansion& shapes) {
     if (p.problem.past > 0) std::cout << " past=" << p.problem.past;
     if (c.precision != mha::precision::fp32)
       std::cout << " precision=" << mha::to_string(c.precision);
+    if (p.problem.kv_precision)
+      std::cout << " kv_precision=" << mha::to_string(*p.problem.kv_precision);
     std::cout << " threads=" << p.threads << " series=" << join(p.series, ",") << '\n';
   }
 }
@@ -532,7 +545,9 @@ void add_sweep_context(const command_line& cmd, const sweep_shapes& sweep, const
       "before timing, one run per benchmark against the double-precision oracle "
       "(mha_reference::forward_rows) on batch elements {0, B-1} x tokens {0, T/3, 2T/3, T-1}; "
       "passes when max|y - reference| <= mha_check_tolerance * max|reference| "
-      "(mha_check_tolerance_bf16 for bf16: the oracle then rounds as the module does)");
+      "(mha_check_tolerance_bf16 for bf16: the oracle then rounds as the module does; with an "
+      "int8 KV cache plus that cache's derived bound, mha_reference::int8_cache_bound, over "
+      "max|reference|)");
   benchmark::AddCustomContext("mha_check_tolerance", fixed(opt.tolerance, "%g"));
   benchmark::AddCustomContext("mha_check_tolerance_bf16",
                               fixed(std::max(opt.tolerance, mha_reference::bf16_bound), "%g"));

@@ -65,6 +65,10 @@ class shape_fixture {
   std::span<const double> reference() const noexcept { return reference_; }
   // Compares a forward pass's output y (batch, seq_len, d_out) with the oracle.
   check_result check(std::span<const float> y) const;
+  // With an int8 KV cache, how much further from the oracle than the plan's precision allows
+  // y may be, relative to max|reference|: mha_reference::int8_cache_bound on the call's tokens
+  // (the zero cached tokens are exact codes) over max|reference|. 0 for another cache.
+  double int8_cache_tolerance() const noexcept { return int8_cache_tolerance_; }
 
  private:
   mha::problem problem_;
@@ -72,6 +76,7 @@ class shape_fixture {
   std::vector<float> x_;
   std::vector<mha_reference::row> rows_;
   std::vector<double> reference_;
+  double int8_cache_tolerance_ = 0;
 };
 
 // The fixture as a safetensors file at `path`: the weights as the split layout's state_dict

@@ -93,6 +93,12 @@ options parse_command_line(std::span<const std::string> args) {
          for (const std::string& name : split(f, v)) list.push_back(mha::parse_precision(name));
          o.lists.precisions = list;
        }},
+      {"--kv-precision",
+       [&](auto f, auto v) {
+         std::vector<mha::precision> list;
+         for (const std::string& name : split(f, v)) list.push_back(mha::parse_precision(name));
+         o.lists.kv_precisions = list;
+       }},
       {"--budget", [&](auto f, auto v) { o.budget_seconds = non_negative(f, v); }},
       {"--dump-shapes", [&](auto, auto v) { o.dump_shapes = v; }},
       {"--dump-inputs", [&](auto, auto v) { o.dump_inputs = v; }},
@@ -154,6 +160,8 @@ std::string usage(std::string_view program) {
          "                        K/V heads (0 = H; H not divisible by it is dropped) and cached\n"
          "                        tokens before each call (decode); default 0\n"
          "  --precision LIST      fp32,bf16 (default fp32)\n"
+         "  --kv-precision LIST   the KV cache's: fp32,bf16,int8 (default: the plan's own; a\n"
+         "                        float cache runs with plans of its precision only)\n"
          "                        a backend that declines a problem (mha backends says which)\n"
          "                        is not run; the result file's context lists it (mha_declined)\n"
          "  --budget SECONDS      skip cases whose forward pass is estimated slower (default 5; 0 "

@@ -15,7 +15,7 @@ namespace mha_bench {
 
 struct options {
   std::string preset = "quick";
-  overrides lists;                    // --batch --seq --heads --d-model --threads
+  overrides lists;  // --batch --seq --heads --d-model --threads --kv-heads --past --precision ...
   std::vector<std::string> backends;  // --backends; empty: every backend built
   std::vector<mha::formulation> formulations = {
       mha::formulation::wrapper, mha::formulation::split_weight, mha::formulation::fused_qkv};

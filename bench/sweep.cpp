@@ -77,7 +77,14 @@ std::vector<series> decode(int hw) {
   series grouped{"decode_kv", {1, 8}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, one_and_all(hw)};
   grouped.kv_heads = {3, 1};
   grouped.past = {2048, 8192, 32768};
-  return {s, grouped};
+  // The KV cache's precisions (docs/design.md §1.7): fp32 and bf16 plans, each with its own
+  // cache and with an int8 one, for one sequence over a long context and a batch over a
+  // middle one (the fp32 points are the decode series').
+  series cache{"decode_cache", {1, 32}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, one_and_all(hw)};
+  cache.past = {2048, 8192};
+  cache.precisions = {mha::precision::fp32, mha::precision::bf16};
+  cache.kv_precisions = {mha::precision::fp32, mha::precision::bf16, mha::precision::int8};
+  return {s, grouped, cache};
 }
 
 template <class T>
@@ -95,7 +102,7 @@ void require_positive(std::span<const T> values, std::string_view series_name,
   }
 }
 
-void add_series_name(std::vector<std::string>& to, const std::string& name) {
+void add_once(std::vector<std::string>& to, const std::string& name) {
   if (std::find(to.begin(), to.end(), name) == to.end()) to.push_back(name);
 }
 
@@ -118,7 +125,7 @@ std::string join(std::span<const std::string> parts, std::string_view separator)
 
 mha::problem sweep_problem(std::int64_t batch, std::int64_t seq_len, std::int64_t d_model,
                            std::int64_t heads, std::int64_t kv_heads, std::int64_t past,
-                           mha::precision precision) {
+                           mha::precision precision, std::optional<mha::precision> kv_precision) {
   mha::problem p{.cfg = {.d_in = d_model,
                          .d_out = d_model,
                          .n_heads = heads,
@@ -129,6 +136,7 @@ mha::problem sweep_problem(std::int64_t batch, std::int64_t seq_len, std::int64_
                  .past = past};
   p.cfg.n_kv_heads = kv_heads;
   p.cfg.precision = precision;
+  if (kv_precision != precision) p.kv_precision = kv_precision;
   return p;
 }
 
@@ -162,6 +170,11 @@ std::string to_string(const series& s) {
     std::vector<std::string> names;
     for (mha::precision p : s.precisions) names.emplace_back(mha::to_string(p));
     text += " precision=" + join(names, ",");
+  }
+  if (!s.kv_precisions.empty()) {
+    std::vector<std::string> names;
+    for (mha::precision p : s.kv_precisions) names.emplace_back(mha::to_string(p));
+    text += " kv_precision=" + join(names, ",");
   }
   return text + " threads=" + list(s.threads);
 }
@@ -203,6 +216,7 @@ std::vector<series> apply(std::vector<series> list, const overrides& o) {
     }
     if (o.past) s.past = *o.past;
     if (o.precisions) s.precisions = *o.precisions;
+    if (o.kv_precisions) s.kv_precisions = *o.kv_precisions;
   }
   return list;
 }
@@ -215,7 +229,7 @@ std::string shapes_json(const expansion& e) {
     std::vector<std::string> threads, names;
     for (; i < e.points.size() && e.points[i].problem == p; ++i) {
       threads.push_back(std::to_string(e.points[i].threads));
-      for (const std::string& n : e.points[i].series) add_series_name(names, n);
+      for (const std::string& n : e.points[i].series) add_once(names, n);
     }
     const mha::config& c = p.cfg;
     std::string axes;
@@ -223,6 +237,8 @@ std::string shapes_json(const expansion& e) {
     if (p.past > 0) axes += ", \"past\": " + std::to_string(p.past);
     if (c.precision != mha::precision::fp32)
       axes += ", \"precision\": \"" + std::string(mha::to_string(c.precision)) + "\"";
+    if (p.kv_precision)
+      axes += ", \"kv_precision\": \"" + std::string(mha::to_string(*p.kv_precision)) + "\"";
     char flops[32];
     std::snprintf(flops, sizeof flops, "%.17g", mha::flops(p));
     out += std::string(out.size() > 1 ? ",\n " : "\n ") + "{\"batch\": " + std::to_string(p.batch) +
@@ -314,20 +330,32 @@ expansion expand(std::span<const series> list) {
               const std::int64_t kv = kv_given == h ? 0 : kv_given;
               for (std::int64_t past : past_list) {
                 for (mha::precision precision : precision_list) {
-                  const mha::problem shape = sweep_problem(b, t, d, h, kv, past, precision);
-                  auto it = std::find(shapes.begin(), shapes.end(), shape);
-                  if (it == shapes.end()) {
-                    shapes.push_back(shape);
-                    points_of.emplace_back();
-                    it = shapes.end() - 1;
-                  }
-                  std::vector<sweep_point>& pts =
-                      points_of[static_cast<std::size_t>(it - shapes.begin())];
-                  for (int n : s.threads) {
-                    auto p = std::find_if(pts.begin(), pts.end(),
-                                          [&](const sweep_point& q) { return q.threads == n; });
-                    if (p == pts.end()) p = pts.insert(pts.end(), sweep_point{shape, n, {}});
-                    add_series_name(p->series, s.name);
+                  for (mha::precision cache : or_default(s.kv_precisions, precision)) {
+                    if (cache != precision && cache != mha::precision::int8) {
+                      add_once(out.dropped, "the " + std::string(mha::to_string(cache)) +
+                                                " KV cache with " +
+                                                std::string(mha::to_string(precision)) +
+                                                " plans (series " + s.name +
+                                                "): a float cache is kept in its plan's "
+                                                "precision");
+                      continue;
+                    }
+                    const mha::problem shape =
+                        sweep_problem(b, t, d, h, kv, past, precision, cache);
+                    auto it = std::find(shapes.begin(), shapes.end(), shape);
+                    if (it == shapes.end()) {
+                      shapes.push_back(shape);
+                      points_of.emplace_back();
+                      it = shapes.end() - 1;
+                    }
+                    std::vector<sweep_point>& pts =
+                        points_of[static_cast<std::size_t>(it - shapes.begin())];
+                    for (int n : s.threads) {
+                      auto p = std::find_if(pts.begin(), pts.end(),
+                                            [&](const sweep_point& q) { return q.threads == n; });
+                      if (p == pts.end()) p = pts.insert(pts.end(), sweep_point{shape, n, {}});
+                      add_once(p->series, s.name);
+                    }
                   }
                 }
               }
@@ -377,7 +405,7 @@ std::vector<bench_case> make_cases(std::span<const sweep_point> points,
             in_form.form = form;
             it = cases.insert(cases.end(), bench_case{b, backends[b].name, in_form, n, {}});
           }
-          for (const std::string& s : points[p].series) add_series_name(it->series, s);
+          for (const std::string& s : points[p].series) add_once(it->series, s);
         }
       }
     }

@@ -19,13 +19,15 @@ namespace mha_bench {
 
 // One shape of a sweep as a problem: input (batch, seq_len, d_model) after `past` cached tokens
 // (0: a full forward pass) through a module with d_in = d_out = d_model, `heads` heads and
-// kv_heads K/V heads (0: heads), in `precision`, every other field at its default (causal,
-// out_proj with its bias, no qkv bias, no rotary embedding), context_length = past + seq_len.
+// kv_heads K/V heads (0: heads), in `precision`, its KV cache in `kv_precision` (nullopt or
+// `precision`: the plan's own), every other field at its default (causal, out_proj with its
+// bias, no qkv bias, no rotary embedding), context_length = past + seq_len.
 // Its formulation is split_weight: a shape stands for every formulation, and make_cases sets
 // each case's.
 mha::problem sweep_problem(std::int64_t batch, std::int64_t seq_len, std::int64_t d_model,
                            std::int64_t heads, std::int64_t kv_heads = 0, std::int64_t past = 0,
-                           mha::precision precision = mha::precision::fp32);
+                           mha::precision precision = mha::precision::fp32,
+                           std::optional<mha::precision> kv_precision = std::nullopt);
 
 // Whether a and b are the same shape: equal but perhaps for their formulations.
 bool same_shape(const mha::problem& a, const mha::problem& b) noexcept;
@@ -37,9 +39,9 @@ std::string shape_name(const mha::problem& p);
 // A family of shapes a report draws as one line: every combination of its lists. Either
 // d_model lists fixed model widths, or head_dim > 0 derives d_model = head_dim * H for each H
 // (the fixed-head_dim series of the heads preset).
-// The wave's axes (kv_heads or kv_groups, past, precisions) are empty (their default only) but
-// in the decode series (past: the cached lengths) and the grouped-query series of the heads and
-// decode presets.
+// The wave's axes (kv_heads or kv_groups, past, precisions, kv_precisions) are empty (their
+// default only) but in the decode series (past: the cached lengths; the cache's precisions) and
+// the grouped-query series of the heads and decode presets.
 struct series {
   std::string name;  // "heads_d_model", "heads_head_dim", "seq", "threads", "quick_heads", ...
   std::vector<std::int64_t> batch, seq_len, heads, d_model;
@@ -51,6 +53,10 @@ struct series {
   // with a notice. Non-empty replaces kv_heads.
   std::vector<std::int64_t> kv_groups = {};
   std::vector<mha::precision> precisions = {};  // empty: {fp32}
+  // The KV cache's precisions (docs/design.md §1.7), each with every precision of the series;
+  // empty: each plan's own. A float cache in another float precision than its plan's (fp32
+  // with bf16) is no combination mha keeps, and is dropped with a notice.
+  std::vector<mha::precision> kv_precisions = {};
 };
 
 // The parts separated by `separator`: join({"a", "b"}, ",") == "a,b".
@@ -73,7 +79,7 @@ std::vector<series> preset(std::string_view name, int hardware_threads);
 struct overrides {
   std::optional<std::vector<std::int64_t>> batch, seq_len, heads, d_model, kv_heads, past;
   std::optional<std::vector<int>> threads;
-  std::optional<std::vector<mha::precision>> precisions;
+  std::optional<std::vector<mha::precision>> precisions, kv_precisions;
 };
 
 // The series with `o` applied.
@@ -105,9 +111,10 @@ expansion expand(std::span<const series> list);
 // [{"batch": 1, "seq_len": 128, "d_in": 768, "d_out": 768, "n_heads": 12, "causal": true,
 //   "qkv_bias": false, "out_proj": true, "threads": [1, 2], "series": "quick_heads",
 //   "name": "b1/t128/din768/dout768/h12", "flops": 2.6e9}, ...]
-// with "n_kv_heads", "past" and "precision" too when not the default; "name" is the canonical
-// problem string without its formulation, "flops" the model FLOPs of one call (mha::flops).
-// The peers time exactly the shapes mha_bench does without keeping their own preset lists.
+// with "n_kv_heads", "past", "precision" and "kv_precision" too when not the default; "name" is the
+// canonical problem string without its formulation, "flops" the model FLOPs of one call
+// (mha::flops). The peers time exactly the shapes mha_bench does without keeping their own preset
+// lists.
 std::string shapes_json(const expansion& e);
 
 // What make_cases needs to know about a backend.

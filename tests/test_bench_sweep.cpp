@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "check.hpp"
 #include "command_line.hpp"
@@ -171,6 +172,36 @@ TEST(BenchPresets, DecodeHasGroupedQueryStepsAtLongCaches) {
   EXPECT_EQ(steps, expected);
 }
 
+// The cache precisions of the decode preset: each plan precision with its own cache and with an
+// int8 one, at B1 and B32 over 2k and 8k; the float pairs mha does not keep are dropped, once
+// each, with a notice naming the series.
+TEST(BenchPresets, DecodeCacheHasEachPlanWithItsOwnCacheAndAnInt8One) {
+  using mha::precision;
+  std::set<std::tuple<std::int64_t, std::int64_t, precision, precision>> steps;
+  for (const sweep_point& p : in_series(points_of("decode", 2), "decode_cache")) {
+    EXPECT_EQ(p.problem, sweep_problem(p.problem.batch, 1, 768, 12, 0, p.problem.past,
+                                       p.problem.cfg.precision, p.problem.cache_precision()));
+    steps.insert(
+        {p.problem.batch, p.problem.past, p.problem.cfg.precision, p.problem.cache_precision()});
+  }
+  std::set<std::tuple<std::int64_t, std::int64_t, precision, precision>> expected;
+  for (std::int64_t b : {1, 32}) {
+    for (std::int64_t past : {2048, 8192}) {
+      for (precision plan : {precision::fp32, precision::bf16}) {
+        expected.insert({b, past, plan, plan});
+        expected.insert({b, past, plan, precision::int8});
+      }
+    }
+  }
+  EXPECT_EQ(steps, expected);
+  const expansion e = mha_bench::expand(mha_bench::preset("decode", 2));
+  EXPECT_THAT(e.dropped,
+              ElementsAre("the bf16 KV cache with fp32 plans (series decode_cache): a float cache "
+                          "is kept in its plan's precision",
+                          "the fp32 KV cache with bf16 plans (series decode_cache): a float cache "
+                          "is kept in its plan's precision"));
+}
+
 TEST(BenchPresets, QuickIsAHandfulOfGpt2WideShapes) {
   std::set<std::pair<std::int64_t, std::int64_t>> shapes;  // (T, H)
   for (const sweep_point& p : points_of("quick")) {
@@ -186,7 +217,8 @@ TEST(BenchPresets, FullIsTheUnionWithoutDuplicates) {
   const auto full = points_of("full");
   const auto key = [](const sweep_point& p) {
     return std::tuple(p.problem.batch, p.problem.seq_len, p.problem.cfg.d_out,
-                      p.problem.cfg.n_heads, p.problem.cfg.n_kv_heads, p.problem.past, p.threads);
+                      p.problem.cfg.n_heads, p.problem.cfg.n_kv_heads, p.problem.past,
+                      p.problem.cfg.precision, p.problem.cache_precision(), p.threads);
   };
   std::set<decltype(key(full.front()))> seen;
   for (const sweep_point& p : full) EXPECT_TRUE(seen.insert(key(p)).second) << "duplicate point";
@@ -460,6 +492,48 @@ TEST(BenchCommandLine, ParsesFlagsInBothForms) {
                mha::invalid_argument);
   EXPECT_THROW(mha_bench::parse_command_line(std::vector<std::string>{"--past=-1"}),
                mha::invalid_argument);
+  const mha_bench::options kv =
+      mha_bench::parse_command_line(std::vector<std::string>{"--kv-precision=int8,fp32"});
+  EXPECT_THAT(*kv.lists.kv_precisions, ElementsAre(mha::precision::int8, mha::precision::fp32));
+  EXPECT_THROW(mha_bench::parse_command_line(std::vector<std::string>{"--kv-precision=int4"}),
+               mha::invalid_argument);
+}
+
+// The cache's precision is an axis too: every plan precision with every cache precision it can
+// keep, named /kv_int8 in the problem string and "kv_precision" in the peers' shape file.
+TEST(BenchOverrides, KvPrecisionIsAnAxis) {
+  mha_bench::overrides o;
+  o.batch = {1};
+  o.past = {64};
+  o.threads = {1};
+  o.precisions = {mha::precision::fp32, mha::precision::bf16};
+  o.kv_precisions = {mha::precision::int8, mha::precision::bf16};
+  const expansion e = mha_bench::expand(mha_bench::apply(mha_bench::preset("threads", 1), o));
+  std::set<std::pair<mha::precision, mha::precision>> pairs;  // (plan, cache)
+  for (const sweep_point& p : e.points)
+    pairs.insert({p.problem.cfg.precision, p.problem.cache_precision()});
+  EXPECT_THAT(pairs, ElementsAre(std::pair{mha::precision::fp32, mha::precision::int8},
+                                 std::pair{mha::precision::bf16, mha::precision::bf16},
+                                 std::pair{mha::precision::bf16, mha::precision::int8}));
+  EXPECT_THAT(e.dropped, ElementsAre(HasSubstr("the bf16 KV cache with fp32 plans")));
+  // A cache in the plan's own precision is the default: no kv_precision, one name.
+  EXPECT_EQ(sweep_problem(1, 1, 64, 4, 0, 8, mha::precision::bf16, mha::precision::bf16),
+            sweep_problem(1, 1, 64, 4, 0, 8, mha::precision::bf16));
+
+  const std::vector<sweep_point> points = {
+      {sweep_problem(1, 1, 768, 12, 0, 8192, mha::precision::fp32, mha::precision::int8),
+       1,
+       {"decode_cache"}}};
+  const std::vector<mha_bench::backend_info> backends = {{"tbb", 2}};
+  const auto cases = mha_bench::make_cases(points, backends, std::vector{split});
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_EQ(cases[0].name(),
+            "mha/tbb/split_weight/b1/t1/past8192/din768/dout768/h12/kv_int8/threads:1");
+  EXPECT_EQ(mha::parse_problem(cases[0].name().substr(8, cases[0].name().rfind('/') - 8)),
+            cases[0].problem);
+  const std::string json = mha_bench::shapes_json({points, {}});
+  EXPECT_THAT(json, HasSubstr("\"past\": 8192, \"kv_precision\": \"int8\", \"name\": "
+                              "\"b1/t1/past8192/din768/dout768/h12/kv_int8\""));
 }
 
 TEST(BenchCommandLine, RejectsBadInputNamingIt) {

@@ -125,43 +125,6 @@ std::vector<float> first_tokens(const std::vector<float>& x, std::int64_t batch,
   return out;
 }
 
-// The bound of docs/design.md §1.7 for y of `cfg` on x against the exact function: codes move
-// each cached element by at most max|k| / 255 (max|v| / 255), a score by at most
-// delta = sqrt(head_dim) max|q| max|k| / 255 (times the softmax scale 1 / sqrt(head_dim) on
-// head_dim products), each weight by a factor within exp(+-2 delta), so the heads' outputs by
-// at most max|v| ((e^(2 delta) - 1)(1 + 1/255) + 1/255), and y by out_proj's largest row sum of
-// |W| times that. max|q| and max|k| are the projections' (times sqrt 2 with RoPE, which mixes
-// pairs). Plus the fp32 function's own rounding (1e-5 max|y|).
-double int8_bound(const mha::config& cfg, const mha::weights& w, const std::vector<float>& x,
-                  std::int64_t rows, double max_y) {
-  const auto largest = [&](const mha::linear_weights& l) {
-    double m = 0.0;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      for (std::int64_t o = 0; o < l.out; ++o) {
-        double dot = l.has_bias() ? l.bias[static_cast<std::size_t>(o)] : 0.0;
-        for (std::int64_t i = 0; i < l.in; ++i)
-          dot += double{x[static_cast<std::size_t>(r * l.in + i)]} * l.weight[o * l.in + i];
-        m = std::max(m, std::abs(dot));
-      }
-    }
-    return cfg.rope_base != 0.0 ? std::sqrt(2.0) * m : m;
-  };
-  const double q = largest(w.query), k = largest(w.key), v = largest(w.value);
-  const double delta = std::sqrt(static_cast<double>(cfg.head_dim())) * q * k / 255.0;
-  const double heads = v * (std::expm1(2.0 * delta) * (1.0 + 1.0 / 255.0) + 1.0 / 255.0);
-  double rows_sum = 1.0;
-  if (cfg.out_proj) {
-    rows_sum = 0.0;
-    for (std::int64_t o = 0; o < w.out_proj.out; ++o) {
-      double sum = 0.0;
-      for (std::int64_t i = 0; i < w.out_proj.in; ++i)
-        sum += std::abs(double{w.out_proj.weight[o * w.out_proj.in + i]});
-      rows_sum = std::max(rows_sum, sum);
-    }
-  }
-  return rows_sum * heads + 1e-5 * max_y;
-}
-
 class Int8Cache : public testing::TestWithParam<case_param> {};
 
 // The kernels compute scale_j (q . c_j) + offset_j sum(q) and sum_j (p_j scale_j) c_j +
@@ -190,7 +153,8 @@ TEST_P(Int8Cache, DecodeMatchesTheNaiveReferenceAndItsBound) {
   // Against the exact function of the same tokens (the fp32 module's, in double).
   const std::vector<float> x32 = first_tokens(x, s.batch, s.seq_len, 32, s.d_in);
   const std::vector<double> exact = mha_reference::forward(s.config(), w, x32, s.batch, 32);
-  const double bound = int8_bound(s.config(), w, x32, s.batch * 32, mha_test::max_abs(exact));
+  const double bound =
+      mha_reference::int8_cache_bound(s.config(), w, x32, s.batch * 32, mha_test::max_abs(exact));
   const double error = mha_test::max_abs_diff(got, exact);
   EXPECT_LE(error, bound);
   // The int8 cache is lossy: it must not be the fp32 cache by accident.
@@ -222,7 +186,7 @@ TEST_P(Int8Cache, AnOutlierChannelStaysWithinTheBound) {
   const std::vector<float> got = decode(*p, x, 1, s.seq_len, s.seq_len, 8, precision::int8);
   const std::vector<double> exact = mha_reference::forward(cfg, w, x, 1, s.seq_len);
   EXPECT_LE(mha_test::max_abs_diff(got, exact),
-            int8_bound(cfg, w, x, s.seq_len, mha_test::max_abs(exact)));
+            mha_reference::int8_cache_bound(cfg, w, x, s.seq_len, mha_test::max_abs(exact)));
 }
 
 // A NaN key and value in a later token reach no earlier row (their codes are never read
@@ -258,7 +222,8 @@ TEST(Int8CacheLong, SplitKeysAreBitwiseForEveryThreadCountAndWithinTheBound) {
   const std::vector<float> x =
       mha_test::random_floats(static_cast<std::size_t>(s.seq_len * s.d_in), 17, 3.0f);
   const std::vector<double> exact = mha_reference::forward(cfg, w, x, 1, s.seq_len);
-  const double bound = int8_bound(cfg, w, x, s.seq_len, mha_test::max_abs(exact));
+  const double bound =
+      mha_reference::int8_cache_bound(cfg, w, x, s.seq_len, mha_test::max_abs(exact));
   for (const mha_test::backend_case& b : mha_test::backend_cases()) {
     if (mha_test::declined(b, {cfg, formulation::split_weight, 1, 1, 4100, precision::int8}))
       continue;

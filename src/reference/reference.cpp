@@ -225,4 +225,34 @@ std::vector<double> attention_row(const attention_shape& shape, std::span<const 
   return out;
 }
 
+double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
+                        std::int64_t rows, double max_y) {
+  const auto largest = [&](const mha::linear_weights& l) {
+    double m = 0.0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t o = 0; o < l.out; ++o) {
+        double dot = l.has_bias() ? l.bias[static_cast<std::size_t>(o)] : 0.0;
+        for (std::int64_t i = 0; i < l.in; ++i)
+          dot += double{x[static_cast<std::size_t>(r * l.in + i)]} * l.weight[o * l.in + i];
+        m = std::max(m, std::abs(dot));
+      }
+    }
+    return cfg.rope_base != 0.0 ? std::sqrt(2.0) * m : m;
+  };
+  const double q = largest(w.query), k = largest(w.key), v = largest(w.value);
+  const double delta = std::sqrt(static_cast<double>(cfg.head_dim())) * q * k / 255.0;
+  const double heads = v * (std::expm1(2.0 * delta) * (1.0 + 1.0 / 255.0) + 1.0 / 255.0);
+  double rows_sum = 1.0;
+  if (cfg.out_proj) {
+    rows_sum = 0.0;
+    for (std::int64_t o = 0; o < w.out_proj.out; ++o) {
+      double sum = 0.0;
+      for (std::int64_t i = 0; i < w.out_proj.in; ++i)
+        sum += std::abs(double{w.out_proj.weight[o * w.out_proj.in + i]});
+      rows_sum = std::max(rows_sum, sum);
+    }
+  }
+  return rows_sum * heads + 1e-5 * max_y;
+}
+
 }  // namespace mha_reference

@@ -48,6 +48,18 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& w,
 double max_abs_score(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
                      std::int64_t batch, std::int64_t seq_len);
 
+// The bound of an int8 KV cache (docs/design.md §1.7) on y of `cfg` against forward(): codes
+// move each cached element by at most max|k| / 255 (max|v| / 255), a score by at most
+// delta = sqrt(head_dim) max|q| max|k| / 255 (the softmax scale 1 / sqrt(head_dim) times
+// head_dim products), each weight by a factor within exp(+-2 delta), so the heads' outputs by at
+// most max|v| ((e^(2 delta) - 1)(1 + 1/255) + 1/255), and y by out_proj's largest row sum of
+// |W| times that. max|q|, max|k|, max|v| are the projections' over the first `rows` rows of x
+// (rows x d_in: every token whose keys and values are cached; times sqrt 2 with RoPE, which
+// mixes pairs). Plus the fp32 function's own rounding, 1e-5 max_y (max_y: max|y| of forward()).
+// Absolute, like max|y - y*|.
+double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
+                        std::int64_t rows, double max_y);
+
 // The attention core alone (no projections), for checking attention kernels: q, k, v and the
 // result are (batch, heads, seq_len, head_dim), dense row-major.
 struct attention_shape {
