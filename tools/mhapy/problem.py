@@ -241,16 +241,29 @@ def cache_heads(s: Shape, formulation: str) -> int:
     return s.kv_heads
 
 
+def element_bytes(precision: str) -> int:
+    """Bytes of one weight or cached element in a float precision: 4 (fp32) or 2 (bf16)."""
+    return 4 if precision == "fp32" else 2
+
+
+def cache_row_bytes(s: Shape) -> int:
+    """Bytes of one cached key or value row (head_dim elements) in s's cache precision: 4 or 2 per
+    element, or for int8 one code per element and a float32 scale and offset per row
+    (docs/design.md §1.7)."""
+    cache = s.kv_precision or s.precision
+    return s.head_dim + 8 if cache == "int8" else s.head_dim * element_bytes(cache)
+
+
 def cache_bytes(s: Shape, formulation: str, capacity: int) -> int:
-    """The stated size of a float32 KV cache of `capacity` tokens for s.batch sequences,
-    without its layout's padding: 2 · B · capacity · H_kv · head_dim · 4 (docs/design.md §1.4)."""
-    return 2 * s.batch * capacity * cache_heads(s, formulation) * s.head_dim * 4
+    """The stated size of s's KV cache of `capacity` tokens for s.batch sequences, without its
+    layout's padding: 2 · B · capacity · H_kv rows of cache_row_bytes (docs/design.md §1.4)."""
+    return 2 * s.batch * capacity * cache_heads(s, formulation) * cache_row_bytes(s)
 
 
 def decode_bytes(s: Shape, formulation: str) -> int:
-    """The least an incremental call reads (mha_bench's `bytes_min`): every float32 weight once
-    (Q, and K, V for each cached head; out_proj when present) and the cached and new tokens'
-    keys and values once."""
+    """The least an incremental call reads (mha_bench's `bytes_min`): every weight once in the
+    plan's precision (Q, and K, V for each cached head; out_proj when present) and the cached
+    and new tokens' keys and values once in the cache's."""
     heads = cache_heads(s, formulation)
     weights = s.d_in * (s.d_out + 2 * heads * s.head_dim) + (s.d_out * s.d_out if s.out_proj else 0)
-    return 4 * weights + cache_bytes(s, formulation, s.past + s.seq_len)
+    return element_bytes(s.precision) * weights + cache_bytes(s, formulation, s.past + s.seq_len)

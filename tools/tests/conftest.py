@@ -57,6 +57,7 @@ def bench_name(backend: str, form: str, s: Shape, threads: int) -> str:
     past = f"/past{s.past}" if s.past else ""
     kvh = f"/kvh{s.n_kv_heads}" if s.n_kv_heads else ""
     precision = "" if s.precision == "fp32" else f"/{s.precision}"
+    precision += f"/kv_{s.kv_precision}" if s.kv_precision else ""
     return (
         f"mha/{backend}/{form}/b{s.batch}/t{s.seq_len}{past}/din{s.d_in}/dout{s.d_out}/h{s.n_heads}"
         f"{kvh}{flags}{precision}/threads:{threads}/real_time"

@@ -244,7 +244,8 @@ MHA_BENCH = os.environ.get("MHA_BENCH")
 def test_a_real_decode_run_reads_and_reports(tmp_path):
     path = tmp_path / "decode.json"
     command = [MHA_BENCH, "--preset", "decode", "--batch", "1,2", "--past", "8,40", "--d-model", "32"]
-    # Two formulations and no grouped K/V heads (--kv-heads 0 folds decode_kv into decode).
+    # Two formulations and no grouped K/V heads (--kv-heads 0 folds decode_kv into decode); each
+    # step in decode_cache's four (plan, cache) precision pairs.
     command += ["--heads", "2", "--kv-heads", "0", "--formulations", "wrapper,split_weight"]
     command += ["--backends", "naive", "--benchmark_min_time=0.01", "--quiet"]
     command += [f"--benchmark_out={path}", "--benchmark_out_format=json"]
@@ -255,13 +256,50 @@ def test_a_real_decode_run_reads_and_reports(tmp_path):
         assert key in doc["context"], key
     (results,) = load_machines([path])
     decode = results.decode().measurements
-    assert len(decode) == 2 * 2 * 2 and not results.forward().measurements
+    assert len(decode) == 2 * 2 * 4 * 2 and not results.forward().measurements
+    pairs = {(k.shape.precision, k.shape.kv_precision) for k in decode}
+    assert pairs == {("fp32", ""), ("fp32", "int8"), ("bf16", ""), ("bf16", "int8")}
     for key, m in decode.items():
         assert key.shape.past in (8, 40) and key.shape.seq_len == 1
         assert key.name() + "/real_time" in {e["name"] for e in doc["benchmarks"]}
-        # bytes_min as mha_bench counts it is problem.decode_bytes
+        # bytes_min as mha_bench counts it is problem.decode_bytes, in every precision pair
         assert m.bytes_min == decode_bytes(key.shape, key.formulation)
     out = tmp_path / "r"
     assert cli.main([str(path), "--out", str(out)]) == 0
     md = (out / "report.md").read_text()
-    assert "### B=2, T=1, d_model = 32, H = 2, 1 thread" in md and "**decode, 1 thread: link naive**" in md
+    assert (
+        "### B=2, T=1, d_model = 32, H = 2, 1 thread" in md and "**fp32 decode, 1 thread: link naive**" in md
+    )
+    assert len(table_after(md, "## Decode: the KV cache's precision")) == 2 * 2
+
+
+def test_the_cache_precisions_side_by_side_with_the_peers_cache(tmp_path):
+    # One step (B1 over 8k, 1 thread) in each (plan, cache) pair, each at 80% of its bound;
+    # openvino_u8kv at the fp32 step with the u8 cache it recorded, at 50% of an int8 bound.
+    step = Shape(1, 1, 768, 768, 12, past=8192)
+    pairs = {("fp32", ""): None, ("fp32", "int8"): None, ("bf16", ""): None, ("bf16", "int8"): None}
+    run = []
+    for precision, cache in pairs:
+        s = Shape(1, 1, 768, 768, 12, past=8192, precision=precision, kv_precision=cache)
+        run += entries("xsimd", "split_weight", s, 1, decode_bytes(s, "split_weight") / (0.8 * BANDWIDTH[1]))
+    u8_bytes = decode_bytes(Shape(1, 1, 768, 768, 12, past=8192, kv_precision="int8"), "fused_qkv")
+    peer = entries(
+        "openvino_u8kv", "fused_qkv", step, 1, u8_bytes / (0.5 * BANDWIDTH[1]), label="checked; KV cache u8"
+    )
+    mha = write(tmp_path / "mha.json", run, dict(CONTEXT, **STREAM_CONTEXT))
+    peers = write(tmp_path / "peers.json", peer, {"num_cpus": 2, "cpu_model": "Synthetic CPU"})
+    assert cli.main([str(mha), str(peers), "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    rows = table_after(md, "## Decode: the KV cache's precision")
+    assert len(rows) == 1
+    row = rows[0]
+    assert row[:2] == ["B=1, past=8192", "1 thread"]
+    for cell, (precision, cache) in zip(row[2:6], pairs):
+        s = Shape(1, 1, 768, 768, 12, past=8192, precision=precision, kv_precision=cache)
+        assert cell == f"{fmt_time(decode_bytes(s, 'split_weight') / 32e9)} (80%) xsimd"
+    assert row[6] == f"{fmt_time(u8_bytes / 20e9)} openvino_u8kv (u8)"
+    fp32 = decode_bytes(step, "split_weight")
+    fastest_int8 = decode_bytes(
+        Shape(1, 1, 768, 768, 12, past=8192, precision="bf16", kv_precision="int8"), "split_weight"
+    )
+    assert row[7] == f"{fp32 / fastest_int8:.2f}×"

@@ -63,6 +63,22 @@ def test_bytes_a_decode_step_reads_and_the_cache_holds():
     assert decode_bytes(dataclasses.replace(s, out_proj=False), "split_weight") == 4 * (36 + 96)
 
 
+def test_bytes_follow_the_plan_and_cache_precisions():
+    # The shape above: 52 weights; 2·2·6·2 = 48 cached rows of head_dim 2 (96 elements).
+    s = Shape(2, 1, 3, 4, 2, past=5)
+    bf16 = dataclasses.replace(s, precision="bf16")
+    assert decode_bytes(bf16, "split_weight") == 2 * 52 + 2 * 96
+    # int8: per row head_dim codes and a float32 scale and offset, whatever the plan.
+    for plan, weight_bytes in (("fp32", 4), ("bf16", 2)):
+        int8 = dataclasses.replace(s, precision=plan, kv_precision="int8")
+        assert cache_bytes(int8, "split_weight", 6) == 48 * (2 + 8)
+        assert decode_bytes(int8, "split_weight") == weight_bytes * 52 + 48 * (2 + 8)
+    # The GPT-2 small step over 8k: 59.8 MB with an fp32 cache, 29.9 MB bf16/bf16.
+    gpt2 = Shape(1, 1, 768, 768, 12, past=8192)
+    assert round(decode_bytes(gpt2, "split_weight") / 1e6, 1) == 59.8
+    assert round(decode_bytes(dataclasses.replace(gpt2, precision="bf16"), "split_weight") / 1e6, 1) == 29.9
+
+
 @pytest.mark.parametrize(
     "text, shape",
     [

@@ -287,6 +287,8 @@ class OnnxRuntime(Peer):
     def declines(self, variant: Variant, s: Shape) -> str | None:
         if s.precision != "fp32":
             return NO_BF16
+        if s.kv_precision:
+            return f"a {s.kv_precision} KV cache: these graphs keep their past_key/past_value inputs in f32"
         if variant.backend in ("onnxruntime", "onnxruntime_mha"):
             op = "Attention" if variant.backend == "onnxruntime" else "MultiHeadAttention"
             if s.n_kv_heads:

@@ -11,8 +11,8 @@ MatMul and Softmax nodes, an order of magnitude slower: OpenVINO measured the wa
 
 Compiled with one stream, the latency hint, `threads` inference threads and the inference
 precision pinned (bf16 is OpenVINO's default on CPUs that have it: unpinned, an fp32 shape would
-run in bf16). The KV cache precision is pinned to the compute precision (openvino) or left at
-the plugin's default (openvino_u8kv); what the plugin used is read back from the compiled graph
+run in bf16). The KV cache precision is pinned to the compute precision (openvino; u8 for a
+shape with an int8 cache) or left at the plugin's default (openvino_u8kv); what the plugin used is read back from the compiled graph
 and recorded. A call is one synchronous infer() of a request whose input shares x's memory and
 whose output is not copied: the plugin runs on the calling thread (and its own, with more).
 """
@@ -295,6 +295,11 @@ class OpenVINO(Peer):
         self.capabilities = list(self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
     def declines(self, variant: Variant, s: Shape) -> str | None:
+        if variant.backend == "openvino_u8kv" and s.kv_precision:
+            return (
+                f"a {s.kv_precision} KV cache: openvino runs it with its cache pinned to u8 (per token and "
+                "head, a scale and zero point: mha's int8 format's kin)"
+            )
         if variant.backend == "openvino_u8kv" and not s.is_decode:
             return (
                 "openvino_u8kv is OpenVINO's decode with its default u8 KV cache: a forward pass has no "
@@ -318,7 +323,8 @@ class OpenVINO(Peer):
             "INFERENCE_PRECISION_HINT": precision,
         }
         if s.is_decode and variant.backend == "openvino":
-            config["KV_CACHE_PRECISION"] = precision
+            # An int8 cache's counterpart: the plugin's u8 cache (asymmetric, per token and head).
+            config["KV_CACHE_PRECISION"] = "u8" if s.kv_precision == "int8" else precision
         return config
 
     def prepare(self, variant: Variant, s: Shape, w: Weights, x: np.ndarray, threads: int) -> Call:

@@ -100,6 +100,11 @@ class PyTorch(Peer):
     # -- what each variant computes --
 
     def declines(self, variant: Variant, s: Shape) -> str | None:
+        if s.kv_precision:
+            return (
+                f"a {s.kv_precision} KV cache: PyTorch's decode keeps its cache as tensors in the "
+                "compute precision"
+            )
         seeds = variant.backend in ("torch", "torch_prealloc")
         if seeds:
             if s.precision != "fp32":

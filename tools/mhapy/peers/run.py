@@ -26,6 +26,7 @@ appears only when complete.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import gc
 import importlib
@@ -163,6 +164,19 @@ def tolerance(s: Shape, call: Call, rows: oracle.Rows) -> float:
     if s.precision == "fp32" and call.kv_cache_precision in (None, "f32"):
         return FP32_TOLERANCE
     return oracle.bf16_tolerance(float(rows.max_score.max()))
+
+
+# A peer's KV cache formats (Call.kv_cache_precision, as the libraries name them) as mha's
+# cache precisions: what its decode step reads per cached element (u8 and i8 carry a scale and
+# zero point per token and head, as mha's int8 does).
+CACHE_PRECISIONS = {"f32": "fp32", "bf16": "bf16", "f16": "bf16", "u8": "int8", "i8": "int8"}
+
+
+def cache_shape(s: Shape, call: Call) -> Shape:
+    """s with the KV cache the call keeps, for the counters that count its bytes (bytes_min):
+    openvino_u8kv's u8 cache at an fp32 shape reads int8's bytes, not fp32's."""
+    kept = CACHE_PRECISIONS.get(call.kv_cache_precision or "")
+    return dataclasses.replace(s, kv_precision=kept) if s.is_decode and kept else s
 
 
 def first_run_error(call: Call, s: Shape, rows: oracle.Rows) -> tuple[float, float]:
@@ -345,7 +359,9 @@ class Sweep:
                     f"checked: max |y - oracle| / max |oracle| = {error:.2g} <= {bound:.2g} on "
                     f"{len(rows.rows)} rows (float64 oracle, mha_bench's inputs); {variant.what}{cache}"
                 )
-                self.benchmarks += entries(name, family, s, n, iterations, runs, label, check)
+                self.benchmarks += entries(
+                    name, family, cache_shape(s, call), n, iterations, runs, label, check
+                )
                 self.progress(f"{name}: {statistics.median(r for r, _ in runs) * 1e3:.3f} ms")
             except Exception as e:  # a peer's own failure is an entry, not the end of the run
                 self.untimed(name, family, f"error: {type(e).__name__}: {e}".replace("\n", " ")[:500])

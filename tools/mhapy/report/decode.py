@@ -5,11 +5,13 @@ and % of it; the sections on the time per step and on the formulations in decode
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import schema
-from ..problem import decode_bytes
+from ..problem import Shape, decode_bytes
+from ..schema import is_peer
 from . import figures
 from .document import Figure, Heading, Para, Table
 from .formulations import Against, series_table_block, speedup_table
@@ -252,7 +254,98 @@ def sections(results: ResultSet, bandwidths: Bandwidths, folder: Path, prefix: s
             Heading(3, f"{series.title}, {threads_text(n)}"),
             Table(header, rows, numeric=set(range(len(header) - 1))),
         ]
-    return blocks + _decode_speedup_section(results, series_list, folder, prefix)
+    return (
+        blocks
+        + cache_precision_section(results, bandwidths)
+        + _decode_speedup_section(results, series_list, folder, prefix)
+    )
+
+
+# ---- the KV cache's precision ----
+
+# The (plan, cache) precisions a decode step can run with, in the order the table lists them.
+CACHE_COMBINATIONS = (("fp32", "fp32"), ("fp32", "int8"), ("bf16", "bf16"), ("bf16", "int8"))
+
+
+def peer_cache(m: Measurement) -> str:
+    """The KV cache a peer's decode step kept, as its label records it ("...; KV cache u8"), or
+    "?" when the label does not say."""
+    found = re.search(r"KV cache (\S+)", m.label)
+    return found.group(1) if found else "?"
+
+
+def _family(s: Shape) -> Shape:
+    """A decode shape without its precisions: the step every (plan, cache) pair computes."""
+    return replace(s, precision="fp32", kv_precision="")
+
+
+def cache_precision_rows(results: ResultSet, bandwidths: Bandwidths) -> list[list[str]]:
+    """One row per decode step (shape without its precisions, thread count) measured with more
+    than one (plan, cache) pair by mha: the fastest mha backend and formulation of each pair with
+    % of its bandwidth bound, the fastest peer with the cache it kept, and the best int8 step's
+    speedup over the fp32 one."""
+    best: dict[tuple, dict[tuple[str, str], Measurement]] = {}
+    peers: dict[tuple, Measurement] = {}
+    for m in results.measurements.values():
+        s = m.key.shape
+        if not s.is_decode:
+            continue
+        step = (_family(s), m.key.threads)
+        if is_peer(m.key.backend):
+            if s.precision == "fp32" and (step not in peers or m.median_s < peers[step].median_s):
+                peers[step] = m
+            continue
+        pair = (s.precision, s.kv_precision or s.precision)
+        kept = best.setdefault(step, {})
+        if pair not in kept or m.median_s < kept[pair].median_s:
+            kept[pair] = m
+    rows = []
+    for (family, threads), kept in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        if len(kept) < 2:
+            continue
+        cells = []
+        for pair in CACHE_COMBINATIONS:
+            m = kept.get(pair)
+            pct = bandwidths.percent(m) if m else None
+            cells.append(
+                "–"
+                if m is None
+                else f"{fmt_time(m.median_s)}" + (f" ({pct:.0f}%)" if pct else "") + f" {m.key.backend}"
+            )
+        peer = peers.get((family, threads))
+        cells.append(
+            "–" if peer is None else f"{fmt_time(peer.median_s)} {peer.key.backend} ({peer_cache(peer)})"
+        )
+        fp32, int8s = (
+            kept.get(("fp32", "fp32")),
+            [kept[p] for p in (("fp32", "int8"), ("bf16", "int8")) if p in kept],
+        )
+        speedup = fmt_ratio(fp32.median_s / min(m.median_s for m in int8s)) if fp32 and int8s else "–"
+        rows.append([f"B={family.batch}, past={family.past}", threads_text(threads)] + cells + [speedup])
+    return rows
+
+
+def cache_precision_section(results: ResultSet, bandwidths: Bandwidths) -> list:
+    """The decode steps measured with several KV cache precisions, side by side, with the peers'
+    fastest step and the cache it kept."""
+    rows = cache_precision_rows(results, bandwidths)
+    if not rows:
+        return []
+    header = ["step", "threads"] + [f"{plan} plan, {cache} cache" for plan, cache in CACHE_COMBINATIONS]
+    header += ["fastest peer (its KV cache)", "int8 / fp32 speedup"]
+    return [
+        Heading(2, "Decode: the KV cache's precision"),
+        Para(
+            "The same decode step with each (plan, KV cache) precision mha ran it in (docs/design.md "
+            "§1.7): the fastest mha backend's time per step, in brackets % of its bandwidth bound "
+            "(`bytes_min` counts the weights in the plan's precision and the cache in its own: "
+            "4, 2 or 1 byte per element, plus an fp32 scale and offset per int8 row). The peers' "
+            "column is the fastest peer of the fp32 step with the cache it kept, as it recorded it "
+            "(OpenVINO compresses to u8 by default: openvino_u8kv); its bound counts the bytes of "
+            "that cache. Speedup: the fp32 step's time over the faster int8 step's."
+        ),
+        Table(header, rows, numeric=set(range(2, len(header)))),
+    ]
 
 
 def _decode_speedup_section(results: ResultSet, series_list: list[Series], folder: Path, prefix: str) -> list:

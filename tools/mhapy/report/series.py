@@ -62,9 +62,19 @@ def kv_group_text(group: str) -> str:
 
 
 def _flag_key(s: Shape) -> tuple:
-    """What a series keeps fixed besides its sizes: flags, K/V heads, precision, RoPE base,
-    past."""
-    return (s.causal, s.qkv_bias, s.out_proj, s.out_proj_bias, s.n_kv_heads, s.precision, s.rope_base, s.past)
+    """What a series keeps fixed besides its sizes: flags, K/V heads, precision, RoPE base, the
+    KV cache's precision, past (last: past_series drops it)."""
+    return (
+        s.causal,
+        s.qkv_bias,
+        s.out_proj,
+        s.out_proj_bias,
+        s.n_kv_heads,
+        s.precision,
+        s.rope_base,
+        s.kv_precision,
+        s.past,
+    )
 
 
 def _series_from_groups(kind: str, groups: dict, x, least: int = 2) -> list[Series]:

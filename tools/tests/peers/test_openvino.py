@@ -122,6 +122,11 @@ def test_the_kv_cache_precision_is_the_one_the_plugin_used():
         assert default.kv_cache_precision == "u8"
     rows = oracle.forward_rows(s, inputs.weights(s), inputs.x(s), inputs.sample_rows(1, 1))
     assert run.tolerance(s, default, rows) > run.FP32_TOLERANCE == run.tolerance(s, pinned, rows)
+    # A shape with an int8 cache: openvino pins the plugin's u8 cache, openvino_u8kv declines.
+    int8 = shape("b1/t1/past4/din8/dout8/h2/kv_int8")
+    quantised, _, _ = first_run(VARIANTS["openvino"], int8)
+    assert quantised.kv_cache_precision == "u8"
+    assert "u8" in PEER.declines(VARIANTS["openvino_u8kv"], int8)
 
 
 def test_a_rewind_every_one_percent_of_past_tokens_appended():

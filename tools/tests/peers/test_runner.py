@@ -4,6 +4,7 @@ the peers' environment; the report runs with Debian's interpreter, as scripts/sw
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -163,6 +164,19 @@ def test_several_libraries_one_file_each(tmp_path):
     for library in ("pytorch", "onnxruntime"):
         doc = json.loads((tmp_path / f"peers-{library}.json").read_text())
         assert doc["context"]["mha_peers"] == library
+
+
+def test_a_decode_step_counts_the_bytes_of_the_cache_the_peer_kept():
+    s = parse_shape("b1/t1/past8192/din768/dout768/h12".split("/"))
+    kept = {None: "", "f32": "", "bf16": "bf16", "u8": "int8", "i8": "int8"}
+    for library_name, mha_name in kept.items():
+        shape = run.cache_shape(s, SimpleNamespace(kv_cache_precision=library_name))
+        assert shape == dataclasses.replace(s, kv_precision=mha_name)
+    u8 = run.cache_shape(s, SimpleNamespace(kv_cache_precision="u8"))
+    assert decode_bytes(u8, "fused_qkv") < decode_bytes(s, "fused_qkv") / 2
+    # A forward pass reads no cache: its shape stays as it is.
+    forward = parse_shape("b1/t9/din8/dout8/h2".split("/"))
+    assert run.cache_shape(forward, SimpleNamespace(kv_cache_precision="u8")) == forward
 
 
 def test_tolerance_is_mha_bench_s_in_fp32_and_the_bf16_bound_otherwise():
