@@ -331,6 +331,12 @@ expansion expand(std::span<const series> list) {
               for (std::int64_t past : past_list) {
                 for (mha::precision precision : precision_list) {
                   for (mha::precision cache : or_default(s.kv_precisions, precision)) {
+                    if (cache != precision && past == 0) {
+                      add_once(out.dropped, "the " + std::string(mha::to_string(cache)) +
+                                                " KV cache of forward passes (series " + s.name +
+                                                "): a forward pass keeps no cache");
+                      continue;
+                    }
                     if (cache != precision && cache != mha::precision::int8) {
                       add_once(out.dropped, "the " + std::string(mha::to_string(cache)) +
                                                 " KV cache with " +

@@ -55,7 +55,8 @@ struct series {
   std::vector<mha::precision> precisions = {};  // empty: {fp32}
   // The KV cache's precisions (docs/design.md §1.7), each with every precision of the series;
   // empty: each plan's own. A float cache in another float precision than its plan's (fp32
-  // with bf16) is no combination mha keeps, and is dropped with a notice.
+  // with bf16) is no combination mha keeps, and a forward pass (past 0) keeps no cache: both
+  // are dropped with a notice.
   std::vector<mha::precision> kv_precisions = {};
 };
 

@@ -516,6 +516,15 @@ TEST(BenchOverrides, KvPrecisionIsAnAxis) {
                                  std::pair{mha::precision::bf16, mha::precision::bf16},
                                  std::pair{mha::precision::bf16, mha::precision::int8}));
   EXPECT_THAT(e.dropped, ElementsAre(HasSubstr("the bf16 KV cache with fp32 plans")));
+  // A forward pass keeps no cache: only the cache in its plan's precision is left (bf16's).
+  o.past = {0};
+  const expansion forward = mha_bench::expand(mha_bench::apply(mha_bench::preset("threads", 1), o));
+  ASSERT_EQ(forward.points.size(), 1u);
+  EXPECT_EQ(forward.points[0].problem.cfg.precision, mha::precision::bf16);
+  EXPECT_FALSE(forward.points[0].problem.kv_precision);
+  EXPECT_THAT(forward.dropped,
+              ElementsAre(HasSubstr("the int8 KV cache of forward passes (series threads)"),
+                          HasSubstr("the bf16 KV cache of forward passes (series threads)")));
   // A cache in the plan's own precision is the default: no kv_precision, one name.
   EXPECT_EQ(sweep_problem(1, 1, 64, 4, 0, 8, mha::precision::bf16, mha::precision::bf16),
             sweep_problem(1, 1, 64, 4, 0, 8, mha::precision::bf16));

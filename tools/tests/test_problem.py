@@ -184,9 +184,10 @@ def test_counts_and_names_are_the_ones_mha_bench_writes(tmp_path):
     path = tmp_path / "shapes.json"
     axes = ["--batch", "1,3", "--seq", "1,7", "--heads", "1,4", "--d-model", "16,24", "--kv-heads", "0,2"]
     axes += ["--past", "0,5", "--backends", "naive"]
-    for preset in ("quick", "heads"):
+    for preset in ("quick", "heads", "decode"):
         items = dump_shapes(path, "--preset", preset, *axes)
         assert any(i.get("past") for i in items) and any(i.get("n_kv_heads") for i in items)
+        assert preset != "decode" or any(i.get("kv_precision") == "int8" for i in items)
         for item in items:
             check_spelled_alike(item, preset)
         # The peers read the file as it is (and check the same), every shape.
