@@ -268,10 +268,10 @@ CACHE_COMBINATIONS = (("fp32", "fp32"), ("fp32", "int8"), ("bf16", "bf16"), ("bf
 
 
 def peer_cache(m: Measurement) -> str:
-    """The KV cache a peer's decode step kept, as its label records it ("...; KV cache u8"), or
-    "?" when the label does not say."""
-    found = re.search(r"KV cache (\S+)", m.label)
-    return found.group(1) if found else "?"
+    """The KV cache a peer's decode step kept, as the runner appends it to the label ("...; KV
+    cache u8"), or "not recorded" when the label does not end so."""
+    found = re.search(r"; KV cache (\w+)$", m.label)
+    return found.group(1) if found else "not recorded"
 
 
 def _family(s: Shape) -> Shape:

@@ -211,6 +211,19 @@ def by_precision(results: ResultSet, kind: str = "") -> list[tuple[ResultSet, st
     ]
 
 
+def by_cache(results: ResultSet, kind: str) -> list[tuple[ResultSet, str]]:
+    """[(results, kind)] as given when no decode step kept another cache than its plan's
+    precision; otherwise those steps apart, kind suffixed ', int8 cache' (a backend that declines
+    an int8 cache would otherwise rank lower for measuring fewer shapes)."""
+    caches = sorted({m.key.shape.kv_precision for m in results.measurements.values()})
+    if caches == [""] or not caches:
+        return [(results, kind)]
+    return [
+        (results.only(lambda k, c=cache: k.shape.kv_precision == c), f"{kind}, {cache} cache" if cache else kind)
+        for cache in caches
+    ]
+
+
 # ---- in words ----
 
 
@@ -369,7 +382,9 @@ def answer_bullets(results: ResultSet) -> list[str]:
     """Which backend to link: for forward passes (past = 0) and, separately, for decode
     (past > 0), per thread count, fp32 and bf16 apart when bf16 was measured; then the
     measured noise."""
-    parts = by_precision(results.forward()) + by_precision(results.decode(), "decode")
+    parts = by_precision(results.forward()) + [
+        part for decode, kind in by_precision(results.decode(), "decode") for part in by_cache(decode, kind)
+    ]
     items = [text for part, kind in parts for text in _link_bullets(part, kind)]
     if not items:
         items = ["No mha backend was measured (peers only): nothing to recommend."]
