@@ -106,6 +106,23 @@ void add_once(std::vector<std::string>& to, const std::string& name) {
   if (std::find(to.begin(), to.end(), name) == to.end()) to.push_back(name);
 }
 
+// Why series `series` leaves out a KV cache in `cache` for plans in `plan` at `past` cached
+// tokens, or nullopt when it keeps it: a forward pass keeps no cache, and a float cache is kept
+// in its plan's precision (docs/design.md §1.7).
+std::optional<std::string> cache_left_out(mha::precision cache, mha::precision plan,
+                                          std::int64_t past, const std::string& series) {
+  const std::string name(mha::to_string(cache));
+  if (cache != plan && past == 0) {
+    return "the " + name + " KV cache of forward passes (series " + series +
+           "): a forward pass keeps no cache";
+  }
+  if (cache != plan && cache != mha::precision::int8) {
+    return "the " + name + " KV cache with " + std::string(mha::to_string(plan)) +
+           " plans (series " + series + "): a float cache is kept in its plan's precision";
+  }
+  return std::nullopt;
+}
+
 std::string format_seconds(double s) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.3g", s);
@@ -300,6 +317,23 @@ expansion expand(std::span<const series> list) {
       }
       return kv;
     };
+    // The shape at each of the series' thread counts, naming the series; a shape met before
+    // (in this series or another) gains the thread counts and the name.
+    const auto add_point = [&](const mha::problem& shape) {
+      auto it = std::find(shapes.begin(), shapes.end(), shape);
+      if (it == shapes.end()) {
+        shapes.push_back(shape);
+        points_of.emplace_back();
+        it = shapes.end() - 1;
+      }
+      std::vector<sweep_point>& pts = points_of[static_cast<std::size_t>(it - shapes.begin())];
+      for (int n : s.threads) {
+        auto p = std::find_if(pts.begin(), pts.end(),
+                              [&](const sweep_point& q) { return q.threads == n; });
+        if (p == pts.end()) p = pts.insert(pts.end(), sweep_point{shape, n, {}});
+        add_once(p->series, s.name);
+      }
+    };
     for (std::int64_t h : s.heads) {
       const std::vector<std::int64_t> widths =
           s.head_dim > 0 ? std::vector<std::int64_t>{s.head_dim * h} : s.d_model;
@@ -331,36 +365,10 @@ expansion expand(std::span<const series> list) {
               for (std::int64_t past : past_list) {
                 for (mha::precision precision : precision_list) {
                   for (mha::precision cache : or_default(s.kv_precisions, precision)) {
-                    if (cache != precision && past == 0) {
-                      add_once(out.dropped, "the " + std::string(mha::to_string(cache)) +
-                                                " KV cache of forward passes (series " + s.name +
-                                                "): a forward pass keeps no cache");
-                      continue;
-                    }
-                    if (cache != precision && cache != mha::precision::int8) {
-                      add_once(out.dropped, "the " + std::string(mha::to_string(cache)) +
-                                                " KV cache with " +
-                                                std::string(mha::to_string(precision)) +
-                                                " plans (series " + s.name +
-                                                "): a float cache is kept in its plan's "
-                                                "precision");
-                      continue;
-                    }
-                    const mha::problem shape =
-                        sweep_problem(b, t, d, h, kv, past, precision, cache);
-                    auto it = std::find(shapes.begin(), shapes.end(), shape);
-                    if (it == shapes.end()) {
-                      shapes.push_back(shape);
-                      points_of.emplace_back();
-                      it = shapes.end() - 1;
-                    }
-                    std::vector<sweep_point>& pts =
-                        points_of[static_cast<std::size_t>(it - shapes.begin())];
-                    for (int n : s.threads) {
-                      auto p = std::find_if(pts.begin(), pts.end(),
-                                            [&](const sweep_point& q) { return q.threads == n; });
-                      if (p == pts.end()) p = pts.insert(pts.end(), sweep_point{shape, n, {}});
-                      add_once(p->series, s.name);
+                    if (auto why = cache_left_out(cache, precision, past, s.name)) {
+                      add_once(out.dropped, *why);
+                    } else {
+                      add_point(sweep_problem(b, t, d, h, kv, past, precision, cache));
                     }
                   }
                 }

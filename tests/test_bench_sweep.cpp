@@ -44,6 +44,19 @@ std::vector<sweep_point> in_series(const std::vector<sweep_point>& points, const
   return out;
 }
 
+// The name of the one split_weight case of `backend` (one thread) computing `shape`, which must
+// read back (mha::parse_problem) as the case's problem.
+std::string split_case_name(const mha::problem& shape, const std::string& backend) {
+  const std::vector<sweep_point> points = {{shape, 1, {"decode"}}};
+  const std::vector<mha_bench::backend_info> backends = {{backend, 2}};
+  const auto cases = mha_bench::make_cases(points, backends, std::vector{split});
+  if (cases.size() != 1) return "expected one case, got " + std::to_string(cases.size());
+  const std::string name = cases[0].name();
+  const std::size_t begin = ("mha/" + backend + "/").size();
+  EXPECT_EQ(mha::parse_problem(name.substr(begin, name.rfind('/') - begin)), cases[0].problem);
+  return name;
+}
+
 std::vector<std::int64_t> heads_at_one_thread(const std::vector<sweep_point>& points) {
   std::vector<std::int64_t> h;
   for (const sweep_point& p : points) {
@@ -316,15 +329,8 @@ TEST(BenchOverrides, KvHeadsPastAndPrecisionAreAxes) {
   ASSERT_FALSE(e.dropped.empty());
   EXPECT_THAT(e.dropped.front(), HasSubstr("6 heads are not divisible by 4 K/V heads"));
 
-  const std::vector<sweep_point> points = {
-      {sweep_problem(1, 1, 4096, 32, 8, 1023, mha::precision::bf16), 1, {"decode"}}};
-  const std::vector<mha_bench::backend_info> backends = {{"xsimd", 1}};
-  const auto cases = mha_bench::make_cases(points, backends, std::vector{split});
-  ASSERT_EQ(cases.size(), 1u);
-  EXPECT_EQ(cases[0].name(),
+  EXPECT_EQ(split_case_name(sweep_problem(1, 1, 4096, 32, 8, 1023, mha::precision::bf16), "xsimd"),
             "mha/xsimd/split_weight/b1/t1/past1023/din4096/dout4096/h32/kvh8/bf16/threads:1");
-  EXPECT_EQ(mha::parse_problem(cases[0].name().substr(10, cases[0].name().rfind('/') - 10)),
-            cases[0].problem);
 
   mha_bench::overrides negative;
   negative.past = {-1};
@@ -529,18 +535,11 @@ TEST(BenchOverrides, KvPrecisionIsAnAxis) {
   EXPECT_EQ(sweep_problem(1, 1, 64, 4, 0, 8, mha::precision::bf16, mha::precision::bf16),
             sweep_problem(1, 1, 64, 4, 0, 8, mha::precision::bf16));
 
-  const std::vector<sweep_point> points = {
-      {sweep_problem(1, 1, 768, 12, 0, 8192, mha::precision::fp32, mha::precision::int8),
-       1,
-       {"decode_cache"}}};
-  const std::vector<mha_bench::backend_info> backends = {{"tbb", 2}};
-  const auto cases = mha_bench::make_cases(points, backends, std::vector{split});
-  ASSERT_EQ(cases.size(), 1u);
-  EXPECT_EQ(cases[0].name(),
+  const mha::problem int8 =
+      sweep_problem(1, 1, 768, 12, 0, 8192, mha::precision::fp32, mha::precision::int8);
+  EXPECT_EQ(split_case_name(int8, "tbb"),
             "mha/tbb/split_weight/b1/t1/past8192/din768/dout768/h12/kv_int8/threads:1");
-  EXPECT_EQ(mha::parse_problem(cases[0].name().substr(8, cases[0].name().rfind('/') - 8)),
-            cases[0].problem);
-  const std::string json = mha_bench::shapes_json({points, {}});
+  const std::string json = mha_bench::shapes_json({{{int8, 1, {"decode_cache"}}}, {}});
   EXPECT_THAT(json, HasSubstr("\"past\": 8192, \"kv_precision\": \"int8\", \"name\": "
                               "\"b1/t1/past8192/din768/dout768/h12/kv_int8\""));
 }
