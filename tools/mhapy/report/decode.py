@@ -11,7 +11,6 @@ from pathlib import Path
 
 from .. import schema
 from ..problem import Shape, decode_bytes
-from ..schema import is_peer
 from . import figures
 from .document import Figure, Heading, Para, Table
 from .formulations import Against, series_table_block, speedup_table
@@ -281,45 +280,35 @@ def _family(s: Shape) -> Shape:
 
 def cache_precision_rows(results: ResultSet, bandwidths: Bandwidths) -> list[list[str]]:
     """One row per decode step (shape without its precisions, thread count) measured with more
-    than one (plan, cache) pair by mha: the fastest mha backend and formulation of each pair with
-    % of its bandwidth bound, the fastest peer with the cache it kept, and the best int8 step's
-    speedup over the fp32 one."""
-    best: dict[tuple, dict[tuple[str, str], Measurement]] = {}
-    peers: dict[tuple, Measurement] = {}
-    for m in results.measurements.values():
-        s = m.key.shape
-        if not s.is_decode:
-            continue
-        step = (_family(s), m.key.threads)
-        if is_peer(m.key.backend):
-            if s.precision == "fp32" and (step not in peers or m.median_s < peers[step].median_s):
-                peers[step] = m
-            continue
-        pair = (s.precision, s.kv_precision or s.precision)
-        kept = best.setdefault(step, {})
-        if pair not in kept or m.median_s < kept[pair].median_s:
-            kept[pair] = m
+    than one (plan, cache) pair by mha: the fastest mha backend and formulation of each pair
+    (linking.choose) with % of its bandwidth bound, the fastest peer of the fp32 plan's steps
+    with the cache it kept, and the best int8 step's speedup over the fp32 one."""
+    steps = sorted({(_family(k.shape), k.threads) for k in results.measurements if k.shape.is_decode})
     rows = []
-    for (family, threads), kept in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        if len(kept) < 2:
+    for family, threads in steps:
+        chosen = {
+            (plan, cache): choose(results, replace(family, precision=plan, kv_precision=cache), threads)
+            for plan, cache in CACHE_COMBINATIONS
+        }
+        best = {pair: c.best for pair, c in chosen.items() if c.best is not None}
+        if len(best) < 2:
             continue
         cells = []
         for pair in CACHE_COMBINATIONS:
-            m = kept.get(pair)
+            m = best.get(pair)
             pct = bandwidths.percent(m) if m else None
             cells.append(
                 "–"
                 if m is None
                 else f"{fmt_time(m.median_s)}" + (f" ({pct:.0f}%)" if pct else "") + f" {m.key.backend}"
             )
-        peer = peers.get((family, threads))
+        peers = [c.peer for (plan, _), c in chosen.items() if plan == "fp32" and c.peer is not None]
+        peer = min(peers, key=lambda m: m.median_s, default=None)
         cells.append(
             "–" if peer is None else f"{fmt_time(peer.median_s)} {peer.key.backend} ({peer_cache(peer)})"
         )
-        fp32, int8s = (
-            kept.get(("fp32", "fp32")),
-            [kept[p] for p in (("fp32", "int8"), ("bf16", "int8")) if p in kept],
-        )
+        fp32 = best.get(("fp32", "fp32"))
+        int8s = [best[p] for p in (("fp32", "int8"), ("bf16", "int8")) if p in best]
         speedup = fmt_ratio(fp32.median_s / min(m.median_s for m in int8s)) if fp32 and int8s else "–"
         rows.append([f"B={family.batch}, past={family.past}", threads_text(threads)] + cells + [speedup])
     return rows

@@ -219,7 +219,10 @@ def by_cache(results: ResultSet, kind: str) -> list[tuple[ResultSet, str]]:
     if caches == [""] or not caches:
         return [(results, kind)]
     return [
-        (results.only(lambda k, c=cache: k.shape.kv_precision == c), f"{kind}, {cache} cache" if cache else kind)
+        (
+            results.only(lambda k, c=cache: k.shape.kv_precision == c),
+            f"{kind}, {cache} cache" if cache else kind,
+        )
         for cache in caches
     ]
 
