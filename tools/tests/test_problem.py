@@ -73,7 +73,7 @@ def test_bytes_follow_the_plan_and_cache_precisions():
         int8 = dataclasses.replace(s, precision=plan, kv_precision="int8")
         assert cache_bytes(int8, "split_weight", 6) == 48 * (2 + 8)
         assert decode_bytes(int8, "split_weight") == weight_bytes * 52 + 48 * (2 + 8)
-    # The GPT-2 small step over 8k: 59.8 MB with an fp32 cache, 29.9 MB bf16/bf16.
+    # GPT-2 small's step over 8k: 59.8 MB with an fp32 cache, 29.9 MB bf16/bf16.
     gpt2 = Shape(1, 1, 768, 768, 12, past=8192)
     assert round(decode_bytes(gpt2, "split_weight") / 1e6, 1) == 59.8
     assert round(decode_bytes(dataclasses.replace(gpt2, precision="bf16"), "split_weight") / 1e6, 1) == 29.9
