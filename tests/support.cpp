@@ -31,6 +31,7 @@ mha::config shape::config() const {
   c.n_kv_heads = n_kv_heads;
   c.rope_base = rope_base;
   c.out_proj_bias = out_proj_bias;
+  c.rope_scaling = rope_scaling;
   return c;
 }
 
@@ -42,6 +43,10 @@ std::string shape::name() const {
   if (qkv_bias) s << "_qkvbias";
   if (!out_proj) s << "_noproj";
   if (rope_base != 0.0) s << "_rope" << static_cast<long long>(rope_base);
+  if (rope_scaling.kind == mha::rope_scaling::type::linear) {
+    s << "_linear" << static_cast<long long>(rope_scaling.factor);
+  }
+  if (rope_scaling.kind == mha::rope_scaling::type::llama3) s << "_llama3";
   if (out_proj && !out_proj_bias) s << "_nooutbias";
   return s.str();
 }
@@ -75,6 +80,33 @@ const std::vector<shape>& conformance_shapes() {
       {1, 33, 16, 32, 4, true, false, true, 0, 10000.0},
       {2, 600, 32, 64, 4, true, false, true, 2, 500000.0, false},
       {3, 17, 12, 16, 8, true, true, true, 1, 10000.0},
+      // Scaled rotary embeddings: Llama 3.1's at head_dim 16 with an original context of 64, so
+      // that its pairs fall in all three bands (wavelengths 6.3 kept, 20 and 63 blended, 199 and
+      // up slowed 8x); linear by 4 with biases.
+      {1,
+       40,
+       32,
+       64,
+       4,
+       true,
+       false,
+       true,
+       2,
+       10000.0,
+       false,
+       {mha::rope_scaling::type::llama3, 8.0, 1.0, 4.0, 64}},
+      {3,
+       17,
+       12,
+       16,
+       4,
+       true,
+       true,
+       true,
+       0,
+       10000.0,
+       true,
+       {mha::rope_scaling::type::linear, 4.0}},
   };
   return shapes;
 }

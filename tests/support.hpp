@@ -30,6 +30,20 @@ void expect_error(F&& f, std::initializer_list<const char*> fragments) {
     ADD_FAILURE() << "wrong exception type: " << e.what();
   }
 }
+// The same with fragments built at run time.
+template <class E, class F>
+void expect_error(F&& f, const std::vector<std::string>& fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception thrown";
+  } catch (const E& e) {
+    for (const std::string& fragment : fragments) {
+      EXPECT_THAT(e.what(), testing::HasSubstr(fragment));
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
 
 // One test shape: a module and the input it runs on.
 struct shape {
@@ -38,10 +52,11 @@ struct shape {
   std::int64_t n_kv_heads = 0;  // config::n_kv_heads: 0 = n_heads
   double rope_base = 0.0;       // config::rope_base: 0 = no rotary embedding
   bool out_proj_bias = true;
+  mha::rope_scaling rope_scaling = {};
 
   mha::config config() const;
   // "b3_t17_din24_dout30_h3" plus "_kvh2", "_noncausal", "_qkvbias", "_noproj", "_rope10000",
-  // "_nooutbias".
+  // "_linear4" or "_llama3" (a rope scaling), "_nooutbias".
   std::string name() const;
 };
 

@@ -197,6 +197,90 @@ TEST(Config, KvHeadsMustDivideHeadsAndPrecisionBeNamed) {
                                       {"unknown precision 'fp16'", "fp32, bf16 or int8"});
 }
 
+// The rope scaling in the canonical string: its type and parameters, read back exactly.
+TEST(Problem, RopeScalingRoundTrips) {
+  mha::problem p = mha::parse_problem("split_weight/b1/t4/din64/dout64/h4/kvh2/rope5e+05");
+  p.cfg.rope_scaling = {mha::rope_scaling::type::llama3, 8.0, 1.0, 4.0, 8192};
+  EXPECT_EQ(mha::to_string(p),
+            "split_weight/b1/t4/din64/dout64/h4/kvh2/rope5e+05/rope_llama3_8_1_4_8192");
+  EXPECT_EQ(mha::parse_problem(mha::to_string(p)), p);
+  p.cfg.rope_scaling = {mha::rope_scaling::type::linear, 2.5};
+  EXPECT_EQ(mha::to_string(p), "split_weight/b1/t4/din64/dout64/h4/kvh2/rope5e+05/rope_linear2.5");
+  EXPECT_EQ(mha::parse_problem(mha::to_string(p)), p);
+  for (const char* bad : {"rope_linear", "rope_llama3_8_1_4", "rope_llama3_8_1_4_8192_1",
+                          "rope_llama3_8_1_4_8k", "rope_yarn4"}) {
+    mha_test::expect_error<mha::invalid_argument>(
+        [&] { mha::parse_problem(std::string("split_weight/b1/t1/din8/dout8/h2/rope1e4/") + bad); },
+        {std::string("unknown part '") + bad + "'"});
+  }
+}
+
+// Hugging Face's rope types as facts: linear divides every frequency by the factor; llama3 keeps
+// the pairs whose wavelength 2 pi / f is below original_context / high_freq_factor, divides
+// those above original_context / low_freq_factor, and blends linearly in context / wavelength
+// between (so the scaled frequency falls monotonically from f to f / factor across the band).
+TEST(Config, RopeFrequenciesFollowTheScalingType) {
+  mha::config c{.d_in = 64, .d_out = 64, .n_heads = 4, .context_length = 8};
+  EXPECT_TRUE(mha::rope_frequencies(c).empty()) << "no rotary embedding";
+  c.rope_base = 10000.0;
+  const std::vector<double> plain = mha::rope_frequencies(c);
+  ASSERT_EQ(plain.size(), 8u);
+  for (std::size_t e = 0; e < plain.size(); ++e)
+    EXPECT_DOUBLE_EQ(plain[e], std::pow(10000.0, -2.0 * static_cast<double>(e) / 16.0));
+
+  c.rope_scaling = {mha::rope_scaling::type::linear, 4.0};
+  const std::vector<double> linear = mha::rope_frequencies(c);
+  for (std::size_t e = 0; e < plain.size(); ++e) EXPECT_DOUBLE_EQ(linear[e], plain[e] / 4.0);
+
+  c.rope_scaling = {mha::rope_scaling::type::llama3, 8.0, 1.0, 4.0, 64};
+  const std::vector<double> llama3 = mha::rope_frequencies(c);
+  int kept = 0, slowed = 0, blended = 0;
+  for (std::size_t e = 0; e < plain.size(); ++e) {
+    const double wavelength = 2 * std::acos(-1.0) / plain[e];
+    if (wavelength < 64.0 / 4.0) {
+      EXPECT_EQ(llama3[e], plain[e]) << e;
+      ++kept;
+    } else if (wavelength > 64.0 / 1.0) {
+      EXPECT_DOUBLE_EQ(llama3[e], plain[e] / 8.0) << e;
+      ++slowed;
+    } else {
+      // The blend's weight on the unscaled frequency: (64 / wavelength - 1) / (4 - 1).
+      const double smooth = (64.0 / wavelength - 1.0) / 3.0;
+      EXPECT_GT(smooth, 0.0);
+      EXPECT_LT(smooth, 1.0);
+      EXPECT_DOUBLE_EQ(llama3[e], (1 - smooth) * plain[e] / 8.0 + smooth * plain[e]) << e;
+      EXPECT_LT(llama3[e], plain[e]);
+      EXPECT_GT(llama3[e], plain[e] / 8.0);
+      ++blended;
+    }
+  }
+  EXPECT_EQ(kept, 1);  // wavelengths 6.3 | 20, 63 | 199, 628, ...
+  EXPECT_EQ(blended, 2);
+  EXPECT_EQ(slowed, 5);
+  mha::validate(c);
+  EXPECT_THAT(mha::to_string(c), testing::HasSubstr(" rope_scaling=llama3_8_1_4_64"));
+}
+
+TEST(Config, RopeScalingIsValidated) {
+  using mha_test::expect_error;
+  mha::config c{.d_in = 16, .d_out = 16, .n_heads = 2, .context_length = 8};
+  c.rope_scaling = {mha::rope_scaling::type::linear, 2.0};
+  expect_error<mha::invalid_argument>([&] { mha::validate(c); },
+                                      {"rope_scaling linear", "rope_base is 0"});
+  c.rope_base = 10000.0;
+  mha::validate(c);
+  c.rope_scaling.factor = 0.5;
+  expect_error<mha::invalid_argument>([&] { mha::validate(c); }, {"factor (0.5)", ">= 1"});
+  c.rope_scaling = {mha::rope_scaling::type::llama3, 8.0, 4.0, 1.0, 8192};
+  expect_error<mha::invalid_argument>([&] { mha::validate(c); },
+                                      {"low_freq_factor (4)", "high_freq_factor (1)"});
+  c.rope_scaling = {mha::rope_scaling::type::llama3, 8.0, 1.0, 4.0, 0};
+  expect_error<mha::invalid_argument>([&] { mha::validate(c); }, {"original_context (0)"});
+  c.rope_scaling = {mha::rope_scaling::type::none, 2.0};
+  expect_error<mha::invalid_argument>([&] { mha::validate(c); },
+                                      {"rope_scaling none has parameters", "factor 2"});
+}
+
 // A backend says what it declines and why; prepare() of a declined problem throws
 // mha::unsupported naming the backend and the reason, before looking at the weights.
 TEST(Backend, DeclinedProblemsThrowUnsupportedWithTheReason) {

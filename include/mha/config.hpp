@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mha {
 
@@ -26,13 +28,33 @@ std::string_view to_string(precision p) noexcept;
 // Inverse of to_string(precision); throws mha::invalid_argument listing the valid names.
 precision parse_precision(std::string_view name);
 
+// How a rotary embedding stretches its frequencies beyond the context it was trained on
+// (docs/design.md §1.6), as Hugging Face's rope_type names them: none ("default"), linear (every
+// frequency divided by `factor`), llama3 (Llama 3.1+: wavelengths longer than
+// original_context / low_freq_factor divided by `factor`, those shorter than
+// original_context / high_freq_factor kept, a linear blend in between).
+struct rope_scaling {
+  enum class type { none, linear, llama3 };
+  type kind = type::none;
+  double factor = 1.0;                // linear and llama3
+  double low_freq_factor = 1.0;       // llama3
+  double high_freq_factor = 4.0;      // llama3
+  std::int64_t original_context = 0;  // llama3: the original max_position_embeddings
+  bool operator==(const rope_scaling&) const = default;
+};
+
+// "none", "linear" or "llama3".
+std::string_view to_string(rope_scaling::type t) noexcept;
+
 // One causal multi-head attention module, described as PyTorch's constructor arguments
 // describe it. d_out is the total over all heads; head_dim() = d_out / n_heads.
 //
 // Valid when: d_in, d_out, n_heads, context_length >= 1; d_out % n_heads == 0;
 // n_kv_heads == 0 or it divides n_heads; 0 <= dropout < 1; precision is fp32 or bf16;
-// rope_base == 0, or rope_base > 1 and finite with an even head_dim; every weight tensor's byte
-// count fits in std::int64_t.
+// rope_base == 0, or rope_base > 1 and finite with an even head_dim; rope_scaling none (its
+// other fields at their defaults), or with a rotary embedding: linear with a finite factor >= 1,
+// llama3 with a finite factor >= 1, 0 < low_freq_factor < high_freq_factor (finite) and
+// original_context >= 1; every weight tensor's byte count fits in std::int64_t.
 // validate() checks exactly this and throws mha::invalid_argument naming the bad value.
 struct config {
   std::int64_t d_in = 0;            // features of each input token
@@ -53,6 +75,7 @@ struct config {
   // Llama 2, 500000 in Llama 3): each query and key head is rotated by its absolute position
   // after projection, in the rotate-half convention of Hugging Face's Llama.
   double rope_base = 0.0;
+  mha::rope_scaling rope_scaling = {};  // with rope_base != 0 only
 
   // d_out / n_heads; 0 when n_heads is not positive (validate() rejects such a config).
   constexpr std::int64_t head_dim() const noexcept { return n_heads > 0 ? d_out / n_heads : 0; }
@@ -67,9 +90,23 @@ struct config {
 void validate(const config& cfg);
 
 // "d_in=768 d_out=768 n_heads=12 context_length=1024 causal=1 qkv_bias=0 out_proj=1 dropout=0",
-// followed by " out_proj_bias=0", " n_kv_heads=K", " rope_base=B" and " precision=bf16" when
-// they are not the defaults.
+// followed by " out_proj_bias=0", " n_kv_heads=K", " rope_base=B", " rope_scaling=" and the
+// spelling of rope_scaling_name, and " precision=bf16" when they are not the defaults.
 std::string to_string(const config& cfg);
+
+// The rotary embedding's scaling as the canonical problem string spells it (include/mha/
+// problem.hpp): "linear<factor>" or "llama3_<factor>_<low>_<high>_<original_context>", numbers in
+// std::to_chars' shortest form; "" for none. parse_rope_scaling is its inverse (nullopt for a
+// text that is not such a spelling; the values are not validated).
+std::string rope_scaling_name(const rope_scaling& s);
+std::optional<rope_scaling> parse_rope_scaling(std::string_view name);
+
+// The rotary embedding's inverse frequencies of `cfg` (docs/design.md §1.6), one per pair
+// e < head_dim / 2: base^(-2e / head_dim), then scaled by cfg.rope_scaling as Hugging Face's
+// rope types define it (linear: / factor; llama3: by wavelength 2 pi / f against
+// original_context / low_freq_factor and / high_freq_factor). In double; empty without a rotary
+// embedding. A position pos turns pair e by the angle pos * f_e.
+std::vector<double> rope_frequencies(const config& cfg);
 
 // How a backend computes the module. All compute the same function (docs/design.md §1).
 enum class formulation {

@@ -58,6 +58,54 @@ void check_score_memory(std::string_view where, std::int64_t rows, std::int64_t 
   }
 }
 
+namespace {
+
+// Written so that NaN fails too.
+bool finite_at_least(double value, double least) {
+  return value >= least && value < std::numeric_limits<double>::infinity();
+}
+
+void check_rope_scaling(const config& cfg, std::string_view where) {
+  const rope_scaling& s = cfg.rope_scaling;
+  const std::string what = text(where, ": rope_scaling ", to_string(s.kind));
+  switch (s.kind) {
+    case rope_scaling::type::none:
+      if (!(s == rope_scaling{})) {
+        throw invalid_argument(text(what, " has parameters (factor ", s.factor,
+                                    ", low_freq_factor ", s.low_freq_factor, ", high_freq_factor ",
+                                    s.high_freq_factor, ", original_context ", s.original_context,
+                                    "); leave them at their defaults or name a type"));
+      }
+      return;
+    case rope_scaling::type::linear:
+    case rope_scaling::type::llama3:
+      break;
+    default:
+      throw invalid_argument(text(where, ": unknown rope_scaling type value ",
+                                  static_cast<int>(s.kind), "; expected none, linear or llama3"));
+  }
+  if (cfg.rope_base == 0.0) {
+    throw invalid_argument(text(what, " scales a rotary embedding, but rope_base is 0 (none)"));
+  }
+  if (!finite_at_least(s.factor, 1.0)) {
+    throw invalid_argument(text(what, ": factor (", s.factor, ") must be finite and >= 1"));
+  }
+  if (s.kind == rope_scaling::type::llama3) {
+    if (!(s.low_freq_factor > 0.0 && s.low_freq_factor < s.high_freq_factor &&
+          finite_at_least(s.high_freq_factor, 0.0))) {
+      throw invalid_argument(text(what, ": low_freq_factor (", s.low_freq_factor,
+                                  ") and high_freq_factor (", s.high_freq_factor,
+                                  ") must be finite with 0 < low_freq_factor < high_freq_factor"));
+    }
+    if (s.original_context < 1) {
+      throw invalid_argument(
+          text(what, ": original_context (", s.original_context, ") must be >= 1"));
+    }
+  }
+}
+
+}  // namespace
+
 void check_config(const config& cfg, std::string_view where) {
   auto positive = [&](std::int64_t value, const char* name) {
     if (value < 1) throw invalid_argument(text(where, ": ", name, " (", value, ") must be >= 1"));
@@ -95,6 +143,7 @@ void check_config(const config& cfg, std::string_view where) {
                                   ") must be even"));
     }
   }
+  check_rope_scaling(cfg, where);
   // Written so that NaN fails too.
   if (!(cfg.dropout >= 0.0f && cfg.dropout < 1.0f)) {
     throw invalid_argument(text(where, ": dropout (", cfg.dropout, ") must be in [0, 1)"));
@@ -115,8 +164,92 @@ std::string to_string(const config& cfg) {
       cfg.out_proj_bias ? std::string() : std::string(" out_proj_bias=0"),
       cfg.n_kv_heads > 0 ? detail::text(" n_kv_heads=", cfg.n_kv_heads) : std::string(),
       cfg.rope_base != 0.0 ? detail::text(" rope_base=", cfg.rope_base) : std::string(),
+      cfg.rope_scaling.kind != rope_scaling::type::none
+          ? detail::text(" rope_scaling=", rope_scaling_name(cfg.rope_scaling))
+          : std::string(),
       cfg.precision != precision::fp32 ? detail::text(" precision=", to_string(cfg.precision))
                                        : std::string());
+}
+
+std::string_view to_string(rope_scaling::type t) noexcept {
+  switch (t) {
+    case rope_scaling::type::none:
+      return "none";
+    case rope_scaling::type::linear:
+      return "linear";
+    case rope_scaling::type::llama3:
+      return "llama3";
+  }
+  return "unknown";
+}
+
+std::string rope_scaling_name(const rope_scaling& s) {
+  switch (s.kind) {
+    case rope_scaling::type::none:
+      return "";
+    case rope_scaling::type::linear:
+      return detail::text("linear", s.factor);
+    case rope_scaling::type::llama3:
+      return detail::text("llama3_", s.factor, "_", s.low_freq_factor, "_", s.high_freq_factor, "_",
+                          s.original_context);
+  }
+  return "unknown";
+}
+
+std::optional<rope_scaling> parse_rope_scaling(std::string_view name) {
+  // A number as std::from_chars reads it, the whole of `field`.
+  auto number = [](std::string_view field, auto& into) {
+    const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), into);
+    return !field.empty() && ec == std::errc{} && end == field.data() + field.size();
+  };
+  rope_scaling s;
+  if (name.starts_with("linear")) {
+    s.kind = rope_scaling::type::linear;
+    return number(name.substr(6), s.factor) ? std::optional(s) : std::nullopt;
+  }
+  if (!name.starts_with("llama3_")) return std::nullopt;
+  s.kind = rope_scaling::type::llama3;
+  std::string_view rest = name.substr(7);
+  std::string_view fields[4];
+  for (std::string_view& field : fields) {
+    const std::size_t sep = rest.find('_');
+    field = rest.substr(0, sep);
+    rest = sep == std::string_view::npos ? std::string_view() : rest.substr(sep + 1);
+    if (field.empty()) return std::nullopt;
+  }
+  const bool read = rest.empty() && number(fields[0], s.factor) &&
+                    number(fields[1], s.low_freq_factor) && number(fields[2], s.high_freq_factor) &&
+                    number(fields[3], s.original_context);
+  return read ? std::optional(s) : std::nullopt;
+}
+
+std::vector<double> rope_frequencies(const config& cfg) {
+  std::vector<double> f;
+  if (cfg.rope_base == 0.0) return f;
+  const std::int64_t hd = cfg.head_dim();
+  const rope_scaling& s = cfg.rope_scaling;
+  constexpr double two_pi = 6.283185307179586476925286766559;
+  for (std::int64_t e = 0; e < hd / 2; ++e) {
+    const double unscaled = std::pow(cfg.rope_base, -2.0 * static_cast<double>(e) / hd);
+    double scaled = unscaled;
+    if (s.kind == rope_scaling::type::linear) {
+      scaled = unscaled / s.factor;
+    } else if (s.kind == rope_scaling::type::llama3) {
+      // Hugging Face's llama3 rope type: long wavelengths (low frequencies) slowed by `factor`,
+      // short ones kept, and between them a blend linear in original_context / wavelength.
+      const double wavelength = two_pi / unscaled;
+      const double context = static_cast<double>(s.original_context);
+      if (wavelength > context / s.low_freq_factor) {
+        scaled = unscaled / s.factor;
+      } else if (!(wavelength < context / s.high_freq_factor)) {
+        const double smooth =
+            (context / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        scaled = (1.0 - smooth) * unscaled / s.factor + smooth * unscaled;
+      }
+    }
+    f.push_back(scaled);
+  }
+  return f;
 }
 
 std::string_view to_string(precision p) noexcept {

@@ -99,6 +99,17 @@ constexpr part parts[] = {
        if (base) p.cfg.rope_base = *base;
        return base.has_value();
      }},
+    // Its type and parameters (mha::rope_scaling_name): "linear4", "llama3_8_1_4_8192".
+    {"rope_", "rope_linear<factor> or rope_llama3_<factor>_<low>_<high>_<context>", false,
+     [](const problem& p) {
+       return value_if(p.cfg.rope_scaling.kind != rope_scaling::type::none,
+                       rope_scaling_name(p.cfg.rope_scaling));
+     },
+     [](std::string_view v, problem& p) {
+       const auto scaling = parse_rope_scaling(v);
+       if (scaling) p.cfg.rope_scaling = *scaling;
+       return scaling.has_value();
+     }},
     {"noncausal", "noncausal", false, [](const problem& p) { return flag_if(!p.cfg.causal); },
      [](std::string_view v, problem& p) { return read_flag(v, p.cfg.causal, false); }},
     {"qkv_bias", "qkv_bias", false, [](const problem& p) { return flag_if(p.cfg.qkv_bias); },

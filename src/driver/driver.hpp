@@ -122,7 +122,7 @@ class driver_plan final : public plan {
         break;
     }
     if (cfg.out_proj) out_proj_.emplace(kernels_.pack(w.out_proj));
-    if (cfg.rope_base != 0.0) rope_.emplace(cfg.context_length, hd, cfg.rope_base);
+    if (cfg.rope_base != 0.0) rope_.emplace(cfg.context_length, mha::rope_frequencies(cfg));
   }
 
   // The plan's kernel set, for a backend's introspection of its own plans.

@@ -10,16 +10,19 @@
 
 namespace mha::detail {
 
-// cos and sin of pos * base^(-2e / head_dim) for every position < `positions` and pair
-// e < head_dim / 2, computed in double and rounded once, so every backend turns a head by the
+// cos and sin of pos * f_e for every position < `positions` and pair e < head_dim / 2, with f the
+// plan's inverse frequencies (mha::rope_frequencies: base^(-2e / head_dim), scaled), computed in
+// double and rounded once, so every backend turns a head by the
 // same floats (the double oracle computes the angles exactly; PyTorch's Llama computes them in
 // float, which differs by up to pos * 2^-24 radians). Memory: positions * head_dim floats.
 class rope_table {
  public:
-  rope_table(std::int64_t positions, std::int64_t head_dim, double base)
-      : half_(head_dim / 2), cos_(static_cast<std::size_t>(positions * half_)), sin_(cos_.size()) {
+  rope_table(std::int64_t positions, const std::vector<double>& frequencies)
+      : half_(static_cast<std::int64_t>(frequencies.size())),
+        cos_(static_cast<std::size_t>(positions * half_)),
+        sin_(cos_.size()) {
     for (std::int64_t e = 0; e < half_; ++e) {
-      const double frequency = std::pow(base, -2.0 * static_cast<double>(e) / head_dim);
+      const double frequency = frequencies[static_cast<std::size_t>(e)];
       for (std::int64_t pos = 0; pos < positions; ++pos) {
         const double angle = static_cast<double>(pos) * frequency;
         cos_[static_cast<std::size_t>(pos * half_ + e)] = static_cast<float>(std::cos(angle));

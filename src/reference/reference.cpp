@@ -88,12 +88,14 @@ mha::weights parameters(const mha::weights& w, bool bf16) {
 }
 
 // Rotary position embedding (docs/design.md §1.6) of `row`, `width` features in heads of hd, at
-// position `pos`, in double: the pairs (e, e + hd/2) of each head turn by pos * base^(-2e/hd).
-void rotate(double* row, std::int64_t width, std::int64_t hd, std::int64_t pos, double base) {
+// position `pos`, in double: the pairs (e, e + hd/2) of each head turn by pos * f_e, f the
+// inverse frequencies (mha::rope_frequencies).
+void rotate(double* row, std::int64_t width, std::int64_t hd, std::int64_t pos,
+            const std::vector<double>& f) {
   const std::int64_t half = hd / 2;
   for (std::int64_t head = 0; head < width; head += hd) {
     for (std::int64_t e = 0; e < half; ++e) {
-      const double angle = static_cast<double>(pos) * std::pow(base, -2.0 * e / hd);
+      const double angle = static_cast<double>(pos) * f[static_cast<std::size_t>(e)];
       const double c = std::cos(angle), s = std::sin(angle);
       const double a = row[head + e], b = row[head + e + half];
       row[head + e] = a * c - b * s;
@@ -112,6 +114,7 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
   const mha::weights w = parameters(weights, bf16);
   const std::int64_t hd = cfg.head_dim(), d = cfg.d_out, d_kv = cfg.d_kv();
   const std::int64_t group = cfg.n_heads / cfg.kv_heads();  // query heads per K/V head
+  const std::vector<double> frequencies = mha::rope_frequencies(cfg);
   const mha::detail::dropout_spec drop{options.training ? cfg.dropout : 0.0f, options.seed};
   std::vector<double> result(rows.size() * static_cast<std::size_t>(d));
   std::vector<double> a(static_cast<std::size_t>(zero_past + seq_len)),
@@ -123,7 +126,7 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
   if (cfg.rope_base != 0.0) {
     for (std::int64_t j = 0; j < zero_past; ++j) {
       zero_keys.insert(zero_keys.end(), k0.begin(), k0.end());
-      rotate(zero_keys.data() + j * d_kv, d_kv, hd, j, cfg.rope_base);
+      rotate(zero_keys.data() + j * d_kv, d_kv, hd, j, frequencies);
     }
   }
   round_operands(k0, bf16);
@@ -139,7 +142,7 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
     std::vector<double> k = project(w.key, xb, 0, seq_len), v = project(w.value, xb, 0, seq_len);
     if (cfg.rope_base != 0.0) {
       for (std::int64_t j = 0; j < seq_len; ++j)
-        rotate(k.data() + j * d_kv, d_kv, hd, zero_past + j, cfg.rope_base);
+        rotate(k.data() + j * d_kv, d_kv, hd, zero_past + j, frequencies);
     }
     round_operands(k, bf16);
     round_operands(v, bf16);
@@ -147,7 +150,7 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
       if (rows[r].batch != b) continue;
       const std::int64_t i = rows[r].token;
       std::vector<double> q = project(w.query, xb, i, 1);
-      if (cfg.rope_base != 0.0) rotate(q.data(), d, hd, zero_past + i, cfg.rope_base);
+      if (cfg.rope_base != 0.0) rotate(q.data(), d, hd, zero_past + i, frequencies);
       round_operands(q, bf16);
       for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
         const std::int64_t g = h / group;
@@ -178,6 +181,7 @@ double max_abs_score(const mha::config& cfg, const mha::weights& w, std::span<co
   const std::int64_t hd = cfg.head_dim(), d_kv = cfg.d_kv();
   const std::int64_t group = cfg.n_heads / cfg.kv_heads();
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const std::vector<double> frequencies = mha::rope_frequencies(cfg);
   double largest = 0.0;
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::vector<double> xb(x.begin() + b * seq_len * cfg.d_in,
@@ -185,8 +189,8 @@ double max_abs_score(const mha::config& cfg, const mha::weights& w, std::span<co
     std::vector<double> q = project(w.query, xb, 0, seq_len), k = project(w.key, xb, 0, seq_len);
     if (cfg.rope_base != 0.0) {
       for (std::int64_t i = 0; i < seq_len; ++i) {
-        rotate(q.data() + i * cfg.d_out, cfg.d_out, hd, i, cfg.rope_base);
-        rotate(k.data() + i * d_kv, d_kv, hd, i, cfg.rope_base);
+        rotate(q.data() + i * cfg.d_out, cfg.d_out, hd, i, frequencies);
+        rotate(k.data() + i * d_kv, d_kv, hd, i, frequencies);
       }
     }
     for (std::int64_t h = 0; h < cfg.n_heads; ++h) {

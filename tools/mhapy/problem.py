@@ -27,7 +27,8 @@ class Shape:
     """One module + input shape, as mha::problem without the formulation: `seq_len` new tokens
     per sequence after `past` cached ones (past > 0: an incremental call, docs/design.md §1.4),
     `n_kv_heads` K/V heads (0 means n_heads; n_heads itself is stored as 0, so the two spellings
-    are one shape, §1.3), the precision (§1.5), the rotary embedding base (0: none, §1.6),
+    are one shape, §1.3), the precision (§1.5), the rotary embedding base (0: none, §1.6) and its
+    scaling as names spell it ("" for none, "linear4", "llama3_8_1_4_8192"),
     whether out_proj has its bias (stored as True without an out_proj, which has none to lack)
     and the KV cache's precision (§1.7; "" for the plan's own, which is how it is stored when
     given equal to `precision`)."""
@@ -46,6 +47,7 @@ class Shape:
     rope_base: float = 0.0
     out_proj_bias: bool = True
     kv_precision: str = ""
+    rope_scaling: str = ""
 
     def __post_init__(self):
         if self.kv_precision == self.precision:
@@ -124,6 +126,10 @@ class ProblemError(ValueError):
 
 # A rotary base after "rope": a decimal number as std::from_chars reads one (no '+', no hexadecimal).
 _DECIMAL = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+# A rotary scaling after "rope_" (mha::parse_rope_scaling): linear<factor> or
+# llama3_<factor>_<low>_<high>_<original context>.
+_NUMBER = _DECIMAL.pattern
+_ROPE_SCALING = re.compile(rf"linear{_NUMBER}|llama3_{_NUMBER}_{_NUMBER}_{_NUMBER}_-?[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -131,8 +137,8 @@ class Part:
     """One part of a canonical problem string after the formulation: `prefix`, then the value of
     Shape's `field`; left out when the shape has `default` (None: required, always written).
     `kind` says how the value is spelled: "count" (decimal digits), "decimal" (shortest_decimal),
-    "flag" (the prefix alone, for a field not at its default) or "name" (the value alone, one of
-    `names`)."""
+    "flag" (the prefix alone, for a field not at its default), "name" (the value alone, one of
+    `names`) or "rope_scaling" (the text mha::rope_scaling_name writes)."""
 
     prefix: str
     field: str
@@ -160,6 +166,8 @@ class Part:
             return float(value) if _DECIMAL.fullmatch(value) else None
         if self.kind == "flag":
             return (not self.default) if value == "" else None
+        if self.kind == "rope_scaling":
+            return value if _ROPE_SCALING.fullmatch(value) else None
         return value if value in self.names else None
 
 
@@ -177,6 +185,7 @@ PARTS = (
     Part("h", "n_heads"),
     Part("kvh", "n_kv_heads", 0),
     Part("rope", "rope_base", 0.0, "decimal"),
+    Part("rope_", "rope_scaling", "", "rope_scaling"),
     Part("noncausal", "causal", True, "flag"),
     Part("qkv_bias", "qkv_bias", False, "flag"),
     Part("no_out_proj", "out_proj", True, "flag"),
