@@ -224,6 +224,18 @@ std::string shell_quoted(const std::string& text) {
 
 }  // namespace
 
+void expect_same_weights(const mha::weights& a, const mha::weights& b) {
+  for (auto [x, y] : {std::pair{&a.query, &b.query},
+                      {&a.key, &b.key},
+                      {&a.value, &b.value},
+                      {&a.out_proj, &b.out_proj}}) {
+    EXPECT_EQ(x->out, y->out);
+    EXPECT_EQ(x->in, y->in);
+    EXPECT_EQ(x->weight, y->weight);
+    EXPECT_EQ(x->bias, y->bias);
+  }
+}
+
 void scratch_test::SetUp() {
   const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
   std::string name = std::string(info->test_suite_name()) + "." + info->name();

@@ -115,6 +115,9 @@ double max_abs(const std::vector<float>& v);
 double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b);
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
 
+// Expects a and b to be the same layers, bit for bit: shapes, weights and biases.
+void expect_same_weights(const mha::weights& a, const mha::weights& b);
+
 // A test with its own empty directory dir_, removed afterwards. Unique per process and test, so
 // concurrent ctest runs (even from other checkouts) never share files.
 class scratch_test : public testing::Test {

@@ -192,7 +192,8 @@ TEST_F(Cli, DropoutIsReportedAsGiven) {
 TEST_F(Cli, UsageErrorsExitTwoWithOneLine) {
   expect_usage_error({"frobnicate"}, {"unknown command 'frobnicate'"});
   expect_usage_error(run_args({"--frob"}), {"unknown option --frob"});
-  expect_usage_error({"run", "--input", "x.npy"}, {"--weights is required"});
+  expect_usage_error({"run", "--input", "x.npy"},
+                     {"either --model DIR --layer N", "or --weights W.safetensors"});
   expect_usage_error(run_args({"--threads", "two"}), {"--threads expects an integer", "'two'"});
   expect_usage_error(run_args({"--threads", "-1"}), {"--threads", "'-1'"});
   expect_usage_error(run_args({"--heads"}), {"--heads needs a value"});

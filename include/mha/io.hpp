@@ -50,7 +50,9 @@ inline constexpr std::size_t max_npy_rank = 64;
 // Checks: the header length fits the file and the cap; the header is a JSON object without
 // duplicate keys whose entries have exactly dtype, shape and data_offsets; shapes are
 // non-negative integers whose element count times the dtype size (overflow-checked) equals the
-// entry's byte range; the ranges lie in the data, do not overlap and cover it without gaps.
+// entry's byte range (for every dtype of the format whose size is known: integer and 8-bit float
+// types too); the ranges lie in the data, do not overlap and cover it without gaps; every tensor
+// has a dtype it reads.
 // Throws mha::format_error prefixed by `source` (a file name) naming the first violation.
 tensor_file parse_safetensors(std::span<const std::byte> bytes,
                               std::string_view source = "safetensors");
@@ -67,8 +69,9 @@ std::vector<std::byte> safetensors_bytes(const tensor_file& file);
 tensor_file read_safetensors(const std::filesystem::path& path);
 void write_safetensors(const std::filesystem::path& path, const tensor_file& file);
 // read_safetensors keeping only the tensors whose name `keep` accepts (it sees each name of the
-// checked header once): the others' data is never read, so one block of a whole-model
-// checkpoint costs that block's bytes and memory.
+// checked header once): the others' data is never read, whatever their dtype (an int64
+// position_ids buffer, int8 weights), so one block of a whole-model checkpoint costs that
+// block's bytes and memory.
 tensor_file read_safetensors(const std::filesystem::path& path,
                              const std::function<bool(std::string_view name)>& keep);
 
@@ -110,18 +113,25 @@ void write_npy(const std::filesystem::path& path, const tensor& t);
 //              (1, 1, C, C) (the causal mask) and masked_bias (ignored);
 //   llama      Llama's attention (Hugging Face): q_proj.weight (d_out, d_in), k_proj.weight and
 //              v_proj.weight (d_kv, d_in), o_proj.weight (d_out, d_out), biases as in split;
-//              the buffer rotary_emb.inv_freq (ignored); rotary embedding always stated.
-enum class layout { split, wrapper, torch_mha, gpt2, llama };
+//              the buffer rotary_emb.inv_freq (ignored); rotary embedding always stated;
+//              Qwen2's is the same with Q, K and V biases and no o_proj.bias;
+//   bert       BERT's, RoBERTa's and MiniLM's (BertSelfAttention + BertSelfOutput's dense),
+//              not causal: self.query.weight (d_out, d_in), self.key.weight, self.value.weight
+//              (+ .bias, all or none), output.dense.weight (d_out, d_out) with an optional
+//              .bias; output.LayerNorm.* (ignored: mha computes the dense layer's output, before
+//              dropout, the residual and the LayerNorm).
+enum class layout { split, wrapper, torch_mha, gpt2, llama, bert };
 
 // Every layout, in the order above.
 std::span<const layout> layouts() noexcept;
 
-// "split", "wrapper", "torch_mha", "gpt2" or "llama".
+// "split", "wrapper", "torch_mha", "gpt2", "llama" or "bert".
 std::string_view to_string(layout l) noexcept;
 
 // What a state_dict determines: the module's shape and flags, its weights (split layout, K and
-// V of d_kv rows), the layout the file had and where its block was. cfg.causal and cfg.dropout
-// are the defaults (true, 0): a state_dict does not record them.
+// V of d_kv rows), the layout the file had and where its block was. cfg.causal is the layout's
+// (false for bert, an encoder's; true otherwise) and cfg.dropout 0: a state_dict does not record
+// them.
 struct loaded_module {
   mha::config cfg;
   mha::weights w;
@@ -173,17 +183,79 @@ loaded_module load_module(const std::filesystem::path& path,
                           const state_dict_options& options = {});
 
 // The state_dict in `layout` of the module (cfg, w), which module_from_state_dict maps back to
-// (cfg, w): the names above, the metadata num_heads (and num_kv_heads when K/V heads are
-// grouped, rope_base when it is not 0 or the layout is llama), and the causal mask buffers of
-// C = cfg.context_length where the layout has them (split, one per head in wrapper as PyTorch
-// stores them: C * C floats each; gpt2's bias), else the metadata context_length (torch_mha,
-// llama). Validates cfg and w first, then that the layout
-// can hold them (mha::invalid_argument naming what it cannot): wrapper no grouped K/V heads,
-// torch_mha and gpt2 d_in = d_out, no grouped K/V heads and an out_proj, gpt2 every bias.
+// (cfg, w) (but for causal, which is the layout's): the names above, the metadata num_heads (and
+// num_kv_heads when K/V heads are grouped, rope_base when it is not 0 or the layout is llama), and
+// the causal mask buffers of C = cfg.context_length where the layout has them (split, one per head
+// in wrapper as PyTorch stores them: C * C floats each; gpt2's bias), else the metadata
+// context_length (torch_mha, llama, bert). Validates cfg and w first, then that the layout can hold
+// them (mha::invalid_argument naming what it cannot): wrapper no grouped K/V heads, torch_mha and
+// gpt2 d_in = d_out, no grouped K/V heads and an out_proj, gpt2 every bias, bert an out_proj.
 tensor_file to_state_dict(const mha::config& cfg, const mha::weights& w, io::layout layout);
 
 // to_state_dict in the layout of the PyTorch module of each formulation: wrapper (the wrapper),
 // split (split_weight), torch_mha (fused_qkv: nn.MultiheadAttention's in_proj).
 tensor_file to_state_dict(const mha::config& cfg, const mha::weights& w, formulation form);
+
+// ---- a Hugging Face model folder (README, "Weight files") ----
+
+// The largest config.json and model.safetensors.index.json read_model_folder accepts. A config
+// is a few KB; an index about 100 bytes per tensor (a 90k-tensor model's is 9 MB).
+inline constexpr std::uint64_t max_model_config_bytes = std::uint64_t{1} << 20;
+inline constexpr std::uint64_t max_model_index_bytes = std::uint64_t{64} << 20;
+
+// What a model folder (`save_pretrained`'s output, or a Hugging Face cache snapshot) says about
+// its attention blocks: config.json's model type, sizes and rotary embedding, and where each
+// layer's block lies among its safetensors files.
+struct model_folder {
+  std::filesystem::path dir;
+  std::string model_type;  // config.json's: gpt2, llama, mistral, qwen2, bert, roberta, ...
+  io::layout layout = layout::llama;
+  std::int64_t layers = 0;  // num_hidden_layers (n_layer in GPT-2's)
+  // Every block's module: d_in = d_out = hidden_size, n_heads, n_kv_heads, causal (false for
+  // encoders), rope_base and rope_scaling, context_length = max_position_embeddings, and the
+  // biases the model type has (Llama's and Mistral's as attention_bias says), which load_model
+  // checks against the tensors.
+  mha::config cfg;
+  std::string dtype;  // config.json's dtype (torch_dtype in older ones), "" when absent
+  // The prefix every block name starts with: "" or the head class's ("model.", "transformer.",
+  // "bert.", "roberta."), as the tensor names have it.
+  std::string root;
+  // The safetensors files: model.safetensors, or the shards model.safetensors.index.json names,
+  // each resolved to its real path (inside the folder, or a Hugging Face cache repo's blobs).
+  std::vector<std::filesystem::path> files;
+
+  // The prefix of layer `layer`'s attention block: "model.layers.3.self_attn.".
+  std::string block_prefix(std::int64_t layer) const;
+  // The files holding tensors of that block (one, or the shards the index names for it).
+  std::vector<std::filesystem::path> block_files(std::int64_t layer) const;
+
+  // Tensor name -> file, from the index (empty for a single file).
+  std::map<std::string, std::filesystem::path, std::less<>> weight_map;
+};
+
+// Reads `dir`'s config.json (and model.safetensors.index.json when the folder has no
+// model.safetensors): the model type (one of model_types(), else an mha::invalid_argument listing
+// them), its sizes and rotary embedding (RoPE as transformers 5 writes it, rope_parameters, and
+// as older configs do, rope_theta and rope_scaling; types default, linear and llama3), checked:
+// a key of the wrong JSON type, a missing size, heads whose head_dim times count is not
+// hidden_size, a partial rotary embedding or an unknown rope type is an error naming the key and
+// its value. Files are size-capped before parsing (max_model_config_bytes, _index_bytes) and every
+// file named must resolve inside the folder (or, for a snapshot of a Hugging Face cache,
+// models--*/snapshots/<rev>/, inside that repo's blobs/), else an mha::format_error naming the
+// path; reads only safetensors headers, never tensor data.
+model_folder read_model_folder(const std::filesystem::path& dir);
+
+// The model types read_model_folder knows, with their layouts: gpt2 (gpt2), llama, mistral and
+// qwen2 (llama), bert, roberta and xlm-roberta (bert).
+std::span<const std::string_view> model_types() noexcept;
+
+// Layer `layer`'s attention block of the model in `dir`: read_model_folder, then only the block's
+// tensors from only the file(s) holding them, mapped as module_from_state_dict maps a state_dict
+// with the config's heads, K/V heads, rotary embedding and context length. `options` are checked
+// against the config (a value that disagrees is an mha::invalid_argument naming both), except
+// context_length, which may be lower than the config's max_position_embeddings; options.prefix
+// must be empty. A layer outside [0, layers) or a tensor missing from its file is an error.
+loaded_module load_model(const std::filesystem::path& dir, std::int64_t layer,
+                         const state_dict_options& options = {});
 
 }  // namespace mha::io

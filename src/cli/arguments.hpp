@@ -52,6 +52,7 @@ struct command {
 };
 
 const command& backends_command();
+const command& inspect_command();
 const command& run_command();
 const command& verify_command();
 

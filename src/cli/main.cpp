@@ -13,9 +13,10 @@
 
 namespace {
 
-const std::array<const mha_cli::command*, 3>& commands() {
-  static const std::array<const mha_cli::command*, 3> list = {
-      &mha_cli::backends_command(), &mha_cli::run_command(), &mha_cli::verify_command()};
+const std::array<const mha_cli::command*, 4>& commands() {
+  static const std::array<const mha_cli::command*, 4> list = {
+      &mha_cli::backends_command(), &mha_cli::inspect_command(), &mha_cli::run_command(),
+      &mha_cli::verify_command()};
   return list;
 }
 
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
   }
   if (c == nullptr) {
     std::cerr << "mha: unknown command '" << name
-              << "'; expected backends, run or verify (see mha --help)\n";
+              << "'; expected backends, inspect, run or verify (see mha --help)\n";
     return 2;
   }
   const std::span<char* const> args(argv + 2, static_cast<std::size_t>(argc - 2));

@@ -45,7 +45,18 @@ int run_module(const arguments& a) {
   const mha::backend& backend =
       a.has("backend") ? mha::require_backend(a.required("backend")) : mha::default_backend();
   const mha::formulation form = mha::parse_formulation(a.text_or("formulation", "split_weight"));
-  const std::string& weights_path = a.required("weights");
+  if (a.has("model") == a.has("weights")) {
+    throw usage_error(
+        "give the weights with either --model DIR --layer N (a Hugging Face model folder) or "
+        "--weights W.safetensors (a state_dict)");
+  }
+  if (a.has("model") != a.has("layer")) {
+    throw usage_error(a.has("model") ? "--model needs --layer N (the attention block of layer N)"
+                                     : "--layer applies to --model DIR");
+  }
+  if (a.has("model") && a.has("prefix")) {
+    throw usage_error("--prefix applies to --weights; with --model, --layer picks the block");
+  }
   const std::string& input_path = a.required("input");
   const std::string& output_path = a.required("output");
   const mha::run_options options{
@@ -80,10 +91,18 @@ int run_module(const arguments& a) {
       .context_length = a.integer_or("context-length", 0, 1, int64_max),
       .prefix = a.text_or("prefix", "")};
   if (a.has("rope-base")) load.rope_base = a.real_or("rope-base", 0.0);
-  mha::io::loaded_module m = mha::io::load_module(weights_path, load);
+  const bool model = a.has("model");
+  const std::string weights_path = model ? a.required("model") : a.required("weights");
+  mha::io::loaded_module m =
+      model ? mha::io::load_model(weights_path, a.integer_or("layer", 0, 0, int64_max), load)
+            : mha::io::load_module(weights_path, load);
   mha::config cfg = m.cfg;
   if (cfg.context_length == 0) cfg.context_length = tokens;  // no mask, no option: any T
-  cfg.causal = !a.has("no-causal");
+  // A model's context is its max_position_embeddings; the plan needs the input's tokens only
+  // (its rotary table holds context_length positions).
+  if (model && !a.has("context-length") && tokens <= cfg.context_length)
+    cfg.context_length = tokens;
+  cfg.causal = m.cfg.causal && !a.has("no-causal");
   cfg.precision = mha::parse_precision(a.text_or("precision", "fp32"));
   // Checked as given: 0.99999999 would round to 1 in float32 and be reported as "dropout (1)".
   const double dropout = a.real_or("dropout", 0.0);
@@ -104,7 +123,8 @@ int run_module(const arguments& a) {
     throw mha::invalid_argument(input_path + ": input has " + std::to_string(tokens) +
                                 " tokens, more than context_length " +
                                 std::to_string(cfg.context_length) +
-                                " (the mask buffer of the weights, or --context-length)");
+                                " (the mask buffer of the weights, the model's "
+                                "max_position_embeddings, or --context-length)");
   }
 
   const std::int64_t prefill = a.integer_or("prefill", 0, 0, tokens);
@@ -130,7 +150,8 @@ int run_module(const arguments& a) {
                         std::to_string(prefill) + ", then " + std::to_string(chunk) + " token" +
                         (chunk == 1 ? "" : "s") + " per call)"
                   : "";
-  const std::string block = m.prefix.empty() ? "" : " at '" + m.prefix + "'";
+  const std::string block = (m.prefix.empty() ? "" : " at '" + m.prefix + "'") +
+                            (model ? " of the model in " + weights_path : "");
   std::printf("%s %s, %s-layout weights%s (%s): %s -> %s float32 in %s%s\n",
               std::string(backend.name()).c_str(), std::string(mha::to_string(form)).c_str(),
               std::string(mha::io::to_string(m.layout)).c_str(), block.c_str(),
@@ -144,9 +165,16 @@ int run_module(const arguments& a) {
 const command& run_command() {
   static const command c{
       "run",
-      "run a module's state_dict (safetensors) on an input (.npy)",
-      "usage: mha run --weights W.safetensors --input X.npy --output Y.npy [options]\n\n"
-      "Runs the module whose PyTorch state_dict is in W.safetensors on X and writes Y.\n"
+      "run an attention block (a model folder's layer or a state_dict) on an input (.npy)",
+      "usage: mha run --model DIR --layer N --input X.npy --output Y.npy [options]\n"
+      "       mha run --weights W.safetensors --input X.npy --output Y.npy [options]\n\n"
+      "Runs an attention block on X and writes Y (README, \"Weight files\").\n"
+      "  --model DIR        a Hugging Face model folder (config.json, model.safetensors or\n"
+      "                     model.safetensors.index.json and its shards; gpt2, llama,\n"
+      "                     mistral, qwen2, bert, roberta): its config gives heads, K/V heads,\n"
+      "                     RoPE (and its scaling) and causality; `mha inspect` shows them\n"
+      "  --layer N          with --model: layer N's attention block (0 = the first); Y is the\n"
+      "                     block's output before the residual add (and BERT's LayerNorm)\n"
       "  --weights W        a state_dict in one of the layouts (README, \"Weight files\"),\n"
       "                     told apart by its names: split (W_query.weight, ...), wrapper\n"
       "                     (heads.{h}.W_query.weight, ...), torch_mha (in_proj_weight, ...),\n"
@@ -161,16 +189,18 @@ const command& run_command() {
       "  --formulation F    wrapper, split_weight or fused_qkv (default split_weight); each\n"
       "                     runs weights of every layout\n"
       "  --heads H          number of heads, when the file has no metadata num_heads and no\n"
-      "                     heads.{h} groups (must agree with them when it has)\n"
+      "                     heads.{h} groups (must agree with them, or with the model's\n"
+      "                     config, when it has)\n"
       "  --kv-heads K       K/V heads (grouped-query attention); the K projection's rows\n"
       "                     give them, and the metadata num_kv_heads or num_kv_groups: it\n"
       "                     must agree\n"
       "  --rope-base B      rotary embedding base (0: none), when the file has no metadata\n"
       "                     rope_base or rope_theta (must agree with it when it has); the\n"
       "                     llama layout needs one of them\n"
-      "  --no-causal        every token attends to every token\n"
+      "  --no-causal        every token attends to every token (BERT's layout always does)\n"
       "  --context-length N largest tokens accepted (default: the mask buffer's size, else\n"
-      "                     any); must not exceed the mask's size\n"
+      "                     any); must not exceed the mask's size or the model's\n"
+      "                     max_position_embeddings\n"
       "  --precision P      fp32 or bf16 (default fp32): bf16 rounds the weights and every\n"
       "                     product's operands to bfloat16 and sums in fp32 (README, \"The\n"
       "                     function\"); the weights are read as stored whatever P is\n"
@@ -187,9 +217,9 @@ const command& run_command() {
       "  --kv-precision P   with --incremental: the cache keeps keys and values in fp32, bf16\n"
       "                     or int8 (default: the plan's --precision; int8: codes with a scale\n"
       "                     and offset per token, a quarter of fp32's bytes)\n",
-      {"backend", "formulation", "weights", "prefix", "input", "output", "heads", "kv-heads",
-       "rope-base", "context-length", "precision", "threads", "dropout", "seed", "prefill", "chunk",
-       "kv-precision"},
+      {"backend", "formulation", "weights", "model", "layer", "prefix", "input", "output", "heads",
+       "kv-heads", "rope-base", "context-length", "precision", "threads", "dropout", "seed",
+       "prefill", "chunk", "kv-precision"},
       {"no-causal", "training", "incremental"},
       run_module};
   return c;

@@ -1,4 +1,4 @@
-// The five layouts of a state_dict (mha/io.hpp): their names, shapes and buffers, read into the
+// The six layouts of a state_dict (mha/io.hpp): their names, shapes and buffers, read into the
 // split layout of mha::weights and written back from it.
 #include "core/io_layouts.hpp"
 
@@ -21,6 +21,7 @@ struct projection_names {
 };
 constexpr projection_names seeds_names{"W_query", "W_key", "W_value", "out_proj"};
 constexpr projection_names llama_names{"q_proj", "k_proj", "v_proj", "o_proj"};
+constexpr projection_names bert_names{"self.query", "self.key", "self.value", "output.dense"};
 constexpr std::string_view heads_prefix = "heads.";
 
 // ---- reading ----
@@ -162,6 +163,19 @@ block_weights read_llama(tensor_map& block, std::string_view prefix, std::string
   // Older Hugging Face checkpoints store RoPE's inverse frequencies; the base says the same.
   block.erase("rotary_emb.inv_freq");
   check_all_used(block, prefix, layout::llama, source);
+  return b;
+}
+
+block_weights read_bert(tensor_map& block, std::string_view prefix, std::string_view source) {
+  block_weights b;
+  read_qkv(block, prefix, bert_names, b.w, source);
+  find(block, prefix, "output.dense.weight", source);  // BertSelfOutput always has it
+  read_out(block, prefix, bert_names.out, b.w, source);
+  // The LayerNorm after the residual add lies outside the function mha computes (its output is
+  // the dense layer's, before dropout, the residual and the LayerNorm).
+  block.erase("output.LayerNorm.weight");
+  block.erase("output.LayerNorm.bias");
+  check_all_used(block, prefix, layout::bert, source);
   return b;
 }
 
@@ -355,6 +369,11 @@ void write_llama(const config&, const weights& w, tensor_map& out) {
   write_separate(w, llama_names, out);
 }
 
+void write_bert(const config& cfg, const weights& w, tensor_map& out) {
+  require(cfg.out_proj, layout::bert, "an out_proj (BertSelfOutput's dense layer)");
+  write_separate(w, bert_names, out);
+}
+
 void write_wrapper(const config& cfg, const weights& w, tensor_map& out) {
   require(cfg.kv_heads() == cfg.n_heads, layout::wrapper,
           "a K/V projection per head: n_kv_heads = n_heads");
@@ -423,26 +442,33 @@ bool gpt2_tensor(std::string_view n) { return is_any(n, {"c_attn.weight", "c_att
 bool llama_tensor(std::string_view n) {
   return is_any(n, {"q_proj.weight", "k_proj.weight", "v_proj.weight"});
 }
+bool bert_tensor(std::string_view n) {
+  return is_any(n, {"self.query.weight", "self.key.weight", "self.value.weight"});
+}
 
 constexpr layout_rules table[] = {
     {layout::split, "the seeds' MultiHeadAttention or GroupedQueryAttention",
      "W_query.weight, W_key.weight, W_value.weight (each with an optional .bias), "
      "out_proj.weight, out_proj.bias, mask",
-     "W_key.weight", split_tensor, read_split, write_split},
+     "W_key.weight", split_tensor, read_split, write_split, true},
     {layout::wrapper, "the seeds' MultiHeadAttentionWrapper",
      "heads.{h}.W_query.weight, heads.{h}.W_key.weight, heads.{h}.W_value.weight (each with an "
      "optional .bias), heads.{h}.mask, out_proj.weight, out_proj.bias",
-     "heads.{h}.W_key.weight", wrapper_tensor, read_wrapper, write_wrapper},
+     "heads.{h}.W_key.weight", wrapper_tensor, read_wrapper, write_wrapper, true},
     {layout::torch_mha, "torch.nn.MultiheadAttention",
      "in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias", "in_proj_weight",
-     torch_mha_tensor, read_torch_mha, write_torch_mha},
+     torch_mha_tensor, read_torch_mha, write_torch_mha, true},
     {layout::gpt2, "GPT-2's attention",
      "c_attn.weight, c_attn.bias, c_proj.weight, c_proj.bias, bias, masked_bias", "c_attn.weight",
-     gpt2_tensor, read_gpt2, write_gpt2},
+     gpt2_tensor, read_gpt2, write_gpt2, true},
     {layout::llama, "Llama's attention",
      "q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight (each with an optional .bias), "
      "rotary_emb.inv_freq",
-     "k_proj.weight", llama_tensor, read_llama, write_llama},
+     "k_proj.weight", llama_tensor, read_llama, write_llama, true},
+    {layout::bert, "BERT's attention (BertSelfAttention and BertSelfOutput's dense layer)",
+     "self.query.weight, self.key.weight, self.value.weight (each with an optional .bias), "
+     "output.dense.weight, output.dense.bias, output.LayerNorm.weight and .bias (ignored)",
+     "self.key.weight", bert_tensor, read_bert, write_bert, false},
 };
 
 }  // namespace
@@ -459,8 +485,8 @@ const layout_rules& rules(io::layout l) {
 namespace mha::io {
 
 std::span<const layout> layouts() noexcept {
-  static constexpr layout all[] = {layout::split, layout::wrapper, layout::torch_mha, layout::gpt2,
-                                   layout::llama};
+  static constexpr layout all[] = {layout::split, layout::wrapper, layout::torch_mha,
+                                   layout::gpt2,  layout::llama,   layout::bert};
   return all;
 }
 
@@ -476,6 +502,8 @@ std::string_view to_string(layout l) noexcept {
       return "gpt2";
     case layout::llama:
       return "llama";
+    case layout::bert:
+      return "bert";
   }
   return "unknown";
 }

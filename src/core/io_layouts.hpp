@@ -37,6 +37,8 @@ struct layout_rules {
   // Adds the tensors of a validated (cfg, w); mha::invalid_argument when the layout cannot
   // hold them.
   void (*write)(const config& cfg, const weights& w, tensor_map& out);
+  // Whether the module masks later tokens (every layout but bert, an encoder's).
+  bool causal;
 };
 
 const layout_rules& rules(io::layout l);

@@ -10,9 +10,9 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <unordered_set>
 
 #include "core/io_common.hpp"
+#include "core/io_json.hpp"
 #include "mha/io.hpp"
 
 namespace mha::io {
@@ -69,61 +69,42 @@ bool decode_bool(const std::byte* p, std::size_t n, float* out) noexcept {
   return true;
 }
 
+// A safetensors dtype: its element size and, for the float-valued ones mha reads, its decoder
+// (nullptr: an integer or 8-bit float type, which a checkpoint may hold beside the block, e.g. an
+// int64 position_ids buffer; its header entry is checked, its data never read).
 struct dtype {
   std::string_view name;
   std::int64_t bytes;
   bool (*decode)(const std::byte*, std::size_t, float*) noexcept;
 };
-constexpr std::array<dtype, 5> dtypes = {{{"F32", 4, decode_f32},
-                                          {"F16", 2, decode_f16},
-                                          {"BF16", 2, decode_bf16},
-                                          {"F64", 8, decode_f64},
-                                          {"BOOL", 1, decode_bool}}};
+constexpr std::array<dtype, 15> dtypes = {{{"F32", 4, decode_f32},
+                                           {"F16", 2, decode_f16},
+                                           {"BF16", 2, decode_bf16},
+                                           {"F64", 8, decode_f64},
+                                           {"BOOL", 1, decode_bool},
+                                           {"I64", 8, nullptr},
+                                           {"I32", 4, nullptr},
+                                           {"I16", 2, nullptr},
+                                           {"I8", 1, nullptr},
+                                           {"U64", 8, nullptr},
+                                           {"U32", 4, nullptr},
+                                           {"U16", 2, nullptr},
+                                           {"U8", 1, nullptr},
+                                           {"F8_E4M3", 1, nullptr},
+                                           {"F8_E5M2", 1, nullptr}}};
+constexpr std::string_view readable_dtypes = "F32, F16, BF16, F64, BOOL";
+// A dtype this reader does not know (a newer format's): its entry's byte range is checked
+// against the others, not against its shape, and reading it is an error.
+constexpr dtype unknown_dtype = {"", 0, nullptr};
 
 // One checked header entry: the tensor's bytes are data[begin, end).
 struct entry {
   std::string name;
+  std::string type_name;
   const dtype* type;
   std::vector<std::int64_t> shape;
   std::int64_t elements;
   std::uint64_t begin, end;
-};
-
-// A SAX pass over the header that rejects duplicate keys at any depth (nlohmann would keep the
-// last) in linear time: one hash set of keys per open object. (nlohmann's callback parser, used
-// before, rescans the parent object after every nested object: quadratic in the entries.)
-class duplicate_key_check {
- public:
-  explicit duplicate_key_check(std::string_view source) : source_(source) {}
-  bool null() { return true; }
-  bool boolean(bool) { return true; }
-  bool number_integer(json::number_integer_t) { return true; }
-  bool number_unsigned(json::number_unsigned_t) { return true; }
-  bool number_float(json::number_float_t, const json::string_t&) { return true; }
-  bool string(json::string_t&) { return true; }
-  bool binary(json::binary_t&) { return true; }
-  bool start_object(std::size_t) {
-    open_.emplace_back();
-    return true;
-  }
-  bool key(json::string_t& key) {
-    if (!open_.back().insert(key).second)
-      fail(source_, "header has the key ", printable(key), " twice");
-    return true;
-  }
-  bool end_object() {
-    open_.pop_back();
-    return true;
-  }
-  bool start_array(std::size_t) { return true; }
-  bool end_array() { return true; }
-  bool parse_error(std::size_t, const std::string&, const json::exception& e) {
-    fail(source_, "header is not valid JSON: ", detail::escaped(e.what()));
-  }
-
- private:
-  std::string_view source_;
-  std::vector<std::unordered_set<std::string>> open_;
 };
 
 // The header as JSON: duplicate keys and NUL bytes rejected (nlohmann's lexer takes a NUL for
@@ -133,13 +114,7 @@ json parse_header(std::string_view header, std::string_view source) {
     fail(source, "header has a NUL byte at byte ", nul,
          "; the JSON text must fill the header (padded with spaces)");
   }
-  duplicate_key_check check(source);
-  json::sax_parse(header, &check);
-  try {
-    return json::parse(header);
-  } catch (const json::exception& e) {
-    fail(source, "header is not valid JSON: ", detail::escaped(e.what()));
-  }
+  return detail::parse_json(header, source, "header");
 }
 
 // A JSON value that must be a non-negative integer below 2^63.
@@ -169,16 +144,12 @@ entry parse_entry(const std::string& name, const json& info, std::uint64_t data_
     if (!info.contains(field)) fail(source, label, " lacks the field '", field, "'");
   }
 
-  entry e{name, nullptr, {}, 0, 0, 0};
+  entry e{name, {}, &unknown_dtype, {}, 0, 0, 0};
   const json& type = info["dtype"];
   if (!type.is_string()) fail(source, label, " has a dtype that is a JSON ", type.type_name());
-  const auto& type_name = type.get_ref<const std::string&>();
+  e.type_name = type.get<std::string>();
   for (const dtype& d : dtypes) {
-    if (type_name == d.name) e.type = &d;
-  }
-  if (e.type == nullptr) {
-    fail(source, label, " has the unsupported dtype ", printable(type_name),
-         "; supported: F32, F16, BF16, F64, BOOL");
+    if (e.type_name == d.name) e.type = &d;
   }
 
   const json& shape = info["shape"];
@@ -186,7 +157,7 @@ entry parse_entry(const std::string& name, const json& info, std::uint64_t data_
   for (const json& d : shape) {
     e.shape.push_back(static_cast<std::int64_t>(unsigned_value(d, source, label + " shape")));
   }
-  if (!detail::element_count(e.shape, e.type->bytes, e.elements)) {
+  if (!detail::element_count(e.shape, std::max<std::int64_t>(1, e.type->bytes), e.elements)) {
     fail(source, label, " has shape ", shape_text(e.shape), " whose byte count overflows int64");
   }
 
@@ -203,7 +174,7 @@ entry parse_entry(const std::string& name, const json& info, std::uint64_t data_
          "] outside the data section [0, ", data_bytes, "]");
   }
   const auto expected = static_cast<std::uint64_t>(e.elements * e.type->bytes);
-  if (e.end - e.begin != expected) {
+  if (e.type != &unknown_dtype && e.end - e.begin != expected) {
     fail(source, label, " is ", e.type->name, " of shape ", shape_text(e.shape), " (", expected,
          " bytes) but data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin, " bytes");
   }
@@ -284,7 +255,15 @@ checked_header check_header(std::string_view header_text, std::uint64_t data_byt
   return h;
 }
 
-// The tensor of entry e from its bytes (e.end - e.begin of them).
+// Throws unless entry e's dtype has float values mha reads.
+void check_readable(const entry& e, std::string_view source) {
+  if (e.type->decode == nullptr) {
+    fail(source, "tensor ", printable(e.name), " has the unsupported dtype ",
+         printable(e.type_name), "; supported: ", readable_dtypes);
+  }
+}
+
+// The tensor of entry e from its bytes (e.end - e.begin of them); e is readable.
 tensor decode(const entry& e, std::span<const std::byte> bytes, std::string_view source) {
   tensor t{e.shape, std::vector<float>(static_cast<std::size_t>(e.elements))};
   if (!e.type->decode(bytes.data(), t.values.size(), t.values.data())) {
@@ -304,6 +283,7 @@ tensor_file parse_safetensors(std::span<const std::byte> bytes, std::string_view
       data.size(), source);
   tensor_file file;
   file.metadata = std::move(h.metadata);
+  for (const entry& e : h.entries) check_readable(e, source);
   for (const entry& e : h.entries) {
     file.tensors.emplace(e.name, decode(e, data.subspan(e.begin, e.end - e.begin), source));
   }
@@ -363,9 +343,15 @@ tensor_file read_safetensors(const std::filesystem::path& path,
   checked_header h = check_header(header_text, file_bytes - data_start, source);
   tensor_file file;
   file.metadata = std::move(h.metadata);
-  std::vector<std::byte> bytes;
+  std::vector<const entry*> kept;
   for (const entry& e : h.entries) {
     if (!keep(e.name)) continue;
+    check_readable(e, source);
+    kept.push_back(&e);
+  }
+  std::vector<std::byte> bytes;
+  for (const entry* each : kept) {
+    const entry& e = *each;
     bytes.resize(static_cast<std::size_t>(e.end - e.begin));
     in.read(data_start + e.begin, bytes);
     file.tensors.emplace(e.name, decode(e, bytes, source));

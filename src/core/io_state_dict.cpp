@@ -1,6 +1,8 @@
 // A PyTorch state_dict <-> (config, weights) (mha/io.hpp): the block at the prefix, its layout
 // (io_layouts.cpp reads and writes each), and what the names cannot say: H, the K/V heads, the
 // rotary embedding and the context length, from options, metadata and shapes that must agree.
+#include "core/io_state_dict.hpp"
+
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -153,9 +155,10 @@ layout detect(const tensor_map& block, std::string_view prefix, std::string_view
 
 // H from the option, the metadata num_heads and the layout's head groups.
 std::int64_t resolve_heads(const tensor_file& file, const detail::block_weights& b,
-                           const state_dict_options& options, std::string_view source) {
+                           const state_dict_options& options, const detail::option_source& by,
+                           std::string_view source) {
   std::vector<statement<std::int64_t>> found;
-  if (options.n_heads > 0) found.push_back({options.n_heads, "the n_heads option (--heads)", true});
+  if (options.n_heads > 0) found.push_back({options.n_heads, std::string(by.heads), by.caller});
   metadata_count(file, "num_heads", found, source);
   if (b.heads > 0) found.push_back({b.heads, text("the ", b.heads, " heads.{h} groups")});
   const std::optional<std::int64_t> heads = agreed(found, "head counts", source);
@@ -171,7 +174,7 @@ std::int64_t resolve_heads(const tensor_file& file, const detail::block_weights&
 // num_kv_heads or num_kv_groups must match.
 std::int64_t resolve_kv_heads(const tensor_file& file, const config& cfg, const weights& w,
                               layout l, const state_dict_options& options,
-                              std::string_view source) {
+                              const detail::option_source& by, std::string_view source) {
   const std::string_view key = detail::rules(l).key_tensor;
   const std::int64_t head_dim = cfg.head_dim();
   if (w.key.out % head_dim != 0 || cfg.n_heads % (w.key.out / head_dim) != 0) {
@@ -183,7 +186,7 @@ std::int64_t resolve_kv_heads(const tensor_file& file, const config& cfg, const 
   std::vector<statement<std::int64_t>> found;
   found.push_back({w.key.out / head_dim, text("the shape of ", key)});
   if (options.n_kv_heads > 0) {
-    found.push_back({options.n_kv_heads, "the n_kv_heads option (--kv-heads)", true});
+    found.push_back({options.n_kv_heads, std::string(by.kv_heads), by.caller});
   }
   metadata_count(file, "num_kv_heads", found, source);
   metadata_count(file, "num_kv_groups", found, source);
@@ -193,11 +196,10 @@ std::int64_t resolve_kv_heads(const tensor_file& file, const config& cfg, const 
 // The rotary embedding base from the option and the metadata rope_base or rope_theta; 0 (none)
 // without them, which the llama layout does not allow: Llama rotates.
 double resolve_rope(const tensor_file& file, layout l, const state_dict_options& options,
-                    std::string_view source) {
+                    const detail::option_source& by, std::string_view source) {
   std::vector<statement<double>> found;
-  if (options.rope_base) {
-    found.push_back({*options.rope_base, "the rope_base option (--rope-base)", true});
-  }
+  if (options.rope_base)
+    found.push_back({*options.rope_base, std::string(by.rope_base), by.caller});
   metadata_base(file, "rope_base", found, source);
   metadata_base(file, "rope_theta", found, source);
   const std::optional<double> base = agreed(found, "rotary embedding bases", source);
@@ -239,10 +241,11 @@ void check_options(const state_dict_options& options, std::string_view source) {
   }
 }
 
-// `file`'s tensors whose names are `names` (all of them, or the block's when the caller read
-// only those) mapped to a module.
-loaded_module map_state_dict(tensor_file file, std::span<const std::string> names,
-                             const state_dict_options& options, std::string_view source) {
+}  // namespace
+
+loaded_module detail::map_state_dict(tensor_file file, std::span<const std::string> names,
+                                     const state_dict_options& options, std::string_view source,
+                                     const option_source& by) {
   check_options(options, source);
   loaded_module m;
   m.prefix = normalized(options.prefix);
@@ -256,19 +259,20 @@ loaded_module map_state_dict(tensor_file file, std::span<const std::string> name
   m.w = std::move(b.w);
 
   config& cfg = m.cfg;
+  cfg.causal = detail::rules(m.layout).causal;
   cfg.d_in = m.w.query.in;
   cfg.d_out = m.w.query.out;
   cfg.qkv_bias = m.w.query.has_bias();
   cfg.out_proj = m.w.out_proj.out != 0;
   cfg.out_proj_bias = !cfg.out_proj || m.w.out_proj.has_bias();
-  cfg.n_heads = resolve_heads(file, b, options, source);
+  cfg.n_heads = resolve_heads(file, b, options, by, source);
   if (cfg.d_out % cfg.n_heads != 0) {
     throw invalid_argument(text(source, ": n_heads ", cfg.n_heads, " does not divide d_out ",
                                 cfg.d_out, " (the rows of the Q projection)"));
   }
-  const std::int64_t kv = resolve_kv_heads(file, cfg, m.w, m.layout, options, source);
+  const std::int64_t kv = resolve_kv_heads(file, cfg, m.w, m.layout, options, by, source);
   cfg.n_kv_heads = kv == cfg.n_heads ? 0 : kv;
-  cfg.rope_base = resolve_rope(file, m.layout, options, source);
+  cfg.rope_base = resolve_rope(file, m.layout, options, by, source);
   cfg.context_length = resolve_context(file, b.mask_size, options, source);
   // Everything but context_length, which may legitimately be unknown (0) here.
   config checked = cfg;
@@ -276,8 +280,6 @@ loaded_module map_state_dict(tensor_file file, std::span<const std::string> name
   validate(checked, m.w);
   return m;
 }
-
-}  // namespace
 
 std::vector<std::string> attention_prefixes(std::span<const std::string> names) {
   std::set<std::string> found;
@@ -301,7 +303,7 @@ std::vector<std::string> attention_prefixes(std::span<const std::string> names) 
 loaded_module module_from_state_dict(tensor_file file, const state_dict_options& options) {
   std::vector<std::string> names;
   for (const auto& [name, t] : file.tensors) names.push_back(name);
-  return map_state_dict(std::move(file), names, options, "state_dict");
+  return detail::map_state_dict(std::move(file), names, options, "state_dict");
 }
 
 loaded_module load_module(const std::filesystem::path& path, const state_dict_options& options) {
@@ -312,7 +314,7 @@ loaded_module load_module(const std::filesystem::path& path, const state_dict_op
     names.emplace_back(name);
     return name.starts_with(prefix);
   });
-  return map_state_dict(std::move(file), names, options, path.string());
+  return detail::map_state_dict(std::move(file), names, options, path.string());
 }
 
 tensor_file to_state_dict(const config& cfg, const weights& w, layout l) {
@@ -323,7 +325,7 @@ tensor_file to_state_dict(const config& cfg, const weights& w, layout l) {
   if (cfg.kv_heads() != cfg.n_heads) file.metadata["num_kv_heads"] = std::to_string(cfg.kv_heads());
   if (cfg.rope_base != 0.0 || l == layout::llama) file.metadata["rope_base"] = shown(cfg.rope_base);
   // Where no mask buffer carries the context length.
-  if (l == layout::torch_mha || l == layout::llama) {
+  if (l == layout::torch_mha || l == layout::llama || l == layout::bert) {
     file.metadata["context_length"] = std::to_string(cfg.context_length);
   }
   return file;
