@@ -15,7 +15,7 @@ set -euo pipefail
 seconds=${1:-60}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MHA_FUZZ_BUILD_DIR:-$root/build/fuzz}
-targets=(safetensors npy state_dict)
+targets=(safetensors npy state_dict model_folder)
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++-14 -DMHA_FUZZ=ON -DMHA_BUILD_TESTS=OFF -DMHA_BUILD_BENCH=OFF \
@@ -49,6 +49,9 @@ for target in "${targets[@]}"; do
   if [[ $target == npy ]]; then
     cp "$root"/tests/golden/*.npy "$build/seeds/large_data.npy" "$corpus"/
     dict=$root/tests/fuzz/npy.dict
+  elif [[ $target == model_folder ]]; then
+    # Seeds: its regressions (a config, and a config + NUL + index), below.
+    dict=$root/tests/fuzz/model_folder.dict
   else
     cp "$root"/tests/golden/*.safetensors "$build/seeds/large_header.safetensors" "$corpus"/
     dict=$root/tests/fuzz/safetensors.dict
