@@ -96,7 +96,7 @@ const model_type_rules& rules_of(const std::string& type, std::string_view sourc
 std::string read_capped(const fs::path& path, std::uint64_t cap, std::string_view what) {
   detail::input_file in(path);
   if (in.size() > cap) {
-    detail::fail(path.string(), "is ", in.size(), " bytes, more than the ", cap, " bytes a ", what,
+    detail::fail(path.string(), in.size(), " bytes, more than the ", cap, " bytes a ", what,
                  " may have");
   }
   std::string bytes(static_cast<std::size_t>(in.size()), '\0');
