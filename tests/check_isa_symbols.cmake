@@ -6,15 +6,16 @@
 # define: those in the object's own namespace mha::detail::<isa>, and xsimd templates
 # instantiated for the object's own arch and no other.
 #   cmake -DNM=<nm> -DOBJECTS=<a;b;...> -P check_isa_symbols.cmake
+set(arch_amx "xsimd::avx512bw")  # the AVX-512 arch, built with AVX512_BF16 and AMX on top
 set(arch_avx512bf16 "xsimd::avx512bw")  # the AVX-512 arch, built with AVX512_BF16 on top
 set(arch_avx512 "xsimd::avx512bw")
 set(arch_avx2 "xsimd::avx2")  # also matches fma3<xsimd::avx2>
 set(arch_sse2 "xsimd::sse2")
-set(isas avx512bf16 avx512 avx2 sse2)
+set(isas amx avx512bf16 avx512 avx2 sse2)
 
 set(checked 0)
 foreach(object IN LISTS OBJECTS)
-  if(NOT object MATCHES "kernels_(avx512bf16|avx512|avx2|sse2)\\.cpp\\.o$")
+  if(NOT object MATCHES "kernels_(amx|avx512bf16|avx512|avx2|sse2)\\.cpp\\.o$")
     continue()
   endif()
   set(isa ${CMAKE_MATCH_1})
@@ -45,8 +46,8 @@ foreach(object IN LISTS OBJECTS)
       set(own_arch_only TRUE)
       foreach(other IN LISTS isas)
         string(FIND "${name}" "${arch_${other}}" other_arch)
-        # The avx512bf16 and avx512 objects share the arch: an xsimd template of it may come
-        # from either, and both need x86-64-v4 (xsimd emits no bf16 instruction itself).
+        # The amx, avx512bf16 and avx512 objects share the arch: an xsimd template of it may
+        # come from any, and all need x86-64-v4 (xsimd emits no bf16 or tile instruction itself).
         if(NOT other STREQUAL isa AND NOT arch_${other} STREQUAL arch_${isa} AND
            NOT other_arch EQUAL -1)
           set(own_arch_only FALSE)

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -48,9 +49,9 @@ std::string invalid_argument_message(F&& f) {
 }
 
 const char* arch_name(isa isa) {
-  return isa == isa::avx512bf16 || isa == isa::avx512 ? "avx512bw"
-         : isa == isa::avx2                           ? "fma3+avx2"
-                                                      : "sse2";
+  return isa == isa::amx || isa == isa::avx512bf16 || isa == isa::avx512 ? "avx512bw"
+         : isa == isa::avx2                                              ? "fma3+avx2"
+                                                                         : "sse2";
 }
 
 TEST(XsimdIsa, SupportedListIsBestFirstAndEndsWithTheBaseline) {
@@ -81,7 +82,7 @@ TEST(XsimdIsa, UnknownEnvironmentValueIsAnErrorNamingIt) {
   const isa_environment env("avx9");
   const std::string message = invalid_argument_message([] { mha::xsimd_default_isa(); });
   EXPECT_NE(message.find("'avx9'"), std::string::npos) << message;
-  EXPECT_NE(message.find("avx512bf16, avx512, avx2, sse2"), std::string::npos) << message;
+  EXPECT_NE(message.find("amx, avx512bf16, avx512, avx2, sse2"), std::string::npos) << message;
   // prepare() and description() of the default backend report it too; pinned ISAs ignore it.
   const mha::config cfg{.d_in = 4, .d_out = 4, .n_heads = 1, .context_length = 2};
   EXPECT_THROW(mha::xsimd_backend().prepare(cfg, mha::formulation::split_weight,
@@ -93,7 +94,7 @@ TEST(XsimdIsa, UnknownEnvironmentValueIsAnErrorNamingIt) {
 
 TEST(XsimdIsa, UnsupportedIsaIsAnErrorListingTheSupportedOnes) {
   const std::vector<isa> supported = mha::xsimd_supported_isas();
-  for (isa isa : {isa::avx512bf16, isa::avx512, isa::avx2}) {
+  for (isa isa : {isa::amx, isa::avx512bf16, isa::avx512, isa::avx2}) {
     if (std::find(supported.begin(), supported.end(), isa) != supported.end()) continue;
     const std::string name(mha::to_string(isa));
     EXPECT_NE(invalid_argument_message([&] { mha::xsimd_backend(isa); }).find(name),
@@ -102,18 +103,38 @@ TEST(XsimdIsa, UnsupportedIsaIsAnErrorListingTheSupportedOnes) {
     EXPECT_NE(invalid_argument_message([] { mha::xsimd_default_isa(); }).find("supports"),
               std::string::npos);
   }
-  if (supported.size() == 4) GTEST_SKIP() << "this CPU runs every ISA";
+  if (supported.size() == 5) GTEST_SKIP() << "this CPU runs every ISA";
 }
 
 TEST(XsimdIsa, AnIsaWithoutXsimdKernelsIsAnErrorNamingIt) {
-  for (isa other : {isa::scalar, isa::sse41, isa::amx}) {
+  for (isa other : {isa::scalar, isa::sse41}) {
     const std::string message = invalid_argument_message([&] { mha::xsimd_backend(other); });
     EXPECT_NE(message.find(std::string(mha::to_string(other))), std::string::npos) << message;
-    EXPECT_NE(message.find("avx512bf16, avx512, avx2 and sse2"), std::string::npos) << message;
+    EXPECT_NE(message.find("amx, avx512bf16, avx512, avx2 and sse2"), std::string::npos) << message;
     const isa_environment env(std::string(mha::to_string(other)).c_str());
     EXPECT_NE(invalid_argument_message([] { mha::xsimd_default_isa(); }).find("expected one of"),
               std::string::npos);
   }
+}
+
+// AMX runs where the CPU has it and Linux grants the tiles: the best ISA, described as tiles.
+// Elsewhere asking for it is an error that says why (no tiles, or the refusal).
+TEST(XsimdIsa, AmxRunsWhereGrantedElseAnErrorSaysWhy) {
+  const std::vector<isa> supported = mha::xsimd_supported_isas();
+  if (!mha::detail::cpu_runs(isa::amx)) {
+    const std::string& why = mha::detail::amx_refusal();
+    ASSERT_FALSE(why.empty());
+    EXPECT_EQ(std::find(supported.begin(), supported.end(), isa::amx), supported.end());
+    EXPECT_NE(invalid_argument_message([] { mha::xsimd_backend(isa::amx); }).find(why),
+              std::string::npos);
+    const isa_environment env("amx");
+    EXPECT_NE(invalid_argument_message([] { mha::xsimd_default_isa(); }).find(why),
+              std::string::npos);
+    GTEST_SKIP() << "the AMX kernels do not run here: " << why;
+  }
+  EXPECT_TRUE(mha::detail::amx_refusal().empty());
+  EXPECT_EQ(supported.front(), isa::amx);
+  EXPECT_NE(mha::xsimd_backend(isa::amx).description().find("AMX tiles"), std::string::npos);
 }
 
 TEST(XsimdIsa, PinnedBackendsDescribeTheirIsa) {
@@ -213,6 +234,60 @@ TEST_P(XsimdKernels, GemmSubRangesMatchDoubleProducts) {
           ASSERT_NEAR(c[i * n + j], expected, 1e-5 * (1.0 + std::abs(expected)))
               << "nr " << nr << " (m, k, n) = (" << m << ", " << k << ", " << n << ") at C[" << i
               << "][" << j << "]";
+        }
+      }
+    }
+  }
+}
+
+// The bf16 GEMM: C = A W^T + bias over bf16 pairs (A through to_pairs, W and the bias rounded
+// at packing) in fp32 sums, for every tile shape, with k past whole AMX tiles (16 pairs) and
+// row counts past whole tiles (16 rows). Each element within fp32 summation error of the double
+// product of the rounded operands, and sub-range calls bitwise equal to one whole call (what
+// keeps results alike for every thread count).
+TEST_P(XsimdKernels, PairGemmSubRangesMatchRoundedProducts) {
+  for (int t = 0; t < kernels().tile_count; ++t) {
+    const int nr = kernels().tiles[t].nr;
+    for (const auto [m, k, n] : {std::array<std::int64_t, 3>{1, 1, 1},
+                                 {17, 33, 2 * nr + 3},
+                                 {16, 64, nr},
+                                 {5, 7, nr - 1},
+                                 {33, 31, nr},
+                                 {70, 256, 2 * nr + 3},
+                                 {40, 2 * mha::detail::gemm_k_slice + 88, 2 * nr + 3}}) {
+      const std::vector<float> a = mha_test::random_floats(m * k, 1),
+                               w = mha_test::random_floats(n * k, 2),
+                               bias = mha_test::random_floats(n, 3);
+      const std::int64_t kp = mha::detail::pairs(k);
+      std::vector<mha::detail::bf16_pair> a_pairs(m * kp);
+      kernels().to_pairs(a.data(), m, k, k, a_pairs.data());
+      const mha::detail::packed_matrix packed(w.data(), bias.data(), n, k, nr, true);
+      const mha::detail::pair_panels_view b = packed.pair_view();
+      std::vector<float> whole(m * n, std::numeric_limits<float>::quiet_NaN()), split = whole;
+      kernels().pair_gemm({a_pairs.data(), kp, b, whole.data(), n, m}, 0, m, 0, b.panels());
+      const mha::detail::pair_gemm_args g{a_pairs.data(), kp, b, split.data(), n, m};
+      const std::int64_t row_split = m / 2 + 1 < m ? m / 2 + 1 : m, panel_split = b.panels() / 2;
+      kernels().pair_gemm(g, 0, row_split, 0, panel_split);
+      kernels().pair_gemm(g, 0, row_split, panel_split, b.panels());
+      kernels().pair_gemm(g, row_split, m, 0, b.panels());
+      for (std::int64_t i = 0; i < m; ++i) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          double expected = mha::detail::round_bf16(bias[j]), magnitude = std::abs(expected);
+          for (std::int64_t kk = 0; kk < k; ++kk) {
+            const double product = double{mha::detail::round_bf16(a[i * k + kk])} *
+                                   mha::detail::round_bf16(w[j * k + kk]);
+            expected += product;
+            magnitude += std::abs(product);
+          }
+          const std::string where = "nr " + std::to_string(nr) + " (m, k, n) = (" +
+                                    std::to_string(m) + ", " + std::to_string(k) + ", " +
+                                    std::to_string(n) + ") at C[" + std::to_string(i) + "][" +
+                                    std::to_string(j) + "]";
+          // fp32 sums of k + 1 terms: each rounding at most 2^-24 of a partial sum.
+          ASSERT_NEAR(whole[i * n + j], expected, (k + 1) * 0x1p-24 * magnitude) << where;
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(split[i * n + j]),
+                    std::bit_cast<std::uint32_t>(whole[i * n + j]))
+              << where;
         }
       }
     }

@@ -3,9 +3,15 @@
 // xsimd and tbb backends share. Compiled with the baseline flags.
 #include "kernels/dispatch.hpp"
 
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cassert>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <xsimd/config/xsimd_config.hpp>
 
 #include "core/text.hpp"
@@ -32,6 +38,8 @@ tile_shape isa_kernels::tile_for(int nr) const noexcept {
 
 const isa_kernels& kernels_for(mha::isa which) noexcept {
   switch (which) {
+    case isa::amx:
+      return *amx_kernels();
     case isa::avx512bf16:
       return *avx512bf16_kernels();
     case isa::avx512:
@@ -44,8 +52,50 @@ const isa_kernels& kernels_for(mha::isa which) noexcept {
   return *kernel_table{}(xsimd::sse2{});
 }
 
+namespace {
+
+// Whether the CPU has AMX tiles with bf16 products: CPUID leaf 7, EDX bits 24 (AMX-TILE) and 22
+// (AMX-BF16).
+bool cpu_has_amx() noexcept {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (edx & (1u << 24)) != 0 && (edx & (1u << 22)) != 0;
+}
+
+// XCR0, the state components the OS saves (XGETBV 0; valid where CPUID 1 says OSXSAVE).
+std::uint64_t enabled_xstate() noexcept {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & (1u << 27)) == 0) return 0;
+  std::uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (std::uint64_t{hi} << 32) | lo;
+}
+
+}  // namespace
+
+const std::string& amx_refusal() noexcept {
+  static const std::string reason = []() -> std::string {
+    if (!cpu_has_amx()) return "this CPU has no AMX-BF16 tiles";
+    if (!cpu_runs(isa::avx512bf16)) return "this CPU has AMX but not AVX512_BF16";
+    // XTILECFG and XTILEDATA: state components 17 and 18.
+    if ((enabled_xstate() & (3u << 17)) != (3u << 17))
+      return "the OS has not enabled the AMX tile state (XCR0 bits 17 and 18)";
+    // Linux (5.16 and later) grants the tile data per process, on request.
+    constexpr int arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    if (syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) != 0) {
+      return text(
+          "Linux refused this process the AMX tile state (arch_prctl(ARCH_REQ_XCOMP_PERM): ",
+          std::strerror(errno), ")");
+    }
+    return "";
+  }();
+  return reason;
+}
+
 bool cpu_runs(mha::isa which) noexcept {
   switch (which) {
+    case isa::amx:
+      return amx_refusal().empty();
     case isa::avx512bf16:
       return __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16");
     case isa::avx512:
@@ -60,13 +110,14 @@ bool cpu_runs(mha::isa which) noexcept {
 }
 
 // The ISAs xsimd has kernels for, best first.
-constexpr mha::isa xsimd_isas[] = {isa::avx512bf16, isa::avx512, isa::avx2, isa::sse2};
+constexpr mha::isa xsimd_isas[] = {isa::amx, isa::avx512bf16, isa::avx512, isa::avx2, isa::sse2};
 
 mha::isa best_isa() noexcept {
   static const mha::isa best = [] {
     mha::isa picked = xsimd::dispatch<kernel_archs>(kernel_table{})()->isa;
-    // AVX512_BF16 is not an arch of xsimd 8.1: the step up from its AVX-512 pick is ours.
+    // AVX512_BF16 and AMX are not archs of xsimd 8.1: the steps up from its AVX-512 pick are ours.
     if (picked == isa::avx512 && cpu_runs(isa::avx512bf16)) picked = isa::avx512bf16;
+    if (picked == isa::avx512bf16 && cpu_runs(isa::amx)) picked = isa::amx;
     for (mha::isa i : xsimd_isas) {  // the best that xsimd picked or that the CPU runs below it
       if (i <= picked && cpu_runs(i)) return i;
     }
@@ -77,8 +128,13 @@ mha::isa best_isa() noexcept {
 
 std::string kernels_description(mha::isa which) {
   const isa_kernels& k = kernels_for(which);
-  return text("xsimd ", XSIMD_VERSION_MAJOR, ".", XSIMD_VERSION_MINOR, ".", XSIMD_VERSION_PATCH,
-              ", ", k.arch_name, ", ", k.lanes, " lanes");
+  std::string description = text("xsimd ", XSIMD_VERSION_MAJOR, ".", XSIMD_VERSION_MINOR, ".",
+                                 XSIMD_VERSION_PATCH, ", ", k.arch_name, ", ", k.lanes, " lanes");
+  if (which == isa::amx) description += ", bf16 GEMM on AMX tiles";
+  // A CPU with tiles the kernels may not use says why.
+  if (which == isa::avx512bf16 && cpu_has_amx() && !amx_refusal().empty())
+    description += text(", AMX tiles unused: ", amx_refusal());
+  return description;
 }
 
 }  // namespace detail
@@ -109,13 +165,15 @@ mha::isa xsimd_default_isa() {
   const std::string_view wanted(env);
   const std::optional<mha::isa> named = parse_isa(wanted);
   if (!named || std::ranges::find(detail::xsimd_isas, *named) == std::end(detail::xsimd_isas)) {
-    throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted,
-                                "', expected one of avx512bf16, avx512, avx2, sse2"));
+    throw invalid_argument(
+        text("xsimd: MHA_XSIMD_ISA is '", wanted, "', expected one of ",
+             detail::isa_names({std::begin(detail::xsimd_isas), std::end(detail::xsimd_isas)})));
   }
   if (!detail::cpu_runs(*named)) {
     throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted,
-                                "', which this CPU does not support; it supports ",
-                                detail::isa_names(xsimd_supported_isas())));
+                                "', which this CPU does not support",
+                                *named == isa::amx ? " (" + detail::amx_refusal() + ")" : "",
+                                "; it supports ", detail::isa_names(xsimd_supported_isas())));
   }
   return *named;
 }

@@ -28,5 +28,7 @@ const isa_kernels* kernel_table::operator()(xsimd::sse2) const noexcept;
 // The AVX-512 kernels with AVX512_BF16 (micro/kernels_avx512bf16.cpp): xsimd 8.1 has no arch
 // for it, so it is reached by name rather than through xsimd::dispatch.
 const isa_kernels* avx512bf16_kernels() noexcept;
+// The AVX512_BF16 kernels with the bf16 GEMM on AMX tiles (micro/kernels_amx.cpp), by name too.
+const isa_kernels* amx_kernels() noexcept;
 
 }  // namespace mha::detail

@@ -19,7 +19,7 @@ namespace mha::detail {
 // One ISA's kernels. All entries are noexcept, allocate nothing and may run concurrently on
 // disjoint outputs.
 struct isa_kernels {
-  mha::isa isa;           // which of mha::isa (sse2, avx2, avx512 or avx512bf16)
+  mha::isa isa;           // which of mha::isa (sse2, avx2, avx512, avx512bf16 or amx)
   const char* arch_name;  // xsimd's name of the widest arch used: "avx512bw", "fma3+avx2", ...
   int lanes;              // floats per widest register
   // The micro-kernels' tile shapes, widest panel first.
@@ -76,8 +76,14 @@ const isa_kernels& kernels_for(mha::isa which) noexcept;
 
 // Whether this CPU (and OS) runs the kernels of `which` (false for an isa without xsimd kernels):
 // the whole x86-64 level its translation unit is compiled for (x86-64-v4, -v3, baseline), AVX state
-// enabled by the OS.
+// enabled by the OS; for amx also the tiles, granted to this process (amx_refusal).
 bool cpu_runs(mha::isa which) noexcept;
+
+// Why this process runs no AMX kernels ("" when it does): no AMX-BF16 on this CPU, no AVX512_BF16
+// (the AMX build's vector half), the OS has not enabled the tile state, or Linux refused this
+// process the tile data (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked once, on
+// the first call).
+const std::string& amx_refusal() noexcept;
 
 // The best ISA this CPU runs, chosen once: xsimd::dispatch's pick (CPUID feature bits), or the
 // next one down when cpu_runs() says no (xsimd 8.1 checks neither the OS's XGETBV state nor

@@ -93,12 +93,14 @@ class xsimd_kernel_set : public sequential_execution {
 };
 
 // A driver plan over Set<isa>, the kernel-set template instantiated for the ISA chosen at run
-// time (Set<Isa> must be a kernel set for each of sse2, avx2, avx512 and avx512bf16; any other isa
-// runs sse2's).
+// time (Set<Isa> must be a kernel set for each of sse2, avx2, avx512, avx512bf16 and amx; any other
+// isa runs sse2's).
 template <template <mha::isa> class Set>
 std::unique_ptr<plan> make_isa_plan(mha::isa which, const config& cfg, formulation form,
                                     const weights& w, std::string_view backend_name) {
   switch (which) {
+    case isa::amx:
+      return std::make_unique<driver_plan<Set<isa::amx>>>(cfg, form, w, backend_name);
     case isa::avx512bf16:
       return std::make_unique<driver_plan<Set<isa::avx512bf16>>>(cfg, form, w, backend_name);
     case isa::avx512:

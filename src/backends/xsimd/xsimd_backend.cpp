@@ -45,19 +45,21 @@ const backend& xsimd_backend() {
 }
 
 const backend& xsimd_backend(mha::isa which) {
-  static const xsimd_impl avx512bf16{isa::avx512bf16}, avx512{isa::avx512}, avx2{isa::avx2},
-      sse2{isa::sse2};
-  const xsimd_impl* pinned = which == isa::avx512bf16 ? &avx512bf16
-                             : which == isa::avx512   ? &avx512
-                             : which == isa::avx2     ? &avx2
-                             : which == isa::sse2     ? &sse2
-                                                      : nullptr;
+  static const xsimd_impl amx{isa::amx}, avx512bf16{isa::avx512bf16}, avx512{isa::avx512},
+      avx2{isa::avx2}, sse2{isa::sse2};
+  const xsimd_impl* pinned = which == isa::amx          ? &amx
+                             : which == isa::avx512bf16 ? &avx512bf16
+                             : which == isa::avx512     ? &avx512
+                             : which == isa::avx2       ? &avx2
+                             : which == isa::sse2       ? &sse2
+                                                        : nullptr;
   if (pinned == nullptr) {
     throw invalid_argument(text("xsimd: no kernels for ", to_string(which),
-                                "; xsimd has avx512bf16, avx512, avx2 and sse2"));
+                                "; xsimd has amx, avx512bf16, avx512, avx2 and sse2"));
   }
   if (!detail::cpu_runs(which)) {
     throw invalid_argument(text("xsimd: this CPU does not support ", to_string(which),
+                                which == isa::amx ? " (" + detail::amx_refusal() + ")" : "",
                                 "; it supports ", detail::isa_names(xsimd_supported_isas())));
   }
   return *pinned;

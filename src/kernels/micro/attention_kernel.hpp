@@ -94,6 +94,14 @@ float exp2_sum(float* x, std::int64_t n, float shift, float scale) noexcept {
   return xsimd::hadd(sum);
 }
 
+// A Dot whose products of bf16 pairs also come as tiles of up to Dot::tile_rows rows over panels
+// of a multiple of Dot::tile_cols columns (AMX: micro/kernels_amx.cpp): Dot::product(rows, k, a,
+// lda, b, nr, c, ldc, accumulate) is C (rows, nr) = [C +] A (rows, k units) B (a panel's k rows).
+template <class Dot>
+concept tile_products = requires {
+  Dot::tile_rows;
+};
+
 // f(r, R) for the row blocks of rows [0, rows): blocks of R rows (a micro-kernel's), then the
 // remainder in blocks of the smaller power-of-two row counts (the edge micro-kernels, as the
 // GEMM's panel_rows), so no padding row is computed: a decode step's one query row costs one
@@ -264,6 +272,21 @@ struct attention_block {
   void scores(T, std::int64_t j0, std::int64_t j1) const noexcept {
     const std::int64_t last = rows_end(0, rows);
     const std::int64_t panels = ((last < j1 ? last : j1) - j0 + T::nr - 1) / T::nr;
+    if constexpr (tile_products<Dot>) {
+      if (on_tiles(T::nr)) {
+        // Blocks of tile rows, each over its panels up to its own diagonal.
+        const std::int64_t du = dim_units();
+        for (std::int64_t r = 0; r < rows; r += Dot::tile_rows) {
+          const int block = static_cast<int>(rows - r < Dot::tile_rows ? rows - r : Dot::tile_rows);
+          const std::int64_t end = rows_end(r, r + block);
+          for (std::int64_t p = 0; p < panels && j0 + p * T::nr < end; ++p) {
+            Dot::product(block, du, queries() + r * du, du, kt + j0 * du + p * du * T::nr, T::nr,
+                         s.scores + r * l.score_cols + p * T::nr, l.score_cols, false);
+          }
+        }
+        return;
+      }
+    }
     if (rows * T::nv < 8) {
       for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
         std::int64_t p = 0;
@@ -345,6 +368,12 @@ struct attention_block {
   template <class T>
   void values(T, std::int64_t j0, std::int64_t j1) const noexcept {
     const std::int64_t panels = l.acc_cols / T::nr, wu = weight_units();
+    if constexpr (tile_products<Dot>) {
+      if (on_tiles(T::nr)) {
+        tile_values<T>(j0, j1);
+        return;
+      }
+    }
     for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
       const std::int64_t end = rows_end(r, r + R), kc = (end < j1 ? end : j1) - j0;
       if (kc <= 0) return;       // no keys here for these rows: rescale is 1, nothing to add
@@ -391,6 +420,62 @@ struct attention_block {
       for (; p + group <= panels; p += group) add(std::integral_constant<int, group>{}, p);
       for (; p < panels; ++p) add(std::integral_constant<int, 1>{}, p);
     });
+  }
+
+  // Whether the products over panels of nr columns go on tiles: a Dot with tile products, bf16
+  // pairs (not an int8 cache's codes), panels a multiple of the tile's width, and more than one
+  // row (a decode step's single query row stays on vectors, where a tile would be 1/16 full).
+  bool on_tiles(int nr) const noexcept {
+    if constexpr (tile_products<Dot> && pairs_of_bf16) {
+      return nr % Dot::tile_cols == 0 && rows > 1;
+    } else {
+      return false;
+    }
+  }
+
+  // values() on tiles: per block of tile rows, O = O * rescale (vectors, in place), then
+  // O += P V over the keys every row of the block sees (tiles), then the diagonal's keys row by
+  // row (vectors), as values() does with register tiles.
+  template <class T>
+  void tile_values(std::int64_t j0, std::int64_t j1) const noexcept {
+    using batch = xsimd::batch<float, Arch>;
+    constexpr std::int64_t lanes = batch::size;
+    const std::int64_t panels = l.acc_cols / T::nr, wu = weight_units();
+    const std::int64_t stride = value_rows() * T::nr;
+    const bool first = j0 == t.key_begin;
+    for (std::int64_t r = 0; r < rows; r += Dot::tile_rows) {
+      const int block = static_cast<int>(rows - r < Dot::tile_rows ? rows - r : Dot::tile_rows);
+      const std::int64_t end = rows_end(r, r + block), kc = (end < j1 ? end : j1) - j0;
+      if (kc <= 0) continue;  // no keys here for these rows: rescale is 1, nothing to add
+      std::int64_t common = kc;
+      if (a.causal) {
+        const std::int64_t own = t.past + pos(r) + 1, first_row_end = own < j1 ? own : j1;
+        common = first_row_end - j0 < 0 ? 0 : first_row_end - j0;
+      }
+      // Whole pairs of keys only, as in values().
+      const std::int64_t common_units = common / 2, done = 2 * common_units;
+      float* o = s.accumulators + r * l.acc_cols;
+      // The first tile starts O from the product, or from zeros where there is none (scratch
+      // holds anything, NaN included, so it is stored over, never multiplied).
+      if (!first || common_units == 0) {
+        for (int rr = 0; rr < block; ++rr) {
+          float* row = o + rr * l.acc_cols;
+          for (std::int64_t c = 0; c < l.acc_cols; c += lanes) {
+            const batch kept =
+                first ? batch(0.0f) : s.rescale[r + rr] * batch::load_unaligned(row + c);
+            kept.store_unaligned(row + c);
+          }
+        }
+      }
+      for (std::int64_t p = 0; p < panels; ++p) {
+        const panel_unit* panel = v + p * stride + j0 / 2 * T::nr;
+        if (common_units > 0) {
+          Dot::product(block, common_units, weights() + r * wu, wu, panel, T::nr, o + p * T::nr,
+                       l.acc_cols, !first);
+        }
+        if (done < kc) diagonal<T>(r, block, j0, done, j1, panel, o + p * T::nr);
+      }
+    }
   }
 
   // Row k (key j0 + k) of a V panel as floats, batch c of the tile: fp32 as is, bf16 widened
