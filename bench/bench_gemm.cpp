@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "core/text.hpp"
 #include "kernel_timing.hpp"
 #include "kernels/isa_kernels.hpp"
@@ -102,6 +103,37 @@ void bm_xsimd(benchmark::State& state, shape s, mha::isa isa) {
   run(state, s, o, mha::fma_peak_of(isa), [&] {
     kernels.gemm({o.a.data(), s.k, b, o.c.data(), s.n, s.m}, 0, s.m, 0, b.panels());
   });
+}
+
+// The bf16 GEMM of a bf16 plan's projections (A rounded to pairs in the timed call, as a plan
+// does per call; W packed as pairs once), on the ISAs that multiply bf16 natively; checked
+// against double products of the rounded operands, read against that ISA's bf16 peak.
+void bm_xsimd_bf16(benchmark::State& state, shape s, mha::isa isa) {
+  operands o(s);
+  const mha::detail::isa_kernels& kernels = mha::detail::kernels_for(isa);
+  const mha::detail::packed_matrix w(o.w.data(), nullptr, s.n, s.k, kernels.panel_width(s.n),
+                                     /*bf16_pairs=*/true);
+  const mha::detail::pair_panels_view b = w.pair_view();
+  std::vector<mha::detail::bf16_pair> a(static_cast<std::size_t>(s.m * b.k));
+  operands rounded = o;  // the reference's operands: A and W as bf16 sees them
+  for (float& e : rounded.a) e = mha::detail::round_bf16(e);
+  for (float& e : rounded.w) e = mha::detail::round_bf16(e);
+  state.SetLabel("bf16 pairs, panels of " + std::to_string(b.nr));
+  const double peak = isa == mha::isa::amx && peaks.bf16_tile ? peaks.bf16_tile->gflops_one_core
+                      : peaks.bf16_dot                        ? peaks.bf16_dot->gflops_one_core
+                                                              : peak_for(mha::fma_peak_of(isa));
+  if (!mha_bench::check_then_time(
+          state,
+          [&] {
+            kernels.to_pairs(o.a.data(), s.m, s.k, s.k, a.data());
+            kernels.pair_gemm({a.data(), b.k, b, o.c.data(), s.n, s.m}, 0, s.m, 0, b.panels());
+          },
+          [&] {
+            rounded.c = o.c;
+            return check(s, rounded);
+          },
+          2.0 * s.m * s.n * s.k * 1e-9, peak))
+    return;
 }
 
 #if MHA_BENCH_ONEDNN
@@ -192,6 +224,11 @@ int main(int argc, char** argv) {
       if (capped && isa != mha::xsimd_default_isa()) continue;
       const std::string name = mha::detail::text("gemm/xsimd_", mha::to_string(isa), "/", s.name());
       benchmark::RegisterBenchmark(name.c_str(), bm_xsimd, s, isa)->UseRealTime();
+      if (mha::native_bf16(isa)) {
+        const std::string bf16 =
+            mha::detail::text("gemm/xsimd_", mha::to_string(isa), "/bf16/", s.name());
+        benchmark::RegisterBenchmark(bf16.c_str(), bm_xsimd_bf16, s, isa)->UseRealTime();
+      }
     }
 #if MHA_BENCH_ONEDNN
     benchmark::RegisterBenchmark(mha::detail::text("gemm/onednn/", s.name()).c_str(), bm_onednn, s)

@@ -435,6 +435,12 @@ yardsticks measure_yardsticks(int hardware_threads, std::ostream* log) {
            << fixed(y.peak.bf16_dot->gflops_all_cores, "%.1f") << " on " << y.peak.threads
            << " threads" << std::endl;
     }
+    if (y.peak.bf16_tile) {
+      *log << "mha_bench: bf16 tile-product peak (AMX) "
+           << fixed(y.peak.bf16_tile->gflops_one_core, "%.1f") << " GFLOP/s on one core, "
+           << fixed(y.peak.bf16_tile->gflops_all_cores, "%.1f") << " on " << y.peak.threads
+           << " threads" << std::endl;
+    }
   }
   if (log) *log << "mha_bench: measuring the streaming-read bandwidth..." << std::endl;
   y.bandwidth = measure_stream_read(hardware_threads);

@@ -7,6 +7,10 @@
 
 #include "fma_peak_kernels.hpp"
 
+#if MHA_PEAK_AMX
+#include "mha/backends/xsimd.hpp"
+#endif
+
 namespace mha_bench {
 namespace {
 
@@ -124,6 +128,10 @@ fma_peak measure_fma_peak(int threads, int trials) {
         measure({"avx512bf16", detail::bf16_dot_rounds_avx512bf16}, peak.threads, trials);
   }
 #endif
+#if MHA_PEAK_AMX
+  if (std::ranges::count(mha::xsimd_supported_isas(), mha::isa::amx) > 0)
+    peak.bf16_tile = measure({"amx", detail::bf16_tile_rounds_amx}, peak.threads, trials);
+#endif
   return peak;
 }
 
@@ -148,6 +156,7 @@ const isa_peak& fma_peak::of(std::string_view isa) const {
 }
 
 std::string_view bf16_peak_isa_for(mha::isa kernel_isa) {
+  if (kernel_isa == mha::isa::amx) return "bf16_tile";
   return mha::native_bf16(kernel_isa) ? "bf16_dot" : mha::fma_peak_of(kernel_isa);
 }
 

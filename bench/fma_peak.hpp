@@ -30,6 +30,9 @@ struct fma_peak {
   // yardstick of bf16 kernels that use it (isa avx512bf16); bf16 kernels elsewhere widen
   // to FP32 FMAs and are read against by_isa.
   std::optional<isa_peak> bf16_dot;
+  // The AMX tile-product peak (isa "amx", TDPBF16PS on register-resident tiles), where the xsimd
+  // kernels may use AMX: the yardstick of bf16 kernels on tiles (isa amx).
+  std::optional<isa_peak> bf16_tile;
 
   // The loop with the highest one-core figure.
   const isa_peak& best() const;
@@ -37,10 +40,10 @@ struct fma_peak {
   const isa_peak& of(std::string_view isa) const;
 };
 
-// Which measured peak the bf16 figures of kernels on `kernel_isa` are read against: "bf16_dot"
-// (fma_peak::bf16_dot) where they multiply bf16 pairs natively (mha::native_bf16: avx512bf16,
-// amx, though AMX tiles can outrun it), else the FP32 loop mha::fma_peak_of names (the kernels
-// widen bf16 to FP32 FMAs). fp32 figures: mha::fma_peak_of.
+// Which measured peak the bf16 figures of kernels on `kernel_isa` are read against: "bf16_tile"
+// (fma_peak::bf16_tile) for amx, "bf16_dot" (fma_peak::bf16_dot) for avx512bf16 (vdpbf16ps),
+// else the FP32 loop mha::fma_peak_of names (the kernels widen bf16 to FP32 FMAs). fp32
+// figures: mha::fma_peak_of.
 std::string_view bf16_peak_isa_for(mha::isa kernel_isa);
 
 // Measures every loop this CPU runs (and the bf16 dot-product loop where it runs): `trials`

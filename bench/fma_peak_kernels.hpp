@@ -14,5 +14,6 @@ double fma_rounds_avx2(std::int64_t rounds, float* sink) noexcept;      // x86-6
 double fma_rounds_portable(std::int64_t rounds, float* sink) noexcept;  // no -march flag
 // The same with bf16 dot products (vdpbf16ps: 64 FLOPs per 16-lane instruction).
 double bf16_dot_rounds_avx512bf16(std::int64_t rounds, float* sink) noexcept;  // +AVX512_BF16
+double bf16_tile_rounds_amx(std::int64_t rounds, float* sink) noexcept;        // +AMX-BF16, granted
 
 }  // namespace mha_bench::detail

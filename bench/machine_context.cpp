@@ -99,6 +99,13 @@ void add_peak_context(const fma_peak& peak) {
   std::vector<std::string> dot_trials;
   for (double t : dot.one_core_trials) dot_trials.push_back(gflops(t));
   benchmark::AddCustomContext("mha_bf16_dot_peak_trials_one_core", join(dot_trials, ","));
+  // The AMX tile-product peak: 0 where the kernels may not use tiles.
+  const isa_peak& tile = peak.bf16_tile ? *peak.bf16_tile : none;
+  benchmark::AddCustomContext("mha_bf16_tile_peak_gflops_one_core", gflops(tile.gflops_one_core));
+  benchmark::AddCustomContext("mha_bf16_tile_peak_gflops_all_cores", gflops(tile.gflops_all_cores));
+  std::vector<std::string> tile_trials;
+  for (double t : tile.one_core_trials) tile_trials.push_back(gflops(t));
+  benchmark::AddCustomContext("mha_bf16_tile_peak_trials_one_core", join(tile_trials, ","));
 }
 
 void add_bandwidth_context(const stream_read& bandwidth) {

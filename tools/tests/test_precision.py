@@ -114,6 +114,32 @@ def test_bf16_peak_is_the_dot_peak_for_native_kernels_and_the_fma_peak_otherwise
         assert p.bf16_pct == pytest.approx(100 * bf16_pct), backend
 
 
+def test_bf16_on_amx_tiles_is_read_against_the_tile_peak_and_said_so(tmp_path):
+    # xsimd on AMX (bf16_tile) beside tbb on vdpbf16ps (bf16_dot), one file: each its own peak;
+    # without a tile peak above 0 the FMA peak, named so.
+    data = []
+    for backend, rate in (("xsimd", 1200.0), ("tbb", 160.0)):
+        data += rate_entries(backend, "split_weight", A, 1, 100.0)
+        data += rate_entries(backend, "split_weight", bf16(A), 1, rate)
+    context = bf16_context(xsimd="bf16_tile", tbb="bf16_dot")
+    context["mha_bf16_tile_peak_gflops_one_core"] = "3000.0"
+    context["mha_bf16_tile_peak_gflops_all_cores"] = "12000.0"
+    results = load([write(tmp_path / "amx.json", data, context)])
+    pairs = {p.backend: p for p in precision.precision_pairs(results, find_peaks(results))}
+    assert (pairs["xsimd"].bf16_peak.basis, pairs["xsimd"].bf16_peak.name) == ("bf16_tile", "bf16 tile")
+    assert pairs["xsimd"].bf16_pct == pytest.approx(100 * 1200 / 3000)
+    assert (pairs["tbb"].bf16_peak.basis, pairs["tbb"].bf16_peak.name) == ("bf16_dot", "bf16 dot")
+    assert pairs["tbb"].bf16_pct == pytest.approx(100 * 160 / 400)
+    assert "AMX tile-product peak (3000.0 GFLOP/s on 1 core" in precision._bf16_peak_text(
+        list(pairs.values())
+    )
+    context["mha_bf16_tile_peak_gflops_one_core"] = "0"
+    context["mha_bf16_tile_peak_gflops_all_cores"] = "0"
+    results = load([write(tmp_path / "amx0.json", data, context)])
+    xsimd = next(p for p in precision.precision_pairs(results, find_peaks(results)) if p.backend == "xsimd")
+    assert (xsimd.bf16_peak.basis, xsimd.bf16_peak.name) == ("fma_no_dot", "avx512 FMA (no bf16 tile peak)")
+
+
 def test_a_zero_dot_peak_falls_back_to_the_fma_peak_and_a_missing_key_is_unknown(tmp_path):
     # The CPU measured no bf16 dot peak ("0"), yet xsimd says bf16_dot: its FP32 FMA peak
     # (avx512, 200) instead. onednn's file names no bf16_peak_isa: unknown, no % of peak.

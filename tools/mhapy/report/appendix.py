@@ -25,7 +25,8 @@ PEAK_RULE = (
     "it was measured on. A bf16 benchmark (every section: GFLOP/s tables and figures, "
     "'fp32 vs bf16') is read against the peak its backend's "
     "`mha_backend_<name>_bf16_peak_isa` names: `bf16_dot` (native bf16 kernels): the "
-    "measured bf16 dot-product peak (the 'bf16 dot' row), or, without one above 0, the FP32 "
+    "measured bf16 dot-product peak (the 'bf16 dot' row), `bf16_tile` (AMX tiles) the "
+    "tile-product peak (the 'bf16 tile' row), or, without one above 0, the FP32 "
     "FMA peak; an ISA: that ISA's FP32 FMA peak; no such key (older files): none, % of "
     "peak n/a. Same thread rule."
 )
@@ -94,19 +95,22 @@ def _peak_blocks(results: ResultSet, peaks: Peaks, level: int) -> list:
         for isa, p in list(fp.per_isa.items()) + [("best", fp.best)]
         if p.one_core or p.all_cores
     ]
-    # The bf16 dot-product peaks, with the backends whose bf16 benchmarks are read against them.
+    # The native bf16 peaks (dot and tile products), with the backends whose bf16 benchmarks are
+    # read against them.
     rows += [
         [
             f"`{Path(fp.source).name}`",
-            "bf16 dot",
-            "–" if dot.one_core is None else f"{dot.one_core:.1f}",
-            "–" if dot.all_cores is None else f"{dot.all_cores:.1f} ({dot.all_core_threads} threads)",
-            _read_against(results, peaks, dot),
-            dot.source,
+            kind,
+            "–" if native.one_core is None else f"{native.one_core:.1f}",
+            "–"
+            if native.all_cores is None
+            else f"{native.all_cores:.1f} ({native.all_core_threads} threads)",
+            _read_against(results, peaks, native),
+            native.source,
         ]
         for fp in peaks.files.values()
-        for dot in [fp.bf16_dot]
-        if dot.one_core or dot.all_cores
+        for kind, native in (("bf16 dot", fp.bf16_dot), ("bf16 tile", fp.bf16_tile))
+        if native.one_core or native.all_cores
     ]
     if rows and not peaks.overridden:
         blocks.append(

@@ -49,6 +49,11 @@ PEAK_THREADS_KEY = "mha_fma_peak_threads"
 BF16_DOT_ONE_CORE_KEY = "mha_bf16_dot_peak_gflops_one_core"
 BF16_DOT_ALL_CORES_KEY = "mha_bf16_dot_peak_gflops_all_cores"
 BF16_DOT = "bf16_dot"
+# The AMX tile-product peak (TDPBF16PS), likewise; "0" where the kernels may not use tiles.
+# BF16_TILE is the bf16_peak_isa of backends on AMX.
+BF16_TILE_ONE_CORE_KEY = "mha_bf16_tile_peak_gflops_one_core"
+BF16_TILE_ALL_CORES_KEY = "mha_bf16_tile_peak_gflops_all_cores"
+BF16_TILE = "bf16_tile"
 
 
 def classify_peak_key(key: str) -> str | None:
@@ -129,8 +134,8 @@ class FilePeaks:
     peak/<isa>/... entries; older files: the plain keys count for mha_fma_peak_isa), the file's
     best peak (today's keys, or the best ISA), and per (ISA, '1-core' | 'all-core') every figure
     measured: the start-up trials (mha_fma_peak_trials_one_core_<isa>; all-core: the context's
-    peak) and the peak entries' GFLOPS; and its bf16 dot-product peak (empty: not measured, or
-    0 on a CPU without AVX512_BF16)."""
+    peak) and the peak entries' GFLOPS; and its bf16 dot-product and AMX tile-product peaks
+    (empty: not measured, or 0 on a CPU without AVX512_BF16 / AMX)."""
 
     source: str
     cpu_model: str
@@ -138,21 +143,26 @@ class FilePeaks:
     best: Peak
     trials: dict[tuple[str, str], list[float]]
     bf16_dot: Peak = field(default_factory=Peak)
+    bf16_tile: Peak = field(default_factory=Peak)
+
+    def native_bf16(self, isa: str) -> Peak:
+        """The native bf16 peak a bf16_peak_isa names: BF16_DOT or BF16_TILE."""
+        return self.bf16_tile if isa == BF16_TILE else self.bf16_dot
 
 
-def _bf16_dot_peak(context: dict, name: str) -> Peak:
-    """The bf16 dot-product peak of one file's context (BF16_DOT_ONE_CORE_KEY, and
-    BF16_DOT_ALL_CORES_KEY on the FMA peaks' thread count, _peak_threads): a Peak, so the FMA
-    peaks' thread rule (Peak.for_threads) applies to it unchanged. A figure that is absent
-    (files written before it) or not > 0 (a CPU without AVX512_BF16) is None."""
+def _native_bf16_peak(context: dict, name: str, one_core_key: str, all_cores_key: str) -> Peak:
+    """A native bf16 peak of one file's context (the dot-product peak's keys, BF16_DOT_*, or the
+    tile-product peak's, BF16_TILE_*; all cores on the FMA peaks' thread count, _peak_threads):
+    a Peak, so the FMA peaks' thread rule (Peak.for_threads) applies to it unchanged. A figure
+    that is absent (files written before it) or not > 0 (a CPU without it) is None."""
     figures = {}
-    for key in (BF16_DOT_ONE_CORE_KEY, BF16_DOT_ALL_CORES_KEY):
+    for key in (one_core_key, all_cores_key):
         number = context_number(context[key]) if key in context else None
         figures[key] = number if number and number > 0 else None
     found = [f"'{key}'" for key, number in figures.items() if number]
-    all_cores = figures[BF16_DOT_ALL_CORES_KEY]
+    all_cores = figures[all_cores_key]
     return Peak(
-        figures[BF16_DOT_ONE_CORE_KEY],
+        figures[one_core_key],
         all_cores,
         _peak_threads(context) if all_cores else None,
         f"{' and '.join(found)} in {name}" if found else "not measured",
@@ -207,7 +217,15 @@ def _file_peaks(source: str, context: dict, entries: list) -> FilePeaks:
             best.one_core, best.source = peak.one_core, peak.source
         if peak.all_cores and (best.all_cores is None or peak.all_cores > best.all_cores):
             best.all_cores, best.all_core_threads = peak.all_cores, peak.all_core_threads
-    return FilePeaks(source, model, per_isa, best, trials, _bf16_dot_peak(context, name))
+    return FilePeaks(
+        source,
+        model,
+        per_isa,
+        best,
+        trials,
+        _native_bf16_peak(context, name, BF16_DOT_ONE_CORE_KEY, BF16_DOT_ALL_CORES_KEY),
+        _native_bf16_peak(context, name, BF16_TILE_ONE_CORE_KEY, BF16_TILE_ALL_CORES_KEY),
+    )
 
 
 @dataclass
@@ -216,8 +234,9 @@ class MatchedPeak:
     'fma': the FP32 FMA peak of its backend's ISA: every fp32 benchmark, and the bf16 ones of a
     backend whose bf16 kernels store bf16 and widen it to fp32 for FP32 FMAs;
     'bf16_dot': a bf16 benchmark of a backend whose kernels multiply bf16 pairs natively
-    (vdpbf16ps): the bf16 dot-product peak;
-    'fma_no_dot': native bf16, but its file has no bf16 dot peak > 0: the FP32 FMA peak instead
+    (vdpbf16ps): the bf16 dot-product peak; 'bf16_tile': the same on AMX tiles (TDPBF16PS): the
+    tile-product peak;
+    'fma_no_dot': native bf16, but its file has no such peak > 0: the FP32 FMA peak instead
     (which such kernels can exceed); 'unknown': a bf16 benchmark whose file does not say (no
     mha_backend_<name>_bf16_peak_isa, written before it): peak None, % of peak not given.
     name: how a table names the peak ('bf16 dot', 'avx512 FMA', 'best FMA', ...)."""
@@ -246,7 +265,8 @@ class Peaks:
     backend_isa: dict[tuple[str, str], str]
     fallback: Peak
     overridden: bool = False
-    # (file, backend) -> its mha_backend_<name>_bf16_peak_isa: BF16_DOT or an FMA peak ISA.
+    # (file, backend) -> its mha_backend_<name>_bf16_peak_isa: BF16_DOT, BF16_TILE or an FMA
+    # peak ISA.
     bf16_isa: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def isa_of(self, m: Measurement) -> str | None:
@@ -293,20 +313,22 @@ class Peaks:
 
     def bf16_peak(self, source: str, backend: str) -> MatchedPeak:
         """The peak the bf16 benchmarks of `backend` in file `source` are read against (see
-        MatchedPeak): by its mha_backend_<name>_bf16_peak_isa. BF16_DOT: the file's bf16 dot
-        peak, or, when the file has none > 0, the backend's FP32 FMA peak (as bench_attention
-        does); an FMA peak ISA: that ISA's FP32 FMA peak (for_measurement's rule); no key
+        MatchedPeak): by its mha_backend_<name>_bf16_peak_isa. BF16_DOT / BF16_TILE: the file's
+        bf16 dot / tile peak, or, when the file has none > 0, the backend's FP32 FMA peak (as
+        bench_attention does); an FMA peak ISA: that ISA's FP32 FMA peak (for_measurement's rule); no key
         (files written before it): unknown, no peak. --peak-1core / --peak-all replace the
         FP32 FMA peaks only."""
         isa = self.bf16_isa.get((source, backend))
         if isa is None:
             return MatchedPeak("unknown", None, "unknown")
         own = self.files.get(source)
-        if isa == BF16_DOT:
-            if own and (own.bf16_dot.one_core or own.bf16_dot.all_cores):
-                return MatchedPeak("bf16_dot", own.bf16_dot, "bf16 dot")
+        if isa in (BF16_DOT, BF16_TILE):
+            kind = "tile" if isa == BF16_TILE else "dot"
+            native = own.native_bf16(isa) if own else None
+            if native and (native.one_core or native.all_cores):
+                return MatchedPeak(isa, native, f"bf16 {kind}")
             peak, name = self._backend_fma(source, backend)
-            return MatchedPeak("fma_no_dot", peak, f"{name} (no bf16 dot peak)")
+            return MatchedPeak("fma_no_dot", peak, f"{name} (no bf16 {kind} peak)")
         return MatchedPeak("fma", *self._fma_peak(source, isa))
 
     def percent(self, m: Measurement | None) -> float | None:
@@ -330,7 +352,7 @@ def find_peaks(results: ResultSet, one_core: float | None = None, all_cores: flo
         for key, value in context.items():
             bf16 = re.match(r"^mha_backend_(.+)_bf16_peak_isa$", key)
             match = re.match(r"^mha_backend_(.+)_peak_isa$", key)
-            if bf16 and (str(value) == BF16_DOT or str(value) in PEAK_ISAS):
+            if bf16 and (str(value) in (BF16_DOT, BF16_TILE) or str(value) in PEAK_ISAS):
                 bf16_isa[(source, bf16.group(1))] = str(value)
             elif match and not bf16 and str(value) in PEAK_ISAS:
                 backend_isa[(source, match.group(1))] = str(value)

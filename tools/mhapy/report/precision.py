@@ -153,12 +153,26 @@ def _bf16_peak_text(pairs: list[PrecisionPair]) -> str:
     for p in pairs:
         by_basis.setdefault(p.bf16_peak.basis, {}).setdefault(p.backend, set()).add(p.bf16_peak.name)
     sentences = []
-    if "bf16_dot" in by_basis:
+    for basis, what, why in (
+        (
+            "bf16_dot",
+            "bf16 dot-product peak",
+            "their bf16 kernels multiply bf16 pairs natively (vdpbf16ps, two products per fp32 lane)",
+        ),
+        (
+            "bf16_tile",
+            "AMX tile-product peak",
+            "their bf16 kernels multiply bf16 pairs on AMX tiles (TDPBF16PS, 16 x 16 x 32 products "
+            "per instruction)",
+        ),
+    ):
+        if basis not in by_basis:
+            continue
         dots = sorted(
             {
                 (p.bf16_peak.peak.one_core, p.bf16_peak.peak.all_cores, p.bf16_peak.peak.all_core_threads)
                 for p in pairs
-                if p.bf16_peak.basis == "bf16_dot"
+                if p.bf16_peak.basis == basis
             },
             key=str,
         )
@@ -174,9 +188,8 @@ def _bf16_peak_text(pairs: list[PrecisionPair]) -> str:
             for one, every, threads in dots
         )
         sentences.append(
-            f"{_names(by_basis['bf16_dot'])}: against the measured bf16 dot-product peak "
-            f"({figures_text}): their bf16 kernels multiply bf16 pairs natively (vdpbf16ps, two "
-            "products per fp32 lane), so the FP32 FMA peak is not their limit."
+            f"{_names(by_basis[basis])}: against the measured {what} ({figures_text}): {why}, "
+            "so the FP32 FMA peak is not their limit."
         )
     if "fma" in by_basis:
         sentences.append(
@@ -187,8 +200,8 @@ def _bf16_peak_text(pairs: list[PrecisionPair]) -> str:
     if "fma_no_dot" in by_basis:
         sentences.append(
             f"{_names(by_basis['fma_no_dot'], True)}: their bf16 kernels multiply bf16 pairs natively, "
-            "but their file has no bf16 dot-product peak above 0 "
-            "(`mha_bf16_dot_peak_gflops_*`), so they are read against their FP32 FMA peak "
+            "but their file has no such peak above 0 "
+            "(`mha_bf16_dot_peak_gflops_*`, `mha_bf16_tile_peak_gflops_*`), so they are read against their FP32 FMA peak "
             "instead, which such kernels can exceed."
         )
     if "unknown" in by_basis:
@@ -256,8 +269,9 @@ def section(results: ResultSet, peaks: Peaks) -> list:
             "peak = model GFLOP/s (the same FLOP count in both precisions) / the peak matching "
             "each: fp32 the FP32 FMA peak of the backend's ISA, as everywhere in this report; "
             "bf16 the bf16 dot-product peak (`mha_bf16_dot_peak_gflops_*`) where the backend's "
-            "`mha_backend_<name>_bf16_peak_isa` is `bf16_dot` and that peak was measured, "
-            "otherwise the same FP32 FMA peak; n/a: peak unknown. Both follow the same thread "
+            "`mha_backend_<name>_bf16_peak_isa` is `bf16_dot`, the AMX tile-product peak "
+            "(`mha_bf16_tile_peak_gflops_*`) where it is `bf16_tile`, each where that peak was "
+            "measured, otherwise the same FP32 FMA peak; n/a: peak unknown. Both follow the same thread "
             "rule: the 1-core peak for threads:1, otherwise the all-core peak scaled by threads "
             "/ the thread count it was measured on."
         ),
