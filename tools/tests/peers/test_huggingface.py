@@ -171,7 +171,9 @@ def _gpt2():
 
 
 # The decoders' sizes beside their heads: two layers, the rest small.
-DECODER = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=48, vocab_size=64, max_position_embeddings=128)
+DECODER = dict(
+    hidden_size=64, num_hidden_layers=2, intermediate_size=48, vocab_size=64, max_position_embeddings=128
+)
 
 
 def _llama(rope_parameters, model_class="LlamaForCausalLM", **extra):
@@ -187,7 +189,9 @@ def _qwen2():
 
 
 def _bert():
-    sizes = dict(hidden_size=32, num_hidden_layers=2, intermediate_size=40, vocab_size=64, max_position_embeddings=64)
+    sizes = dict(
+        hidden_size=32, num_hidden_layers=2, intermediate_size=40, vocab_size=64, max_position_embeddings=64
+    )
     return transformers.BertModel(transformers.BertConfig(num_attention_heads=4, **sizes)), "bert"
 
 
@@ -255,7 +259,9 @@ def check(folder: Path, caught: list[Caught], backend: str, *flags: str) -> list
                 y = mha_run(folder, layer, c.x, *run_flags, *flags)
                 error, bound = relative_error(y, c.y), c.bound(precision)
                 if not error <= bound:
-                    failures.append(f"{folder.name} layer {layer} {' '.join(run_flags + list(flags))}: {error:.3g} > {bound:.3g}")
+                    failures.append(
+                        f"{folder.name} layer {layer} {' '.join(run_flags + list(flags))}: {error:.3g} > {bound:.3g}"
+                    )
     return failures
 
 
