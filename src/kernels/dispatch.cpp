@@ -130,7 +130,7 @@ std::string kernels_description(mha::isa which) {
   const isa_kernels& k = kernels_for(which);
   std::string description = text("xsimd ", XSIMD_VERSION_MAJOR, ".", XSIMD_VERSION_MINOR, ".",
                                  XSIMD_VERSION_PATCH, ", ", k.arch_name, ", ", k.lanes, " lanes");
-  if (which == isa::amx) description += ", bf16 GEMM on AMX tiles";
+  if (which == isa::amx) description += ", bf16 products on AMX tiles";
   // A CPU with tiles the kernels may not use says why.
   if (which == isa::avx512bf16 && cpu_has_amx() && !amx_refusal().empty())
     description += text(", AMX tiles unused: ", amx_refusal());
