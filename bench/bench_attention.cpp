@@ -54,9 +54,7 @@ mha_bench::fma_peak peaks;  // FP32 FMA peaks of every ISA, measured at start-up
 // The one-core peak (GFLOP/s) for kernels dispatched to `isa`, with
 // fp32 or bf16 operands.
 double peak_for(mha::isa isa, bool bf16 = false) {
-  if (bf16 && peaks.bf16_tile && isa == mha::isa::amx) return peaks.bf16_tile->gflops_one_core;
-  if (bf16 && peaks.bf16_dot && mha::native_bf16(isa)) return peaks.bf16_dot->gflops_one_core;
-  return peaks.of(mha::fma_peak_of(isa)).gflops_one_core;
+  return bf16 ? peaks.bf16_one_core(isa) : peaks.of(mha::fma_peak_of(isa)).gflops_one_core;
 }
 
 struct shape {

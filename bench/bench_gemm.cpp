@@ -119,9 +119,6 @@ void bm_xsimd_bf16(benchmark::State& state, shape s, mha::isa isa) {
   for (float& e : rounded.a) e = mha::detail::round_bf16(e);
   for (float& e : rounded.w) e = mha::detail::round_bf16(e);
   state.SetLabel("bf16 pairs, panels of " + std::to_string(b.nr));
-  const double peak = isa == mha::isa::amx && peaks.bf16_tile ? peaks.bf16_tile->gflops_one_core
-                      : peaks.bf16_dot                        ? peaks.bf16_dot->gflops_one_core
-                                                              : peak_for(mha::fma_peak_of(isa));
   if (!mha_bench::check_then_time(
           state,
           [&] {
@@ -132,7 +129,7 @@ void bm_xsimd_bf16(benchmark::State& state, shape s, mha::isa isa) {
             rounded.c = o.c;
             return check(s, rounded);
           },
-          2.0 * s.m * s.n * s.k * 1e-9, peak))
+          2.0 * s.m * s.n * s.k * 1e-9, peaks.bf16_one_core(isa)))
     return;
 }
 

@@ -155,6 +155,13 @@ const isa_peak& fma_peak::of(std::string_view isa) const {
   return best();
 }
 
+double fma_peak::bf16_one_core(mha::isa kernel_isa) const {
+  const std::string_view basis = bf16_peak_isa_for(kernel_isa);
+  if (basis == "bf16_tile" && bf16_tile) return bf16_tile->gflops_one_core;
+  if (basis == "bf16_dot" && bf16_dot) return bf16_dot->gflops_one_core;
+  return of(mha::fma_peak_of(kernel_isa)).gflops_one_core;
+}
+
 std::string_view bf16_peak_isa_for(mha::isa kernel_isa) {
   if (kernel_isa == mha::isa::amx) return "bf16_tile";
   return mha::native_bf16(kernel_isa) ? "bf16_dot" : mha::fma_peak_of(kernel_isa);

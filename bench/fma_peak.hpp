@@ -36,6 +36,10 @@ struct fma_peak {
 
   // The loop with the highest one-core figure.
   const isa_peak& best() const;
+  // The one-core peak that bf16 kernels on `kernel_isa` are read against (bf16_peak_isa_for):
+  // the tile peak (amx), the dot-product peak (avx512bf16), else the FMA loop of its class; the
+  // FMA loop too where the native peak was not measured.
+  double bf16_one_core(mha::isa kernel_isa) const;
   // The loop named `isa`, or best() when this CPU has none of that name.
   const isa_peak& of(std::string_view isa) const;
 };

@@ -41,38 +41,23 @@ struct model_type_rules {
   biases bias;
 };
 
+// The decoders' blocks (Llama's names, which Mistral and Qwen2 share) and the encoders' (BERT's,
+// RoBERTa's under its own root).
+constexpr model_type_rules decoder_rules(std::string_view type, biases bias) {
+  return {type, layout::llama, "layers.", ".self_attn.", {"", "model."}, true, bias};
+}
+constexpr model_type_rules encoder_rules(std::string_view type, std::string_view root) {
+  return {type, layout::bert, "encoder.layer.", ".attention.", {"", root}, false, biases::all};
+}
+
 constexpr model_type_rules model_rules[] = {
     {"gpt2", layout::gpt2, "h.", ".attn.", {"", "transformer."}, false, biases::all},
-    {"llama",
-     layout::llama,
-     "layers.",
-     ".self_attn.",
-     {"", "model."},
-     true,
-     biases::attention_bias},
-    {"mistral",
-     layout::llama,
-     "layers.",
-     ".self_attn.",
-     {"", "model."},
-     true,
-     biases::attention_bias},
-    {"qwen2", layout::llama, "layers.", ".self_attn.", {"", "model."}, true, biases::qkv_only},
-    {"bert", layout::bert, "encoder.layer.", ".attention.", {"", "bert."}, false, biases::all},
-    {"roberta",
-     layout::bert,
-     "encoder.layer.",
-     ".attention.",
-     {"", "roberta."},
-     false,
-     biases::all},
-    {"xlm-roberta",
-     layout::bert,
-     "encoder.layer.",
-     ".attention.",
-     {"", "roberta."},
-     false,
-     biases::all},
+    decoder_rules("llama", biases::attention_bias),
+    decoder_rules("mistral", biases::attention_bias),
+    decoder_rules("qwen2", biases::qkv_only),
+    encoder_rules("bert", "bert."),
+    encoder_rules("roberta", "roberta."),
+    encoder_rules("xlm-roberta", "roberta."),
 };
 
 constexpr std::array<std::string_view, std::size(model_rules)> model_type_names = [] {
