@@ -14,8 +14,7 @@ namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 //   8-float panels, 16 rows x 1 ymm:  97 at N = 8 (12 rows 95, 24 rows 87).
 // The narrow panels use AVX2-width registers: on Zen4 a zmm FMA issues as two ymm halves, so
 // they lose nothing per FLOP, and this build addresses 32 of them.
-using avx512_tiles =
-    tile_list<tile<xsimd::avx512bw, 8, 2>, tile<xsimd::fma3<xsimd::avx2>, 12, 2>,
-              tile<xsimd::fma3<xsimd::avx2>, 16, 1>>;
+using avx512_tiles = tile_list<tile<xsimd::avx512bw, 8, 2>, tile<xsimd::fma3<xsimd::avx2>, 12, 2>,
+                               tile<xsimd::fma3<xsimd::avx2>, 16, 1>>;
 
 }  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE

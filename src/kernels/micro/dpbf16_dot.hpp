@@ -57,5 +57,4 @@ struct dpbf16_dot {
   }
 };
 
-
 }  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE

@@ -174,10 +174,11 @@ void tile_pair_gemm(const pair_gemm_args& g, std::int64_t row_begin, std::int64_
         for (std::int64_t h = 0; h * tile_cols < cols; ++h) {
           const std::int64_t left = cols - h * tile_cols;
           const auto mask = static_cast<__mmask16>(left >= tile_cols ? 0xffff : (1u << left) - 1);
-          const __m512 bias = b.bias ? _mm512_loadu_ps(b.bias + first_col + h * tile_cols)
-                                     : _mm512_setzero_ps();
+          const __m512 bias =
+              b.bias ? _mm512_loadu_ps(b.bias + first_col + h * tile_cols) : _mm512_setzero_ps();
           for (int rr = 0; rr < rows; ++rr) {
-            const __m512 sum = _mm512_add_ps(_mm512_load_ps(out + rr * out_cols + h * tile_cols), bias);
+            const __m512 sum =
+                _mm512_add_ps(_mm512_load_ps(out + rr * out_cols + h * tile_cols), bias);
             _mm512_mask_storeu_ps(g.c + (r + rr) * g.ldc + first_col + h * tile_cols, mask, sum);
           }
         }
@@ -198,8 +199,7 @@ void tile_attention_rows(const attention_args& args, const attention_layout& lay
 
 const isa_kernels* amx_kernels() noexcept {
   static const isa_kernels table = [] {
-    isa_kernels t =
-        *amx::kernels_of<xsimd::avx512bw, amx::avx512_tiles, amx::tile_dot>(isa::amx);
+    isa_kernels t = *amx::kernels_of<xsimd::avx512bw, amx::avx512_tiles, amx::tile_dot>(isa::amx);
     t.pair_gemm = &amx::tile_pair_gemm;
     t.attention_rows = &amx::tile_attention_rows;
     return t;
