@@ -17,8 +17,8 @@ namespace {
 // GPT-2 small: the anchor shape of docs/design.md §5 and of the backend targets.
 constexpr std::int64_t gpt2_d_model = 768, gpt2_heads = 12, gpt2_context = 1024;
 
-constexpr std::array<std::string_view, 6> names = {"quick",   "heads",  "seq",
-                                                   "threads", "decode", "full"};
+constexpr std::array<std::string_view, 7> names = {"quick",  "heads", "seq", "threads",
+                                                   "decode", "cores", "full"};
 
 std::vector<int> one_and_all(int hardware_threads) {
   if (hardware_threads == 1) return {1};
@@ -28,6 +28,15 @@ std::vector<int> one_and_all(int hardware_threads) {
 std::vector<int> one_to_all(int hardware_threads) {
   std::vector<int> t;
   for (int n = 1; n <= hardware_threads; ++n) t.push_back(n);
+  return t;
+}
+
+// 1, 2, 4, ... below hardware_threads, then hardware_threads itself: where scaling is read on a
+// many-core machine without running every count.
+std::vector<int> doubling_to_all(int hardware_threads) {
+  std::vector<int> t;
+  for (int n = 1; n < hardware_threads; n *= 2) t.push_back(n);
+  t.push_back(hardware_threads);
   return t;
 }
 
@@ -85,6 +94,20 @@ std::vector<series> decode(int hw) {
   cache.precisions = {mha::precision::fp32, mha::precision::bf16};
   cache.kv_precisions = {mha::precision::fp32, mha::precision::bf16, mha::precision::int8};
   return {s, grouped, cache};
+}
+
+std::vector<series> cores(int hw) {
+  // Scaling past two cores: GPT-2 small's prefill for one sequence and four (a larger grid of
+  // tasks), and decode over 8192 cached tokens for 1, 8 and 32 sequences (one sequence has 12
+  // heads of work: only the split over keys feeds more threads) and with 3 K/V heads.
+  const std::vector<int> t = doubling_to_all(hw);
+  series prefill{"cores_prefill", {1, 4}, {gpt2_context}, {gpt2_heads}, {gpt2_d_model}, 0, t};
+  series step{"cores_decode", {1, 8, 32}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, t};
+  step.past = {8192};
+  series grouped{"cores_decode_kv", {1, 8}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, t};
+  grouped.kv_heads = {3};
+  grouped.past = {8192};
+  return {prefill, step, grouped};
 }
 
 template <class T>
@@ -208,9 +231,10 @@ std::vector<series> preset(std::string_view name, int hardware_threads) {
   if (name == "seq") return seq(hardware_threads);
   if (name == "threads") return threads(hardware_threads);
   if (name == "decode") return decode(hardware_threads);
+  if (name == "cores") return cores(hardware_threads);
   if (name == "full") {
     std::vector<series> all;
-    for (auto part : {quick, heads, seq, threads, decode}) {
+    for (auto part : {quick, heads, seq, threads, decode, cores}) {
       for (series& s : part(hardware_threads)) all.push_back(std::move(s));
     }
     return all;

@@ -66,11 +66,12 @@ std::string join(std::span<const std::string> parts, std::string_view separator)
 // "heads_head_dim: B=1 T=128 d_model=64*H H=1,2,...,96 threads=1,2".
 std::string to_string(const series& s);
 
-// "quick", "heads", "seq", "threads", "decode", "full": the names preset() accepts.
+// "quick", "heads", "seq", "threads", "decode", "cores", "full": the names preset() accepts.
 std::span<const std::string_view> preset_names() noexcept;
 
 // The series of a preset (bench/README.md lists them). `hardware_threads` (>= 1) sets
-// the thread counts: {1, hardware_threads} everywhere, 1..hardware_threads in "threads".
+// the thread counts: {1, hardware_threads} everywhere, 1..hardware_threads in "threads", and
+// 1, 2, 4, ... then hardware_threads in "cores".
 // "full" is every series of the other presets. Throws mha::invalid_argument for an unknown
 // name, listing the valid ones.
 std::vector<series> preset(std::string_view name, int hardware_threads);

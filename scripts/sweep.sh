@@ -2,7 +2,7 @@
 # The main job: installs what is missing, builds Release, runs a benchmark preset over every
 # built backend and writes results/<host>-<date>-<time>-<preset>.json (bench/README.md: its schema).
 #
-#   scripts/sweep.sh [--preset quick|heads|seq|threads|decode|full] [--with-peers [--peers LIST]]
+#   scripts/sweep.sh [--preset quick|heads|seq|threads|decode|cores|full] [--with-peers [--peers LIST]]
 #                    [--shard I/N] [--results DIR] [--no-report] [--bench FILE] [mha_bench flags...]
 #
 # --with-peers also runs the peers (python -m mhapy.peers: PyTorch, OpenVINO, ONNX Runtime) on the

@@ -157,6 +157,30 @@ TEST(BenchPresets, ThreadsRunsOneToEveryCore) {
   for (const sweep_point& p : points_of("heads", 1)) EXPECT_EQ(p.threads, 1);
 }
 
+// Scaling past two cores: GPT-2 small's prefill (B1, B4) and decode over 8k (B1, 8, 32; and
+// with 3 K/V heads at B1, 8) at doubling thread counts and all cores, never a count twice.
+TEST(BenchPresets, CoresDoublesTheThreadsUpToEveryCore) {
+  const auto threads_of = [](int hardware_threads) {
+    std::set<int> t;
+    for (const sweep_point& p : points_of("cores", hardware_threads)) t.insert(p.threads);
+    return std::vector<int>(t.begin(), t.end());
+  };
+  EXPECT_THAT(threads_of(16), ElementsAre(1, 2, 4, 8, 16));
+  EXPECT_THAT(threads_of(6), ElementsAre(1, 2, 4, 6));
+  EXPECT_THAT(threads_of(1), ElementsAre(1));
+  std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>> shapes;
+  for (const sweep_point& p : points_of("cores", 16)) {
+    EXPECT_EQ(p.problem, sweep_problem(p.problem.batch, p.problem.seq_len, 768, 12,
+                                       p.problem.cfg.n_kv_heads, p.problem.past));
+    shapes.insert({p.problem.batch, p.problem.seq_len, p.problem.cfg.n_kv_heads, p.problem.past});
+  }
+  // (B, T, K/V heads: 0 for H, past)
+  EXPECT_THAT(shapes, ElementsAre(std::tuple(1, 1, 0, 8192), std::tuple(1, 1, 3, 8192),
+                                  std::tuple(1, 1024, 0, 0), std::tuple(4, 1024, 0, 0),
+                                  std::tuple(8, 1, 0, 8192), std::tuple(8, 1, 3, 8192),
+                                  std::tuple(32, 1, 0, 8192)));
+}
+
 TEST(BenchPresets, DecodeIsOneTokenOverCachesFrom128To32k) {
   std::set<std::pair<std::int64_t, std::int64_t>> steps;  // (B, past)
   for (const sweep_point& p : in_series(points_of("decode", 4), "decode")) {
@@ -235,15 +259,15 @@ TEST(BenchPresets, FullIsTheUnionWithoutDuplicates) {
   };
   std::set<decltype(key(full.front()))> seen;
   for (const sweep_point& p : full) EXPECT_TRUE(seen.insert(key(p)).second) << "duplicate point";
-  for (std::string_view name : {"quick", "heads", "seq", "threads", "decode"}) {
+  for (std::string_view name : {"quick", "heads", "seq", "threads", "decode", "cores"}) {
     for (const sweep_point& p : points_of(name)) EXPECT_TRUE(seen.contains(key(p))) << name;
   }
-  // GPT-2 small is in the quick, seq and threads presets: one point, every series named.
+  // GPT-2 small is in the quick, seq, threads and cores presets: one point, every series named.
   const auto gpt2 = std::find_if(full.begin(), full.end(), [](const sweep_point& p) {
     return p.problem == sweep_problem(1, 1024, 768, 12) && p.threads == 1;
   });
   ASSERT_NE(gpt2, full.end());
-  EXPECT_THAT(gpt2->series, ElementsAre("gpt2_small", "seq", "threads"));
+  EXPECT_THAT(gpt2->series, ElementsAre("gpt2_small", "seq", "threads", "cores_prefill"));
 }
 
 TEST(BenchPresets, ShapesOfOnePointAreContiguous) {
@@ -263,7 +287,7 @@ TEST(BenchPresets, UnknownPresetListsTheValidOnes) {
     FAIL() << "no exception";
   } catch (const mha::invalid_argument& e) {
     EXPECT_THAT(e.what(), HasSubstr("'huge'"));
-    EXPECT_THAT(e.what(), HasSubstr("quick, heads, seq, threads, decode, full"));
+    EXPECT_THAT(e.what(), HasSubstr("quick, heads, seq, threads, decode, cores, full"));
   }
 }
 
