@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -91,21 +93,20 @@ void add_peak_context(const fma_peak& peak) {
     for (double t : p.one_core_trials) trials.push_back(gflops(t));
     benchmark::AddCustomContext("mha_fma_peak_trials_one_core_" + p.isa, join(trials, ","));
   }
-  // The bf16 dot-product peak: 0 where the CPU has none (its bf16 kernels widen to FMAs).
-  const isa_peak none;
-  const isa_peak& dot = peak.bf16_dot ? *peak.bf16_dot : none;
-  benchmark::AddCustomContext("mha_bf16_dot_peak_gflops_one_core", gflops(dot.gflops_one_core));
-  benchmark::AddCustomContext("mha_bf16_dot_peak_gflops_all_cores", gflops(dot.gflops_all_cores));
-  std::vector<std::string> dot_trials;
-  for (double t : dot.one_core_trials) dot_trials.push_back(gflops(t));
-  benchmark::AddCustomContext("mha_bf16_dot_peak_trials_one_core", join(dot_trials, ","));
-  // The AMX tile-product peak: 0 where the kernels may not use tiles.
-  const isa_peak& tile = peak.bf16_tile ? *peak.bf16_tile : none;
-  benchmark::AddCustomContext("mha_bf16_tile_peak_gflops_one_core", gflops(tile.gflops_one_core));
-  benchmark::AddCustomContext("mha_bf16_tile_peak_gflops_all_cores", gflops(tile.gflops_all_cores));
-  std::vector<std::string> tile_trials;
-  for (double t : tile.one_core_trials) tile_trials.push_back(gflops(t));
-  benchmark::AddCustomContext("mha_bf16_tile_peak_trials_one_core", join(tile_trials, ","));
+  // The native bf16 peaks, mha_bf16_<kind>_peak_*: 0 where not measured. "dot": vdpbf16ps (none
+  // on a CPU without AVX512_BF16, whose bf16 kernels widen to FMAs); "tile": AMX tile products
+  // (none where the kernels may not use tiles).
+  const auto add_native = [&](std::string_view kind, const std::optional<isa_peak>& measured) {
+    const isa_peak p = measured.value_or(isa_peak{});
+    const std::string key = "mha_bf16_" + std::string(kind) + "_peak_";
+    benchmark::AddCustomContext(key + "gflops_one_core", gflops(p.gflops_one_core));
+    benchmark::AddCustomContext(key + "gflops_all_cores", gflops(p.gflops_all_cores));
+    std::vector<std::string> trials;
+    for (double t : p.one_core_trials) trials.push_back(gflops(t));
+    benchmark::AddCustomContext(key + "trials_one_core", join(trials, ","));
+  };
+  add_native("dot", peak.bf16_dot);
+  add_native("tile", peak.bf16_tile);
 }
 
 void add_bandwidth_context(const stream_read& bandwidth) {
