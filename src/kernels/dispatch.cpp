@@ -92,6 +92,10 @@ const std::string& amx_refusal() noexcept {
   return reason;
 }
 
+std::string refusal_note(mha::isa which) {
+  return which == isa::amx && !amx_refusal().empty() ? " (" + amx_refusal() + ")" : "";
+}
+
 bool cpu_runs(mha::isa which) noexcept {
   switch (which) {
     case isa::amx:
@@ -171,8 +175,7 @@ mha::isa xsimd_default_isa() {
   }
   if (!detail::cpu_runs(*named)) {
     throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted,
-                                "', which this CPU does not support",
-                                *named == isa::amx ? " (" + detail::amx_refusal() + ")" : "",
+                                "', which this CPU does not support", detail::refusal_note(*named),
                                 "; it supports ", detail::isa_names(xsimd_supported_isas())));
   }
   return *named;

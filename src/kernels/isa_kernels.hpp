@@ -84,6 +84,9 @@ bool cpu_runs(mha::isa which) noexcept;
 // process the tile data (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked once, on
 // the first call).
 const std::string& amx_refusal() noexcept;
+// What an error saying this CPU does not run `which` adds after the ISA's name: " (<why>)" for
+// amx (amx_refusal), "" for the rest (their CPUID bits say it all).
+std::string refusal_note(mha::isa which);
 
 // The best ISA this CPU runs, chosen once: xsimd::dispatch's pick (CPUID feature bits), or the
 // next one down when cpu_runs() says no (xsimd 8.1 checks neither the OS's XGETBV state nor

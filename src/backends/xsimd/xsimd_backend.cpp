@@ -59,8 +59,8 @@ const backend& xsimd_backend(mha::isa which) {
   }
   if (!detail::cpu_runs(which)) {
     throw invalid_argument(text("xsimd: this CPU does not support ", to_string(which),
-                                which == isa::amx ? " (" + detail::amx_refusal() + ")" : "",
-                                "; it supports ", detail::isa_names(xsimd_supported_isas())));
+                                detail::refusal_note(which), "; it supports ",
+                                detail::isa_names(xsimd_supported_isas())));
   }
   return *pinned;
 }

@@ -198,6 +198,20 @@ struct attention_block {
     return a.causal && own < t.key_end ? own : t.key_end;
   }
 
+  // The keys of [j0, j1) that P V takes for the row block [r0, r1), counted from j0: kc, up to
+  // the last key any of its rows attends to (<= 0: none), and common, those every row of the
+  // block sees (causal: the first row's keys, possibly none; otherwise kc).
+  struct keys_of_block {
+    std::int64_t kc, common;
+  };
+  keys_of_block block_keys(std::int64_t r0, std::int64_t r1, std::int64_t j0,
+                           std::int64_t j1) const noexcept {
+    const std::int64_t end = rows_end(r0, r1), kc = (end < j1 ? end : j1) - j0;
+    if (!a.causal) return {kc, kc};
+    const std::int64_t own = t.past + pos(r0) + 1, first_row_end = own < j1 ? own : j1;
+    return {kc, first_row_end - j0 < 0 ? 0 : first_row_end - j0};
+  }
+
   // Keys of [j0, j1) that row r attends to: [j0, j0 + result), possibly none.
   std::int64_t row_keys(std::int64_t r, std::int64_t j0, std::int64_t j1) const noexcept {
     const std::int64_t own = t.past + pos(r) + 1;
@@ -375,13 +389,9 @@ struct attention_block {
       }
     }
     for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
-      const std::int64_t end = rows_end(r, r + R), kc = (end < j1 ? end : j1) - j0;
-      if (kc <= 0) return;       // no keys here for these rows: rescale is 1, nothing to add
-      std::int64_t common = kc;  // keys [j0, j0 + common) are seen by every row of the block
-      if (a.causal) {
-        const std::int64_t own = t.past + pos(r) + 1, first_row_end = own < j1 ? own : j1;
-        common = first_row_end - j0 < 0 ? 0 : first_row_end - j0;
-      }
+      const keys_of_block keys = block_keys(r, r + R, j0, j1);
+      const std::int64_t kc = keys.kc, common = keys.common;
+      if (kc <= 0) return;  // no keys here for these rows: rescale is 1, nothing to add
       // bf16: whole pairs of keys only, so that a key past a row's limit never meets its zero
       // weight in a pair; the odd one left goes to the diagonal.
       const std::int64_t common_units = pairs_of_bf16 ? common / 2 : common;
@@ -445,13 +455,9 @@ struct attention_block {
     const bool first = j0 == t.key_begin;
     for (std::int64_t r = 0; r < rows; r += Dot::tile_rows) {
       const int block = static_cast<int>(rows - r < Dot::tile_rows ? rows - r : Dot::tile_rows);
-      const std::int64_t end = rows_end(r, r + block), kc = (end < j1 ? end : j1) - j0;
+      const keys_of_block keys = block_keys(r, r + block, j0, j1);
+      const std::int64_t kc = keys.kc, common = keys.common;
       if (kc <= 0) continue;  // no keys here for these rows: rescale is 1, nothing to add
-      std::int64_t common = kc;
-      if (a.causal) {
-        const std::int64_t own = t.past + pos(r) + 1, first_row_end = own < j1 ? own : j1;
-        common = first_row_end - j0 < 0 ? 0 : first_row_end - j0;
-      }
       // Whole pairs of keys only, as in values().
       const std::int64_t common_units = common / 2, done = 2 * common_units;
       float* o = s.accumulators + r * l.acc_cols;

@@ -153,7 +153,8 @@ void tile_pair_gemm(const pair_gemm_args& g, std::int64_t row_begin, std::int64_
                     std::int64_t panel_begin, std::int64_t panel_end) noexcept {
   const pair_panels_view& b = g.b;
   if (b.nr % tile_cols != 0) {
-    gemm<xsimd::avx512bw, avx512_tiles, dpbf16_dot>(g, row_begin, row_end, panel_begin, panel_end);
+    // tile_dot's vector products are dpbf16_dot's: the table's own instantiation serves.
+    gemm<xsimd::avx512bw, avx512_tiles, tile_dot>(g, row_begin, row_end, panel_begin, panel_end);
     return;
   }
   static_assert(avx512_tiles::shapes[0].nr <= 2 * tile_cols, "a panel is at most two tiles wide");
