@@ -336,6 +336,33 @@ TEST_P(XsimdKernels, Exp2IsAccurateDownToItsCutoff) {
   }
 }
 
+// AVX-512 forms 2^x with vreduceps and vscalefps, AVX2 through the exponent's bits: the weights
+// are the same bits on every ISA with FMA, the cutoff included. (SSE2 has no FMA: its polynomial
+// rounds twice a step, so it differs in the last bit.)
+TEST(XsimdIsa, Exp2IsTheSameBitsOnEveryIsaWithFma) {
+  const std::vector<isa> isas = mha::xsimd_supported_isas();
+  if (std::find(isas.begin(), isas.end(), isa::avx2) == isas.end())
+    GTEST_SKIP() << "this CPU has no AVX2: no two ISAs with FMA to compare";
+  std::vector<float> input;
+  for (float v = 0.0f; v >= -126.0f; v -= 0.0625f) input.push_back(v);
+  for (float v = -1e-30f; v > -1.0f; v *= 7.0f) input.push_back(v);
+  input.push_back(-std::numeric_limits<float>::infinity());
+  for (const float r : mha_test::random_floats(4096, 11, 40.0f)) input.push_back(-std::abs(r));
+  const std::int64_t n = static_cast<std::int64_t>(input.size());
+  input.resize(static_cast<std::size_t>((n + 15) / 16 * 16));  // room for every ISA's lanes
+  std::vector<float> expected = input;
+  mha::detail::kernels_for(isa::avx2).exp2_sum(expected.data(), n, 0.0f, 1.0f);
+  for (const isa isa : isas) {
+    if (isa == isa::sse2) continue;
+    std::vector<float> got = input;
+    mha::detail::kernels_for(isa).exp2_sum(got.data(), n, 0.0f, 1.0f);
+    for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(got[j]), std::bit_cast<std::uint32_t>(expected[j]))
+          << mha::to_string(isa) << ": 2^" << input[j] << " = " << got[j] << ", avx2 "
+          << expected[j];
+  }
+}
+
 // Below the cutoff, and for -inf scores, weights are exactly 0 (never NaN); NaN stays NaN.
 TEST_P(XsimdKernels, Exp2EdgeValues) {
   const std::int64_t lanes = kernels().lanes;
