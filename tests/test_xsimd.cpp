@@ -336,6 +336,41 @@ TEST_P(XsimdKernels, Exp2IsAccurateDownToItsCutoff) {
   }
 }
 
+// pack_block of B's rows and of B's columns (a transposed source, taken in 4 x 4 blocks) puts
+// each element of its block where the panel layout says, for blocks that start and end inside
+// panels and sizes off the blocks, and writes nothing else.
+TEST(XsimdPacking, PackBlockPutsEveryElementInItsPanelPlace) {
+  constexpr std::int64_t k = 13, n = 37;
+  for (const int nr : {8, 16, 32}) {
+    for (const bool transposed : {false, true}) {
+      for (const auto [k0, k1, n0, n1] :
+           {std::array<std::int64_t, 4>{0, k, 0, n}, std::array<std::int64_t, 4>{3, 11, 5, 34},
+            std::array<std::int64_t, 4>{4, 8, 9, 10}}) {
+        // B (k, n) with element (kk, nn) = kk * 100 + nn, stored as rows or as columns.
+        const std::int64_t stride_k = transposed ? 1 : n, stride_n = transposed ? k : 1;
+        std::vector<float> b(static_cast<std::size_t>(k * n));
+        for (std::int64_t kk = 0; kk < k; ++kk) {
+          for (std::int64_t nn = 0; nn < n; ++nn)
+            b[kk * stride_k + nn * stride_n] = static_cast<float>(kk * 100 + nn);
+        }
+        std::vector<float> packed(static_cast<std::size_t>(mha::detail::packed_size(k, n, nr)),
+                                  -1.0f);
+        mha::detail::pack_block(b.data() + k0 * stride_k + n0 * stride_n, stride_k, stride_n, k, k0,
+                                k1, n0, n1, nr, packed.data());
+        for (std::int64_t kk = 0; kk < k; ++kk) {
+          for (std::int64_t nn = 0; nn < mha::detail::round_up(n, nr); ++nn) {
+            const bool inside = kk >= k0 && kk < k1 && nn >= n0 && nn < n1;
+            ASSERT_EQ(packed[nn / nr * k * nr + kk * nr + nn % nr],
+                      inside ? static_cast<float>(kk * 100 + nn) : -1.0f)
+                << "nr " << nr << (transposed ? " columns" : " rows") << " block [" << k0 << ", "
+                << k1 << ") x [" << n0 << ", " << n1 << "), element (" << kk << ", " << nn << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
 // AVX-512 forms 2^x with vreduceps and vscalefps, AVX2 through the exponent's bits: the weights
 // are the same bits on every ISA with FMA, the cutoff included. (SSE2 has no FMA: its polynomial
 // rounds twice a step, so it differs in the last bit.)
