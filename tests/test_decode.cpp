@@ -397,12 +397,15 @@ INSTANTIATE_TEST_SUITE_P(All, DecodeBackend,
 // SIMD backends (src/kernels/attention.hpp, split-KV). Sequence 0 crosses a chunk boundary inside a
 // call (its rows 0-1 see no key of the third chunk, rows 2-4 do); sequence 1 restarts, so one
 // call mixes 3 chunks and 1. Every output is the full forward's within the conformance bound,
-// and every thread count gives the same bits (onednn: within onednn_thread_tolerance).
+// and every thread count gives the same bits (onednn: within onednn_thread_tolerance). Heads of
+// head_dim 16 (the register tiles) and 8 (the SIMD backends' narrow-head kernel with 16 lanes).
 class DecodeLongCache
-    : public testing::TestWithParam<std::tuple<mha_test::backend_case, formulation>> {
+    : public testing::TestWithParam<
+          std::tuple<mha_test::backend_case, formulation, std::int64_t /* n_heads */>> {
  protected:
   static constexpr std::int64_t batch = 2, seq_len = 4200;
-  const mha::config cfg{.d_in = 16, .d_out = 32, .n_heads = 2, .context_length = seq_len};
+  const mha::config cfg{
+      .d_in = 16, .d_out = 32, .n_heads = std::get<2>(GetParam()), .context_length = seq_len};
 
   // The calls' outputs: 4094 tokens of both sequences; reset sequence 1; 5 tokens; 3 tokens.
   std::vector<float> calls(const mha::plan& p, const std::vector<float>& x, int threads) const {
@@ -428,7 +431,8 @@ class DecodeLongCache
 };
 
 TEST_P(DecodeLongCache, SplitKeysMatchTheFullForwardAndEveryThreadCount) {
-  const auto& [backend, form] = GetParam();
+  const mha_test::backend_case& backend = std::get<0>(GetParam());
+  const formulation form = std::get<1>(GetParam());
   if (const auto why = mha_test::declined(backend, {cfg, form, batch, 1, 4100}))
     GTEST_SKIP() << *why;
   const auto p = backend.backend->prepare(cfg, form, mha::weights::random(cfg, 5));
@@ -464,10 +468,12 @@ TEST_P(DecodeLongCache, SplitKeysMatchTheFullForwardAndEveryThreadCount) {
 
 INSTANTIATE_TEST_SUITE_P(All, DecodeLongCache,
                          testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          testing::ValuesIn(mha::formulations())),
+                                          testing::ValuesIn(mha::formulations()),
+                                          testing::Values(2, 4)),
                          [](const auto& p) {
                            return std::get<0>(p.param).label + "_" +
-                                  std::string(mha::to_string(std::get<1>(p.param)));
+                                  std::string(mha::to_string(std::get<1>(p.param))) + "_h" +
+                                  std::to_string(std::get<2>(p.param));
                          });
 
 // With GPT-2's head_dim (64) and a capacity of whole panels, a cache is exactly its nominal size

@@ -420,7 +420,9 @@ TEST_P(XsimdKernels, Exp2EdgeValues) {
 // head_dim and a multiple of the panels, causal or not, with and without dropout.
 TEST_P(XsimdKernels, AttentionMatchesReferenceForEveryKeyTile) {
   for (const bool causal : {true, false}) {
-    for (const std::int64_t head_dim : {19, 64}) {
+    // 3 and 8: the narrow-head kernel (head_dim <= 8 with 16 lanes, <= 4 otherwise), without
+    // dropout.
+    for (const std::int64_t head_dim : {3, 8, 19, 64}) {
       for (const float dropout : {0.0f, 0.3f}) {
         const mha_reference::attention_shape shape{2, 3, 150, head_dim, causal, dropout, 17};
         const std::int64_t size = shape.batch * shape.heads * shape.seq_len * head_dim;

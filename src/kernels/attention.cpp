@@ -96,14 +96,19 @@ std::int64_t attention_layout::head_bytes() const noexcept {
   return int8 ? scales_offset() + 4 * key_rows() * 4 : head_units() * 4;
 }
 
+std::int64_t attention_layout::score_floats() const noexcept {
+  // Rows for a whole register of rows at least: the narrow-head kernel keeps one key's scores
+  // of a register of rows (line_floats, the most lanes) per key.
+  return round_up(block_rows, line_floats) * score_cols;
+}
+
 std::int64_t attention_layout::scratch_floats() const noexcept {
   // Row statistics have room for whole registers (exp2_sum runs over them).
   const std::int64_t row_floats = round_up(block_rows, line_floats);
   const std::int64_t pair_parts = bf16 ? round_up(block_rows * pairs(head_dim), line_floats) +
                                              round_up(block_rows * pairs(score_cols), line_floats)
                                        : 0;
-  return round_up(block_rows * head_dim, line_floats) +
-         round_up(block_rows * score_cols, line_floats) +
+  return round_up(block_rows * head_dim, line_floats) + score_floats() +
          round_up(block_rows * acc_cols, line_floats) + (int8 ? 5 : 3) * row_floats +
          round_up(score_cols, line_floats) + pair_parts;
 }
@@ -113,7 +118,7 @@ attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept
   attention_scratch parts{};
   parts.queries = scratch;
   parts.scores = parts.queries + round_up(block_rows * head_dim, line_floats);
-  parts.accumulators = parts.scores + round_up(block_rows * score_cols, line_floats);
+  parts.accumulators = parts.scores + score_floats();
   parts.row_max = parts.accumulators + round_up(block_rows * acc_cols, line_floats);
   parts.row_sum = parts.row_max + row_floats;
   parts.rescale = parts.row_sum + row_floats;

@@ -45,6 +45,7 @@ struct attention_scratch {
   bf16_pair* query_pairs;   // bf16: block_rows x pairs(head_dim): the queries as pairs
   bf16_pair* weight_pairs;  // bf16: block_rows x pairs(score_cols): P as pairs
   float* scores;            // block_rows x score_cols: one key tile's scores, then weights
+                            // (the narrow-head kernel: a register of rows per key)
   float* accumulators;      // block_rows x acc_cols: the output rows before dividing by row_sum
   float* row_max;           // block_rows: running max of each row's scores
   float* row_sum;           // block_rows: running sum of exp(score - row_max), undropped
@@ -99,6 +100,8 @@ struct attention_layout {
   // One query block's scratch in floats: O(block_rows * (score_cols + head_dim)), independent
   // of the keys once keys >= key_tile.
   std::int64_t scratch_floats() const noexcept;
+  // Its scores part (attention_scratch::scores).
+  std::int64_t score_floats() const noexcept;
   // Carves `scratch` (scratch_floats() floats, 64-byte aligned) into its parts, each aligned
   // (the bf16 parts only for a bf16 layout, the int8 parts for an int8 one, else nullptr).
   attention_scratch scratch_parts(float* scratch) const noexcept;
