@@ -284,6 +284,27 @@ TEST_P(DecodeBackend, HeldZeroTokensEqualAPrefillOfZeros) {
   EXPECT_EQ(step(held, {8, 8, 8}, 2), step(fed, {8, 8, 8}, 2));
 }
 
+// truncate() rolls sequences back to tokens they hold: the next call computes what it computes
+// after a cache that was only ever fed those tokens, and a length past them is an error.
+TEST_P(DecodeBackend, TruncateRollsBackToTheKeptTokens) {
+  mha::kv_cache fed = plan_->make_cache(batch, seq_len);
+  step(fed, {0, 0, 0}, 3);
+  mha::kv_cache rolled = plan_->make_cache(batch, seq_len);
+  step(rolled, {0, 0, 0}, 3);  // as `fed` (a GEMM's rounding may depend on its rows)
+  step(rolled, {3, 3, 3}, 3);
+  rolled.truncate(0, 3);
+  rolled.truncate(1, 3);
+  rolled.truncate(2, 3);
+  EXPECT_EQ(rolled.lengths(), fed.lengths());
+  EXPECT_EQ(step(rolled, {3, 3, 3}, 2), step(fed, {3, 3, 3}, 2));
+  mha_test::expect_error<mha::invalid_argument>([&] { rolled.truncate(1, 6); },
+                                                {"length 6 of sequence 1", "[0, 5]"});
+  mha_test::expect_error<mha::invalid_argument>([&] { rolled.truncate(1, -1); }, {"length -1"});
+  mha_test::expect_error<mha::invalid_argument>([&] { rolled.truncate(batch, 0); },
+                                                {std::to_string(batch)});
+  EXPECT_EQ(rolled.lengths(), (std::vector<std::int64_t>{5, 5, 5}));
+}
+
 // A call past the capacity throws naming the sequence and the lengths, and changes nothing: the
 // next call that fits still computes the full forward's rows.
 TEST_P(DecodeBackend, CapacityErrorLeavesTheCacheIntact) {

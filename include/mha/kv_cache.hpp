@@ -51,6 +51,11 @@ class kv_cache {
   // Forgets sequence b (0 <= b < batch(), else mha::invalid_argument): continuous batching
   // starts a new sequence in a finished one's slot.
   void reset(std::int64_t b);
+  // Keeps the first `length` tokens of sequence b and forgets the rest (0 <= b < batch() and
+  // 0 <= length <= length(b), else mha::invalid_argument naming them): a rollback, of the
+  // tokens speculative decoding rejected or of a benchmark's step. The kept tokens' keys and
+  // values are unchanged (a rotary embedding is applied by absolute position when stored).
+  void truncate(std::int64_t b, std::int64_t length);
 
  private:
   friend class plan;

@@ -112,6 +112,15 @@ void kv_cache::reset(std::int64_t b) {
   lengths_[static_cast<std::size_t>(b)] = 0;
 }
 
+void kv_cache::truncate(std::int64_t b, std::int64_t length) {
+  const std::int64_t held = this->length(b);  // the range check of b
+  if (length < 0 || length > held) {
+    throw invalid_argument(text("kv_cache: truncate to length ", length, " of sequence ", b,
+                                " must be in [0, ", held, "], the tokens it holds"));
+  }
+  lengths_[static_cast<std::size_t>(b)] = length;
+}
+
 std::int64_t plan::cache_head_bytes(std::int64_t, mha::precision) const noexcept { return 0; }
 
 std::int64_t plan::cache_heads() const noexcept { return config_.kv_heads(); }
