@@ -5,10 +5,11 @@
 #   scripts/sweep.sh [--preset quick|heads|seq|threads|decode|cores|full] [--with-peers [--peers LIST]]
 #                    [--shard I/N] [--results DIR] [--no-report] [--bench FILE] [mha_bench flags...]
 #
-# --with-peers also runs the peers (python -m mhapy.peers: PyTorch, OpenVINO, ONNX Runtime) on the
-# same shapes and thread counts, in their own environment (scripts/peers-env.sh makes it: the
-# first time a minute or two), one results/<...>-peers-<library>.json per library; --peers
-# pytorch,openvino,onnxruntime takes a subset; --with-pytorch is --with-peers --peers pytorch.
+# --with-peers also runs the peers (python -m mhapy.peers: PyTorch, OpenVINO, ONNX Runtime, and
+# mha itself from Python, whose extension it builds) on the same shapes and thread counts, in
+# their own environment (scripts/peers-env.sh makes it: the first time a minute or two), one
+# results/<...>-peers-<library>.json per library; --peers pytorch,openvino,onnxruntime,mha_python
+# takes a subset; --with-pytorch is --with-peers --peers pytorch.
 # When the environment cannot be made, the sweep says why and goes on without peers. Other
 # flags go to mha_bench as they are (--backends, --heads, --threads, --budget,
 # --benchmark_repetitions=3, ...; `mha_bench --help` lists them); sweep.sh sets --preset and
@@ -31,7 +32,7 @@ python=(env "PYTHONPATH=$root/tools" /usr/bin/python3)
 
 preset=quick
 with_peers=0
-peers=pytorch,openvino,onnxruntime
+peers=pytorch,openvino,onnxruntime,mha_python
 shard=
 results_dir=$root/results
 write_report=1
@@ -44,7 +45,7 @@ while (($#)); do
   case $1 in
     --with-peers) with_peers=1; shift ;;
     --with-pytorch) with_peers=1; peers=pytorch; shift ;;
-    --peers) peers=${2:?"--peers needs a list: pytorch,openvino,onnxruntime"}; shift 2 ;;
+    --peers) peers=${2:?"--peers needs a list: pytorch,openvino,onnxruntime,mha_python"}; shift 2 ;;
     --peers=*) peers=${1#*=}; shift ;;
     --benchmark_min_time=*) min_time=${1#*=}; bench_args+=("$1"); shift ;;
     --benchmark_repetitions=*) repetitions=${1#*=}; bench_args+=("$1"); shift ;;
@@ -81,6 +82,7 @@ if [[ -n $shard ]]; then
   suffix=-shard${BASH_REMATCH[1]}of${BASH_REMATCH[2]}
 fi
 
+bench_given=$bench
 if [[ -n $bench ]]; then
   if [[ ! -x $bench ]]; then
     echo "sweep.sh: --bench '$bench' is not an executable mha_bench" >&2
@@ -136,8 +138,21 @@ if ((with_peers)); then
     if [[ $(tr -d ' \n' <"$shapes") == "[]" ]]; then
       echo "sweep.sh: --with-peers: this shard owns no shape, so no peers in it" >&2
     else
+      # mha from Python (the mha_python peer): the package's extension, built for the peers'
+      # Python next to this sweep's mha_bench (with --bench, only where that build has it).
+      peers_path=$root/tools
+      if [[ ,$peers, == *,mha_python,* ]]; then
+        if [[ -z $bench_given ]] && "$peers_python" -c "import nanobind" 2>/dev/null; then
+          (
+            flock 9
+            cmake -S "$root" -B "$build" -DMHA_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$peers_python" >/dev/null
+            cmake --build "$build" --target _mha --parallel "$(nproc)"
+          ) 9>"$build/.sweep.lock" || echo "sweep.sh: --with-peers: the Python package did not build (above)" >&2
+        fi
+        peers_path=$peers_path:$(dirname "$bench")/../python
+      fi
       # One file per library, each written only once complete: <stem>-peers-<library>.json.
-      PYTHONPATH=$root/tools "$peers_python" -m mhapy.peers --libraries "$peers" --shapes "$shapes" \
+      PYTHONPATH=$peers_path "$peers_python" -m mhapy.peers --libraries "$peers" --shapes "$shapes" \
         --out "${out%.json}-peers.json" --min-time "$min_time" --repetitions "$repetitions" ||
         echo "sweep.sh: --with-peers: a peer library's run failed (above); its file is missing" >&2
       for library in ${peers//,/ }; do

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing (the peers' Python environment included:
 # scripts/peers-env.sh), builds the test configuration (Release, every backend whose dependency
-# is present), runs every test with ctest, runs the suite again under
+# is present, the Python package's extension for the peers' Python), runs every test with ctest
+# (the Python package's pytest and a `pip install .` among them), runs the suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer and the concurrency tests under
 # ThreadSanitizer, runs the fleet scripts on a single-host Slurm cluster (scripts/fleet/test-slurm.sh:
 # as root; it says why when it is skipped), then fuzzes each file parser for a few seconds
@@ -26,7 +27,15 @@ jobs=$(nproc)
 # tests say SKIPPED and why, and the rest runs.
 "$root/scripts/peers-env.sh" || echo "test.sh: the peers' tests will be skipped (above: why)"
 
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
+# The Python package's extension, for the peers' environment's Python, where it has nanobind.
+python_args=()
+peers_python=${MHA_PEERS_VENV:-$root/build/peers-venv}/bin/python
+if [[ -x $peers_python ]] && "$peers_python" -c "import nanobind" 2>/dev/null; then
+  python_args=(-DMHA_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$peers_python")
+else
+  echo "test.sh: the Python package's tests will be skipped (no peers' environment with nanobind)"
+fi
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${python_args[@]}"
 cmake --build "$build" --parallel "$jobs"
 ctest --test-dir "$build" --output-on-failure --parallel "$jobs"
 

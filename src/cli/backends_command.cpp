@@ -5,25 +5,15 @@
 #include <vector>
 
 #include "cli/arguments.hpp"
+#include "core/feature_probes.hpp"
 #include "mha/registry.hpp"
 
 namespace mha_cli {
 namespace {
 
-// One problem per axis beyond fp32 multi-head attention, to ask each backend about.
-std::vector<std::pair<const char*, mha::problem>> feature_probes() {
-  mha::problem base;
-  base.cfg = {.d_in = 64, .d_out = 64, .n_heads = 8, .context_length = 16};
-  mha::problem grouped = base, bf16 = base, decode = base;
-  grouped.cfg.n_kv_heads = 2;
-  bf16.cfg.precision = mha::precision::bf16;
-  decode.past = 8;
-  return {{"grouped-query", grouped}, {"bf16", bf16}, {"decode", decode}};
-}
-
 int list_backends(const arguments&) {
   std::printf("%-10s %-8s %-16s %s\n", "backend", "threads", "isa", "description");
-  const auto probes = feature_probes();
+  const auto probes = mha::detail::feature_probes();
   for (const mha::backend* b : mha::available_backends()) {
     std::printf("%-10s %-8d %-16s %s\n", std::string(b->name()).c_str(), b->max_threads(),
                 std::string(mha::to_string(b->isa())).c_str(), b->description().c_str());

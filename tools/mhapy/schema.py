@@ -38,7 +38,12 @@ CHECK_COUNTERS = ("check_rows", "check_max_err", "check_rel_err")
 
 # Backends whose names start with one of these are peers (mhapy.peers writes them), by library:
 # ranked beside mha's backends, never recommended for linking.
-PEER_LIBRARIES = {"torch": "PyTorch", "openvino": "OpenVINO", "onnxruntime": "ONNX Runtime"}
+PEER_LIBRARIES = {
+    "torch": "PyTorch",
+    "openvino": "OpenVINO",
+    "onnxruntime": "ONNX Runtime",
+    "py_": "mha from Python",  # mha itself through its Python package (peers/mha_python.py)
+}
 PEER_BACKEND_PREFIXES = tuple(PEER_LIBRARIES)
 
 # mha_bench's measured streaming-read bandwidth (GB/s): one thread, and `threads` threads at

@@ -49,7 +49,7 @@ from ..problem import ProblemError, Shape, flops, parse_shape
 from .adapter import Call, Peer, Unavailable, Variant
 
 # The libraries, each a module of this package (its file name is the library's name).
-LIBRARIES = ("pytorch", "openvino", "onnxruntime")
+LIBRARIES = ("pytorch", "openvino", "onnxruntime", "mha_python")
 
 # The check: fp32 computation with an fp32 cache (or none) is held to mha_bench's tolerance;
 # a bf16 computation, or a cache of fewer bytes, to the bound of a bf16 module (oracle).

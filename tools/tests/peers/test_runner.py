@@ -88,7 +88,10 @@ def test_budget_bad_input_and_a_missing_library(tmp_path):
     result = peers("--libraries", LIBRARY, "--shape", "b1/t4/din8/dout9/h2", "--out", bad)
     assert result.returncode == 2 and "d_out (9) is not a multiple of H (2)" in result.stderr
     result = peers("--libraries", "tensorflow", "--shape", "b1/t4/din8/dout8/h2", "--out", bad)
-    assert result.returncode == 2 and "expected some of pytorch, openvino, onnxruntime" in result.stderr
+    assert (
+        result.returncode == 2
+        and "expected some of pytorch, openvino, onnxruntime, mha_python" in result.stderr
+    )
     assert not bad.exists() and not list(tmp_path.glob(".*partial"))
 
     # A library that cannot be imported: every entry declined with the reason, no time.

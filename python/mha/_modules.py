@@ -1,0 +1,224 @@
+"""What mha reads off a live PyTorch attention module: its state_dict in one of the layouts mha
+reads (mha/io.hpp) and what the tensors do not say (heads, rotary embedding, context length,
+causality), by the module's kind. Plan.from_module and mha.torch.Attention use it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._mha import InvalidArgument, RopeScaling, Unsupported
+
+# The kinds, as mha.torch.Attention adapts their forward signatures.
+TORCH_MHA = "torch.nn.MultiheadAttention"
+SEEDS = "seeds"  # the seeds' modules: forward(x) -> y
+GPT2 = "GPT2Attention"
+LLAMA = "LlamaAttention"
+BERT = "BertSelfAttention"
+
+
+@dataclass
+class Description:
+    kind: str
+    state_dict: dict[str, Any]
+    n_heads: int
+    context_length: int
+    causal: bool
+    n_kv_heads: int = 0
+    rope_base: float | None = None
+    rope_scaling: RopeScaling | None = None
+    dropout: float = 0.0
+    batch_first: bool = True  # nn.MultiheadAttention's
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def describe(
+    module: Any, *, context_length: int | None = None, rope_base: float | None = None
+) -> Description:
+    """The module's description, or mha.Unsupported naming what it has that mha does not
+    compute, or mha.InvalidArgument naming the argument it needs."""
+    import torch
+
+    name = type(module).__name__
+    if isinstance(module, torch.nn.MultiheadAttention):
+        return _torch_mha(module, context_length)
+    if hasattr(module, "c_attn") and hasattr(module, "c_proj"):
+        return _gpt2(module, context_length)
+    if all(hasattr(module, p) for p in ("q_proj", "k_proj", "v_proj", "o_proj")):
+        return _llama(module, context_length)
+    if all(hasattr(module, p) for p in ("query", "key", "value")) and hasattr(module, "num_attention_heads"):
+        return _bert(module, context_length)
+    if hasattr(module, "W_query") or hasattr(module, "heads"):
+        return _seeds(module, context_length, rope_base)
+    raise Unsupported(
+        f"mha: {name} is not an attention module mha reads: torch.nn.MultiheadAttention, the seeds' "
+        "MultiHeadAttention / MultiHeadAttentionWrapper / GroupedQueryAttention, or Hugging Face's "
+        "GPT2Attention, LlamaAttention (Mistral, Qwen2) and BertSelfAttention"
+    )
+
+
+def _need_context(kind: str, given: int | None) -> int:
+    if given is None:
+        raise InvalidArgument(
+            f"mha: {kind} records no context length: pass context_length= (the longest sequence)"
+        )
+    return given
+
+
+def _torch_mha(m: Any, context_length: int | None) -> Description:
+    if not m._qkv_same_embed_dim:
+        raise Unsupported(
+            f"mha: this nn.MultiheadAttention has kdim={m.kdim}, vdim={m.vdim} != embed_dim={m.embed_dim}: "
+            "cross-attention, which mha does not compute"
+        )
+    if m.bias_k is not None or m.add_zero_attn:
+        raise Unsupported(
+            "mha: nn.MultiheadAttention with add_bias_kv or add_zero_attn is not computed by mha"
+        )
+    if (m.in_proj_bias is None) != (m.out_proj.bias is None):
+        raise Unsupported("mha: nn.MultiheadAttention with a bias on in_proj but not out_proj (or back)")
+    state = {"in_proj_weight": m.in_proj_weight, "out_proj.weight": m.out_proj.weight}
+    if m.in_proj_bias is not None:
+        state["in_proj_bias"] = m.in_proj_bias
+        state["out_proj.bias"] = m.out_proj.bias
+    return Description(
+        TORCH_MHA,
+        state,
+        m.num_heads,
+        _need_context("nn.MultiheadAttention", context_length),
+        True,
+        dropout=float(m.dropout),
+        batch_first=bool(m.batch_first),
+    )
+
+
+def _hf_context(m: Any, given: int | None, key: str = "max_position_embeddings") -> int:
+    if given is not None:
+        return given
+    cfg = getattr(m, "config", None)
+    value = getattr(cfg, key, None) if cfg is not None else None
+    if value is None:
+        raise InvalidArgument(f"mha: {type(m).__name__} has no config.{key}: pass context_length=")
+    return int(value)
+
+
+def _gpt2(m: Any, context_length: int | None) -> Description:
+    if getattr(m, "is_cross_attention", False):
+        raise Unsupported("mha: this GPT2Attention is cross-attention, which mha does not compute")
+    if not getattr(m, "scale_attn_weights", True) or getattr(m, "scale_attn_by_inverse_layer_idx", False):
+        raise Unsupported(
+            "mha: GPT2Attention with scale_attn_weights=False or scale_attn_by_inverse_layer_idx=True "
+            "scales scores by other than 1/sqrt(head_dim)"
+        )
+    state = {k: v for k, v in m.state_dict().items() if k.startswith(("c_attn.", "c_proj."))}
+    if context_length is None and getattr(m, "config", None) is None:
+        mask = getattr(m, "bias", None)  # the seeds' lineage's buffer (1, 1, C, C)
+        if mask is not None and getattr(mask, "ndim", 0) == 4:
+            context_length = int(mask.shape[-1])
+    dropout = getattr(getattr(m, "attn_dropout", None), "p", 0.0)
+    ctx = _hf_context(m, context_length, "n_positions") if hasattr(m, "config") else context_length
+    return Description(
+        GPT2, state, int(m.num_heads), _need_context("GPT2Attention", ctx), True, dropout=dropout
+    )
+
+
+def rope_of(cfg: Any) -> tuple[float, RopeScaling | None]:
+    """The rotary embedding of a Hugging Face config: rope_parameters (transformers 5) or
+    rope_theta and rope_scaling (older)."""
+    params = getattr(cfg, "rope_parameters", None) or {}
+    scaling = getattr(cfg, "rope_scaling", None) or {}
+    theta = params.get("rope_theta", getattr(cfg, "rope_theta", None))
+    if theta is None:
+        raise InvalidArgument(f"mha: {type(cfg).__name__} has no rope_theta")
+    p = {**scaling, **params}
+    kind = p.get("rope_type", p.get("type", "default"))
+    if kind == "default":
+        return float(theta), None
+    if kind == "linear":
+        return float(theta), RopeScaling("linear", factor=float(p["factor"]))
+    if kind == "llama3":
+        return float(theta), RopeScaling(
+            "llama3",
+            factor=float(p["factor"]),
+            low_freq_factor=float(p["low_freq_factor"]),
+            high_freq_factor=float(p["high_freq_factor"]),
+            original_context=int(p["original_max_position_embeddings"]),
+        )
+    raise Unsupported(f"mha: rope_type {kind!r} is not computed by mha (default, linear, llama3 are)")
+
+
+def _llama(m: Any, context_length: int | None) -> Description:
+    cfg = m.config
+    if getattr(m, "sliding_window", None):
+        raise Unsupported(
+            f"mha: {type(m).__name__} with a sliding window ({m.sliding_window}) is not computed by mha"
+        )
+    base, scaling = rope_of(cfg)
+    state = {
+        k: v for k, v in m.state_dict().items() if k.split(".")[0] in ("q_proj", "k_proj", "v_proj", "o_proj")
+    }
+    return Description(
+        LLAMA,
+        state,
+        int(cfg.num_attention_heads),
+        _hf_context(m, context_length),
+        True,
+        n_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads),
+        rope_base=base,
+        rope_scaling=scaling,
+        dropout=float(getattr(m, "attention_dropout", 0.0)),
+    )
+
+
+def _bert(m: Any, context_length: int | None) -> Description:
+    if getattr(m, "is_cross_attention", False):
+        raise Unsupported(f"mha: a cross-attention {type(m).__name__} is not computed by mha")
+    position = getattr(m, "position_embedding_type", "absolute")
+    if position not in (None, "absolute"):
+        raise Unsupported(
+            f"mha: {type(m).__name__} with position_embedding_type={position!r} is not computed by mha"
+        )
+    # BertSelfAttention ends at the merged heads: the split layout without out_proj.
+    names = {"query": "W_query", "key": "W_key", "value": "W_value"}
+    state = {}
+    for k, v in m.state_dict().items():
+        head, _, rest = k.partition(".")
+        if head in names:
+            state[f"{names[head]}.{rest}"] = v
+    return Description(
+        BERT,
+        state,
+        int(m.num_attention_heads),
+        _hf_context(m, context_length),
+        bool(getattr(m, "is_causal", False)),
+        dropout=float(getattr(getattr(m, "dropout", None), "p", 0.0)),
+    )
+
+
+def _seeds(m: Any, context_length: int | None, rope_base: float | None) -> Description:
+    heads = getattr(m, "heads", None)
+    first = heads[0] if heads is not None and len(heads) > 0 else m
+    if context_length is None:
+        context_length = getattr(first, "context_length", None)
+        mask = getattr(first, "mask", None)
+        if context_length is None and mask is not None:
+            context_length = int(mask.shape[-1])
+    if rope_base is None:
+        rope_base = getattr(m, "rope_base", None)
+    if rope_base is None and hasattr(m, "cos"):
+        raise InvalidArgument(
+            f"mha: {type(m).__name__} rotates by tables of an unrecorded base: pass rope_base= (10000 in Llama 2)"
+        )
+    dropout = getattr(first, "dropout", 0.0)
+    n_heads = len(heads) if heads is not None else int(m.num_heads)
+    n_kv = int(getattr(m, "num_kv_groups", 0) or getattr(m, "num_kv_heads", 0) or 0)
+    return Description(
+        SEEDS,
+        dict(m.state_dict()),
+        n_heads,
+        _need_context(type(m).__name__, context_length),
+        bool(getattr(first, "causal", True)),
+        n_kv_heads=n_kv,
+        rope_base=rope_base,
+        dropout=float(getattr(dropout, "p", dropout)),
+    )

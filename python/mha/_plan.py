@@ -1,0 +1,388 @@
+"""mha.Plan: a module prepared by one backend, called on arrays and tensors."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from . import _mha
+from ._mha import Backend, Cache, Config, InvalidArgument
+
+_FORMULATIONS = ("wrapper", "split_weight", "fused_qkv")
+
+
+def backends() -> list[Backend]:
+    """Every backend built into this mha, best first (naive, the reference, last). Each has a
+    name, a description, the ISA its kernels dispatch to here, max_threads, supports(config,
+    formulation, past, kv_precision) (None, or why it declines) and declines() (the features
+    `mha backends` asks about that it declines, and why)."""
+    return _mha.backends()
+
+
+def _config_with(cfg: Config, **changes: Any) -> Config:
+    """cfg with some fields changed (validated again)."""
+    fields = {
+        name: getattr(cfg, name)
+        for name in (
+            "d_in",
+            "d_out",
+            "n_heads",
+            "context_length",
+            "causal",
+            "qkv_bias",
+            "out_proj",
+            "out_proj_bias",
+            "dropout",
+            "n_kv_heads",
+            "precision",
+            "rope_base",
+            "rope_scaling",
+        )
+    }
+    fields.update(changes)
+    return Config(**fields)
+
+
+def _float32_tensors(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """A state_dict's tensors (NumPy arrays or PyTorch tensors of any float dtype) as float32
+    arrays in C order: copies only where the dtype or the layout differs."""
+    out = {}
+    for name, value in state_dict.items():
+        if not isinstance(name, str):
+            raise InvalidArgument(f"mha: state_dict key {name!r} is not a string")
+        if not isinstance(value, np.ndarray):
+            torch = sys.modules.get("torch")
+            if torch is None or not isinstance(value, torch.Tensor):
+                raise InvalidArgument(
+                    f"mha: state_dict[{name!r}] is a {type(value).__name__}, expected a NumPy "
+                    "array or a PyTorch tensor"
+                )
+            value = value.detach().to("cpu", torch.float32).contiguous().numpy()
+        out[name] = np.ascontiguousarray(value, dtype=np.float32)
+    return out
+
+
+class Plan:
+    """A module prepared by one backend in one formulation: call it on (batch, tokens, d_in)
+    float32 inputs (bf16 PyTorch tensors too, for a bf16 plan).
+
+    Made from a config and its weights (Plan(config, state_dict)), a state_dict in any layout mha
+    reads (from_state_dict), a safetensors file (from_safetensors), a Hugging Face model folder
+    (from_pretrained) or a PyTorch module (from_module). `backend` is a name of mha.backends()
+    (None: the best, or the environment variable MHA_BACKEND's); `formulation` is wrapper,
+    split_weight or fused_qkv; `threads` the default worker threads of a call (0: all cores).
+    A plan is immutable and may be called from several threads at once (each with its own cache).
+    """
+
+    __slots__ = ("_plan", "threads")
+
+    def __init__(
+        self,
+        config: Config,
+        weights: Mapping[str, Any],
+        *,
+        backend: str | None = None,
+        formulation: str = "split_weight",
+        threads: int = 0,
+    ) -> None:
+        """config and its weights: a state_dict in any layout mha reads (README, "Weight
+        files"), whose shapes and biases must be the config's; the config gives what a
+        state_dict does not say (causal, precision, dropout, the rotary embedding, the context
+        length)."""
+        module = _mha._from_state_dict(
+            _float32_tensors(weights),
+            {},
+            config.n_heads,
+            config.n_kv_heads,
+            config.rope_base,
+            0,
+            "",
+        )
+        loaded = module.config
+        for name in ("d_in", "d_out", "n_heads", "n_kv_heads", "qkv_bias", "out_proj", "out_proj_bias"):
+            if getattr(loaded, name) != getattr(config, name):
+                raise InvalidArgument(
+                    f"mha: the weights give {name}={getattr(loaded, name)}, the config says "
+                    f"{name}={getattr(config, name)}"
+                )
+        if loaded.context_length and config.context_length > loaded.context_length:
+            raise InvalidArgument(
+                f"mha: the config's context_length ({config.context_length}) exceeds the weights' "
+                f"causal mask ({loaded.context_length} tokens)"
+            )
+        module.config = config
+        self._init(module, backend, formulation, threads)
+
+    def _init(self, module: Any, backend: str | None, formulation: str, threads: int) -> None:
+        if formulation not in _FORMULATIONS:
+            raise InvalidArgument(
+                f"mha: formulation {formulation!r} is not one of {', '.join(_FORMULATIONS)}"
+            )
+        self.threads = _check_threads(threads)
+        self._plan = module.prepare(backend, formulation)
+
+    @classmethod
+    def _of(cls, module: Any, backend: str | None, formulation: str, threads: int) -> Plan:
+        plan = cls.__new__(cls)
+        plan._init(module, backend, formulation, threads)
+        return plan
+
+    @classmethod
+    def from_state_dict(
+        cls,
+        state_dict: Mapping[str, Any],
+        *,
+        n_heads: int = 0,
+        n_kv_heads: int = 0,
+        rope_base: float | None = None,
+        rope_scaling: _mha.RopeScaling | None = None,
+        context_length: int = 0,
+        prefix: str = "",
+        metadata: Mapping[str, str] | None = None,
+        causal: bool | None = None,
+        precision: str = "fp32",
+        backend: str | None = None,
+        formulation: str = "split_weight",
+        threads: int = 0,
+    ) -> Plan:
+        """A state_dict (a module's, or a whole model's with `prefix` naming one attention
+        block) in any layout mha reads: the layout is detected from the names. What the tensors
+        do not say comes from the arguments or `metadata` (the safetensors metadata mha writes:
+        num_heads, num_kv_heads, rope_base, context_length): H, the K/V heads, the rotary
+        embedding, the context length (0: the causal mask buffer's). causal=None keeps the
+        layout's (False for BERT's, True otherwise)."""
+        module = _mha._from_state_dict(
+            _float32_tensors(state_dict),
+            {str(k): str(v) for k, v in (metadata or {}).items()},
+            n_heads,
+            n_kv_heads,
+            rope_base,
+            context_length,
+            prefix,
+        )
+        return cls._of(
+            _finish(module, causal, precision, rope_scaling, context_length), backend, formulation, threads
+        )
+
+    @classmethod
+    def from_safetensors(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        n_heads: int = 0,
+        n_kv_heads: int = 0,
+        rope_base: float | None = None,
+        context_length: int = 0,
+        prefix: str = "",
+        causal: bool | None = None,
+        precision: str = "fp32",
+        backend: str | None = None,
+        formulation: str = "split_weight",
+        threads: int = 0,
+    ) -> Plan:
+        """A safetensors file holding a state_dict, as from_state_dict; with a prefix only that
+        block's tensors are read."""
+        module = _mha._from_safetensors(
+            os.fspath(path), n_heads, n_kv_heads, rope_base, context_length, prefix
+        )
+        return cls._of(
+            _finish(module, causal, precision, None, context_length), backend, formulation, threads
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        layer: int,
+        *,
+        context_length: int = 0,
+        precision: str = "fp32",
+        backend: str | None = None,
+        formulation: str = "split_weight",
+        threads: int = 0,
+    ) -> Plan:
+        """Layer `layer`'s attention block of the Hugging Face model folder `path`
+        (save_pretrained's output or a cache snapshot; one safetensors file or shards): its
+        config.json gives the heads, K/V heads, rotary embedding, causality and context length
+        (max_position_embeddings, or a smaller context_length), and only that block's tensors
+        are read. Model types: gpt2, llama, mistral, qwen2, bert, roberta, xlm-roberta."""
+        module = _mha._from_pretrained(os.fspath(path), layer, context_length)
+        return cls._of(_finish(module, None, precision, None, 0), backend, formulation, threads)
+
+    @classmethod
+    def from_module(
+        cls,
+        module: Any,
+        *,
+        context_length: int | None = None,
+        rope_base: float | None = None,
+        causal: bool | None = None,
+        precision: str = "fp32",
+        backend: str | None = None,
+        formulation: str = "split_weight",
+        threads: int = 0,
+    ) -> Plan:
+        """A live PyTorch module: torch.nn.MultiheadAttention (context_length needed: it records
+        none; causal unless causal=False), the seeds' MultiHeadAttention,
+        MultiHeadAttentionWrapper and GroupedQueryAttention (rope_base needed: it keeps only
+        its tables), or Hugging Face's GPT2Attention, LlamaAttention (Mistral's and Qwen2's
+        alike) and BertSelfAttention. Its weights are copied into the plan (a later change to
+        the module does not reach it); mha.torch.Attention wraps a module as a drop-in."""
+        from ._modules import describe
+
+        d = describe(module, context_length=context_length, rope_base=rope_base)
+        loaded = _mha._from_state_dict(
+            _float32_tensors(d.state_dict),
+            {},
+            d.n_heads,
+            d.n_kv_heads,
+            d.rope_base,
+            d.context_length,
+            "",
+        )
+        config = _config_with(
+            loaded.config,
+            causal=d.causal if causal is None else causal,
+            dropout=d.dropout,
+            rope_scaling=d.rope_scaling or loaded.config.rope_scaling,
+        )
+        loaded.config = config
+        return cls._of(_finish(loaded, None, precision, None, 0), backend, formulation, threads)
+
+    @property
+    def config(self) -> Config:
+        return self._plan.config
+
+    @property
+    def formulation(self) -> str:
+        return self._plan.formulation
+
+    @property
+    def backend(self) -> str:
+        """The name of the backend that prepared it."""
+        return self._plan.backend
+
+    def make_cache(self, batch: int, capacity: int, precision: str | None = None) -> Cache:
+        """An empty KV cache for `batch` sequences of up to `capacity` tokens (<= the context
+        length), its memory allocated now, keeping keys and values in `precision` (None: the
+        plan's; "int8": 8-bit codes with a scale and offset per row). It belongs to this plan."""
+        return self._plan.make_cache(batch, capacity, precision)
+
+    def __call__(
+        self, x: Any, *, out: Any = None, cache: Cache | None = None, threads: int | None = None
+    ) -> Any:
+        """y = the module on x: (batch, tokens, d_in), a NumPy array or a PyTorch CPU tensor,
+        float32 (bfloat16 tensors for a bf16 plan: converted to float32 and back, copies).
+        Read where it lies when C-contiguous, else copied into that layout first. The output
+        (batch, tokens, d_out) goes into `out` (the input's kind, float32, C-contiguous; its
+        memory is written, never a copy's), else into a new array or tensor, returned.
+
+        With `cache` (make_cache's), x holds the next tokens of each sequence: their keys and
+        values are appended and y holds their rows of the forward pass over everything the
+        sequence has seen (decode). Under autograd a tensor is refused (mha computes inference
+        only)."""
+        threads = self.threads if threads is None else _check_threads(threads)
+        if type(x) is np.ndarray:
+            if x.dtype != np.float32:
+                raise InvalidArgument(f"mha: x has dtype {x.dtype}, expected float32")
+            if x.ndim != 3:
+                raise _rank_error("x", x.shape, self._plan.config.d_in)
+            if out is None:
+                out = np.empty((x.shape[0], x.shape[1], self._plan.config.d_out), np.float32)
+            elif type(out) is not np.ndarray or out.dtype != np.float32 or not out.flags.c_contiguous:
+                raise _out_error(out, "a C-contiguous float32 numpy.ndarray")
+            elif not out.flags.writeable:
+                raise InvalidArgument("mha: out is read-only")
+            self._run(x, out, cache, threads)
+            return out
+        torch = sys.modules.get("torch")
+        if torch is None or not isinstance(x, torch.Tensor):
+            raise InvalidArgument(
+                f"mha: x is a {type(x).__name__}, expected a numpy.ndarray or a torch.Tensor"
+            )
+        return self._call_torch(torch, x, out, cache, threads)
+
+    def _call_torch(self, torch: Any, x: Any, out: Any, cache: Cache | None, threads: int) -> Any:
+        if x.device.type != "cpu":
+            raise InvalidArgument(f"mha: x is on {x.device}, expected the CPU")
+        if x.requires_grad and torch.is_grad_enabled():
+            raise InvalidArgument(
+                "mha: x requires grad: mha computes inference only (no backward); call it under "
+                "torch.no_grad() or torch.inference_mode(), or pass x.detach()"
+            )
+        if x.ndim != 3:
+            raise _rank_error("x", tuple(x.shape), self._plan.config.d_in)
+        bf16 = x.dtype == torch.bfloat16
+        if bf16 and self._plan.config.precision != "bf16":
+            raise InvalidArgument(
+                "mha: x is bfloat16 and the plan computes fp32: pass float32, or make a bf16 plan"
+            )
+        if x.dtype != torch.float32 and not bf16:
+            raise InvalidArgument(
+                f"mha: x has dtype {x.dtype}, expected torch.float32"
+                + (" (or torch.bfloat16: the plan is bf16)" if self._plan.config.precision == "bf16" else "")
+            )
+        shape = (x.shape[0], x.shape[1], self._plan.config.d_out)
+        want = torch.bfloat16 if bf16 else torch.float32
+        if out is not None and (
+            not isinstance(out, torch.Tensor)
+            or out.dtype != want
+            or out.device.type != "cpu"
+            or not out.is_contiguous()
+            or out.requires_grad
+        ):
+            raise _out_error(out, f"a contiguous {want} CPU torch.Tensor not requiring grad")
+        x = x.detach()
+        if bf16:
+            y = torch.empty(shape, dtype=torch.float32)
+            self._run(x.float(), y, cache, threads)
+            if out is None:
+                return y.to(torch.bfloat16)
+            return out.copy_(y)
+        if out is None:
+            out = torch.empty(shape, dtype=torch.float32)
+        self._run(x, out, cache, threads)
+        return out
+
+    def _run(self, x: Any, out: Any, cache: Cache | None, threads: int) -> None:
+        if cache is None:
+            self._plan.run(x, out, threads)
+        else:
+            self._plan.run_cache(x, out, cache, threads)
+
+    def __repr__(self) -> str:
+        return f"mha.Plan({self.backend}, {self.formulation}, {self.config!r})"
+
+
+def _finish(module: Any, causal: bool | None, precision: str, rope_scaling: Any, context_length: int) -> Any:
+    """The loaded module with what the caller says of it that the weights do not."""
+    changes: dict[str, Any] = {"precision": precision}
+    if causal is not None:
+        changes["causal"] = causal
+    if rope_scaling is not None:
+        changes["rope_scaling"] = rope_scaling
+    if module.config.context_length == 0 and context_length == 0:
+        raise InvalidArgument(
+            "mha: the weights record no context length (no causal mask buffer or metadata): pass context_length="
+        )
+    module.config = _config_with(module.config, **changes)
+    return module
+
+
+def _check_threads(threads: int) -> int:
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+        raise InvalidArgument(f"mha: threads ({threads!r}) must be 0 (all cores) or a positive int")
+    return threads
+
+
+def _rank_error(name: str, shape: tuple[int, ...], d_in: int) -> InvalidArgument:
+    return InvalidArgument(f"mha: {name} has shape {tuple(shape)}, expected (batch, tokens, d_in={d_in})")
+
+
+def _out_error(out: Any, expected: str) -> InvalidArgument:
+    dtype = getattr(out, "dtype", None)
+    return InvalidArgument(f"mha: out is a {type(out).__name__} of dtype {dtype}, expected {expected}")

@@ -1,0 +1,361 @@
+// mha._mha: the C++ interface as the `mha` Python package (python/mha) sees it. Thin on
+// purpose: every check and every message is the library's own; the package adds what is
+// Python's (tensors of either framework, modules, bf16 tensors) on top.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/operators.h>
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/feature_probes.hpp"
+#include "mha/mha.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+// x: (batch, tokens, d_in) float32 in C order in CPU memory, read where it lies. An array or
+// tensor of other strides is copied into that layout by nanobind first (the package checks
+// the dtype and the rank before, so that is the only conversion).
+using input_array = nb::ndarray<const float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
+// y: written where it lies; the package passes only arrays of exactly this kind (never
+// converted: a copy would be written and thrown away).
+using output_array = nb::ndarray<float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
+// One tensor of a state_dict, any rank (the package hands float32 in C order).
+using weight_array = nb::ndarray<const float, nb::c_contig, nb::device::cpu>;
+
+mha::tensor_view<const float> view(const input_array& x) {
+  return {x.data(), static_cast<std::int64_t>(x.shape(0)), static_cast<std::int64_t>(x.shape(1)),
+          static_cast<std::int64_t>(x.shape(2))};
+}
+
+mha::tensor_view<float> view(const output_array& y) {
+  return {y.data(), static_cast<std::int64_t>(y.shape(0)), static_cast<std::int64_t>(y.shape(1)),
+          static_cast<std::int64_t>(y.shape(2))};
+}
+
+mha::run_options options_of(int threads) {
+  mha::run_options o;
+  o.threads = threads;
+  return o;
+}
+
+// A module read from a state_dict or a model folder, its config still editable (causal,
+// precision, dropout, context length: what a state_dict does not record) before prepare().
+struct loaded_module {
+  mha::io::loaded_module module;
+
+  std::unique_ptr<mha::plan> prepare(const std::optional<std::string>& backend,
+                                     std::string_view formulation) const {
+    const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
+    return b.prepare(module.cfg, mha::parse_formulation(formulation), module.w);
+  }
+};
+
+mha::io::state_dict_options state_dict_options(std::int64_t n_heads, std::int64_t n_kv_heads,
+                                               std::optional<double> rope_base,
+                                               std::int64_t context_length, std::string prefix) {
+  mha::io::state_dict_options o;
+  o.n_heads = n_heads;
+  o.n_kv_heads = n_kv_heads;
+  o.rope_base = rope_base;
+  o.context_length = context_length;
+  o.prefix = std::move(prefix);
+  return o;
+}
+
+loaded_module from_state_dict(const std::map<std::string, weight_array>& tensors,
+                              const std::map<std::string, std::string>& metadata,
+                              const mha::io::state_dict_options& options) {
+  mha::io::tensor_file file;
+  for (const auto& [name, array] : tensors) {
+    mha::io::tensor t;
+    for (std::size_t i = 0; i < array.ndim(); ++i)
+      t.shape.push_back(static_cast<std::int64_t>(array.shape(i)));
+    t.values.assign(array.data(), array.data() + array.size());
+    file.tensors.emplace(name, std::move(t));
+  }
+  file.metadata.insert(metadata.begin(), metadata.end());
+  return {mha::io::module_from_state_dict(std::move(file), options)};
+}
+
+// What a backend declines of the features `mha backends` asks about: feature -> {formulation:
+// reason}, empty where it computes the feature in every formulation.
+std::map<std::string, std::map<std::string, std::string>> declines(const mha::backend& b) {
+  std::map<std::string, std::map<std::string, std::string>> out;
+  for (const auto& [feature, probe] : mha::detail::feature_probes()) {
+    auto& reasons = out[feature];
+    for (mha::formulation form : mha::formulations()) {
+      mha::problem p = probe;
+      p.form = form;
+      if (const mha::support s = b.supports(p); !s)
+        reasons[std::string(mha::to_string(form))] = s.reason();
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+NB_MODULE(_mha, m) {
+  m.doc() = "mha's C++ library (the mha package wraps it: use `import mha`)";
+
+  // mha::error and its kinds as Python exceptions with the library's messages; InvalidArgument
+  // is a ValueError too.
+  static nb::handle error, invalid, unsupported, format;
+  error = PyErr_NewException("mha.Error", PyExc_RuntimeError, nullptr);
+  invalid = PyErr_NewException("mha.InvalidArgument",
+                               nb::make_tuple(error, nb::handle(PyExc_ValueError)).ptr(), nullptr);
+  unsupported = PyErr_NewException("mha.Unsupported", error.ptr(), nullptr);
+  format = PyErr_NewException("mha.FormatError", error.ptr(), nullptr);
+  m.attr("Error") = error;
+  m.attr("InvalidArgument") = invalid;
+  m.attr("Unsupported") = unsupported;
+  m.attr("FormatError") = format;
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const mha::invalid_argument& e) {
+      PyErr_SetString(invalid.ptr(), e.what());
+    } catch (const mha::unsupported& e) {
+      PyErr_SetString(unsupported.ptr(), e.what());
+    } catch (const mha::format_error& e) {
+      PyErr_SetString(format.ptr(), e.what());
+    } catch (const mha::error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+
+  nb::class_<mha::rope_scaling>(m, "RopeScaling")
+      .def(
+          "__init__",
+          [](mha::rope_scaling* s, std::string_view kind, double factor, double low_freq_factor,
+             double high_freq_factor, std::int64_t original_context) {
+            mha::rope_scaling::type t = mha::rope_scaling::type::none;
+            if (kind == "linear") {
+              t = mha::rope_scaling::type::linear;
+            } else if (kind == "llama3") {
+              t = mha::rope_scaling::type::llama3;
+            } else if (kind != "none") {
+              throw mha::invalid_argument("mha: rope scaling kind \"" + std::string(kind) +
+                                          "\" is not one of none, linear, llama3");
+            }
+            new (s)
+                mha::rope_scaling{t, factor, low_freq_factor, high_freq_factor, original_context};
+          },
+          "kind"_a = "none", "factor"_a = 1.0, "low_freq_factor"_a = 1.0,
+          "high_freq_factor"_a = 4.0, "original_context"_a = 0)
+      .def_prop_ro("kind",
+                   [](const mha::rope_scaling& s) { return std::string(mha::to_string(s.kind)); })
+      .def_ro("factor", &mha::rope_scaling::factor)
+      .def_ro("low_freq_factor", &mha::rope_scaling::low_freq_factor)
+      .def_ro("high_freq_factor", &mha::rope_scaling::high_freq_factor)
+      .def_ro("original_context", &mha::rope_scaling::original_context)
+      .def(nb::self == nb::self)
+      .def("__repr__", [](const mha::rope_scaling& s) {
+        const std::string name = mha::rope_scaling_name(s);
+        return "mha.RopeScaling(" + (name.empty() ? std::string("none") : name) + ")";
+      });
+
+  nb::class_<mha::config>(m, "Config")
+      .def(
+          "__init__",
+          [](mha::config* c, std::int64_t d_in, std::int64_t d_out, std::int64_t n_heads,
+             std::int64_t context_length, bool causal, bool qkv_bias, bool out_proj,
+             bool out_proj_bias, float dropout, std::int64_t n_kv_heads, std::string_view precision,
+             double rope_base, const mha::rope_scaling& scaling) {
+            mha::config cfg;
+            cfg.d_in = d_in;
+            cfg.d_out = d_out;
+            cfg.n_heads = n_heads;
+            cfg.context_length = context_length;
+            cfg.causal = causal;
+            cfg.qkv_bias = qkv_bias;
+            cfg.out_proj = out_proj;
+            cfg.out_proj_bias = out_proj && out_proj_bias;
+            cfg.dropout = dropout;
+            cfg.n_kv_heads = n_kv_heads;
+            cfg.precision = mha::parse_precision(precision);
+            cfg.rope_base = rope_base;
+            cfg.rope_scaling = scaling;
+            mha::validate(cfg);
+            new (c) mha::config(cfg);
+          },
+          "d_in"_a, "d_out"_a, "n_heads"_a, "context_length"_a, nb::kw_only(), "causal"_a = true,
+          "qkv_bias"_a = false, "out_proj"_a = true, "out_proj_bias"_a = true, "dropout"_a = 0.0f,
+          "n_kv_heads"_a = 0, "precision"_a = "fp32", "rope_base"_a = 0.0,
+          "rope_scaling"_a = mha::rope_scaling{})
+      .def_ro("d_in", &mha::config::d_in)
+      .def_ro("d_out", &mha::config::d_out)
+      .def_ro("n_heads", &mha::config::n_heads)
+      .def_ro("context_length", &mha::config::context_length)
+      .def_ro("causal", &mha::config::causal)
+      .def_ro("qkv_bias", &mha::config::qkv_bias)
+      .def_ro("out_proj", &mha::config::out_proj)
+      .def_ro("out_proj_bias", &mha::config::out_proj_bias)
+      .def_ro("dropout", &mha::config::dropout)
+      .def_prop_ro("n_kv_heads", &mha::config::kv_heads)
+      .def_prop_ro("head_dim", &mha::config::head_dim)
+      .def_prop_ro("precision",
+                   [](const mha::config& c) { return std::string(mha::to_string(c.precision)); })
+      .def_ro("rope_base", &mha::config::rope_base)
+      .def_ro("rope_scaling", &mha::config::rope_scaling)
+      .def(nb::self == nb::self)
+      .def("__repr__",
+           [](const mha::config& c) { return "mha.Config(" + mha::to_string(c) + ")"; });
+
+  nb::class_<mha::backend>(m, "Backend")
+      .def_prop_ro("name", [](const mha::backend& b) { return std::string(b.name()); })
+      .def_prop_ro("description", &mha::backend::description)
+      .def_prop_ro("isa",
+                   [](const mha::backend& b) { return std::string(mha::to_string(b.isa())); })
+      .def_prop_ro("max_threads", &mha::backend::max_threads)
+      .def(
+          "supports",
+          [](const mha::backend& b, const mha::config& cfg, std::string_view formulation,
+             std::int64_t past, std::optional<std::string_view> kv) -> std::optional<std::string> {
+            mha::problem p;
+            p.cfg = cfg;
+            p.form = mha::parse_formulation(formulation);
+            p.past = past;
+            if (kv) p.kv_precision = mha::parse_precision(*kv);
+            const mha::support s = b.supports(p);
+            return s ? std::nullopt : std::optional<std::string>(s.reason());
+          },
+          "config"_a, "formulation"_a = "split_weight", "past"_a = 0, "kv_precision"_a = nb::none())
+      .def("declines", &declines)
+      .def("__repr__",
+           [](const mha::backend& b) { return "mha.Backend(" + std::string(b.name()) + ")"; });
+
+  m.def(
+      "backends",
+      [] {
+        const auto& all = mha::available_backends();
+        return std::vector<const mha::backend*>(all.begin(), all.end());
+      },
+      nb::rv_policy::reference);
+  m.def(
+      "default_backend", [] { return &mha::default_backend(); }, nb::rv_policy::reference);
+
+  nb::class_<mha::kv_cache>(m, "Cache")
+      .def_prop_ro("batch", &mha::kv_cache::batch)
+      .def_prop_ro("capacity", &mha::kv_cache::capacity)
+      .def_prop_ro("lengths", &mha::kv_cache::lengths)
+      .def_prop_ro(
+          "precision",
+          [](const mha::kv_cache& c) { return std::string(mha::to_string(c.precision())); })
+      .def_prop_ro("nbytes", &mha::kv_cache::bytes)
+      .def(
+          "reset",
+          [](mha::kv_cache& c, std::optional<std::int64_t> b) {
+            if (b) {
+              c.reset(*b);
+            } else {
+              c.reset();
+            }
+          },
+          "b"_a = nb::none())
+      .def("truncate", &mha::kv_cache::truncate, "b"_a, "length"_a)
+      .def("__repr__", [](const mha::kv_cache& c) {
+        std::string lengths;
+        for (std::int64_t n : c.lengths())
+          lengths += (lengths.empty() ? "" : ", ") + std::to_string(n);
+        return "mha.Cache(batch=" + std::to_string(c.batch()) +
+               ", capacity=" + std::to_string(c.capacity()) +
+               ", precision=" + std::string(mha::to_string(c.precision())) + ", lengths=[" +
+               lengths + "])";
+      });
+
+  nb::class_<mha::plan>(m, "_Plan")
+      .def_prop_ro("config", &mha::plan::config)
+      .def_prop_ro("formulation",
+                   [](const mha::plan& p) { return std::string(mha::to_string(p.formulation())); })
+      .def_prop_ro("backend", [](const mha::plan& p) { return std::string(p.backend_name()); })
+      .def(
+          "run",
+          [](const mha::plan& p, input_array x, output_array y, int threads) {
+            nb::gil_scoped_release unlocked;
+            p.run(view(x), view(y), options_of(threads));
+          },
+          "x"_a, "y"_a.noconvert(), "threads"_a)
+      .def(
+          "run_cache",
+          [](const mha::plan& p, input_array x, output_array y, mha::kv_cache& cache, int threads) {
+            nb::gil_scoped_release unlocked;
+            p.run(view(x), view(y), cache, options_of(threads));
+          },
+          "x"_a, "y"_a.noconvert(), "cache"_a, "threads"_a)
+      // The cache keeps its plan alive (it belongs to it).
+      .def(
+          "make_cache",
+          [](const mha::plan& p, std::int64_t batch, std::int64_t capacity,
+             std::optional<std::string_view> kv) {
+            return p.make_cache(batch, capacity,
+                                kv ? std::optional(mha::parse_precision(*kv)) : std::nullopt);
+          },
+          "batch"_a, "capacity"_a, "precision"_a = nb::none(), nb::keep_alive<0, 1>());
+
+  nb::class_<loaded_module>(m, "_Module")
+      .def_prop_rw(
+          "config", [](const loaded_module& l) { return l.module.cfg; },
+          [](loaded_module& l, const mha::config& cfg) { l.module.cfg = cfg; })
+      .def_prop_ro(
+          "layout",
+          [](const loaded_module& l) { return std::string(mha::io::to_string(l.module.layout)); })
+      .def_prop_ro("prefix", [](const loaded_module& l) { return l.module.prefix; })
+      .def("prepare", &loaded_module::prepare, "backend"_a = nb::none(),
+           "formulation"_a = "split_weight");
+
+  m.def(
+      "_from_state_dict",
+      [](const std::map<std::string, weight_array>& tensors,
+         const std::map<std::string, std::string>& metadata, std::int64_t n_heads,
+         std::int64_t n_kv_heads, std::optional<double> rope_base, std::int64_t context_length,
+         std::string prefix) {
+        return from_state_dict(
+            tensors, metadata,
+            state_dict_options(n_heads, n_kv_heads, rope_base, context_length, std::move(prefix)));
+      },
+      "tensors"_a, "metadata"_a, "n_heads"_a, "n_kv_heads"_a, "rope_base"_a.none(),
+      "context_length"_a, "prefix"_a);
+  m.def(
+      "_from_pretrained",
+      [](const std::filesystem::path& dir, std::int64_t layer, std::int64_t context_length) {
+        mha::io::state_dict_options o;
+        o.context_length = context_length;
+        return loaded_module{mha::io::load_model(dir, layer, o)};
+      },
+      "dir"_a, "layer"_a, "context_length"_a);
+  m.def(
+      "_from_safetensors",
+      [](const std::filesystem::path& path, std::int64_t n_heads, std::int64_t n_kv_heads,
+         std::optional<double> rope_base, std::int64_t context_length, std::string prefix) {
+        return loaded_module{mha::io::load_module(
+            path,
+            state_dict_options(n_heads, n_kv_heads, rope_base, context_length, std::move(prefix)))};
+      },
+      "path"_a, "n_heads"_a, "n_kv_heads"_a, "rope_base"_a.none(), "context_length"_a, "prefix"_a);
+
+  m.def("rope_frequencies", &mha::rope_frequencies, "config"_a,
+        "The rotary embedding's inverse frequencies of a config, one per pair of dimensions.");
+
+  // The address of the data an input array is read from (the package's tests compare it with
+  // the tensor's own: no copy for contiguous float32).
+  m.def("_input_address", [](input_array x) { return reinterpret_cast<std::uintptr_t>(x.data()); });
+}
