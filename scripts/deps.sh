@@ -14,6 +14,7 @@ packages=(
   clang-format-14                                          # the formatting check (scripts/format.sh)
   libbenchmark-dev libbenchmark-tools                      # benchmarks, compare.py
   python3-numpy python3-matplotlib python3-pytest python3-scipy  # reports and their tests
+  python3-dev                                              # the Python package's extension
 )
 if (($#)); then packages=("$@"); fi
 
