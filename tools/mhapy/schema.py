@@ -44,6 +44,9 @@ PEER_LIBRARIES = {
     "onnxruntime": "ONNX Runtime",
     "py_": "mha from Python",  # mha itself through its Python package (peers/mha_python.py)
 }
+# mha itself called from Python: ranked as a peer library's row (never linkable), but never the
+# best peer an mha backend is compared with (it is mha, plus the Python layer).
+MHA_FROM_PYTHON_PREFIX = "py_"
 PEER_BACKEND_PREFIXES = tuple(PEER_LIBRARIES)
 
 # mha_bench's measured streaming-read bandwidth (GB/s): one thread, and `threads` threads at
@@ -88,6 +91,11 @@ MHA_BENCH_CONTEXT = (
 def is_peer(backend: str) -> bool:
     """True for a peer library's backend (torch_sdpa, openvino_u8kv, ...), not an mha backend."""
     return backend.startswith(PEER_BACKEND_PREFIXES)
+
+
+def is_rival(backend: str) -> bool:
+    """True for a peer that is another library (not mha from Python): what mha is compared with."""
+    return is_peer(backend) and not backend.startswith(MHA_FROM_PYTHON_PREFIX)
 
 
 def peer_library(backend: str) -> str:

@@ -166,6 +166,15 @@ def test_choice_picks_the_fastest_linkable_and_the_best_other_backend(tmp_path):
     )
 
 
+def test_mha_from_python_is_never_linked_nor_the_peer_compared_with(tmp_path):
+    c = _choice(
+        tmp_path,
+        {("tbb", "split_weight"): 1.0, ("py_tbb", "split_weight"): 0.99, ("torch_sdpa", "split_weight"): 1.3},
+    )
+    assert c.best.key.backend == "tbb" and c.runner_up is None
+    assert c.peer.key.backend == "torch_sdpa"
+
+
 def test_choice_calls_a_small_margin_a_tie(tmp_path):
     c = _choice(tmp_path, {("xsimd", "split_weight"): 1.0, ("tbb", "split_weight"): 1.03})
     assert c.tie and c.margin == pytest.approx(0.03)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..problem import Shape
-from ..schema import is_peer
+from ..schema import is_peer, is_rival
 from . import figures
 from .document import Bullets, Figure, Heading, Para, Table
 from .results import Measurement, ResultSet, is_bf16
@@ -58,7 +58,7 @@ def ranges_overlap(a: Measurement, b: Measurement) -> bool:
 def choose(results: ResultSet, shape: Shape, threads: int) -> Choice:
     candidates = [m for k, m in results.measurements.items() if k.shape == shape and k.threads == threads]
     linkable = sorted((m for m in candidates if not is_peer(m.key.backend)), key=lambda m: m.median_s)
-    peers = sorted((m for m in candidates if is_peer(m.key.backend)), key=lambda m: m.median_s)
+    peers = sorted((m for m in candidates if is_rival(m.key.backend)), key=lambda m: m.median_s)
     peer = peers[0] if peers else None
     if not linkable:
         return Choice(shape, threads, None, None, None, False, peer)
