@@ -13,7 +13,7 @@ from conftest import (
 )
 
 from mhapy.problem import Shape, flops
-from mhapy.report import formulations, linking, peaks, throughput
+from mhapy.report import formulations, linking, peaks, peer_ranking, throughput
 from mhapy.report.peaks import Peak, classify_peak_key, find_peak
 from mhapy.report.results import load
 from mhapy.report.scaling import thread_scaling
@@ -173,6 +173,16 @@ def test_mha_from_python_is_never_linked_nor_the_peer_compared_with(tmp_path):
     )
     assert c.best.key.backend == "tbb" and c.runner_up is None
     assert c.peer.key.backend == "torch_sdpa"
+
+
+def test_mha_from_python_faster_than_mha_bench_is_not_a_peer_win(tmp_path):
+    s = Shape(2, 64, 128, 128, 4)
+    data = []
+    for backend, seconds in (("tbb", 1.0), ("py_tbb", 0.9), ("torch_sdpa", 0.95)):
+        data += entries(backend, "split_weight", s, 1, seconds)
+    (ranking,) = peer_ranking.rankings(load([write(tmp_path / "r.json", data)]))
+    assert [w.peer.key.backend for w in ranking.peer_wins] == ["torch_sdpa"]
+    assert ranking.versus_mha["mha from Python"][0] == pytest.approx(1 / 0.9)
 
 
 def test_choice_calls_a_small_margin_a_tie(tmp_path):
