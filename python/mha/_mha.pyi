@@ -11,6 +11,9 @@ from mha import (
 class RopeScaling:
     def __init__(self, kind: str = 'none', factor: float = 1.0, low_freq_factor: float = 1.0, high_freq_factor: float = 4.0, original_context: int = 0) -> None: ...
 
+    @staticmethod
+    def from_name(name: str) -> RopeScaling: ...
+
     @property
     def kind(self) -> str: ...
 

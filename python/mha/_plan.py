@@ -165,7 +165,10 @@ class Plan:
             prefix,
         )
         return cls._of(
-            _finish(module, causal, precision, rope_scaling, context_length), backend, formulation, threads
+            _finish(module, precision, causal=causal, rope_scaling=rope_scaling),
+            backend,
+            formulation,
+            threads,
         )
 
     @classmethod
@@ -189,9 +192,7 @@ class Plan:
         module = _mha._from_safetensors(
             os.fspath(path), n_heads, n_kv_heads, rope_base, context_length, prefix
         )
-        return cls._of(
-            _finish(module, causal, precision, None, context_length), backend, formulation, threads
-        )
+        return cls._of(_finish(module, precision, causal=causal), backend, formulation, threads)
 
     @classmethod
     def from_pretrained(
@@ -211,7 +212,7 @@ class Plan:
         (max_position_embeddings, or a smaller context_length), and only that block's tensors
         are read. Model types: gpt2, llama, mistral, qwen2, bert, roberta, xlm-roberta."""
         module = _mha._from_pretrained(os.fspath(path), layer, context_length)
-        return cls._of(_finish(module, None, precision, None, 0), backend, formulation, threads)
+        return cls._of(_finish(module, precision), backend, formulation, threads)
 
     @classmethod
     def from_module(
@@ -235,6 +236,13 @@ class Plan:
         from ._modules import describe
 
         d = describe(module, context_length=context_length, rope_base=rope_base)
+        return cls._from_description(d, causal, precision, backend, formulation, threads)
+
+    @classmethod
+    def _from_description(
+        cls, d: Any, causal: bool | None, precision: str, backend: str | None, formulation: str, threads: int
+    ) -> Plan:
+        """from_module's plan, from the module's description (mha._modules.describe)."""
         loaded = _mha._from_state_dict(
             _float32_tensors(d.state_dict),
             {},
@@ -244,14 +252,14 @@ class Plan:
             d.context_length,
             "",
         )
-        config = _config_with(
-            loaded.config,
+        finished = _finish(
+            loaded,
+            precision,
             causal=d.causal if causal is None else causal,
             dropout=d.dropout,
-            rope_scaling=d.rope_scaling or loaded.config.rope_scaling,
+            rope_scaling=d.rope_scaling,
         )
-        loaded.config = config
-        return cls._of(_finish(loaded, None, precision, None, 0), backend, formulation, threads)
+        return cls._of(finished, backend, formulation, threads)
 
     @property
     def config(self) -> Config:
@@ -358,18 +366,15 @@ class Plan:
         return f"mha.Plan({self.backend}, {self.formulation}, {self.config!r})"
 
 
-def _finish(module: Any, causal: bool | None, precision: str, rope_scaling: Any, context_length: int) -> Any:
-    """The loaded module with what the caller says of it that the weights do not."""
-    changes: dict[str, Any] = {"precision": precision}
-    if causal is not None:
-        changes["causal"] = causal
-    if rope_scaling is not None:
-        changes["rope_scaling"] = rope_scaling
-    if module.config.context_length == 0 and context_length == 0:
+def _finish(module: Any, precision: str, **changes: Any) -> Any:
+    """The loaded module with what the caller says of it that the weights do not: its precision,
+    and each of `changes` not None (causal, dropout, rope_scaling)."""
+    if module.config.context_length == 0:
         raise InvalidArgument(
             "mha: the weights record no context length (no causal mask buffer or metadata): pass context_length="
         )
-    module.config = _config_with(module.config, **changes)
+    given = {name: value for name, value in changes.items() if value is not None}
+    module.config = _config_with(module.config, precision=precision, **given)
     return module
 
 

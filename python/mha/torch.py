@@ -44,15 +44,7 @@ class Attention(torch.nn.Module):
     ) -> None:
         super().__init__()
         self.description = _modules.describe(module, context_length=context_length, rope_base=rope_base)
-        self.plan = Plan.from_module(
-            module,
-            context_length=context_length,
-            rope_base=rope_base,
-            precision=precision,
-            backend=backend,
-            formulation=formulation,
-            threads=threads,
-        )
+        self.plan = Plan._from_description(self.description, None, precision, backend, formulation, threads)
         self.description.state_dict = {}  # the plan holds the weights
         self._rope_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.train(module.training)  # eval stays eval

@@ -206,6 +206,16 @@ def test_bad_input_is_an_error_naming_the_value(reference, call, message):
         call(reference)
 
 
+def test_rope_scalings_read_from_their_problem_names():
+    assert mha.RopeScaling.from_name("") == mha.RopeScaling()
+    assert mha.RopeScaling.from_name("linear4") == mha.RopeScaling("linear", factor=4.0)
+    assert mha.RopeScaling.from_name("llama3_8_1_4_8192") == mha.RopeScaling(
+        "llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_context=8192
+    )
+    with pytest.raises(mha.InvalidArgument, match='rope scaling "yarn2" is not linear<factor>'):
+        mha.RopeScaling.from_name("yarn2")
+
+
 def test_library_errors_keep_their_kind_and_message(weights):
     assert issubclass(mha.InvalidArgument, ValueError) and issubclass(mha.InvalidArgument, mha.Error)
     assert issubclass(mha.Unsupported, mha.Error) and issubclass(mha.FormatError, mha.Error)

@@ -13,23 +13,17 @@ namespace {
 
 int list_backends(const arguments&) {
   std::printf("%-10s %-8s %-16s %s\n", "backend", "threads", "isa", "description");
-  const auto probes = mha::detail::feature_probes();
   for (const mha::backend* b : mha::available_backends()) {
     std::printf("%-10s %-8d %-16s %s\n", std::string(b->name()).c_str(), b->max_threads(),
                 std::string(mha::to_string(b->isa())).c_str(), b->description().c_str());
     // Every formulation is asked; one declined alone is named.
-    for (const auto& [feature, probe] : probes) {
-      std::vector<std::string> declines;
-      for (mha::formulation form : mha::formulations()) {
-        mha::problem p = probe;
-        p.form = form;
-        if (const mha::support s = b->supports(p); !s)
-          declines.push_back(std::string(mha::to_string(form)) + ": " + s.reason());
-      }
+    for (const auto& [feature, declines] : mha::detail::declines(*b)) {
       const std::string answer = declines.empty() ? "yes"
                                  : declines.size() == mha::formulations().size()
-                                     ? "declined: " + declines[0].substr(declines[0].find(": ") + 2)
-                                     : "declined in " + declines[0];
+                                     ? "declined: " + declines[0].second
+                                     : "declined in " +
+                                           std::string(mha::to_string(declines[0].first)) + ": " +
+                                           declines[0].second;
       std::printf("%-10s   %-14s %s\n", "", feature, answer.c_str());
     }
   }

@@ -1,10 +1,12 @@
 // The features beyond fp32 multi-head attention that `mha backends` and the Python package's
-// Backend.declines() ask each backend about, one small problem each.
+// Backend.declines() ask each backend about, one small problem each, and the answers.
 #pragma once
 
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "mha/backend.hpp"
 #include "mha/problem.hpp"
 
 namespace mha::detail {
@@ -17,6 +19,25 @@ inline std::vector<std::pair<const char*, problem>> feature_probes() {
   bf16.cfg.precision = precision::bf16;
   decode.past = 8;
   return {{"grouped-query", grouped}, {"bf16", bf16}, {"decode", decode}};
+}
+
+// A feature's answer: the formulations `b` declines it in (in formulations()' order) and why;
+// empty when it computes the feature in every one.
+using feature_declines = std::vector<std::pair<formulation, std::string>>;
+
+// Every feature of feature_probes(), in order, with `b`'s answer.
+inline std::vector<std::pair<const char*, feature_declines>> declines(const backend& b) {
+  std::vector<std::pair<const char*, feature_declines>> out;
+  for (const auto& [feature, probe] : feature_probes()) {
+    feature_declines reasons;
+    for (formulation form : formulations()) {
+      problem p = probe;
+      p.form = form;
+      if (const support s = b.supports(p); !s) reasons.emplace_back(form, s.reason());
+    }
+    out.emplace_back(feature, std::move(reasons));
+  }
+  return out;
 }
 
 }  // namespace mha::detail

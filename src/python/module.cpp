@@ -99,14 +99,9 @@ loaded_module from_state_dict(const std::map<std::string, weight_array>& tensors
 // reason}, empty where it computes the feature in every formulation.
 std::map<std::string, std::map<std::string, std::string>> declines(const mha::backend& b) {
   std::map<std::string, std::map<std::string, std::string>> out;
-  for (const auto& [feature, probe] : mha::detail::feature_probes()) {
-    auto& reasons = out[feature];
-    for (mha::formulation form : mha::formulations()) {
-      mha::problem p = probe;
-      p.form = form;
-      if (const mha::support s = b.supports(p); !s)
-        reasons[std::string(mha::to_string(form))] = s.reason();
-    }
+  for (const auto& [feature, reasons] : mha::detail::declines(b)) {
+    auto& named = out[feature];
+    for (const auto& [form, reason] : reasons) named[std::string(mha::to_string(form))] = reason;
   }
   return out;
 }
@@ -161,6 +156,17 @@ NB_MODULE(_mha, m) {
           },
           "kind"_a = "none", "factor"_a = 1.0, "low_freq_factor"_a = 1.0,
           "high_freq_factor"_a = 4.0, "original_context"_a = 0)
+      // The scaling a problem name spells (mha::parse_rope_scaling; "" for none).
+      .def_static(
+          "from_name",
+          [](std::string_view name) {
+            if (name.empty()) return mha::rope_scaling{};
+            if (const auto s = mha::parse_rope_scaling(name)) return *s;
+            throw mha::invalid_argument("mha: rope scaling \"" + std::string(name) +
+                                        "\" is not linear<factor> or "
+                                        "llama3_<factor>_<low>_<high>_<original_context>");
+          },
+          "name"_a)
       .def_prop_ro("kind",
                    [](const mha::rope_scaling& s) { return std::string(mha::to_string(s.kind)); })
       .def_ro("factor", &mha::rope_scaling::factor)

@@ -11,8 +11,6 @@ builds it with --with-peers).
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from ..inputs import Weights
@@ -25,22 +23,6 @@ VARIANTS = [
     Variant("py_tbb", "fused_qkv", "mha.Plan(backend='tbb', formulation='fused_qkv') from Python"),
     Variant("py_xsimd", "split_weight", "mha.Plan(backend='xsimd') from Python, NumPy in and out"),
 ]
-
-
-def rope_scaling(mha, name: str):
-    """The RopeScaling a problem name spells ("" none, "linear4", "llama3_8_1_4_8192")."""
-    if not name:
-        return mha.RopeScaling()
-    if m := re.fullmatch(r"linear([0-9.e+]+)", name):
-        return mha.RopeScaling("linear", factor=float(m[1]))
-    factor, low, high, original = name.removeprefix("llama3_").split("_")
-    return mha.RopeScaling(
-        "llama3",
-        factor=float(factor),
-        low_freq_factor=float(low),
-        high_freq_factor=float(high),
-        original_context=int(original),
-    )
 
 
 def state_dict(w: Weights) -> dict[str, np.ndarray]:
@@ -113,7 +95,7 @@ class MhaPython(Peer):
             n_kv_heads=s.n_kv_heads,
             precision=s.precision,
             rope_base=s.rope_base,
-            rope_scaling=rope_scaling(self.mha, s.rope_scaling),
+            rope_scaling=self.mha.RopeScaling.from_name(s.rope_scaling),
         )
 
     def declines(self, variant: Variant, s: Shape) -> str | None:
