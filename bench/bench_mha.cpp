@@ -26,6 +26,9 @@
 #include "progress.hpp"
 #include "reference.hpp"
 #include "sweep.hpp"
+#if MHA_BENCH_TRACE
+#include "task_traces.hpp"
+#endif
 
 namespace {
 
@@ -590,6 +593,17 @@ int run_sweep(int argc, char** argv) {
   if (!opt.dump_inputs.empty()) {
     dump_inputs(opt.dump_inputs, sweep.shapes, selected.cases, opt.shard);
     return 0;
+  }
+  if (!opt.trace.empty()) {
+#if MHA_BENCH_TRACE
+    write_task_traces(opt.trace, cases_of_shard(selected.cases, opt.shard), selected.backends,
+                      hardware_threads, opt.trace_runs, join(cmd->raw, " "), log);
+    return 0;
+#else
+    throw mha::invalid_argument(
+        "mha_bench: --trace records the tbb backend's tasks, and this "
+        "build has no tbb backend");
+#endif
   }
   const shard_part part = take_shard(selected.cases, opt.shard);
 

@@ -102,6 +102,12 @@ options parse_command_line(std::span<const std::string> args) {
       {"--budget", [&](auto f, auto v) { o.budget_seconds = non_negative(f, v); }},
       {"--dump-shapes", [&](auto, auto v) { o.dump_shapes = v; }},
       {"--dump-inputs", [&](auto, auto v) { o.dump_inputs = v; }},
+      {"--trace", [&](auto, auto v) { o.trace = v; }},
+      {"--trace-runs",
+       [&](auto f, auto v) {
+         o.trace_runs = parse_number<int>(f, v, "a whole number >= 1");
+         if (o.trace_runs < 1) fail(f, v, "a whole number >= 1");
+       }},
       {"--shard", [&](auto, auto v) { o.shard = parse_shard(v); }},
       {"--tolerance",
        [&](auto f, auto v) {
@@ -177,6 +183,12 @@ std::string usage(std::string_view program) {
          "  --dump-inputs DIR     write each selected shape's inputs (weights, x) and the\n"
          "                        oracle on the checked rows to DIR/<problem>.safetensors, then\n"
          "                        exit (what tools/tests pin mhapy.inputs and mhapy.oracle to)\n"
+         "  --trace FILE          run each selected tbb case --trace-runs times (default 5) under "
+         "a\n"
+         "                        task trace and write the median run's phases and task times,\n"
+         "                        with the streaming read at 1, 2, 4, ... threads, to FILE as\n"
+         "                        JSON (the scaling model's input: python3 -m mhapy.report\n"
+         "                        --trace FILE), then exit\n"
          "  --shard I/N           run part I of N of the selected benchmarks (after --backends\n"
          "                        and --benchmark_filter): a deterministic partition by name,\n"
          "                        balanced by model FLOPs; the context says which (mha_shard)\n"

@@ -28,6 +28,8 @@ struct options {
   bool list_shapes = false;              // --list-shapes: print the expanded shapes and exit
   std::string dump_shapes;               // --dump-shapes FILE: write the selected shapes, exit
   std::string dump_inputs;               // --dump-inputs DIR: write each shape's inputs, exit
+  std::string trace;                     // --trace FILE: write the tbb cases' task traces, exit
+  int trace_runs = 5;                    // --trace-runs: traced runs per case, the median kept
   mha_bench::shard shard;                // --shard I/N: run part I of N of the selection (1/1: all)
 };
 

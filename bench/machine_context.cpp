@@ -17,7 +17,6 @@
 #include "sweep.hpp"
 
 namespace mha_bench {
-namespace {
 
 std::string cpu_model() {
   std::ifstream cpuinfo("/proc/cpuinfo");
@@ -28,6 +27,8 @@ std::string cpu_model() {
   }
   return "unknown";
 }
+
+namespace {
 
 // The extensions that decide which kernels a backend can use.
 std::string cpu_isa() {

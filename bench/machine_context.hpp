@@ -3,12 +3,16 @@
 #pragma once
 
 #include <span>
+#include <string>
 
 #include "fma_peak.hpp"
 #include "mha/backend.hpp"
 #include "stream_read.hpp"
 
 namespace mha_bench {
+
+// The CPU's model name from /proc/cpuinfo, or "unknown".
+std::string cpu_model();
 
 // CPU model and ISA extensions, hardware threads, compiler, flags, build type, library
 // versions, mha version: benchmark::AddCustomContext, once before the benchmarks run.

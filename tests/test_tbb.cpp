@@ -5,10 +5,13 @@
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
 
+#include <numeric>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backends/tbb/task_trace.hpp"
 #include "mha/backends/tbb.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "support.hpp"
@@ -150,6 +153,138 @@ TEST(TbbBackend, ManyThreadsRun) {
   const mha_test::shape s{1, 20, 16, 16, 2};
   EXPECT_EQ(run(mha::tbb_backend(), formulation::split_weight, s, {.threads = 64}),
             run(mha::tbb_backend(), formulation::split_weight, s, {.threads = 1}));
+}
+
+// ---- The task trace: what the scaling model reads (src/backends/tbb/task_trace.hpp) ----
+
+using mha::detail::phase_kind;
+using mha::detail::traced_phase;
+
+// The phases of one run of `plan` (with `cache`, an incremental call) under a trace.
+std::vector<traced_phase> traced_run(const mha::plan& plan, const mha::config& cfg,
+                                     std::int64_t batch, std::int64_t seq_len, int threads,
+                                     mha::kv_cache* cache = nullptr) {
+  const std::vector<float> x = mha_test::random_floats(batch * seq_len * cfg.d_in, 50);
+  std::vector<float> y(static_cast<std::size_t>(batch * seq_len * cfg.d_out));
+  mha::detail::task_trace trace;
+  if (cache) {
+    plan.run({x.data(), batch, seq_len, cfg.d_in}, {y.data(), batch, seq_len, cfg.d_out}, *cache,
+             {.threads = threads});
+  } else {
+    plan.run({x.data(), batch, seq_len, cfg.d_in}, {y.data(), batch, seq_len, cfg.d_out},
+             {.threads = threads});
+  }
+  return trace.finish();
+}
+
+std::vector<phase_kind> kinds(const std::vector<traced_phase>& phases) {
+  std::vector<phase_kind> out;
+  for (const traced_phase& p : phases) out.push_back(p.kind);
+  return out;
+}
+
+// Bytes of a GEMM of m rows by (n, k) fp32 weights: A, B and C once each.
+std::int64_t gemm_bytes(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return 4 * (k * (m + n) + m * n);
+}
+
+// Every phase has tasks, and its tasks fit in its span on one thread.
+void expect_tasks_within_spans(const std::vector<traced_phase>& phases) {
+  for (const traced_phase& p : phases) {
+    EXPECT_FALSE(p.task_ns.empty()) << mha::detail::to_string(p.kind);
+    EXPECT_LE(std::accumulate(p.task_ns.begin(), p.task_ns.end(), std::int64_t{0}), p.span_ns)
+        << mha::detail::to_string(p.kind);
+  }
+}
+
+// A forward pass of B2 T100 through a 3-head module, d_in 32 and d_out 48, in `form`, traced on
+// one thread.
+std::vector<traced_phase> traced_forward(formulation form) {
+  const mha::config cfg{.d_in = 32, .d_out = 48, .n_heads = 3, .context_length = 100};
+  const auto plan = mha::tbb_backend().prepare(cfg, form, mha::weights::random(cfg, 51));
+  return traced_run(*plan, cfg, 2, 100, 1);
+}
+
+// The fused form is one projection, attention over B x H x query blocks, and out_proj, each a
+// phase with the bytes of its operands (attention's come from the projection: none counted).
+TEST(TbbTaskTrace, AForwardPassIsProjectionAttentionOutProj) {
+  const std::vector<traced_phase> phases = traced_forward(formulation::fused_qkv);
+  ASSERT_EQ(kinds(phases),
+            (std::vector{phase_kind::gemm, phase_kind::attention, phase_kind::gemm}));
+  EXPECT_EQ(phases[0].bytes, gemm_bytes(200, 3 * 48, 32));
+  EXPECT_EQ(phases[1].bytes, 0);
+  EXPECT_EQ(phases[2].bytes, gemm_bytes(200, 48, 48));
+  EXPECT_GE(phases[1].task_ns.size(), 2u * 3u);  // at least a task per (b, h)
+  expect_tasks_within_spans(phases);
+}
+
+// The wrapper's per-head projections are one phase whose tasks are their GEMM tiles (not the
+// loop's bodies), with every head's bytes.
+TEST(TbbTaskTrace, TheWrappersHeadsAreOnePhaseOfTheirTiles) {
+  const std::vector<traced_phase> phases = traced_forward(formulation::wrapper);
+  ASSERT_EQ(kinds(phases),
+            (std::vector{phase_kind::for_each, phase_kind::attention, phase_kind::gemm}));
+  EXPECT_EQ(phases[0].bytes, 3 * 3 * gemm_bytes(200, 16, 32));  // Q, K, V of 3 heads
+  EXPECT_GT(phases[0].task_ns.size(), 3u * 3u);                 // 200 rows: several tiles each
+  expect_tasks_within_spans(phases);
+}
+
+// A decode step over a split cache: the projection, the append, the chunks, their merge and
+// out_proj; the chunks read every cached key and value once (head_dim 64: no padding).
+TEST(TbbTaskTrace, ADecodeStepReadsItsCacheOnce) {
+  const mha::config cfg{
+      .d_in = 32, .d_out = 128, .n_heads = 2, .context_length = 2200, .n_kv_heads = 1};
+  const auto plan =
+      mha::tbb_backend().prepare(cfg, formulation::fused_qkv, mha::weights::random(cfg, 53));
+  mha::kv_cache cache = plan->make_cache(2, 2200);
+  const std::vector<float> prompt = mha_test::random_floats(2 * 2100 * cfg.d_in, 54);
+  std::vector<float> y(2 * 2100 * cfg.d_out);
+  plan->run({prompt.data(), 2, 2100, cfg.d_in}, {y.data(), 2, 2100, cfg.d_out}, cache);
+  const std::vector<traced_phase> phases = traced_run(*plan, cfg, 2, 1, 1, &cache);
+  ASSERT_EQ(kinds(phases),
+            (std::vector{phase_kind::gemm, phase_kind::attention_append, phase_kind::attention,
+                         phase_kind::attention_merge, phase_kind::gemm}));
+  const std::int64_t key_bytes = 2 * 64 * 4;  // a key and a value, fp32
+  EXPECT_EQ(phases[1].bytes, 2 * 1 * key_bytes);
+  EXPECT_EQ(phases[2].bytes, 2 * 2101 * key_bytes);
+  EXPECT_EQ(phases[2].task_ns.size(), 2u * 2u);  // 2101 keys: two chunks per sequence
+  expect_tasks_within_spans(phases);
+}
+
+// The partition is the problem's, not the thread count's: the same phases and task counts on
+// 1, 2 and 3 threads.
+TEST(TbbTaskTrace, TheTasksAreTheSameOnAnyThreadCount) {
+  const tbb::global_control allow(tbb::global_control::max_allowed_parallelism, 4);
+  const mha::config cfg{.d_in = 32, .d_out = 48, .n_heads = 3, .context_length = 130};
+  for (const formulation form : {formulation::split_weight, formulation::fused_qkv}) {
+    const auto plan = mha::tbb_backend().prepare(cfg, form, mha::weights::random(cfg, 55));
+    const std::vector<traced_phase> one = traced_run(*plan, cfg, 3, 130, 1);
+    for (const int threads : {2, 3}) {
+      const std::vector<traced_phase> many = traced_run(*plan, cfg, 3, 130, threads);
+      ASSERT_EQ(kinds(many), kinds(one)) << mha::to_string(form) << " threads " << threads;
+      for (std::size_t i = 0; i < one.size(); ++i) {
+        EXPECT_EQ(many[i].bytes, one[i].bytes) << "phase " << i;
+        EXPECT_EQ(many[i].task_ns.size(), one[i].task_ns.size()) << "phase " << i;
+      }
+    }
+  }
+}
+
+// One trace at a time; none alive, runs record nothing.
+TEST(TbbTaskTrace, OneAtATimeAndOnlyWhileAlive) {
+  const mha::config cfg{.d_in = 16, .d_out = 16, .n_heads = 2, .context_length = 20};
+  const auto plan =
+      mha::tbb_backend().prepare(cfg, formulation::fused_qkv, mha::weights::random(cfg, 56));
+  {
+    mha::detail::task_trace first;
+    EXPECT_THROW(mha::detail::task_trace second, std::logic_error);
+  }
+  const std::vector<float> x = mha_test::random_floats(20 * cfg.d_in, 57);
+  std::vector<float> y(20 * cfg.d_out);
+  plan->run({x.data(), 1, 20, cfg.d_in}, {y.data(), 1, 20, cfg.d_out});  // not traced
+  mha::detail::task_trace trace;
+  EXPECT_TRUE(trace.finish().empty());
+  EXPECT_EQ(traced_run(*plan, cfg, 1, 20, 1).size(), 3u);  // a new trace after finish()
 }
 
 }  // namespace

@@ -96,6 +96,12 @@ std::int64_t attention_layout::head_bytes() const noexcept {
   return int8 ? scales_offset() + 4 * key_rows() * 4 : head_units() * 4;
 }
 
+std::int64_t attention_layout::key_bytes() const noexcept {
+  const std::int64_t elements = head_dim + round_up(head_dim, values.nr);
+  if (int8) return elements + 4 * 4;
+  return (bf16 ? 2 : 4) * elements;
+}
+
 std::int64_t attention_layout::score_floats() const noexcept {
   // Rows for a whole register of rows at least: the narrow-head kernel keeps one key's scores
   // of a register of rows (line_floats, the most lanes) per key.

@@ -97,6 +97,9 @@ struct attention_layout {
   std::int64_t key_rows() const noexcept { return round_up(kv_rows, key_step); }
   // The bytes of a packed head.
   std::int64_t head_bytes() const noexcept;
+  // The bytes one key adds to a packed head: its key and value (head_dim padded to values.nr),
+  // and with int8 their scales and offsets.
+  std::int64_t key_bytes() const noexcept;
   // One query block's scratch in floats: O(block_rows * (score_cols + head_dim)), independent
   // of the keys once keys >= key_tile.
   std::int64_t scratch_floats() const noexcept;

@@ -12,6 +12,8 @@
 #include <memory>
 #include <vector>
 
+#include "backends/tbb/task_trace.hpp"
+
 namespace mha::detail {
 namespace {
 
@@ -60,9 +62,17 @@ void in_arena(int threads, const std::function<void()>& f) {
 
 namespace {
 
+// The bytes a GEMM of m rows over b moves at least: A (m, k) and B (k, n) in b's units, C floats.
+template <class E>
+std::int64_t gemm_bytes(std::int64_t m, const panels_of<E>& b) noexcept {
+  return static_cast<std::int64_t>(sizeof(E)) * b.k * (m + b.n) +
+         static_cast<std::int64_t>(sizeof(float)) * m * b.n;
+}
+
 // The fixed grid of GEMM tiles over g, each tile's rows and panels to `tile`.
 template <class Args, class Tile>
 void over_gemm_tiles(const Args& g, Tile&& tile) {
+  const phase_scope phase(phase_kind::gemm, gemm_bytes(g.m, g.b));
   const std::int64_t panels = g.b.panels(),
                      tile_panels = std::max<std::int64_t>(1, gemm_tile_cols / g.b.nr);
   const std::int64_t row_tiles = (g.m + gemm_tile_rows - 1) / gemm_tile_rows,
@@ -71,6 +81,7 @@ void over_gemm_tiles(const Args& g, Tile&& tile) {
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, row_tiles * panel_tiles),
                     [&](const tbb::blocked_range<std::int64_t>& range) {
                       for (std::int64_t t = range.begin(); t != range.end(); ++t) {
+                        const task_scope task;
                         const std::int64_t row = t / panel_tiles * gemm_tile_rows,
                                            panel = t % panel_tiles * tile_panels;
                         tile(row, std::min(row + gemm_tile_rows, g.m), panel,
@@ -96,10 +107,12 @@ void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g) {
                      panel_tiles = (per_head + tile_panels - 1) / tile_panels;
   // Tiles head-major, then row-block-major within a head.
   const std::int64_t per_head_tiles = row_tiles * panel_tiles;
+  const phase_scope phase(phase_kind::gemm, gemm_bytes(g.batch * g.seq_len, g.b));
   tbb::parallel_for(
       tbb::blocked_range<std::int64_t>(0, g.batch * g.heads * per_head_tiles),
       [&](const tbb::blocked_range<std::int64_t>& range) {
         for (std::int64_t t = range.begin(); t != range.end(); ++t) {
+          const task_scope task;
           const std::int64_t head = t / per_head_tiles, tile = t % per_head_tiles;
           const std::int64_t h = head % g.heads, row = tile / panel_tiles * gemm_tile_rows,
                              panel = h * per_head + tile % panel_tiles * tile_panels;
@@ -112,20 +125,44 @@ void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g) {
 void parallel_attention(const isa_kernels& kernels, const attention_args& args,
                         std::int64_t key_tile) {
   const attention_schedule schedule(kernels, args, key_tile);
-  tbb::parallel_for(std::int64_t{0}, schedule.appends(),
-                    [&](std::int64_t i) { schedule.append(i); });
+  // What the phases move in memory: the new keys and values written into the cache, and every
+  // key and value the tasks read from it (a prefill's come from the projection just before).
+  std::int64_t appended = 0, cached = 0;
+  if (args.cache) {
+    const std::int64_t key_bytes = schedule.layout().key_bytes();
+    for (std::int64_t b = 0; b < args.batch; ++b) cached += args.keys(b);
+    appended = args.batch * args.seq_len * args.kv_heads() * key_bytes;
+    cached *= args.kv_heads() * key_bytes;
+  }
+  if (schedule.appends() > 0) {
+    const phase_scope phase(phase_kind::attention_append, appended);
+    tbb::parallel_for(std::int64_t{0}, schedule.appends(), [&](std::int64_t i) {
+      const task_scope task;
+      schedule.append(i);
+    });
+  }
   // One workspace per thread that takes part, made on its first task.
   tbb::enumerable_thread_specific<attention_workspace> workspaces(schedule.layout(),
                                                                   schedule.packs_heads());
-  // Tasks head-major, blocks of a head consecutive: a thread running a stretch of them packs
-  // each head once.
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, schedule.tasks()),
-                    [&](const tbb::blocked_range<std::int64_t>& range) {
-                      attention_workspace& workspace = workspaces.local();
-                      for (std::int64_t i = range.begin(); i != range.end(); ++i)
-                        schedule.run(i, workspace);
-                    });
-  tbb::parallel_for(std::int64_t{0}, schedule.merges(), [&](std::int64_t i) { schedule.merge(i); });
+  {
+    // Tasks head-major, blocks of a head consecutive: a thread running a stretch of them packs
+    // each head once.
+    const phase_scope phase(phase_kind::attention, cached);
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, schedule.tasks()),
+                      [&](const tbb::blocked_range<std::int64_t>& range) {
+                        attention_workspace& workspace = workspaces.local();
+                        for (std::int64_t i = range.begin(); i != range.end(); ++i) {
+                          const task_scope task;
+                          schedule.run(i, workspace);
+                        }
+                      });
+  }
+  if (schedule.merges() == 0) return;
+  const phase_scope phase(phase_kind::attention_merge, 0);
+  tbb::parallel_for(std::int64_t{0}, schedule.merges(), [&](std::int64_t i) {
+    const task_scope task;
+    schedule.merge(i);
+  });
 }
 
 }  // namespace mha::detail

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "backends/tbb/parallel.hpp"
+#include "backends/tbb/task_trace.hpp"
 #include "core/text.hpp"
 #include "kernels/kernel_set.hpp"
 #include "mha/backends/tbb.hpp"
@@ -31,8 +32,11 @@ class tbb_kernel_set : public detail::xsimd_kernel_set<Isa> {
         w, x, rows, y, [&](const auto& g) { detail::parallel_gemm(base::kernels(), g); },
         [](std::int64_t n, const auto& convert) {
           // x's rounding to pairs was a serial 10% of a 2-thread bf16 GPT-2 forward.
-          tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, 64),
-                            [&](const auto& r) { convert(r.begin(), r.end()); });
+          const detail::phase_scope phase(detail::phase_kind::convert, 0);
+          tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, 64), [&](const auto& r) {
+            const detail::task_scope task;
+            convert(r.begin(), r.end());
+          });
         });
   }
   std::optional<detail::head_view<const float>> project_heads(const packed_linear& w,
@@ -54,7 +58,11 @@ class tbb_kernel_set : public detail::xsimd_kernel_set<Isa> {
   }
   template <class F>
   static void for_each(std::int64_t n, F&& f) {
-    tbb::parallel_for(std::int64_t{0}, n, f);
+    const detail::phase_scope phase(detail::phase_kind::for_each, 0);
+    tbb::parallel_for(std::int64_t{0}, n, [&](std::int64_t i) {
+      const detail::task_scope task;
+      f(i);
+    });
   }
 };
 
