@@ -15,7 +15,8 @@
 # --benchmark_repetitions=3, ...; `mha_bench --help` lists them); sweep.sh sets --preset and
 # --benchmark_out itself. The quick preset runs 3 repetitions unless --benchmark_repetitions
 # says otherwise, so its report can state its own run-to-run noise. Ends by writing the report
-# to reports/latest/ (python3 -m mhapy.report).
+# to reports/latest/ (python3 -m mhapy.report). The cores preset also writes
+# <...>-cores-trace.json (mha_bench --trace of tbb on one thread): the report's scaling model.
 # --shard I/N runs part I of N of the selected benchmarks (mha_bench --shard; the file is named
 # ...-<preset>-shard<I>of<N>.json) and writes no report: merge the N files with
 # python3 -m mhapy.report (scripts/fleet/ runs the shards as a Slurm job array). --results DIR
@@ -49,7 +50,7 @@ while (($#)); do
     --peers=*) peers=${1#*=}; shift ;;
     --benchmark_min_time=*) min_time=${1#*=}; bench_args+=("$1"); shift ;;
     --benchmark_repetitions=*) repetitions=${1#*=}; bench_args+=("$1"); shift ;;
-    --preset) preset=${2:?"--preset needs a name: quick, heads, seq, threads, decode or full"}; shift 2 ;;
+    --preset) preset=${2:?"--preset needs a name: quick, heads, seq, threads, decode, cores or full"}; shift 2 ;;
     --preset=*) preset=${1#*=}; shift ;;
     --shard) shard=${2:?"--shard needs I/N, e.g. 1/4"}; bench_args+=("--shard=$shard"); shift 2 ;;
     --shard=*) shard=${1#*=}; bench_args+=("$1"); shift ;;
@@ -122,8 +123,22 @@ fi
 mv "$partial" "$out"
 echo "sweep.sh: wrote ${out#"$root"/} in $((SECONDS - start)) s"
 
-# ---- peers: the same shapes in PyTorch, OpenVINO and ONNX Runtime ----
+# ---- the cores preset: a task trace of tbb on one thread, the scaling model's input ----
 results=("$out")
+trace_args=()
+if [[ $preset == cores && -z $shard ]]; then
+  trace=${out%.json}-trace.json
+  # Last on the line, so they replace the user's --backends and --threads.
+  if "$bench" --preset "$preset" "${bench_args[@]}" --backends tbb --threads 1 --quiet \
+    --trace "$trace"; then
+    trace_args=(--trace "$trace")
+    echo "sweep.sh: wrote ${trace#"$root"/}"
+  else
+    echo "sweep.sh: the task trace failed (above): the report has no scaling model" >&2
+  fi
+fi
+
+# ---- peers: the same shapes in PyTorch, OpenVINO and ONNX Runtime ----
 if ((with_peers)); then
   if ! env_log=$("$root/scripts/peers-env.sh" 2>&1); then
     echo "$env_log" >&2
@@ -174,7 +189,7 @@ if [[ -n $shard ]]; then
 elif ((write_report)); then
   # mhapy.report replaces its own files only once the new report is complete.
   report=$root/reports/latest
-  "${python[@]}" -m mhapy.report "${results[@]}" --out "$report"
+  "${python[@]}" -m mhapy.report "${results[@]}" "${trace_args[@]}" --out "$report"
   echo "sweep.sh: report in ${report#"$root"/}/report.md (and report.html)"
 fi
 echo "sweep.sh: done in $((SECONDS - start)) s"

@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .. import scaling_model
 from . import ab, report, results
 from .peaks import find_peaks
 from .results import ReportError
@@ -46,6 +47,22 @@ def _parser() -> argparse.ArgumentParser:
         help="the result files are repeated runs of one sweep: per benchmark, keep the run with "
         "the lowest median (interference on a shared machine only adds time)",
     )
+    p.add_argument(
+        "--trace",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a task trace of the machine's tbb runs on one thread (mha_bench --trace FILE --threads 1): "
+        "adds the scaling model's section, predicted to 128 threads; repeat for several machines",
+    )
+    p.add_argument(
+        "--socket-bandwidth",
+        type=float,
+        default=scaling_model.DEFAULT_SOCKET_GBPS,
+        metavar="GBPS",
+        help="the scaling model's bandwidth of all cores beyond the thread counts a trace measured, GB/s "
+        f"(default {scaling_model.DEFAULT_SOCKET_GBPS:g}, an assumption the report states)",
+    )
     p.add_argument("--alpha", type=float, default=ab.ALPHA, help="A/B significance level (default 0.05)")
     p.add_argument(
         "--no-scipy", action="store_true", help="A/B: use the range rule even when scipy is present"
@@ -69,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     for value, flag in ((args.peak_1core, "--peak-1core"), (args.peak_all, "--peak-all")):
         if value is not None and not value > 0:
             _parser().error(f"{flag} {value}: expected a positive GFLOP/s figure")
+    if not args.socket_bandwidth > 0:
+        _parser().error(f"--socket-bandwidth {args.socket_bandwidth}: expected a positive GB/s figure")
+    if args.ab and args.trace:
+        _parser().error("--trace goes with result files, not with --ab")
     if not 0 < args.alpha < 1:
         _parser().error(f"--alpha {args.alpha}: expected a value in (0, 1)")
     out = Path(args.out)
@@ -92,7 +113,12 @@ def main(argv: list[str] | None = None) -> int:
                 notes = args.notes.read_text(encoding="utf-8") if args.notes else ""
             except OSError as e:
                 raise ReportError(f"--notes {args.notes}: {e.strerror}") from e
-            report.generate(machines, peaks, staging, args.title, notes)
+            try:
+                traces = tuple(scaling_model.load(path) for path in args.trace)
+            except scaling_model.TraceError as e:
+                raise ReportError(f"--trace {e}") from e
+            model = report.ModelInputs(traces, args.socket_bandwidth)
+            report.generate(machines, peaks, staging, args.title, notes, model)
         _replace_outputs(staging, out)
     except ReportError as e:
         print(f"mhapy.report: {e}", file=sys.stderr)

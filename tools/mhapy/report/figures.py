@@ -21,8 +21,8 @@ from ..schema import is_peer, peer_library  # noqa: E402
 from .series import Series, SeriesTable  # noqa: E402
 from .wording import threads_text  # noqa: E402
 
-if TYPE_CHECKING:  # scaling draws with this module: imported for the annotation only
-    from .scaling import Scaling
+if TYPE_CHECKING:  # scaling draws with this module: imported for the annotations only
+    from .scaling import ModelPoint, Scaling
 
 plt.rcParams.update(
     {
@@ -55,6 +55,8 @@ _MARKERS = {
     "torch_prealloc": "X",
 }
 _FORM_STYLE = {"split_weight": "-", "wrapper": "--", "fused_qkv": "-."}
+# model_scaling: the measured points of each formulation.
+_FORM_MARKERS = {"split_weight": "o", "wrapper": "s", "fused_qkv": "D"}
 # time_bars: bars of these formulations hatched (split_weight plain).
 _FORM_HATCH = {"wrapper": "//", "fused_qkv": ".."}
 
@@ -335,6 +337,60 @@ def thread_scaling(folder: Path, stem: str, scaling: list[Scaling]) -> None:
     ax.set_title("Thread scaling (bars: min and max over shapes)")
     ax.legend(loc="upper left", frameon=False)
     fig.tight_layout()
+    save(fig, folder, stem)
+
+
+def model_scaling(folder: Path, stem: str, points: list[ModelPoint]) -> None:
+    """One panel per shape: time per run against threads, the model as lines (style =
+    formulation), the measured medians as markers, and the bandwidth bound (grey, where it comes
+    within 20x of the model's time)."""
+    shapes = sorted({p.shape for p in points})
+    columns = min(4, len(shapes))
+    rows = math.ceil(len(shapes) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows + 0.8), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax, shape in zip(flat, shapes):
+        mine = [p for p in points if p.shape == shape]
+        counts = sorted({p.threads for p in mine})
+        for form in sorted({p.formulation for p in mine}):
+            line = sorted((p for p in mine if p.formulation == form), key=lambda p: p.threads)
+            style = line_style("tbb", form)
+            ax.plot(
+                [p.threads for p in line],
+                [p.model_s * 1e3 for p in line],
+                color=style["color"],
+                linestyle=style["linestyle"],
+                label=f"model, tbb {form}",
+            )
+            seen = [p for p in line if p.measured_s is not None]
+            ax.plot(
+                [p.threads for p in seen],
+                [p.measured_s * 1e3 for p in seen],
+                linestyle="none",
+                marker=_FORM_MARKERS.get(form, "x"),
+                color=style["color"],
+                label=f"measured, tbb {form}",
+            )
+        bound = sorted({(p.threads, p.bound_s) for p in mine})
+        if any(b * 20 >= p.model_s for p in mine for n, b in bound if n == p.threads):
+            ax.plot(
+                [n for n, _ in bound],
+                [b * 1e3 for _, b in bound],
+                color="#9e9e9e",
+                linestyle=":",
+                label="bandwidth bound (bytes / streaming read)",
+            )
+        log2_x(ax, counts)
+        log_y(ax)
+        ax.set_title(shape.label())
+        ax.set_xlabel("threads")
+        ax.set_ylabel("ms per run")
+    for ax in flat[len(shapes) :]:
+        ax.set_visible(False)
+    fig.suptitle("Scaling model of tbb against the measurements", fontsize=11)
+    legend_height = _figure_legend(fig, flat[: len(shapes)])
+    height = fig.get_figheight()
+    fig.tight_layout(rect=(0, legend_height / height, 1, 1 - 0.35 / height))
     save(fig, folder, stem)
 
 

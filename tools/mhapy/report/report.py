@@ -5,7 +5,8 @@ per machine; the appendix last.
 A topic module holds its analysis (numbers and verdicts, as dataclasses) and then, under
 'in words', the sections that word them: linking (which backend to link: the answer and the
 per-shape table), formulations (split-weight and fused-QKV against the wrapper), fused_qkv
-(fused-QKV against split-weight), throughput (GFLOP/s and % of peak), scaling (threads),
+(fused-QKV against split-weight), throughput (GFLOP/s and % of peak), scaling (threads, and the
+tbb scaling model from a task trace),
 precision (fp32 vs bf16), decode, grouped_query (fewer K/V heads than H), peer_ranking (mha and
 the peers), cross_machine, overview (summary, time bars, failures) and appendix (contexts,
 peaks, peak warnings). Shared: results (loading), series, peaks, wording, figures, document.
@@ -13,9 +14,11 @@ peaks, peak warnings). Shared: results (loading), series, peaks, wording, figure
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..schema import is_peer
+from ..scaling_model import DEFAULT_SOCKET_GBPS, TraceFile
 from . import (
     appendix,
     decode,
@@ -49,12 +52,36 @@ def _answer(results: ResultSet, heads: list[Series], level: int = 2, kv: list[Se
     )
 
 
+@dataclass(frozen=True)
+class ModelInputs:
+    """What the scaling model reads besides the results: `mha_bench --trace` files (each applies
+    to the machine of its CPU model and thread count) and the bandwidth of all cores assumed
+    beyond the thread counts a trace measured."""
+
+    traces: tuple[TraceFile, ...] = ()
+    socket_gbps: float = DEFAULT_SOCKET_GBPS
+
+    def for_machine(self, results: ResultSet) -> TraceFile | None:
+        m = results.machine
+        for t in self.traces:
+            if m is not None and (t.cpu_model, t.hardware_threads) == (m.cpu_model, m.threads):
+                return t
+        return None
+
+
 def _machine_blocks(
-    results: ResultSet, peaks: Peaks, folder: Path, notes: str, prefix: str, answer: bool
+    results: ResultSet,
+    peaks: Peaks,
+    folder: Path,
+    notes: str,
+    prefix: str,
+    answer: bool,
+    model: ModelInputs = ModelInputs(),
 ) -> tuple[list, list]:
     """One machine's sections (answer, summary, notes, figures, link tables, fp32 vs bf16,
-    decode, failures, absent) and its appendix. The forward-pass sections read the forward
-    passes only (past = 0); the incremental calls (past > 0) have the decode sections."""
+    decode, scaling model, failures, absent) and its appendix. The forward-pass sections read
+    the forward passes only (past = 0); the incremental calls (past > 0) have the decode
+    sections."""
     forward = results.forward()
     heads, kv = mha_heads_series(forward.shapes())
     seqs = seq_series(forward.shapes())
@@ -99,6 +126,21 @@ def _machine_blocks(
             "with H K/V heads (the heads preset's series heads_kv, the decode preset's decode_kv)."
         )
     blocks += grouped
+    trace = model.for_machine(results)
+    modelled = scaling.model_section(results, trace, folder, prefix, model.socket_gbps) if trace else []
+    if trace and not modelled:
+        absent.append(
+            f"scaling model: `{Path(trace.path).name}` traces no shape that tbb was measured on at 1 thread here."
+        )
+    elif model.traces and not trace:
+        absent.append(
+            "scaling model: the trace files given ("
+            + ", ".join(
+                f"`{Path(t.path).name}`: {t.cpu_model}, {t.hardware_threads} threads" for t in model.traces
+            )
+            + ") describe other machines."
+        )
+    blocks += modelled
     blocks += overview.failures_section(results)
     if absent:
         blocks += [Heading(2, "Not in this run"), Bullets(absent)]
@@ -166,6 +208,7 @@ def build(
     folder: Path,
     title: str,
     notes: str = "",
+    model: ModelInputs = ModelInputs(),
 ) -> list:
     """Writes the figures into folder and returns the report's blocks: title, warnings, the
     answer, then one machine's sections (or a section per machine, after a cross-machine
@@ -201,7 +244,7 @@ def build(
     if warnings:
         blocks += [Heading(2, "Warnings"), Bullets(warnings)]
     if len(machines) == 1:
-        body, back = _machine_blocks(machines[0], peaks[0], folder, notes, "", True)
+        body, back = _machine_blocks(machines[0], peaks[0], folder, notes, "", True, model)
         return blocks + body + back
     blocks += [Heading(2, "Answer: which backend to link")]
     for r in machines:
@@ -215,7 +258,7 @@ def build(
         slug = r.machine.slug() if r.machine else f"machine{i + 1}"
         prefix = (slug if slug not in used else f"{slug}_{i + 1}") + "_"
         used.add(slug)
-        body, back = _machine_blocks(r, p, folder, "", prefix, True)
+        body, back = _machine_blocks(r, p, folder, "", prefix, True, model)
         blocks += [Heading(2, f"Machine: {r.machine_label()}")] + _shift(body, 1)
         appendices += [Heading(3, r.machine_label())] + _shift(back[1:], 1)
     return blocks + [Heading(2, "Appendix: machine and build")] + appendices
@@ -227,9 +270,10 @@ def generate(
     folder: Path,
     title: str = "mha performance report",
     notes: str = "",
+    model: ModelInputs = ModelInputs(),
 ) -> list:
     """Writes report.md, report.html and every figure (PNG + SVG) into folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    blocks = build(machines, peaks, folder, title, notes)
+    blocks = build(machines, peaks, folder, title, notes, model)
     document.write(blocks, title, folder)
     return blocks

@@ -1,5 +1,6 @@
 """Thread scaling: per backend and formulation, time on 1 thread / time on n threads over every
-shape measured at both; the section that draws and tabulates it.
+shape measured at both; the section that draws and tabulates it. And the scaling model of the
+tbb backend (mhapy.scaling_model) beside the measured times, predicted to 128 threads.
 """
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import scaling_model
+from ..problem import ProblemError, Shape, parse_shape
 from . import figures
 from .document import Figure, Heading, Para, Table
 from .results import ResultSet
 from .series import variants
-from .wording import fmt_ratio
+from .wording import fmt_ratio, fmt_time, threads_text
 
 
 @dataclass
@@ -85,3 +88,186 @@ def section(results: ResultSet, folder: Path, prefix: str = "") -> list:
             numeric={2, 3, 4, 5, 6},
         ),
     ]
+
+
+# ---- the scaling model beside the measurements (mhapy.scaling_model) ----
+
+# Where the model and a measurement of the same run disagree by more than this, the report says
+# so and gives the likeliest reason.
+MODEL_DISAGREEMENT = 0.15
+
+
+@dataclass
+class ModelPoint:
+    """One traced run at one thread count: the model's time (scaled so that its one-thread time
+    is the benchmark's one-thread median) and, where measured, the benchmark's median."""
+
+    formulation: str
+    shape: Shape
+    threads: int
+    model_s: float
+    bound_s: float  # bytes over bandwidth(threads): the run's bandwidth bound
+    measured_s: float | None
+    memory_bound: bool  # most of the model's time in phases bound by bandwidth, not by their tasks
+
+    @property
+    def disagreement(self) -> float | None:
+        """model / measured - 1; None where not measured."""
+        return None if self.measured_s is None else self.model_s / self.measured_s - 1
+
+    def reason(self) -> str:
+        """Why the model and the measurement part, from which side is faster and what bounds the
+        model there."""
+        d = self.disagreement
+        if d is None or abs(d) <= MODEL_DISAGREEMENT:
+            return ""
+        if d > 0 and self.memory_bound:
+            return (
+                "measured faster than the streaming probe allows: the run read faster than the probe "
+                "at this thread count (part of its bytes from cache, or the probe low)"
+            )
+        if d > 0:
+            return "measured faster than the one-thread task times add up to (caches shared by more cores, turbo)"
+        if self.memory_bound:
+            return "measured slower: this thread count streams below the probe's bandwidth"
+        return "measured slower than the schedule: wake-up, chunking or shared-resource costs the model leaves out"
+
+
+def _trace_key(trace: scaling_model.Trace) -> tuple[str, Shape] | None:
+    parts = trace.problem.split("/")
+    try:
+        return parts[0], parse_shape(parts[1:])
+    except ProblemError:
+        return None
+
+
+def model_points(results: ResultSet, traces: scaling_model.TraceFile, socket_gbps: float) -> list[ModelPoint]:
+    """Every one-thread trace of tbb on a shape the results measured on one thread, at 1, 2,
+    4, ... 128 threads and at every thread count measured."""
+    bandwidth = traces.bandwidth_curve(socket_gbps)
+    measured_counts = set(results.thread_counts())
+    points = []
+    for trace in traces.traces:
+        key = _trace_key(trace)
+        if trace.threads != 1 or key is None:
+            continue
+        form, shape = key
+        one = results.get("tbb", form, shape, 1)
+        if one is None:
+            continue
+        base = scaling_model.predict(trace, 1, bandwidth).time_s
+        scale = one.median_s / base
+        for n in sorted(set(scaling_model.doubling(128)) | measured_counts):
+            p = scaling_model.predict(trace, n, bandwidth)
+            m = results.get("tbb", form, shape, n)
+            points.append(
+                ModelPoint(
+                    form,
+                    shape,
+                    n,
+                    p.time_s * scale,
+                    trace.bytes / (bandwidth.gbps(n) * 1e9),
+                    m.median_s if m else None,
+                    2 * p.bandwidth_bound_s > p.time_s,
+                )
+            )
+    return points
+
+
+def _bandwidth_text(traces: scaling_model.TraceFile, socket_gbps: float) -> str:
+    measured = ", ".join(f"{g:.1f} GB/s on {threads_text(n)}" for n, g in sorted(traces.bandwidth.items()))
+    top = max(traces.bandwidth)
+    per_core = traces.bandwidth[top] / top
+    return (
+        f"streaming read measured at {measured}; beyond {threads_text(top)}, {per_core:.1f} GB/s per "
+        f"core up to {socket_gbps:g} GB/s for all cores (an assumed socket bandwidth, "
+        "`--socket-bandwidth`)"
+    )
+
+
+def model_section(
+    results: ResultSet,
+    traces: scaling_model.TraceFile,
+    folder: Path,
+    prefix: str = "",
+    socket_gbps: float = scaling_model.DEFAULT_SOCKET_GBPS,
+) -> list:
+    """The scaling model of tbb from `traces` beside the measured times: where they disagree,
+    the model's times to 128 threads, and a figure per shape."""
+    points = model_points(results, traces, socket_gbps)
+    if not points:
+        return []
+    measured = [p for p in points if p.measured_s is not None and p.threads > 1]
+    off = [p for p in measured if abs(p.disagreement) > MODEL_DISAGREEMENT]
+    blocks: list = [
+        Heading(2, "Scaling model (tbb)"),
+        Para(
+            f"The model (docs/design.md §3.2; `mhapy.scaling_model`) schedules the tasks of a "
+            f"one-thread traced run (`{Path(traces.path).name}`, {traces.cpu_model}, tbb on "
+            f"{traces.isa}) on n workers phase by phase, each phase taking at least its bytes over "
+            f"the bandwidth of n threads: {_bandwidth_text(traces, socket_gbps)}. Its times are "
+            "scaled so that one thread gives the benchmark's one-thread median. Beyond the "
+            "machine's own threads every figure is the model's, not a measurement."
+        ),
+    ]
+    if measured:
+        worst = max(measured, key=lambda p: abs(p.disagreement))
+        blocks.append(
+            Para(
+                f"Against the {len(measured)} measured runs on more than one thread, the model is "
+                f"within {abs(worst.disagreement) * 100:.0f}% everywhere"
+                + (
+                    "."
+                    if not off
+                    else f"; {len(off)} differ by more than {MODEL_DISAGREEMENT * 100:.0f}% (the "
+                    "table says which and why)."
+                )
+            )
+        )
+        blocks.append(
+            Table(
+                ["formulation", "shape", "threads", "measured", "model", "model / measured", "why they part"],
+                [
+                    [
+                        p.formulation,
+                        p.shape.label(),
+                        str(p.threads),
+                        fmt_time(p.measured_s),
+                        fmt_time(p.model_s),
+                        f"{p.model_s / p.measured_s:.2f}",
+                        p.reason(),
+                    ]
+                    for p in measured
+                ],
+                numeric={2, 3, 4, 5},
+            )
+        )
+    counts = [n for n in scaling_model.doubling(128) if n > 1]
+    keys = sorted({(p.formulation, p.shape) for p in points}, key=lambda k: (k[1], k[0]))
+    rows = []
+    for form, shape in keys:
+        mine = {p.threads: p for p in points if (p.formulation, p.shape) == (form, shape)}
+        one = mine[1].model_s
+        rows.append(
+            [form, shape.label()]
+            + [f"{fmt_time(mine[n].model_s)} ({one / mine[n].model_s / n:.2f})" for n in counts]
+        )
+    blocks += [
+        Para(
+            "The model's time per run and, in brackets, its parallel efficiency (time on 1 thread "
+            "/ (n × time on n threads)):"
+        ),
+        Table(
+            ["formulation", "shape"] + [f"{n} threads" for n in counts],
+            rows,
+            numeric=set(range(2, 2 + len(counts))),
+        ),
+    ]
+    figures.model_scaling(folder, prefix + "scaling_model", points)
+    blocks.append(
+        Figure(
+            prefix + "scaling_model",
+            "Time per run against threads: measured (markers), the model (lines) and the bandwidth bound (grey)",
+        )
+    )
+    return blocks
