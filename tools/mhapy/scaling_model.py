@@ -13,9 +13,10 @@ plus the run's serial time, where
   free worker (work stealing at task granularity; TBB's chunking of neighbouring tasks and its
   wake-up latency are not modelled);
 - the bytes are what the phase must move at least (a GEMM's operands, a KV cache's keys and
-  values); bandwidth(n) is the measured streaming read, interpolated between the thread counts
-  measured, and beyond them n times the per-core share of the largest measured count, capped by
-  the socket's bandwidth (an assumption the caller states); a phase that read faster on one core
+  values); bandwidth(n) is the measured streaming read at the thread counts measured (between
+  two, each core adds the lower count's per-core share until the higher count's total), and
+  beyond them n times the per-core share of the largest measured count, capped by the socket's
+  bandwidth (an assumption the caller states); a phase that read faster on one core
   than the streaming probe (part of it from cache) keeps that factor at every n;
 - a phase's overhead (its span less its tasks) and the serial time (the run less its phases)
   stay what they were on one thread.
@@ -84,8 +85,9 @@ class Trace:
 
 @dataclass(frozen=True)
 class Bandwidth:
-    """Streaming-read bandwidth, GB/s, by thread count: measured points, and beyond the largest,
-    its per-core share times n up to `socket_gbps`."""
+    """Streaming-read bandwidth, GB/s, by thread count: the measured points; between two, each
+    core adding the lower count's per-core share up to the higher count's total; beyond the
+    largest, its per-core share times n up to `socket_gbps`."""
 
     measured: dict[int, float]
     socket_gbps: float = DEFAULT_SOCKET_GBPS
@@ -106,7 +108,9 @@ class Bandwidth:
             return points[0][1] * n / points[0][0]
         for (n0, g0), (n1, g1) in zip(points, points[1:]):
             if n <= n1:
-                return g0 + (g1 - g0) * (n - n0) / (n1 - n0)
+                # Each core adds the per-core share of the count below until the count above's
+                # total is reached (never below the straight line between the two).
+                return max(g0 + (g1 - g0) * (n - n0) / (n1 - n0), min(g0 / n0 * n, g1))
         top_n, top_g = points[-1]
         return max(top_g, min(top_g / top_n * n, self.socket_gbps))
 

@@ -30,10 +30,12 @@ def test_makespan_is_greedy_list_scheduling_in_order():
         model.makespan((1.0,), 0)
 
 
-def test_bandwidth_is_measured_between_points_then_per_core_up_to_the_socket():
+def test_bandwidth_grows_per_core_between_measured_points_then_up_to_the_socket():
     bw = model.Bandwidth({1: 10.0, 4: 32.0}, socket_gbps=50.0)
     assert bw.gbps(1) == 10.0
-    assert bw.gbps(2) == pytest.approx(10.0 + 22.0 / 3)
+    assert bw.gbps(2) == 20.0  # the 1-thread figure per core, below the 4-thread total
+    assert model.Bandwidth({1: 10.0, 4: 20.0}).gbps(3) == 20.0  # ... up to that total
+    assert model.Bandwidth({1: 10.0, 4: 46.0}).gbps(3) == 34.0  # the straight line above it
     assert bw.gbps(4) == 32.0
     assert bw.gbps(8) == 50.0  # 8 x 8 GB/s per core, capped by the socket
     assert model.Bandwidth({1: 10.0, 4: 32.0}, socket_gbps=1000.0).gbps(16) == 128.0
