@@ -6,7 +6,7 @@ import pytest
 from conftest import CONTEXT, HEADS, entries, heads_run, run_module, skipped, write
 
 from mhapy.problem import Shape, flops
-from mhapy.report import cli
+from mhapy.report import cli, document
 
 
 def run_tool(*args):
@@ -265,6 +265,27 @@ def test_notes_appear_after_the_summary_in_both_renderings(tmp_path):
     assert "- the head split costs `1.4 ms`" in md
     html_text = (out / "report.html").read_text()
     assert "<strong>96%</strong>" in html_text and "<code>1.4 ms</code>" in html_text
+
+
+def test_notes_keep_a_list_under_a_paragraph_line_and_a_table():
+    blocks = document.parse_notes(
+        "Two runs:\n"
+        "- one,\n"
+        "  wrapped\n"
+        "- two\n"
+        "\n"
+        "# Figures\n"
+        "| shape | 1 | 2 threads |\n"
+        "|---|---:|---:|\n"
+        "| B1 | 67.9 | 33.6 |\n",
+        3,
+    )
+    assert blocks == [
+        document.Para("Two runs:"),
+        document.Bullets(["one, wrapped", "two"]),
+        document.Heading(3, "Figures"),
+        document.Table(["shape", "1", "2 threads"], [["B1", "67.9", "33.6"]], {1, 2}),
+    ]
 
 
 def test_missing_notes_file_is_an_error_naming_it(tmp_path, capsys):

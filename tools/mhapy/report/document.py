@@ -49,30 +49,50 @@ Block = Heading | Para | Bullets | Table | Figure
 
 def parse_notes(text: str, top_level: int) -> list[Block]:
     """Blocks of a notes file, in the subset of Markdown the renderers share: blank-line
-    separated paragraphs, "- " bullet lists, and "#" headings (level shifted so that "#" becomes
-    top_level). Inline `code` and **bold** pass through."""
+    separated paragraphs, "- " bullet lists (as in CommonMark, a list may start right under a
+    paragraph's line; an item's wrapped lines continue it), "|" tables (a header row, then the
+    "|---|" row whose "---:" cells mark numeric columns, then the rows), and "#" headings (level
+    shifted so that "#" becomes top_level). Inline `code` and **bold** pass through."""
     blocks: list[Block] = []
     for chunk in re.split(r"\n\s*\n", text.strip()):
-        lines = [line.rstrip() for line in chunk.splitlines() if line.strip()]
-        if not lines:
-            continue
-        heading = re.match(r"^(#+)\s+(.*)$", lines[0])
-        if heading:
-            blocks.append(Heading(top_level + len(heading.group(1)) - 1, heading.group(2)))
-            lines = lines[1:]
-        if not lines:
-            continue
-        if lines[0].lstrip().startswith("- "):
-            items: list[str] = []
-            for line in lines:
-                if line.lstrip().startswith("- "):
-                    items.append(line.lstrip()[2:].strip())
-                else:  # a wrapped continuation of the previous item
-                    items[-1] += " " + line.strip()
-            blocks.append(Bullets(items))
-        else:
-            blocks.append(Para(" ".join(line.strip() for line in lines)))
+        # Runs of lines of one kind: heading (one line each), table, bullets or paragraph.
+        runs: list[tuple[str, list[str]]] = []
+        for line in (line.strip() for line in chunk.splitlines() if line.strip()):
+            if re.match(r"^#+\s", line):
+                kind = "heading"
+            elif line.startswith("|"):
+                kind = "table"
+            elif line.startswith("- "):
+                kind = "bullets"
+            else:  # a paragraph, or the wrapped continuation of a list item
+                kind = runs[-1][0] if runs and runs[-1][0] in ("bullets", "para") else "para"
+            if runs and runs[-1][0] == kind and kind != "heading":
+                runs[-1][1].append(line)
+            else:
+                runs.append((kind, [line]))
+        blocks += [_notes_block(kind, lines, top_level) for kind, lines in runs]
     return blocks
+
+
+def _notes_block(kind: str, lines: list[str], top_level: int) -> Block:
+    if kind == "heading":
+        marks, title = lines[0].split(maxsplit=1)
+        return Heading(top_level + len(marks) - 1, title)
+    if kind == "bullets":
+        items: list[str] = []
+        for line in lines:
+            if line.startswith("- "):
+                items.append(line[2:].strip())
+            else:
+                items[-1] += " " + line
+        return Bullets(items)
+    if kind == "table":
+        rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+        if len(rows) > 1 and all(re.fullmatch(r":?-+:?", cell) for cell in rows[1]):
+            numeric = {i for i, cell in enumerate(rows[1]) if cell.endswith(":")}
+            return Table(rows[0], rows[2:], numeric)
+        return Table(rows[0], rows[1:])
+    return Para(" ".join(lines))
 
 
 def _md_cell(text: str) -> str:
