@@ -342,8 +342,9 @@ def thread_scaling(folder: Path, stem: str, scaling: list[Scaling]) -> None:
 
 def model_scaling(folder: Path, stem: str, points: list[ModelPoint]) -> None:
     """One panel per shape: time per run against threads, the model as lines (style =
-    formulation), the measured medians as markers, and the bandwidth bound (grey, where it comes
-    within 20x of the model's time)."""
+    formulation), the measured medians as markers, and the shape's bandwidth bound (grey: the
+    fewest bytes of any formulation over the streaming read, where it comes within 20x of the
+    model's time)."""
     shapes = sorted({p.shape for p in points})
     columns = min(4, len(shapes))
     rows = math.ceil(len(shapes) / columns)
@@ -371,7 +372,8 @@ def model_scaling(folder: Path, stem: str, points: list[ModelPoint]) -> None:
                 color=style["color"],
                 label=f"measured, tbb {form}",
             )
-        bound = sorted({(p.threads, p.bound_s) for p in mine})
+        # The shape's bound: at each count, the fewest bytes any formulation must move.
+        bound = sorted({n: min(p.bound_s for p in mine if p.threads == n) for n in counts}.items())
         if any(b * 20 >= p.model_s for p in mine for n, b in bound if n == p.threads):
             ax.plot(
                 [n for n, _ in bound],
