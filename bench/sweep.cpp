@@ -31,15 +31,6 @@ std::vector<int> one_to_all(int hardware_threads) {
   return t;
 }
 
-// 1, 2, 4, ... below hardware_threads, then hardware_threads itself: where scaling is read on a
-// many-core machine without running every count.
-std::vector<int> doubling_to_all(int hardware_threads) {
-  std::vector<int> t;
-  for (int n = 1; n < hardware_threads; n *= 2) t.push_back(n);
-  t.push_back(hardware_threads);
-  return t;
-}
-
 // H in the heads preset: divisors of 768 from 1 to 96, so both series have whole head_dims
 // (down to 8 at d_model 768; up to d_model 6144 at head_dim 64).
 const std::vector<std::int64_t> heads_axis = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96};
@@ -153,6 +144,13 @@ std::string format_seconds(double s) {
 }
 
 }  // namespace
+
+std::vector<int> doubling_to_all(int hardware_threads) {
+  std::vector<int> t;
+  for (int n = 1; n < hardware_threads; n *= 2) t.push_back(n);
+  t.push_back(hardware_threads);
+  return t;
+}
 
 std::string join(std::span<const std::string> parts, std::string_view separator) {
   std::string joined;

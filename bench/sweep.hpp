@@ -177,6 +177,10 @@ std::string to_string(shard s);
 // partition of the same selection.
 std::int64_t shard_cost(const bench_case& c);
 
+// 1, 2, 4, ... below hardware_threads, then hardware_threads itself: where scaling is read on a
+// many-core machine without running every count.
+std::vector<int> doubling_to_all(int hardware_threads);
+
 // The shard (0-based, < count) of each case: the cases sorted by canonical name, then taken
 // in decreasing cost (ties by name) and each given to the shard with the least cost so far
 // (ties: the lowest shard). Deterministic, and independent of the cases' order. Throws

@@ -97,10 +97,9 @@ void write_task_traces(const std::string& path, std::span<const bench_case> case
                   {"mha_runs", runs},
                   {"mha_command", command}};
   json bandwidth = json::object();
-  for (int n = 1;; n = std::min(2 * n, hardware_threads)) {
+  for (const int n : doubling_to_all(hardware_threads)) {
     if (log) *log << "mha_bench: streaming read on " << n << " thread(s)..." << std::endl;
     bandwidth[std::to_string(n)] = measure_stream_read(n, 2).gbps_all_cores;
-    if (n == hardware_threads) break;
   }
   context["mha_bandwidth_gbps"] = std::move(bandwidth);
 

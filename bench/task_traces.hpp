@@ -1,5 +1,5 @@
 // mha_bench --trace: the TBB backend's runs task by task (src/backends/tbb/task_trace.hpp), the
-// measured input of the scaling model (tools/mhapy/scaling.py, docs/design.md §3.2).
+// measured input of the scaling model (tools/mhapy/scaling_model.py, docs/design.md §3.2).
 #pragma once
 
 #include <iosfwd>

@@ -98,10 +98,6 @@ class Bandwidth:
         if not self.socket_gbps > 0:
             raise TraceError(f"socket bandwidth {self.socket_gbps}: expected a positive GB/s figure")
 
-    @property
-    def largest_measured(self) -> int:
-        return max(self.measured)
-
     def gbps(self, n: int) -> float:
         points = sorted(self.measured.items())
         if n <= points[0][0]:
@@ -119,9 +115,7 @@ class Bandwidth:
 class Prediction:
     threads: int
     time_s: float
-    tasks_s: float  # the phases' makespans, summed
     memory_bound_s: float  # the phases' bytes over bandwidth, summed: the run's bandwidth bound
-    fixed_s: float  # serial time and phase overheads
     bandwidth_bound_s: float  # the time of the phases whose bytes, not their tasks, set it
 
 
@@ -145,10 +139,8 @@ def predict(trace: Trace, threads: int, bandwidth: Bandwidth) -> Prediction:
         )
     if threads < 1:
         raise ValueError(f"threads {threads}: expected >= 1")
-    total_tasks = total_memory = 0.0
-    fixed = trace.serial_s
-    time = fixed
-    memory_bound = 0.0
+    time = trace.serial_s
+    total_memory = memory_bound = 0.0
     one_core = bandwidth.gbps(1) * 1e9
     for phase in trace.phases:
         tasks = makespan(phase.tasks_s, threads)
@@ -159,11 +151,9 @@ def predict(trace: Trace, threads: int, bandwidth: Bandwidth) -> Prediction:
             memory = phase.bytes / (bandwidth.gbps(threads) * 1e9 * factor)
         if memory > tasks:
             memory_bound += memory
-        total_tasks += tasks
         total_memory += memory
-        fixed += phase.overhead_s
         time += max(tasks, memory) + phase.overhead_s
-    return Prediction(threads, time, total_tasks, total_memory, fixed, memory_bound)
+    return Prediction(threads, time, total_memory, memory_bound)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 // Internal: the TBB backend's runs recorded task by task, the input of the scaling model
-// (docs/design.md §3.2): mha_trace records a plan's run on one thread, and tools/mhapy/scaling.py
-// schedules the recorded tasks on more. Recording is off unless a task_trace is alive; off, a
-// task costs one relaxed atomic load more.
+// (docs/design.md §3.2): mha_bench --trace records a plan's run on one thread, and
+// tools/mhapy/scaling_model.py schedules the recorded tasks on more. Recording is off unless a
+// task_trace is alive; off, a task or a loop costs one atomic load more.
 //
 // A phase is one top-level parallel loop of a run (the fused projection's tiles, attention's
 // cache appends, its tasks, its merges, out_proj's tiles; the wrapper's per-head projections with

@@ -373,11 +373,11 @@ def model_scaling(folder: Path, stem: str, points: list[ModelPoint]) -> None:
                 label=f"measured, tbb {form}",
             )
         # The shape's bound: at each count, the fewest bytes any formulation must move.
-        bound = sorted({n: min(p.bound_s for p in mine if p.threads == n) for n in counts}.items())
-        if any(b * 20 >= p.model_s for p in mine for n, b in bound if n == p.threads):
+        bound = {n: min(p.bound_s for p in mine if p.threads == n) for n in counts}
+        if any(bound[p.threads] * 20 >= p.model_s for p in mine):
             ax.plot(
-                [n for n, _ in bound],
-                [b * 1e3 for _, b in bound],
+                counts,
+                [bound[n] * 1e3 for n in counts],
                 color="#9e9e9e",
                 linestyle=":",
                 label="bandwidth bound (bytes / streaming read)",
