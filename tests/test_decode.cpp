@@ -511,6 +511,38 @@ TEST(DecodeSupport, CacheOfWholePanelsHasTheNominalSize) {
   }
 }
 
+// A plan's rotary table holds the positions its calls reach, not its whole context: a module
+// whose config allows 2^62 positions (a model's max_position_embeddings, a file's metadata)
+// runs forward and decode calls on every backend as one of 16 positions does, bit for bit.
+// Sized to the context, the table once overflowed (2^62 x head_dim / 2) and crashed, or asked
+// for terabytes (2^40).
+TEST(DecodeSupport, RotaryTableHoldsThePositionsCallsReach) {
+  mha::config small{.d_in = 16, .d_out = 16, .n_heads = 4, .context_length = 16};
+  small.n_kv_heads = 2;
+  small.rope_base = 10000.0;
+  const mha::weights w = mha::weights::random(small, 5);
+  const std::vector<float> x = mha_test::random_floats(2 * 9 * 16, 6);
+  for (const std::int64_t context : {std::int64_t{1} << 40, std::int64_t{1} << 62}) {
+    mha::config huge = small;
+    huge.context_length = context;
+    for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+      const auto expected = b.backend->prepare(small, formulation::split_weight, w);
+      const auto plan = b.backend->prepare(huge, formulation::split_weight, w);
+      std::vector<float> y(2 * 9 * 16), y_small(y.size());
+      plan->run({x.data(), 2, 9, 16}, {y.data(), 2, 9, 16});
+      expected->run({x.data(), 2, 9, 16}, {y_small.data(), 2, 9, 16});
+      EXPECT_EQ(y, y_small) << b.label << " at context " << context;
+      if (mha_test::declined(b, {huge, formulation::split_weight, 2, 1, 8})) continue;
+      mha::kv_cache cache = plan->make_cache(2, 12), cache_small = expected->make_cache(2, 12);
+      for (int step = 0; step < 2; ++step) {
+        plan->run({x.data(), 2, 4, 16}, {y.data(), 2, 4, 16}, cache);
+        expected->run({x.data(), 2, 4, 16}, {y_small.data(), 2, 4, 16}, cache_small);
+        EXPECT_EQ(y, y_small) << b.label << " decode step " << step << " at context " << context;
+      }
+    }
+  }
+}
+
 // make_cache declines exactly when backend::supports declines decode, with its reason.
 TEST(DecodeSupport, MakeCacheFollowsSupports) {
   const mha::config cfg{.d_in = 8, .d_out = 8, .n_heads = 2, .context_length = 4};

@@ -41,6 +41,7 @@
 // Stateless sets write these as static members; the driver calls them through its instance.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <optional>
@@ -291,6 +292,9 @@ class driver_plan final : public plan {
   template <class First>
   void rotate(const qkv_views& views, tensor_view<const float> x, First first) const {
     if (!rope_) return;
+    std::int64_t end = 0;
+    for (std::int64_t b = 0; b < x.batch(); ++b) end = std::max(end, first(b) + x.seq_len());
+    const auto held = rope_->reach(end);
     const std::int64_t heads = config().n_heads;
     kernels_.for_each(heads + config().kv_heads(), [&](std::int64_t i) {
       const bool query = i < heads;

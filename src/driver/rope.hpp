@@ -2,39 +2,54 @@
 // the driver.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "driver/attention_args.hpp"
 
 namespace mha::detail {
 
-// cos and sin of pos * f_e for every position < `positions` and pair e < head_dim / 2, with f the
-// plan's inverse frequencies (mha::rope_frequencies: base^(-2e / head_dim), scaled), computed in
-// double and rounded once, so every backend turns a head by the
-// same floats (the double oracle computes the angles exactly; PyTorch's Llama computes them in
-// float, which differs by up to pos * 2^-24 radians). Memory: positions * head_dim floats.
+// cos and sin of pos * f_e for pair e < head_dim / 2, with f the plan's inverse frequencies
+// (mha::rope_frequencies: base^(-2e / head_dim), scaled), computed in double and rounded once, so
+// every backend turns a head by the same floats (the double oracle computes the angles exactly;
+// PyTorch's Llama computes them in float, which differs by up to pos * 2^-24 radians).
+//
+// The table holds the positions calls have reached, not the plan's whole context: it grows (at
+// least doubling, never past `limit`, the context length) when a call needs a later position, so
+// a plan whose config allows 2^62 positions costs what its calls use. Memory: 2 * head_dim / 2
+// floats per position held, at most twice the largest position a call has reached. Growing
+// takes an exclusive lock; rotations hold a shared one, so concurrent runs of a plan only wait
+// for a growth they need.
 class rope_table {
  public:
-  rope_table(std::int64_t positions, const std::vector<double>& frequencies)
-      : half_(static_cast<std::int64_t>(frequencies.size())),
-        cos_(static_cast<std::size_t>(positions * half_)),
-        sin_(cos_.size()) {
-    for (std::int64_t e = 0; e < half_; ++e) {
-      const double frequency = frequencies[static_cast<std::size_t>(e)];
-      for (std::int64_t pos = 0; pos < positions; ++pos) {
-        const double angle = static_cast<double>(pos) * frequency;
-        cos_[static_cast<std::size_t>(pos * half_ + e)] = static_cast<float>(std::cos(angle));
-        sin_[static_cast<std::size_t>(pos * half_ + e)] = static_cast<float>(std::sin(angle));
-      }
+  rope_table(std::int64_t limit, std::vector<double> frequencies)
+      : limit_(limit),
+        half_(static_cast<std::int64_t>(frequencies.size())),
+        frequencies_(std::move(frequencies)) {}
+
+  // Positions [0, end) readable while the returned lock is held; end <= limit (the plan checked
+  // the call's positions against its context length).
+  std::shared_lock<std::shared_mutex> reach(std::int64_t end) const {
+    std::shared_lock<std::shared_mutex> read(mutex_);
+    if (end <= positions_) return read;
+    read.unlock();
+    {
+      const std::unique_lock<std::shared_mutex> write(mutex_);
+      if (end > positions_) grow(std::max(end, std::min(limit_, 2 * positions_)));
     }
+    read.lock();
+    return read;
   }
 
   // Head h of v (rows i < seq_len of every sequence b < batch) turned in place, row i of b by
   // position first(b) + i, in the rotate-half convention: for e < head_dim / 2,
-  //   (x_e, x_{e + head_dim/2}) <- (x_e cos - x_{e + head_dim/2} sin, x_{e + head_dim/2} cos + x_e
-  //   sin).
+  //   (x_e, x_{e + head_dim/2}) <- (x_e cos - x_{e + head_dim/2} sin, x_{e + head_dim/2} cos +
+  //   x_e sin).
+  // The caller holds reach(end) for every position it turns by.
   template <class First>
   void rotate(const head_view<float>& v, std::int64_t h, std::int64_t batch, std::int64_t seq_len,
               First first) const noexcept {
@@ -53,8 +68,26 @@ class rope_table {
   }
 
  private:
-  std::int64_t half_;
-  std::vector<float> cos_, sin_;  // positions x half_
+  // Positions [positions_, end) appended; under the exclusive lock.
+  void grow(std::int64_t end) const {
+    const std::size_t size = static_cast<std::size_t>(end * half_);
+    cos_.resize(size);
+    sin_.resize(size);
+    for (std::int64_t pos = positions_; pos < end; ++pos) {
+      for (std::int64_t e = 0; e < half_; ++e) {
+        const double angle = static_cast<double>(pos) * frequencies_[static_cast<std::size_t>(e)];
+        cos_[static_cast<std::size_t>(pos * half_ + e)] = static_cast<float>(std::cos(angle));
+        sin_[static_cast<std::size_t>(pos * half_ + e)] = static_cast<float>(std::sin(angle));
+      }
+    }
+    positions_ = end;
+  }
+
+  std::int64_t limit_, half_;
+  std::vector<double> frequencies_;
+  mutable std::shared_mutex mutex_;
+  mutable std::int64_t positions_ = 0;
+  mutable std::vector<float> cos_, sin_;  // positions_ x half_
 };
 
 }  // namespace mha::detail

@@ -1,9 +1,10 @@
 // libFuzzer target: a Hugging Face model folder (read_model_folder, load_model) whose
 // config.json is the input up to its first NUL byte and, when the input has one, whose
 // model.safetensors.index.json is the rest (the folder then has two shards instead of
-// model.safetensors). Reading returns or throws mha::format_error / mha::invalid_argument; a
-// layer it loads is a valid module (validate() passes) of the config's sizes, and nothing is read
-// outside the folder (the one file outside it, a valid shard, must never be accepted).
+// model.safetensors). Reading returns or throws mha::format_error / mha::invalid_argument /
+// mha::unsupported; a layer it loads is a valid module (validate() passes) of the config's sizes
+// that runs on the naive backend at its context length, and nothing is read outside the folder
+// (the one file outside it, a valid shard, must never be accepted).
 #include <unistd.h>
 
 #include <cstddef>
@@ -21,8 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A scratch folder per process: shards of a two-layer Llama (one per layer) and, beside the
-// folder, a copy of a shard that no index may reach.
+// A scratch folder per process: a two-layer Llama as one file and as shards (one per layer) and,
+// beside the folder, a copy of a shard that no index may reach.
 struct folder {
   fs::path root, model;
   folder() {
@@ -31,17 +32,20 @@ struct folder {
     fs::create_directories(model);
     mha::config cfg{.d_in = 8, .d_out = 8, .n_heads = 2, .context_length = 16};
     cfg.out_proj_bias = false;
+    mha::io::tensor_file both;
     for (int layer = 0; layer < 2; ++layer) {
       mha::io::tensor_file shard;
       const std::string prefix = "model.layers." + std::to_string(layer) + ".self_attn.";
       for (auto& [name, t] :
            mha::io::to_state_dict(cfg, mha::weights::random(cfg, 1), mha::io::layout::llama)
                .tensors) {
+        both.tensors.emplace(prefix + name, t);
         shard.tensors.emplace(prefix + name, std::move(t));
       }
       mha::io::write_safetensors(model / ("shard" + std::to_string(layer) + ".safetensors"), shard);
       if (layer == 0) mha::io::write_safetensors(root / "outside.safetensors", shard);
     }
+    mha::io::write_safetensors(model / "both.safetensors", both);
   }
   ~folder() { fs::remove_all(root); }
 };
@@ -61,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fs::remove(f.model / "model.safetensors.index.json");
   fs::remove(f.model / "model.safetensors");
   if (nul == std::string_view::npos) {
-    fs::copy_file(f.model / "shard0.safetensors", f.model / "model.safetensors");
+    fs::copy_file(f.model / "both.safetensors", f.model / "model.safetensors");
   } else {
     write(f.model / "model.safetensors.index.json", input.substr(nul + 1));
   }
@@ -73,12 +77,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (std::int64_t layer = 0; layer < std::min<std::int64_t>(m.layers, 2); ++layer) {
       mha::io::loaded_module block = mha::io::load_model(f.model, layer);
       mha::validate(block.cfg, block.w);  // must not throw
+      mha_fuzz::run_first_tokens(block.cfg, block.w);
       mha_fuzz::require(block.cfg.d_in == m.cfg.d_in && block.cfg.n_heads == m.cfg.n_heads &&
                             block.cfg.kv_heads() == m.cfg.kv_heads(),
                         "a block of the config's sizes");
     }
   } catch (const mha::format_error&) {
   } catch (const mha::invalid_argument&) {
+  } catch (const mha::unsupported&) {
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 // libFuzzer target: a safetensors file mapped to a module (module_from_state_dict). Mapping
 // returns or throws mha::format_error / mha::invalid_argument; what it returns is a valid module
-// (validate() passes) that to_state_dict -> module_from_state_dict reproduces exactly.
+// (validate() passes) that runs on the naive backend at the context length it states and that
+// to_state_dict -> module_from_state_dict reproduces exactly.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -31,6 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // Without a mask the context length is the caller's to choose.
   if (m.cfg.context_length == 0) m.cfg.context_length = 1;
   mha::validate(m.cfg, m.w);  // must not throw
+  mha_fuzz::run_first_tokens(m.cfg, m.w);
   const mha::io::loaded_module back =
       mha::io::module_from_state_dict(mha::io::to_state_dict(m.cfg, m.w, m.layout));
   mha_fuzz::require(mha::to_string(back.cfg) == mha::to_string(m.cfg), "config round trip");
