@@ -87,6 +87,15 @@ class ModelFolder : public mha_test::scratch_test {
               {"high_freq_factor", 4.0},
               {"original_max_position_embeddings", 16}}}};
   }
+  // BERT's attention, as BertForMaskedLM saves it (bert.encoder.layer.N.attention.).
+  static mha::config bert_config() {
+    return {.d_in = 16,
+            .d_out = 16,
+            .n_heads = 2,
+            .context_length = 24,
+            .causal = false,
+            .qkv_bias = true};
+  }
   fs::path write_llama(const std::string& name, json config = llama_json()) {
     const fs::path folder = dir_ / name;
     llama_ = make_model(llama_config(), io::layout::llama, "model.layers.{}.self_attn.");
@@ -185,12 +194,7 @@ TEST_F(ModelFolder, Gpt2Qwen2AndBertConventions) {
 
   // BERT as BertForMaskedLM saves it: bert.encoder.layer.N.attention., not causal, with the
   // LayerNorm after the residual beside the block (not read into it).
-  mha::config bert{.d_in = 16,
-                   .d_out = 16,
-                   .n_heads = 2,
-                   .context_length = 24,
-                   .causal = false,
-                   .qkv_bias = true};
+  const mha::config bert = bert_config();
   model b = make_model(bert, io::layout::bert, "bert.encoder.layer.{}.attention.");
   for (int n = 0; n < 2; ++n) {
     b.file.tensors[named("bert.encoder.layer.{}.attention.output.LayerNorm.weight", n)] = {
@@ -289,15 +293,30 @@ TEST_F(ModelFolder, CacheSnapshotLinksIntoItsBlobs) {
   const fs::path snapshot = repo / "snapshots" / "abc123";
   fs::create_directories(snapshot);
   fs::create_directories(repo / "blobs");
+  // Blobs are named by their hashes; the snapshot's links by what they are.
   for (const char* file : {"config.json", "model.safetensors"}) {
-    fs::copy_file(source / file, repo / "blobs" / file);
-    fs::create_symlink(fs::path("../../blobs") / file, snapshot / file);
+    const std::string blob = std::string(file) == "config.json" ? "9f3c" : "e81a";
+    fs::copy_file(source / file, repo / "blobs" / blob);
+    fs::create_symlink(fs::path("../../blobs") / blob, snapshot / file);
   }
   expect_same_weights(io::load_model(snapshot, 1).w, llama_.blocks[1]);
+  EXPECT_EQ(io::read_model_folder(snapshot).file_names,
+            std::vector<std::string>{"model.safetensors"});
+  const mha_test::command_result inspect =
+      mha_test::run_mha({"inspect", "--model", snapshot.string()});
+  EXPECT_THAT(inspect.output, testing::HasSubstr("layer 1: model.layers.1.self_attn. in "
+                                                 "model.safetensors\n"));
+  EXPECT_THAT(inspect.output, testing::Not(testing::HasSubstr("e81a")));
+  // A snapshot whose blob was deleted: the link dangles, and the message says so.
+  fs::remove(repo / "blobs" / "e81a");
+  expect_error<mha::format_error>(
+      [&] { io::read_model_folder(snapshot); },
+      {"'model.safetensors'", "a link to '../../blobs/e81a'", "does not exist (a dangling link)"});
+  fs::copy_file(source / "model.safetensors", repo / "blobs" / "e81a");
   // A link into another repo's blobs is outside.
   const fs::path other = dir_ / "models--org--other" / "blobs";
   fs::create_directories(other);
-  fs::rename(repo / "blobs" / "model.safetensors", other / "model.safetensors");
+  fs::rename(repo / "blobs" / "e81a", other / "model.safetensors");
   fs::remove(snapshot / "model.safetensors");
   fs::create_symlink(other / "model.safetensors", snapshot / "model.safetensors");
   expect_error<mha::format_error>([&] { io::read_model_folder(snapshot); },
@@ -316,10 +335,6 @@ TEST_F(ModelFolder, HostileOrWrongConfigs) {
       {[](json& c) { c.erase("hidden_size"); }, {"has no hidden_size"}},
       {[](json& c) { c["rope_parameters"]["factor"] = "8"; },
        {"rope_parameters.factor is \"8\", expected a number"}},
-      {[](json& c) { c["rope_parameters"]["rope_type"] = "yarn"; },
-       {"rope_parameters.rope_type is 'yarn'", "default, linear and llama3"}},
-      {[](json& c) { c["rope_parameters"]["partial_rotary_factor"] = 0.5; },
-       {"partial_rotary_factor is 0.5"}},
       {[](json& c) { c["num_key_value_heads"] = 3; },
        {"num_key_value_heads is 3, which does not divide num_attention_heads 8"}},
       {[](json& c) { c["rope_parameters"] = 5; }, {"rope_parameters is 5, expected an object"}},
@@ -330,16 +345,25 @@ TEST_F(ModelFolder, HostileOrWrongConfigs) {
     expect_error<mha::format_error>([&] { io::read_model_folder(write_llama("bad", c)); },
                                     b.message);
   }
-  // Qwen3-like: heads x head_dim is not the hidden size.
+  // What mha does not compute: a rope type or a partial rotary embedding, Qwen3-like heads
+  // (heads x head_dim is not the hidden size), a model type it does not know.
+  json yarn = llama_json();
+  yarn["rope_parameters"]["rope_type"] = "yarn";
+  expect_error<mha::unsupported>(
+      [&] { io::read_model_folder(write_llama("yarn", yarn)); },
+      {"rope_parameters.rope_type is 'yarn'", "default, linear and llama3"});
+  json partial = llama_json();
+  partial["rope_parameters"]["partial_rotary_factor"] = 0.5;
+  expect_error<mha::unsupported>([&] { io::read_model_folder(write_llama("partial", partial)); },
+                                 {"partial_rotary_factor is 0.5"});
   json wide = llama_json();
   wide["head_dim"] = 8;
-  expect_error<mha::invalid_argument>([&] { io::read_model_folder(write_llama("wide", wide)); },
-                                      {"llama model has 8 heads of head_dim 8 (64 features) but "
-                                       "hidden_size 32",
-                                       "not computed"});
+  expect_error<mha::unsupported>(
+      [&] { io::read_model_folder(write_llama("wide", wide)); },
+      {"llama model has 8 heads of head_dim 8 but hidden_size 32", "not computed"});
   json unknown = llama_json();
   unknown["model_type"] = "qwen3";
-  expect_error<mha::invalid_argument>(
+  expect_error<mha::unsupported>(
       [&] { io::read_model_folder(write_llama("unknown", unknown)); },
       {"model_type 'qwen3' is not one mha reads", "gpt2, llama, mistral, qwen2, bert"});
 
@@ -404,6 +428,123 @@ TEST_F(ModelFolder, TensorsOutsideTheBlockAreNotRead) {
   expect_same_weights(io::load_model(folder, 1).w, llama_.blocks[1]);
   expect_error<mha::format_error>([&] { io::read_safetensors(folder / "model.safetensors"); },
                                   {"'model.position_ids' has the unsupported dtype 'I64'"});
+}
+
+// Every layer config.json counts must have its block among the tensors; the first missing one
+// is named, so a config of 2^62 layers is refused at once (inspect once printed a line per
+// layer without end) and a layer beyond the tensors is named rather than listing every layout.
+TEST_F(ModelFolder, EveryLayerHasItsBlock) {
+  json many = llama_json();
+  many["num_hidden_layers"] = std::int64_t{1} << 62;
+  const fs::path folder = write_llama("many", many);
+  expect_error<mha::format_error>([&] { io::load_model(folder, 5); },
+                                  {"says the model has 4611686018427387904 layers",
+                                   "no attention block of layer 2 at "
+                                   "'model.layers.2.self_attn.'"});
+  const mha_test::command_result inspect =
+      mha_test::run_mha({"inspect", "--model", folder.string()});
+  EXPECT_EQ(inspect.exit_code, 2);
+  EXPECT_LT(inspect.output.size(), 1000u) << inspect.output;
+
+  const fs::path sharded = write_sharded("lacking");
+  json index = json::parse(std::ifstream(sharded / "model.safetensors.index.json"));
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end();) {
+    it = it.key().starts_with("model.layers.1.") ? index["weight_map"].erase(it) : std::next(it);
+  }
+  write_text(sharded / "model.safetensors.index.json", index.dump());
+  expect_error<mha::format_error>([&] { io::load_model(sharded, 0); },
+                                  {"no attention block of layer 1 at 'model.layers.1.self_attn.'"});
+}
+
+// An index is read as a stream into one buffer of names: its entries and shards are capped
+// (an index of 4.8 million entries once took 3.5 GB and 19 s), duplicate names are refused, and
+// a link that loops is named as one.
+TEST_F(ModelFolder, IndexesAreCappedAndReadLean) {
+  const fs::path folder = write_sharded("capped");
+  std::string text = R"({"weight_map": {"model.layers.0.self_attn.q_proj.weight": "s.safetensors")";
+  text.reserve(static_cast<std::size_t>(io::max_model_index_entries) * 16);
+  for (std::int64_t i = 0; i < io::max_model_index_entries; ++i) {
+    text += ",\"t" + std::to_string(i) + "\":\"s.safetensors\"";
+  }
+  text += "}}";
+  fs::copy_file(folder / "model-00001-of-00002.safetensors", folder / "s.safetensors");
+  write_text(folder / "model.safetensors.index.json", text);
+  expect_error<mha::format_error>([&] { io::read_model_folder(folder); },
+                                  {"names more than 1048576 tensors"});
+  write_text(
+      folder / "model.safetensors.index.json",
+      R"({"weight_map": {"b": "s.safetensors", "a": "s.safetensors", "b": "s.safetensors"}})");
+  expect_error<mha::format_error>([&] { io::read_model_folder(folder); },
+                                  {"weight_map has the key 'b' twice"});
+  for (const auto& [bad, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"weight_map": {"a": 5}})", "weight_map entry 'a' is 5, expected a shard's file"},
+           {R"({"weight_map": {"a": ["x"]}})", "weight_map entry 'a' is an array"},
+           {R"({"weight_map": "x"})", "has no weight_map object"},
+           {R"({"metadata": {"k": 1, "k": 2}, "weight_map": {}})", "has the key 'k' twice"},
+           {R"([1, 2])", "is a JSON array, expected an object"},
+           {R"({"weight_map": {"a": "s.safetensors")", "is not valid JSON"}}) {
+    write_text(folder / "model.safetensors.index.json", bad);
+    expect_error<mha::format_error>([&] { io::read_model_folder(folder); }, {message.c_str()});
+  }
+  fs::create_symlink("loop.safetensors", folder / "loop.safetensors");
+  write_text(folder / "model.safetensors.index.json",
+             R"({"weight_map": {"model.layers.0.self_attn.q_proj.weight": "loop.safetensors"}})");
+  expect_error<mha::format_error>([&] { io::read_model_folder(folder); },
+                                  {"'loop.safetensors'", "a link in a loop of links"});
+}
+
+// `mha inspect` validates as `mha run` does (a bad rope value is refused by both, naming
+// config.json and the key) and prints file content escaped.
+TEST_F(ModelFolder, InspectValidatesAndEscapesAsRunDoes) {
+  json bad = llama_json();
+  bad["rope_parameters"]["factor"] = 0;
+  const fs::path folder = write_llama("bad", bad);
+  for (const char* command : {"inspect", "run"}) {
+    std::vector<std::string> line = {command, "--model", folder.string()};
+    if (std::string(command) == "run") {
+      io::write_npy(dir_ / "x.npy", {{1, 2, 32}, std::vector<float>(64)});
+      line.insert(line.end(), {"--layer", "0", "--input", (dir_ / "x.npy").string(), "--output",
+                               (dir_ / "y.npy").string()});
+    }
+    const mha_test::command_result r = mha_test::run_mha(line);
+    EXPECT_EQ(r.exit_code, 2) << command;
+    EXPECT_THAT(r.output, testing::HasSubstr("config.json: rope_parameters.factor is 0, expected a "
+                                             "number >= 1"))
+        << command;
+  }
+  json escaping = llama_json();
+  escaping["dtype"] = "float32\x1b[31m\x07";
+  const mha_test::command_result r =
+      mha_test::run_mha({"inspect", "--model", write_llama("escaping", escaping).string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, testing::HasSubstr("dtype float32\\x1b[31m\\x07\n"));
+  EXPECT_EQ(r.output.find('\x1b'), std::string::npos);
+}
+
+// An encoder's attention sees the whole sequence: `mha run --incremental` refuses it (it once
+// ran, 3x off the forward) and a causal BERT (is_decoder) decodes.
+TEST_F(ModelFolder, AnEncoderHasNoDecode) {
+  const mha::config bert = bert_config();
+  model b = make_model(bert, io::layout::bert, "bert.encoder.layer.{}.attention.");
+  fs::create_directories(dir_ / "bert");
+  io::write_safetensors(dir_ / "bert/model.safetensors", b.file);
+  io::write_npy(dir_ / "x.npy", {{1, 5, 16}, mha_test::random_floats(80, 2)});
+  for (const bool decoder : {false, true}) {
+    write_text(dir_ / "bert/config.json", json{{"model_type", "bert"},
+                                               {"hidden_size", 16},
+                                               {"num_attention_heads", 2},
+                                               {"num_hidden_layers", 2},
+                                               {"max_position_embeddings", 24},
+                                               {"is_decoder", decoder}}
+                                              .dump());
+    const mha_test::command_result r = mha_test::run_mha(
+        {"run", "--model", (dir_ / "bert").string(), "--layer", "0", "--incremental", "--input",
+         (dir_ / "x.npy").string(), "--output", (dir_ / "y.npy").string()});
+    EXPECT_EQ(r.exit_code, decoder ? 0 : 2) << r.output;
+    if (!decoder) {
+      EXPECT_THAT(r.output, testing::HasSubstr("an encoder's attention"));
+    }
+  }
 }
 
 // `mha run --model` computes what a plan of the loaded block computes; `mha inspect` names

@@ -24,7 +24,8 @@ class invalid_argument : public error {
 // A backend was asked for a problem it does not compute (backend::supports() says which and
 // why): "onednn: does not compute split_weight with d_in=64 ... precision=bf16: bf16 needs
 // oneDNN's avx512_core_bf16 kernels or newer, and its effective ISA here is avx2". The input is
-// valid; another backend may accept it.
+// valid; another backend may accept it. Also a model whose attention no backend computes (a
+// config.json key such as a relative position embedding), named with its key.
 class unsupported : public error {
  public:
   using error::error;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -137,6 +138,10 @@ struct loaded_module {
   mha::weights w;
   io::layout layout = layout::split;
   std::string prefix;  // the block's prefix in the file ("" for a file of one module)
+  // Where cfg.context_length comes from, for messages about inputs longer than it: set by
+  // load_model ("config.json's max_position_embeddings", or the sliding window that bounds what
+  // mha computes exactly); empty for a state_dict.
+  std::string context_source;
 };
 
 // What the file may not say, and which block to take. Each value given must agree with the file
@@ -198,51 +203,99 @@ tensor_file to_state_dict(const mha::config& cfg, const mha::weights& w, formula
 
 // ---- a Hugging Face model folder (README, "Weight files") ----
 
-// The largest config.json and model.safetensors.index.json read_model_folder accepts. A config
-// is a few KB; an index about 100 bytes per tensor (a 90k-tensor model's is 9 MB).
+// The largest config.json and model.safetensors.index.json read_model_folder accepts, and the
+// most tensors and shard files an index may name. A config is a few KB; an index about 100 bytes
+// per tensor (a 90k-tensor model's is 9 MB, and the largest published ones name under 200k
+// tensors in under 200 shards).
 inline constexpr std::uint64_t max_model_config_bytes = std::uint64_t{1} << 20;
 inline constexpr std::uint64_t max_model_index_bytes = std::uint64_t{64} << 20;
+inline constexpr std::int64_t max_model_index_entries = std::int64_t{1} << 20;
+inline constexpr std::int64_t max_model_shards = 16384;
+
+namespace detail {
+class tensor_index;
+}
+
+// What config.json says of one layer's attention block: the model type, its sizes, rotary
+// embedding and causality (read_model_folder documents the keys), and the sliding window that
+// transformers applies to that layer, if any.
+struct model_config {
+  std::string model_type;  // gpt2, llama, mistral, qwen2, bert, roberta, xlm-roberta
+  io::layout layout = layout::llama;
+  std::int64_t layers = 0;  // num_hidden_layers (n_layer in GPT-2's)
+  // Every block's module: d_in = d_out = hidden_size, n_heads, n_kv_heads, causal (false for
+  // encoders), rope_base and rope_scaling, context_length = max_position_embeddings, and the
+  // biases the model type has (Llama's as attention_bias says), which load_model checks against
+  // the tensors.
+  mha::config cfg;
+  std::string dtype;  // config.json's dtype (torch_dtype in older ones), "" when absent
+  // Keys each query sees under the model's own attention in the layer asked for, when that is a
+  // sliding window (Mistral's sliding_window, Qwen2's layers past max_window_layers): the last
+  // `window` keys, the query's own included; 0 when every earlier key. mha computes full
+  // attention, which is the same function for sequences of up to `window` tokens.
+  std::int64_t window = 0;
+  std::string window_key;  // the key that sets it: "sliding_window"
+};
+
+// config.json's text read as read_model_folder reads it (`source` names it in messages), for
+// layer `layer`'s block (its sliding window; the layer is not checked against num_hidden_layers
+// here). A key that changes a model type's attention in a way mha does not compute (GPT-2's
+// scale_attn_weights false or scale_attn_by_inverse_layer_idx, BERT's relative position
+// embeddings, a partial rotary embedding, an unknown rope type, a layer type other than full or
+// sliding attention) is an mha::invalid_argument naming the key, its value and the model type; a
+// value of the wrong type or out of range (rope_theta <= 1, a factor below 1) an
+// mha::format_error naming the key. mha.Plan.from_module checks a live module's config here too.
+model_config parse_model_config(std::string_view json_text, std::string_view source,
+                                std::int64_t layer = 0);
 
 // What a model folder (`save_pretrained`'s output, or a Hugging Face cache snapshot) says about
 // its attention blocks: config.json's model type, sizes and rotary embedding, and where each
 // layer's block lies among its safetensors files.
 struct model_folder {
   std::filesystem::path dir;
-  std::string model_type;  // config.json's: gpt2, llama, mistral, qwen2, bert, roberta, ...
+  std::string model_type;
   io::layout layout = layout::llama;
-  std::int64_t layers = 0;  // num_hidden_layers (n_layer in GPT-2's)
-  // Every block's module: d_in = d_out = hidden_size, n_heads, n_kv_heads, causal (false for
-  // encoders), rope_base and rope_scaling, context_length = max_position_embeddings, and the
-  // biases the model type has (Llama's and Mistral's as attention_bias says), which load_model
-  // checks against the tensors.
-  mha::config cfg;
-  std::string dtype;  // config.json's dtype (torch_dtype in older ones), "" when absent
+  std::int64_t layers = 0;  // num_hidden_layers, each of which has a block among the tensors
+  mha::config cfg;          // as model_config's
+  std::string dtype;        // config.json's dtype (torch_dtype in older ones), "" when absent
   // The prefix every block name starts with: "" or the head class's ("model.", "transformer.",
   // "bert.", "roberta."), as the tensor names have it.
   std::string root;
   // The safetensors files: model.safetensors, or the shards model.safetensors.index.json names,
-  // each resolved to its real path (inside the folder, or a Hugging Face cache repo's blobs).
+  // each resolved to its real path (inside the folder, or a Hugging Face cache repo's blobs),
+  // and beside each the name the folder gives it (a snapshot's link name, not its blob's).
   std::vector<std::filesystem::path> files;
+  std::vector<std::string> file_names;
 
   // The prefix of layer `layer`'s attention block: "model.layers.3.self_attn.".
   std::string block_prefix(std::int64_t layer) const;
-  // The files holding tensors of that block (one, or the shards the index names for it).
+  // The files holding tensors of that block (one, or the shards the index names for it): their
+  // real paths, or their names in the folder.
   std::vector<std::filesystem::path> block_files(std::int64_t layer) const;
+  std::vector<std::string> block_file_names(std::int64_t layer) const;
 
-  // Tensor name -> file, from the index (empty for a single file).
-  std::map<std::string, std::filesystem::path, std::less<>> weight_map;
+  // Per layer, its sliding window (model_config::window; 0: none), and the key that sets them.
+  std::vector<std::int64_t> windows;
+  std::string window_key;
+  // Which file holds each tensor, from the index (null for a single file).
+  std::shared_ptr<const detail::tensor_index> index;
 };
 
-// Reads `dir`'s config.json (and model.safetensors.index.json when the folder has no
-// model.safetensors): the model type (one of model_types(), else an mha::invalid_argument listing
-// them), its sizes and rotary embedding (RoPE as transformers 5 writes it, rope_parameters, and
-// as older configs do, rope_theta and rope_scaling; types default, linear and llama3), checked:
-// a key of the wrong JSON type, a missing size, heads whose head_dim times count is not
-// hidden_size, a partial rotary embedding or an unknown rope type is an error naming the key and
-// its value. Files are size-capped before parsing (max_model_config_bytes, _index_bytes) and every
-// file named must resolve inside the folder (or, for a snapshot of a Hugging Face cache,
-// models--*/snapshots/<rev>/, inside that repo's blobs/), else an mha::format_error naming the
-// path; reads only safetensors headers, never tensor data.
+// Reads `dir`'s config.json (parse_model_config) and model.safetensors.index.json when the
+// folder has no model.safetensors: the model type (one of model_types(), else an
+// mha::invalid_argument listing them), its sizes and rotary embedding (RoPE as transformers 5
+// writes it, rope_parameters, and as older configs do, rope_theta and rope_scaling; types
+// default, linear and llama3; both present must agree), checked as a plan checks a config: a key
+// of the wrong JSON type or out of range, a missing size, heads whose head_dim times count is not
+// hidden_size, a key whose attention mha does not compute is an error naming the key and its
+// value. Every layer of num_hidden_layers must have its block among the tensors (else an
+// mha::format_error naming the first missing block). Files are size-capped before parsing
+// (max_model_config_bytes, _index_bytes; an index names at most max_model_index_entries tensors
+// in at most max_model_shards files, and is read without building a document of it: peak memory
+// about twice its size) and every file named must resolve inside the folder (or, for a snapshot
+// of a Hugging Face cache, models--*/snapshots/<rev>/, inside that repo's blobs/), else an
+// mha::format_error naming the path (and saying when it is a link that dangles or loops); reads
+// only safetensors headers, never tensor data.
 model_folder read_model_folder(const std::filesystem::path& dir);
 
 // The model types read_model_folder knows, with their layouts: gpt2 (gpt2), llama, mistral and
@@ -255,6 +308,9 @@ std::span<const std::string_view> model_types() noexcept;
 // against the config (a value that disagrees is an mha::invalid_argument naming both), except
 // context_length, which may be lower than the config's max_position_embeddings; options.prefix
 // must be empty. A layer outside [0, layers) or a tensor missing from its file is an error.
+// The context length is options.context_length, else max_position_embeddings, and with a
+// sliding window at most the window (where full attention, which mha computes, is the model's):
+// a context_length option longer than the window is an mha::invalid_argument naming the key.
 loaded_module load_model(const std::filesystem::path& dir, std::int64_t layer,
                          const state_dict_options& options = {});
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/arguments.hpp"
+#include "core/io_common.hpp"
 #include "mha/io.hpp"
 
 namespace mha_cli {
@@ -36,12 +37,14 @@ std::string rope_text(const mha::config& cfg) {
 }
 
 int inspect_model(const arguments& a) {
+  using mha::io::detail::escaped;  // file content (a dtype, a shard's name) may hold escapes
   const std::string& dir = a.required("model");
   const mha::io::model_folder m = mha::io::read_model_folder(dir);
   const mha::config& cfg = m.cfg;
-  std::printf("%s: %s model (%s layout), %lld layers, dtype %s\n", dir.c_str(),
+  std::printf("%s: %s model (%s layout), %lld layers, dtype %s\n", escaped(dir).c_str(),
               m.model_type.c_str(), std::string(mha::io::to_string(m.layout)).c_str(),
-              static_cast<long long>(m.layers), m.dtype.empty() ? "not stated" : m.dtype.c_str());
+              static_cast<long long>(m.layers),
+              m.dtype.empty() ? "not stated" : escaped(m.dtype).c_str());
   std::printf("  attention: hidden %lld, %lld heads of %lld, %lld K/V heads, %s, %s%s\n",
               static_cast<long long>(cfg.d_out), static_cast<long long>(cfg.n_heads),
               static_cast<long long>(cfg.head_dim()), static_cast<long long>(cfg.kv_heads()),
@@ -50,13 +53,20 @@ int inspect_model(const arguments& a) {
               cfg.out_proj_bias ? ", output bias" : ", no output bias");
   std::printf("  rotary embedding: %s; max positions %lld\n", rope_text(cfg).c_str(),
               static_cast<long long>(cfg.context_length));
+  // One line per layer: read_model_folder checked that each has its block among the tensors, so
+  // the output is bounded by the files, whatever num_hidden_layers says.
   for (std::int64_t layer = 0; layer < m.layers; ++layer) {
     std::string files;
-    for (const auto& f : m.block_files(layer)) {
-      files += (files.empty() ? "" : ", ") + f.filename().string();
+    for (const std::string& f : m.block_file_names(layer)) {
+      files += (files.empty() ? "" : ", ") + escaped(f);
     }
-    std::printf("  layer %lld: %s in %s\n", static_cast<long long>(layer),
-                m.block_prefix(layer).c_str(), files.empty() ? "(no file)" : files.c_str());
+    const std::int64_t window = m.windows[static_cast<std::size_t>(layer)];
+    const std::string windowed = window > 0 ? "; " + m.window_key + " " + std::to_string(window) +
+                                                  " (mha computes it for up to " +
+                                                  std::to_string(window) + " tokens)"
+                                            : "";
+    std::printf("  layer %lld: %s in %s%s\n", static_cast<long long>(layer),
+                m.block_prefix(layer).c_str(), files.c_str(), windowed.c_str());
   }
   return 0;
 }

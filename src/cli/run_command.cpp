@@ -98,8 +98,8 @@ int run_module(const arguments& a) {
             : mha::io::load_module(weights_path, load);
   mha::config cfg = m.cfg;
   if (cfg.context_length == 0) cfg.context_length = tokens;  // no mask, no option: any T
-  // A model's context is its max_position_embeddings; the plan needs the input's tokens only
-  // (its rotary table holds context_length positions).
+  // A model's context is its max_position_embeddings (or its sliding window); the plan needs the
+  // input's tokens only.
   if (model && !a.has("context-length") && tokens <= cfg.context_length)
     cfg.context_length = tokens;
   cfg.causal = m.cfg.causal && !a.has("no-causal");
@@ -120,11 +120,18 @@ int run_module(const arguments& a) {
                                 " take d_in = " + std::to_string(cfg.d_in));
   }
   if (tokens > cfg.context_length) {
-    throw mha::invalid_argument(input_path + ": input has " + std::to_string(tokens) +
-                                " tokens, more than context_length " +
-                                std::to_string(cfg.context_length) +
-                                " (the mask buffer of the weights, the model's "
-                                "max_position_embeddings, or --context-length)");
+    throw mha::invalid_argument(
+        input_path + ": input has " + std::to_string(tokens) +
+        " tokens, more than context_length " + std::to_string(cfg.context_length) + " (" +
+        (m.context_source.empty() ? "the mask buffer of the weights, or --context-length"
+                                  : m.context_source) +
+        ")");
+  }
+  if (incremental && m.layout == mha::io::layout::bert && !cfg.causal) {
+    throw mha::unsupported(weights_path +
+                           ": an encoder's attention (BERT's layout, not causal) has no decode: "
+                           "each token sees the whole sequence, which --incremental would feed "
+                           "a few tokens at a time; run it without --incremental");
   }
 
   const std::int64_t prefill = a.integer_or("prefill", 0, 0, tokens);

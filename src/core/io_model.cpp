@@ -4,15 +4,19 @@
 // capped before parsing, JSON types are checked key by key, and every file a name leads to must
 // lie inside the folder.
 #include <algorithm>
-#include <array>
 #include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <type_traits>
 
 #include "core/io_common.hpp"
+#include "core/io_index.hpp"
 #include "core/io_json.hpp"
 #include "core/io_layouts.hpp"
+#include "core/io_model_config.hpp"
 #include "core/io_state_dict.hpp"
 #include "mha/io.hpp"
 
@@ -20,62 +24,11 @@ namespace mha::io {
 namespace {
 
 namespace fs = std::filesystem;
+using detail::model_type_rules;
 using detail::printable;
+using detail::rules_of;
 using mha::detail::text;
 using nlohmann::json;
-
-// Which biases a model type's block has: every one (Conv1D, BERT's nn.Linear), those
-// config.json's attention_bias says (Llama, Mistral: all four or none), or Q, K and V's alone
-// (Qwen2).
-enum class biases { all, attention_bias, qkv_only };
-
-// How a model type names its attention blocks.
-struct model_type_rules {
-  std::string_view type;  // config.json's model_type
-  io::layout layout;
-  // Layer n's block is <root><before>n<after>, root one of `roots` (the head classes' prefixes:
-  // a *ForCausalLM saves model.layers..., the bare model layers...).
-  std::string_view before, after;
-  std::array<std::string_view, 2> roots;
-  bool rope;  // configs state a rotary embedding (rope_theta / rope_parameters)
-  biases bias;
-};
-
-// The decoders' blocks (Llama's names, which Mistral and Qwen2 share) and the encoders' (BERT's,
-// RoBERTa's under its own root).
-constexpr model_type_rules decoder_rules(std::string_view type, biases bias) {
-  return {type, layout::llama, "layers.", ".self_attn.", {"", "model."}, true, bias};
-}
-constexpr model_type_rules encoder_rules(std::string_view type, std::string_view root) {
-  return {type, layout::bert, "encoder.layer.", ".attention.", {"", root}, false, biases::all};
-}
-
-constexpr model_type_rules model_rules[] = {
-    {"gpt2", layout::gpt2, "h.", ".attn.", {"", "transformer."}, false, biases::all},
-    decoder_rules("llama", biases::attention_bias),
-    decoder_rules("mistral", biases::attention_bias),
-    decoder_rules("qwen2", biases::qkv_only),
-    encoder_rules("bert", "bert."),
-    encoder_rules("roberta", "roberta."),
-    encoder_rules("xlm-roberta", "roberta."),
-};
-
-constexpr std::array<std::string_view, std::size(model_rules)> model_type_names = [] {
-  std::array<std::string_view, std::size(model_rules)> names{};
-  for (std::size_t i = 0; i < names.size(); ++i) names[i] = model_rules[i].type;
-  return names;
-}();
-
-// The rules of `type`; an mha::invalid_argument listing the known ones.
-const model_type_rules& rules_of(const std::string& type, std::string_view source) {
-  for (const model_type_rules& r : model_rules) {
-    if (r.type == type) return r;
-  }
-  std::string known;
-  for (const model_type_rules& r : model_rules) known += text(known.empty() ? "" : ", ", r.type);
-  throw invalid_argument(
-      text(source, ": model_type ", printable(type), " is not one mha reads; it knows ", known));
-}
 
 // A file of at most `cap` bytes, whole: refuses a larger one before reading it.
 std::string read_capped(const fs::path& path, std::uint64_t cap, std::string_view what) {
@@ -99,134 +52,18 @@ json read_json_object(const fs::path& path, std::uint64_t cap, std::string_view 
   return value;
 }
 
-// The keys of config.json read through one object (the top level, or rope_parameters), each
-// checked for its JSON type; messages name the file and the key.
-class config_reader {
- public:
-  config_reader(const json& object, std::string source, std::string where = "")
-      : object_(object), source_(std::move(source)), where_(std::move(where)) {}
-
-  bool has(std::string_view key) const {
-    const auto it = object_.find(key);
-    return it != object_.end() && !it->is_null();
+// Why `path` could not be resolved (canonical's error `ec`): a link that dangles or loops is
+// said to be one (a cache snapshot whose blob was deleted), else the system's reason.
+std::string why_not(const fs::path& path, std::error_code ec) {
+  std::error_code link_ec;
+  if (ec == std::errc::too_many_symbolic_link_levels) return "it is a link in a loop of links";
+  if (fs::is_symlink(fs::symlink_status(path, link_ec))) {
+    const fs::path target = fs::read_symlink(path, link_ec);
+    return text("it is a link to ", printable(target.string()), ", which ",
+                ec == std::errc::no_such_file_or_directory ? "does not exist (a dangling link)"
+                                                           : ec.message());
   }
-  const json* find(std::string_view key) const {
-    const auto it = object_.find(key);
-    return it == object_.end() || it->is_null() ? nullptr : &*it;
-  }
-
-  // A positive integer; `fallback` when absent (0: required).
-  std::int64_t count(std::string_view key, std::int64_t fallback = 0) const {
-    const json* v = find(key);
-    if (v == nullptr) {
-      if (fallback > 0) return fallback;
-      detail::fail(source_, "has no ", name(key), "; a ", what_for_, " needs it");
-    }
-    if (!v->is_number_integer() || v->get<std::int64_t>() < 1) {
-      fail(key, " is ", shown(*v), ", expected a positive integer");
-    }
-    return v->get<std::int64_t>();
-  }
-
-  // A finite number; `fallback` when absent.
-  double number(std::string_view key, double fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_number() || !std::isfinite(v->get<double>())) {
-      fail(key, " is ", shown(*v), ", expected a number");
-    }
-    return v->get<double>();
-  }
-
-  bool boolean(std::string_view key, bool fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_boolean()) fail(key, " is ", shown(*v), ", expected true or false");
-    return v->get<bool>();
-  }
-
-  std::string string(std::string_view key, std::string fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_string()) fail(key, " is ", shown(*v), ", expected a string");
-    return v->get<std::string>();
-  }
-
-  // The object at `key`, or nullptr when absent.
-  const json* object(std::string_view key) const {
-    const json* v = find(key);
-    if (v != nullptr && !v->is_object()) {
-      fail(key, " is ", shown(*v), ", expected an object");
-    }
-    return v;
-  }
-
-  config_reader nested(const json& value, std::string_view key) const {
-    config_reader r(value, source_, text(where_, key, "."));
-    r.what_for_ = what_for_;
-    return r;
-  }
-
-  std::string name(std::string_view key) const { return text(where_, key); }
-  std::string what_for_ = "model";
-
-  // Throws mha::format_error "<file>: <key> <args...>".
-  template <class... Args>
-  [[noreturn]] void fail(std::string_view key, Args&&... args) const {
-    detail::fail(source_, name(key), std::forward<Args>(args)...);
-  }
-
-  // A value as a message shows it: its JSON text, cut after 64 bytes, else its type.
-  static std::string shown(const json& v) {
-    std::string dumped = v.dump(-1, ' ', false, json::error_handler_t::replace);
-    if (dumped.size() > 64) dumped = text(v.type_name(), " ", dumped.substr(0, 61), "...");
-    return detail::escaped(dumped);
-  }
-
- private:
-  const json& object_;
-  std::string source_, where_;
-};
-
-// The rotary embedding of a config: rope_parameters (transformers 5) or rope_theta with
-// rope_scaling (older configs and the Hub's), into cfg.rope_base and cfg.rope_scaling.
-void read_rope(const config_reader& top, std::int64_t max_positions, config& cfg) {
-  const json* parameters = top.object("rope_parameters");
-  const json* scaling = top.object("rope_scaling");
-  const json* chosen = parameters != nullptr ? parameters : scaling;
-  const config_reader inner =
-      chosen != nullptr
-          ? top.nested(*chosen, parameters != nullptr ? "rope_parameters" : "rope_scaling")
-          : top;
-  // transformers moves rope_theta into rope_parameters; older configs keep it at the top level.
-  cfg.rope_base = inner.number("rope_theta", top.number("rope_theta", 10000.0));
-  const double partial =
-      inner.number("partial_rotary_factor", top.number("partial_rotary_factor", 1.0));
-  if (partial != 1.0) {
-    inner.fail("partial_rotary_factor", " is ", partial,
-               "; mha rotates whole heads (a partial rotary embedding is not computed)");
-  }
-  const std::string type =
-      chosen == nullptr ? "default" : inner.string("rope_type", inner.string("type", "default"));
-  rope_scaling& s = cfg.rope_scaling;
-  if (type == "default") {
-    s = {};
-  } else if (type == "linear") {
-    s.kind = rope_scaling::type::linear;
-    s.factor = inner.number("factor", 1.0);
-  } else if (type == "llama3") {
-    s.kind = rope_scaling::type::llama3;
-    s.factor = inner.number("factor", 8.0);
-    s.low_freq_factor = inner.number("low_freq_factor", 1.0);
-    s.high_freq_factor = inner.number("high_freq_factor", 4.0);
-    // A top-level original_max_position_embeddings takes precedence, as transformers reads it.
-    s.original_context = top.has("original_max_position_embeddings")
-                             ? top.count("original_max_position_embeddings")
-                             : inner.count("original_max_position_embeddings", max_positions);
-  } else {
-    inner.fail("rope_type", " is ", printable(type),
-               "; mha computes the rope types default, linear and llama3");
-  }
+  return ec.message();
 }
 
 // The real path `name` (a file name from the folder's index, or one of its own files) leads to,
@@ -242,7 +79,7 @@ fs::path contained(const fs::path& dir, std::string_view name, std::span<const f
   const fs::path real = fs::canonical(dir / relative, ec);
   if (ec) {
     detail::fail(source, "names the file ", printable(name), ", which cannot be opened in ",
-                 printable(dir.string()), ": ", ec.message());
+                 printable(dir.string()), ": ", why_not(dir / relative, ec));
   }
   for (const fs::path& root : allowed) {
     const fs::path inside = real.lexically_relative(root);
@@ -274,54 +111,36 @@ std::vector<std::string> tensor_names(const fs::path& file) {
   return names;
 }
 
-// config.json's sizes, rotary embedding and causality for a model of `rules`.
-config read_config(const config_reader& c, const model_type_rules& rules, std::int64_t& layers,
-                   std::string_view type) {
-  config cfg;
-  const bool gpt2 = rules.layout == layout::gpt2;
-  const std::int64_t hidden = c.count(gpt2 ? "n_embd" : "hidden_size");
-  const std::int64_t heads = c.count(gpt2 ? "n_head" : "num_attention_heads");
-  layers = c.count(gpt2 ? "n_layer" : "num_hidden_layers");
-  cfg.context_length = c.count(gpt2 ? "n_positions" : "max_position_embeddings");
-  cfg.d_in = cfg.d_out = hidden;
-  cfg.n_heads = heads;
-  const std::int64_t kv_heads = c.count("num_key_value_heads", heads);
-  cfg.n_kv_heads = kv_heads == heads ? 0 : kv_heads;
-  if (heads > hidden || hidden % heads != 0) {
-    c.fail(gpt2 ? "n_head" : "num_attention_heads", " is ", heads,
-           ", which does not divide the hidden size ", hidden);
-  }
-  if (heads % kv_heads != 0) {
-    c.fail("num_key_value_heads", " is ", kv_heads, ", which does not divide num_attention_heads ",
-           heads);
-  }
-  if (const std::int64_t head_dim = c.count("head_dim", hidden / heads);
-      head_dim * heads != hidden) {
-    throw invalid_argument(text(
-        "mha: the ", type, " model has ", heads, " heads of head_dim ", head_dim, " (",
-        heads * head_dim, " features) but hidden_size ", hidden,
-        "; mha computes heads of hidden_size / num_attention_heads features (an inner width "
-        "distinct from the hidden size, as in Qwen3, Gemma and Mistral-Nemo, is not computed)"));
-  }
-  const bool attention_bias =
-      rules.bias == biases::attention_bias && c.boolean("attention_bias", false);
-  cfg.qkv_bias = rules.bias != biases::attention_bias || attention_bias;
-  cfg.out_proj_bias = rules.bias == biases::all || attention_bias;
-  if (rules.rope) read_rope(c, cfg.context_length, cfg);
-  if (rules.layout == layout::bert) {
-    const std::string position = c.string("position_embedding_type", "absolute");
-    if (position != "absolute") {
-      c.fail("position_embedding_type", " is ", printable(position),
-             "; mha computes BERT's attention with absolute position embeddings only");
+// The files holding tensors of the block at `prefix`, as indices into files, in order.
+std::vector<std::size_t> files_under(const model_folder& m, const std::string& prefix) {
+  if (!m.index) return {0};
+  std::set<std::size_t> found;
+  const auto [first, last] = m.index->under(prefix);
+  for (std::size_t i = first; i < last; ++i) found.insert(m.index->file(i));
+  return {found.begin(), found.end()};
+}
+
+// The blocks of layers [0, m.layers), which must all be among the blocks `blocks` (sorted)
+// holds, at m.root; else an mha::format_error naming the first missing one.
+void check_layers(const model_folder& m, std::span<const std::string_view> blocks) {
+  // Distinct layers have distinct prefixes: more layers than blocks means one is missing, and
+  // the search stops at the first (the loop runs at most blocks.size() + 1 times).
+  for (std::int64_t layer = 0; layer < m.layers; ++layer) {
+    const std::string prefix = m.block_prefix(layer);
+    if (!std::binary_search(blocks.begin(), blocks.end(), std::string_view(prefix))) {
+      detail::fail((m.dir / "config.json").string(), "says the model has ", m.layers,
+                   " layers, but its tensors hold no attention block of layer ", layer, " at ",
+                   printable(prefix), " (they hold ", blocks.size(), " block",
+                   blocks.size() == 1 ? "" : "s", ")");
     }
-    cfg.causal = c.boolean("is_decoder", false);
   }
-  return cfg;
+}
+
+std::int64_t window_of(const model_folder& m, std::int64_t layer) {
+  return m.windows[static_cast<std::size_t>(layer)];
 }
 
 }  // namespace
-
-std::span<const std::string_view> model_types() noexcept { return model_type_names; }
 
 std::string model_folder::block_prefix(std::int64_t layer) const {
   const model_type_rules& r = rules_of(model_type, (dir / "config.json").string());
@@ -329,14 +148,17 @@ std::string model_folder::block_prefix(std::int64_t layer) const {
 }
 
 std::vector<fs::path> model_folder::block_files(std::int64_t layer) const {
-  if (weight_map.empty()) return files;
-  const std::string prefix = block_prefix(layer);
-  std::set<fs::path> found;
-  for (auto it = weight_map.lower_bound(prefix);
-       it != weight_map.end() && it->first.starts_with(prefix); ++it) {
-    found.insert(it->second);
+  std::vector<fs::path> out;
+  for (const std::size_t i : files_under(*this, block_prefix(layer))) out.push_back(files[i]);
+  return out;
+}
+
+std::vector<std::string> model_folder::block_file_names(std::int64_t layer) const {
+  std::vector<std::string> out;
+  for (const std::size_t i : files_under(*this, block_prefix(layer))) {
+    out.push_back(file_names[i]);
   }
-  return {found.begin(), found.end()};
+  return out;
 }
 
 model_folder read_model_folder(const fs::path& dir) {
@@ -355,52 +177,54 @@ model_folder read_model_folder(const fs::path& dir) {
   const std::string config_source = (dir / "config.json").string();
 
   const fs::path config_path = contained(dir, "config.json", allowed, dir.string());
-  const json top = read_json_object(config_path, max_model_config_bytes, "model's config.json");
-  const config_reader c(top, config_source);
-  if (!c.has("model_type")) detail::fail(config_source, "has no model_type");
-  m.model_type = c.string("model_type", "");
+  const detail::model_json config = detail::read_model_json(
+      read_json_object(config_path, max_model_config_bytes, "model's config.json"), config_source);
+  m.model_type = config.config.model_type;
+  m.layout = config.config.layout;
+  m.layers = config.config.layers;
+  m.cfg = config.config.cfg;
+  m.dtype = config.config.dtype;
   const model_type_rules& rules = rules_of(m.model_type, config_source);
-  m.layout = rules.layout;
-  m.cfg = read_config(c, rules, m.layers, m.model_type);
-  m.dtype = c.string("dtype", c.string("torch_dtype", ""));
 
-  // model.safetensors when the folder has one (as transformers prefers it), else the index.
+  // model.safetensors when the folder has one (as transformers prefers it; a link counts even
+  // when it dangles, which contained() says), else the index.
   const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
-  std::vector<std::string> names;
-  if (fs::exists(single, ec)) {
+  const auto present = [&](const fs::path& p) {
+    return fs::symlink_status(p, ec).type() != fs::file_type::not_found;
+  };
+  std::vector<std::string> single_names;  // a single file's tensor names
+  std::vector<std::string_view> blocks;   // every attention block's prefix
+  if (present(single)) {
     m.files = {contained(dir, "model.safetensors", allowed, dir.string())};
-    names = tensor_names(m.files.front());
-  } else if (fs::exists(index, ec)) {
+    m.file_names = {"model.safetensors"};
+    single_names = tensor_names(m.files.front());
+    for (const std::string& name : single_names) {
+      if (const auto block = detail::attention_block_of(name)) blocks.push_back(*block);
+    }
+  } else if (present(index)) {
     const fs::path index_path = contained(dir, index.filename().string(), allowed, dir.string());
     const std::string source = index.string();
-    const json whole = read_json_object(index_path, max_model_index_bytes, "safetensors index");
-    const auto map = whole.find("weight_map");
-    if (map == whole.end() || !map->is_object()) {
-      detail::fail(source, "has no weight_map object (tensor name -> shard file)");
-    }
-    std::map<std::string, fs::path, std::less<>> shard_paths;  // file name -> real path
-    for (const auto& [name, file] : map->items()) {
-      if (!file.is_string()) {
-        detail::fail(source, "weight_map entry ", printable(name), " is ",
-                     config_reader::shown(file), ", expected a shard's file name");
+    std::map<fs::path, std::uint32_t> numbers;  // real path -> file number
+    const auto file = [&](std::string_view shard, std::string_view tensor) {
+      fs::path real = contained(dir, shard, allowed, source);
+      if (real == index_path || real == config_path) {
+        detail::fail(source, "weight_map entry ", printable(tensor), " names ", printable(shard),
+                     ", the folder's own ", real == index_path ? "index" : "config.json",
+                     ", as a shard");
       }
-      const std::string& shard = file.get_ref<const std::string&>();
-      auto it = shard_paths.find(shard);
-      if (it == shard_paths.end()) {
-        fs::path real = contained(dir, shard, allowed, source);
-        if (real == index_path || real == config_path) {
-          detail::fail(source, "weight_map entry ", printable(name), " names ", printable(shard),
-                       ", the folder's own ", real == index_path ? "index" : "config.json",
-                       ", as a shard");
-        }
-        it = shard_paths.emplace(shard, std::move(real)).first;
+      const auto [it, added] = numbers.emplace(real, static_cast<std::uint32_t>(m.files.size()));
+      if (added) {
+        m.files.push_back(std::move(real));
+        m.file_names.emplace_back(shard);
       }
-      m.weight_map.emplace(name, it->second);
-      names.push_back(name);
+      return it->second;
+    };
+    auto parsed = std::make_shared<detail::tensor_index>(detail::parse_tensor_index(
+        read_capped(index_path, max_model_index_bytes, "safetensors index"), source, file));
+    for (std::size_t i = 0; i < parsed->size(); ++i) {
+      if (const auto block = detail::attention_block_of(parsed->name(i))) blocks.push_back(*block);
     }
-    std::set<fs::path> distinct;
-    for (const auto& [shard, real] : shard_paths) distinct.insert(real);
-    m.files.assign(distinct.begin(), distinct.end());
+    m.index = std::move(parsed);
   } else {
     const bool pickle = fs::exists(dir / "pytorch_model.bin", ec);
     throw invalid_argument(text(
@@ -409,22 +233,29 @@ model_folder read_model_folder(const fs::path& dir) {
                  "with save_pretrained(dir, safe_serialization=True)"
                : ""));
   }
+  std::sort(blocks.begin(), blocks.end());
+  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
 
   // The root: the head class's prefix under which layer 0's block lies.
-  const std::vector<std::string> blocks = attention_prefixes(names);
-  for (const std::string_view root : rules.roots) {
-    const std::string first = text(root, rules.before, 0, rules.after);
-    if (std::binary_search(blocks.begin(), blocks.end(), first)) {
-      m.root = root;
-      return m;
-    }
+  const auto root = std::find_if(rules.roots.begin(), rules.roots.end(), [&](auto r) {
+    return std::binary_search(blocks.begin(), blocks.end(),
+                              std::string_view(text(r, rules.before, 0, rules.after)));
+  });
+  if (root == rules.roots.end()) {
+    detail::fail(
+        dir.string(), "a ", m.model_type, " model's layer 0 attention block is at ",
+        printable(text(rules.before, 0, rules.after)), " or ",
+        printable(text(rules.roots[1], rules.before, 0, rules.after)), ", but its tensors hold ",
+        blocks.empty() ? std::string("no attention block")
+                       : text(blocks.size(), " blocks, the first at ", printable(blocks.front())));
   }
-  detail::fail(
-      dir.string(), "a ", m.model_type, " model's layer 0 attention block is at ",
-      printable(text(rules.before, 0, rules.after)), " or ",
-      printable(text(rules.roots[1], rules.before, 0, rules.after)), ", but its tensors hold ",
-      blocks.empty() ? std::string("no attention block")
-                     : text(blocks.size(), " blocks, the first at ", printable(blocks.front())));
+  m.root = *root;
+  check_layers(m, blocks);
+  m.window_key = config.windows.key;
+  for (std::int64_t layer = 0; layer < m.layers; ++layer) {
+    m.windows.push_back(config.windows.of(layer));
+  }
+  return m;
 }
 
 loaded_module load_model(const fs::path& dir, std::int64_t layer,
@@ -434,6 +265,11 @@ loaded_module load_model(const fs::path& dir, std::int64_t layer,
   if (layer < 0 || layer >= m.layers) {
     throw invalid_argument(text(config_source, ": layer ", layer, " is not one of the model's ",
                                 m.layers, " layers (0 to ", m.layers - 1, ")"));
+  }
+  if (options.n_heads < 0 || options.n_kv_heads < 0 || options.context_length < 0) {
+    throw invalid_argument(text(dir.string(), ": n_heads (", options.n_heads, "), n_kv_heads (",
+                                options.n_kv_heads, ") and context_length (",
+                                options.context_length, ") must be >= 0 (0 = from config.json)"));
   }
   if (!options.prefix.empty()) {
     throw invalid_argument(text(dir.string(),
@@ -463,32 +299,34 @@ loaded_module load_model(const fs::path& dir, std::int64_t layer,
     check(*options.rope_base, cfg.rope_base, "rope_base option (--rope-base)",
           "rotary embedding base");
   }
-  if (options.context_length > cfg.context_length) {
-    throw invalid_argument(text(dir.string(), ": the context_length option (--context-length) ",
-                                options.context_length, " exceeds config.json's ",
-                                "max_position_embeddings ", cfg.context_length));
-  }
+  model_config stated_config{m.model_type,        m.layout,    m.layers, m.cfg, m.dtype,
+                             window_of(m, layer), m.window_key};
+  const detail::block_context context =
+      detail::context_of(stated_config, layer, options.context_length,
+                         "the context_length option (--context-length)", dir.string());
 
   const std::string prefix = m.block_prefix(layer);
   tensor_file block;
   std::vector<std::string> names;
-  for (const fs::path& file : m.block_files(layer)) {
-    tensor_file part = read_safetensors(file, [&](std::string_view name) {
+  const std::vector<std::size_t> holding = files_under(m, prefix);
+  for (const std::size_t f : holding) {
+    tensor_file part = read_safetensors(m.files[f], [&](std::string_view name) {
       if (!name.starts_with(prefix)) return false;
       // With an index, a tensor must be in the shard the index names for it.
-      if (!m.weight_map.empty()) {
-        const auto it = m.weight_map.find(name);
-        if (it == m.weight_map.end() || it->second != file) return false;
-      }
+      if (m.index && m.index->file_of(name) != std::optional<std::uint32_t>(f)) return false;
       names.emplace_back(name);
       return true;
     });
     for (auto& [name, t] : part.tensors) block.tensors.emplace(name, std::move(t));
   }
-  for (const auto& [name, file] : m.weight_map) {
-    if (name.starts_with(prefix) && !block.tensors.contains(name)) {
-      detail::fail(file.string(), "lacks the tensor ", printable(name),
-                   ", which model.safetensors.index.json says it holds");
+  if (m.index) {
+    const auto [first, last] = m.index->under(prefix);
+    for (std::size_t i = first; i < last; ++i) {
+      if (!block.tensors.contains(m.index->name(i))) {
+        detail::fail(m.files[m.index->file(i)].string(), "lacks the tensor ",
+                     printable(m.index->name(i)),
+                     ", which model.safetensors.index.json says it holds");
+      }
     }
   }
   state_dict_options stated;
@@ -511,7 +349,7 @@ loaded_module load_model(const fs::path& dir, std::int64_t layer,
     auto said = [](bool bias) { return bias ? "with" : "without"; };
     detail::fail(config_source, "describes a ", m.model_type, " block ", said(cfg.qkv_bias),
                  " Q/K/V biases and ", said(cfg.out_proj_bias), " an output bias",
-                 rules_of(m.model_type, config_source).bias == biases::attention_bias
+                 rules_of(m.model_type, config_source).bias == detail::biases::attention_bias
                      ? " (attention_bias)"
                      : "",
                  ", but the tensors at ", printable(prefix), " are ", said(found.qkv_bias), " and ",
@@ -519,8 +357,8 @@ loaded_module load_model(const fs::path& dir, std::int64_t layer,
   }
   module.cfg.causal = cfg.causal;
   module.cfg.rope_scaling = cfg.rope_scaling;
-  module.cfg.context_length =
-      options.context_length > 0 ? options.context_length : cfg.context_length;
+  module.cfg.context_length = context.length;
+  module.context_source = context.source;
   return module;
 }
 

@@ -281,21 +281,24 @@ loaded_module detail::map_state_dict(tensor_file file, std::span<const std::stri
   return m;
 }
 
-std::vector<std::string> attention_prefixes(std::span<const std::string> names) {
-  std::set<std::string> found;
-  for (const std::string& name : names) {
-    // The longest ending, after a '.', that identifies a layout: the rest is its block's prefix.
-    for (std::size_t at = 0;;) {
-      const std::string_view ending = std::string_view(name).substr(at);
-      if (std::any_of(layouts().begin(), layouts().end(),
-                      [&](layout l) { return detail::rules(l).identifies(ending); })) {
-        found.insert(name.substr(0, at));
-        break;
-      }
-      at = name.find('.', at);
-      if (at == std::string::npos) break;
-      ++at;
+std::optional<std::string_view> detail::attention_block_of(std::string_view name) {
+  // The longest ending, after a '.', that identifies a layout: the rest is its block's prefix.
+  for (std::size_t at = 0;;) {
+    const std::string_view ending = name.substr(at);
+    if (std::any_of(layouts().begin(), layouts().end(),
+                    [&](layout l) { return detail::rules(l).identifies(ending); })) {
+      return name.substr(0, at);
     }
+    at = name.find('.', at);
+    if (at == std::string_view::npos) return std::nullopt;
+    ++at;
+  }
+}
+
+std::vector<std::string> attention_prefixes(std::span<const std::string> names) {
+  std::set<std::string, std::less<>> found;
+  for (const std::string& name : names) {
+    if (const auto block = detail::attention_block_of(name)) found.emplace(*block);
   }
   return {found.begin(), found.end()};
 }

@@ -2,6 +2,7 @@
 // (io_model.cpp), which states a block's heads and rotary embedding from config.json.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +20,10 @@ struct option_source {
   std::string_view rope_base = "the rope_base option (--rope-base)";
   bool caller = true;
 };
+
+// The prefix of the attention block `name` belongs to when it is the name of a tensor that
+// identifies a layout (attention_prefixes), else nullopt; a view into `name`.
+std::optional<std::string_view> attention_block_of(std::string_view name);
 
 // `file`'s tensors whose names are `names` (all of them, or the block's when the caller read
 // only those) mapped to a module, as module_from_state_dict documents.

@@ -150,7 +150,13 @@ kv_cache plan::make_cache(std::int64_t batch, std::int64_t capacity,
                            {2, batch, capacity, cache_heads(), config_.head_dim()}, sizeof(float));
   const std::int64_t head_bytes = cache_head_bytes(capacity, format);
   detail::check_byte_count(backend_name_, "kv cache", {batch, cache_heads(), head_bytes}, 1);
-  return kv_cache(this, format, batch, capacity, cache_heads(), head_bytes);
+  try {
+    return kv_cache(this, format, batch, capacity, cache_heads(), head_bytes);
+  } catch (const std::bad_alloc&) {
+    throw error(text(backend_name_, ": a kv cache of ", batch, " sequences of capacity ", capacity,
+                     " needs ", batch * cache_heads() * head_bytes,
+                     " bytes, which could not be allocated"));
+  }
 }
 
 void plan::run(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache,

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/feature_probes.hpp"
+#include "core/io_model_config.hpp"
 #include "mha/mha.hpp"
 
 namespace nb = nanobind;
@@ -325,6 +326,7 @@ NB_MODULE(_mha, m) {
           "layout",
           [](const loaded_module& l) { return std::string(mha::io::to_string(l.module.layout)); })
       .def_prop_ro("prefix", [](const loaded_module& l) { return l.module.prefix; })
+      .def_prop_ro("context_source", [](const loaded_module& l) { return l.module.context_source; })
       .def("prepare", &loaded_module::prepare, "backend"_a = nb::none(),
            "formulation"_a = "split_weight");
 
@@ -357,6 +359,27 @@ NB_MODULE(_mha, m) {
             state_dict_options(n_heads, n_kv_heads, rope_base, context_length, std::move(prefix)))};
       },
       "path"_a, "n_heads"_a, "n_kv_heads"_a, "rope_base"_a.none(), "context_length"_a, "prefix"_a);
+
+  // A Hugging Face config's text as mha reads config.json (mha::io::parse_model_config), for a
+  // live module's config: its layer's block and the context length a caller asking for
+  // `context_length` tokens (0: the model's) gets, with where that comes from.
+  m.def(
+      "_model_config",
+      [](std::string_view text, std::string_view source, std::int64_t layer,
+         std::int64_t context_length) {
+        const mha::io::model_config c = mha::io::parse_model_config(text, source, layer);
+        const mha::io::detail::block_context context =
+            mha::io::detail::context_of(c, layer, context_length, "context_length", source);
+        nb::dict out;
+        out["model_type"] = c.model_type;
+        out["layout"] = std::string(mha::io::to_string(c.layout));
+        mha::config cfg = c.cfg;
+        cfg.context_length = context.length;
+        out["config"] = cfg;
+        out["context_source"] = context.source;
+        return out;
+      },
+      "text"_a, "source"_a, "layer"_a, "context_length"_a);
 
   m.def("rope_frequencies", &mha::rope_frequencies, "config"_a,
         "The rotary embedding's inverse frequencies of a config, one per pair of dimensions.");

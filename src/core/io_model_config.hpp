@@ -1,0 +1,74 @@
+// Internal: a Hugging Face config.json read for its attention blocks (io_model_config.cpp), for
+// the model folder reader (io_model.cpp) and parse_model_config.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mha/io.hpp"
+
+namespace mha::io::detail {
+
+// Which biases a model type's block has: every one (Conv1D, BERT's nn.Linear), those
+// config.json's attention_bias says (Llama: all four or none), Q, K and V's alone (Qwen2), or
+// none (Mistral's nn.Linear layers are built without).
+enum class biases { all, attention_bias, qkv_only, none };
+
+// Which layers transformers gives a sliding window: none, every layer (Mistral's
+// sliding_window, 4096 when the key is absent), or by layer type (Qwen2's layer_types, or
+// use_sliding_window from max_window_layers on).
+enum class windowing { none, every_layer, by_layer_type };
+
+// How a model type names its attention blocks, and what of its attention config.json states.
+struct model_type_rules {
+  std::string_view type;  // config.json's model_type
+  io::layout layout;
+  // Layer n's block is <root><before>n<after>, root one of `roots` (the head classes' prefixes:
+  // a *ForCausalLM saves model.layers..., the bare model layers...).
+  std::string_view before, after;
+  std::array<std::string_view, 2> roots;
+  bool rope;  // configs state a rotary embedding (rope_theta / rope_parameters)
+  biases bias;
+  windowing windows;
+};
+
+// The rules of `type`; an mha::invalid_argument listing the known ones.
+const model_type_rules& rules_of(std::string_view type, std::string_view source);
+
+// The sliding window of each layer, as config.json sets them.
+struct window_rule {
+  std::int64_t size = 0;        // keys each query sees; 0: no layer has a window
+  std::string key;              // the key that sets the size
+  std::int64_t from_layer = 0;  // layers from this one on have it (Qwen2's max_window_layers)
+  std::vector<bool> by_layer;   // or, when not empty, those whose layer_types entry says so
+  std::int64_t of(std::int64_t layer) const noexcept;
+};
+
+// config.json as read for every layer: the model_config (window 0) and the window rule.
+struct model_json {
+  model_config config;
+  window_rule windows;
+};
+
+// `top` (config.json's object, `source` naming it) read as parse_model_config documents.
+model_json read_model_json(const nlohmann::json& top, std::string_view source);
+
+// The context length of layer `layer`'s block of a model `m` says (its window the layer's) for
+// a caller asking for `asked` tokens (0: as many as the model takes): `asked`, else
+// max_position_embeddings, and never past a sliding window, where full attention stops being
+// the model's. With where it comes from, for messages. `asker` names who asked ("the
+// context_length option (--context-length)"); asking past max_position_embeddings is an
+// mha::invalid_argument, past the window an mha::unsupported naming its key, both prefixed by
+// `where`.
+struct block_context {
+  std::int64_t length;
+  std::string source;
+};
+block_context context_of(const model_config& m, std::int64_t layer, std::int64_t asked,
+                         std::string_view asker, std::string_view where);
+
+}  // namespace mha::io::detail

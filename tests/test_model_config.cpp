@@ -1,0 +1,252 @@
+// A Hugging Face config.json as mha reads it (mha::io::parse_model_config, which `mha run
+// --model`, `mha inspect`, Plan.from_pretrained and Plan.from_module share): the keys that
+// change a model type's attention are computed as transformers computes them, or refused naming
+// the key; values out of range are refused naming config.json and the key.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/io_model_config.hpp"
+#include "mha/error.hpp"
+#include "mha/io.hpp"
+#include "mha/registry.hpp"
+#include "support.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace io = mha::io;
+using mha_test::expect_error;
+using nlohmann::json;
+
+json llama() {
+  return {{"model_type", "llama"},    {"hidden_size", 32},      {"num_attention_heads", 8},
+          {"num_key_value_heads", 2}, {"num_hidden_layers", 2}, {"max_position_embeddings", 64},
+          {"rope_theta", 10000.0}};
+}
+json with(json c, const json& changes) {
+  c.update(changes);
+  return c;
+}
+io::model_config parsed(const json& c, std::int64_t layer = 0) {
+  return io::parse_model_config(c.dump(), "config.json", layer);
+}
+
+// GPT-2's per-layer and disabled scaling, BERT's relative position embeddings: refused naming the
+// key, its value and the model type; transformers' defaults (and null) are what mha computes.
+TEST(ModelConfig, KeysMhaDoesNotComputeAreRefusedByName) {
+  const json gpt2 = {
+      {"model_type", "gpt2"}, {"n_embd", 16}, {"n_head", 4}, {"n_layer", 2}, {"n_positions", 32}};
+  expect_error<mha::unsupported>(
+      [&] {
+        parsed(with(gpt2, {{"scale_attn_by_inverse_layer_idx", true}}));
+      },
+      {"config.json: scale_attn_by_inverse_layer_idx is true", "gpt2 model",
+       "divides layer n's scores by n + 1"});
+  expect_error<mha::unsupported>(
+      [&] {
+        parsed(with(gpt2, {{"scale_attn_weights", false}}));
+      },
+      {"scale_attn_weights is false", "leaves the scores unscaled"});
+  EXPECT_EQ(parsed(with(gpt2, {{"scale_attn_weights", true},
+                               {"scale_attn_by_inverse_layer_idx", false},
+                               {"reorder_and_upcast_attn", true}}))
+                .cfg.n_heads,
+            4);
+  const json bert = {{"model_type", "roberta"},
+                     {"hidden_size", 16},
+                     {"num_attention_heads", 2},
+                     {"num_hidden_layers", 2},
+                     {"max_position_embeddings", 24}};
+  expect_error<mha::unsupported>(
+      [&] {
+        parsed(with(bert, {{"position_embedding_type", "relative_key"}}));
+      },
+      {"position_embedding_type is \"relative_key\"", "roberta model"});
+  EXPECT_FALSE(parsed(with(bert, {{"position_embedding_type", nullptr}})).cfg.causal);
+  EXPECT_TRUE(parsed(with(bert, {{"is_decoder", true}})).cfg.causal);
+  // A key another model type reads is not this one's: Llama has no sliding window.
+  EXPECT_EQ(parsed(with(llama(), {{"sliding_window", 4}})).window, 0);
+}
+
+// Mistral windows every layer (4096 keys when config.json does not say, as MistralConfig
+// defaults); Qwen2 the layers from max_window_layers on when use_sliding_window, or those its
+// layer_types name.
+TEST(ModelConfig, SlidingWindowsAsTransformersSetsThem) {
+  const json mistral = with(llama(), {{"model_type", "mistral"}});
+  EXPECT_EQ(parsed(mistral).window, 4096);
+  EXPECT_EQ(parsed(mistral).window_key, "sliding_window");
+  EXPECT_EQ(parsed(with(mistral, {{"sliding_window", nullptr}})).window, 0);
+  EXPECT_EQ(parsed(with(mistral, {{"sliding_window", 4}}), 1).window, 4);
+  // Mistral's nn.Linear layers have no bias, whatever attention_bias says.
+  EXPECT_FALSE(parsed(with(mistral, {{"attention_bias", true}})).cfg.qkv_bias);
+
+  const json qwen2 = with(llama(), {{"model_type", "qwen2"}, {"sliding_window", 4}});
+  EXPECT_TRUE(parsed(qwen2).cfg.qkv_bias);
+  EXPECT_EQ(parsed(qwen2, 1).window, 0);  // use_sliding_window defaults to false
+  const json windowed = with(qwen2, {{"use_sliding_window", true}, {"max_window_layers", 0}});
+  EXPECT_EQ(parsed(windowed, 0).window, 4);
+  EXPECT_EQ(parsed(with(windowed, {{"max_window_layers", 1}}), 0).window, 0);
+  EXPECT_EQ(parsed(with(windowed, {{"max_window_layers", 1}}), 1).window, 4);
+  const json typed = with(windowed, {{"layer_types", {"sliding_attention", "full_attention"}}});
+  EXPECT_EQ(parsed(typed, 0).window, 4);
+  EXPECT_EQ(parsed(typed, 1).window, 0);
+  expect_error<mha::unsupported>(
+      [&] {
+        parsed(with(typed, {{"layer_types", {"chunked_attention", "full_attention"}}}));
+      },
+      {"layer_types holds \"chunked_attention\"", "qwen2"});
+  expect_error<mha::format_error>(
+      [&] {
+        parsed(with(typed, {{"layer_types", {"full_attention"}}}));
+      },
+      {"layer_types is", "expected a list of 2 layer types"});
+  expect_error<mha::format_error>(
+      [&] {
+        parsed(with(typed, {{"use_sliding_window", false}}));
+      },
+      {"layer_types holds sliding_attention, but no sliding window is set"});
+}
+
+// Up to its window, a windowed layer is full causal attention: the context a caller gets stops
+// there, and asking for more is refused naming the key.
+TEST(ModelConfig, AWindowBoundsTheContext) {
+  const io::model_config m =
+      parsed(with(llama(), {{"model_type", "mistral"}, {"sliding_window", 4}}));
+  const io::detail::block_context c = io::detail::context_of(m, 0, 0, "--context-length", "dir");
+  EXPECT_EQ(c.length, 4);
+  EXPECT_THAT(c.source, testing::HasSubstr("sliding_window (4: layer 0 of this mistral model"));
+  EXPECT_EQ(io::detail::context_of(m, 0, 3, "--context-length", "dir").length, 3);
+  expect_error<mha::unsupported>(
+      [&] { io::detail::context_of(m, 0, 5, "--context-length", "dir"); },
+      {"dir: --context-length 5 exceeds config.json's sliding_window (4"});
+  expect_error<mha::invalid_argument>(
+      [&] { io::detail::context_of(m, 0, 65, "--context-length", "dir"); },
+      {"65 exceeds config.json's max_position_embeddings 64"});
+  EXPECT_EQ(io::detail::context_of(parsed(llama()), 1, 0, "", "dir").length, 64);
+}
+
+// A rotary embedding's values are checked as read, naming config.json and the key: a base of 0
+// (which once ran as no rotary embedding at all), negative or 1; factors below 1; llama3's
+// frequency factors out of order.
+TEST(ModelConfig, RopeValuesAreCheckedNamingTheirKey) {
+  const std::pair<json, std::vector<std::string>> cases[] = {
+      {{{"rope_theta", 0}},
+       {"config.json: rope_theta is 0, expected a finite base > 1", "a llama model rotates"}},
+      {{{"rope_theta", -10000}}, {"rope_theta is -10000"}},
+      {{{"rope_theta", 1}}, {"rope_theta is 1"}},
+      {{{"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 0.5}}}},
+       {"rope_parameters.rope_theta is 0.5"}},
+      {{{"rope_scaling", {{"rope_type", "linear"}, {"factor", 0}}}},
+       {"config.json: rope_scaling.factor is 0, expected a number >= 1"}},
+      {{{"rope_scaling", {{"type", "linear"}, {"factor", -2}}}}, {"rope_scaling.factor is -2"}},
+      {{{"rope_scaling",
+         {{"rope_type", "llama3"},
+          {"factor", 8},
+          {"low_freq_factor", 4},
+          {"high_freq_factor", 1},
+          {"original_max_position_embeddings", 16}}}},
+       {"rope_scaling.high_freq_factor is 1, expected a number above low_freq_factor (4)"}},
+      {{{"rope_scaling",
+         {{"rope_type", "llama3"},
+          {"factor", 8},
+          {"low_freq_factor", 0},
+          {"high_freq_factor", 4},
+          {"original_max_position_embeddings", 16}}}},
+       {"rope_scaling.low_freq_factor is 0, expected a number > 0"}},
+  };
+  for (const auto& [change, message] : cases) {
+    expect_error<mha::format_error>([&] { parsed(with(llama(), change)); }, message);
+  }
+  expect_error<mha::unsupported>(
+      [&] {
+        parsed(with(llama(), {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}}}}));
+      },
+      {"rope_scaling.rope_type is 'yarn'", "default, linear and llama3"});
+}
+
+// Both rope_parameters and a rope_scaling: transformers 5 takes a non-empty rope_scaling (with
+// rope_theta from it, else the top level), as mha does; an empty one defers to rope_parameters.
+TEST(ModelConfig, RopeScalingWinsOverRopeParametersAsInTransformers) {
+  json both = with(llama(), {{"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5e5}}},
+                             {"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}}});
+  io::model_config m = parsed(both);
+  EXPECT_EQ(m.cfg.rope_scaling, (mha::rope_scaling{mha::rope_scaling::type::linear, 2.0}));
+  EXPECT_EQ(m.cfg.rope_base, 10000.0);  // the top level's rope_theta, not rope_parameters'
+  both["rope_scaling"] = json::object();
+  m = parsed(both);
+  EXPECT_EQ(m.cfg.rope_scaling, mha::rope_scaling{});
+  EXPECT_EQ(m.cfg.rope_base, 5e5);
+}
+
+// Sizes are multiplied with overflow checks: head_dim 2^62 over 8 heads is refused, never wraps
+// to the hidden size.
+TEST(ModelConfig, HeadDimTimesHeadsDoesNotOverflow) {
+  expect_error<mha::unsupported>(
+      [&] {
+        parsed(with(llama(), {{"head_dim", std::int64_t{1} << 62}}));
+      },
+      {"8 heads of head_dim 4611686018427387904 but hidden_size 32"});
+  expect_error<mha::format_error>([&] { io::parse_model_config("[1]", "config.json"); },
+                                  {"config.json: is a JSON array, expected an object"});
+}
+
+// A windowed model from its folder: `mha run` computes it up to the window, refuses longer
+// inputs naming the key; so does load_model when asked for a longer context.
+class ModelConfigFolder : public mha_test::scratch_test {
+ protected:
+  fs::path write(const std::string& name, const json& config, const mha::config& cfg) {
+    const fs::path folder = dir_ / name;
+    fs::create_directories(folder);
+    std::ofstream(folder / "config.json") << config.dump();
+    io::tensor_file file;
+    for (int layer = 0; layer < 2; ++layer) {
+      const std::string prefix = "model.layers." + std::to_string(layer) + ".self_attn.";
+      weights_.push_back(mha::weights::random(cfg, static_cast<std::uint64_t>(layer) + 7));
+      for (auto& [n, t] : io::to_state_dict(cfg, weights_.back(), io::layout::llama).tensors) {
+        file.tensors.emplace(prefix + n, std::move(t));
+      }
+    }
+    io::write_safetensors(folder / "model.safetensors", file);
+    return folder;
+  }
+  std::vector<mha::weights> weights_;
+};
+
+TEST_F(ModelConfigFolder, ASlidingWindowRunsUpToItsLength) {
+  mha::config cfg{.d_in = 32, .d_out = 32, .n_heads = 8, .context_length = 4};
+  cfg.n_kv_heads = 2;
+  cfg.rope_base = 10000.0;
+  cfg.out_proj_bias = false;
+  const fs::path folder =
+      write("mistral", with(llama(), {{"model_type", "mistral"}, {"sliding_window", 4}}), cfg);
+  expect_error<mha::unsupported>(
+      [&] { io::load_model(folder, 0, {.context_length = 16}); },
+      {"context_length option (--context-length) 16 exceeds", "sliding_window (4"});
+  EXPECT_EQ(io::load_model(folder, 1).cfg, cfg);
+
+  for (const std::int64_t tokens : {16, 4}) {
+    io::tensor x{{1, tokens, 32},
+                 mha_test::random_floats(static_cast<std::size_t>(tokens) * 32, 3)};
+    io::write_npy(dir_ / "x.npy", x);
+    const mha_test::command_result r = mha_test::run_mha(
+        {"run", "--model", folder.string(), "--layer", "1", "--backend", "naive", "--input",
+         (dir_ / "x.npy").string(), "--output", (dir_ / "y.npy").string()});
+    if (tokens == 16) {
+      EXPECT_EQ(r.exit_code, 2) << r.output;
+      EXPECT_THAT(r.output, testing::HasSubstr("input has 16 tokens, more than context_length 4 "
+                                               "(config.json's sliding_window (4: layer 1"));
+      continue;
+    }
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::vector<float> y(4 * 32);
+    mha::require_backend("naive")
+        .prepare(cfg, mha::formulation::split_weight, weights_[1])
+        ->run({x.values.data(), 1, 4, 32}, {y.data(), 1, 4, 32});
+    EXPECT_EQ(io::read_npy(dir_ / "y.npy").values, y);
+  }
+}
+
+}  // namespace
