@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _mha
 from ._mha import InvalidArgument, RopeScaling, Unsupported
 
 # The kinds, as mha.torch.Attention adapts their forward signatures.
@@ -29,6 +30,7 @@ class Description:
     rope_scaling: RopeScaling | None = None
     dropout: float = 0.0
     batch_first: bool = True  # nn.MultiheadAttention's
+    context_source: str = ""  # where context_length comes from, for messages
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -92,92 +94,70 @@ def _torch_mha(m: Any, context_length: int | None) -> Description:
     )
 
 
-def _hf_context(m: Any, given: int | None, key: str = "max_position_embeddings") -> int:
-    if given is not None:
-        return given
-    cfg = getattr(m, "config", None)
-    value = getattr(cfg, key, None) if cfg is not None else None
-    if value is None:
-        raise InvalidArgument(f"mha: {type(m).__name__} has no config.{key}: pass context_length=")
-    return int(value)
+def _hf_block(m: Any, context_length: int | None) -> dict[str, Any]:
+    """A Hugging Face module's block as mha reads the config.json of its model (C++'s
+    parse_model_config, the one list of the keys mha computes): its config (heads, K/V heads,
+    rotary embedding, causality, the context length, capped by a sliding window) and where the
+    context length comes from. What its config asks that mha does not compute raises
+    mha.Unsupported naming the key."""
+    cfg = m.config
+    source = f"{type(m).__name__}'s config ({getattr(cfg, 'model_type', '?')})"
+    return _mha._model_config(
+        cfg.to_json_string(use_diff=False),
+        source,
+        int(getattr(m, "layer_idx", None) or 0),
+        context_length or 0,
+    )
+
+
+def _from_block(kind: str, state: dict[str, Any], block: dict[str, Any], dropout: float) -> Description:
+    c = block["config"]
+    return Description(
+        kind,
+        state,
+        c.n_heads,
+        c.context_length,
+        c.causal,
+        n_kv_heads=c.n_kv_heads,
+        rope_base=c.rope_base or None,
+        rope_scaling=c.rope_scaling if c.rope_scaling.kind != "none" else None,
+        dropout=dropout,
+        context_source=block["context_source"],
+    )
 
 
 def _gpt2(m: Any, context_length: int | None) -> Description:
     if getattr(m, "is_cross_attention", False):
         raise Unsupported("mha: this GPT2Attention is cross-attention, which mha does not compute")
+    state = {k: v for k, v in m.state_dict().items() if k.startswith(("c_attn.", "c_proj."))}
+    dropout = getattr(getattr(m, "attn_dropout", None), "p", 0.0)
+    if getattr(m, "config", None) is not None:
+        return _from_block(GPT2, state, _hf_block(m, context_length), dropout)
+    # The seeds' lineage: no config; its mask buffer (1, 1, C, C) gives the context length.
     if not getattr(m, "scale_attn_weights", True) or getattr(m, "scale_attn_by_inverse_layer_idx", False):
         raise Unsupported(
             "mha: GPT2Attention with scale_attn_weights=False or scale_attn_by_inverse_layer_idx=True "
             "scales scores by other than 1/sqrt(head_dim)"
         )
-    state = {k: v for k, v in m.state_dict().items() if k.startswith(("c_attn.", "c_proj."))}
-    if context_length is None and getattr(m, "config", None) is None:
-        mask = getattr(m, "bias", None)  # the seeds' lineage's buffer (1, 1, C, C)
-        if mask is not None and getattr(mask, "ndim", 0) == 4:
-            context_length = int(mask.shape[-1])
-    dropout = getattr(getattr(m, "attn_dropout", None), "p", 0.0)
-    ctx = _hf_context(m, context_length, "n_positions") if hasattr(m, "config") else context_length
+    mask = getattr(m, "bias", None)
+    if context_length is None and mask is not None and getattr(mask, "ndim", 0) == 4:
+        context_length = int(mask.shape[-1])
     return Description(
-        GPT2, state, int(m.num_heads), _need_context("GPT2Attention", ctx), True, dropout=dropout
+        GPT2, state, int(m.num_heads), _need_context("GPT2Attention", context_length), True, dropout=dropout
     )
-
-
-def rope_of(cfg: Any) -> tuple[float, RopeScaling | None]:
-    """The rotary embedding of a Hugging Face config: rope_parameters (transformers 5) or
-    rope_theta and rope_scaling (older)."""
-    params = getattr(cfg, "rope_parameters", None) or {}
-    scaling = getattr(cfg, "rope_scaling", None) or {}
-    theta = params.get("rope_theta", getattr(cfg, "rope_theta", None))
-    if theta is None:
-        raise InvalidArgument(f"mha: {type(cfg).__name__} has no rope_theta")
-    p = {**scaling, **params}
-    kind = p.get("rope_type", p.get("type", "default"))
-    if kind == "default":
-        return float(theta), None
-    if kind == "linear":
-        return float(theta), RopeScaling("linear", factor=float(p["factor"]))
-    if kind == "llama3":
-        return float(theta), RopeScaling(
-            "llama3",
-            factor=float(p["factor"]),
-            low_freq_factor=float(p["low_freq_factor"]),
-            high_freq_factor=float(p["high_freq_factor"]),
-            original_context=int(p["original_max_position_embeddings"]),
-        )
-    raise Unsupported(f"mha: rope_type {kind!r} is not computed by mha (default, linear, llama3 are)")
 
 
 def _llama(m: Any, context_length: int | None) -> Description:
-    cfg = m.config
-    if getattr(m, "sliding_window", None):
-        raise Unsupported(
-            f"mha: {type(m).__name__} with a sliding window ({m.sliding_window}) is not computed by mha"
-        )
-    base, scaling = rope_of(cfg)
     state = {
         k: v for k, v in m.state_dict().items() if k.split(".")[0] in ("q_proj", "k_proj", "v_proj", "o_proj")
     }
-    return Description(
-        LLAMA,
-        state,
-        int(cfg.num_attention_heads),
-        _hf_context(m, context_length),
-        True,
-        n_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads),
-        rope_base=base,
-        rope_scaling=scaling,
-        dropout=float(getattr(m, "attention_dropout", 0.0)),
-    )
+    dropout = float(getattr(m, "attention_dropout", 0.0))
+    return _from_block(LLAMA, state, _hf_block(m, context_length), dropout)
 
 
 def _bert(m: Any, context_length: int | None) -> Description:
     if getattr(m, "is_cross_attention", False):
         raise Unsupported(f"mha: a cross-attention {type(m).__name__} is not computed by mha")
-    position = getattr(m, "position_embedding_type", "absolute")
-    if position not in (None, "absolute"):
-        raise Unsupported(
-            f"mha: {type(m).__name__} with position_embedding_type={position!r} is not computed by mha"
-        )
     # BertSelfAttention ends at the merged heads: the split layout without out_proj.
     names = {"query": "W_query", "key": "W_key", "value": "W_value"}
     state = {}
@@ -185,14 +165,8 @@ def _bert(m: Any, context_length: int | None) -> Description:
         head, _, rest = k.partition(".")
         if head in names:
             state[f"{names[head]}.{rest}"] = v
-    return Description(
-        BERT,
-        state,
-        int(m.num_attention_heads),
-        _hf_context(m, context_length),
-        bool(getattr(m, "is_causal", False)),
-        dropout=float(getattr(getattr(m, "dropout", None), "p", 0.0)),
-    )
+    dropout = float(getattr(getattr(m, "dropout", None), "p", 0.0))
+    return _from_block(BERT, state, _hf_block(m, context_length), dropout)
 
 
 def _seeds(m: Any, context_length: int | None, rope_base: float | None) -> Description:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import _mha
-from ._mha import Backend, Cache, Config, InvalidArgument
+from ._mha import Backend, Cache, Config, InvalidArgument, Unsupported
 
 _FORMULATIONS = ("wrapper", "split_weight", "fused_qkv")
 
@@ -47,23 +47,51 @@ def _config_with(cfg: Config, **changes: Any) -> Config:
     return Config(**fields)
 
 
-def _float32_tensors(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """A state_dict's tensors (NumPy arrays or PyTorch tensors of any float dtype) as float32
-    arrays in C order: copies only where the dtype or the layout differs."""
+def _float32_tensors(state_dict: Mapping[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
+    """A state_dict's tensors (NumPy arrays or PyTorch tensors of a floating dtype, or bool masks)
+    as float32 arrays in C order: copies only where the dtype or the layout differs. With a
+    prefix, only the block's tensors are converted; the others keep their names (which say where
+    the blocks are) over empty arrays, so a whole model's state_dict costs one block. An integer
+    or complex tensor in the block, or one without data (the meta device), is an InvalidArgument
+    naming it: mha would otherwise read quantised codes as weights."""
+    block = prefix if not prefix or prefix.endswith(".") else prefix + "."
+    torch = sys.modules.get("torch")
     out = {}
     for name, value in state_dict.items():
         if not isinstance(name, str):
             raise InvalidArgument(f"mha: state_dict key {name!r} is not a string")
+        if isinstance(value, np.ndarray):
+            kind = value.dtype.kind
+        elif torch is not None and isinstance(value, torch.Tensor):
+            kind = "b" if value.dtype == torch.bool else "f" if value.dtype.is_floating_point else "i"
+        else:
+            raise InvalidArgument(
+                f"mha: state_dict[{name!r}] is a {type(value).__name__}, expected a NumPy "
+                "array or a PyTorch tensor"
+            )
+        if not name.startswith(block):
+            out[name] = np.empty(0, np.float32)
+            continue
+        if kind not in "fb":
+            raise InvalidArgument(
+                f"mha: state_dict[{name!r}] has dtype {value.dtype}, expected a floating-point "
+                "tensor (mha reads weights as numbers, not quantised codes)"
+            )
         if not isinstance(value, np.ndarray):
-            torch = sys.modules.get("torch")
-            if torch is None or not isinstance(value, torch.Tensor):
-                raise InvalidArgument(
-                    f"mha: state_dict[{name!r}] is a {type(value).__name__}, expected a NumPy "
-                    "array or a PyTorch tensor"
-                )
+            if value.device.type == "meta":
+                raise InvalidArgument(f"mha: state_dict[{name!r}] is on the meta device: it holds no data")
             value = value.detach().to("cpu", torch.float32).contiguous().numpy()
         out[name] = np.ascontiguousarray(value, dtype=np.float32)
     return out
+
+
+def _count(name: str, value: Any, least: int = 0) -> int:
+    """An integer argument that the library takes as int64, checked here so that the message
+    names it (nanobind's would list signatures); the library checks its range."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not least <= value < 2**63:
+        low = "-2^63" if least == -(2**63) else least
+        raise InvalidArgument(f"mha: {name} ({value!r}) must be an integer in [{low}, 2^63)")
+    return int(value)
 
 
 class Plan:
@@ -78,7 +106,7 @@ class Plan:
     A plan is immutable and may be called from several threads at once (each with its own cache).
     """
 
-    __slots__ = ("_plan", "threads")
+    __slots__ = ("_plan", "threads", "_context_source", "_no_decode")
 
     def __init__(
         self,
@@ -94,13 +122,7 @@ class Plan:
         state_dict does not say (causal, precision, dropout, the rotary embedding, the context
         length)."""
         module = _mha._from_state_dict(
-            _float32_tensors(weights),
-            {},
-            config.n_heads,
-            config.n_kv_heads,
-            config.rope_base,
-            0,
-            "",
+            _float32_tensors(weights), {}, config.n_heads, config.n_kv_heads, config.rope_base, 0, ""
         )
         loaded = module.config
         for name in ("d_in", "d_out", "n_heads", "n_kv_heads", "qkv_bias", "out_proj", "out_proj_bias"):
@@ -117,18 +139,33 @@ class Plan:
         module.config = config
         self._init(module, backend, formulation, threads)
 
-    def _init(self, module: Any, backend: str | None, formulation: str, threads: int) -> None:
+    def _init(
+        self, module: Any, backend: str | None, formulation: str, threads: int, context_source: str = ""
+    ) -> None:
         if formulation not in _FORMULATIONS:
             raise InvalidArgument(
                 f"mha: formulation {formulation!r} is not one of {', '.join(_FORMULATIONS)}"
             )
         self.threads = _check_threads(threads)
         self._plan = module.prepare(backend, formulation)
+        # Where the context length comes from (a model's max_position_embeddings or sliding
+        # window), for messages about longer inputs.
+        self._context_source = context_source or module.context_source
+        # An encoder's attention (BERT's layout, not causal) sees the whole sequence: a cache,
+        # which feeds it a few tokens at a time, would compute something else.
+        self._no_decode = (
+            f"the module is an encoder's attention ({module.layout} layout, not causal): each token "
+            "sees the whole sequence, so it has no decode; call the plan on whole sequences"
+            if module.layout == "bert" and not module.config.causal
+            else ""
+        )
 
     @classmethod
-    def _of(cls, module: Any, backend: str | None, formulation: str, threads: int) -> Plan:
+    def _of(
+        cls, module: Any, backend: str | None, formulation: str, threads: int, context_source: str = ""
+    ) -> Plan:
         plan = cls.__new__(cls)
-        plan._init(module, backend, formulation, threads)
+        plan._init(module, backend, formulation, threads, context_source)
         return plan
 
     @classmethod
@@ -156,12 +193,12 @@ class Plan:
         embedding, the context length (0: the causal mask buffer's). causal=None keeps the
         layout's (False for BERT's, True otherwise)."""
         module = _mha._from_state_dict(
-            _float32_tensors(state_dict),
+            _float32_tensors(state_dict, prefix),
             {str(k): str(v) for k, v in (metadata or {}).items()},
-            n_heads,
-            n_kv_heads,
+            _count("n_heads", n_heads),
+            _count("n_kv_heads", n_kv_heads),
             rope_base,
-            context_length,
+            _count("context_length", context_length),
             prefix,
         )
         return cls._of(
@@ -190,7 +227,12 @@ class Plan:
         """A safetensors file holding a state_dict, as from_state_dict; with a prefix only that
         block's tensors are read."""
         module = _mha._from_safetensors(
-            os.fspath(path), n_heads, n_kv_heads, rope_base, context_length, prefix
+            os.fspath(path),
+            _count("n_heads", n_heads),
+            _count("n_kv_heads", n_kv_heads),
+            rope_base,
+            _count("context_length", context_length),
+            prefix,
         )
         return cls._of(_finish(module, precision, causal=causal), backend, formulation, threads)
 
@@ -211,7 +253,9 @@ class Plan:
         config.json gives the heads, K/V heads, rotary embedding, causality and context length
         (max_position_embeddings, or a smaller context_length), and only that block's tensors
         are read. Model types: gpt2, llama, mistral, qwen2, bert, roberta, xlm-roberta."""
-        module = _mha._from_pretrained(os.fspath(path), layer, context_length)
+        module = _mha._from_pretrained(
+            os.fspath(path), _count("layer", layer, -(2**63)), _count("context_length", context_length)
+        )
         return cls._of(_finish(module, precision), backend, formulation, threads)
 
     @classmethod
@@ -259,7 +303,7 @@ class Plan:
             dropout=d.dropout,
             rope_scaling=d.rope_scaling,
         )
-        return cls._of(finished, backend, formulation, threads)
+        return cls._of(finished, backend, formulation, threads, d.context_source)
 
     @property
     def config(self) -> Config:
@@ -278,7 +322,20 @@ class Plan:
         """An empty KV cache for `batch` sequences of up to `capacity` tokens (<= the context
         length), its memory allocated now, keeping keys and values in `precision` (None: the
         plan's; "int8": 8-bit codes with a scale and offset per row). It belongs to this plan."""
+        if self._no_decode:
+            raise Unsupported(f"mha: {self._no_decode}")
+        batch, capacity = _count("batch", batch, -(2**63)), _count("capacity", capacity, -(2**63))
+        self._check_length("capacity", capacity)
         return self._plan.make_cache(batch, capacity, precision)
+
+    def _check_length(self, what: str, tokens: Any) -> None:
+        """InvalidArgument naming where the context length comes from, when `tokens` exceed it and
+        the plan knows (a model's config); the library's own check covers the rest."""
+        limit = self._plan.config.context_length
+        if self._context_source and isinstance(tokens, int) and tokens > limit:
+            raise InvalidArgument(
+                f"mha: {what} {tokens} is more than the plan's context_length {limit} ({self._context_source})"
+            )
 
     def __call__(
         self, x: Any, *, out: Any = None, cache: Cache | None = None, threads: int | None = None
@@ -358,6 +415,7 @@ class Plan:
 
     def _run(self, x: Any, out: Any, cache: Cache | None, threads: int) -> None:
         if cache is None:
+            self._check_length("x's tokens", int(x.shape[1]))
             self._plan.run(x, out, threads)
         else:
             self._plan.run_cache(x, out, cache, threads)

@@ -231,3 +231,53 @@ def test_library_errors_keep_their_kind_and_message(weights):
     bad["W_key.weight"] = bad["W_key.weight"][:, :40]
     with pytest.raises(mha.FormatError, match="W_key.weight"):
         mha.Plan.from_state_dict(bad, n_heads=4, context_length=64)
+
+
+def test_state_dicts_convert_the_block_alone_and_refuse_codes_and_empty_tensors(weights):
+    # A whole model's state_dict with a prefix: only the block is converted; another block's
+    # integer codes are never read, this block's are refused naming the tensor.
+    model = {f"layers.0.attn.{k}": v for k, v in weights.items()}
+    model["layers.1.attn.W_query.weight"] = np.ones((4, 4), np.int8)
+    model["position_ids"] = torch.arange(8)
+    x = inputs(1, 5, CONFIG.d_in)
+    plan = mha.Plan.from_state_dict(model, n_heads=4, context_length=64, prefix="layers.0.attn")
+    np.testing.assert_array_equal(plan(x), mha.Plan(CONFIG, weights)(x))
+    with pytest.raises(mha.InvalidArgument, match=r"'layers.1.attn.W_query.weight'\] has dtype int8"):
+        mha.Plan.from_state_dict(model, n_heads=4, context_length=64, prefix="layers.1.attn.")
+    with pytest.raises(mha.InvalidArgument, match="prefixes 'layers.0.attn.' and 'layers.1.attn.'"):
+        mha.Plan.from_state_dict(model, n_heads=4, context_length=64, prefix="layers.2.attn.")
+    meta = {k: torch.empty(v.shape, device="meta") for k, v in weights.items()}
+    with pytest.raises(mha.InvalidArgument, match="is on the meta device"):
+        mha.Plan.from_state_dict(meta, n_heads=4, context_length=64)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda w: mha.Plan.from_state_dict(w, n_heads=2**63, context_length=4),
+            r"n_heads \(9223372036854775808\)",
+        ),
+        (lambda w: mha.Plan.from_state_dict(w, n_heads=4, context_length=-1), r"context_length \(-1\)"),
+        (lambda w: mha.Plan.from_state_dict(w, n_heads=True, context_length=4), r"n_heads \(True\)"),
+        (lambda w: mha.Plan(CONFIG, w).make_cache(1, 2**64), r"capacity \(18446744073709551616\)"),
+    ],
+)
+def test_integer_arguments_out_of_range_are_named(weights, call, message):
+    with pytest.raises(mha.InvalidArgument, match=message):
+        call(weights)
+
+
+def test_a_huge_context_costs_what_calls_use_and_a_cache_too_large_is_named(weights):
+    # A rotary table sized to a context of 2^62 positions once crashed every backend.
+    cfg = mha.Config(d_in=48, d_out=32, n_heads=4, context_length=2**62, qkv_bias=True, rope_base=1e4)
+    small = mha.Config(d_in=48, d_out=32, n_heads=4, context_length=8, qkv_bias=True, rope_base=1e4)
+    x = inputs(2, 7, CONFIG.d_in)
+    for backend in mha.backends():
+        np.testing.assert_array_equal(
+            mha.Plan(cfg, weights, backend=backend.name)(x), mha.Plan(small, weights, backend=backend.name)(x)
+        )
+    with pytest.raises(
+        mha.Error, match=r"a kv cache of 1 sequences of capacity 4398046511104 needs \d+ bytes"
+    ):
+        mha.Plan(cfg, weights).make_cache(1, 2**42)

@@ -201,3 +201,59 @@ def test_from_safetensors_and_state_dict_layouts(tmp_path):
 def test_unknown_modules_are_refused_by_name():
     with pytest.raises(mha.Unsupported, match="Linear is not an attention module"):
         mha.Plan.from_module(torch.nn.Linear(4, 4))
+
+
+def test_hugging_face_configs_are_read_as_mha_reads_config_json():
+    """A live module's config goes through the same list of keys as a model folder's
+    config.json: what changes the attention and mha does not compute is refused naming the key;
+    a sliding window bounds the context, with the key named when an input is longer."""
+    from transformers.models.gpt2 import modeling_gpt2
+    from transformers.models.mistral import modeling_mistral
+    from transformers.models.qwen3 import modeling_qwen3
+
+    gpt2 = transformers.GPT2Config(n_embd=D, n_head=H, n_layer=2, scale_attn_by_inverse_layer_idx=True)
+    with pytest.raises(mha.Unsupported, match="scale_attn_by_inverse_layer_idx is true: a gpt2 model"):
+        mha.Plan.from_module(modeling_gpt2.GPT2Attention(gpt2, layer_idx=1))
+    # Qwen3 normalises q and k per head: its module has Llama's projections, not its function.
+    qwen3 = transformers.Qwen3Config(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=2, head_dim=D // H, num_hidden_layers=1
+    )
+    with pytest.raises(mha.Unsupported, match="model_type 'qwen3' is not one mha reads"):
+        mha.Plan.from_module(modeling_qwen3.Qwen3Attention(qwen3, layer_idx=0))
+    mistral = transformers.MistralConfig(
+        hidden_size=D,
+        num_attention_heads=H,
+        num_key_value_heads=2,
+        num_hidden_layers=1,
+        max_position_embeddings=C,
+        sliding_window=6,
+    )
+    mistral._attn_implementation = "eager"
+    module = modeling_mistral.MistralAttention(mistral, layer_idx=0).eval()
+    plan = mha.Plan.from_module(module)
+    assert plan.config.context_length == 6
+    with pytest.raises(
+        mha.InvalidArgument,
+        match=r"x's tokens 7 is more than the plan's context_length 6 \(.*sliding_window \(6",
+    ):
+        plan(torch.randn(1, 7, D))
+    with pytest.raises(mha.Unsupported, match="context_length 16 exceeds config.json's sliding_window"):
+        mha.Plan.from_module(module, context_length=16)
+    # Up to the window, the module's own output (its window masks nothing yet).
+    x = torch.randn(2, 6, D)
+    rope = transformers.models.mistral.modeling_mistral.MistralRotaryEmbedding(mistral)
+    with torch.no_grad():
+        cos, sin = rope(x, torch.arange(6).unsqueeze(0))
+        mask = torch.full((6, 6), -torch.inf).triu(1).view(1, 1, 6, 6)
+        want = module(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
+    close(plan(x), want)
+
+
+def test_an_encoder_from_a_folder_has_no_cache(tmp_path):
+    cfg = transformers.BertConfig(
+        hidden_size=D, num_attention_heads=H, num_hidden_layers=1, intermediate_size=64
+    )
+    transformers.BertModel(cfg).save_pretrained(tmp_path)
+    plan = mha.Plan.from_pretrained(tmp_path, 0)
+    with pytest.raises(mha.Unsupported, match="an encoder's attention"):
+        plan.make_cache(1, 8)
