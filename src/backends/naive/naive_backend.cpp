@@ -198,7 +198,7 @@ class naive_kernels : public detail::sequential_execution {
   // rows by row(b, g, j, value, to) (key row j, or value row j when `value`), then attended as
   // a full forward with past = the sequence's length.
   template <class Widen>
-  static void attend_widened(const attention_args& a, bool bf16, Widen row) {
+  static void attend_widened(const attention_args& a, bool rounded, Widen row) {
     namespace cache = detail::row_major_cache;
     for (std::int64_t b = 0; b < a.batch; ++b) {
       const std::int64_t n = a.keys(b), hd = a.head_dim;
@@ -209,22 +209,22 @@ class naive_kernels : public detail::sequential_execution {
           row(b, g, j, true, v.data() + (g * n + j) * hd);
         }
       }
-      attend(cache::sequence(a, b, {k.data(), 0, n * hd, hd}, {v.data(), 0, n * hd, hd}), bf16);
+      attend(cache::sequence(a, b, {k.data(), 0, n * hd, hd}, {v.data(), 0, n * hd, hd}), rounded);
     }
   }
 
-  // Attention without a cache: the loops above, bf16 rounding the operands or not.
-  static void attend(const attention_args& a, bool bf16) {
+  // Attention without a cache: the loops above, rounding the operands to bf16 or not.
+  static void attend(const attention_args& a, bool rounded) {
     detail::check_score_memory("naive", a.seq_len, a.keys(), 1);
     std::vector<float> s(static_cast<std::size_t>(a.seq_len * a.keys())),
         sums(static_cast<std::size_t>(a.seq_len));
     for (std::int64_t b = 0; b < a.batch; ++b) {
       for (std::int64_t h = 0; h < a.heads; ++h) {
-        scores(a, b, h, s, bf16);
+        scores(a, b, h, s, rounded);
         if (a.causal) causal_mask(a, s);
-        softmax_rows(a.seq_len, a.keys(), s, sums, bf16);
+        softmax_rows(a.seq_len, a.keys(), s, sums, rounded);
         if (a.dropout.active()) dropout(a, b, h, s);
-        weighted_values(a, b, h, s, sums, bf16);
+        weighted_values(a, b, h, s, sums, rounded);
       }
     }
   }
