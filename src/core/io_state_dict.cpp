@@ -282,6 +282,8 @@ loaded_module detail::map_state_dict(tensor_file file, std::span<const std::stri
 }
 
 std::optional<std::string_view> detail::attention_block_of(std::string_view name) {
+  // Every identifying name is a weight or a bias (an index of a million names is read here).
+  if (!name.ends_with("weight") && !name.ends_with("bias")) return std::nullopt;
   // The longest ending, after a '.', that identifies a layout: the rest is its block's prefix.
   for (std::size_t at = 0;;) {
     const std::string_view ending = name.substr(at);
