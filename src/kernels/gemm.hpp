@@ -135,17 +135,18 @@ using pair_gemm_args = gemm_args_of<bf16_pair>;
 // The split form's projection with C written head-major: C (batch * seq_len, n) = A B + bias
 // stored as (batch, heads, seq_len, n / heads), so attention reads each head's rows contiguously
 // (strided head rows cost the attention 4% at head_dim 64 and 17% at 32: B4 T256, one core).
-// Possible when every head's columns are whole panels of B (fits()); the micro-kernels then
-// write each head's block as a plain (seq_len, head_dim) matrix.
+// Possible when every head's columns are whole panels of B; the micro-kernels then write each
+// head's block as a plain (seq_len, head_dim) matrix. Worth it (applies()) for more than one
+// token per sequence: with one (a decode step) the head-major C is the row-major one, and one
+// GEMM of `batch` rows reads each weight once where a GEMM per sequence and head read every
+// weight once per sequence (B32: 32 times).
 struct head_major_gemm {
   const float* a = nullptr;  // (batch * seq_len, b.k), row stride b.k
   panels_view b;
   float* c = nullptr;  // batch * seq_len * b.n floats
   std::int64_t batch = 0, seq_len = 0, heads = 0;
 
-  static bool fits(const panels_view& b, std::int64_t heads) noexcept {
-    return (b.n / heads) % b.nr == 0;
-  }
+  bool applies() const noexcept { return seq_len > 1 && (b.n / heads) % b.nr == 0; }
   std::int64_t head_dim() const noexcept { return b.n / heads; }
   std::int64_t panels_per_head() const noexcept { return head_dim() / b.nr; }
   // The GEMM of head (bb, h) alone: its seq_len rows of A and, over panels [h, h + 1) *

@@ -37,14 +37,14 @@ class xsimd_kernel_set : public sequential_execution {
         w, x, rows, y, [&](const auto& g) { kernels_gemm(g); },
         [](std::int64_t n, const auto& convert) { convert(0, n); });
   }
-  // Head-major when each head's columns are whole panels (head_major_gemm), else nothing; bf16
+  // Head-major where head_major_gemm applies, else nothing (the driver projects row-major); bf16
   // projections are always row-major.
   std::optional<head_view<const float>> project_heads(const packed_linear& w, const float* x,
                                                       std::int64_t batch, std::int64_t seq_len,
                                                       std::int64_t heads, float* y) const {
     if (w.bf16()) return std::nullopt;
     const head_major_gemm g{x, w.view(), y, batch, seq_len, heads};
-    if (!head_major_gemm::fits(g.b, heads)) return std::nullopt;
+    if (!g.applies()) return std::nullopt;
     gemm(kernels(), g);
     return g.view();
   }

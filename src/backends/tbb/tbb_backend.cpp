@@ -45,7 +45,7 @@ class tbb_kernel_set : public detail::xsimd_kernel_set<Isa> {
                                                               std::int64_t heads, float* y) const {
     if (w.bf16()) return std::nullopt;
     const detail::head_major_gemm g{x, w.view(), y, batch, seq_len, heads};
-    if (!detail::head_major_gemm::fits(g.b, heads)) return std::nullopt;
+    if (!g.applies()) return std::nullopt;
     detail::parallel_gemm(base::kernels(), g);
     return g.view();
   }
