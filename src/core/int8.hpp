@@ -66,4 +66,12 @@ inline int8_row quantize_row(const float* x, std::int64_t n, std::uint8_t* codes
   return row;
 }
 
+// The queries that meet an int8 cache's keys in the SIMD kernels are 16-bit integers with a
+// scale per query row (micro/code_dot.hpp), |qi| at most this limit: qi . c summed over
+// head_dim (codes c <= 255, the odd head_dim's missing element 0) stays below 2^31.
+constexpr std::int32_t query_code_limit(std::int64_t head_dim) noexcept {
+  const std::int64_t limit = 2147483647 / (255 * (head_dim + head_dim % 2));
+  return static_cast<std::int32_t>(limit < 32767 ? limit : 32767);
+}
+
 }  // namespace mha::detail

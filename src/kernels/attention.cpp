@@ -34,18 +34,21 @@ void pack_keys(const attention_args& args, const attention_layout& l, std::int64
   // score) 2.7 ms (Zen4, AVX-512). V (kv_rows, head_dim) as it is.
   const float *k = args.k.row(b, g, 0), *v = args.v.row(b, g, 0);
   if (l.int8) {
-    // Codes in the panels' places (element (d, j) of K^T at panel j / nr, row d, column j % nr;
+    // Codes in the panels' places (K^T in pairs along head_dim, as code_pair_dot reads them;
     // (j, d) of V at panel d / nr, row j, column d % nr), each row's scale and offset in the
     // arrays after them.
     std::uint8_t* codes = static_cast<std::uint8_t*>(head);
     float* scales = reinterpret_cast<float*>(codes + l.scales_offset());
     const std::int64_t rows = l.key_rows(), kr = l.scores.nr, vr = l.values.nr;
+    const std::int64_t key_panel = 2 * pairs(l.head_dim) * kr;  // bytes of a K^T panel
     for (std::int64_t j = j0; j < j1; ++j) {
       const float* key = k + (j - j0) * args.k.row_stride;  // row j - j0 of the new keys
       const int8_row ks = row_scale(key, l.head_dim);
       const int8_encoder key_code(ks);
-      std::uint8_t* column = codes + j / kr * l.head_dim * kr + j % kr;
-      for (std::int64_t d = 0; d < l.head_dim; ++d) column[d * kr] = key_code(key[d]);
+      // Element (d, j) of K^T: panel j / kr, pair row d / 2, key j % kr, byte d % 2.
+      std::uint8_t* column = codes + j / kr * key_panel + 2 * (j % kr);
+      for (std::int64_t d = 0; d < l.head_dim; ++d)
+        column[d / 2 * 2 * kr + d % 2] = key_code(key[d]);
       const float* value = v + (j - j0) * args.v.row_stride;
       const int8_row vs = row_scale(value, l.head_dim);
       const int8_encoder value_code(vs);
@@ -75,7 +78,7 @@ void pack_keys(const attention_args& args, const attention_layout& l, std::int64
 }  // namespace
 
 std::int64_t attention_layout::values_offset() const noexcept {
-  if (int8) return round_up(head_dim * round_up(kv_rows, scores.nr), line_bytes);
+  if (int8) return round_up(2 * pairs(head_dim) * round_up(kv_rows, scores.nr), line_bytes);
   const std::int64_t keys_units = bf16 ? pairs(head_dim) * round_up(kv_rows, scores.nr)
                                        : packed_size(head_dim, kv_rows, scores.nr);
   return round_up(keys_units, line_floats);
@@ -114,9 +117,11 @@ std::int64_t attention_layout::scratch_floats() const noexcept {
   const std::int64_t pair_parts = bf16 ? round_up(block_rows * pairs(head_dim), line_floats) +
                                              round_up(block_rows * pairs(score_cols), line_floats)
                                        : 0;
+  const std::int64_t code_parts =
+      int8 ? 3 * row_floats + round_up(block_rows * pairs(head_dim), line_floats) : 0;
   return round_up(block_rows * head_dim, line_floats) + score_floats() +
-         round_up(block_rows * acc_cols, line_floats) + (int8 ? 5 : 3) * row_floats +
-         round_up(score_cols, line_floats) + pair_parts;
+         round_up(block_rows * acc_cols, line_floats) + 3 * row_floats +
+         round_up(score_cols, line_floats) + pair_parts + code_parts;
 }
 
 attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept {
@@ -138,6 +143,9 @@ attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept
   if (int8) {
     parts.query_sums = parts.dropout + round_up(score_cols, line_floats);
     parts.value_offsets = parts.query_sums + row_floats;
+    parts.query_scales = parts.value_offsets + row_floats;
+    // 32-bit integers in float storage the fp32 parts never touch.
+    parts.query_codes = reinterpret_cast<std::int32_t*>(parts.query_scales + row_floats);
   }
   return parts;
 }
@@ -233,6 +241,13 @@ void attention_schedule::append(std::int64_t i) const noexcept {
   pack_keys(args_, layout_, b, g, past, past + args_.seq_len, args_.cache->head(b, g));
 }
 
+std::int64_t attention_schedule::chunk_keys(std::int64_t b) const noexcept {
+  // As many chunks as split_keys makes, of equal keys up to the key step: 2049 keys are 1040 +
+  // 1009, not 2048 + a task and a merge for one key.
+  const std::int64_t chunks = (keys(b) + split_keys - 1) / split_keys;
+  return round_up((keys(b) + chunks - 1) / chunks, layout_.key_step);
+}
+
 float* attention_schedule::partial(std::int64_t b, std::int64_t g,
                                    std::int64_t chunk) const noexcept {
   const std::int64_t stacked = args_.seq_len * args_.kv_group;  // rows per (b, g)
@@ -249,9 +264,9 @@ void attention_schedule::run(std::int64_t i, attention_workspace& workspace) con
   if (args_.cache) t.head = args_.cache->head(t.b, t.g);
   if (chunks_ > 1) {
     t.row_end = args_.seq_len;
-    t.key_begin = part * split_keys;
+    t.key_begin = part * chunk_keys(t.b);
     if (t.key_begin >= keys(t.b)) return;  // a shorter sequence of the batch: merge skips it
-    t.key_end = std::min(t.key_begin + split_keys, keys(t.b));
+    t.key_end = std::min(t.key_begin + chunk_keys(t.b), keys(t.b));
     t.partial = partial(t.b, t.g, part);
   } else {
     t.row_begin = part * layout_.block_positions;
@@ -264,7 +279,8 @@ void attention_schedule::run(std::int64_t i, attention_workspace& workspace) con
 void attention_schedule::merge(std::int64_t i) const noexcept {
   // out = (sum_c O_c 2^(m_c - m)) / (sum_c l_c 2^(m_c - m)), m = max_c m_c, in chunk order.
   const std::int64_t b = i / args_.kv_heads(), g = i % args_.kv_heads(), hd = args_.head_dim;
-  const std::int64_t group = args_.kv_group, chunks = (keys(b) + split_keys - 1) / split_keys;
+  const std::int64_t group = args_.kv_group;
+  const std::int64_t chunks = (keys(b) + chunk_keys(b) - 1) / chunk_keys(b);
   for (std::int64_t r = 0; r < args_.seq_len * group; ++r) {
     const auto row = [&](std::int64_t c) { return partial(b, g, c) + r * (hd + 2); };
     float m = -std::numeric_limits<float>::infinity();

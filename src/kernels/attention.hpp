@@ -30,8 +30,9 @@ struct isa_kernels;
 inline constexpr std::int64_t default_key_tile = 512;
 
 // Split-KV: a call of at most split_rows query positions (a decode step) over more than
-// split_keys keys takes its keys in chunks of split_keys, one task each, and merges the chunks'
-// partial softmax results per head in chunk order. The chunks depend on the keys only, so the
+// split_keys keys takes a sequence's keys in ceil(keys / split_keys) chunks of equal size (up to
+// the key step), one task each, and merges the chunks' partial softmax results per head in chunk
+// order. The chunks depend on the keys only, so the
 // result is the same for every thread count (and on the xsimd backend, which runs the same
 // chunks in order); it differs from an unsplit call by rounding. 2048 keys of head_dim 64 are
 // 1 MiB of K and V: enough work per task to hide its cost, and B1 H12 at 8k keys makes 48
@@ -41,18 +42,20 @@ inline constexpr std::int64_t split_keys = 4 * default_key_tile;
 
 // The parts of one query block's scratch (attention_layout::scratch_parts).
 struct attention_scratch {
-  float* queries;           // block_rows x head_dim: the block's queries times scale (fp32)
-  bf16_pair* query_pairs;   // bf16: block_rows x pairs(head_dim): the queries as pairs
-  bf16_pair* weight_pairs;  // bf16: block_rows x pairs(score_cols): P as pairs
-  float* scores;            // block_rows x score_cols: one key tile's scores, then weights
-                            // (the narrow-head kernel: a register of rows per key)
-  float* accumulators;      // block_rows x acc_cols: the output rows before dividing by row_sum
-  float* row_max;           // block_rows: running max of each row's scores
-  float* row_sum;           // block_rows: running sum of exp(score - row_max), undropped
-  float* rescale;           // block_rows: exp(previous row_max - row_max) of the current key tile
-  float* dropout;           // score_cols: one row's dropout multipliers over a key tile
-  float* query_sums;        // int8: block_rows: each row's sum of its (scaled) queries
-  float* value_offsets;     // int8: block_rows: one key tile's sum of P times the values' offsets
+  float* queries;             // block_rows x head_dim: the block's queries times scale (fp32)
+  bf16_pair* query_pairs;     // bf16: block_rows x pairs(head_dim): the queries as pairs
+  bf16_pair* weight_pairs;    // bf16: block_rows x pairs(score_cols): P as pairs
+  float* scores;              // block_rows x score_cols: one key tile's scores, then weights
+                              // (the narrow-head kernel: a register of rows per key)
+  float* accumulators;        // block_rows x acc_cols: the output rows before dividing by row_sum
+  float* row_max;             // block_rows: running max of each row's scores
+  float* row_sum;             // block_rows: running sum of exp(score - row_max), undropped
+  float* rescale;             // block_rows: exp(previous row_max - row_max) of the current key tile
+  float* dropout;             // score_cols: one row's dropout multipliers over a key tile
+  float* query_sums;          // int8: block_rows: each row's sum of its (scaled) queries
+  float* query_scales;        // int8: block_rows: each row's scale of its 16-bit integers
+  std::int32_t* query_codes;  // int8: block_rows x pairs(head_dim): those integers in pairs
+  float* value_offsets;       // int8: block_rows: one key tile's sum of P times the values' offsets
 };
 
 // The geometry of the attention kernel on one ISA for one call: panel widths, the query-row
@@ -87,10 +90,11 @@ struct attention_layout {
   // A packed head, in units of its operands (floats, or bf16 pairs of 4 bytes alike): K^T
   // (head_dim, kv_rows) in panels of scores.nr at the start (bf16: pairs along head_dim), then
   // V (kv_rows, head_dim) in panels of values.nr at values_offset() (bf16: pairs along keys).
-  // int8: in bytes, K^T codes (head_dim, kv_rows) in panels of scores.nr at the start, V codes
-  // (kv_rows, head_dim) in panels of values.nr at values_offset(), then from scales_offset()
-  // four arrays of key_rows() floats: the keys' scales, their offsets, the values' scales,
-  // their offsets (core/int8.hpp).
+  // int8: in bytes, K^T codes (head_dim, kv_rows) in panels of scores.nr at the start (pairs
+  // along head_dim: a panel row holds two codes of each of its keys, dimensions 2i and 2i + 1),
+  // V codes (kv_rows, head_dim) in panels of values.nr at values_offset(), then from
+  // scales_offset() four arrays of key_rows() floats: the keys' scales, their offsets, the values'
+  // scales, their offsets (core/int8.hpp).
   std::int64_t head_units() const noexcept;
   std::int64_t values_offset() const noexcept;
   std::int64_t scales_offset() const noexcept;
@@ -114,7 +118,7 @@ struct attention_layout {
 
 // One call of the per-ISA kernel (isa_kernels::attention_rows): the query heads of K/V head
 // (b, g) at positions [row_begin, row_end), position i at absolute position past + i, over the
-// keys in [key_begin, key_end) they attend to (key_begin a multiple of the key tile).
+// keys in [key_begin, key_end) they attend to (key_begin a multiple of the layout's key step).
 struct attention_task {
   const void* head = nullptr;  // the packed K^T and V of (b, g): floats, or bf16 pairs
   std::int64_t b = 0, g = 0, past = 0;
@@ -179,6 +183,8 @@ class attention_schedule {
  private:
   std::int64_t keys(std::int64_t b) const noexcept { return args_.keys(b); }
   std::int64_t past(std::int64_t b) const noexcept { return keys(b) - args_.seq_len; }
+  // Keys per chunk of sequence b's split (a multiple of the layout's key step).
+  std::int64_t chunk_keys(std::int64_t b) const noexcept;
   float* partial(std::int64_t b, std::int64_t g, std::int64_t chunk) const noexcept;
 
   const isa_kernels& kernels_;

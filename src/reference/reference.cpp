@@ -6,6 +6,7 @@
 
 #include "core/bf16.hpp"
 #include "core/dropout.hpp"
+#include "core/int8.hpp"
 
 namespace mha_reference {
 namespace {
@@ -244,7 +245,10 @@ double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span
     return cfg.rope_base != 0.0 ? std::sqrt(2.0) * m : m;
   };
   const double q = largest(w.query), k = largest(w.key), v = largest(w.value);
-  const double delta = std::sqrt(static_cast<double>(cfg.head_dim())) * q * k / 255.0;
+  // The codes' error in a score, plus the SIMD kernels' 16-bit queries' (docs/design.md §1.7).
+  const double limit = mha::detail::query_code_limit(cfg.head_dim());
+  const double delta =
+      std::sqrt(static_cast<double>(cfg.head_dim())) * q * k * (1.0 / 255.0 + 1.0 / limit);
   const double heads = v * (std::expm1(2.0 * delta) * (1.0 + 1.0 / 255.0) + 1.0 / 255.0);
   double rows_sum = 1.0;
   if (cfg.out_proj) {

@@ -51,45 +51,8 @@ struct fma_dot {
   }
 };
 
-// lanes 8-bit codes at p as a float batch (exact: 0 to 255), by the widest widening load the
-// batch's width has (vpmovzxbd, then vcvtdq2ps; SSE2 unpacks with zeros).
-template <class Arch>
-xsimd::batch<float, Arch> widen_codes(const std::uint8_t* p) noexcept {
-  using batch = xsimd::batch<float, Arch>;
-  // (Batches of 16 and 8 floats exist only in the translation units built with AVX-512 and
-  // AVX2, which alone declare those intrinsics.)
-  if constexpr (batch::size == 16) {
-#ifdef __AVX512F__
-    return batch(_mm512_cvtepi32_ps(
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
-#endif
-  } else if constexpr (batch::size == 8) {
-#ifdef __AVX2__
-    return batch(_mm256_cvtepi32_ps(
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
-#endif
-  } else {
-    static_assert(batch::size == 4, "widen_codes: a batch of 4, 8 or 16 floats");
-    std::int32_t word;
-    std::memcpy(&word, p, sizeof word);
-    const __m128i zero = _mm_setzero_si128();
-    return batch(_mm_cvtepi32_ps(
-        _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(word), zero), zero)));
-  }
-}
-
-// code_dot: fma_dot with B a panel of 8-bit codes (an int8 KV cache, docs/design.md §1.7),
-// each widened to fp32 as it is loaded: the products are fp32 FMAs of exact integers; the
-// codes' scales and offsets are applied around the micro-kernel (attention_block).
-struct code_dot : fma_dot {
-  using b_unit = std::uint8_t;  // A stays fp32 (fma_dot::unit)
-  template <class Arch>
-  static xsimd::batch<float, Arch> load_b(const std::uint8_t* p) noexcept {
-    return widen_codes<Arch>(p);
-  }
-};
-
-// The unit a Dot reads B in: its `unit`, or its b_unit where it names one (code_dot).
+// The unit a Dot reads B in: its `unit`, or its b_unit where it names one (the int8 cache's
+// Dots, micro/code_dot.hpp).
 template <class Dot>
 struct b_unit_of {
   using type = typename Dot::unit;

@@ -1,0 +1,150 @@
+// Internal: the products of an int8 KV cache's codes (docs/design.md §1.7), per ISA (included by
+// micro/attention_kernel.hpp; see micro/micro_kernel.hpp for how it is compiled).
+//
+// Q K^T multiplies codes as integers: each query row is quantised to 16-bit integers (one scale
+// per row), K^T's codes are stored in pairs along head_dim (code_pair: dimensions 2i and 2i + 1
+// of one key), and one vpmaddwd per batch of keys takes a pair of products per key into 32-bit
+// sums (vpdpwssd, which adds them in the same instruction, where the CPU has AVX512_VNNI): half
+// the instructions of widening each code to fp32 for an FMA, and exact. P V keeps fp32 weights
+// (code_dot: the codes widened to fp32 as they are loaded), which a 16-bit quantisation could not
+// keep within the scheme's error over thousands of keys.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "core/int8.hpp"
+#include "kernels/micro/micro_kernel.hpp"
+
+namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
+
+// lanes 8-bit codes at p as a float batch (exact: 0 to 255), by the widest widening load the
+// batch's width has (vpmovzxbd, then vcvtdq2ps; SSE2 unpacks with zeros).
+template <class Arch>
+xsimd::batch<float, Arch> widen_codes(const std::uint8_t* p) noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  // (Batches of 16 and 8 floats exist only in the translation units built with AVX-512 and
+  // AVX2, which alone declare those intrinsics.)
+  if constexpr (batch::size == 16) {
+#ifdef __AVX512F__
+    return batch(_mm512_cvtepi32_ps(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+#endif
+  } else if constexpr (batch::size == 8) {
+#ifdef __AVX2__
+    return batch(_mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+#endif
+  } else {
+    static_assert(batch::size == 4, "widen_codes: a batch of 4, 8 or 16 floats");
+    std::int32_t word;
+    std::memcpy(&word, p, sizeof word);
+    const __m128i zero = _mm_setzero_si128();
+    return batch(_mm_cvtepi32_ps(
+        _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(word), zero), zero)));
+  }
+}
+
+// code_dot: fma_dot with B a panel of 8-bit codes, each widened to fp32 as it is loaded: the
+// products are fp32 FMAs of exact integers; the codes' scales and offsets are applied around the
+// micro-kernel (attention_block). P V of an int8 cache.
+struct code_dot : fma_dot {
+  using b_unit = std::uint8_t;  // A stays fp32 (fma_dot::unit)
+  template <class Arch>
+  static xsimd::batch<float, Arch> load_b(const std::uint8_t* p) noexcept {
+    return widen_codes<Arch>(p);
+  }
+};
+
+// Two codes of one key (dimensions 2i and 2i + 1; the first in the low byte), and two 16-bit
+// integers of one query row (the same dimensions; the first in the low half).
+using code_pair = std::uint16_t;
+using query_pair = std::int32_t;
+
+// code_pair_dot: Q K^T of an int8 cache on integers. A is a query row as query_pairs, B a panel
+// of code_pairs (pairs(head_dim) rows of nr keys); each step adds, per key, q_2i c_2i + q_2i+1
+// c_2i+1 to a 32-bit integer sum. The micro-kernel's accumulators are float batches: here they
+// hold the sums' bits (they start at 0.0f, whose bits are the integer 0, and are only added to
+// and stored), which attention_block converts after the micro-kernel. Exact while
+// head_dim * max|q| * 255 < 2^31 (query_code_limit).
+struct code_pair_dot {
+  using unit = query_pair;
+  using b_unit = code_pair;
+  template <class Arch>
+  using words = xsimd::batch<std::int32_t, Arch>;
+
+  // lanes keys' code pairs as 2 * lanes 16-bit integers (zero-extended bytes).
+  template <class Arch>
+  static words<Arch> load_b(const code_pair* p) noexcept {
+    if constexpr (words<Arch>::size == 16) {
+#ifdef __AVX512BW__
+      return words<Arch>(
+          _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+#endif
+    } else if constexpr (words<Arch>::size == 8) {
+#ifdef __AVX2__
+      return words<Arch>(
+          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#endif
+    } else {
+      static_assert(words<Arch>::size == 4, "code_pair_dot: a batch of 4, 8 or 16 lanes");
+      return words<Arch>(_mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                                           _mm_setzero_si128()));
+    }
+  }
+  template <class Arch>
+  static words<Arch> broadcast_a(query_pair a) noexcept {
+    return words<Arch>(a);
+  }
+  template <class Arch>
+  static xsimd::batch<float, Arch> dot(xsimd::batch<float, Arch> acc, words<Arch> a,
+                                       words<Arch> b) noexcept {
+    using batch = xsimd::batch<float, Arch>;
+    if constexpr (batch::size == 16) {
+#ifdef __AVX512F__
+      const __m512i sum = _mm512_castps_si512(acc);
+#ifdef __AVX512VNNI__
+      return batch(_mm512_castsi512_ps(_mm512_dpwssd_epi32(sum, a, b)));
+#else
+      return batch(_mm512_castsi512_ps(_mm512_add_epi32(sum, _mm512_madd_epi16(a, b))));
+#endif
+#endif
+    } else if constexpr (batch::size == 8) {
+#ifdef __AVX2__
+      return batch(
+          _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(acc), _mm256_madd_epi16(a, b))));
+#endif
+    } else {
+      return batch(_mm_castsi128_ps(_mm_add_epi32(_mm_castps_si128(acc), _mm_madd_epi16(a, b))));
+    }
+  }
+};
+
+// Row q (head_dim floats) as query_pairs q ~ scale * qi, |qi| <= query_code_limit (core/int8.hpp),
+// each within scale / 2 of q / scale, the missing odd one 0; returns the scale (0 for a row of
+// zeros; NaN when q holds a NaN or an Inf, so that every score of the row is NaN, as the float
+// product would make it).
+inline float quantize_query(const float* q, std::int64_t head_dim, query_pair* pairs_out) noexcept {
+  float largest = 0.0f;
+  for (std::int64_t d = 0; d < head_dim; ++d) largest = std::fmax(largest, std::fabs(q[d]));
+  bool finite = std::isfinite(largest);
+  for (std::int64_t d = 0; d < head_dim; ++d) finite = finite && !std::isnan(q[d]);
+  const std::int32_t limit = query_code_limit(head_dim);
+  const float scale = largest / static_cast<float>(limit);
+  const float inverse = finite && largest > 0.0f ? static_cast<float>(limit) / largest : 0.0f;
+  const auto code = [&](std::int64_t d) -> std::uint32_t {
+    if (d >= head_dim) return 0;
+    const long c = std::lrint(q[d] * inverse);  // |c| <= limit up to a rounding: clamp
+    return static_cast<std::uint16_t>(static_cast<std::int16_t>(c > limit    ? limit
+                                                                : c < -limit ? -limit
+                                                                             : c));
+  };
+  for (std::int64_t p = 0; 2 * p < head_dim; ++p) {
+    pairs_out[p] = static_cast<query_pair>(code(2 * p) | code(2 * p + 1) << 16);
+  }
+  return finite ? scale : std::numeric_limits<float>::quiet_NaN();
+}
+
+}  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE
