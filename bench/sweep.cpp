@@ -84,7 +84,13 @@ std::vector<series> decode(int hw) {
   cache.past = {2048, 8192};
   cache.precisions = {mha::precision::fp32, mha::precision::bf16};
   cache.kv_precisions = {mha::precision::fp32, mha::precision::bf16, mha::precision::int8};
-  return {s, grouped, cache};
+  // Long contexts: one sequence over 32k and 128k cached tokens in each cache precision (the
+  // fp32 cache of 128k tokens is 805 MB: it fits where mha runs).
+  series long_context = cache;
+  long_context.name = "decode_long";
+  long_context.batch = {1};
+  long_context.past = {32768, 131072};
+  return {s, grouped, cache, long_context};
 }
 
 std::vector<series> cores(int hw) {

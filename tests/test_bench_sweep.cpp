@@ -236,7 +236,30 @@ TEST(BenchPresets, DecodeCacheHasEachPlanWithItsOwnCacheAndAnInt8One) {
               ElementsAre("the bf16 KV cache with fp32 plans (series decode_cache): a float cache "
                           "is kept in its plan's precision",
                           "the fp32 KV cache with bf16 plans (series decode_cache): a float cache "
+                          "is kept in its plan's precision",
+                          "the bf16 KV cache with fp32 plans (series decode_long): a float cache "
+                          "is kept in its plan's precision",
+                          "the fp32 KV cache with bf16 plans (series decode_long): a float cache "
                           "is kept in its plan's precision"));
+}
+
+// Long contexts: one sequence over 32k and 128k cached tokens, each plan with its own cache and
+// an int8 one.
+TEST(BenchPresets, DecodeLongIsOneSequenceOver32kAnd128k) {
+  using mha::precision;
+  std::set<std::tuple<std::int64_t, precision, precision>> steps;
+  for (const sweep_point& p : in_series(points_of("decode", 2), "decode_long")) {
+    EXPECT_EQ(p.problem.batch, 1);
+    steps.insert({p.problem.past, p.problem.cfg.precision, p.problem.cache_precision()});
+  }
+  std::set<std::tuple<std::int64_t, precision, precision>> expected;
+  for (std::int64_t past : {32768, 131072}) {
+    for (precision plan : {precision::fp32, precision::bf16}) {
+      expected.insert({past, plan, plan});
+      expected.insert({past, plan, precision::int8});
+    }
+  }
+  EXPECT_EQ(steps, expected);
 }
 
 TEST(BenchPresets, QuickIsAHandfulOfGpt2WideShapes) {

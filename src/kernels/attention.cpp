@@ -218,6 +218,7 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
     : kernels_(kernels), args_(args) {
   std::int64_t keys = 0;
   for (std::int64_t b = 0; b < args.batch; ++b) keys = std::max(keys, this->keys(b));
+  if (key_tile == 0) key_tile = args.seq_len <= split_rows ? decode_key_tile : default_key_tile;
   layout_ = kernels.layout(args.seq_len, keys, args.head_dim, key_tile,
                            args.cache ? args.cache->capacity : 0, args.kv_group, args.bf16,
                            args.cache && args.cache->format == precision::int8);

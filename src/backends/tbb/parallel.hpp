@@ -37,6 +37,6 @@ void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g);
 // chunk), each thread with its own attention_workspace (O(tile) scratch plus, without a cache,
 // one packed head), the split's merges per (b, h). Throws std::bad_alloc.
 void parallel_attention(const isa_kernels& kernels, const attention_args& args,
-                        std::int64_t key_tile = default_key_tile);
+                        std::int64_t key_tile = 0);
 
 }  // namespace mha::detail
