@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import schema
+from ..schema import is_peer
 from ..problem import Shape, decode_bytes
 from . import figures
 from .document import Figure, Heading, Para, Table
@@ -278,13 +279,45 @@ def _family(s: Shape) -> Shape:
     return replace(s, precision="fp32", kv_precision="")
 
 
-def cache_precision_rows(results: ResultSet, bandwidths: Bandwidths) -> list[list[str]]:
-    """One row per decode step (shape without its precisions, thread count) measured with more
-    than one (plan, cache) pair by mha: the fastest mha backend and formulation of each pair
-    (linking.choose) with % of its bandwidth bound, the fastest peer of the fp32 plan's steps
-    with the cache it kept, and the best int8 step's speedup over the fp32 one."""
+@dataclass
+class CacheStep:
+    """One decode step (a shape without its precisions, a thread count) measured by mha with
+    more than one (plan, cache) pair: mha's fastest backend and formulation per pair, the
+    fastest peer over every pair's shapes (each library's cache as it recorded it) and the
+    fastest path of all."""
+
+    family: Shape
+    threads: int
+    best: dict[tuple[str, str], Measurement]
+    peer: Measurement | None
+
+    def fastest(self) -> Measurement:
+        paths = list(self.best.values()) + ([self.peer] if self.peer else [])
+        return min(paths, key=lambda m: m.median_s)
+
+    def step_text(self) -> str:
+        return f"B={self.family.batch}, past={self.family.past}"
+
+
+def _pair_text(m: Measurement) -> str:
+    """The plan and cache precisions a step ran with: mha's from its shape, a peer's cache as it
+    recorded it."""
+    plan = m.key.shape.precision
+    if is_peer(m.key.backend):
+        return f"{plan} plan, {peer_cache(m)} cache"
+    return f"{plan} plan, {m.key.shape.kv_precision or plan} cache"
+
+
+def path_text(m: Measurement) -> str:
+    """ "mha xsimd (bf16 plan, int8 cache)", "openvino (bf16 plan, bf16 cache)"."""
+    who = m.key.backend if is_peer(m.key.backend) else f"mha {m.key.backend}"
+    return f"{who} ({_pair_text(m)})"
+
+
+def cache_steps(results: ResultSet) -> list[CacheStep]:
+    """The decode steps measured with several (plan, cache) pairs (linking.choose per pair)."""
     steps = sorted({(_family(k.shape), k.threads) for k in results.measurements if k.shape.is_decode})
-    rows = []
+    out = []
     for family, threads in steps:
         chosen = {
             (plan, cache): choose(results, replace(family, precision=plan, kv_precision=cache), threads)
@@ -293,25 +326,52 @@ def cache_precision_rows(results: ResultSet, bandwidths: Bandwidths) -> list[lis
         best = {pair: c.best for pair, c in chosen.items() if c.best is not None}
         if len(best) < 2:
             continue
+        peers = [c.peer for c in chosen.values() if c.peer is not None]
+        out.append(CacheStep(family, threads, best, min(peers, key=lambda m: m.median_s, default=None)))
+    return out
+
+
+def cache_precision_rows(results: ResultSet, bandwidths: Bandwidths) -> list[list[str]]:
+    """One row per CacheStep: mha's time per (plan, cache) pair with % of its bandwidth bound,
+    the fastest peer with its plan and cache, the fastest path of all, and the best int8 step's
+    speedup over the fp32 one."""
+    rows = []
+    for step in cache_steps(results):
         cells = []
         for pair in CACHE_COMBINATIONS:
-            m = best.get(pair)
+            m = step.best.get(pair)
             pct = bandwidths.percent(m) if m else None
             cells.append(
                 "–"
                 if m is None
                 else f"{fmt_time(m.median_s)}" + (f" ({pct:.0f}%)" if pct else "") + f" {m.key.backend}"
             )
-        peers = [c.peer for (plan, _), c in chosen.items() if plan == "fp32" and c.peer is not None]
-        peer = min(peers, key=lambda m: m.median_s, default=None)
+        peer = step.peer
         cells.append(
-            "–" if peer is None else f"{fmt_time(peer.median_s)} {peer.key.backend} ({peer_cache(peer)})"
+            "–" if peer is None else f"{fmt_time(peer.median_s)} {peer.key.backend} ({_pair_text(peer)})"
         )
-        fp32 = best.get(("fp32", "fp32"))
-        int8s = [best[p] for p in (("fp32", "int8"), ("bf16", "int8")) if p in best]
+        cells.append(path_text(step.fastest()))
+        fp32 = step.best.get(("fp32", "fp32"))
+        int8s = [step.best[p] for p in (("fp32", "int8"), ("bf16", "int8")) if p in step.best]
         speedup = fmt_ratio(fp32.median_s / min(m.median_s for m in int8s)) if fp32 and int8s else "–"
-        rows.append([f"B={family.batch}, past={family.past}", threads_text(threads)] + cells + [speedup])
+        rows.append([step.step_text(), threads_text(step.threads)] + cells + [speedup])
     return rows
+
+
+def cache_answer(results: ResultSet) -> list[str]:
+    """The decode answer's cache precisions: per step measured with several, the fastest path
+    (mha's with its plan and cache, or a peer's with its own) and what it beats."""
+    items = []
+    for step in cache_steps(results):
+        fastest = step.fastest()
+        ranked = sorted(step.best.values(), key=lambda m: m.median_s)
+        others = [m for m in ranked + ([step.peer] if step.peer else []) if m is not fastest]
+        beside = "; ".join(f"{path_text(m)} {fmt_time(m.median_s)}" for m in others[:3])
+        items.append(
+            f"**Decode {step.step_text()}, {threads_text(step.threads)}: {path_text(fastest)}**, "
+            f"{fmt_time(fastest.median_s)} per step" + (f" (then {beside})" if beside else "") + "."
+        )
+    return items
 
 
 def cache_precision_section(results: ResultSet, bandwidths: Bandwidths) -> list:
@@ -321,7 +381,7 @@ def cache_precision_section(results: ResultSet, bandwidths: Bandwidths) -> list:
     if not rows:
         return []
     header = ["step", "threads"] + [f"{plan} plan, {cache} cache" for plan, cache in CACHE_COMBINATIONS]
-    header += ["fastest peer (its KV cache)", "int8 / fp32 speedup"]
+    header += ["fastest peer (its plan and KV cache)", "fastest path", "int8 / fp32 speedup"]
     return [
         Heading(2, "Decode: the KV cache's precision"),
         Para(
@@ -329,11 +389,12 @@ def cache_precision_section(results: ResultSet, bandwidths: Bandwidths) -> list:
             "§1.7): the fastest mha backend's time per step, in brackets % of its bandwidth bound "
             "(`bytes_min` counts the weights in the plan's precision and the cache in its own: "
             "4, 2 or 1 byte per element, plus an fp32 scale and offset per int8 row). The peers' "
-            "column is the fastest peer of the fp32 step with the cache it kept, as it recorded it "
-            "(OpenVINO compresses to u8 by default: openvino_u8kv); its bound counts the bytes of "
-            "that cache. Speedup: the fp32 step's time over the faster int8 step's."
+            "column is the fastest peer of any of the step's (plan, cache) pairs, with the cache "
+            "it kept as it recorded it (OpenVINO keeps the compute precision when pinned, u8 by "
+            "default: openvino_u8kv, or pinned for an int8 step); the fastest path is the fastest "
+            "of them all. Speedup: the fp32 step's time over the faster int8 step's."
         ),
-        Table(header, rows, numeric=set(range(2, len(header)))),
+        Table(header, rows, numeric=set(range(2, len(header) - 2)) | {len(header) - 1}),
     ]
 
 

@@ -41,12 +41,17 @@ from .series import Series, mha_heads_series, seq_series
 
 
 def _answer(results: ResultSet, heads: list[Series], level: int = 2, kv: list[Series] = ()) -> list:
-    """The answer first: the backend to link (forward passes, decode), the noise, the speedup
+    """The answer first: the backend to link (forward passes, decode), the noise, the fastest
+    path of each decode step measured with several KV cache precisions (decode.cache_answer), the speedup
     of split_weight (and fused_qkv) over the wrapper along the H series of the forward passes,
     and fused_qkv against split_weight on the backend to link (H and grouped K/V series)."""
     forward = results.forward()
     return (
-        [Heading(level, "Answer: which backend to link"), Bullets(linking.answer_bullets(results))]
+        [
+            Heading(level, "Answer: which backend to link"),
+            # Then, for decode steps measured in several cache precisions, the fastest path of each.
+            Bullets(linking.answer_bullets(results) + decode.cache_answer(results.decode())),
+        ]
         + formulations.answer_blocks(forward, heads)
         + fused_qkv.answer_blocks(forward, list(heads) + list(kv))
     )
