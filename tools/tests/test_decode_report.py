@@ -304,11 +304,13 @@ def test_the_cache_precisions_side_by_side_with_the_peers_cache(tmp_path):
         Shape(1, 1, 768, 768, 12, past=8192, precision="bf16", kv_precision="int8"), "split_weight"
     )
     assert row[8] == f"{fp32 / fastest_int8:.2f}×"
-    # The decode answer names the fastest path of the step, then the next ones.
-    assert (
-        f"**Decode B=1, past=8192, 1 thread: mha xsimd (bf16 plan, int8 cache)**, "
-        f"{fmt_time(fastest_int8 / 32e9)} per step (then mha xsimd (fp32 plan, int8 cache)" in md
+    # The decode answer names the fastest path of the step, then the next two and the peer.
+    answer = next(line for line in md.splitlines() if line.startswith("- **Decode B=1, past=8192"))
+    assert answer.startswith(
+        f"- **Decode B=1, past=8192, 1 thread: mha xsimd (bf16 plan, int8 cache)**, "
+        f"{fmt_time(fastest_int8 / 32e9)} per step (then mha xsimd (fp32 plan, int8 cache)"
     )
+    assert answer.endswith(f"; openvino_u8kv (fp32 plan, u8 cache) {fmt_time(u8_bytes / 20e9)}).")
 
 
 def test_the_fastest_path_may_be_a_peer_with_a_wider_cache(tmp_path):

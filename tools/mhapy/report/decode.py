@@ -364,9 +364,11 @@ def cache_answer(results: ResultSet) -> list[str]:
     items = []
     for step in cache_steps(results):
         fastest = step.fastest()
+        # The next two of mha's pairs, and the fastest peer whatever its rank.
         ranked = sorted(step.best.values(), key=lambda m: m.median_s)
-        others = [m for m in ranked + ([step.peer] if step.peer else []) if m is not fastest]
-        beside = "; ".join(f"{path_text(m)} {fmt_time(m.median_s)}" for m in others[:3])
+        others = [m for m in ranked if m is not fastest][:2]
+        others += [step.peer] if step.peer is not None and step.peer is not fastest else []
+        beside = "; ".join(f"{path_text(m)} {fmt_time(m.median_s)}" for m in others)
         items.append(
             f"**Decode {step.step_text()}, {threads_text(step.threads)}: {path_text(fastest)}**, "
             f"{fmt_time(fastest.median_s)} per step" + (f" (then {beside})" if beside else "") + "."
