@@ -189,7 +189,7 @@ if [[ -n $shard ]]; then
 elif ((write_report)); then
   # mhapy.report replaces its own files only once the new report is complete.
   report=$root/reports/latest
-  "${python[@]}" -m mhapy.report "${results[@]}" "${trace_args[@]}" --out "$report"
+  "${python[@]}" -m mhapy.report "${results[@]}" "${trace_args[@]}" --html --out "$report"
   echo "sweep.sh: report in ${report#"$root"/}/report.md (and report.html)"
 fi
 echo "sweep.sh: done in $((SECONDS - start)) s"

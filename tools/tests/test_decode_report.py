@@ -112,9 +112,8 @@ def test_decode_entries_leave_the_forward_sections_as_they_were(mixed):
 def test_decode_time_bound_and_percent_of_bound_per_cell(mixed):
     out = mixed[0]
     md = (out / "report.md").read_text()
-    for suffix in (".png", ".svg"):
-        for stem in ("decode_time_vs_past", "decode_speedup_vs_past"):
-            assert (out / f"{stem}{suffix}").stat().st_size > 1000
+    for stem in ("decode_time_vs_past", "decode_speedup_vs_past"):
+        assert (out / f"{stem}.png").stat().st_size > 1000
     assert (
         "Measured streaming-read bandwidth: 40.0 GB/s on 1 thread, 70.0 GB/s on 2 threads (`mha.json`)" in md
     )

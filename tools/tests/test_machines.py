@@ -226,7 +226,9 @@ def test_single_shape_run_gets_a_time_figure_and_answer_first(tmp_path):
     data += rate_entries("onednn", "split_weight", S1, 1, 80.0)
     out = tmp_path / "r"
     assert (
-        run_tool(write(tmp_path / "one.json", data, isa_context(one_avx512=200)), "--out", out).returncode
+        run_tool(
+            write(tmp_path / "one.json", data, isa_context(one_avx512=200)), "--html", "--out", out
+        ).returncode
         == 0
     )
     assert (out / "time_bars.png").stat().st_size > 1000 and (out / "time_bars.svg").exists()

@@ -38,7 +38,7 @@ def heads_report(tmp_path_factory):
         {"num_cpus": 2, "torch_version": "1.13.1"},
     )
     out = folder / "report"
-    result = run_tool(mha, peers, "--out", out)
+    result = run_tool(mha, peers, "--html", "--out", out)
     assert result.returncode == 0, result.stderr
     return out
 
@@ -114,6 +114,18 @@ def test_html_is_self_contained_with_every_figure_embedded(heads_report):
     assert "<table>" in html and '<td class="num">1.00×</td>' in html
 
 
+def test_a_report_is_markdown_and_png_unless_html_is_asked_for(tmp_path):
+    # What a committed report keeps: report.md and PNG figures, no SVG link, no HTML. A folder
+    # that held an HTML report loses it (the report's own files are replaced).
+    out = tmp_path / "r"
+    assert cli.main([str(small_run(tmp_path)), "--html", "--out", str(out)]) == 0
+    assert (out / "report.html").exists() and list(out.glob("*.svg"))
+    assert "([SVG](" in (out / "report.md").read_text()
+    assert cli.main([str(small_run(tmp_path)), "--out", str(out)]) == 0
+    assert not (out / "report.html").exists() and not list(out.glob("*.svg"))
+    assert list(out.glob("*.png")) and "SVG" not in (out / "report.md").read_text()
+
+
 def test_absent_data_is_said_not_faked(tmp_path):
     # One backend, one shape, one thread count, no GFLOPS counter, no peak, a skipped entry.
     s = Shape(1, 64, 32, 32, 2)
@@ -149,7 +161,7 @@ def test_seq_series_gets_its_figure(tmp_path):
         data += entries("naive", "split_weight", s, 1, t * 1e-4) + entries("naive", "wrapper", s, 1, t * 2e-4)
     out = tmp_path / "r"
     assert cli.main([str(write(tmp_path / "seq.json", data)), "--out", str(out)]) == 0
-    assert (out / "gflops_vs_seq.png").exists() and (out / "gflops_vs_seq.svg").exists()
+    assert (out / "gflops_vs_seq.png").exists() and not (out / "gflops_vs_seq.svg").exists()
     rows = table_after((out / "report.md").read_text(), "### d_model = 768, H = 12 (B=1), 1 thread")
     assert [r[0] for r in rows] == ["64", "128", "256"]
 
@@ -168,7 +180,7 @@ def test_ab_mode_writes_ratios_verdicts_and_figure(tmp_path):
     out = tmp_path / "ab"
     result = run_tool("--ab", before, after, "--out", out)
     assert result.returncode == 0, result.stderr
-    assert (out / "ab_ratios.png").exists() and (out / "ab_ratios.svg").exists()
+    assert (out / "ab_ratios.png").exists() and not (out / "ab_ratios.svg").exists()
     md = (out / "report.md").read_text()
     (row,) = table_after(md, "## Per benchmark")
     assert row[1:] == ["10 ms", "8 ms", "0.80×", "-20.0%", "–", "faster (ranges)"]
@@ -251,7 +263,7 @@ def test_notes_appear_after_the_summary_in_both_renderings(tmp_path):
         "- the head split costs `1.4 ms`\n"
     )
     out = tmp_path / "report"
-    result = run_tool(small_run(tmp_path), "--out", out, "--notes", notes)
+    result = run_tool(small_run(tmp_path), "--html", "--out", out, "--notes", notes)
     assert result.returncode == 0, result.stderr
     md = (out / "report.md").read_text()
     assert (

@@ -200,9 +200,12 @@ def generate(
     folder: Path,
     alpha: float = ALPHA,
     use_scipy: bool = True,
+    with_html: bool = False,
 ) -> list:
-    """Writes report.md, report.html and ab_ratios.{png,svg} into folder."""
+    """Writes report.md and ab_ratios.png into folder; with_html also report.html and
+    ab_ratios.svg."""
     folder.mkdir(parents=True, exist_ok=True)
+    figures.also_svg(with_html)
     blocks = build(before, after, names, folder, alpha, use_scipy)
-    document.write(blocks, "mha A/B comparison", folder)
+    document.write(blocks, "mha A/B comparison", folder, with_html)
     return blocks

@@ -22,13 +22,20 @@ _OWNED_NAMES = ("report.md", "report.html")
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python3 -m mhapy.report",
-        description="Write report.md, report.html and figures (PNG, SVG) from mha_bench and "
-        "peer JSON results (Google Benchmark format), or compare two runs with --ab.",
+        description="Write report.md and its figures (PNG) from mha_bench and peer JSON results "
+        "(Google Benchmark format), or compare two runs with --ab; --html adds report.html and "
+        "SVG figures.",
     )
     p.add_argument("results", nargs="*", help="result files, merged by benchmark name")
     p.add_argument("--ab", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two result files instead")
     p.add_argument("--out", required=True, help="output folder (created; its report files are replaced)")
     p.add_argument("--title", default="mha performance report", help="report title")
+    p.add_argument(
+        "--html",
+        action="store_true",
+        help="also write report.html (self-contained, figures inlined) and each figure as SVG "
+        "(committed reports keep report.md and PNGs only)",
+    )
     p.add_argument(
         "--notes",
         type=Path,
@@ -99,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.ab:
             before, after = (results.load([path]) for path in args.ab)
-            ab.generate(before, after, tuple(args.ab), staging, args.alpha, not args.no_scipy)
+            ab.generate(before, after, tuple(args.ab), staging, args.alpha, not args.no_scipy, args.html)
         else:
             machines = results.load_machines(args.results, args.best_run)
             if not any(r.measurements or r.failures for r in machines):
@@ -118,12 +125,12 @@ def main(argv: list[str] | None = None) -> int:
             except scaling_model.TraceError as e:
                 raise ReportError(f"--trace {e}") from e
             model = report.ModelInputs(traces, args.socket_bandwidth)
-            report.generate(machines, peaks, staging, args.title, notes, model)
+            report.generate(machines, peaks, staging, args.title, notes, model, args.html)
         _replace_outputs(staging, out)
     except ReportError as e:
         print(f"mhapy.report: {e}", file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    print(f"mhapy.report: wrote {out / 'report.md'} and {out / 'report.html'}")
+    print(f"mhapy.report: wrote {out / 'report.md'}" + (f" and {out / 'report.html'}" if args.html else ""))
     return 0

@@ -38,7 +38,7 @@ class Table:
 
 @dataclass
 class Figure:
-    """A figure written as <stem>.png and <stem>.svg in the report folder."""
+    """A figure written as <stem>.png (and <stem>.svg with the HTML) in the report folder."""
 
     stem: str
     caption: str
@@ -99,7 +99,8 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(blocks: list[Block]) -> str:
+def to_markdown(blocks: list[Block], svg: bool = False) -> str:
+    """The blocks as Markdown; each figure its PNG, and a link to its SVG when written (svg)."""
     out: list[str] = []
     for b in blocks:
         if isinstance(b, Heading):
@@ -117,7 +118,8 @@ def to_markdown(blocks: list[Block]) -> str:
             lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
             out.append("\n".join(lines))
         elif isinstance(b, Figure):
-            out.append(f"![{b.caption}]({b.stem}.png)\n\n*{b.caption}* ([SVG]({b.stem}.svg))")
+            link = f" ([SVG]({b.stem}.svg))" if svg else ""
+            out.append(f"![{b.caption}]({b.stem}.png)\n\n*{b.caption}*{link}")
     return "\n\n".join(out) + "\n"
 
 
@@ -179,7 +181,9 @@ def to_html(blocks: list[Block], title: str, folder: Path) -> str:
     return "\n".join(out) + "\n"
 
 
-def write(blocks: list[Block], title: str, folder: Path) -> None:
-    """Writes report.md and report.html into folder (the figures must already be there)."""
-    (folder / "report.md").write_text(to_markdown(blocks), encoding="utf-8")
-    (folder / "report.html").write_text(to_html(blocks, title, folder), encoding="utf-8")
+def write(blocks: list[Block], title: str, folder: Path, with_html: bool = False) -> None:
+    """Writes report.md, and with_html report.html (figures inlined) and links to the figures'
+    SVGs, into folder (the figures must already be there)."""
+    (folder / "report.md").write_text(to_markdown(blocks, svg=with_html), encoding="utf-8")
+    if with_html:
+        (folder / "report.html").write_text(to_html(blocks, title, folder), encoding="utf-8")

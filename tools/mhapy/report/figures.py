@@ -1,4 +1,6 @@
-"""Figures (matplotlib, Agg): each saved as <stem>.png and <stem>.svg in the report folder.
+"""Figures (matplotlib, Agg): each saved as <stem>.png in the report folder (256 colours: a
+plot's few colours and their anti-aliasing lose nothing visible, at a third of the bytes), and
+as <stem>.svg too when the report is written with its HTML (also_svg).
 
 Conventions: colour = backend (fixed per name, so figures of different runs compare), line
 style = formulation (solid split_weight, dashed wrapper, dash-dot fused_qkv), log2 x axis with the measured values
@@ -7,9 +9,10 @@ as ticks, log y for rates and ratios, the 1.0 line on every ratio plot.
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import matplotlib
 
@@ -20,9 +23,6 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocat
 from ..schema import is_peer, peer_library  # noqa: E402
 from .series import Series, SeriesTable  # noqa: E402
 from .wording import threads_text  # noqa: E402
-
-if TYPE_CHECKING:  # scaling draws with this module: imported for the annotations only
-    from .scaling import ModelPoint, Scaling
 
 plt.rcParams.update(
     {
@@ -55,10 +55,16 @@ _MARKERS = {
     "torch_prealloc": "X",
 }
 _FORM_STYLE = {"split_weight": "-", "wrapper": "--", "fused_qkv": "-."}
-# model_scaling: the measured points of each formulation.
-_FORM_MARKERS = {"split_weight": "o", "wrapper": "s", "fused_qkv": "D"}
+# The measured points of each formulation (the scaling model's figure).
+FORM_MARKERS = {"split_weight": "o", "wrapper": "s", "fused_qkv": "D"}
 # time_bars: bars of these formulations hatched (split_weight plain).
 _FORM_HATCH = {"wrapper": "//", "fused_qkv": ".."}
+
+
+def subplots(*args, **kwargs):
+    """plt.subplots on the Agg backend this module selects, for the sections that draw their own
+    figures with these conventions (scaling)."""
+    return plt.subplots(*args, **kwargs)
 
 
 def colour(backend: str) -> str:
@@ -84,9 +90,31 @@ def line_style(backend: str, formulation: str | None = None) -> dict:
     return style
 
 
+# Whether save() writes an SVG beside each PNG (the report's --html; committed reports keep
+# their PNGs only, so every clone does not pay for three copies of each figure).
+_svg = False
+
+
+def also_svg(enabled: bool) -> None:
+    global _svg
+    _svg = enabled
+
+
 def save(fig, folder: Path, stem: str) -> None:
-    fig.savefig(folder / f"{stem}.png", dpi=110)
-    fig.savefig(folder / f"{stem}.svg", metadata={"Date": None})
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    try:
+        from PIL import Image
+    except ImportError:  # Pillow comes with matplotlib; without it the PNG is written as drawn
+        (folder / f"{stem}.png").write_bytes(buffer.getvalue())
+    else:
+        buffer.seek(0)
+        image = Image.open(buffer).convert("RGB")
+        image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+            folder / f"{stem}.png", optimize=True
+        )
+    if _svg:
+        fig.savefig(folder / f"{stem}.svg", metadata={"Date": None})
     plt.close(fig)
 
 
@@ -118,7 +146,7 @@ def log_y(ax) -> None:
     ax.yaxis.set_minor_locator(NullLocator())
 
 
-def _figure_legend(fig, axes) -> float:
+def figure_legend(fig, axes) -> float:
     """One legend for all panels, below them; returns its height in inches."""
     handles, labels = {}, []
     for ax in axes:
@@ -169,7 +197,7 @@ def series_grid(
                 continue
             draw(ax, table)
     fig.suptitle(title, fontsize=11)
-    legend_height = _figure_legend(fig, [ax for row in axes for ax in row])
+    legend_height = figure_legend(fig, [ax for row in axes for ax in row])
     height = fig.get_figheight()
     fig.tight_layout(rect=(0, legend_height / height, 1, 1 - 0.35 / height))
     save(fig, folder, stem)
@@ -294,7 +322,7 @@ def time_bars(folder: Path, stem: str, panels: list[tuple[str, list[str], dict]]
             ax.set_ylabel("median time (ms)")
         ax.set_title(title)
     fig.suptitle("Time per forward pass (lower is faster)", fontsize=11)
-    legend_height = _figure_legend(fig, [row[0] for row in axes])
+    legend_height = figure_legend(fig, [row[0] for row in axes])
     height = fig.get_figheight()
     fig.tight_layout(rect=(0, legend_height / height, 1, 1 - 0.35 / height))
     save(fig, folder, stem)
@@ -311,89 +339,6 @@ def draw_relative_time(ax, table: SeriesTable) -> None:
     ax.axhline(1.0, color="black", linewidth=1.0, linestyle=":", label="1.0 = fastest mha backend")
     _ratio_limits(ax)
     log_y(ax)
-
-
-def thread_scaling(folder: Path, stem: str, scaling: list[Scaling]) -> None:
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    threads = sorted({1} | {s.threads for s in scaling})
-    for backend, form in sorted(
-        {(s.backend, s.formulation) for s in scaling}, key=lambda v: (is_peer(v[0]), v)
-    ):
-        rows = sorted(
-            (s for s in scaling if (s.backend, s.formulation) == (backend, form)), key=lambda s: s.threads
-        )
-        xs = [1] + [s.threads for s in rows]
-        ys = [1.0] + [s.geomean for s in rows]
-        low = [0.0] + [max(0.0, s.geomean - s.low) for s in rows]
-        high = [0.0] + [max(0.0, s.high - s.geomean) for s in rows]
-        ax.errorbar(xs, ys, yerr=[low, high], capsize=3, **line_style(backend, form))
-    ax.plot(threads, threads, color="black", linewidth=0.8, linestyle=":", label="ideal (= threads)")
-    log2_x(ax, threads)
-    ax.set_yscale("log")
-    ax.set_ylim(0.9, max([threads[-1]] + [s.high for s in scaling]) * 1.1)
-    log_y(ax)
-    ax.set_xlabel("threads")
-    ax.set_ylabel("speedup over 1 thread (×), geometric mean over shapes")
-    ax.set_title("Thread scaling (bars: min and max over shapes)")
-    ax.legend(loc="upper left", frameon=False)
-    fig.tight_layout()
-    save(fig, folder, stem)
-
-
-def model_scaling(folder: Path, stem: str, points: list[ModelPoint]) -> None:
-    """One panel per shape: time per run against threads, the model as lines (style =
-    formulation), the measured medians as markers, and the shape's bandwidth bound (grey: the
-    fewest bytes of any formulation over the streaming read, where it comes within 20x of the
-    model's time)."""
-    shapes = sorted({p.shape for p in points})
-    columns = min(4, len(shapes))
-    rows = math.ceil(len(shapes) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows + 0.8), squeeze=False)
-    flat = [ax for row in axes for ax in row]
-    for ax, shape in zip(flat, shapes):
-        mine = [p for p in points if p.shape == shape]
-        counts = sorted({p.threads for p in mine})
-        for form in sorted({p.formulation for p in mine}):
-            line = sorted((p for p in mine if p.formulation == form), key=lambda p: p.threads)
-            style = line_style("tbb", form)
-            ax.plot(
-                [p.threads for p in line],
-                [p.model_s * 1e3 for p in line],
-                color=style["color"],
-                linestyle=style["linestyle"],
-                label=f"model, tbb {form}",
-            )
-            seen = [p for p in line if p.measured_s is not None]
-            ax.plot(
-                [p.threads for p in seen],
-                [p.measured_s * 1e3 for p in seen],
-                linestyle="none",
-                marker=_FORM_MARKERS.get(form, "x"),
-                color=style["color"],
-                label=f"measured, tbb {form}",
-            )
-        # The shape's bound: at each count, the fewest bytes any formulation must move.
-        bound = {n: min(p.bound_s for p in mine if p.threads == n) for n in counts}
-        if any(bound[p.threads] * 20 >= p.model_s for p in mine):
-            ax.plot(
-                counts,
-                [bound[n] * 1e3 for n in counts],
-                color="#9e9e9e",
-                linestyle=":",
-                label="bandwidth bound (bytes / streaming read)",
-            )
-        log2_x(ax, counts)
-        log_y(ax)
-        ax.set_title(shape.label())
-        ax.set_xlabel("threads")
-        ax.set_ylabel("ms per run")
-    for ax in flat[len(shapes) :]:
-        ax.set_visible(False)
-    fig.suptitle("Scaling model of tbb against the measurements", fontsize=11)
-    legend_height = _figure_legend(fig, flat[: len(shapes)])
-    height = fig.get_figheight()
-    fig.tight_layout(rect=(0, legend_height / height, 1, 1 - 0.35 / height))
-    save(fig, folder, stem)
 
 
 def ab_strip(folder: Path, stem: str, groups: list[tuple[str, list[tuple[float, str]]]]) -> None:
@@ -461,7 +406,7 @@ def peer_bars(folder: Path, stem: str, panels: list[tuple[str, list[str], dict]]
         ax.set_ylabel("time / mha's time")
         ax.set_title(title)
     fig.suptitle("Peers' fastest time / mha's fastest time (below 1.0: the peer is faster)", fontsize=11)
-    legend_height = _figure_legend(fig, [row[0] for row in axes])
+    legend_height = figure_legend(fig, [row[0] for row in axes])
     height = fig.get_figheight()
     fig.tight_layout(rect=(0, legend_height / height, 1, 1 - 0.35 / height))
     save(fig, folder, stem)

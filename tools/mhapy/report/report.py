@@ -23,6 +23,7 @@ from . import (
     appendix,
     decode,
     document,
+    figures,
     formulations,
     fused_qkv,
     grouped_query,
@@ -276,9 +277,12 @@ def generate(
     title: str = "mha performance report",
     notes: str = "",
     model: ModelInputs = ModelInputs(),
+    with_html: bool = False,
 ) -> list:
-    """Writes report.md, report.html and every figure (PNG + SVG) into folder."""
+    """Writes report.md and every figure (PNG) into folder; with_html also report.html and the
+    figures' SVGs."""
     folder.mkdir(parents=True, exist_ok=True)
+    figures.also_svg(with_html)
     blocks = build(machines, peaks, folder, title, notes, model)
-    document.write(blocks, title, folder)
+    document.write(blocks, title, folder, with_html)
     return blocks

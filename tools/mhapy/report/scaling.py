@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .. import scaling_model
 from ..problem import ProblemError, Shape, parse_shape
+from ..schema import is_peer
 from . import figures
 from .document import Figure, Heading, Para, Table
 from .results import ResultSet
@@ -62,7 +63,7 @@ def section(results: ResultSet, folder: Path, prefix: str = "") -> list:
     scaling = thread_scaling(results)
     if not scaling:
         return []
-    figures.thread_scaling(folder, prefix + "thread_scaling", scaling)
+    draw_thread_scaling(folder, prefix + "thread_scaling", scaling)
     rows = [
         [
             s.backend,
@@ -263,7 +264,7 @@ def model_section(
             numeric=set(range(2, 2 + len(counts))),
         ),
     ]
-    figures.model_scaling(folder, prefix + "scaling_model", points)
+    draw_model_scaling(folder, prefix + "scaling_model", points)
     blocks.append(
         Figure(
             prefix + "scaling_model",
@@ -271,3 +272,89 @@ def model_section(
         )
     )
     return blocks
+
+
+# ---- figures ----
+
+
+def draw_thread_scaling(folder: Path, stem: str, scaling: list[Scaling]) -> None:
+    fig, ax = figures.subplots(figsize=(6.4, 4.4))
+    threads = sorted({1} | {s.threads for s in scaling})
+    for backend, form in sorted(
+        {(s.backend, s.formulation) for s in scaling}, key=lambda v: (is_peer(v[0]), v)
+    ):
+        rows = sorted(
+            (s for s in scaling if (s.backend, s.formulation) == (backend, form)), key=lambda s: s.threads
+        )
+        xs = [1] + [s.threads for s in rows]
+        ys = [1.0] + [s.geomean for s in rows]
+        low = [0.0] + [max(0.0, s.geomean - s.low) for s in rows]
+        high = [0.0] + [max(0.0, s.high - s.geomean) for s in rows]
+        ax.errorbar(xs, ys, yerr=[low, high], capsize=3, **figures.line_style(backend, form))
+    ax.plot(threads, threads, color="black", linewidth=0.8, linestyle=":", label="ideal (= threads)")
+    figures.log2_x(ax, threads)
+    ax.set_yscale("log")
+    ax.set_ylim(0.9, max([threads[-1]] + [s.high for s in scaling]) * 1.1)
+    figures.log_y(ax)
+    ax.set_xlabel("threads")
+    ax.set_ylabel("speedup over 1 thread (×), geometric mean over shapes")
+    ax.set_title("Thread scaling (bars: min and max over shapes)")
+    ax.legend(loc="upper left", frameon=False)
+    fig.tight_layout()
+    figures.save(fig, folder, stem)
+
+
+def draw_model_scaling(folder: Path, stem: str, points: list[ModelPoint]) -> None:
+    """One panel per shape: time per run against threads, the model as lines (style =
+    formulation), the measured medians as markers, and the shape's bandwidth bound (grey: the
+    fewest bytes of any formulation over the streaming read, where it comes within 20x of the
+    model's time)."""
+    shapes = sorted({p.shape for p in points})
+    columns = min(4, len(shapes))
+    rows = math.ceil(len(shapes) / columns)
+    fig, axes = figures.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows + 0.8), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax, shape in zip(flat, shapes):
+        mine = [p for p in points if p.shape == shape]
+        counts = sorted({p.threads for p in mine})
+        for form in sorted({p.formulation for p in mine}):
+            line = sorted((p for p in mine if p.formulation == form), key=lambda p: p.threads)
+            style = figures.line_style("tbb", form)
+            ax.plot(
+                [p.threads for p in line],
+                [p.model_s * 1e3 for p in line],
+                color=style["color"],
+                linestyle=style["linestyle"],
+                label=f"model, tbb {form}",
+            )
+            seen = [p for p in line if p.measured_s is not None]
+            ax.plot(
+                [p.threads for p in seen],
+                [p.measured_s * 1e3 for p in seen],
+                linestyle="none",
+                marker=figures.FORM_MARKERS.get(form, "x"),
+                color=style["color"],
+                label=f"measured, tbb {form}",
+            )
+        # The shape's bound: at each count, the fewest bytes any formulation must move.
+        bound = {n: min(p.bound_s for p in mine if p.threads == n) for n in counts}
+        if any(bound[p.threads] * 20 >= p.model_s for p in mine):
+            ax.plot(
+                counts,
+                [bound[n] * 1e3 for n in counts],
+                color="#9e9e9e",
+                linestyle=":",
+                label="bandwidth bound (bytes / streaming read)",
+            )
+        figures.log2_x(ax, counts)
+        figures.log_y(ax)
+        ax.set_title(shape.label())
+        ax.set_xlabel("threads")
+        ax.set_ylabel("ms per run")
+    for ax in flat[len(shapes) :]:
+        ax.set_visible(False)
+    fig.suptitle("Scaling model of tbb against the measurements", fontsize=11)
+    legend_height = figures.figure_legend(fig, flat[: len(shapes)])
+    height = fig.get_figheight()
+    fig.tight_layout(rect=(0, legend_height / height, 1, 1 - 0.35 / height))
+    figures.save(fig, folder, stem)
