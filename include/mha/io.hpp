@@ -98,7 +98,7 @@ void write_npy(const std::filesystem::path& path, const tensor& t);
 
 // ---- a module's state_dict (docs/design.md §1) ----
 
-// How a file names an attention module's tensors (README, "Weight files"), relative to the
+// How a file names an attention module's tensors (docs/cli.md, "Weight files"), relative to the
 // block's prefix:
 //   split      the seeds' MultiHeadAttention and GroupedQueryAttention: W_query.weight
 //              (d_out, d_in), W_key.weight and W_value.weight (d_kv, d_in), optional .bias of
@@ -201,7 +201,7 @@ tensor_file to_state_dict(const mha::config& cfg, const mha::weights& w, io::lay
 // split (split_weight), torch_mha (fused_qkv: nn.MultiheadAttention's in_proj).
 tensor_file to_state_dict(const mha::config& cfg, const mha::weights& w, formulation form);
 
-// ---- a Hugging Face model folder (README, "Weight files") ----
+// ---- a Hugging Face model folder (docs/cli.md, "Weight files") ----
 
 // The largest config.json and model.safetensors.index.json read_model_folder accepts, and the
 // most tensors and shard files an index may name. A config is a few KB; an index about 100 bytes

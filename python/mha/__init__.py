@@ -12,7 +12,7 @@ A plan reads a contiguous float32 input where it lies and writes its output into
 given (else into a new array or tensor of the input's kind), with the GIL released while it runs.
 Errors are the library's: mha.InvalidArgument (also a ValueError), mha.Unsupported and
 mha.FormatError, all mha.Error. `mha.torch.Attention(module)` runs a PyTorch attention module
-through mha. The README's "Python" section has more.
+through mha. docs/python.md has more.
 """
 
 from ._mha import (

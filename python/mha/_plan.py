@@ -117,7 +117,7 @@ class Plan:
         formulation: str = "split_weight",
         threads: int = 0,
     ) -> None:
-        """config and its weights: a state_dict in any layout mha reads (README, "Weight
+        """config and its weights: a state_dict in any layout mha reads (docs/cli.md, "Weight
         files"), whose shapes and biases must be the config's; the config gives what a
         state_dict does not say (causal, precision, dropout, the rotary embedding, the context
         length)."""

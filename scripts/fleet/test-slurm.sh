@@ -2,8 +2,7 @@
 # The fleet scripts on a real Slurm cluster of one host: starts munged, slurmctld and
 # slurmd from Debian's packages on localhost, with every file in a temporary folder; submits
 # scripts/fleet/sweep.sbatch as a two-task job array of a tiny selection and
-# scripts/fleet/report.sbatch after it (--dependency=afterok), exactly as README.md's "Sweeping a
-# fleet" says; waits for the report with a bounded timeout; checks the merged report; stops the
+# scripts/fleet/report.sbatch after it (--dependency=afterok), exactly as docs/fleet.md says; waits for the report with a bounded timeout; checks the merged report; stops the
 # daemons on every exit path and checks that none is left.
 #
 #   scripts/fleet/test-slurm.sh [--bench FILE] [--timeout SECONDS] [--keep DIR]
@@ -232,7 +231,7 @@ done
 echo "$name: single-host cluster up ($(sinfo -h -o '%P %D node(s) %c CPUs %T'); munged, slurmctld, slurmd:" \
   "pids ${started[*]}; state in $tmp)"
 
-# ---- the fleet sweep, as the README submits it ----
+# ---- the fleet sweep, as docs/fleet.md submits it ----
 # A tiny selection: two head counts of the quick preset at T = 128, both formulations, naive and
 # (when built) xsimd; one short repetition each.
 tiny=(--preset quick "--benchmark_filter=t128/.*h(1|4)/" --benchmark_min_time=0.01

@@ -47,7 +47,7 @@ from .torch_modules import (
 
 # tools/mhapy/golden.py -> the repository's tests/golden
 GOLDEN_DIR = pathlib.Path(__file__).resolve().parents[2] / "tests" / "golden"
-# The module of each file layout (cases.json "layout", README "Weight files"), and with a KV
+# The module of each file layout (cases.json "layout", docs/cli.md, "Weight files"), and with a KV
 # cache for the incremental cases.
 LAYOUTS = {"split": MultiHeadAttention, "wrapper": MultiHeadAttentionWrapper}
 KV_LAYOUTS = {"split": KVCacheMultiHeadAttention, "wrapper": KVCacheMultiHeadAttentionWrapper}

@@ -5,7 +5,7 @@ need torch.
 
 The seeds' modules, written as the seeds write them with the seeds' bugs left out, plus the
 switches the spec has and the seeds lack: `causal` (False: no mask) and `out_proj` (False: the
-merged heads are the output). Their state_dict names are the ones mha reads (README, "Weight
+merged heads are the output). Their state_dict names are the ones mha reads (docs/cli.md, "Weight
 files"): W_query / W_key / W_value (+ .bias), out_proj, the `mask` buffer, and heads.{h}. in
 front of a wrapper head's.
 
@@ -41,7 +41,7 @@ buffer per call and holds context_length² floats per head (4.3 GB at a 32 K con
 modules build the same rows, the bottom-right (T, past + T) corner, per call instead, and so
 register no mask buffer (their state_dict has none).
 
-The modules of the other weight layouts mha reads (mha/io.hpp, README "Weight files"), for the
+The modules of the other weight layouts mha reads (mha/io.hpp, docs/cli.md, "Weight files"), for the
 goldens:
   GroupedQueryAttention        the seeds' lineage's grouped-query attention with rotary
                                embedding (the Llama chapter's): the split names, W_key and W_value

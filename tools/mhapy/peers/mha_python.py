@@ -128,7 +128,7 @@ def make_peer() -> Peer:
         import mha
     except ImportError as e:
         raise Unavailable(
-            f"the mha package is not importable in this Python ({e}): `pip install .` (README, Python), "
+            f"the mha package is not importable in this Python ({e}): `pip install .` (docs/python.md), "
             "or the test build's <build>/python on PYTHONPATH"
         ) from None
     return MhaPython(mha)
