@@ -1,21 +1,29 @@
-# Checks the ODR hazard of mha_kernels' per-ISA objects (kernels_avx512/avx2/sse2.cpp.o, each
-# compiled with its own -march). A weak or unique symbol is kept once by the linker for every
-# caller in the program; if an ISA object defines one that code built for another ISA also
-# uses (an inline helper, a std template, an xsimd template of a narrower arch), the program
-# may run AVX-512 code on a CPU without it. Allowed are only symbols that no other build can
-# define: those in the object's own namespace mha::detail::<isa>, and xsimd templates
-# instantiated for the object's own arch and no other.
-#   cmake -DNM=<nm> -DOBJECTS=<a;b;...> -P check_isa_symbols.cmake
-set(arch_amx "xsimd::avx512bw")  # the AVX-512 arch, built with AVX512_BF16 and AMX on top
-set(arch_avx512bf16 "xsimd::avx512bw")  # the AVX-512 arch, built with AVX512_BF16 on top
-set(arch_avx512 "xsimd::avx512bw")
-set(arch_avx2 "xsimd::avx2")  # also matches fma3<xsimd::avx2>
-set(arch_sse2 "xsimd::sse2")
-set(isas amx avx512bf16 avx512 avx2 sse2)
+# Checks the ODR hazard of mha_kernels' per-ISA objects (kernels_<isa>.cpp.o, each compiled
+# with its own flags). A weak or unique symbol is kept once by the linker for every caller in
+# the program; if an ISA object defines one that code built for another ISA also uses (an inline
+# helper, a std template, an xsimd template of a narrower arch), the program may run AVX-512
+# code on a CPU without it. Allowed are only symbols that no other build can define: those in
+# the object's own namespace mha::detail::<isa>, and xsimd templates instantiated for the
+# object's own arch and no other. The ISAs and their archs are the rows of
+# src/kernels/kernel_isas.def.
+#   cmake -DNM=<nm> -DOBJECTS=<a;b;...> -DISA_TABLE=<kernel_isas.def> -P check_isa_symbols.cmake
+file(STRINGS ${ISA_TABLE} rows REGEX "^MHA_KERNEL_ISA\\(")
+set(isas "")
+foreach(row IN LISTS rows)
+  if(NOT row MATCHES "^MHA_KERNEL_ISA\\(([a-z0-9_]+), ([^,]+),")
+    message(FATAL_ERROR "${ISA_TABLE}: unreadable row ${row}")
+  endif()
+  set(isa ${CMAKE_MATCH_1})
+  # The innermost arch names the templates: fma3<xsimd::avx2> is xsimd::avx2's.
+  string(REGEX MATCHALL "xsimd::[a-z0-9_]+" archs "${CMAKE_MATCH_2}")
+  list(GET archs -1 arch_${isa})
+  list(APPEND isas ${isa})
+endforeach()
+list(JOIN isas "|" isa_alternatives)
 
 set(checked 0)
 foreach(object IN LISTS OBJECTS)
-  if(NOT object MATCHES "kernels_(amx|avx512bf16|avx512|avx2|sse2)\\.cpp\\.o$")
+  if(NOT object MATCHES "kernels_(${isa_alternatives})\\.cpp\\.o$")
     continue()
   endif()
   set(isa ${CMAKE_MATCH_1})
@@ -46,8 +54,9 @@ foreach(object IN LISTS OBJECTS)
       set(own_arch_only TRUE)
       foreach(other IN LISTS isas)
         string(FIND "${name}" "${arch_${other}}" other_arch)
-        # The amx, avx512bf16 and avx512 objects share the arch: an xsimd template of it may
-        # come from any, and all need x86-64-v4 (xsimd emits no bf16 or tile instruction itself).
+        # Objects that share an arch (amx, avx512bf16 and avx512: xsimd::avx512bw) may each
+        # define its templates, and all need its x86-64 level (xsimd emits no bf16, VNNI or tile
+        # instruction itself).
         if(NOT other STREQUAL isa AND NOT arch_${other} STREQUAL arch_${isa} AND
            NOT other_arch EQUAL -1)
           set(own_arch_only FALSE)

@@ -110,7 +110,8 @@ TEST(XsimdIsa, AnIsaWithoutXsimdKernelsIsAnErrorNamingIt) {
   for (isa other : {isa::scalar, isa::sse41}) {
     const std::string message = invalid_argument_message([&] { mha::xsimd_backend(other); });
     EXPECT_NE(message.find(std::string(mha::to_string(other))), std::string::npos) << message;
-    EXPECT_NE(message.find("amx, avx512bf16, avx512, avx2 and sse2"), std::string::npos) << message;
+    EXPECT_NE(message.find("xsimd has amx, avx512bf16, avx512, avx2, sse2"), std::string::npos)
+        << message;
     const isa_environment env(std::string(mha::to_string(other)).c_str());
     EXPECT_NE(invalid_argument_message([] { mha::xsimd_default_isa(); }).find("expected one of"),
               std::string::npos);

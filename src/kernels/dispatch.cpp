@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <xsimd/config/xsimd_config.hpp>
 
 #include "core/text.hpp"
@@ -36,20 +37,38 @@ tile_shape isa_kernels::tile_for(int nr) const noexcept {
   return tiles[0];
 }
 
-const isa_kernels& kernels_for(mha::isa which) noexcept {
-  switch (which) {
-    case isa::amx:
-      return *amx_kernels();
-    case isa::avx512bf16:
-      return *avx512bf16_kernels();
-    case isa::avx512:
-      return *kernel_table{}(xsimd::avx512bw{});
-    case isa::avx2:
-      return *kernel_table{}(xsimd::fma3<xsimd::avx2>{});
-    default:  // sse2 (kernels_for is only asked for an ISA of xsimd_supported_isas())
-      break;
+namespace {
+
+// The rows of kernels/kernel_isas.def, best first: each ISA's table and whether this CPU runs it.
+struct kernel_isa {
+  mha::isa isa;
+  const isa_kernels* (*kernels)() noexcept;
+  bool (*runs)() noexcept;
+};
+
+// The CPU features a row's `runs` names (GCC's names: "x86-64-v4", "avx512bf16", ...).
+#define cpu_has(feature) __builtin_cpu_supports(feature)
+constexpr kernel_isa kernel_isas[] = {
+#define MHA_KERNEL_ISA(name, arch, flags, runs) \
+  {isa::name, &name##_kernels, []() noexcept -> bool { return runs; }},
+#include "kernels/kernel_isas.def"
+#undef MHA_KERNEL_ISA
+};
+#undef cpu_has
+
+const kernel_isa* row_of(mha::isa which) noexcept {
+  for (const kernel_isa& row : kernel_isas) {
+    if (row.isa == which) return &row;
   }
-  return *kernel_table{}(xsimd::sse2{});
+  return nullptr;
+}
+
+}  // namespace
+
+const isa_kernels& kernels_for(mha::isa which) noexcept {
+  const kernel_isa* row = row_of(which);
+  assert(row != nullptr && "kernels_for: an isa without kernels (see xsimd_supported_isas)");
+  return *(row != nullptr ? row : &std::end(kernel_isas)[-1])->kernels();
 }
 
 namespace {
@@ -97,37 +116,24 @@ std::string refusal_note(mha::isa which) {
 }
 
 bool cpu_runs(mha::isa which) noexcept {
-  switch (which) {
-    case isa::amx:
-      return amx_refusal().empty();
-    case isa::avx512bf16:
-      return __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16");
-    case isa::avx512:
-      return __builtin_cpu_supports("x86-64-v4");
-    case isa::avx2:
-      return __builtin_cpu_supports("x86-64-v3");
-    case isa::sse2:
-      return true;  // the x86-64 baseline
-    default:        // no xsimd kernels
-      return false;
-  }
+  const kernel_isa* row = row_of(which);
+  return row != nullptr && row->runs();
 }
-
-// The ISAs xsimd has kernels for, best first.
-constexpr mha::isa xsimd_isas[] = {isa::amx, isa::avx512bf16, isa::avx512, isa::avx2, isa::sse2};
 
 mha::isa best_isa() noexcept {
   static const mha::isa best = [] {
-    mha::isa picked = xsimd::dispatch<kernel_archs>(kernel_table{})()->isa;
-    // AVX512_BF16 and AMX are not archs of xsimd 8.1: the steps up from its AVX-512 pick are ours.
-    if (picked == isa::avx512 && cpu_runs(isa::avx512bf16)) picked = isa::avx512bf16;
-    if (picked == isa::avx512bf16 && cpu_runs(isa::amx)) picked = isa::amx;
-    for (mha::isa i : xsimd_isas) {  // the best that xsimd picked or that the CPU runs below it
-      if (i <= picked && cpu_runs(i)) return i;
+    for (const kernel_isa& row : kernel_isas) {
+      if (row.runs()) return row.isa;
     }
-    return isa::sse2;
+    return std::end(kernel_isas)[-1].isa;  // the baseline's row always runs
   }();
   return best;
+}
+
+std::vector<mha::isa> kernel_isa_list() {
+  std::vector<mha::isa> isas;
+  for (const kernel_isa& row : kernel_isas) isas.push_back(row.isa);
+  return isas;
 }
 
 std::string kernels_description(mha::isa which) {
@@ -157,7 +163,7 @@ std::string detail::isa_names(const std::vector<mha::isa>& isas) {
 
 std::vector<mha::isa> xsimd_supported_isas() {
   std::vector<mha::isa> isas;
-  for (mha::isa i : detail::xsimd_isas) {
+  for (mha::isa i : detail::kernel_isa_list()) {
     if (detail::cpu_runs(i)) isas.push_back(i);
   }
   return isas;
@@ -168,10 +174,10 @@ mha::isa xsimd_default_isa() {
   if (env == nullptr || *env == '\0') return detail::best_isa();
   const std::string_view wanted(env);
   const std::optional<mha::isa> named = parse_isa(wanted);
-  if (!named || std::ranges::find(detail::xsimd_isas, *named) == std::end(detail::xsimd_isas)) {
-    throw invalid_argument(
-        text("xsimd: MHA_XSIMD_ISA is '", wanted, "', expected one of ",
-             detail::isa_names({std::begin(detail::xsimd_isas), std::end(detail::xsimd_isas)})));
+  const std::vector<mha::isa> kernels = detail::kernel_isa_list();
+  if (!named || std::ranges::find(kernels, *named) == kernels.end()) {
+    throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted, "', expected one of ",
+                                detail::isa_names(kernels)));
   }
   if (!detail::cpu_runs(*named)) {
     throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted,

@@ -74,9 +74,13 @@ struct isa_kernels {
 // The kernels of `which` (one of xsimd_supported_isas()).
 const isa_kernels& kernels_for(mha::isa which) noexcept;
 
-// Whether this CPU (and OS) runs the kernels of `which` (false for an isa without xsimd kernels):
-// the whole x86-64 level its translation unit is compiled for (x86-64-v4, -v3, baseline), AVX state
-// enabled by the OS; for amx also the tiles, granted to this process (amx_refusal).
+// Every ISA the kernels are built for (kernels/kernel_isas.def), best first.
+std::vector<mha::isa> kernel_isa_list();
+
+// Whether this CPU (and OS) runs the kernels of `which` (false for an isa without kernels): its
+// row's `runs` in kernels/kernel_isas.def, the whole x86-64 level its translation unit is compiled
+// for (x86-64-v4, -v3, baseline, and the extensions beside it); for amx also the tiles, granted to
+// this process (amx_refusal).
 bool cpu_runs(mha::isa which) noexcept;
 
 // Why this process runs no AMX kernels ("" when it does): no AMX-BF16 on this CPU, no AVX512_BF16
@@ -88,9 +92,7 @@ const std::string& amx_refusal() noexcept;
 // amx (amx_refusal), "" for the rest (their CPUID bits say it all).
 std::string refusal_note(mha::isa which);
 
-// The best ISA this CPU runs, chosen once: xsimd::dispatch's pick (CPUID feature bits), or the
-// next one down when cpu_runs() says no (xsimd 8.1 checks neither the OS's XGETBV state nor
-// the rest of the x86-64 level, e.g. BMI2 or AVX512VL, that our builds may use).
+// The best ISA this CPU runs, chosen once: the first row of kernels/kernel_isas.def that it runs.
 mha::isa best_isa() noexcept;
 
 // "xsimd <version>, <arch>, <lanes> lanes": what the kernels of `which` run on, for backends'

@@ -10,7 +10,7 @@
 #include "backends/tbb/parallel.hpp"
 #include "backends/tbb/task_trace.hpp"
 #include "core/text.hpp"
-#include "kernels/kernel_set.hpp"
+#include "kernels/xsimd_kernel_set.hpp"
 #include "mha/backends/tbb.hpp"
 #include "mha/backends/xsimd.hpp"
 

@@ -1,10 +1,12 @@
 // The xsimd backend: the shared wrapper / split-weight drivers over the SIMD kernels (src/kernels)
 // of one ISA, chosen at prepare() (MHA_XSIMD_ISA, else the best this CPU runs).
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <optional>
 
 #include "core/text.hpp"
-#include "kernels/kernel_set.hpp"
+#include "kernels/xsimd_kernel_set.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"
 
@@ -45,24 +47,24 @@ const backend& xsimd_backend() {
 }
 
 const backend& xsimd_backend(mha::isa which) {
-  static const xsimd_impl amx{isa::amx}, avx512bf16{isa::avx512bf16}, avx512{isa::avx512},
-      avx2{isa::avx2}, sse2{isa::sse2};
-  const xsimd_impl* pinned = which == isa::amx          ? &amx
-                             : which == isa::avx512bf16 ? &avx512bf16
-                             : which == isa::avx512     ? &avx512
-                             : which == isa::avx2       ? &avx2
-                             : which == isa::sse2       ? &sse2
-                                                        : nullptr;
-  if (pinned == nullptr) {
-    throw invalid_argument(text("xsimd: no kernels for ", to_string(which),
-                                "; xsimd has amx, avx512bf16, avx512, avx2 and sse2"));
+  // One instance per row of kernels/kernel_isas.def.
+  static const xsimd_impl pinned[] = {
+#define MHA_KERNEL_ISA(name, ...) xsimd_impl{isa::name},
+#include "kernels/kernel_isas.def"
+#undef MHA_KERNEL_ISA
+  };
+  const auto found = std::find_if(std::begin(pinned), std::end(pinned),
+                                  [&](const xsimd_impl& b) { return b.isa() == which; });
+  if (found == std::end(pinned)) {
+    throw invalid_argument(text("xsimd: no kernels for ", to_string(which), "; xsimd has ",
+                                detail::isa_names(detail::kernel_isa_list())));
   }
   if (!detail::cpu_runs(which)) {
     throw invalid_argument(text("xsimd: this CPU does not support ", to_string(which),
                                 detail::refusal_note(which), "; it supports ",
                                 detail::isa_names(xsimd_supported_isas())));
   }
-  return *pinned;
+  return *found;
 }
 
 }  // namespace mha

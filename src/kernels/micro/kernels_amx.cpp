@@ -1,4 +1,4 @@
-// The AMX kernels (compiled with -march=x86-64-v4 -mavx512bf16 -mamx-tile -mamx-bf16; see
+// The AMX kernels (compiled with their row's flags in kernels/kernel_isas.def; see
 // micro/micro_kernel.hpp): the AVX512_BF16 kernels, with the bf16 GEMM and the bf16 attention's
 // products (scores and P V) on AMX tiles. Chosen
 // only where the CPU has AMX-BF16 and Linux has granted this process the tile state
@@ -8,7 +8,7 @@
 #define MHA_SIMD_ISA_NAMESPACE amx
 #include "kernels/micro/avx512_tiles.hpp"
 #include "kernels/micro/dpbf16_dot.hpp"
-#include "kernels/micro/kernel_table.hpp"
+#include "kernels/micro/isa_table.hpp"
 
 namespace mha::detail {
 namespace amx {

@@ -1,6 +1,7 @@
-// The AVX2 + FMA kernels (compiled with -march=x86-64-v3; see micro/micro_kernel.hpp).
+// The AVX2 + FMA kernels (x86-64-v3; compiled with their row's flags in kernels/kernel_isas.def;
+// see micro/micro_kernel.hpp).
 #define MHA_SIMD_ISA_NAMESPACE avx2
-#include "kernels/micro/kernel_table.hpp"
+#include "kernels/micro/isa_table.hpp"
 
 namespace mha::detail {
 namespace avx2 {
@@ -12,8 +13,7 @@ using tiles = tile_list<tile<xsimd::fma3<xsimd::avx2>, 6, 2>, tile<xsimd::fma3<x
 
 }  // namespace avx2
 
-template <>
-const isa_kernels* kernel_table::operator()(xsimd::fma3<xsimd::avx2>) const noexcept {
+const isa_kernels* avx2_kernels() noexcept {
   return avx2::kernels_of<xsimd::fma3<xsimd::avx2>, avx2::tiles>(isa::avx2);
 }
 

@@ -1,11 +1,11 @@
-// The AVX-512 kernels with AVX512_BF16's dot products of bf16 pairs (compiled with
-// -march=x86-64-v4 -mavx512bf16; see micro/micro_kernel.hpp): the fp32 kernels as in the AVX-512
+// The AVX-512 kernels with AVX512_BF16's dot products of bf16 pairs (compiled with their row's
+// flags in kernels/kernel_isas.def; see micro/micro_kernel.hpp): the fp32 kernels as in the AVX-512
 // build, bf16 GEMM and attention through vdpbf16ps (micro/dpbf16_dot.hpp). Chosen only on CPUs
 // with AVX512_BF16 (dispatch.cpp).
 #define MHA_SIMD_ISA_NAMESPACE avx512bf16
 #include "kernels/micro/avx512_tiles.hpp"
 #include "kernels/micro/dpbf16_dot.hpp"
-#include "kernels/micro/kernel_table.hpp"
+#include "kernels/micro/isa_table.hpp"
 
 namespace mha::detail {
 

@@ -1,7 +1,8 @@
-// The SSE2 kernels, the x86-64 baseline (compiled with -march=x86-64; see micro/micro_kernel.hpp).
+// The SSE2 kernels, the x86-64 baseline (compiled with their row's flags in
+// kernels/kernel_isas.def; see micro/micro_kernel.hpp).
 // SSE2 has no FMA: xsimd::fma is a multiply and an add.
 #define MHA_SIMD_ISA_NAMESPACE sse2
-#include "kernels/micro/kernel_table.hpp"
+#include "kernels/micro/isa_table.hpp"
 
 namespace mha::detail {
 namespace sse2 {
@@ -11,8 +12,7 @@ using tiles = tile_list<tile<xsimd::sse2, 6, 2>, tile<xsimd::sse2, 12, 1>>;
 
 }  // namespace sse2
 
-template <>
-const isa_kernels* kernel_table::operator()(xsimd::sse2) const noexcept {
+const isa_kernels* sse2_kernels() noexcept {
   return sse2::kernels_of<xsimd::sse2, sse2::tiles>(isa::sse2);
 }
 

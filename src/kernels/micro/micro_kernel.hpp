@@ -1,5 +1,5 @@
 // Internal: the register-tiled micro-kernel of every SIMD kernel, a template over the xsimd
-// arch and the tile. Included (through micro/kernel_table.hpp) only by the per-ISA translation
+// arch and the tile. Included (through micro/isa_table.hpp) only by the per-ISA translation
 // units (micro/kernels_avx512.cpp, ...), each compiled with its own -march, after defining
 // MHA_SIMD_ISA_NAMESPACE (avx512, avx2, sse2).
 //

@@ -8,8 +8,10 @@
 #include <optional>
 #include <string_view>
 
+#include "core/text.hpp"
 #include "driver/driver.hpp"
 #include "kernels/isa_kernels.hpp"
+#include "mha/error.hpp"
 #include "mha/weights.hpp"
 
 namespace mha::detail {
@@ -93,24 +95,21 @@ class xsimd_kernel_set : public sequential_execution {
 };
 
 // A driver plan over Set<isa>, the kernel-set template instantiated for the ISA chosen at run
-// time (Set<Isa> must be a kernel set for each of sse2, avx2, avx512, avx512bf16 and amx; any other
-// isa runs sse2's).
+// time (Set<Isa> must be a kernel set for each row of kernels/kernel_isas.def; `which` is one of
+// them, xsimd_supported_isas() being what callers pass).
 template <template <mha::isa> class Set>
 std::unique_ptr<plan> make_isa_plan(mha::isa which, const config& cfg, formulation form,
                                     const weights& w, std::string_view backend_name) {
   switch (which) {
-    case isa::amx:
-      return std::make_unique<driver_plan<Set<isa::amx>>>(cfg, form, w, backend_name);
-    case isa::avx512bf16:
-      return std::make_unique<driver_plan<Set<isa::avx512bf16>>>(cfg, form, w, backend_name);
-    case isa::avx512:
-      return std::make_unique<driver_plan<Set<isa::avx512>>>(cfg, form, w, backend_name);
-    case isa::avx2:
-      return std::make_unique<driver_plan<Set<isa::avx2>>>(cfg, form, w, backend_name);
-    default:  // sse2: make_isa_plan is only asked for an ISA of xsimd_supported_isas()
+#define MHA_KERNEL_ISA(name, ...) \
+  case isa::name:                 \
+    return std::make_unique<driver_plan<Set<isa::name>>>(cfg, form, w, backend_name);
+#include "kernels/kernel_isas.def"
+#undef MHA_KERNEL_ISA
+    default:
       break;
   }
-  return std::make_unique<driver_plan<Set<isa::sse2>>>(cfg, form, w, backend_name);
+  throw invalid_argument(text(backend_name, ": no kernels for ", to_string(which)));
 }
 
 }  // namespace mha::detail
