@@ -218,11 +218,12 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
     : kernels_(kernels), args_(args) {
   std::int64_t keys = 0;
   for (std::int64_t b = 0; b < args.batch; ++b) keys = std::max(keys, this->keys(b));
-  if (key_tile == 0) key_tile = args.seq_len <= split_rows ? decode_key_tile : default_key_tile;
+  const bool split = args.seq_len <= split_rows && keys > split_keys;
+  if (key_tile == 0) key_tile = split ? decode_key_tile : default_key_tile;
   layout_ = kernels.layout(args.seq_len, keys, args.head_dim, key_tile,
                            args.cache ? args.cache->capacity : 0, args.kv_group, args.bf16,
                            args.cache && args.cache->format == precision::int8);
-  if (args.seq_len <= split_rows && keys > split_keys) {
+  if (split) {
     chunks_ = (keys + split_keys - 1) / split_keys;
     per_head_ = chunks_;
     // Per (b, g, chunk), seq_len * kv_group stacked rows: batch * heads * seq_len in all.

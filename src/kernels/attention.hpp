@@ -40,11 +40,12 @@ inline constexpr std::int64_t default_key_tile = 512;
 inline constexpr std::int64_t split_rows = 8;
 inline constexpr std::int64_t split_keys = 2048;
 
-// Keys per online-softmax step of a decode call (at most split_rows positions): its score tile
-// is a few rows, so a tile as long as a split's chunk costs no cache, and fewer phases per chunk
-// stream K and V longer: B1 over 128k cached tokens with an int8 cache 17.5 ms against 19.2 with
-// 512-key tiles (21.9 with 128; fp32 36.8 against 37.8; Zen3, AVX2, 1 thread, minima of 15
-// interleaved runs).
+// Keys per online-softmax step of a call that splits its keys: its score tile is a few rows, so
+// a tile as long as a split's chunk costs no cache, and fewer phases per chunk stream K and V
+// longer: B1 over 128k cached tokens with an int8 cache 17.5 ms against 19.2 with 512-key tiles
+// (21.9 with 128; fp32 36.8 against 37.8; Zen3, AVX2, 1 thread, minima of 15 interleaved runs).
+// A decode call that does not split keeps default_key_tile, so that it rounds exactly as the
+// full forward's rows do.
 inline constexpr std::int64_t decode_key_tile = split_keys;
 
 // The parts of one query block's scratch (attention_layout::scratch_parts).
@@ -171,8 +172,8 @@ class attention_workspace {
 // starts when the one before has finished. The partition depends on the problem only.
 class attention_schedule {
  public:
-  // Throws std::bad_alloc (the split's partial results). key_tile 0: default_key_tile, or
-  // decode_key_tile for a call of at most split_rows positions.
+  // Throws std::bad_alloc (the split's partial results). key_tile 0: decode_key_tile for a call
+  // that splits its keys, else default_key_tile.
   attention_schedule(const isa_kernels& kernels, const attention_args& args,
                      std::int64_t key_tile = 0);
 
