@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "core/bf16.hpp"
+#include "core/checks.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/isa_kernels.hpp"
 #include "mha/backends/xsimd.hpp"
@@ -477,6 +478,32 @@ TEST_P(XsimdKernels, AttentionWorkspaceGrowsLinearlyInSequence) {
   EXPECT_EQ(small.scratch_floats(), large.scratch_floats());
   EXPECT_LE(large.head_units(), 8 * small.head_units() + 64);
   EXPECT_GE(large.head_units(), 2 * 8192 * 64);
+}
+
+// A broken internal contract stops the program with its place and condition (MHA_EXPECTS), and
+// the kernel entries check theirs in debug and sanitizer builds: a panel width no tile has, a
+// GEMM row range past A's rows. (Release builds compile the checks away: skipped there.)
+TEST(Contracts, ABrokenContractAbortsNamingItsPlaceAndCondition) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(mha::detail::broken_contract("rows <= 16", "tile.cpp", 42),
+               "tile.cpp:42: contract broken: rows <= 16");
+}
+
+TEST_P(XsimdKernels, KernelEntriesCheckTheirContractsInCheckedBuilds) {
+#if defined(NDEBUG) && !defined(MHA_CHECKED_BUILD)
+  GTEST_SKIP() << "a release build: MHA_EXPECTS compiles away";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(kernels().tile_for(3), "contract broken: .*tile_for");
+  const int nr = kernels().tiles[0].nr;
+  const std::vector<float> a = mha_test::random_floats(4 * 8, 1),
+                           w = mha_test::random_floats(nr * 8, 2);
+  const mha::detail::packed_matrix packed(w.data(), nullptr, nr, 8, nr);
+  std::vector<float> c(4 * nr);
+  const mha::detail::gemm_args g{a.data(), 8, packed.view(), c.data(), nr, 4};
+  EXPECT_DEATH(kernels().gemm(g, 0, 5, 0, 1), "contract broken: .*row_end <= g.m");
+  EXPECT_DEATH(kernels().gemm(g, 0, 4, 0, 2), "contract broken: .*panel_end <= g.b.panels");
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, XsimdKernels, testing::ValuesIn(mha::xsimd_supported_isas()),

@@ -8,7 +8,28 @@
 #include "mha/backend.hpp"
 #include "mha/config.hpp"
 
+// MHA_EXPECTS(condition): an internal contract (a kernel's precondition: tile widths, rows per
+// block, tile rows), checked where a broken one should stop the program with its place: debug
+// builds and the sanitizer builds (the test command's are RelWithDebInfo, where assert() is
+// off). Release builds compile it away. Not for input checks, which throw mha::error.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MHA_CHECKED_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define MHA_CHECKED_BUILD 1
+#endif
+#endif
+#if !defined(NDEBUG) || defined(MHA_CHECKED_BUILD)
+#define MHA_EXPECTS(...) \
+  ((__VA_ARGS__) ? void(0) : ::mha::detail::broken_contract(#__VA_ARGS__, __FILE__, __LINE__))
+#else
+#define MHA_EXPECTS(...) ((void)0)
+#endif
+
 namespace mha::detail {
+
+// Prints "<file>:<line>: contract broken: <condition>" to stderr and aborts (MHA_EXPECTS).
+[[noreturn]] void broken_contract(const char* condition, const char* file, int line) noexcept;
 
 // What a backend computes beyond the default (fp32 multi-head attention, full forward).
 struct computed_axes {

@@ -1,5 +1,6 @@
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -11,6 +12,11 @@
 
 namespace mha {
 namespace detail {
+
+void broken_contract(const char* condition, const char* file, int line) noexcept {
+  std::fprintf(stderr, "%s:%d: contract broken: %s\n", file, line, condition);
+  std::abort();
+}
 
 void check_byte_count(std::string_view where, std::string_view what,
                       std::initializer_list<std::int64_t> dims, std::int64_t element_bytes) {

@@ -1,44 +1,5 @@
 // Internal: the formulations (wrapper, split_weight, fused_qkv), rotary embedding and the KV
-// cache's plumbing, written once over a kernel set.
-//
-// A kernel set K is an object the plan owns, constructed from the module's config before the
-// weights are packed, so a set may keep per-plan state such as built primitives or the
-// precision; its member functions are const and safe to call from concurrent runs. It supplies:
-//   explicit K(const mha::config&);
-//   typename K::packed_linear;                      // one nn.Linear in the kernels' layout
-//   K::packed_linear pack(const linear_weights&) const;
-//   // y (rows, out) = x (rows, in) W^T + b; x and y contiguous row-major.
-//   void linear(const packed_linear&, const float* x, std::int64_t rows, float* y) const;
-//   void attention(const attention_args&) const;
-//   // Optional, for split_weight's and fused_qkv's projections: the projection of x (batch *
-//   // seq_len rows) into y (rows * out floats) in a layout the kernel set prefers, returned as
-//   // its (batch, heads, seq_len, out / heads) view; nullopt, writing nothing, when it has
-//   // none for this shape.
-//   // Otherwise the driver uses linear() into (rows, out) row-major, seen through strides.
-//   std::optional<head_view<const float>> project_heads(
-//       const packed_linear&, const float* x, std::int64_t batch, std::int64_t seq_len,
-//       std::int64_t heads, float* y) const;
-//   // Run f() in the execution context options ask for (e.g. a thread arena), and f(i) for
-//   // i < n, in any order or concurrently. sequential_execution is the single-thread answer.
-//   template <class F> void run(const run_options&, F&& f) const;
-//   template <class F> void for_each(std::int64_t n, F&& f) const;
-//   // Optional: true when attention() handles attention_args::kv_group > 1 (grouped-query
-//   // attention); the backend then computes n_kv_heads < n_heads (driver_support).
-//   static constexpr bool grouped_kv = true;
-//   // Optional: true when the set computes config::precision bf16 (docs/design.md §1.5):
-//   // rounds packed weights and every product's operands itself.
-//   static constexpr bool bf16 = true;
-//   // Optional: decode. Bytes of one (sequence, K/V head) of a cache of `capacity` tokens of
-//   // precision `kv` (the plan's, or int8 where int8_cache says so) in the set's layout; with
-//   // it, attention() also takes attention_args::cache (appending the new keys and values
-//   // there and attending over the cache), and the plan runs incremental calls
-//   // (plan::make_cache, plan::run with a cache).
-//   std::int64_t cache_head_bytes(std::int64_t capacity, std::int64_t head_dim,
-//                                 mha::precision kv) const;
-//   // Optional: true when attention() also reads and appends an int8 cache (docs/design.md
-//   // §1.7), with a plan of either precision.
-//   static constexpr bool int8_cache = true;
-// Stateless sets write these as static members; the driver calls them through its instance.
+// cache's plumbing, written once over a kernel set (the concept kernel_set below).
 #pragma once
 
 #include <algorithm>
@@ -55,6 +16,40 @@
 #include "mha/backend.hpp"
 
 namespace mha::detail {
+
+// A kernel set: what a backend built on the driver supplies. An object the plan owns,
+// constructed from the module's config before the weights are packed (so it may keep per-plan
+// state: built primitives, the precision); its members are const and safe to call from
+// concurrent runs. Stateless sets write them as static members.
+template <class K>
+concept kernel_set = std::constructible_from<K, const mha::config&> &&
+    requires(const K& k, const linear_weights& w, const typename K::packed_linear& p,
+             const float* x, std::int64_t rows, float* y, const attention_args& a,
+             const run_options& options) {
+  // One nn.Linear in the kernels' layout.
+  { k.pack(w) } -> std::same_as<typename K::packed_linear>;
+  // y (rows, out) = x (rows, in) W^T + b; x and y contiguous row-major.
+  k.linear(p, x, rows, y);
+  // Attention over args (with args.cache: the new keys and values appended, then attention over
+  // the cache).
+  k.attention(a);
+  // f() in the execution context options ask for (a thread arena), and f(i) for i < n in any
+  // order or concurrently (sequential_execution is the single-thread answer).
+  k.run(options, [] {});
+  k.for_each(rows, [](std::int64_t) {});
+};
+// Optional members, each declaring what the set computes (driver_support):
+//   project_heads(p, x, batch, seq_len, heads, y) -> std::optional<head_view<const float>>: the
+//     projection of x (batch * seq_len rows) into y in a layout the set prefers, as a (batch,
+//     heads, seq_len, out / heads) view; nullopt, writing nothing, where it has none (the driver
+//     then projects with linear() into (rows, out) row-major, seen through strides);
+//   static constexpr bool grouped_kv: attention() handles attention_args::kv_group > 1;
+//   static constexpr bool bf16: the set computes config::precision bf16 (docs/design.md §1.5),
+//     rounding packed weights and every product's operands itself;
+//   cache_head_bytes(capacity, head_dim, kv) -> std::int64_t: decode; the bytes of one
+//     (sequence, K/V head) of a cache in the set's layout, attention() then taking
+//     attention_args::cache;
+//   static constexpr bool int8_cache: attention() also reads and appends an int8 cache (§1.7).
 
 struct sequential_execution {
   template <class F>
@@ -88,7 +83,7 @@ inline constexpr bool set_computes_bf16 = requires {
 // backend::supports() of a backend built on kernel set K: what K declares it computes (the
 // driver itself gives every set the three formulations, rotary embedding and an out_proj
 // without bias).
-template <class K>
+template <kernel_set K>
 support driver_support(const problem& p) {
   return supports_axes(p, {.grouped_kv = set_groups_kv<K>,
                            .decode = set_decodes<K>,
@@ -96,7 +91,7 @@ support driver_support(const problem& p) {
                            .int8_cache = set_caches_int8<K>});
 }
 
-template <class K>
+template <kernel_set K>
 class driver_plan final : public plan {
  public:
   driver_plan(const mha::config& cfg, mha::formulation form, const weights& w,

@@ -17,21 +17,17 @@ namespace {
 // Scratch parts start on a cache line (and an AVX-512 register boundary).
 constexpr std::int64_t line_floats = 16, line_bytes = 64;
 
-// Query rows per attention block (positions x grouped heads). Attention alone (head-major Q, K, V),
-// one core, median ms over 9 runs at (B, T, H, head_dim) = (1, 1024, 12, 64) / (1, 4096, 12, 64) /
-// (1, 256, 96, 8), key tile 512, by rows per block:
-//   32: 17.3 / 255 / 2.39   64: 17.2 / 254 / 2.44   96: 17.2 / 255 / 2.34   128: 17.2 / 258 / 2.34
-// Within noise; 64 also makes enough parallel tasks (12 heads x 16 blocks at T = 1024).
+// Query rows per attention block (positions x grouped heads): 32 to 128 run alike (measurements:
+// docs/design.md §5.1); 64 also makes enough parallel tasks (12 heads x 16 blocks at T = 1024).
 constexpr std::int64_t attention_block_rows = 64;
 
 // Keys [j0, j1) of a packed head at `head` from K/V head g of sequence b of args (its rows 0,
 // 1, ... of args.k and args.v), rounded to bf16 pairs in a bf16 layout.
 void pack_keys(const attention_args& args, const attention_layout& l, std::int64_t b,
                std::int64_t g, std::int64_t j0, std::int64_t j1, void* head) noexcept {
-  // K^T (head_dim, kv_rows): element (d, j) is K[j][d]. A transpose copy, and worth it: S = Q K^T
-  // of one (1024, 64) head on the split form's strided rows took 1.4 ms packing included, the
-  // transpose-free form (4x4 blocks of dot products over head_dim, one horizontal add per
-  // score) 2.7 ms (Zen4, AVX-512). V (kv_rows, head_dim) as it is.
+  // K^T (head_dim, kv_rows): element (d, j) is K[j][d]. A transpose copy, and worth it: half the
+  // time of the transpose-free form, dot products over head_dim with a horizontal add per score
+  // (measurements: docs/design.md §5.1). V (kv_rows, head_dim) as it is.
   const float *k = args.k.row(b, g, 0), *v = args.v.row(b, g, 0);
   if (l.int8) {
     // Codes in the panels' places (K^T in pairs along head_dim, as code_pair_dot reads them;

@@ -20,13 +20,9 @@ namespace mha::detail {
 
 struct isa_kernels;
 
-// Keys per online-softmax step. Attention alone (head-major Q, K, V), one core, median ms at
-// (B, T, H, head_dim) = (1, 1024, 12, 64) / (1, 4096, 12, 64) / (1, 256, 96, 8), 64 query rows
-// per block, by key tile:
-//   128: 17.8 / 261 / 2.51    256: 17.2 / 256 / 2.37    512: 17.1 / 253 / 2.34
-//   whole rows (the unfused form): 17.1 / 257 / 2.34   (medians of 3 runs).
-// Narrower tiles pay per-tile costs (row maxima, the rescale); 512 keys make a 64 x 512 score
-// tile of 128 KB per thread, which stays in L2 between the three stages.
+// Keys per online-softmax step of a forward call. Narrower tiles pay per-tile costs (row maxima,
+// the rescale); 512 keys make a 64 x 512 score tile of 128 KB per thread, which stays in L2
+// between the three stages, and run as fast as whole rows (measurements: docs/design.md §5.1).
 inline constexpr std::int64_t default_key_tile = 512;
 
 // Split-KV: a call of at most split_rows query positions (a decode step) over more than
@@ -42,10 +38,8 @@ inline constexpr std::int64_t split_keys = 2048;
 
 // Keys per online-softmax step of a call that splits its keys: its score tile is a few rows, so
 // a tile as long as a split's chunk costs no cache, and fewer phases per chunk stream K and V
-// longer: B1 over 128k cached tokens with an int8 cache 17.5 ms against 19.2 with 512-key tiles
-// (21.9 with 128; fp32 36.8 against 37.8; Zen3, AVX2, 1 thread, minima of 15 interleaved runs).
-// A decode call that does not split keeps default_key_tile, so that it rounds exactly as the
-// full forward's rows do.
+// longer (measurements: docs/design.md §5.1). A decode call that does not split keeps
+// default_key_tile, so that it rounds exactly as the full forward's rows do.
 inline constexpr std::int64_t decode_key_tile = split_keys;
 
 // The parts of one query block's scratch (attention_layout::scratch_parts).

@@ -8,13 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cassert>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <xsimd/config/xsimd_config.hpp>
 
+#include "core/checks.hpp"
 #include "core/text.hpp"
 #include "mha/error.hpp"
 
@@ -33,7 +33,7 @@ tile_shape isa_kernels::tile_for(int nr) const noexcept {
   for (int t = 0; t < tile_count; ++t) {
     if (tiles[t].nr == nr) return tiles[t];
   }
-  assert(false && "tile_for: no tile of this ISA has panel width nr");
+  MHA_EXPECTS(false && "tile_for: no tile of this ISA has panel width nr");
   return tiles[0];
 }
 
@@ -67,7 +67,7 @@ const kernel_isa* row_of(mha::isa which) noexcept {
 
 const isa_kernels& kernels_for(mha::isa which) noexcept {
   const kernel_isa* row = row_of(which);
-  assert(row != nullptr && "kernels_for: an isa without kernels (see xsimd_supported_isas)");
+  MHA_EXPECTS(row != nullptr && "kernels_for: an isa without kernels (see xsimd_supported_isas)");
   return *(row != nullptr ? row : &std::end(kernel_isas)[-1])->kernels();
 }
 

@@ -13,8 +13,8 @@ namespace mha::detail {
 namespace {
 
 // The 4 x 4 block at src (row stride ld_src) transposed to dst (row stride ld_dst): SSE, in
-// every x86-64 build. K^T's packing took 3% of the attention core's time element by element
-// (perf, (1, 1024, 12, 64), Zen4).
+// every x86-64 build: element by element, K^T's packing took a visible share of the attention
+// core (measurements: docs/design.md §5.1).
 void transpose_4x4(const float* src, std::int64_t ld_src, float* dst,
                    std::int64_t ld_dst) noexcept {
   __m128 r0 = _mm_loadu_ps(src), r1 = _mm_loadu_ps(src + ld_src),

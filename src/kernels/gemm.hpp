@@ -109,11 +109,7 @@ class packed_matrix {
 // slice of B in L1 (256 x 32 floats = 32 KiB for the widest AVX-512 tile); a group of panels
 // whose slices fill gemm_b_block_bytes stays in L2 with the block of A rows (gemm_a_block_bytes
 // of that slice) and the block of C they write, so neither A nor C streams from L3 once per
-// panel. Measured on an Intel Xeon (AVX-512 with two FMA ports, 48 KiB L1d, 2 MiB L2), bench_gemm
-// GFLOP/s, medians of 3, before -> after, AVX-512 / AVX2: (1024, 768, 768) 148 -> 159 /
-// 94 -> 104; (1024, 768, 64) 150 -> 162 / 97 -> 107; (1024, 768, 2304) 141 -> 141 / 90 -> 91;
-// (128, 6144, 6144) 117 -> 122 / 84 -> 88; (1024, 768, 8) unchanged. A 12 x 2 AVX-512 tile
-// instead of 8 x 2 gained nothing there.
+// panel (measurements: docs/design.md §5.1).
 inline constexpr std::int64_t gemm_k_slice = 256;
 inline constexpr std::int64_t gemm_a_block_bytes = 256 * 1024;
 inline constexpr std::int64_t gemm_b_block_bytes = 512 * 1024;

@@ -93,6 +93,7 @@ class xsimd_kernel_set : public sequential_execution {
   bool bf16_;
   scratch_pool_of<bf16_pair> pairs_;  // x as bf16 pairs, per concurrent caller
 };
+static_assert(kernel_set<xsimd_kernel_set<isa::sse2>>);
 
 // A driver plan over Set<isa>, the kernel-set template instantiated for the ISA chosen at run
 // time (Set<Isa> must be a kernel set for each row of kernels/kernel_isas.def; `which` is one of

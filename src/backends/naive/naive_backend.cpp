@@ -231,6 +231,7 @@ class naive_kernels : public detail::sequential_execution {
 
   bool bf16_;
 };
+static_assert(detail::kernel_set<naive_kernels>);
 
 struct naive_impl final : backend {
   std::string_view name() const noexcept override { return "naive"; }

@@ -85,8 +85,8 @@ void prepare_sequence(const attention_args& a, std::int64_t b, std::int64_t n, f
 
 // The first element e in [from, to) where keys[e] or values[e] is NaN or infinite, else `to`.
 // Every causal call scans each slice's new keys and values. Out of line: inlined into attend(),
-// GCC 12 reloads a constant on every element for want of registers (callgrind, B1 T128 d768
-// H12: 13 instead of 11 instructions per key and value).
+// GCC 12 reloads a constant on every element for want of registers (measurements: docs/design.md
+// §5.1).
 template <class T>
 [[gnu::noinline]] std::int64_t first_non_finite(const T* keys, const T* values, std::int64_t from,
                                                 std::int64_t to) {

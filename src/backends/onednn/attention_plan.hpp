@@ -45,11 +45,9 @@ std::int64_t key_bucket(std::int64_t keys, std::int64_t capacity);
 
 // The heads per execution of attention_steps out of `count` slices of (rows, keys) scores: the
 // largest divisor of count whose group * rows * keys scores fit 256 KiB (at least 1), so they
-// stay in L2 (1 MiB on Zen4) between the three primitives. Measured, 1 thread, split_weight
-// d768, median ms: at B4 T256 H96, 76.4 / 80.6 / 78.7 / 82.2 with budgets of 64 KiB (one head
-// per execution) / 256 KiB / 1 MiB / 4 MiB, but 128.8 with all 384 heads at once (96 MiB of
-// scores); at B1 T16 H96, one head per execution costs 1.84 ms against 1.20 grouped
-// (per-execution overhead). Between 64 KiB and 4 MiB the differences are noise.
+// stay in L2 (1 MiB on Zen4) between the three primitives: budgets from 64 KiB to 4 MiB run alike,
+// all heads at once far slower, one head per execution pays its overhead on short rows
+// (measurements: docs/design.md §5.1).
 std::int64_t attention_group(std::int64_t count, std::int64_t rows, std::int64_t keys);
 
 // A tensor of `dims` read through `strides` (in elements), as a to_bf16 reorder reads it.

@@ -19,6 +19,7 @@ namespace {
 using detail::onednn_kernel_set;
 using detail::text;
 
+static_assert(detail::kernel_set<onednn_kernel_set>);
 using onednn_plan = detail::driver_plan<onednn_kernel_set>;
 
 // The ISA oneDNN's kernels run on (dnnl::get_effective_cpu_isa()), in oneDNN's spelling.

@@ -120,8 +120,8 @@ reorder_step make_to_bf16(const dnnl::engine& engine, const dims& shape, const d
 attention_steps::attention_steps(const dnnl::engine& engine, const attention_geometry& g) : g_(g) {
   const std::int64_t t = g.rows, n = g.keys, hd = g.head_dim, gr = g.group;
   // A group of one slice has no slice stride: the dense one keeps the descriptors plain, which
-  // oneDNN 2.6 runs on brgemm (any other stride, even an unused one, sends it to gemm:jit: 72
-  // instead of 57 us per forward at B1 T128 d64 H1, one Zen5 core).
+  // oneDNN 2.6 runs on brgemm (any other stride, even an unused one, sends it to the slower
+  // gemm:jit (measurements: docs/design.md §5.1)).
   const std::int64_t q_stride = g.q_stride > 0 && gr > 1 ? g.q_stride : t * hd,
                      kv_stride = g.kv_stride > 0 && gr > 1 ? g.kv_stride : n * hd;
   const dt operands = g.bf16 ? dt::bf16 : dt::f32;

@@ -36,10 +36,9 @@ struct matmul_step {
 
 // One nn.Linear repacked for oneDNN's matmul: W^T as (in, out) in the layout matmul prefers for
 // it (asked once per layer; on avx512_core brgemm's BA16a64b, 16 x 64 blocks with `out` padded
-// to a multiple of 64, whatever the row count), and the bias as is. Against W used in place
-// (format `ba`, which brgemm repacks block by block on every run), measured on one Zen4 core
-// with random data, GFLOP/s: (1024, 768, 768) 110.1 vs 106.2, 12 x (1024, 768, 64) 113.4 vs
-// 107.3, (128, 6144, 6144) 110.4 vs 103.7; forward B4 T256 d768 H12 split_weight 55.4 vs 57.4 ms.
+// to a multiple of 64, whatever the row count), and the bias as is: faster than W used in place
+// (format `ba`, which brgemm repacks block by block on every run) (measurements: docs/design.md
+// §5.1).
 //
 // bf16 (docs/design.md §1.5): the weights repacked as bf16 and the bias rounded to bf16 values
 // (kept f32); the step then takes its input x as bf16 (converted by a to_bf16 reorder).
@@ -68,14 +67,9 @@ struct reorder_step {
 };
 
 // The head split: (batch, seq_len, heads * head_dim) row-major -> (batch, heads, seq_len,
-// head_dim) dense. A copy, kept because it measured faster than reading the heads in place
-// (B4 T256 d768, 1 thread, median ms, reorders included):
-// - strided views of a group of heads are no dense permutation, so oneDNN 2.6 runs them on
-//   gemm:jit instead of brgemm: H=12 58.8 vs 56.4 copied, H=96 82.3 vs 77.0;
-// - all heads of a block of query rows are a dense permutation (brgemm, no copies at all), but
-//   blocks small enough to keep the scores in cache leave short matmuls: H=2/12/24 at 256-row
-//   blocks 53.4/56.0/60.5 vs 54.8/56.8/61.2 copied, 64-row blocks 53.8/57.2/60.5: within noise,
-//   for a second attention layout; not kept.
+// head_dim) dense. A copy, kept because it measured no slower than reading the heads in place,
+// which oneDNN 2.6 runs on gemm:jit (strided heads) or as short matmuls (all heads of a block of
+// rows) (measurements: docs/design.md §5.1).
 reorder_step make_head_split(const dnnl::engine& engine, std::int64_t batch, std::int64_t seq_len,
                              std::int64_t heads, std::int64_t head_dim);
 

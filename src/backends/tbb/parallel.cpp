@@ -18,13 +18,8 @@ namespace mha::detail {
 namespace {
 
 // GEMM tiles: rows per tile, a multiple of every micro-kernel's row count (6, 8, 12, 16), and
-// columns per tile (whole panels). Measured at M = 1024, K = 768, GFLOP/s on 2 threads (1 thread
-// within noise of the single-call GEMM for every grid):
-//   tile rows x cols      N = 768    N = 64    N = 8
-//   48 x 128 (kept)       224-229    226       175
-//   48 x 64, 48 x 256     227-229    225-226   175
-//   96 x 128              218-227    218-219   165-170   (11 row tiles: 6 + 5 on 2 threads)
-//   192 x 256             218        207       159-162
+// columns per tile (whole panels). Smaller tiles balance 2 threads better at no cost to one
+// (measurements: docs/design.md §5.1).
 constexpr std::int64_t gemm_tile_rows = 48;
 constexpr std::int64_t gemm_tile_cols = 128;
 

@@ -65,6 +65,7 @@ class tbb_kernel_set : public detail::xsimd_kernel_set<Isa> {
     });
   }
 };
+static_assert(detail::kernel_set<tbb_kernel_set<isa::sse2>>);
 
 class tbb_impl final : public backend {
  public:

@@ -70,8 +70,7 @@ template <class Arch>
 // [-1/2, 1/2], 2^f by Cephes exp2f's polynomial (relative error below 2e-7), times 2^k. Exactly
 // 0 below -125 (where 2^k would leave the normal range) and for -inf; NaN stays NaN. Cheaper
 // than xsimd::exp, which also handles overflow and multiplies by log2(e) (the queries carry that
-// factor here): attention alone at (B, T, H, head_dim) = (1, 4096, 12, 64) took 259 instead of
-// 270 ms, at (1, 256, 96, 8) 2.35 instead of 2.70 ms (Zen4, AVX-512, one core).
+// factor here; measurements: docs/design.md §5.1).
 // AVX-512 takes f with vreduceps beside k, and the product and the cutoff in one zero-masked
 // vscalefps: 11 vector operations where the integer route below takes 14, the same bits.
 template <class Arch>
@@ -628,7 +627,8 @@ struct attention_block {
   // Per key tile: the scores and their lane-wise max, the rescale of O and l, then P and P V;
   // keys past a row's causal limit are -inf scores and skipped FMAs (masked lanes), never 0 * V.
   // With 16 registers (AVX2, SSE2) Q^T and O^T of 8 dimensions fill them, and the compiler
-  // takes Q^T from the stack as FMA memory operands: still 2-4% faster at head_dim 8 on Zen3.
+  // takes Q^T from the stack as FMA memory operands, and it is still faster (measurements:
+  // docs/design.md §5.1).
   static constexpr int narrow_dims = 8;
   static constexpr bool narrow_operands = std::is_same_v<Dot, fma_dot>;  // fp32 only
   bool narrow() const noexcept { return a.head_dim <= narrow_dims && !a.dropout.active(); }
@@ -658,7 +658,7 @@ struct attention_block {
     // whole in its first panel (narrow_dims is no wider than any ISA's narrowest panel), row j
     // at v + j * vr. Key tiles, and split-KV chunks, start on a panel.
     const std::int64_t nr = l.scores.nr, vr = l.values.nr;
-    assert(HD <= vr && t.key_begin % nr == 0 && l.key_tile % nr == 0);
+    MHA_EXPECTS(HD <= vr && t.key_begin % nr == 0 && l.key_tile % nr == 0);
     batch m(minus_inf), sum(0.0f), o[HD];
     for (int d = 0; d < HD; ++d) o[d] = batch(0.0f);
     float* scores = s.scores;  // (j1 - j0) registers of one key each
@@ -738,8 +738,8 @@ struct attention_block {
   // Software prefetch (into L2) one key tile ahead, so that one phase's streams load while
   // another computes: the next tile's K^T (and key scales) while this tile's scores and softmax
   // run, its V (and value scales) while this tile's P V runs; the first tile's V at the start.
-  // A decode step over a long cache: 1-7% faster (Zen3, AVX2, 1 thread, minima of 40 runs
-  // interleaved with the same build without it; never slower beyond noise).
+  // A decode step over a long cache runs a few per cent faster (measurements: docs/design.md
+  // §5.1).
   static void prefetch(const void* from, std::int64_t bytes) noexcept {
     const char* p = static_cast<const char*>(from);
     for (std::int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at, 0, 2);
@@ -769,6 +769,11 @@ struct attention_block {
   }
 
   void run() const noexcept {
+    // The block's rows fit its scratch; key tiles and chunks start on a K^T panel and cover whole
+    // registers of scores (attention_layout).
+    MHA_EXPECTS(rows >= 1 && rows <= l.block_rows && t.key_begin < t.key_end);
+    MHA_EXPECTS(t.key_begin % l.key_step == 0 && l.key_tile % l.key_step == 0);
+    MHA_EXPECTS(l.key_step % l.scores.nr == 0 && l.key_step % xsimd::batch<float, Arch>::size == 0);
     scale_queries();
     if constexpr (narrow_operands) {
       if (narrow()) {

@@ -57,7 +57,7 @@ inline std::int64_t gemm_panel_group(std::int64_t kc, int nr) noexcept {
 }
 
 // isa_kernels::gemm for one tile shape: panel groups, row blocks, k slices, panels, micro-tiles
-// (outer to inner). A is read in place (packing it lost 5-10% on Zen4 at these shapes); a
+// (outer to inner). A is read in place (packing it measured slower: docs/design.md §5.1); a
 // full-width tile adds slice after slice into C, a partial one (the last panel) runs whole k at
 // once. Every size below counts units of Dot (gemm.hpp): a slice of gemm_k_slice units is 256
 // floats or 256 bf16 pairs, the same bytes of a panel row either way.
@@ -109,6 +109,8 @@ void gemm_panels(const gemm_args_of<typename Dot::unit>& g, std::int64_t row_beg
 template <class Arch, class Tiles, class Dot = fma_dot>
 void gemm(const gemm_args_of<typename Dot::unit>& g, std::int64_t row_begin, std::int64_t row_end,
           std::int64_t panel_begin, std::int64_t panel_end) noexcept {
+  MHA_EXPECTS(0 <= row_begin && row_begin <= row_end && row_end <= g.m);
+  MHA_EXPECTS(0 <= panel_begin && panel_begin <= panel_end && panel_end <= g.b.panels());
   with_tile(Tiles{}, g.b.nr, [&](auto t) {
     gemm_panels<decltype(t), Dot>(g, row_begin, row_end, panel_begin, panel_end);
   });

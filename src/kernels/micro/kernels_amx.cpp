@@ -135,6 +135,7 @@ struct tile_dot : dpbf16_dot {
   static void product(int rows, std::int64_t k, const bf16_pair* a, std::int64_t lda,
                       const bf16_pair* b, std::int64_t nr, float* c, std::int64_t ldc,
                       bool accumulate) noexcept {
+    MHA_EXPECTS(rows >= 1 && rows <= tile_rows && (nr == tile_cols || nr == 2 * tile_cols));
     if (nr == tile_cols) {
       tile_product<1>(rows, k, a, lda, b, nr, c, ldc, accumulate);
     } else {
@@ -148,7 +149,7 @@ struct tile_dot : dpbf16_dot {
 // gemm_a_block_bytes (L2), then panels, then blocks of 16 rows over the whole k: a C block lives
 // in two tile registers from its first pair of k to its last, then gains the bias on its way out.
 // (Two row tiles by two column tiles, each tile loaded serving two products, measured no faster
-// on the 16-core Xeon it was tried on, whose timings spread by 1.5-2x between runs.)
+// (measurements: docs/design.md §5.1).)
 void tile_pair_gemm(const pair_gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
                     std::int64_t panel_begin, std::int64_t panel_end) noexcept {
   const pair_panels_view& b = g.b;

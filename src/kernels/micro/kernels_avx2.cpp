@@ -6,9 +6,8 @@
 namespace mha::detail {
 namespace avx2 {
 
-// Tiles measured on Zen4 built for x86-64-v3 (16 ymm registers), one core, GFLOP/s:
-//   16-float panels, 6 rows x 2 ymm: 111 at (M,K,N) = (1024,768,768) (4 x 3: 111).
-//   8-float panels, 8 rows x 1 ymm:  95 at N = 8 (12 rows 90, 14 rows 84).
+// The fastest of the shapes measured per panel width with 16 ymm registers (measurements:
+// docs/design.md §5.1): 16-float panels of 6 rows x 2 ymm, 8-float panels of 8 rows x 1 ymm.
 using tiles = tile_list<tile<xsimd::fma3<xsimd::avx2>, 6, 2>, tile<xsimd::fma3<xsimd::avx2>, 8, 1>>;
 
 }  // namespace avx2

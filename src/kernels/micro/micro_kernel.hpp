@@ -11,11 +11,11 @@
 #pragma once
 
 #include <bit>
-#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <xsimd/xsimd.hpp>
 
+#include "core/checks.hpp"
 #include "kernels/gemm.hpp"
 
 #ifndef MHA_SIMD_ISA_NAMESPACE
@@ -120,7 +120,7 @@ struct tile_list {
 template <class F, class... Tiles>
 void with_tile(tile_list<Tiles...>, int nr, F&& f) noexcept {
   [[maybe_unused]] const bool found = ((Tiles::nr == nr ? (f(Tiles{}), true) : false) || ...);
-  assert(found && "with_tile: no tile of this ISA has panel width nr");
+  MHA_EXPECTS(found);  // a panel width of one of the ISA's tiles
 }
 
 // The largest power of two below R (0 for R = 1): the row counts of the edge micro-kernels.
@@ -208,6 +208,7 @@ void panels_kernel(std::int64_t kc, const typename Dot::unit* a, std::int64_t ld
   using arch = typename T::arch;
   using batch = typename T::batch;
   constexpr int lanes = static_cast<int>(batch::size), nv = T::nv, nr = T::nr;
+  static_assert(R >= 1 && R <= T::mr && P >= 1, "a micro-kernel of at most the tile's rows");
   using b_operand = decltype(Dot::template load_b<arch>(b));
   batch acc[R][P * nv];
   start(acc);
