@@ -22,6 +22,7 @@
 
 #include "core/bf16.hpp"
 #include "core/text.hpp"
+#include "driver/buffer.hpp"
 #include "kernel_timing.hpp"
 #include "kernels/isa_kernels.hpp"
 #include "mha/backends/xsimd.hpp"
@@ -107,14 +108,16 @@ void bm_xsimd(benchmark::State& state, shape s, mha::isa isa) {
 
 // The bf16 GEMM of a bf16 plan's projections (A rounded to pairs in the timed call, as a plan
 // does per call; W packed as pairs once), on the ISAs that multiply bf16 natively; checked
-// against double products of the rounded operands, read against that ISA's bf16 peak.
+// against double products of the rounded operands, read against that ISA's bf16 peak. The pairs
+// and C are 64-byte aligned, as a plan's scratch is (a misaligned tile row spans two lines).
 void bm_xsimd_bf16(benchmark::State& state, shape s, mha::isa isa) {
   operands o(s);
   const mha::detail::isa_kernels& kernels = mha::detail::kernels_for(isa);
   const mha::detail::packed_matrix w(o.w.data(), nullptr, s.n, s.k, kernels.panel_width(s.n),
                                      /*bf16_pairs=*/true);
   const mha::detail::pair_panels_view b = w.pair_view();
-  std::vector<mha::detail::bf16_pair> a(static_cast<std::size_t>(s.m * b.k));
+  mha::detail::aligned_buffer<mha::detail::bf16_pair> a(static_cast<std::size_t>(s.m * b.k));
+  mha::detail::float_buffer c(static_cast<std::size_t>(s.m * s.n));
   operands rounded = o;  // the reference's operands: A and W as bf16 sees them
   for (float& e : rounded.a) e = mha::detail::round_bf16(e);
   for (float& e : rounded.w) e = mha::detail::round_bf16(e);
@@ -123,10 +126,10 @@ void bm_xsimd_bf16(benchmark::State& state, shape s, mha::isa isa) {
           state,
           [&] {
             kernels.to_pairs(o.a.data(), s.m, s.k, s.k, a.data());
-            kernels.pair_gemm({a.data(), b.k, b, o.c.data(), s.n, s.m}, 0, s.m, 0, b.panels());
+            kernels.pair_gemm({a.data(), b.k, b, c.data(), s.n, s.m}, 0, s.m, 0, b.panels());
           },
           [&] {
-            rounded.c = o.c;
+            rounded.c.assign(c.data(), c.data() + s.m * s.n);
             return check(s, rounded);
           },
           2.0 * s.m * s.n * s.k * 1e-9, peaks.bf16_one_core(isa)))

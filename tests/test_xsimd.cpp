@@ -256,7 +256,8 @@ TEST_P(XsimdKernels, PairGemmSubRangesMatchRoundedProducts) {
                                  {5, 7, nr - 1},
                                  {33, 31, nr},
                                  {70, 256, 2 * nr + 3},
-                                 {40, 2 * mha::detail::gemm_k_slice + 88, 2 * nr + 3}}) {
+                                 {40, 2 * mha::detail::gemm_k_slice + 88, 2 * nr + 3},
+                                 {300, 45, 2 * nr + 3}}) {
       const std::vector<float> a = mha_test::random_floats(m * k, 1),
                                w = mha_test::random_floats(n * k, 2),
                                bias = mha_test::random_floats(n, 3);

@@ -5,6 +5,9 @@
 // (dispatch.cpp).
 #include <immintrin.h>
 
+#include <algorithm>
+#include <utility>
+
 #define MHA_SIMD_ISA_NAMESPACE amx
 #include "kernels/micro/avx512_tiles.hpp"
 #include "kernels/micro/dpbf16_dot.hpp"
@@ -144,12 +147,105 @@ struct tile_dot : dpbf16_dot {
   }
 };
 
-// isa_kernels::pair_gemm on tiles, for panels of 16 or 32 columns (8-column panels, whose
-// halves would be half-empty tiles, take vdpbf16ps). Row blocks whose A fills about
-// gemm_a_block_bytes (L2), then panels, then blocks of 16 rows over the whole k: a C block lives
-// in two tile registers from its first pair of k to its last, then gains the bias on its way out.
-// (Two row tiles by two column tiles, each tile loaded serving two products, measured no faster
-// (measurements: docs/design.md §5.1).)
+// The tile GEMM's arrangement: every register 16 rows of 64 bytes; C of a block of up to 32 rows
+// x 32 columns in up to four (tmm0 rows 0-15 x columns 0-15, tmm1 rows 0-15 x 16-31, tmm2 and
+// tmm3 rows 16-31), the A tiles of its two row strips in tmm4 and tmm5, B's two column halves
+// in tmm6 and tmm7: each tile loaded serves two products (4 loads per 4 products; the strip
+// kernel above loads 3 per 2). strip_config(tile_rows, tile_pairs) shapes all eight registers so.
+constexpr int gemm_config_rows = tile_rows, gemm_config_tail = tile_pairs;
+
+// Rows of A per block, and pairs of k per slice: a slice of a panel (128 pairs x 32 columns,
+// 16 KiB) stays in L1 while the block's strips pass over it, and the block's slice of A
+// (256 x 128 pairs, 128 KiB) in L2 (measurements: docs/design.md §5.1).
+constexpr std::int64_t tile_gemm_rows = 256;
+constexpr std::int64_t tile_k_slice = 128;
+static_assert(tile_k_slice % tile_pairs == 0 && tile_gemm_rows % (2 * tile_rows) == 0);
+
+// One block of C (16 * RowTiles rows x 16 * Halves columns, row stride ldc floats) over a k
+// slice: C = start + the sum over `steps` 16-pair steps of A (row stride lda pairs) times B (a
+// pair panel of 16 * Halves columns from the slice's first pair row), then one more step from
+// the zero-padded tails a_tail (row stride tail_lda pairs) and b_tail (16 pair rows of the
+// panel's width) when a_tail is given. C starts as the bias in every row (first, bias given),
+// zero (first), or as it is.
+template <int RowTiles, int Halves>
+void tile_block(std::int64_t steps, const bf16_pair* a, std::int64_t lda, const bf16_pair* b,
+                const bf16_pair* a_tail, std::int64_t tail_lda, const bf16_pair* b_tail, float* c,
+                std::int64_t ldc, bool first, const float* bias) noexcept {
+  static_assert((RowTiles == 1 || RowTiles == 2) && (Halves == 1 || Halves == 2));
+  constexpr int nr = Halves * tile_cols;
+  constexpr long b_stride = nr * sizeof(bf16_pair);
+  const auto a_stride = static_cast<long>(lda * sizeof(bf16_pair));
+  const auto c_stride = static_cast<long>(ldc * sizeof(float));
+  float* c1 = c + tile_rows * ldc;  // the second strip's rows
+  if (!first) {
+    _tile_loadd(0, c, c_stride);
+    if constexpr (Halves == 2) _tile_loadd(1, c + tile_cols, c_stride);
+    if constexpr (RowTiles == 2) _tile_loadd(2, c1, c_stride);
+    if constexpr (RowTiles == 2 && Halves == 2) _tile_loadd(3, c1 + tile_cols, c_stride);
+  } else if (bias != nullptr) {  // a row stride of 0: every row of the tile is the bias
+    _tile_loadd(0, bias, 0);
+    if constexpr (Halves == 2) _tile_loadd(1, bias + tile_cols, 0);
+    if constexpr (RowTiles == 2) _tile_loadd(2, bias, 0);
+    if constexpr (RowTiles == 2 && Halves == 2) _tile_loadd(3, bias + tile_cols, 0);
+  } else {
+    _tile_zero(0);
+    if constexpr (Halves == 2) _tile_zero(1);
+    if constexpr (RowTiles == 2) _tile_zero(2);
+    if constexpr (RowTiles == 2 && Halves == 2) _tile_zero(3);
+  }
+  const auto step = [&](const bf16_pair* a0, long as, const bf16_pair* bb) {
+    _tile_loadd(4, a0, as);
+    _tile_loadd(6, bb, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (Halves == 2) {
+      _tile_loadd(7, bb + tile_cols, b_stride);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (RowTiles == 2) {
+      _tile_loadd(5, reinterpret_cast<const char*>(a0) + tile_rows * as, as);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (Halves == 2) _tile_dpbf16ps(3, 5, 7);
+    }
+  };
+  for (std::int64_t s = 0; s < steps; ++s) {
+    step(a + s * tile_pairs, a_stride, b + s * tile_pairs * nr);
+  }
+  if (a_tail != nullptr) step(a_tail, static_cast<long>(tail_lda * sizeof(bf16_pair)), b_tail);
+  _tile_stored(0, c, c_stride);
+  if constexpr (Halves == 2) _tile_stored(1, c + tile_cols, c_stride);
+  if constexpr (RowTiles == 2) _tile_stored(2, c1, c_stride);
+  if constexpr (RowTiles == 2 && Halves == 2) _tile_stored(3, c1 + tile_cols, c_stride);
+}
+
+// tile_block<RowTiles, Halves> for the panel width nr (16 or 32).
+template <int RowTiles, class... Args>
+void tile_block_of(std::int64_t nr, Args... args) noexcept {
+  if (nr == 2 * tile_cols) {
+    tile_block<RowTiles, 2>(args...);
+  } else {
+    tile_block<RowTiles, 1>(args...);
+  }
+}
+
+// The first `rows` rows x `pairs` pairs at a (row stride lda) into `to`, buffer_rows rows of
+// `width` pairs, zero past them.
+void copy_padded(const bf16_pair* a, std::int64_t lda, std::int64_t rows, std::int64_t pairs,
+                 std::int64_t width, std::int64_t buffer_rows, bf16_pair* to) noexcept {
+  for (std::int64_t r = 0; r < buffer_rows; ++r) {
+    bf16_pair* row = to + r * width;
+    const std::int64_t n = r < rows ? pairs : 0;
+    for (std::int64_t j = 0; j < n; ++j) row[j] = a[r * lda + j];
+    for (std::int64_t j = n; j < width; ++j) row[j] = 0;
+  }
+}
+
+// isa_kernels::pair_gemm on tiles, for panels of 16 or 32 columns (8-column panels, whose tiles
+// would be half-empty, take vdpbf16ps). Blocks of tile_gemm_rows rows, then panels, then
+// k slices of tile_k_slice pairs, then blocks of 32 rows (a last one of 16, then one of the
+// rows left): C's partial sums wait in C itself between slices (or, for the last panel's
+// columns past n and the rows past a strip, in a buffer). A is read in place; its tail (k past
+// the last 16 pairs, rows past the last 16) and B's are copied into zero-padded tiles, so that
+// no load reads past A or B, and a padded product adds exact zeros.
 void tile_pair_gemm(const pair_gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
                     std::int64_t panel_begin, std::int64_t panel_end) noexcept {
   const pair_panels_view& b = g.b;
@@ -159,31 +255,72 @@ void tile_pair_gemm(const pair_gemm_args& g, std::int64_t row_begin, std::int64_
     return;
   }
   static_assert(avx512_tiles::shapes[0].nr <= 2 * tile_cols, "a panel is at most two tiles wide");
-  const std::int64_t k = b.k;
-  const std::int64_t a_rows =
-      gemm_a_block_bytes / (k * static_cast<std::int64_t>(sizeof(bf16_pair)));
-  const std::int64_t block = a_rows > tile_rows ? a_rows / tile_rows * tile_rows : tile_rows;
-  constexpr std::int64_t out_cols = 2 * tile_cols;
-  alignas(64) float out[tile_rows * out_cols];
-  for (std::int64_t r0 = row_begin; r0 < row_end; r0 += block) {
-    const std::int64_t r1 = r0 + block < row_end ? r0 + block : row_end;
+  constexpr std::int64_t strip = tile_rows;
+  const std::int64_t width = b.nr;
+  tiles_loaded.use(gemm_config_rows, gemm_config_tail);
+  const std::int64_t k = b.k, full_steps = k / tile_pairs, k_tail = k % tile_pairs;
+  // C of the last panel past n, or of a strip of fewer than 16 rows; A's rows of such a strip
+  // (one slice and its tail); A's and B's k tails.
+  alignas(64) float edge[(tile_gemm_rows + strip) * 2 * tile_cols];
+  alignas(64) bf16_pair short_rows[strip * (tile_k_slice + tile_pairs)];
+  alignas(64) bf16_pair a_tail[2 * strip * tile_pairs];
+  alignas(64) bf16_pair b_tail[tile_pairs * 2 * tile_cols];
+  for (std::int64_t r0 = row_begin; r0 < row_end; r0 += tile_gemm_rows) {
+    const std::int64_t r1 = std::min(r0 + tile_gemm_rows, row_end);
     for (std::int64_t p = panel_begin; p < panel_end; ++p) {
-      const std::int64_t first_col = p * b.nr;
-      const std::int64_t cols = b.n - first_col < b.nr ? b.n - first_col : b.nr;
-      for (std::int64_t r = r0; r < r1; r += tile_rows) {
-        const int rows = static_cast<int>(r1 - r < tile_rows ? r1 - r : tile_rows);
-        tile_dot::product(rows, k, g.a + r * g.lda, g.lda, b.panel(p), b.nr, out, out_cols, false);
-        for (std::int64_t h = 0; h * tile_cols < cols; ++h) {
-          const std::int64_t left = cols - h * tile_cols;
-          const auto mask = static_cast<__mmask16>(left >= tile_cols ? 0xffff : (1u << left) - 1);
-          const __m512 bias =
-              b.bias ? _mm512_loadu_ps(b.bias + first_col + h * tile_cols) : _mm512_setzero_ps();
-          for (int rr = 0; rr < rows; ++rr) {
-            const __m512 sum =
-                _mm512_add_ps(_mm512_load_ps(out + rr * out_cols + h * tile_cols), bias);
-            _mm512_mask_storeu_ps(g.c + (r + rr) * g.ldc + first_col + h * tile_cols, mask, sum);
+      const std::int64_t first_col = p * width, cols = std::min(width, b.n - first_col);
+      const bf16_pair* panel = b.panel(p);
+      const float* bias = b.bias ? b.bias + first_col : nullptr;
+      if (k_tail > 0) {
+        copy_padded(panel + full_steps * tile_pairs * width, width, k_tail, width, width,
+                    tile_pairs, b_tail);
+      }
+      // Where block rows [r, r + 16) keep their partial sums: C, or the edge buffer.
+      const auto sums = [&](std::int64_t r, bool whole_rows) {
+        return cols == width && whole_rows ? std::pair{g.c + r * g.ldc + first_col, g.ldc}
+                                           : std::pair{edge + (r - r0) * width, width};
+      };
+      std::int64_t s0 = 0;
+      do {  // once at least: a k of fewer than 16 pairs is its tail alone
+        const std::int64_t steps = std::min(tile_k_slice / tile_pairs, full_steps - s0);
+        const bool first = s0 == 0, last = s0 + steps == full_steps;
+        const bool tail = last && k_tail > 0;
+        const bf16_pair* b_slice = panel + s0 * tile_pairs * width;
+        std::int64_t r = r0;
+        while (r + strip <= r1) {
+          const bool pair = r + 2 * strip <= r1;
+          const bf16_pair* a = g.a + r * g.lda + s0 * tile_pairs;
+          if (tail) {
+            copy_padded(a + steps * tile_pairs, g.lda, pair ? 2 * strip : strip, k_tail, tile_pairs,
+                        2 * strip, a_tail);
           }
+          const auto [c, ldc] = sums(r, true);
+          if (pair) {
+            tile_block_of<2>(width, steps, a, g.lda, b_slice, tail ? a_tail : nullptr, tile_pairs,
+                             b_tail, c, ldc, first, bias);
+          } else {
+            tile_block_of<1>(width, steps, a, g.lda, b_slice, tail ? a_tail : nullptr, tile_pairs,
+                             b_tail, c, ldc, first, bias);
+          }
+          r += pair ? 2 * strip : strip;
         }
+        if (r < r1) {  // fewer than 16 rows left: A copied into 16 zero-padded rows
+          const std::int64_t rows = r1 - r, slice = steps * tile_pairs;
+          const std::int64_t padded = slice + (tail ? tile_pairs : 0);
+          copy_padded(g.a + r * g.lda + s0 * tile_pairs, g.lda, rows, slice + (tail ? k_tail : 0),
+                      padded, strip, short_rows);
+          const auto [c, ldc] = sums(r, false);
+          tile_block_of<1>(width, steps, short_rows, padded, b_slice,
+                           tail ? short_rows + slice : nullptr, padded, b_tail, c, ldc, first,
+                           bias);
+        }
+        s0 += tile_k_slice / tile_pairs;
+      } while (s0 < full_steps);
+      // Sums kept in the edge buffer: their valid rows and columns into C.
+      const std::int64_t whole_strips_end = r0 + (r1 - r0) / strip * strip;
+      for (std::int64_t r = cols < width ? r0 : whole_strips_end; r < r1; ++r) {
+        const float* from = edge + (r - r0) * width;
+        std::copy(from, from + cols, g.c + r * g.ldc + first_col);
       }
     }
   }
