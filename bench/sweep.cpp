@@ -90,7 +90,14 @@ std::vector<series> decode(int hw) {
   long_context.name = "decode_long";
   long_context.batch = {1};
   long_context.past = {32768, 131072};
-  return {s, grouped, cache, long_context};
+  // A Llama-3-8B-like step (d_model 4096, 32 query heads of 128 dimensions over 8 K/V heads):
+  // the 4 query heads of a K/V head read its cache together (on AMX, a tile's rows), fp32 and
+  // bf16 plans with their own caches.
+  series llama{"decode_gqa", {1, 8}, {1}, {32}, {4096}, 0, one_and_all(hw)};
+  llama.kv_heads = {8};
+  llama.past = {8192};
+  llama.precisions = {mha::precision::fp32, mha::precision::bf16};
+  return {s, grouped, cache, long_context, llama};
 }
 
 std::vector<series> cores(int hw) {

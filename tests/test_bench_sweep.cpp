@@ -262,6 +262,22 @@ TEST(BenchPresets, DecodeLongIsOneSequenceOver32kAnd128k) {
   EXPECT_EQ(steps, expected);
 }
 
+// Grouped-query decode at a Llama-3-8B-like width: 32 query heads of 128 over 8 K/V heads, one
+// sequence and eight over 8k cached tokens, fp32 and bf16 plans with their own caches.
+TEST(BenchPresets, DecodeGqaIsALlama3LikeStepOver8k) {
+  using mha::precision;
+  std::set<std::tuple<std::int64_t, precision>> steps;
+  for (const sweep_point& p : in_series(points_of("decode", 2), "decode_gqa")) {
+    EXPECT_EQ(p.problem, sweep_problem(p.problem.batch, 1, 4096, 32, 8, 8192,
+                                       p.problem.cfg.precision, p.problem.cfg.precision));
+    EXPECT_EQ(p.problem.cfg.head_dim(), 128);
+    steps.insert({p.problem.batch, p.problem.cfg.precision});
+  }
+  const std::set<std::tuple<std::int64_t, precision>> expected = {
+      {1, precision::fp32}, {1, precision::bf16}, {8, precision::fp32}, {8, precision::bf16}};
+  EXPECT_EQ(steps, expected);
+}
+
 TEST(BenchPresets, QuickIsAHandfulOfGpt2WideShapes) {
   std::set<std::pair<std::int64_t, std::int64_t>> shapes;  // (T, H)
   for (const sweep_point& p : points_of("quick")) {
