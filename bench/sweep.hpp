@@ -2,7 +2,7 @@
 // whose formulation the cases choose), shapes into benchmark cases (backend x formulation x
 // shape x thread count), and slow cases are skipped when their estimated time exceeds the
 // budget. Pure functions over plain data: no timing, no
-// Google Benchmark, so all of it is unit-tested (tests/test_bench_sweep.cpp).
+// Google Benchmark, so all of it is unit-tested (tests/bench/).
 #pragma once
 
 #include <cstdint>

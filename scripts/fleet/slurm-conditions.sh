@@ -1,5 +1,5 @@
 # What scripts/fleet/test-slurm.sh decides before it starts a daemon, and the configuration it
-# starts them with: functions only, sourced by that script and by tests/test_slurm_conditions.sh,
+# starts them with: functions only, sourced by that script and by tests/bench/test_slurm_conditions.sh,
 # which feeds them every case. No function here looks at the machine: the caller passes in what
 # it found.
 

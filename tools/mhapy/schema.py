@@ -4,7 +4,7 @@ mha_bench writes (bench/README.md says what each means). Standard library only.
 
 mha_bench writes these (C++); mhapy.peers writes the same counters for the peers;
 mhapy.report reads them and checks the shape counters against the benchmark's name;
-tests/bench_smoke.py checks that mha_bench writes every one.
+tests/bench/bench_smoke.py checks that mha_bench writes every one.
 """
 
 from __future__ import annotations

@@ -37,12 +37,12 @@ namespace mha {
 // partitioning. Its AVX-512 kernels (brgemm, ISA avx512_core and up) never split a reduction
 // across threads, so there results are bitwise identical for every count; its AVX2 and older
 // kernels (gemm:jit sgemm) split long reductions by team size, so results of different counts
-// differ in the last bits: by at most onednn_thread_tolerance * max|y| (tests/test_onednn.cpp
-// holds both, and runs under ONEDNN_MAX_CPU_ISA=AVX2 on any CPU). Decode calls read strided
-// slices of the cache, which oneDNN runs on gemm:jit on every ISA: they too are within
-// onednn_thread_tolerance, not bitwise. Making these bitwise would mean giving up oneDNN's
-// threading; the naive, xsimd and tbb backends are bitwise identical for every thread count
-// on every ISA.
+// differ in the last bits: by at most onednn_thread_tolerance * max|y|
+// (tests/kernels/test_onednn.cpp holds both, and runs under ONEDNN_MAX_CPU_ISA=AVX2 on any CPU).
+// Decode calls read strided slices of the cache, which oneDNN runs on gemm:jit on every ISA: they
+// too are within onednn_thread_tolerance, not bitwise. Making these bitwise would mean giving up
+// oneDNN's threading; the naive, xsimd and tbb backends are bitwise identical for every thread
+// count on every ISA.
 //
 // Errors: a failure inside oneDNN is rethrown as mha::error naming the backend and the step
 // that failed ("onednn: oneDNN failed in a (1024 rows) projection: ... (dnnl_status_t 5)").

@@ -1,7 +1,7 @@
 // The bad-input catalogue (docs/design.md §1.2): one test per error case, each asserting the
 // exception type and that the message names the offending value. Hostile model folders (files
 // outside the folder, oversized, deep or mistyped configs, broken indexes) are in
-// tests/test_model_folder.cpp, beside the folders they break.
+// tests/io/test_model_folder.cpp, beside the folders they break.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 # the conditions rather than found on this machine; and the configuration it starts the daemons
 # with. Exits 1 on the first wrong answer.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../scripts/fleet/slurm-conditions.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/fleet/slurm-conditions.sh"
 
 failures=0
 expect() { # expect WHAT EXPECTED ACTUAL
