@@ -1,5 +1,8 @@
-// Internal: the per-ISA attention kernel (isa_kernels::attention_rows) and its softmax pieces.
-// Per-ISA code: see micro/micro_kernel.hpp for how it is compiled.
+// Internal: the per-ISA attention kernel (isa_kernels::attention_rows): one block of query rows
+// over key tiles with online softmax, for fp32, bf16 pairs and int8 codes. Its softmax pieces are
+// in micro/softmax_kernel.hpp, its P V on tiles in micro/attention_tiles.hpp, its narrow-head
+// path in micro/attention_narrow.hpp. Per-ISA code: see micro/micro_kernel.hpp for how it is
+// compiled.
 #pragma once
 
 #include <cstdint>
@@ -11,125 +14,9 @@
 #include "kernels/attention.hpp"
 #include "kernels/micro/code_dot.hpp"
 #include "kernels/micro/micro_kernel.hpp"
+#include "kernels/micro/softmax_kernel.hpp"
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
-
-// {0, 1, ..., lanes - 1}: compared with a count to mask the lanes past the end of a row.
-template <class Arch>
-xsimd::batch<float, Arch> lane_index() noexcept {
-  using batch = xsimd::batch<float, Arch>;
-  alignas(64) float index[batch::size];
-  for (std::size_t l = 0; l < batch::size; ++l) index[l] = static_cast<float>(l);
-  return batch::load_aligned(index);
-}
-
-// The largest lane of m, by halving: log2(lanes) shuffles and maxima (xsimd 8.1 has no
-// horizontal max; the lanes through memory were a chain of lanes - 1 scalar maxima, 40% of the
-// softmax's own time at head_dim 8).
-template <class Arch>
-float largest_lane(xsimd::batch<float, Arch> m) noexcept {
-  // (Batches of 16 and 8 floats exist only in the translation units built with AVX-512 and
-  // AVX2, which alone declare those intrinsics.)
-  __m128 q;
-  if constexpr (xsimd::batch<float, Arch>::size == 16) {
-#ifdef __AVX512F__
-    const __m256 h =
-        _mm256_max_ps(_mm512_castps512_ps256(m),
-                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1)));
-    q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-#endif
-  } else if constexpr (xsimd::batch<float, Arch>::size == 8) {
-#ifdef __AVX2__
-    q = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-#endif
-  } else {
-    q = m;
-  }
-  q = _mm_max_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_max_ss(q, _mm_shuffle_ps(q, q, 1));
-  return _mm_cvtss_f32(q);
-}
-
-// isa_kernels::row_max: reads x up to n rounded up to the lanes; lanes past n count as -inf.
-template <class Arch>
-[[gnu::always_inline]] inline float row_max(const float* x, std::int64_t n) noexcept {
-  using batch = xsimd::batch<float, Arch>;
-  constexpr std::int64_t lanes = batch::size;
-  const batch minus_inf(-std::numeric_limits<float>::infinity());
-  batch m = minus_inf;
-  std::int64_t j = 0;
-  for (; j + lanes <= n; j += lanes) m = xsimd::max(m, batch::load_unaligned(x + j));
-  if (j < n) {
-    const auto inside = lane_index<Arch>() < batch(static_cast<float>(n - j));
-    m = xsimd::max(m, xsimd::select(inside, batch::load_unaligned(x + j), minus_inf));
-  }
-  return largest_lane<Arch>(m);
-}
-
-// 2^x for x <= 0, the weights of the softmax in base 2: 2^k 2^f with k = round(x), f in
-// [-1/2, 1/2], 2^f by Cephes exp2f's polynomial (relative error below 2e-7), times 2^k. Exactly
-// 0 below -125 (where 2^k would leave the normal range) and for -inf; NaN stays NaN. Cheaper
-// than xsimd::exp, which also handles overflow and multiplies by log2(e) (the queries carry that
-// factor here; measurements: docs/design.md §5.1).
-// AVX-512 takes f with vreduceps beside k, and the product and the cutoff in one zero-masked
-// vscalefps: 11 vector operations where the integer route below takes 14, the same bits.
-template <class Arch>
-xsimd::batch<float, Arch> exp2_nonpositive(xsimd::batch<float, Arch> x) noexcept {
-  using batch = xsimd::batch<float, Arch>;
-  const auto polynomial = [](batch f) {
-    batch p(1.535336188319500e-4f);
-    p = xsimd::fma(p, f, batch(1.339887440266574e-3f));
-    p = xsimd::fma(p, f, batch(9.618437357674640e-3f));
-    p = xsimd::fma(p, f, batch(5.550332471162809e-2f));
-    p = xsimd::fma(p, f, batch(2.402264791363012e-1f));
-    p = xsimd::fma(p, f, batch(6.931472028550421e-1f));
-    return xsimd::fma(p, f, batch(1.0f));
-  };
-  if constexpr (batch::size == 16) {
-#ifdef __AVX512F__
-    constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    const __m512 k = _mm512_roundscale_ps(x, nearest), f = _mm512_reduce_ps(x, nearest);
-    // Lanes not below -125 (NaN included: unordered compares true) keep p 2^k; the rest are 0.
-    const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
-    return batch(_mm512_maskz_scalef_ps(kept, polynomial(batch(f)), k));
-#endif
-  } else {
-    using int_batch = xsimd::batch<std::int32_t, Arch>;
-    const batch k = xsimd::nearbyint(x);
-    const int_batch exponent = xsimd::to_int(k) << 23;
-    const batch scaled =
-        xsimd::bitwise_cast<batch>(xsimd::bitwise_cast<int_batch>(polynomial(x - k)) + exponent);
-    return xsimd::select(x < batch(-125.0f), batch(0.0f), scaled);
-  }
-}
-
-// isa_kernels::exp2_sum: x[j] = 2^(scale x[j] - shift) for j < n (each scale x[j] - shift
-// <= 0), returns their sum; the lanes past n up to the next multiple of the lanes are set to 0
-// (x has room for them). One fma forms the exponent, so scale 1 is x[j] - shift exactly.
-template <class Arch>
-[[gnu::always_inline]] inline float exp2_sum(float* x, std::int64_t n, float shift,
-                                             float scale) noexcept {
-  using batch = xsimd::batch<float, Arch>;
-  constexpr std::int64_t lanes = batch::size;
-  const batch minus_shift(-shift), c(scale);
-  batch sum(0.0f);
-  std::int64_t j = 0;
-  for (; j + lanes <= n; j += lanes) {
-    const batch p =
-        exp2_nonpositive<Arch>(xsimd::fma(batch::load_unaligned(x + j), c, minus_shift));
-    p.store_unaligned(x + j);
-    sum += p;
-  }
-  if (j < n) {
-    const auto inside = lane_index<Arch>() < batch(static_cast<float>(n - j));
-    const batch p = xsimd::select(
-        inside, exp2_nonpositive<Arch>(xsimd::fma(batch::load_unaligned(x + j), c, minus_shift)),
-        batch(0.0f));
-    p.store_unaligned(x + j);
-    sum += p;
-  }
-  return xsimd::hadd(sum);
-}
 
 // A Dot whose products of bf16 pairs also come as tiles of up to Dot::tile_rows rows over panels
 // of a multiple of Dot::tile_cols columns (AMX: micro/kernels_amx.cpp): Dot::product(rows, k, a,
@@ -511,42 +398,7 @@ struct attention_block {
   // O += P V over the keys every row of the block sees (tiles), then the diagonal's keys row by
   // row (vectors), as values() does with register tiles.
   template <class T>
-  void tile_values(std::int64_t j0, std::int64_t j1) const noexcept {
-    using batch = xsimd::batch<float, Arch>;
-    constexpr std::int64_t lanes = batch::size;
-    const std::int64_t panels = l.acc_cols / T::nr, wu = weight_units();
-    const std::int64_t stride = value_rows() * T::nr;
-    const bool first = j0 == t.key_begin;
-    for (std::int64_t r = 0; r < rows; r += Dot::tile_rows) {
-      const int block = static_cast<int>(rows - r < Dot::tile_rows ? rows - r : Dot::tile_rows);
-      const keys_of_block keys = block_keys(r, r + block, j0, j1);
-      const std::int64_t kc = keys.kc, common = keys.common;
-      if (kc <= 0) continue;  // no keys here for these rows: rescale is 1, nothing to add
-      // Whole pairs of keys only, as in values().
-      const std::int64_t common_units = common / 2, done = 2 * common_units;
-      float* o = s.accumulators + r * l.acc_cols;
-      // The first tile starts O from the product, or from zeros where there is none (scratch
-      // holds anything, NaN included, so it is stored over, never multiplied).
-      if (!first || common_units == 0) {
-        for (int rr = 0; rr < block; ++rr) {
-          float* row = o + rr * l.acc_cols;
-          for (std::int64_t c = 0; c < l.acc_cols; c += lanes) {
-            const batch kept =
-                first ? batch(0.0f) : s.rescale[r + rr] * batch::load_unaligned(row + c);
-            kept.store_unaligned(row + c);
-          }
-        }
-      }
-      for (std::int64_t p = 0; p < panels; ++p) {
-        const panel_unit* panel = v + p * stride + j0 / 2 * T::nr;
-        if (common_units > 0) {
-          Dot::product(block, common_units, weights() + r * wu, wu, panel, T::nr, o + p * T::nr,
-                       l.acc_cols, !first);
-        }
-        if (done < kc) diagonal<T>(r, block, j0, done, j1, panel, o + p * T::nr);
-      }
-    }
-  }
+  void tile_values(std::int64_t j0, std::int64_t j1) const noexcept;  // attention_tiles.hpp
 
   // Row k (key j0 + k) of a V panel as floats, batch c of the tile: fp32 as is, bf16 widened
   // from its half of the pair, codes widened.
@@ -634,106 +486,7 @@ struct attention_block {
   bool narrow() const noexcept { return a.head_dim <= narrow_dims && !a.dropout.active(); }
 
   template <int HD>
-  void narrow_rows(std::int64_t r0) const noexcept {
-    using batch = xsimd::batch<float, Arch>;
-    constexpr int lanes = static_cast<int>(batch::size);
-    const int n = static_cast<int>(rows - r0 < lanes ? rows - r0 : lanes);  // rows in the lanes
-    const float minus_inf = -std::numeric_limits<float>::infinity();
-    // Q^T, and each lane's keys [t.key_begin, limit) (lanes past n: the last row's).
-    alignas(64) float staged[HD][lanes];
-    alignas(64) float limits[lanes];
-    for (int i = 0; i < lanes; ++i) {
-      const std::int64_t r = r0 + (i < n ? i : n - 1);
-      for (int d = 0; d < HD; ++d) staged[d][i] = i < n ? s.queries[r * HD + d] : 0.0f;
-      limits[i] = static_cast<float>(t.key_begin + row_keys(r, t.key_begin, t.key_end));
-    }
-    batch qt[HD];
-    for (int d = 0; d < HD; ++d) qt[d] = batch::load_aligned(staged[d]);
-    const batch limit = batch::load_aligned(limits);
-    // Keys every lane sees: [t.key_begin, common); some lane sees [common, end).
-    const std::int64_t end = rows_end(r0, r0 + n);
-    const std::int64_t common = t.key_begin + (a.causal ? row_keys(r0, t.key_begin, t.key_end) : 0);
-    const std::int64_t seen_by_all = a.causal ? common : end;
-    // K^T in panels of nr keys (element (d, j) at panel j / nr, row d, column j % nr); V's rows
-    // whole in its first panel (narrow_dims is no wider than any ISA's narrowest panel), row j
-    // at v + j * vr. Key tiles, and split-KV chunks, start on a panel.
-    const std::int64_t nr = l.scores.nr, vr = l.values.nr;
-    MHA_EXPECTS(HD <= vr && t.key_begin % nr == 0 && l.key_tile % nr == 0);
-    batch m(minus_inf), sum(0.0f), o[HD];
-    for (int d = 0; d < HD; ++d) o[d] = batch(0.0f);
-    float* scores = s.scores;  // (j1 - j0) registers of one key each
-    for (std::int64_t j0 = t.key_begin; j0 < end; j0 += l.key_tile) {
-      const std::int64_t j1 = j0 + l.key_tile < end ? j0 + l.key_tile : end;
-      batch tile_max(minus_inf);
-      for (std::int64_t p0 = j0; p0 < j1; p0 += nr) {
-        const float* panel = kt + p0 * HD;  // panel p0 / nr: HD * nr floats each
-        const std::int64_t p1 = p0 + nr < j1 ? p0 + nr : j1;
-        for (std::int64_t j = p0; j < p1; ++j) {
-          const float* column = panel + (j - p0);
-          batch x = qt[0] * batch(column[0]);
-          for (int d = 1; d < HD; ++d) x = xsimd::fma(qt[d], batch(column[d * nr]), x);
-          if (j >= seen_by_all)
-            x = xsimd::select(batch(static_cast<float>(j)) < limit, x, batch(minus_inf));
-          x.store_aligned(scores + (j - j0) * lanes);
-          tile_max = xsimd::max(tile_max, x);
-        }
-      }
-      // A lane with no key yet keeps m = -inf and shifts by 0 (never -inf - -inf).
-      const batch next = xsimd::max(m, tile_max);
-      const auto none = next == batch(minus_inf);
-      const batch shift = xsimd::select(none, batch(0.0f), next);
-      const batch rescale = xsimd::select(none, batch(1.0f), exp2_nonpositive<Arch>(m - shift));
-      sum *= rescale;
-      for (int d = 0; d < HD; ++d) o[d] *= rescale;
-      // P and P V: the keys every lane sees, two at a time (their exponentials' dependency
-      // chains interleaved), then the diagonal's under the lanes' limits.
-      const std::int64_t split = seen_by_all < j0 ? j0 : seen_by_all < j1 ? seen_by_all : j1;
-      const auto weight = [&](std::int64_t j) {
-        return exp2_nonpositive<Arch>(batch::load_aligned(scores + (j - j0) * lanes) - shift);
-      };
-      std::int64_t j = j0;
-      for (; j + 2 <= split; j += 2) {
-        const batch p0 = weight(j), p1 = weight(j + 1);
-        const float *v0 = v + j * vr, *v1 = v0 + vr;
-        sum += p0;
-        sum += p1;
-        for (int d = 0; d < HD; ++d)
-          o[d] = xsimd::fma(p1, batch(v1[d]), xsimd::fma(p0, batch(v0[d]), o[d]));
-      }
-      for (; j < j1; ++j) {
-        const batch p = weight(j);
-        const float* value = v + j * vr;
-        sum += p;
-        if (j < seen_by_all) {
-          for (int d = 0; d < HD; ++d) o[d] = xsimd::fma(p, batch(value[d]), o[d]);
-        } else {
-          const auto seen = batch(static_cast<float>(j)) < limit;
-          for (int d = 0; d < HD; ++d)
-            o[d] = xsimd::select(seen, xsimd::fma(p, batch(value[d]), o[d]), o[d]);
-        }
-      }
-      m = next;
-    }
-    // Out: O / l per row; or a split's chunk: O, m and l (zeros, -inf and 0 for a row that sees
-    // no key of the chunk, as the lanes hold then).
-    for (int d = 0; d < HD; ++d) o[d].store_aligned(staged[d]);
-    alignas(64) float maxima[lanes], sums[lanes];
-    m.store_aligned(maxima);
-    sum.store_aligned(sums);
-    for (int i = 0; i < n; ++i) {
-      const std::int64_t r = r0 + i;
-      if (t.partial != nullptr) {
-        float* part = t.partial + (t.row_begin * l.group + r) * (HD + 2);
-        for (int d = 0; d < HD; ++d) part[d] = staged[d][i];
-        part[HD] = maxima[i];
-        part[HD + 1] = sums[i];
-      } else {
-        const float f = 1.0f / sums[i];
-        float* out = a.out.row(t.b, head(r), pos(r));
-        for (int d = 0; d < HD; ++d) out[d] = staged[d][i] * f;
-      }
-    }
-  }
+  void narrow_rows(std::int64_t r0) const noexcept;  // attention_narrow.hpp
 
   // Software prefetch (into L2) one key tile ahead, so that one phase's streams load while
   // another computes: the next tile's K^T (and key scales) while this tile's scores and softmax
@@ -798,6 +551,13 @@ struct attention_block {
     store();
   }
 };
+
+}  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE
+
+#include "kernels/micro/attention_narrow.hpp"
+#include "kernels/micro/attention_tiles.hpp"
+
+namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
 // isa_kernels::attention_rows over the layout's unit: bf16 pairs through PairDot, int8 codes
 // through code_pair_dot (Q K^T) and code_dot (P V), else fp32.

@@ -1,0 +1,111 @@
+// Internal: the attention kernel's path for heads of at most narrow_dims dimensions in fp32
+// (attention_block::narrow_rows: a register of rows transposed into lanes). Included by
+// micro/attention_kernel.hpp after attention_block, whose member it defines; not on its own.
+#pragma once
+
+namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
+
+template <class Arch, class Tiles, class Dot, class ScoreDot>
+template <int HD>
+void attention_block<Arch, Tiles, Dot, ScoreDot>::narrow_rows(std::int64_t r0) const noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  constexpr int lanes = static_cast<int>(batch::size);
+  const int n = static_cast<int>(rows - r0 < lanes ? rows - r0 : lanes);  // rows in the lanes
+  const float minus_inf = -std::numeric_limits<float>::infinity();
+  // Q^T, and each lane's keys [t.key_begin, limit) (lanes past n: the last row's).
+  alignas(64) float staged[HD][lanes];
+  alignas(64) float limits[lanes];
+  for (int i = 0; i < lanes; ++i) {
+    const std::int64_t r = r0 + (i < n ? i : n - 1);
+    for (int d = 0; d < HD; ++d) staged[d][i] = i < n ? s.queries[r * HD + d] : 0.0f;
+    limits[i] = static_cast<float>(t.key_begin + row_keys(r, t.key_begin, t.key_end));
+  }
+  batch qt[HD];
+  for (int d = 0; d < HD; ++d) qt[d] = batch::load_aligned(staged[d]);
+  const batch limit = batch::load_aligned(limits);
+  // Keys every lane sees: [t.key_begin, common); some lane sees [common, end).
+  const std::int64_t end = rows_end(r0, r0 + n);
+  const std::int64_t common = t.key_begin + (a.causal ? row_keys(r0, t.key_begin, t.key_end) : 0);
+  const std::int64_t seen_by_all = a.causal ? common : end;
+  // K^T in panels of nr keys (element (d, j) at panel j / nr, row d, column j % nr); V's rows
+  // whole in its first panel (narrow_dims is no wider than any ISA's narrowest panel), row j
+  // at v + j * vr. Key tiles, and split-KV chunks, start on a panel.
+  const std::int64_t nr = l.scores.nr, vr = l.values.nr;
+  MHA_EXPECTS(HD <= vr && t.key_begin % nr == 0 && l.key_tile % nr == 0);
+  batch m(minus_inf), sum(0.0f), o[HD];
+  for (int d = 0; d < HD; ++d) o[d] = batch(0.0f);
+  float* scores = s.scores;  // (j1 - j0) registers of one key each
+  for (std::int64_t j0 = t.key_begin; j0 < end; j0 += l.key_tile) {
+    const std::int64_t j1 = j0 + l.key_tile < end ? j0 + l.key_tile : end;
+    batch tile_max(minus_inf);
+    for (std::int64_t p0 = j0; p0 < j1; p0 += nr) {
+      const float* panel = kt + p0 * HD;  // panel p0 / nr: HD * nr floats each
+      const std::int64_t p1 = p0 + nr < j1 ? p0 + nr : j1;
+      for (std::int64_t j = p0; j < p1; ++j) {
+        const float* column = panel + (j - p0);
+        batch x = qt[0] * batch(column[0]);
+        for (int d = 1; d < HD; ++d) x = xsimd::fma(qt[d], batch(column[d * nr]), x);
+        if (j >= seen_by_all)
+          x = xsimd::select(batch(static_cast<float>(j)) < limit, x, batch(minus_inf));
+        x.store_aligned(scores + (j - j0) * lanes);
+        tile_max = xsimd::max(tile_max, x);
+      }
+    }
+    // A lane with no key yet keeps m = -inf and shifts by 0 (never -inf - -inf).
+    const batch next = xsimd::max(m, tile_max);
+    const auto none = next == batch(minus_inf);
+    const batch shift = xsimd::select(none, batch(0.0f), next);
+    const batch rescale = xsimd::select(none, batch(1.0f), exp2_nonpositive<Arch>(m - shift));
+    sum *= rescale;
+    for (int d = 0; d < HD; ++d) o[d] *= rescale;
+    // P and P V: the keys every lane sees, two at a time (their exponentials' dependency
+    // chains interleaved), then the diagonal's under the lanes' limits.
+    const std::int64_t split = seen_by_all < j0 ? j0 : seen_by_all < j1 ? seen_by_all : j1;
+    const auto weight = [&](std::int64_t j) {
+      return exp2_nonpositive<Arch>(batch::load_aligned(scores + (j - j0) * lanes) - shift);
+    };
+    std::int64_t j = j0;
+    for (; j + 2 <= split; j += 2) {
+      const batch p0 = weight(j), p1 = weight(j + 1);
+      const float *v0 = v + j * vr, *v1 = v0 + vr;
+      sum += p0;
+      sum += p1;
+      for (int d = 0; d < HD; ++d)
+        o[d] = xsimd::fma(p1, batch(v1[d]), xsimd::fma(p0, batch(v0[d]), o[d]));
+    }
+    for (; j < j1; ++j) {
+      const batch p = weight(j);
+      const float* value = v + j * vr;
+      sum += p;
+      if (j < seen_by_all) {
+        for (int d = 0; d < HD; ++d) o[d] = xsimd::fma(p, batch(value[d]), o[d]);
+      } else {
+        const auto seen = batch(static_cast<float>(j)) < limit;
+        for (int d = 0; d < HD; ++d)
+          o[d] = xsimd::select(seen, xsimd::fma(p, batch(value[d]), o[d]), o[d]);
+      }
+    }
+    m = next;
+  }
+  // Out: O / l per row; or a split's chunk: O, m and l (zeros, -inf and 0 for a row that sees
+  // no key of the chunk, as the lanes hold then).
+  for (int d = 0; d < HD; ++d) o[d].store_aligned(staged[d]);
+  alignas(64) float maxima[lanes], sums[lanes];
+  m.store_aligned(maxima);
+  sum.store_aligned(sums);
+  for (int i = 0; i < n; ++i) {
+    const std::int64_t r = r0 + i;
+    if (t.partial != nullptr) {
+      float* part = t.partial + (t.row_begin * l.group + r) * (HD + 2);
+      for (int d = 0; d < HD; ++d) part[d] = staged[d][i];
+      part[HD] = maxima[i];
+      part[HD + 1] = sums[i];
+    } else {
+      const float f = 1.0f / sums[i];
+      float* out = a.out.row(t.b, head(r), pos(r));
+      for (int d = 0; d < HD; ++d) out[d] = staged[d][i] * f;
+    }
+  }
+}
+
+}  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE

@@ -1,0 +1,131 @@
+// Internal: the softmax pieces of the per-ISA attention kernel: a row's largest score, and its
+// weights 2^(scale x - shift) with their sum (isa_kernels::row_max and exp2_sum, and the
+// attention kernel's softmax step). Per-ISA code: see micro/micro_kernel.hpp for how it is
+// compiled.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "kernels/micro/micro_kernel.hpp"
+
+namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
+
+// {0, 1, ..., lanes - 1}: compared with a count to mask the lanes past the end of a row.
+template <class Arch>
+xsimd::batch<float, Arch> lane_index() noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  alignas(64) float index[batch::size];
+  for (std::size_t l = 0; l < batch::size; ++l) index[l] = static_cast<float>(l);
+  return batch::load_aligned(index);
+}
+
+// The largest lane of m, by halving: log2(lanes) shuffles and maxima (xsimd 8.1 has no
+// horizontal max; the lanes through memory were a chain of lanes - 1 scalar maxima, 40% of the
+// softmax's own time at head_dim 8).
+template <class Arch>
+float largest_lane(xsimd::batch<float, Arch> m) noexcept {
+  // (Batches of 16 and 8 floats exist only in the translation units built with AVX-512 and
+  // AVX2, which alone declare those intrinsics.)
+  __m128 q;
+  if constexpr (xsimd::batch<float, Arch>::size == 16) {
+#ifdef __AVX512F__
+    const __m256 h =
+        _mm256_max_ps(_mm512_castps512_ps256(m),
+                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1)));
+    q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+#endif
+  } else if constexpr (xsimd::batch<float, Arch>::size == 8) {
+#ifdef __AVX2__
+    q = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+#endif
+  } else {
+    q = m;
+  }
+  q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_max_ss(q, _mm_shuffle_ps(q, q, 1));
+  return _mm_cvtss_f32(q);
+}
+
+// isa_kernels::row_max: reads x up to n rounded up to the lanes; lanes past n count as -inf.
+template <class Arch>
+[[gnu::always_inline]] inline float row_max(const float* x, std::int64_t n) noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  constexpr std::int64_t lanes = batch::size;
+  const batch minus_inf(-std::numeric_limits<float>::infinity());
+  batch m = minus_inf;
+  std::int64_t j = 0;
+  for (; j + lanes <= n; j += lanes) m = xsimd::max(m, batch::load_unaligned(x + j));
+  if (j < n) {
+    const auto inside = lane_index<Arch>() < batch(static_cast<float>(n - j));
+    m = xsimd::max(m, xsimd::select(inside, batch::load_unaligned(x + j), minus_inf));
+  }
+  return largest_lane<Arch>(m);
+}
+
+// 2^x for x <= 0, the weights of the softmax in base 2: 2^k 2^f with k = round(x), f in
+// [-1/2, 1/2], 2^f by Cephes exp2f's polynomial (relative error below 2e-7), times 2^k. Exactly
+// 0 below -125 (where 2^k would leave the normal range) and for -inf; NaN stays NaN. Cheaper
+// than xsimd::exp, which also handles overflow and multiplies by log2(e) (the queries carry that
+// factor here; measurements: docs/design.md §5.1).
+// AVX-512 takes f with vreduceps beside k, and the product and the cutoff in one zero-masked
+// vscalefps: 11 vector operations where the integer route below takes 14, the same bits.
+template <class Arch>
+xsimd::batch<float, Arch> exp2_nonpositive(xsimd::batch<float, Arch> x) noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  const auto polynomial = [](batch f) {
+    batch p(1.535336188319500e-4f);
+    p = xsimd::fma(p, f, batch(1.339887440266574e-3f));
+    p = xsimd::fma(p, f, batch(9.618437357674640e-3f));
+    p = xsimd::fma(p, f, batch(5.550332471162809e-2f));
+    p = xsimd::fma(p, f, batch(2.402264791363012e-1f));
+    p = xsimd::fma(p, f, batch(6.931472028550421e-1f));
+    return xsimd::fma(p, f, batch(1.0f));
+  };
+  if constexpr (batch::size == 16) {
+#ifdef __AVX512F__
+    constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512 k = _mm512_roundscale_ps(x, nearest), f = _mm512_reduce_ps(x, nearest);
+    // Lanes not below -125 (NaN included: unordered compares true) keep p 2^k; the rest are 0.
+    const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
+    return batch(_mm512_maskz_scalef_ps(kept, polynomial(batch(f)), k));
+#endif
+  } else {
+    using int_batch = xsimd::batch<std::int32_t, Arch>;
+    const batch k = xsimd::nearbyint(x);
+    const int_batch exponent = xsimd::to_int(k) << 23;
+    const batch scaled =
+        xsimd::bitwise_cast<batch>(xsimd::bitwise_cast<int_batch>(polynomial(x - k)) + exponent);
+    return xsimd::select(x < batch(-125.0f), batch(0.0f), scaled);
+  }
+}
+
+// isa_kernels::exp2_sum: x[j] = 2^(scale x[j] - shift) for j < n (each scale x[j] - shift
+// <= 0), returns their sum; the lanes past n up to the next multiple of the lanes are set to 0
+// (x has room for them). One fma forms the exponent, so scale 1 is x[j] - shift exactly.
+template <class Arch>
+[[gnu::always_inline]] inline float exp2_sum(float* x, std::int64_t n, float shift,
+                                             float scale) noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  constexpr std::int64_t lanes = batch::size;
+  const batch minus_shift(-shift), c(scale);
+  batch sum(0.0f);
+  std::int64_t j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    const batch p =
+        exp2_nonpositive<Arch>(xsimd::fma(batch::load_unaligned(x + j), c, minus_shift));
+    p.store_unaligned(x + j);
+    sum += p;
+  }
+  if (j < n) {
+    const auto inside = lane_index<Arch>() < batch(static_cast<float>(n - j));
+    const batch p = xsimd::select(
+        inside, exp2_nonpositive<Arch>(xsimd::fma(batch::load_unaligned(x + j), c, minus_shift)),
+        batch(0.0f));
+    p.store_unaligned(x + j);
+    sum += p;
+  }
+  return xsimd::hadd(sum);
+}
+
+}  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE
