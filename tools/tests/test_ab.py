@@ -7,7 +7,8 @@ from conftest import entries, write
 
 from mhapy.report import ab
 from mhapy.problem import Shape
-from mhapy.report.results import Key, load
+from mhapy.report.loading import load
+from mhapy.report.results import Key
 
 S = Shape(4, 256, 768, 768, 12)
 FIVE = (0.97, 0.99, 1.0, 1.01, 1.03)

@@ -15,7 +15,7 @@ from conftest import (
 from mhapy.problem import Shape, flops
 from mhapy.report import formulations, linking, peaks, peer_ranking, throughput
 from mhapy.report.peaks import Peak, classify_peak_key, find_peak
-from mhapy.report.results import load
+from mhapy.report.loading import load
 from mhapy.report.scaling import thread_scaling
 from mhapy.report.series import heads_series, seq_series
 

@@ -22,7 +22,7 @@ from test_report import table_after
 from mhapy import schema
 from mhapy.problem import Shape, decode_bytes
 from mhapy.report import cli, decode, linking
-from mhapy.report.results import load, load_machines
+from mhapy.report.loading import load, load_machines
 from mhapy.report.series import heads_series, past_series, seq_series
 from mhapy.report.wording import fmt_time
 

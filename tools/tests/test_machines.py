@@ -10,7 +10,7 @@ from mhapy.problem import Shape, flops
 from mhapy.report import cross_machine
 from mhapy.report.appendix import peak_warning_text
 from mhapy.report.peaks import find_peaks, peak_warnings
-from mhapy.report.results import load_machines
+from mhapy.report.loading import load_machines
 
 S1 = Shape(1, 64, 64, 64, 2)
 S2 = Shape(1, 64, 128, 128, 2)

@@ -9,7 +9,7 @@ from conftest import CONTEXT, entries, skipped, write
 
 from mhapy.problem import Shape
 from mhapy.report import cli, peer_ranking
-from mhapy.report.results import load
+from mhapy.report.loading import load
 
 GPT2 = Shape(1, 1024, 768, 768, 12)
 NARROW = Shape(4, 256, 768, 768, 96)

@@ -11,7 +11,7 @@ from test_report import table_after
 from mhapy.problem import Shape, flops
 from mhapy.report import cli, precision, throughput
 from mhapy.report.peaks import Peak, classify_peak_key, find_peak, find_peaks
-from mhapy.report.results import load
+from mhapy.report.loading import load
 from mhapy.report.series import heads_series
 from mhapy.report.throughput import peak_lines
 

@@ -7,7 +7,8 @@ import pytest
 from conftest import bench_name, entries, skipped, write
 
 from mhapy.problem import Shape, flops
-from mhapy.report.results import Key, ReportError, load, parse_name
+from mhapy.report.loading import load, parse_name
+from mhapy.report.results import Key, ReportError
 from mhapy.schema import is_peer
 
 S = Shape(4, 256, 768, 768, 12)

@@ -14,7 +14,8 @@ import pytest
 from conftest import d_model_series, entries, isa_context, model_seconds, peak_entries, write
 from test_report import run_tool
 
-from mhapy.report.results import ReportError, load, load_machines, selections, shard_problems
+from mhapy.report.loading import load, load_machines
+from mhapy.report.results import ReportError, selections, shard_problems
 
 SELECTION = "0123456789abcdef"
 

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from .. import scaling_model
-from . import ab, report, results
+from . import ab, loading, report, results
 from .peaks import find_peaks
 from .results import ReportError
 
@@ -105,10 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     staging = Path(tempfile.mkdtemp(prefix=".mha_report-", dir=out.parent))
     try:
         if args.ab:
-            before, after = (results.load([path]) for path in args.ab)
+            before, after = (loading.load([path]) for path in args.ab)
             ab.generate(before, after, tuple(args.ab), staging, args.alpha, not args.no_scipy, args.html)
         else:
-            machines = results.load_machines(args.results, args.best_run)
+            machines = loading.load_machines(args.results, args.best_run)
             if not any(r.measurements or r.failures for r in machines):
                 raise ReportError("the inputs hold no attention benchmarks (names 'mha/...')")
             machines = [r for r in machines if r.measurements or r.failures]

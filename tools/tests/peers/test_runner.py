@@ -18,7 +18,7 @@ from mhapy import inputs, oracle
 from mhapy.peers import run
 from mhapy.peers.adapter import Call, Peer, Variant
 from mhapy.problem import decode_bytes, flops, parse_shape
-from mhapy.report.results import parse_name
+from mhapy.report.loading import parse_name
 
 REPORT_PYTHON = "/usr/bin/python3"
 # The runner's tests run one library: the first of these importable here (PyTorch may be left
