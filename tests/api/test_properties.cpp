@@ -202,6 +202,46 @@ TEST_P(Properties, NonFiniteLateTokenLeavesEarlierRowsUnchanged) {
   }
 }
 
+// A value that overflows to Inf in a late token, in bf16 at head_dim 32 and 64, where AMX runs
+// P V on tiles: the keys of the diagonal, which only a tile's later rows see, enter the tiles
+// with their NaN and Inf set to 0 and come back only for the rows that see them. Earlier rows
+// keep their bits; the token's own row and every later one are not finite (through V alone:
+// the feature that overflows has no weight in Q and K, which stay finite). Late tokens at many
+// offsets of a 16-row tile (elsewhere this runs the vector kernels).
+TEST_P(Properties, Bf16InfiniteLateValueReachesOnlyTheRowsThatSeeIt) {
+  const std::int64_t t = 300, feature = 5;
+  for (const std::int64_t heads : {2, 1}) {
+    mha::config cfg = make_config(16, 64, heads, t);
+    cfg.precision = mha::precision::bf16;
+    if (const auto why = mha_test::declined(std::get<0>(GetParam()), {cfg, form(), 1, t}))
+      GTEST_SKIP() << *why;
+    mha::weights w = mha::weights::random(cfg, 31);
+    for (std::int64_t o = 0; o < cfg.d_out; ++o) {
+      w.query.weight[o * cfg.d_in + feature] = 0.0f;
+      w.key.weight[o * cfg.d_in + feature] = 0.0f;
+      w.value.weight[o * cfg.d_in + feature] = o % 2 == 0 ? 4.0f : -4.0f;  // 4 x 3e38 is Inf
+    }
+    const std::vector<float> x = mha_test::random_floats(t * cfg.d_in, 32);
+    const std::vector<float> clean = run(cfg, w, x, 1, t);
+    for (std::int64_t late = 20; late < t; late += 7) {
+      std::vector<float> x_bad = x;
+      x_bad[late * cfg.d_in + feature] = 3e38f;
+      const std::vector<float> y = run(cfg, w, x_bad, 1, t);
+      for (std::int64_t i = 0; i < t; ++i) {
+        const std::vector<float> row = token(y, 0, i, t, cfg.d_out);
+        if (i < late) {
+          ASSERT_EQ(row, token(clean, 0, i, t, cfg.d_out))
+              << "H " << heads << " token " << i << " late token " << late;
+        } else {
+          ASSERT_FALSE(
+              std::all_of(row.begin(), row.end(), [](float v) { return std::isfinite(v); }))
+              << "H " << heads << " token " << i << " sees late token " << late;
+        }
+      }
+    }
+  }
+}
+
 // Two runs of one plan give bitwise identical output; so do two plans of the same weights.
 TEST_P(Properties, Deterministic) {
   const std::int64_t t = 18;

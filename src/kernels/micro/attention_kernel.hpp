@@ -284,7 +284,8 @@ struct attention_block {
 
   // The online-softmax step over keys [j0, j1): scores become weights P, the running max and
   // sum move on, s.rescale gets 2^(m - m') per row. Each row's weights are zeroed past its own
-  // keys up to what P V reads for any row block it can be in (at most values.mr rows from it).
+  // keys up to what P V reads for any row block it can be in (at most values.mr rows from it, or
+  // a tile's rows where P V runs on tiles).
   void softmax(std::int64_t j0, std::int64_t j1) const noexcept {
     constexpr std::int64_t lanes = xsimd::batch<float, Arch>::size;
     const bool first = j0 == t.key_begin;
@@ -300,9 +301,10 @@ struct attention_block {
       s.rescale[r] = shift;
     }
     if (!first) exp2_sum<Arch>(s.rescale, rows, 0.0f, 1.0f);  // 2^(m - m'), vectorised over rows
+    const std::int64_t block_rows = value_block_rows();
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t len = row_keys(r, j0, j1);
-      const std::int64_t block_end = rows_end(r, r + l.values.mr < rows ? r + l.values.mr : rows);
+      const std::int64_t block_end = rows_end(r, r + block_rows < rows ? r + block_rows : rows);
       const std::int64_t end = (block_end < j1 ? block_end : j1) - j0;
       float* p = s.scores + r * l.score_cols;
       std::int64_t zero_from = 0;
@@ -394,11 +396,32 @@ struct attention_block {
     }
   }
 
+  // The most rows a block of P V has: a tile's where P V runs on tiles, else the micro-kernel's.
+  std::int64_t value_block_rows() const noexcept {
+    if constexpr (tile_products<Dot>) {
+      if (on_tiles(l.values.nr)) return l.values.mr > Dot::tile_rows ? l.values.mr : Dot::tile_rows;
+    }
+    return l.values.mr;
+  }
+
   // values() on tiles: per block of tile rows, O = O * rescale (vectors, in place), then
-  // O += P V over the keys every row of the block sees (tiles), then the diagonal's keys row by
-  // row (vectors), as values() does with register tiles.
+  // O += P V on tiles over the whole pairs of keys every row of the block sees, then over the
+  // pairs of the diagonal (the keys only the block's later rows see), each row's weights zero
+  // past its own keys, from a copy of their values with every NaN and Inf set to 0 (so a
+  // masked weight meets only finite values and adds an exact 0), and last each non-finite value
+  // times its weight for the rows that see it. Which products run where depends on positions
+  // only, never on the values, so a row's result does not depend on a later token.
   template <class T>
   void tile_values(std::int64_t j0, std::int64_t j1) const noexcept;  // attention_tiles.hpp
+  // The n pair rows of a V panel (nr columns) at `from` into `to`, every NaN and Inf half set
+  // to 0; false when there was one.
+  template <class T>
+  static bool finite_copy(const panel_unit* from, std::int64_t n, panel_unit* to) noexcept;
+  // O[rr] += P[rr, k] V[j0 + k] for the NaN and Inf elements of V only, for the rows rr of
+  // [r, r + R) and their keys k in [from, row_keys(rr)) (a panel from key j0, O of its columns).
+  template <class T>
+  void non_finite_values(std::int64_t r, int R, std::int64_t j0, std::int64_t from, std::int64_t j1,
+                         const panel_unit* panel, float* o) const noexcept;
 
   // Row k (key j0 + k) of a V panel as floats, batch c of the tile: fp32 as is, bf16 widened
   // from its half of the pair, codes widened.

@@ -19,8 +19,12 @@ void attention_block<Arch, Tiles, Dot, ScoreDot>::tile_values(std::int64_t j0,
     const keys_of_block keys = block_keys(r, r + block, j0, j1);
     const std::int64_t kc = keys.kc, common = keys.common;
     if (kc <= 0) continue;  // no keys here for these rows: rescale is 1, nothing to add
-    // Whole pairs of keys only, as in values().
-    const std::int64_t common_units = common / 2, done = 2 * common_units;
+    // Whole pairs of the keys every row sees, then the diagonal's pairs up to the block's last
+    // key (at most a tile's rows of keys and a pair on each side).
+    const std::int64_t common_units = common / 2, all_units = (kc + 1) / 2;
+    const std::int64_t diagonal_units = all_units - common_units;
+    constexpr std::int64_t max_diagonal = Dot::tile_rows / 2 + 2;
+    MHA_EXPECTS(diagonal_units <= max_diagonal && T::nr <= 2 * Dot::tile_cols);
     float* o = s.accumulators + r * l.acc_cols;
     // The first tile starts O from the product, or from zeros where there is none (scratch
     // holds anything, NaN included, so it is stored over, never multiplied).
@@ -34,13 +38,62 @@ void attention_block<Arch, Tiles, Dot, ScoreDot>::tile_values(std::int64_t j0,
         }
       }
     }
+    alignas(64) panel_unit finite[max_diagonal * 2 * Dot::tile_cols];
     for (std::int64_t p = 0; p < panels; ++p) {
       const panel_unit* panel = v + p * stride + j0 / 2 * T::nr;
       if (common_units > 0) {
         Dot::product(block, common_units, weights() + r * wu, wu, panel, T::nr, o + p * T::nr,
                      l.acc_cols, !first);
       }
-      if (done < kc) diagonal<T>(r, block, j0, done, j1, panel, o + p * T::nr);
+      if (diagonal_units > 0) {
+        const panel_unit* wedge = panel + common_units * T::nr;
+        const bool all_finite = finite_copy<T>(wedge, diagonal_units, finite);
+        // O holds the product above, or the zeros stored over it before.
+        Dot::product(block, diagonal_units, weights() + r * wu + common_units, wu, finite, T::nr,
+                     o + p * T::nr, l.acc_cols, true);
+        if (!all_finite)
+          non_finite_values<T>(r, block, j0, 2 * common_units, j1, panel, o + p * T::nr);
+      }
+    }
+  }
+}
+
+template <class Arch, class Tiles, class Dot, class ScoreDot>
+template <class T>
+bool attention_block<Arch, Tiles, Dot, ScoreDot>::finite_copy(const panel_unit* from,
+                                                              std::int64_t n,
+                                                              panel_unit* to) noexcept {
+  // A bf16 half is Inf or NaN when its exponent bits are all ones.
+  using words = xsimd::batch<std::uint32_t, Arch>;
+  constexpr std::int64_t lanes = words::size;
+  const words lo(0x00007f80u), hi(0x7f800000u), lo_half(0x0000ffffu), hi_half(0xffff0000u);
+  auto bad = words(0u) != words(0u);  // all false
+  for (std::int64_t w = 0; w < n * T::nr; w += lanes) {
+    const words x = words::load_unaligned(from + w);
+    const auto bad_lo = (x & lo) == lo, bad_hi = (x & hi) == hi;
+    bad = bad || bad_lo || bad_hi;
+    const words keep =
+        xsimd::select(bad_lo, words(0u), lo_half) | xsimd::select(bad_hi, words(0u), hi_half);
+    (x & keep).store_unaligned(to + w);
+  }
+  return !xsimd::any(bad);
+}
+
+template <class Arch, class Tiles, class Dot, class ScoreDot>
+template <class T>
+void attention_block<Arch, Tiles, Dot, ScoreDot>::non_finite_values(
+    std::int64_t r, int R, std::int64_t j0, std::int64_t from, std::int64_t j1,
+    const panel_unit* panel, float* o) const noexcept {
+  for (std::int64_t rr = r; rr < r + R; ++rr) {
+    const float* w = s.scores + rr * l.score_cols;
+    float* out = o + (rr - r) * l.acc_cols;
+    for (std::int64_t k = from; k < row_keys(rr, j0, j1); ++k) {
+      for (int c = 0; c < T::nr; ++c) {
+        const panel_unit pair = panel[k / 2 * T::nr + c];
+        const auto half = static_cast<bf16>(k % 2 == 0 ? pair & 0xffffu : pair >> 16);
+        if ((half & 0x7f80u) != 0x7f80u) continue;  // finite: in the tile product already
+        out[c] += round_bf16(w[k]) * from_bf16(half);
+      }
     }
   }
 }
