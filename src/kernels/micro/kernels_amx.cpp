@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #define MHA_SIMD_ISA_NAMESPACE amx
@@ -259,6 +260,8 @@ void tile_pair_gemm(const pair_gemm_args& g, std::int64_t row_begin, std::int64_
   const std::int64_t width = b.nr;
   tiles_loaded.use(gemm_config_rows, gemm_config_tail);
   const std::int64_t k = b.k, full_steps = k / tile_pairs, k_tail = k % tile_pairs;
+  const bool c_aligned =
+      reinterpret_cast<std::uintptr_t>(g.c) % 64 == 0 && g.ldc * sizeof(float) % 64 == 0;
   // C of the last panel past n, or of a strip of fewer than 16 rows; A's rows of such a strip
   // (one slice and its tail); A's and B's k tails.
   alignas(64) float edge[(tile_gemm_rows + strip) * 2 * tile_cols];
@@ -275,10 +278,13 @@ void tile_pair_gemm(const pair_gemm_args& g, std::int64_t row_begin, std::int64_
         copy_padded(panel + full_steps * tile_pairs * width, width, k_tail, width, width,
                     tile_pairs, b_tail);
       }
-      // Where block rows [r, r + 16) keep their partial sums: C, or the edge buffer.
+      // Where block rows [r, r + 16) keep their partial sums: C, or the edge buffer (C's rows
+      // past n, or not on cache lines: a tile row that spans two lines loads and stores at half
+      // speed, as in a caller's output of odd alignment).
+      const bool in_place = cols == width && c_aligned;
       const auto sums = [&](std::int64_t r, bool whole_rows) {
-        return cols == width && whole_rows ? std::pair{g.c + r * g.ldc + first_col, g.ldc}
-                                           : std::pair{edge + (r - r0) * width, width};
+        return in_place && whole_rows ? std::pair{g.c + r * g.ldc + first_col, g.ldc}
+                                      : std::pair{edge + (r - r0) * width, width};
       };
       std::int64_t s0 = 0;
       do {  // once at least: a k of fewer than 16 pairs is its tail alone
@@ -318,7 +324,7 @@ void tile_pair_gemm(const pair_gemm_args& g, std::int64_t row_begin, std::int64_
       } while (s0 < full_steps);
       // Sums kept in the edge buffer: their valid rows and columns into C.
       const std::int64_t whole_strips_end = r0 + (r1 - r0) / strip * strip;
-      for (std::int64_t r = cols < width ? r0 : whole_strips_end; r < r1; ++r) {
+      for (std::int64_t r = in_place ? whole_strips_end : r0; r < r1; ++r) {
         const float* from = edge + (r - r0) * width;
         std::copy(from, from + cols, g.c + r * g.ldc + first_col);
       }
