@@ -23,8 +23,9 @@ constexpr std::int64_t attention_block_rows = 64;
 
 // Keys [j0, j1) of a packed head at `head` from K/V head g of sequence b of args (its rows 0,
 // 1, ... of args.k and args.v), rounded to bf16 pairs in a bf16 layout.
-void pack_keys(const attention_args& args, const attention_layout& l, std::int64_t b,
-               std::int64_t g, std::int64_t j0, std::int64_t j1, void* head) noexcept {
+void pack_keys(const isa_kernels& kernels, const attention_args& args, const attention_layout& l,
+               std::int64_t b, std::int64_t g, std::int64_t j0, std::int64_t j1,
+               void* head) noexcept {
   // K^T (head_dim, kv_rows): element (d, j) is K[j][d]. A transpose copy, and worth it: half the
   // time of the transpose-free form, dot products over head_dim with a horizontal add per score
   // (measurements: docs/design.md §5.1). V (kv_rows, head_dim) as it is.
@@ -58,10 +59,10 @@ void pack_keys(const attention_args& args, const attention_layout& l, std::int64
     }
   } else if (l.bf16) {
     bf16_pair* units = static_cast<bf16_pair*>(head);
-    pack_pair_block(k, /*stride_k=*/1, args.k.row_stride, l.head_dim, 0, l.head_dim, j0, j1,
-                    l.scores.nr, units);
-    pack_pair_block(v, args.v.row_stride, /*stride_n=*/1, l.kv_rows, j0, j1, 0, l.head_dim,
-                    l.values.nr, units + l.values_offset());
+    kernels.pack_pairs(k, /*stride_k=*/1, args.k.row_stride, l.head_dim, 0, l.head_dim, j0, j1,
+                       l.scores.nr, units);
+    kernels.pack_pairs(v, args.v.row_stride, /*stride_n=*/1, l.kv_rows, j0, j1, 0, l.head_dim,
+                       l.values.nr, units + l.values_offset());
   } else {
     float* units = static_cast<float*>(head);
     pack_block(k, /*stride_k=*/1, args.k.row_stride, l.head_dim, 0, l.head_dim, j0, j1, l.scores.nr,
@@ -146,16 +147,22 @@ attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept
   return parts;
 }
 
-void pack_head(const attention_args& args, const attention_layout& layout, std::int64_t b,
-               std::int64_t g, void* head) noexcept {
+void pack_head(const isa_kernels& kernels, const attention_args& args,
+               const attention_layout& layout, std::int64_t b, std::int64_t g,
+               void* head) noexcept {
   // The padding (columns of the last panels, the missing odd k of a pair) is zero.
   const float *k = args.k.row(b, g, 0), *v = args.v.row(b, g, 0);
   if (layout.bf16) {
     bf16_pair* units = static_cast<bf16_pair*>(head);
-    pack_pair_panels(k, layout.head_dim, layout.kv_rows, /*stride_k=*/1, args.k.row_stride,
-                     layout.scores.nr, units);
-    pack_pair_panels(v, layout.kv_rows, layout.head_dim, args.v.row_stride, /*stride_n=*/1,
-                     layout.values.nr, units + layout.values_offset());
+    // pack_pair_panels through the kernels' packer: each matrix's padding zeroed, then packed.
+    const std::int64_t hd = layout.head_dim, rows = layout.kv_rows;
+    bf16_pair* values = units + layout.values_offset();
+    std::fill(units, units + pairs(hd) * round_up(rows, layout.scores.nr), bf16_pair{0});
+    std::fill(values, values + pairs(rows) * round_up(hd, layout.values.nr), bf16_pair{0});
+    kernels.pack_pairs(k, /*stride_k=*/1, args.k.row_stride, hd, 0, hd, 0, rows, layout.scores.nr,
+                       units);
+    kernels.pack_pairs(v, args.v.row_stride, /*stride_n=*/1, rows, 0, rows, 0, hd, layout.values.nr,
+                       values);
   } else {
     float* units = static_cast<float*>(head);
     pack_panels(k, layout.head_dim, layout.kv_rows, /*stride_k=*/1, args.k.row_stride,
@@ -201,7 +208,7 @@ void attention_workspace::run(const isa_kernels& kernels, const attention_args& 
   void* own = layout_.bf16 ? static_cast<void*>(pair_head_.data()) : head_.data();
   if (head_.size() > 0 || pair_head_.size() > 0) {
     if (const std::int64_t head = task.b * args.kv_heads() + task.g; head != packed_) {
-      pack_head(args, layout_, task.b, task.g, own);
+      pack_head(kernels, args, layout_, task.b, task.g, own);
       packed_ = head;
     }
     task.head = own;
@@ -236,7 +243,7 @@ std::int64_t attention_schedule::appends() const noexcept {
 
 void attention_schedule::append(std::int64_t i) const noexcept {
   const std::int64_t b = i / args_.kv_heads(), g = i % args_.kv_heads(), past = this->past(b);
-  pack_keys(args_, layout_, b, g, past, past + args_.seq_len, args_.cache->head(b, g));
+  pack_keys(kernels_, args_, layout_, b, g, past, past + args_.seq_len, args_.cache->head(b, g));
 }
 
 std::int64_t attention_schedule::chunk_keys(std::int64_t b) const noexcept {

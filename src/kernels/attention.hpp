@@ -135,8 +135,8 @@ struct attention_task {
 // Head (b, g) of args.k and args.v (all keys, from row 0) packed into `head`
 // (layout.head_units() units, kv_rows == keys), rounded to bf16 in a bf16 layout (never int8:
 // only a cache holds codes).
-void pack_head(const attention_args& args, const attention_layout& layout, std::int64_t b,
-               std::int64_t g, void* head) noexcept;
+void pack_head(const isa_kernels& kernels, const attention_args& args,
+               const attention_layout& layout, std::int64_t b, std::int64_t g, void* head) noexcept;
 
 // One thread's attention workspace for one attention call (one layout): one query block's
 // scratch and, when the heads are not in a cache, a packed head, O(keys * head_dim +

@@ -247,6 +247,56 @@ TEST_P(XsimdKernels, GemmSubRangesMatchDoubleProducts) {
 // row counts past whole tiles (16 rows). Each element within fp32 summation error of the double
 // product of the rounded operands, and sub-range calls bitwise equal to one whole call (what
 // keeps results alike for every thread count).
+// The kernels' packer writes pack_pair_block's words: every panel width of the ISA, both
+// orientations of B (V's rows in place, K^T's columns gathered), blocks with odd ends, mid-panel
+// starts and partial registers, and values that round every way (ties, NaN, Inf, denormals,
+// -0, values that overflow to Inf); words outside the block are kept.
+TEST_P(XsimdKernels, PackPairsWritesPackPairBlocksWords) {
+  namespace d = mha::detail;
+  const std::int64_t k = 301, n = 77;
+  std::vector<float> b = mha_test::random_floats(static_cast<std::size_t>(k * n), 12, 4.0f);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::denorm_min(),
+                            -0.0f,
+                            std::bit_cast<float>(0x3f808000u),   // a tie: rounds to even
+                            std::bit_cast<float>(0x3f818000u),   // a tie: rounds up
+                            std::numeric_limits<float>::max(),   // rounds to Inf
+                            std::bit_cast<float>(0x7f800001u)};  // a signalling NaN
+  for (std::size_t i = 0; i < b.size(); i += 7) b[i] = specials[i / 7 % std::size(specials)];
+  struct block {
+    std::int64_t k0, k1, n0, n1;
+  };
+  for (int t = 0; t < kernels().tile_count; ++t) {
+    const int nr = kernels().tiles[t].nr;
+    for (const bool columns_contiguous : {true, false}) {
+      for (const block blk : {block{0, k, 0, n}, block{3, 300, 5, 70}, block{1, 2, 7, 8},
+                              block{2, 3, 0, n}, block{40, 297, 9, 10}, block{0, 64, 32, 64}}) {
+        const std::int64_t rows = blk.k1 - blk.k0, cols = blk.n1 - blk.n0;
+        const std::int64_t stride_k = columns_contiguous ? 1 : cols + 3,
+                           stride_n = columns_contiguous ? rows + 5 : 1;
+        std::vector<float> src(static_cast<std::size_t>(rows * cols + 3 * rows + 5 * cols + 8));
+        for (std::int64_t kk = blk.k0; kk < blk.k1; ++kk)
+          for (std::int64_t nn = blk.n0; nn < blk.n1; ++nn)
+            src[static_cast<std::size_t>((kk - blk.k0) * stride_k + (nn - blk.n0) * stride_n)] =
+                b[static_cast<std::size_t>(kk * n + nn)];
+        const std::size_t words = static_cast<std::size_t>((k + 1) / 2 * d::round_up(n, nr));
+        std::vector<d::bf16_pair> expected(words, 0xabcdabcdu), got = expected;
+        d::pack_pair_block(src.data(), stride_k, stride_n, k, blk.k0, blk.k1, blk.n0, blk.n1, nr,
+                           expected.data());
+        kernels().pack_pairs(src.data(), stride_k, stride_n, k, blk.k0, blk.k1, blk.n0, blk.n1, nr,
+                             got.data());
+        for (std::size_t w = 0; w < words; ++w) {
+          ASSERT_EQ(got[w], expected[w])
+              << "nr " << nr << (columns_contiguous ? " K^T" : " V") << " block [" << blk.k0 << ", "
+              << blk.k1 << ") x [" << blk.n0 << ", " << blk.n1 << ") word " << w;
+        }
+      }
+    }
+  }
+}
+
 TEST_P(XsimdKernels, PairGemmSubRangesMatchRoundedProducts) {
   for (int t = 0; t < kernels().tile_count; ++t) {
     const int nr = kernels().tiles[t].nr;

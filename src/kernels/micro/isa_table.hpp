@@ -6,6 +6,7 @@
 #include "kernels/dispatch.hpp"
 #include "kernels/micro/attention_kernel.hpp"
 #include "kernels/micro/gemm_kernel.hpp"
+#include "kernels/micro/pack_kernel.hpp"
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
@@ -28,6 +29,7 @@ const isa_kernels* kernels_of(mha::isa which) noexcept {
                                  static_cast<int>(sizeof(Tiles::shapes) / sizeof(tile_shape)),
                                  &gemm<Arch, Tiles>,
                                  &to_pairs<PairDot>,
+                                 &pack_pairs<Arch>,
                                  &gemm<Arch, Tiles, PairDot>,
                                  &attention_rows<Arch, Tiles, PairDot>,
                                  &row_max<Arch>,
