@@ -282,7 +282,8 @@ PYTHONPATH=$root/tools /usr/bin/python3 - "$tmp/report/report.md" "${files[@]}" 
 import json
 import sys
 
-from mhapy.report.results import load_machines, selections, shard_problems
+from mhapy.report.loading import load_machines
+from mhapy.report.results import selections, shard_problems
 
 report, paths = open(sys.argv[1]).read(), sys.argv[2:]
 docs = [json.load(open(p)) for p in paths]
