@@ -202,8 +202,7 @@ struct attention_block {
         float* x = tile + rr * l.score_cols + c * lanes;
         const batch sums =
             xsimd::to_float(words::load_unaligned(reinterpret_cast<const std::int32_t*>(x)));
-        xsimd::fma(sums, batch(s.query_scales[r + rr]) * scale,
-                   batch(s.query_sums[r + rr]) * offset)
+        fused_fma(sums, batch(s.query_scales[r + rr]) * scale, batch(s.query_sums[r + rr]) * offset)
             .store_unaligned(x);
       }
     }
@@ -218,7 +217,7 @@ struct attention_block {
     std::int64_t j = 0;
     for (; j + lanes <= len; j += lanes) {
       const batch w = batch::load_unaligned(p + j);
-      sum = xsimd::fma(w, batch::load_unaligned(value_offset() + j0 + j), sum);
+      sum = fused_fma(w, batch::load_unaligned(value_offset() + j0 + j), sum);
       (w * batch::load_unaligned(value_scale() + j0 + j)).store_unaligned(p + j);
     }
     float total = xsimd::hadd(sum);
@@ -456,7 +455,7 @@ struct attention_block {
         batch acc = batch::load_unaligned(out + c * lanes);
         for (std::int64_t k = from; k < keys; ++k) {
           const float weight = pairs_of_bf16 ? round_bf16(w[k]) : w[k];
-          acc = xsimd::fma(batch(weight), value_row<T>(panel, k, c), acc);
+          acc = fused_fma(batch(weight), value_row<T>(panel, k, c), acc);
         }
         acc.store_unaligned(out + c * lanes);
       }

@@ -44,7 +44,7 @@ void attention_block<Arch, Tiles, Dot, ScoreDot>::narrow_rows(std::int64_t r0) c
       for (std::int64_t j = p0; j < p1; ++j) {
         const float* column = panel + (j - p0);
         batch x = qt[0] * batch(column[0]);
-        for (int d = 1; d < HD; ++d) x = xsimd::fma(qt[d], batch(column[d * nr]), x);
+        for (int d = 1; d < HD; ++d) x = fused_fma(qt[d], batch(column[d * nr]), x);
         if (j >= seen_by_all)
           x = xsimd::select(batch(static_cast<float>(j)) < limit, x, batch(minus_inf));
         x.store_aligned(scores + (j - j0) * lanes);
@@ -71,18 +71,18 @@ void attention_block<Arch, Tiles, Dot, ScoreDot>::narrow_rows(std::int64_t r0) c
       sum += p0;
       sum += p1;
       for (int d = 0; d < HD; ++d)
-        o[d] = xsimd::fma(p1, batch(v1[d]), xsimd::fma(p0, batch(v0[d]), o[d]));
+        o[d] = fused_fma(p1, batch(v1[d]), fused_fma(p0, batch(v0[d]), o[d]));
     }
     for (; j < j1; ++j) {
       const batch p = weight(j);
       const float* value = v + j * vr;
       sum += p;
       if (j < seen_by_all) {
-        for (int d = 0; d < HD; ++d) o[d] = xsimd::fma(p, batch(value[d]), o[d]);
+        for (int d = 0; d < HD; ++d) o[d] = fused_fma(p, batch(value[d]), o[d]);
       } else {
         const auto seen = batch(static_cast<float>(j)) < limit;
         for (int d = 0; d < HD; ++d)
-          o[d] = xsimd::select(seen, xsimd::fma(p, batch(value[d]), o[d]), o[d]);
+          o[d] = xsimd::select(seen, fused_fma(p, batch(value[d]), o[d]), o[d]);
       }
     }
     m = next;

@@ -32,6 +32,20 @@ struct tile {
   static constexpr int mr = MR, nv = NV, nr = NV * static_cast<int>(batch::size);
 };
 
+// a * b + c rounded once, on every arch with FMA. xsimd 8.1 has no AVX-512 kernel for fma: its
+// generic a * b + c became vfmadd only where GCC contracted it (Release did; the sanitizer
+// builds, whose spills split the product from the sum, did not, and rounded twice), so AVX-512
+// batches take the intrinsic. Other archs take xsimd's: native on fma3<avx2>, two roundings on
+// SSE2, which has no FMA.
+template <class Arch>
+xsimd::batch<float, Arch> fused_fma(xsimd::batch<float, Arch> a, xsimd::batch<float, Arch> b,
+                                    xsimd::batch<float, Arch> c) noexcept {
+#ifdef __AVX512F__
+  if constexpr (xsimd::batch<float, Arch>::size == 16) return _mm512_fmadd_ps(a, b, c);
+#endif
+  return xsimd::fma(a, b, c);
+}
+
 // One step of k of the micro-kernel in the operands' unit (gemm.hpp): the B row the step streams
 // and the A element it broadcasts per row, and their product added to an accumulator.
 // fma_dot: fp32, one element per step.
@@ -47,7 +61,7 @@ struct fma_dot {
   }
   template <class B>
   static B dot(B acc, B a, B b) noexcept {
-    return xsimd::fma(a, b, acc);
+    return fused_fma(a, b, acc);
   }
 };
 
@@ -106,7 +120,7 @@ struct widen_dot {
   template <class Arch>
   static xsimd::batch<float, Arch> dot(xsimd::batch<float, Arch> acc, const pair_halves<Arch>& a,
                                        const pair_halves<Arch>& b) noexcept {
-    return xsimd::fma(a.odd, b.odd, xsimd::fma(a.even, b.even, acc));
+    return fused_fma(a.odd, b.odd, fused_fma(a.even, b.even, acc));
   }
 };
 

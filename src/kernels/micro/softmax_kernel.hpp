@@ -75,12 +75,12 @@ xsimd::batch<float, Arch> exp2_nonpositive(xsimd::batch<float, Arch> x) noexcept
   using batch = xsimd::batch<float, Arch>;
   const auto polynomial = [](batch f) {
     batch p(1.535336188319500e-4f);
-    p = xsimd::fma(p, f, batch(1.339887440266574e-3f));
-    p = xsimd::fma(p, f, batch(9.618437357674640e-3f));
-    p = xsimd::fma(p, f, batch(5.550332471162809e-2f));
-    p = xsimd::fma(p, f, batch(2.402264791363012e-1f));
-    p = xsimd::fma(p, f, batch(6.931472028550421e-1f));
-    return xsimd::fma(p, f, batch(1.0f));
+    p = fused_fma(p, f, batch(1.339887440266574e-3f));
+    p = fused_fma(p, f, batch(9.618437357674640e-3f));
+    p = fused_fma(p, f, batch(5.550332471162809e-2f));
+    p = fused_fma(p, f, batch(2.402264791363012e-1f));
+    p = fused_fma(p, f, batch(6.931472028550421e-1f));
+    return fused_fma(p, f, batch(1.0f));
   };
   if constexpr (batch::size == 16) {
 #ifdef __AVX512F__
@@ -112,15 +112,14 @@ template <class Arch>
   batch sum(0.0f);
   std::int64_t j = 0;
   for (; j + lanes <= n; j += lanes) {
-    const batch p =
-        exp2_nonpositive<Arch>(xsimd::fma(batch::load_unaligned(x + j), c, minus_shift));
+    const batch p = exp2_nonpositive<Arch>(fused_fma(batch::load_unaligned(x + j), c, minus_shift));
     p.store_unaligned(x + j);
     sum += p;
   }
   if (j < n) {
     const auto inside = lane_index<Arch>() < batch(static_cast<float>(n - j));
     const batch p = xsimd::select(
-        inside, exp2_nonpositive<Arch>(xsimd::fma(batch::load_unaligned(x + j), c, minus_shift)),
+        inside, exp2_nonpositive<Arch>(fused_fma(batch::load_unaligned(x + j), c, minus_shift)),
         batch(0.0f));
     p.store_unaligned(x + j);
     sum += p;
