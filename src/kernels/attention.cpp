@@ -154,15 +154,10 @@ void pack_head(const isa_kernels& kernels, const attention_args& args,
   const float *k = args.k.row(b, g, 0), *v = args.v.row(b, g, 0);
   if (layout.bf16) {
     bf16_pair* units = static_cast<bf16_pair*>(head);
-    // pack_pair_panels through the kernels' packer: each matrix's padding zeroed, then packed.
-    const std::int64_t hd = layout.head_dim, rows = layout.kv_rows;
-    bf16_pair* values = units + layout.values_offset();
-    std::fill(units, units + pairs(hd) * round_up(rows, layout.scores.nr), bf16_pair{0});
-    std::fill(values, values + pairs(rows) * round_up(hd, layout.values.nr), bf16_pair{0});
-    kernels.pack_pairs(k, /*stride_k=*/1, args.k.row_stride, hd, 0, hd, 0, rows, layout.scores.nr,
-                       units);
-    kernels.pack_pairs(v, args.v.row_stride, /*stride_n=*/1, rows, 0, rows, 0, hd, layout.values.nr,
-                       values);
+    pack_pair_panels(k, layout.head_dim, layout.kv_rows, /*stride_k=*/1, args.k.row_stride,
+                     layout.scores.nr, units, kernels.pack_pairs);
+    pack_pair_panels(v, layout.kv_rows, layout.head_dim, args.v.row_stride, /*stride_n=*/1,
+                     layout.values.nr, units + layout.values_offset(), kernels.pack_pairs);
   } else {
     float* units = static_cast<float*>(head);
     pack_panels(k, layout.head_dim, layout.kv_rows, /*stride_k=*/1, args.k.row_stride,

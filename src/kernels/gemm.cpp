@@ -134,9 +134,10 @@ void pack_pair_block(const float* src, std::int64_t stride_k, std::int64_t strid
 }
 
 void pack_pair_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
-                      std::int64_t stride_n, int nr, bf16_pair* dst) noexcept {
+                      std::int64_t stride_n, int nr, bf16_pair* dst,
+                      pair_block_packer pack) noexcept {
   std::fill(dst, dst + pairs(k) * round_up(n, nr), bf16_pair{0});
-  pack_pair_block(src, stride_k, stride_n, k, 0, k, 0, n, nr, dst);
+  pack(src, stride_k, stride_n, k, 0, k, 0, n, nr, dst);
 }
 
 packed_matrix::packed_matrix(const float* weight, const float* bias, std::int64_t n, std::int64_t k,

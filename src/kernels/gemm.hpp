@@ -74,13 +74,16 @@ void pack_block(const float* src, std::int64_t stride_k, std::int64_t stride_n, 
 
 // pack_panels and pack_block for bf16 pair panels: element (kk, nn) rounded to bf16 (to_bf16)
 // into its half of pair (kk / 2, nn % nr) of panel nn / nr (word p * pairs(k) * nr +
-// kk / 2 * nr + nn % nr; the low half for even kk). pack_pair_panels zeroes the padding (the
-// missing odd k, columns past n); pack_pair_block leaves every other element as it is.
-void pack_pair_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
-                      std::int64_t stride_n, int nr, bf16_pair* dst) noexcept;
+// kk / 2 * nr + nn % nr; the low half for even kk). pack_pair_block leaves every other element
+// as it is; pack_pair_panels zeroes the padding (the missing odd k, columns past n), then packs
+// the whole of B with `pack` (pack_pair_block, or an ISA's vectorised twin: isa_kernels).
 void pack_pair_block(const float* src, std::int64_t stride_k, std::int64_t stride_n, std::int64_t k,
                      std::int64_t k0, std::int64_t k1, std::int64_t n0, std::int64_t n1, int nr,
                      bf16_pair* dst) noexcept;
+using pair_block_packer = decltype(&pack_pair_block);
+void pack_pair_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
+                      std::int64_t stride_n, int nr, bf16_pair* dst,
+                      pair_block_packer pack = &pack_pair_block) noexcept;
 
 // An owning packed B with its bias: an nn.Linear prepared once for the GEMM, in fp32 panels or
 // (bf16) pair panels; the bias stays float.

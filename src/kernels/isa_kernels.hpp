@@ -35,9 +35,7 @@ struct isa_kernels {
   void (*to_pairs)(const float* a, std::int64_t rows, std::int64_t k, std::int64_t lda,
                    bf16_pair* dst) noexcept;
   // pack_pair_block (gemm.hpp), the same words, vectorised: how attention packs K^T and V.
-  void (*pack_pairs)(const float* src, std::int64_t stride_k, std::int64_t stride_n, std::int64_t k,
-                     std::int64_t k0, std::int64_t k1, std::int64_t n0, std::int64_t n1, int nr,
-                     bf16_pair* dst) noexcept;
+  pair_block_packer pack_pairs;
   // The same over bf16 pairs (A converted, B packed as pairs: gemm.hpp), sums in fp32.
   void (*pair_gemm)(const pair_gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
                     std::int64_t panel_begin, std::int64_t panel_end) noexcept;

@@ -243,10 +243,10 @@ void copy_padded(const bf16_pair* a, std::int64_t lda, std::int64_t rows, std::i
 // isa_kernels::pair_gemm on tiles, for panels of 16 or 32 columns (8-column panels, whose tiles
 // would be half-empty, take vdpbf16ps). Blocks of tile_gemm_rows rows, then panels, then
 // k slices of tile_k_slice pairs, then blocks of 32 rows (a last one of 16, then one of the
-// rows left): C's partial sums wait in C itself between slices (or, for the last panel's
-// columns past n and the rows past a strip, in a buffer). A is read in place; its tail (k past
-// the last 16 pairs, rows past the last 16) and B's are copied into zero-padded tiles, so that
-// no load reads past A or B, and a padded product adds exact zeros.
+// rows left): C's partial sums wait in C itself between slices (or in a buffer: the last
+// panel's columns past n, the rows past a strip, a C whose rows are not on cache lines). A is read
+// in place; its tail (k past the last 16 pairs, rows past the last 16) and B's are copied into
+// zero-padded tiles, so that no load reads past A or B, and a padded product adds exact zeros.
 void tile_pair_gemm(const pair_gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
                     std::int64_t panel_begin, std::int64_t panel_end) noexcept {
   const pair_panels_view& b = g.b;

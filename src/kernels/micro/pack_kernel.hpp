@@ -45,6 +45,7 @@ void pack_pairs(const float* src, std::int64_t stride_k, std::int64_t stride_n, 
   if (whole_begin >= whole_end) return;
   // Element (kk, nn) of the whole pairs at at(kk)[(nn - n0) * stride_n].
   const auto at = [&](std::int64_t kk) { return src + (kk - k0) * stride_k; };
+  MHA_EXPECTS(stride_n == 1 || stride_n <= INT32_MAX / lanes);  // the gather's 32-bit offsets
   alignas(64) std::int32_t offsets[lanes];
   for (std::int64_t i = 0; i < lanes; ++i) offsets[i] = static_cast<std::int32_t>(i * stride_n);
   const ints index = ints::load_aligned(offsets);
