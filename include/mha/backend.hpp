@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "mha/attention.hpp"
 #include "mha/config.hpp"
 #include "mha/isa.hpp"
 #include "mha/kv_cache.hpp"
@@ -16,6 +17,9 @@
 #include "mha/weights.hpp"
 
 namespace mha {
+namespace detail {
+struct attention_args;
+}
 
 // A prepared module: weights split or packed the way one backend wants them, primitives built.
 // Immutable after prepare(): run() is const and safe to call from several threads at once.
@@ -132,6 +136,9 @@ class backend {
   // or packs the weights and builds whatever the backend needs. Expensive; never inside a timed
   // loop. The plan keeps no reference to w.
   std::unique_ptr<plan> prepare(const config& cfg, formulation form, const weights& w) const;
+  // Whether mha::attention (mha/attention.hpp) runs on this backend in `precision` and, when
+  // not, why. The default declines, naming the backend.
+  virtual support supports_attention(mha::precision precision) const;
 
  protected:
   backend() = default;
@@ -140,6 +147,13 @@ class backend {
   // Called by prepare() once cfg and w are validated.
   virtual std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
                                           const weights& w) const = 0;
+  // mha::attention's kernel call, once it has validated its arguments and cut them into calls
+  // whose query rows stand at the end of their keys (detail::attention_args, bf16 set there);
+  // only called when supports_attention accepted the precision. The default throws
+  // mha::unsupported.
+  virtual void attend(const detail::attention_args& args, const run_options& options) const;
+  friend void attention(const backend&, heads_view<const float>, heads_view<const float>,
+                        heads_view<const float>, heads_view<float>, const attention_options&);
 };
 
 }  // namespace mha

@@ -1,6 +1,7 @@
 // mha: everything, for users of the umbrella target mha::mha.
 #pragma once
 
+#include "mha/attention.hpp"
 #include "mha/backend.hpp"
 #include "mha/backends/all.hpp"  // every backend this build contains
 #include "mha/build_config.hpp"

@@ -12,7 +12,9 @@ A plan reads a contiguous float32 input where it lies and writes its output into
 given (else into a new array or tensor of the input's kind), with the GIL released while it runs.
 Errors are the library's: mha.InvalidArgument (also a ValueError), mha.Unsupported and
 mha.FormatError, all mha.Error. `mha.torch.Attention(module)` runs a PyTorch attention module
-through mha. docs/python.md has more.
+through mha; `mha.attention(q, k, v, ...)` is F.scaled_dot_product_attention on mha's kernels, and
+`import mha.transformers` lets Hugging Face models run on them (attn_implementation="mha").
+docs/python.md has more.
 """
 
 from ._mha import (
@@ -26,6 +28,7 @@ from ._mha import (
     Unsupported,
     default_backend,
 )
+from ._attention import attention
 from ._plan import Plan, backends
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "Plan",
     "RopeScaling",
     "Unsupported",
+    "attention",
     "backends",
     "default_backend",
 ]

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "core/dropout.hpp"
 #include "mha/config.hpp"
@@ -51,6 +52,31 @@ struct kv_store {
 // With a cache, k and v hold only this call's seq_len new keys and values: the kernel set
 // appends them to `cache` after each sequence's cache->lengths[b] tokens and attends over the
 // lengths[b] + seq_len keys then held (`past` is then per sequence, and the field below is 0).
+// An additive mask on the scores of a call without a cache (mha::attention, SDPA's attn_mask):
+// score (b, h, i, j) gains value(b, h, i, j) before the softmax; boolean: false is -inf, true 0.
+// Elements of a (query row, key) row are contiguous (key j at row + j); a stride of 0 broadcasts.
+// A row that sees no key, or only keys at -inf, comes out as zeros (as PyTorch's SDPA does).
+struct score_mask {
+  const void* data = nullptr;
+  bool boolean = false;  // bytes of 0 or 1 (bool), else float
+  std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+
+  bool active() const noexcept { return data != nullptr; }
+  // The mask's values of row (b, h, i) from key j0 as floats, n of them, into `to`.
+  void row(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0, std::int64_t n,
+           float* to) const noexcept {
+    const std::int64_t at = b * batch_stride + h * head_stride + i * row_stride + j0;
+    if (boolean) {
+      const auto* from = static_cast<const unsigned char*>(data) + at;
+      for (std::int64_t j = 0; j < n; ++j)
+        to[j] = from[j] ? 0.0f : -std::numeric_limits<float>::infinity();
+    } else {
+      const float* from = static_cast<const float*>(data) + at;
+      for (std::int64_t j = 0; j < n; ++j) to[j] = from[j];
+    }
+  }
+};
+
 struct attention_args {
   head_view<const float> q, k, v;
   head_view<float> out;
@@ -64,6 +90,7 @@ struct attention_args {
   dropout_spec dropout;
   bool bf16 = false;  // a bf16 module: every product's operands rounded (docs/design.md §1.5)
   const kv_store* cache = nullptr;  // decode: where k and v are appended and keys are read
+  score_mask mask;                  // none unless set (never with a cache or dropout)
 
   std::int64_t kv_heads() const noexcept { return heads / kv_group; }
   // Keys sequence b attends over.

@@ -296,6 +296,7 @@ void attention_schedule::merge(std::int64_t i) const noexcept {
       sum += f * part[hd + 1];
       for (std::int64_t d = 0; d < hd; ++d) out[d] += f * part[d];
     }
+    if (args_.mask.active() && sum == 0.0f) continue;  // a masked row that saw no key: zeros
     const float inv = 1.0f / sum;
     for (std::int64_t d = 0; d < hd; ++d) out[d] *= inv;
   }

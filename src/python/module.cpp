@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,66 @@ mha::run_options options_of(int threads) {
   mha::run_options o;
   o.threads = threads;
   return o;
+}
+
+// mha.attention's tensors: (batch, heads, rows, head_dim) float32 in CPU memory, any strides
+// (the package passes the last dimension contiguous), read or written where they lie.
+using heads_input = nb::ndarray<const float, nb::ndim<4>, nb::device::cpu>;
+using heads_output = nb::ndarray<float, nb::ndim<4>, nb::device::cpu>;
+// Its mask, broadcast to (batch, heads, rows, keys) by the package (strides 0 where it repeats).
+using float_mask = nb::ndarray<const float, nb::ndim<4>, nb::device::cpu>;
+using bool_mask = nb::ndarray<const bool, nb::ndim<4>, nb::device::cpu>;
+
+template <class Array>
+auto heads_of(const Array& t) {
+  using T = std::remove_pointer_t<decltype(t.data())>;
+  // A tensor with a stride other than 1 in its last dimension is the package's to copy first.
+  if (t.shape(3) > 1 && t.stride(3) != 1)
+    throw mha::invalid_argument("mha.attention: a tensor's last dimension is not contiguous");
+  return mha::heads_view<T>{t.data(),
+                            static_cast<std::int64_t>(t.shape(0)),
+                            static_cast<std::int64_t>(t.shape(1)),
+                            static_cast<std::int64_t>(t.shape(2)),
+                            static_cast<std::int64_t>(t.shape(3)),
+                            static_cast<std::int64_t>(t.stride(0)),
+                            static_cast<std::int64_t>(t.stride(1)),
+                            static_cast<std::int64_t>(t.stride(2))};
+}
+
+template <class Array>
+mha::attention_mask mask_of(const Array& m, mha::attention_mask::kind kind) {
+  if (m.shape(3) > 1 && m.stride(3) != 1)
+    throw mha::invalid_argument("mha.attention: the mask's last dimension is not contiguous");
+  return {kind,
+          m.data(),
+          static_cast<std::int64_t>(m.shape(0)),
+          static_cast<std::int64_t>(m.shape(1)),
+          static_cast<std::int64_t>(m.shape(2)),
+          static_cast<std::int64_t>(m.shape(3)),
+          static_cast<std::int64_t>(m.stride(0)),
+          static_cast<std::int64_t>(m.stride(1)),
+          static_cast<std::int64_t>(m.stride(2))};
+}
+
+void attention_call(const heads_input& q, const heads_input& k, const heads_input& v,
+                    const heads_output& out, const std::optional<float_mask>& additive,
+                    const std::optional<bool_mask>& boolean, bool causal, bool bottom_right,
+                    std::optional<float> scale, bool bf16,
+                    const std::optional<std::string>& backend, int threads) {
+  mha::attention_options o;
+  o.causal = causal;
+  o.alignment =
+      bottom_right ? mha::causal_alignment::bottom_right : mha::causal_alignment::top_left;
+  o.scale = scale;
+  o.precision = bf16 ? mha::precision::bf16 : mha::precision::fp32;
+  o.threads = threads;
+  if (additive) o.mask = mask_of(*additive, mha::attention_mask::kind::additive);
+  if (boolean) o.mask = mask_of(*boolean, mha::attention_mask::kind::boolean);
+  const auto qv = heads_of(q), kv = heads_of(k), vv = heads_of(v);
+  const auto ov = heads_of(out);
+  const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
+  nb::gil_scoped_release unlocked;
+  mha::attention(b, qv, kv, vv, ov, o);
 }
 
 // A module read from a state_dict or a model folder, its config still editable (causal,
@@ -247,6 +308,13 @@ NB_MODULE(_mha, m) {
           },
           "config"_a, "formulation"_a = "split_weight", "past"_a = 0, "kv_precision"_a = nb::none())
       .def("declines", &declines)
+      .def(
+          "supports_attention",
+          [](const mha::backend& b, std::string_view precision) -> std::optional<std::string> {
+            const mha::support s = b.supports_attention(mha::parse_precision(precision));
+            return s ? std::nullopt : std::optional<std::string>(s.reason());
+          },
+          "precision"_a = "fp32")
       .def("__repr__",
            [](const mha::backend& b) { return "mha.Backend(" + std::string(b.name()) + ")"; });
 
@@ -386,5 +454,8 @@ NB_MODULE(_mha, m) {
 
   // The address of the data an input array is read from (the package's tests compare it with
   // the tensor's own: no copy for contiguous float32).
+  m.def("_attention", &attention_call, "q"_a, "k"_a, "v"_a, "out"_a, "additive"_a.none(),
+        "boolean"_a.none(), "causal"_a, "bottom_right"_a, "scale"_a.none(), "bf16"_a,
+        "backend"_a.none(), "threads"_a);
   m.def("_input_address", [](input_array x) { return reinterpret_cast<std::uintptr_t>(x.data()); });
 }

@@ -36,18 +36,22 @@ void project(const linear_weights& w, const float* x, std::int64_t rows, float* 
 // of the scores has keys() columns. Masked keys never enter the arithmetic, so a NaN or Inf in a
 // later token cannot reach an earlier row (not even as 0 * NaN).
 
-// S[i][j] = scale * q_i . k_j for one head (the masked entries are set by causal_mask).
+// S[i][j] = scale * q_i . k_j for one head, plus the mask's value with a mask (mha::attention;
+// the causally masked entries are set by causal_mask).
 void scores(const attention_args& a, std::int64_t b, std::int64_t h, std::vector<float>& s,
             bool bf16) {
   const std::int64_t n = a.keys();
+  std::vector<float> mask(static_cast<std::size_t>(a.mask.active() ? n : 0));
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
+    if (a.mask.active()) a.mask.row(b, h, i, 0, a.key_end(i), mask.data());
     for (std::int64_t j = 0; j < a.key_end(i); ++j) {
       const float* q = a.q.row(b, h, i);
       const float* k = a.k.row(b, h / a.kv_group, j);
       float dot = 0.0f;
       for (std::int64_t d = 0; d < a.head_dim; ++d)
         dot += operand(q[d], bf16) * operand(k[d], bf16);
-      s[i * n + j] = a.scale * dot;
+      s[i * n + j] =
+          a.mask.active() ? a.scale * dot + mask[static_cast<std::size_t>(j)] : a.scale * dot;
     }
   }
 }
@@ -63,19 +67,21 @@ void causal_mask(const attention_args& a, std::vector<float>& s) {
 
 // Each row of S becomes exp(s - max), the max subtracted for stability; sums[i] gets the row's
 // sum. fp32 then divides the row by it (softmax(row)); bf16 keeps the unnormalised weights,
-// which are rounded as the operands of P V and divided after it (docs/design.md §1.5).
+// which are rounded as the operands of P V and divided after it (docs/design.md §1.5). With a
+// mask, a row whose scores are all -inf gets weights 0 and sum 0 (its output is zeros).
 void softmax_rows(std::int64_t rows, std::int64_t n, std::vector<float>& s,
-                  std::vector<float>& sums, bool bf16) {
+                  std::vector<float>& sums, bool bf16, bool masked) {
   for (std::int64_t i = 0; i < rows; ++i) {
     float* row = s.data() + i * n;
-    const float max = *std::max_element(row, row + n);
+    float max = *std::max_element(row, row + n);
+    if (masked && max == -std::numeric_limits<float>::infinity()) max = 0.0f;
     float sum = 0.0f;
     for (std::int64_t j = 0; j < n; ++j) {
       row[j] = std::exp(row[j] - max);
       sum += row[j];
     }
     sums[static_cast<std::size_t>(i)] = sum;
-    if (!bf16) {
+    if (!bf16 && sum != 0.0f) {
       for (std::int64_t j = 0; j < n; ++j) row[j] /= sum;
     }
   }
@@ -105,7 +111,7 @@ void weighted_values(const attention_args& a, std::int64_t b, std::int64_t h,
       const float p = operand(s[i * n + j], bf16);
       for (std::int64_t d = 0; d < a.head_dim; ++d) out[d] += p * operand(v[d], bf16);
     }
-    if (bf16) {
+    if (bf16 && sums[static_cast<std::size_t>(i)] != 0.0f) {
       for (std::int64_t d = 0; d < a.head_dim; ++d) out[d] /= sums[static_cast<std::size_t>(i)];
     }
   }
@@ -222,7 +228,7 @@ class naive_kernels : public detail::sequential_execution {
       for (std::int64_t h = 0; h < a.heads; ++h) {
         scores(a, b, h, s, rounded);
         if (a.causal) causal_mask(a, s);
-        softmax_rows(a.seq_len, a.keys(), s, sums, rounded);
+        softmax_rows(a.seq_len, a.keys(), s, sums, rounded, a.mask.active());
         if (a.dropout.active()) dropout(a, b, h, s);
         weighted_values(a, b, h, s, sums, rounded);
       }
@@ -245,8 +251,15 @@ struct naive_impl final : backend {
   support supports(const problem& p) const override {
     return detail::driver_support<naive_kernels>(p);
   }
+  // mha::attention: the loops above (holding each head's scores), fp32 or bf16.
+  support supports_attention(precision) const override { return support::yes(); }
 
  private:
+  void attend(const attention_args& args, const run_options&) const override {
+    mha::config cfg;
+    cfg.precision = args.bf16 ? precision::bf16 : precision::fp32;
+    naive_kernels(cfg).attention(args);
+  }
   std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
                                   const weights& w) const override {
     return std::make_unique<detail::driver_plan<naive_kernels>>(cfg, form, w, name());

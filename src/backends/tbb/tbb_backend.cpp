@@ -81,11 +81,18 @@ class tbb_impl final : public backend {
     return detail::driver_support<tbb_kernel_set<isa::sse2>>(p);
   }
   int max_threads() const noexcept override { return detail::default_threads(); }
+  // mha::attention: the plans' fused attention in parallel, fp32 or bf16.
+  support supports_attention(precision) const override { return support::yes(); }
 
  private:
   std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
                                   const weights& w) const override {
     return detail::make_isa_plan<tbb_kernel_set>(xsimd_default_isa(), cfg, form, w, name());
+  }
+  void attend(const detail::attention_args& args, const run_options& options) const override {
+    detail::in_arena(options.threads, [&] {
+      detail::parallel_attention(detail::kernels_for(xsimd_default_isa()), args);
+    });
   }
 };
 

@@ -27,6 +27,8 @@ class xsimd_impl final : public backend {
   support supports(const problem& p) const override {
     return detail::driver_support<detail::xsimd_kernel_set<isa::sse2>>(p);
   }
+  // mha::attention: the fused kernel of the plans' attention, fp32 or bf16.
+  support supports_attention(precision) const override { return support::yes(); }
 
  private:
   mha::isa active_isa() const { return pinned_ ? *pinned_ : xsimd_default_isa(); }
@@ -34,6 +36,10 @@ class xsimd_impl final : public backend {
   std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
                                   const weights& w) const override {
     return detail::make_isa_plan<detail::xsimd_kernel_set>(active_isa(), cfg, form, w, name());
+  }
+
+  void attend(const detail::attention_args& args, const run_options&) const override {
+    detail::attention(detail::kernels_for(active_isa()), args);
   }
 
   std::optional<mha::isa> pinned_;

@@ -5,6 +5,7 @@
 // compiled.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -125,9 +126,10 @@ struct attention_block {
       return s.scores;
     }
   }
-  // The factor between a raw score and its base-2 exponent: the queries carry it in fp32.
+  // The factor between a score in s.scores and its base-2 exponent: the queries carry it in
+  // fp32, and mask_scores applies it to bf16's raw scores with a mask.
   float score_scale() const noexcept {
-    return pairs_of_bf16 ? a.scale * 1.44269504088896341f : 1.0f;
+    return pairs_of_bf16 && !a.mask.active() ? a.scale * 1.44269504088896341f : 1.0f;
   }
 
   // Position (relative to past) and query head of stacked row r.
@@ -281,20 +283,45 @@ struct attention_block {
     }
   }
 
+  // With a mask (mha::attention): each row's scores of keys [j0, j1), up to its own keys, gain
+  // the mask's values in base 2 (boolean: false sets -inf); bf16's raw scores take their scale
+  // first, so that both terms meet in base 2 (the softmax then reads them at scale 1).
+  void mask_scores(std::int64_t j0, std::int64_t j1) const noexcept {
+    constexpr float log2e = 1.44269504088896341f;
+    const float raw = pairs_of_bf16 ? a.scale * log2e : 1.0f;
+    const score_mask& m = a.mask;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t len = row_keys(r, j0, j1);
+      float* p = s.scores + r * l.score_cols;
+      const std::int64_t at =
+          t.b * m.batch_stride + head(r) * m.head_stride + pos(r) * m.row_stride + j0;
+      if (m.boolean) {
+        const auto* keep = static_cast<const unsigned char*>(m.data) + at;
+        for (std::int64_t j = 0; j < len; ++j)
+          p[j] = keep[j] ? p[j] * raw : -std::numeric_limits<float>::infinity();
+      } else {
+        const float* add = static_cast<const float*>(m.data) + at;
+        for (std::int64_t j = 0; j < len; ++j) p[j] = std::fma(add[j], log2e, p[j] * raw);
+      }
+    }
+  }
+
   // The online-softmax step over keys [j0, j1): scores become weights P, the running max and
   // sum move on, s.rescale gets 2^(m - m') per row. Each row's weights are zeroed past its own
   // keys up to what P V reads for any row block it can be in (at most values.mr rows from it, or
-  // a tile's rows where P V runs on tiles).
+  // a tile's rows where P V runs on tiles). With a mask, a row whose keys so far are all at
+  // -inf has the running max -inf, weights 0 and sum 0 (its max moves nothing until a key counts).
   void softmax(std::int64_t j0, std::int64_t j1) const noexcept {
     constexpr std::int64_t lanes = xsimd::batch<float, Arch>::size;
-    const bool first = j0 == t.key_begin;
+    constexpr float minus_inf = -std::numeric_limits<float>::infinity();
+    const bool first = j0 == t.key_begin, masked = a.mask.active();
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t len = row_keys(r, j0, j1);
       float shift = 0.0f;  // m - m' (no change for a row without keys here)
       if (len > 0) {
         const float tile_max = score_scale() * row_max<Arch>(s.scores + r * l.score_cols, len);
         const float m = first || tile_max > s.row_max[r] ? tile_max : s.row_max[r];
-        shift = first ? 0.0f : s.row_max[r] - m;
+        shift = first || (masked && m == minus_inf) ? 0.0f : s.row_max[r] - m;
         s.row_max[r] = m;
       }
       s.rescale[r] = shift;
@@ -309,7 +336,8 @@ struct attention_block {
       std::int64_t zero_from = 0;
       if constexpr (codes) s.value_offsets[r] = 0.0f;
       if (len > 0) {
-        const float sum = exp2_sum<Arch>(p, len, s.row_max[r], score_scale());
+        const float max = masked && s.row_max[r] == minus_inf ? 0.0f : s.row_max[r];
+        const float sum = exp2_sum<Arch>(p, len, max, score_scale());
         s.row_sum[r] = first ? sum : s.row_sum[r] * s.rescale[r] + sum;
         zero_from = (len + lanes - 1) / lanes * lanes;  // exp2_sum zeroed up to here
         if (a.dropout.active()) {
@@ -483,7 +511,8 @@ struct attention_block {
         }
         continue;
       }
-      const float f = 1.0f / s.row_sum[r];
+      // A masked row that saw no key at all: zeros (its O is 0 and its sum 0).
+      const float f = a.mask.active() && s.row_sum[r] == 0.0f ? 0.0f : 1.0f / s.row_sum[r];
       float* out = a.out.row(t.b, head(r), pos(r));
       std::int64_t d = 0;
       for (; d + lanes <= hd; d += lanes)
@@ -505,7 +534,9 @@ struct attention_block {
   // docs/design.md §5.1).
   static constexpr int narrow_dims = 8;
   static constexpr bool narrow_operands = std::is_same_v<Dot, fma_dot>;  // fp32 only
-  bool narrow() const noexcept { return a.head_dim <= narrow_dims && !a.dropout.active(); }
+  bool narrow() const noexcept {
+    return a.head_dim <= narrow_dims && !a.dropout.active() && !a.mask.active();
+  }
 
   template <int HD>
   void narrow_rows(std::int64_t r0) const noexcept;  // attention_narrow.hpp
@@ -566,6 +597,7 @@ struct attention_block {
       if (j0 == t.key_begin) prefetch_values(j0, j1);
       prefetch_keys(j1, j2);
       with_tile(Tiles{}, l.scores.nr, [&](auto tile) { scores(tile, j0, j1); });
+      if (a.mask.active()) mask_scores(j0, j1);
       softmax(j0, j1);
       prefetch_values(j1, j2);
       with_tile(Tiles{}, l.values.nr, [&](auto tile) { values(tile, j0, j1); });

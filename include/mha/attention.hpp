@@ -1,0 +1,76 @@
+// mha: attention on queries, keys and values a model has already projected: PyTorch's
+// F.scaled_dot_product_attention, on mha's kernels (docs/design.md §1.8).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "mha/config.hpp"
+#include "mha/run_options.hpp"
+
+namespace mha {
+
+class backend;
+
+// A (batch, heads, rows, head_dim) tensor seen through strides in elements: element (b, h, i, d)
+// at data[b * batch_stride + h * head_stride + i * row_stride + d]. The last dimension is
+// contiguous; the others take any stride, so a (B, T, H, D) buffer is read as (B, H, T, D)
+// where it lies.
+template <class T>
+struct heads_view {
+  T* data = nullptr;
+  std::int64_t batch = 0, heads = 0, rows = 0, head_dim = 0;
+  std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+
+  // A dense row-major (batch, heads, rows, head_dim) tensor.
+  static constexpr heads_view dense(T* data, std::int64_t batch, std::int64_t heads,
+                                    std::int64_t rows, std::int64_t head_dim) noexcept {
+    return {data,        batch, heads, rows, head_dim, heads * rows * head_dim, rows * head_dim,
+            head_dim};
+  }
+};
+
+// SDPA's attn_mask over the scores of (query row i, key j) of each (b, h): a float added to the
+// score (additive; -inf masks), or a boolean, true where the query attends (bytes of 0 or 1).
+// Shape (batch or 1, heads or 1, query rows, keys), the key dimension contiguous; give a
+// broadcast dimension a stride of 0 (a (rows, keys) mask: both batch and head strides 0).
+struct attention_mask {
+  enum class kind { none, additive, boolean };
+  kind type = kind::none;
+  const void* data = nullptr;  // float (additive) or bytes (boolean)
+  std::int64_t batch = 1, heads = 1, rows = 0, keys = 0;
+  std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+};
+
+// Where the causal diagonal lies when the query has fewer rows (L) than the keys (S):
+//   top_left      query i sees keys j <= i: PyTorch's is_causal (torch.tril(ones(L, S)));
+//   bottom_right  query i sees keys j <= i + S - L: the queries are the last L positions of the
+//                 sequence (a decode step, a chunk of a prefill over a cache; FlashAttention's
+//                 causal, torch.nn.attention.bias.causal_lower_right).
+// They agree when L == S.
+enum class causal_alignment { top_left, bottom_right };
+
+struct attention_options {
+  bool causal = false;
+  causal_alignment alignment = causal_alignment::top_left;
+  std::optional<float> scale;  // the scores' factor; nullopt: 1 / sqrt(head_dim)
+  attention_mask mask;         // none by default
+  // bf16: q, k, v and the weights rounded to bf16 as every product's operands, the sums in fp32
+  // (a bf16 module's arithmetic, docs/design.md §1.5); fp32 otherwise. int8 is refused.
+  mha::precision precision = mha::precision::fp32;
+  int threads = 0;  // as run_options::threads
+};
+
+// out[b, h] = softmax(scale q[b, h] k[b, g]^T + mask[b, h] + causal) v[b, g], g = h / (heads /
+// kv_heads), for q (B, H, L, D), k and v (B, H_kv, S, D) with H a multiple of H_kv (grouped-query
+// attention: PyTorch's enable_gqa), out (B, H, L, D). A query row that sees no key (every key
+// masked, or none under bottom_right causal when L > S) is zeros, as PyTorch's SDPA gives.
+// Runs `backend`'s fused kernels (no L x S scores on xsimd and tbb; naive holds them as the
+// reference); out must not overlap the inputs. Throws mha::invalid_argument naming the shape,
+// stride or option that does not hold, mha::unsupported when the backend has no attention call
+// (backend::supports_attention says why).
+void attention(const backend& backend, heads_view<const float> q, heads_view<const float> k,
+               heads_view<const float> v, heads_view<float> out,
+               const attention_options& options = {});
+
+}  // namespace mha

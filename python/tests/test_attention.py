@@ -1,0 +1,150 @@
+"""mha.attention side by side with F.scaled_dot_product_attention: the same arguments, the same
+meaning (causal alignment, masks, scale, grouped heads, fp32 and bf16), on every backend that runs
+it, and the errors it names."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mha
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+BACKENDS = [b.name for b in mha.backends() if b.supports_attention("fp32") is None]
+
+
+def sdpa(q, k, v, **kw):
+    """SDPA in float64 (the reference), on float32 or bfloat16 operands as given."""
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), **kw)
+
+
+def randn(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g)
+
+
+def operands(b=2, h=4, kv=2, rows=5, keys=9, d=16, seed=0):
+    return randn(b, h, rows, d, seed=seed), randn(b, kv, keys, d, seed=seed + 1), randn(b, kv, keys, d, seed=seed + 2)
+
+
+def close(got, want, atol=2e-5):
+    np.testing.assert_allclose(got.double().numpy(), want.numpy(), rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rows,keys", [(5, 9), (9, 9), (9, 4), (1, 40)])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_sdpa_meaning(backend, rows, keys, is_causal):
+    q, k, v = operands(rows=rows, keys=keys)
+    want = sdpa(q, k, v, is_causal=is_causal, enable_gqa=True)  # top-left when rows != keys
+    close(mha.attention(q, k, v, is_causal=is_causal, enable_gqa=True, backend=backend), want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rows,keys", [(1, 40), (5, 9), (9, 9)])
+def test_bottom_right_is_causal_lower_right(backend, rows, keys):
+    from torch.nn.attention.bias import causal_lower_right
+
+    q, k, v = operands(h=2, rows=rows, keys=keys)
+    want = sdpa(q, k, v, attn_mask=causal_lower_right(rows, keys))
+    got = mha.attention(q, k, v, is_causal=True, causal_alignment="bottom_right", backend=backend)
+    close(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["bool", "float", "bool_2d", "float_per_head"])
+def test_masks(backend, kind):
+    q, k, v = operands(rows=6, keys=11)
+    g = torch.Generator().manual_seed(5)
+    if kind.startswith("bool"):
+        mask = torch.rand(2, 1, 6, 11, generator=g) > 0.3
+        mask[0, 0, 2] = False  # a row that sees no key: zeros, as SDPA
+        if kind == "bool_2d":
+            mask = mask[1, 0]
+    else:
+        mask = torch.randn(2, 4 if kind == "float_per_head" else 1, 6, 11, generator=g)
+        mask[mask < -1.0] = float("-inf")
+        mask[1, 0, 4] = float("-inf")
+    want = sdpa(q, k, v, attn_mask=mask if mask.dtype == torch.bool else mask.double(), enable_gqa=True)
+    close(mha.attention(q, k, v, attn_mask=mask, enable_gqa=True, backend=backend), want)
+
+
+def test_mask_and_causal_both_apply():
+    q, k, v = operands(rows=7, keys=7)
+    mask = torch.rand(2, 1, 7, 7, generator=torch.Generator().manual_seed(1)) > 0.2
+    both = mask & torch.ones(7, 7, dtype=torch.bool).tril()
+    want = sdpa(q, k, v, attn_mask=both, enable_gqa=True)
+    close(mha.attention(q, k, v, attn_mask=mask, is_causal=True, enable_gqa=True), want)
+
+
+def test_scale_and_three_dimensional_operands():
+    q, k, v = operands(b=1, kv=4)
+    want = sdpa(q[0], k[0], v[0], scale=0.37)
+    got = mha.attention(q[0], k[0], v[0], scale=0.37)
+    assert got.shape == (4, 5, 16)
+    close(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bf16(backend):
+    q, k, v = (t.bfloat16() for t in operands(rows=12, keys=30, d=32))
+    mask = torch.rand(2, 1, 12, 30, generator=torch.Generator().manual_seed(3)) > 0.25
+    got = mha.attention(q, k, v, attn_mask=mask, enable_gqa=True, backend=backend)
+    assert got.dtype == torch.bfloat16
+    # Against float64 SDPA of the same bf16 operands: the weights rounded to bf16 (2^-9
+    # relative) and the output's own rounding (2^-9), at most |v| = 4 here.
+    want = sdpa(q, k, v, attn_mask=mask, enable_gqa=True)
+    close(got, want, atol=4 * 2.0**-8)
+    # And against PyTorch's own bf16 SDPA within the two roundings of the output.
+    close(got, F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).double(), atol=4 * 2.0**-7)
+
+
+def test_strided_operands_are_read_in_place():
+    """(B, L, H, D) buffers seen as (B, H, L, D), as models hold them, and out= written in place."""
+    q, k, v = operands(h=4, kv=4)
+    qt, kt, vt = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    out = torch.empty(2, 5, 4, 16).transpose(1, 2)
+    assert mha.attention(qt, kt, vt, out=out) is out
+    close(out, sdpa(q, k, v))
+    last_strided = q.transpose(2, 3).contiguous().transpose(2, 3)  # last dimension not contiguous
+    close(mha.attention(last_strided, k, v), sdpa(q, k, v))
+
+
+def test_numpy_arrays():
+    q, k, v = operands(h=2, kv=2)
+    mask = np.random.default_rng(0).random((5, 9)) > 0.3
+    got = mha.attention(q.numpy(), k.numpy(), v.numpy(), attn_mask=mask)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32
+    close(torch.from_numpy(got), sdpa(q, k, v, attn_mask=torch.from_numpy(mask)))
+
+
+def test_threads_give_the_same_bits():
+    if "tbb" not in BACKENDS:
+        pytest.skip("tbb is not built")
+    q, k, v = operands(rows=70, keys=600, d=64)
+    one = mha.attention(q, k, v, is_causal=True, enable_gqa=True, backend="tbb", threads=1)
+    two = mha.attention(q, k, v, is_causal=True, enable_gqa=True, backend="tbb", threads=2)
+    assert torch.equal(one, two)
+
+
+def test_errors_name_what_is_wrong():
+    q, k, v = operands()
+    with pytest.raises(mha.InvalidArgument, match="enable_gqa=True"):
+        mha.attention(q, k, v)
+    with pytest.raises(mha.Unsupported, match="dropout_p=0.1"):
+        mha.attention(q, k, v, dropout_p=0.1, enable_gqa=True)
+    with pytest.raises(mha.InvalidArgument, match="does not broadcast"):
+        mha.attention(q, k, v, attn_mask=torch.ones(3, 9, dtype=torch.bool), enable_gqa=True)
+    with pytest.raises(mha.InvalidArgument, match="float32 or all bfloat16"):
+        mha.attention(q.double(), k.double(), v.double(), enable_gqa=True)
+    with pytest.raises(mha.InvalidArgument, match="causal_alignment 'diagonal'"):
+        mha.attention(q, k, v, is_causal=True, causal_alignment="diagonal", enable_gqa=True)
+    with pytest.raises(mha.Unsupported, match="requires grad"):
+        mha.attention(q.requires_grad_(), k, v, enable_gqa=True)
+    with pytest.raises(mha.InvalidArgument, match="same B and D"):
+        mha.attention(q.detach(), k[:, :, :, :8], v[:, :, :, :8], enable_gqa=True)
+    if "onednn" in [b.name for b in mha.backends()]:
+        with pytest.raises(mha.Unsupported, match="onednn"):
+            mha.attention(q.detach(), k, v, enable_gqa=True, backend="onednn")

@@ -1,0 +1,211 @@
+// mha::attention: SDPA's arguments checked, then cut into kernel calls whose query rows stand at
+// the end of their keys (detail::attention_args: query i at position past + i over past +
+// seq_len keys), which is every case of docs/design.md §1.8:
+//   query rows L <= keys S, not causal or bottom_right:  one call, past = S - L;
+//   top_left causal, L <= S:  one causal call over the first L keys (past 0): no query sees more;
+//   L > S, rows that see every key (top_left rows from S on, any non-causal row):  calls of at
+//     most S rows each, not causal, past = S - rows;
+//   bottom_right causal, L > S:  the first L - S rows see no key (zeros), the last S one causal
+//     call over the S keys (past 0).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string_view>
+
+#include "core/checks.hpp"
+#include "core/text.hpp"
+#include "driver/attention_args.hpp"
+#include "mha/backend.hpp"
+#include "mha/error.hpp"
+
+namespace mha {
+namespace {
+
+using detail::text;
+constexpr std::string_view where = "mha::attention";
+
+template <class T>
+std::string shape_of(const heads_view<T>& t) {
+  return text("(", t.batch, ", ", t.heads, ", ", t.rows, ", ", t.head_dim, ")");
+}
+
+template <class T>
+void check_view(std::string_view name, const heads_view<T>& t) {
+  if (t.data == nullptr) throw invalid_argument(text(where, ": ", name, " has no data (nullptr)"));
+  if (t.batch < 1 || t.heads < 1 || t.rows < 1 || t.head_dim < 1) {
+    throw invalid_argument(text(where, ": ", name, " is ", shape_of(t),
+                                ", expected (batch, heads, rows, head_dim) each >= 1"));
+  }
+  if (t.batch_stride < 0 || t.head_stride < 0 || t.row_stride < 0) {
+    throw invalid_argument(text(where, ": ", name, " has strides (", t.batch_stride, ", ",
+                                t.head_stride, ", ", t.row_stride, ", 1), expected >= 0"));
+  }
+  detail::check_byte_count(where, name, {t.batch, t.heads, t.rows, t.head_dim}, sizeof(float));
+}
+
+// The last element's offset + 1: the extent of a view's memory in floats (mha::invalid_argument
+// when the strides reach past what an int64 counts).
+template <class T>
+std::int64_t extent(std::string_view name, const heads_view<T>& t) {
+  std::int64_t total = t.head_dim;
+  for (const auto& [n, stride] : {std::pair{t.batch, t.batch_stride},
+                                  {t.heads, t.head_stride}, {t.rows, t.row_stride}}) {
+    std::int64_t span = 0;
+    if (__builtin_mul_overflow(n - 1, stride, &span) ||
+        __builtin_add_overflow(total, span, &total)) {
+      throw invalid_argument(text(where, ": ", name, " of shape ", shape_of(t), " has strides (",
+                                  t.batch_stride, ", ", t.head_stride, ", ", t.row_stride,
+                                  ") that reach past 2^63 elements"));
+    }
+  }
+  return total;
+}
+
+bool overlap(const float* a, std::int64_t a_size, const float* b, std::int64_t b_size) {
+  const std::less<const float*> before;  // total order even for unrelated pointers
+  return before(a, b + b_size) && before(b, a + a_size);
+}
+
+void check_mask(const attention_mask& m, std::int64_t batch, std::int64_t heads,
+                std::int64_t rows, std::int64_t keys) {
+  if (m.type == attention_mask::kind::none) return;
+  if (m.data == nullptr) throw invalid_argument(text(where, ": the mask has no data (nullptr)"));
+  const auto dim = [](std::string_view name, std::int64_t got, std::int64_t full) {
+    if (got != full && got != 1) {
+      throw invalid_argument(text(where, ": the mask's ", name, " (", got, ") must be ", full,
+                                  " or 1 (broadcast)"));
+    }
+  };
+  dim("batch", m.batch, batch);
+  dim("heads", m.heads, heads);
+  if (m.rows != rows || m.keys != keys) {
+    throw invalid_argument(text(where, ": the mask is (", m.batch, ", ", m.heads, ", ", m.rows,
+                                ", ", m.keys, "), expected (", batch, " or 1, ", heads,
+                                " or 1, ", rows, ", ", keys, "): (query rows, keys) of q and k"));
+  }
+  if (m.batch_stride < 0 || m.head_stride < 0 || m.row_stride < 0) {
+    throw invalid_argument(text(where, ": the mask has strides (", m.batch_stride, ", ",
+                                m.head_stride, ", ", m.row_stride, ", 1), expected >= 0"));
+  }
+}
+
+}  // namespace
+
+void attention(const backend& backend, heads_view<const float> q, heads_view<const float> k,
+               heads_view<const float> v, heads_view<float> out,
+               const attention_options& options) {
+  check_view("q", q);
+  check_view("k", k);
+  check_view("v", v);
+  check_view("out", out);
+  const std::int64_t batch = q.batch, heads = q.heads, rows = q.rows, keys = k.rows;
+  const std::int64_t hd = q.head_dim;
+  if (k.batch != batch || v.batch != batch || out.batch != batch) {
+    throw invalid_argument(text(where, ": q is ", shape_of(q), ", k ", shape_of(k), ", v ",
+                                shape_of(v), ", out ", shape_of(out), ": the batches differ"));
+  }
+  if (k.head_dim != hd || v.head_dim != hd) {
+    throw invalid_argument(text(where, ": q is ", shape_of(q), ", k ", shape_of(k), ", v ",
+                                shape_of(v), ": head_dim must be the same (a value head_dim "
+                                "other than the query's is not implemented)"));
+  }
+  if (v.heads != k.heads || v.rows != keys) {
+    throw invalid_argument(text(where, ": k is ", shape_of(k), " and v ", shape_of(v),
+                                ", expected the same shape"));
+  }
+  if (heads % k.heads != 0) {
+    throw invalid_argument(text(where, ": q has ", heads, " heads and k ", k.heads,
+                                ": the query heads must be a multiple of the key/value heads"));
+  }
+  if (out.heads != heads || out.rows != rows) {
+    throw invalid_argument(text(where, ": out is ", shape_of(out), ", expected ", shape_of(q),
+                                " (q's shape)"));
+  }
+  const std::int64_t out_size = extent("out", out);
+  for (const auto& [name, in] : {std::pair{"q", q}, {"k", k}, {"v", v}}) {
+    if (overlap(out.data, out_size, in.data, extent(name, in)))
+      throw invalid_argument(text(where, ": out overlaps ", name));
+  }
+  check_mask(options.mask, batch, heads, rows, keys);
+  if (options.precision == precision::int8) {
+    throw invalid_argument(text(where, ": precision int8 is a KV cache's, expected fp32 or bf16"));
+  }
+  const float scale =
+      options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  if (!std::isfinite(scale)) {
+    throw invalid_argument(text(where, ": scale (", scale, ") must be finite"));
+  }
+  if (options.threads < 0 || options.threads > max_run_threads) {
+    throw invalid_argument(text(where, ": threads (", options.threads,
+                                ") must be >= 0 (0 = all cores) and <= ", max_run_threads));
+  }
+  if (const support s = backend.supports_attention(options.precision); !s)
+    throw unsupported(text(backend.name(), ": ", s.reason()));
+
+  const bool boolean = options.mask.type == attention_mask::kind::boolean;
+  const std::int64_t mask_unit = boolean ? 1 : static_cast<std::int64_t>(sizeof(float));
+  // Query rows [r0, r0 + n) over the first `seen` keys, query i at position seen - n + i.
+  const auto call = [&](std::int64_t r0, std::int64_t n, std::int64_t seen, bool causal) {
+    detail::attention_args a;
+    a.q = {q.data + r0 * q.row_stride, q.batch_stride, q.head_stride, q.row_stride};
+    a.k = {k.data, k.batch_stride, k.head_stride, k.row_stride};
+    a.v = {v.data, v.batch_stride, v.head_stride, v.row_stride};
+    a.out = {out.data + r0 * out.row_stride, out.batch_stride, out.head_stride, out.row_stride};
+    a.batch = batch;
+    a.heads = heads;
+    a.seq_len = n;
+    a.head_dim = hd;
+    a.past = seen - n;
+    a.kv_group = heads / k.heads;
+    a.causal = causal;
+    a.scale = scale;
+    a.bf16 = options.precision == precision::bf16;
+    if (options.mask.type != attention_mask::kind::none) {
+      const attention_mask& m = options.mask;
+      a.mask = {static_cast<const std::byte*>(m.data) + r0 * m.row_stride * mask_unit, boolean,
+                m.batch == 1 ? 0 : m.batch_stride, m.heads == 1 ? 0 : m.head_stride,
+                m.row_stride};
+    }
+    backend.attend(a, run_options{.threads = options.threads});
+  };
+  // Rows [r0, rows) that see all `keys` keys, in calls of at most `keys` rows.
+  const auto all_keys = [&](std::int64_t r0) {
+    for (; r0 < rows; r0 += keys) call(r0, std::min(keys, rows - r0), keys, false);
+  };
+
+  if (!options.causal) {
+    if (rows <= keys) {
+      call(0, rows, keys, false);
+    } else {
+      all_keys(0);
+    }
+  } else if (options.alignment == causal_alignment::top_left) {
+    call(0, std::min(rows, keys), std::min(rows, keys), true);
+    if (rows > keys) all_keys(keys);
+  } else if (rows <= keys) {
+    call(0, rows, keys, true);
+  } else {
+    // The first rows - keys rows see no key.
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t h = 0; h < heads; ++h) {
+        for (std::int64_t i = 0; i < rows - keys; ++i) {
+          float* row = out.data + b * out.batch_stride + h * out.head_stride + i * out.row_stride;
+          std::fill(row, row + hd, 0.0f);
+        }
+      }
+    }
+    call(rows - keys, keys, keys, true);
+  }
+}
+
+support backend::supports_attention(precision) const {
+  return support::no(text("the attention call (mha::attention) is not implemented on ", name(),
+                          "; xsimd, tbb and naive run it"));
+}
+
+void backend::attend(const detail::attention_args&, const run_options&) const {
+  throw unsupported(text(name(), ": the attention call (mha::attention) is not implemented"));
+}
+
+}  // namespace mha

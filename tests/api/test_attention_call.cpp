@@ -1,0 +1,392 @@
+// mha::attention (mha/attention.hpp): every backend that runs it against a float64 reference of
+// SDPA's meaning written here from its definition (mask matrix first, then the softmax), over
+// query rows shorter, equal and longer than the keys, both causal alignments, additive and
+// boolean masks (broadcast, rows that see no key), grouped heads, strided inputs and bf16; the
+// errors it names.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/bf16.hpp"
+#include "mha/mha.hpp"
+#include "support.hpp"
+
+namespace {
+
+using mha::attention_mask;
+using mha::causal_alignment;
+using mha::heads_view;
+using mha_test::expect_error;
+
+constexpr float minus_inf = -std::numeric_limits<float>::infinity();
+
+struct call_case {
+  std::int64_t batch = 2, heads = 4, kv_heads = 2, rows = 5, keys = 9, head_dim = 16;
+  bool causal = false;
+  causal_alignment alignment = causal_alignment::top_left;
+  attention_mask::kind mask = attention_mask::kind::none;
+  bool mask_per_batch = true, mask_per_head = false;
+  bool transposed = false;  // q, k, v and out as (B, T, H, D) buffers seen through strides
+  mha::precision precision = mha::precision::fp32;
+
+  std::string name() const {
+    std::string n;
+    for (const auto& [key, value] : {std::pair{"b", batch}, {"_h", heads}, {"_kv", kv_heads},
+                                     {"_l", rows}, {"_s", keys}, {"_d", head_dim}}) {
+      n += key;
+      n += std::to_string(value);
+    }
+    if (causal) n += alignment == causal_alignment::top_left ? "_topleft" : "_bottomright";
+    if (mask == attention_mask::kind::additive) n += "_additive";
+    if (mask == attention_mask::kind::boolean) n += "_boolean";
+    if (mask != attention_mask::kind::none && !mask_per_batch) n += "_maskb1";
+    if (mask != attention_mask::kind::none && mask_per_head) n += "_maskperhead";
+    if (transposed) n += "_bthd";
+    if (precision == mha::precision::bf16) n += "_bf16";
+    return n;
+  }
+};
+
+// Tensors of one case, with the mask's rows: the last query row of batch 0 sees no key (every
+// key masked), other entries masked at random (a quarter), additive values in [-2, 2].
+struct call_data {
+  call_case c;
+  std::vector<float> q, k, v, out, additive;
+  std::vector<unsigned char> keep;
+
+  explicit call_data(const call_case& cc, std::uint32_t seed = 7) : c(cc) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const auto fill = [&](std::vector<float>& t, std::int64_t n) {
+      t.resize(static_cast<std::size_t>(n));
+      for (float& x : t) x = u(rng);
+    };
+    fill(q, c.batch * c.heads * c.rows * c.head_dim);
+    fill(k, c.batch * c.kv_heads * c.keys * c.head_dim);
+    fill(v, c.batch * c.kv_heads * c.keys * c.head_dim);
+    out.assign(q.size(), std::nanf(""));
+    const std::int64_t mb = c.mask_per_batch ? c.batch : 1, mh = c.mask_per_head ? c.heads : 1;
+    const std::int64_t n = mb * mh * c.rows * c.keys;
+    additive.resize(static_cast<std::size_t>(n));
+    keep.resize(static_cast<std::size_t>(n));
+    std::uniform_int_distribution<int> quarter(0, 3);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const bool masked = quarter(rng) == 0 || i / c.keys == c.rows - 1;  // row L-1 of (0, 0)
+      keep[static_cast<std::size_t>(i)] = masked ? 0 : 1;
+      additive[static_cast<std::size_t>(i)] = masked ? minus_inf : 2.0f * u(rng);
+    }
+  }
+
+  // A (B, H, T, D) view of t, or of t laid out as (B, T, H, D).
+  template <class T>
+  heads_view<T> view(T* t, std::int64_t heads, std::int64_t rows) const {
+    if (!c.transposed) return heads_view<T>::dense(t, c.batch, heads, rows, c.head_dim);
+    return {t, c.batch, heads, rows, c.head_dim, rows * heads * c.head_dim, c.head_dim,
+            heads * c.head_dim};
+  }
+  float at(const std::vector<float>& t, std::int64_t heads, std::int64_t rows, std::int64_t b,
+           std::int64_t h, std::int64_t i, std::int64_t d) const {
+    const heads_view<const float> w = view<const float>(t.data(), heads, rows);
+    return w.data[b * w.batch_stride + h * w.head_stride + i * w.row_stride + d];
+  }
+  std::int64_t mask_index(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return (((c.mask_per_batch ? b : 0) * (c.mask_per_head ? c.heads : 1) +
+             (c.mask_per_head ? h : 0)) * c.rows + i) * c.keys + j;
+  }
+
+  mha::attention_options options() const {
+    mha::attention_options o;
+    o.causal = c.causal;
+    o.alignment = c.alignment;
+    o.precision = c.precision;
+    if (c.mask != attention_mask::kind::none) {
+      const bool boolean = c.mask == attention_mask::kind::boolean;
+      const std::int64_t mb = c.mask_per_batch ? c.batch : 1, mh = c.mask_per_head ? c.heads : 1;
+      o.mask = {c.mask, boolean ? static_cast<const void*>(keep.data()) : additive.data(),
+                mb, mh, c.rows, c.keys,
+                c.mask_per_batch ? mh * c.rows * c.keys : 0, c.mask_per_head ? c.rows * c.keys : 0,
+                c.keys};
+    }
+    return o;
+  }
+
+  void run(const mha::backend& backend, int threads = 0) {
+    mha::attention_options o = options();
+    o.threads = threads;
+    mha::attention(backend, view<const float>(q.data(), c.heads, c.rows),
+                   view<const float>(k.data(), c.kv_heads, c.keys),
+                   view<const float>(v.data(), c.kv_heads, c.keys),
+                   view(out.data(), c.heads, c.rows), o);
+  }
+
+  // SDPA's definition in float64 (bf16: q, k and v rounded first, as the kernels' operands are).
+  std::vector<double> reference() const {
+    const bool bf16 = c.precision == mha::precision::bf16;
+    const auto operand = [&](float x) {
+      return bf16 ? static_cast<double>(mha::detail::round_bf16(x)) : static_cast<double>(x);
+    };
+    std::vector<double> y(q.size());
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    const std::int64_t group = c.heads / c.kv_heads;
+    for (std::int64_t b = 0; b < c.batch; ++b) {
+      for (std::int64_t h = 0; h < c.heads; ++h) {
+        for (std::int64_t i = 0; i < c.rows; ++i) {
+          std::vector<double> s(static_cast<std::size_t>(c.keys), -INFINITY);
+          double max = -INFINITY;
+          for (std::int64_t j = 0; j < c.keys; ++j) {
+            const std::int64_t limit = c.alignment == causal_alignment::top_left
+                                           ? i
+                                           : i + c.keys - c.rows;  // attends to j <= limit
+            if (c.causal && j > limit) continue;
+            double bias = 0.0;
+            if (c.mask == attention_mask::kind::boolean && !keep[mask_index(b, h, i, j)]) continue;
+            if (c.mask == attention_mask::kind::additive) bias = additive[mask_index(b, h, i, j)];
+            if (bias == -INFINITY) continue;
+            double dot = 0.0;
+            for (std::int64_t d = 0; d < c.head_dim; ++d) {
+              dot += operand(at(q, c.heads, c.rows, b, h, i, d)) *
+                     operand(at(k, c.kv_heads, c.keys, b, h / group, j, d));
+            }
+            s[j] = scale * dot + bias;
+            max = std::max(max, s[j]);
+          }
+          double sum = 0.0;
+          for (double& x : s) sum += x = x == -INFINITY ? 0.0 : std::exp(x - max);
+          for (std::int64_t d = 0; d < c.head_dim; ++d) {
+            double o = 0.0;
+            for (std::int64_t j = 0; j < c.keys; ++j)
+              if (s[j] != 0.0) o += s[j] * operand(at(v, c.kv_heads, c.keys, b, h / group, j, d));
+            const heads_view<const float> w = view<const float>(nullptr, c.heads, c.rows);
+            y[b * w.batch_stride + h * w.head_stride + i * w.row_stride + d] =
+                sum == 0.0 ? 0.0 : o / sum;
+          }
+        }
+      }
+    }
+    return y;
+  }
+};
+
+std::vector<call_case> call_cases() {
+  std::vector<call_case> cases;
+  for (const auto& [rows, keys] : {std::pair{5, 9}, {9, 9}, {9, 4}, {1, 37}, {40, 300}}) {
+    for (const int mode : {0, 1, 2}) {  // not causal, top_left, bottom_right
+      for (const auto mask : {attention_mask::kind::none, attention_mask::kind::additive,
+                              attention_mask::kind::boolean}) {
+        call_case c;
+        c.rows = rows;
+        c.keys = keys;
+        c.causal = mode > 0;
+        c.alignment = mode == 2 ? causal_alignment::bottom_right : causal_alignment::top_left;
+        c.mask = mask;
+        cases.push_back(c);
+      }
+    }
+  }
+  // Head sizes of the narrow path (8), an odd one, 64; masks broadcast over batch or per head;
+  // (B, T, H, D) buffers; multi-query; bf16.
+  call_case c;
+  c.head_dim = 8;
+  cases.push_back(c);
+  c.mask = attention_mask::kind::additive;
+  cases.push_back(c);
+  c = {};
+  c.head_dim = 5;
+  c.causal = true;
+  c.mask = attention_mask::kind::boolean;
+  c.mask_per_batch = false;
+  cases.push_back(c);
+  c = {};
+  c.head_dim = 64;
+  c.rows = 17;
+  c.keys = 70;
+  c.mask = attention_mask::kind::additive;
+  c.mask_per_head = true;
+  c.transposed = true;
+  cases.push_back(c);
+  c = {};
+  c.kv_heads = 1;
+  c.causal = true;
+  c.alignment = causal_alignment::bottom_right;
+  c.transposed = true;
+  cases.push_back(c);
+  for (const auto mask : {attention_mask::kind::none, attention_mask::kind::boolean}) {
+    c = {};
+    c.precision = mha::precision::bf16;
+    c.head_dim = 32;
+    c.rows = 12;
+    c.keys = 30;
+    c.causal = true;
+    c.alignment = causal_alignment::bottom_right;
+    c.mask = mask;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+class AttentionCall : public testing::TestWithParam<call_case> {};
+
+// Every backend that runs the call agrees with the float64 reference: fp32 within the rounding
+// of sums of O(keys) terms, bf16 (operands rounded as in the reference) within its sums' rounding
+// and the weights' (P is rounded to bf16: 2^-9 relative, times the sum of |v|, at most 1 each).
+TEST_P(AttentionCall, EveryBackendMatchesTheReference) {
+  const call_case c = GetParam();
+  call_data data(c);
+  const std::vector<double> want = data.reference();
+  const double bound = c.precision == mha::precision::bf16 ? 4e-3 : 2e-5;
+  int ran = 0;
+  for (const auto& [label, backend] : mha_test::backend_cases()) {
+    if (!backend->supports_attention(c.precision)) continue;
+    SCOPED_TRACE(label);
+    data.run(*backend);
+    ++ran;
+    double worst = 0.0;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(data.out[i]) - want[i]));
+    EXPECT_LE(worst, bound);
+  }
+  EXPECT_GE(ran, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AttentionCall, testing::ValuesIn(call_cases()),
+                         [](const auto& p) { return p.param.name(); });
+
+// A row that sees no key comes out as zeros (SDPA's answer), and so do the rows before the
+// diagonal under bottom_right with more query rows than keys; the others are finite.
+TEST(AttentionCall, RowsThatSeeNoKeyAreZeros) {
+  call_case c;
+  c.rows = 9;
+  c.keys = 4;
+  c.causal = true;
+  c.alignment = causal_alignment::bottom_right;
+  c.mask = attention_mask::kind::boolean;
+  for (const auto& [label, backend] : mha_test::backend_cases()) {
+    if (!backend->supports_attention(c.precision)) continue;
+    SCOPED_TRACE(label);
+    call_data data(c);
+    data.run(*backend);
+    for (std::int64_t h = 0; h < c.heads; ++h) {
+      for (std::int64_t i = 0; i < c.rows; ++i) {
+        for (std::int64_t d = 0; d < c.head_dim; ++d) {
+          const float y = data.at(data.out, c.heads, c.rows, 0, h, i, d);
+          if (i < c.rows - c.keys || i == c.rows - 1) {
+            EXPECT_EQ(y, 0.0f) << "h " << h << " row " << i;
+          } else {
+            EXPECT_TRUE(std::isfinite(y)) << "h " << h << " row " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// tbb's result is the same bits for every thread count, and the same as xsimd's (one kernel).
+TEST(AttentionCall, ParallelIsBitwiseTheSameForEveryThreadCount) {
+  const mha::backend* tbb = mha::find_backend("tbb");
+  if (tbb == nullptr) GTEST_SKIP() << "tbb is not built";
+  call_case c;
+  c.rows = 70;
+  c.keys = 600;
+  c.causal = true;
+  c.mask = attention_mask::kind::additive;
+  call_data one(c), two(c);
+  one.run(*tbb, 1);
+  two.run(*tbb, 2);
+  EXPECT_EQ(one.out, two.out);
+}
+
+// A decode step over a long context (split into key chunks) with a mask that hides a whole
+// chunk from some rows: the merge keeps those rows right.
+TEST(AttentionCall, SplitKeysWithAMaskedChunk) {
+  call_case c;
+  c.rows = 1;
+  c.keys = 5000;
+  c.head_dim = 64;
+  c.mask = attention_mask::kind::boolean;
+  call_data data(c);
+  // Batch 0 head rows see only keys >= 4200 (the last chunk); batch 1 sees no key at all.
+  for (std::int64_t b = 0; b < c.batch; ++b) {
+    for (std::int64_t j = 0; j < c.keys; ++j)
+      data.keep[data.mask_index(b, 0, 0, j)] = b == 0 && j >= 4200 ? 1 : 0;
+  }
+  const std::vector<double> want = data.reference();
+  for (const auto& [label, backend] : mha_test::backend_cases()) {
+    if (!backend->supports_attention(c.precision)) continue;
+    SCOPED_TRACE(label);
+    data.run(*backend);
+    for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(data.out[i], want[i], 2e-5);
+  }
+}
+
+TEST(AttentionCall, BadArgumentsAreNamed) {
+  const mha::backend& backend = mha::naive_backend();
+  call_case c;
+  call_data data(c);
+  const auto q = data.view<const float>(data.q.data(), c.heads, c.rows);
+  const auto k = data.view<const float>(data.k.data(), c.kv_heads, c.keys);
+  const auto v = data.view<const float>(data.v.data(), c.kv_heads, c.keys);
+  const auto out = data.view(data.out.data(), c.heads, c.rows);
+  using mha::invalid_argument;
+  auto k3 = k;
+  k3.heads = 3;
+  expect_error<invalid_argument>([&] { mha::attention(backend, q, k3, k3, out); },
+                                 {"q has 4 heads and k 3", "multiple"});
+  auto wide = k;
+  wide.head_dim = 8;
+  expect_error<invalid_argument>([&] { mha::attention(backend, q, wide, wide, out); },
+                                 {"head_dim must be the same"});
+  auto short_v = v;
+  short_v.rows = 3;
+  expect_error<invalid_argument>([&] { mha::attention(backend, q, k, short_v, out); },
+                                 {"v (2, 2, 3, 16)", "expected the same shape"});
+  expect_error<invalid_argument>(
+      [&] {
+        mha::attention(backend, q, k, v,
+                       data.view(const_cast<float*>(data.v.data()) + 4, c.heads, c.rows));
+      },
+      {"out overlaps v"});
+  auto null_q = q;
+  null_q.data = nullptr;
+  expect_error<invalid_argument>([&] { mha::attention(backend, null_q, k, v, out); },
+                                 {"q has no data"});
+  auto huge = q;
+  huge.head_stride = std::int64_t{1} << 62;  // 3 of them pass 2^63
+  expect_error<invalid_argument>([&] { mha::attention(backend, huge, k, v, out); },
+                                 {"reach past 2^63"});
+  mha::attention_options o;
+  o.mask = {attention_mask::kind::additive, data.additive.data(), 3, 1, 5, 9, 45, 0, 9};
+  expect_error<invalid_argument>([&] { mha::attention(backend, q, k, v, out, o); },
+                                 {"mask's batch (3) must be 2 or 1"});
+  o.mask = {attention_mask::kind::additive, data.additive.data(), 2, 1, 5, 8, 45, 0, 9};
+  expect_error<invalid_argument>([&] { mha::attention(backend, q, k, v, out, o); },
+                                 {"the mask is (2, 1, 5, 8), expected (2 or 1, 4 or 1, 5, 9)"});
+  o = {};
+  o.scale = std::numeric_limits<float>::infinity();
+  expect_error<invalid_argument>([&] { mha::attention(backend, q, k, v, out, o); },
+                                 {"scale (inf) must be finite"});
+  o = {};
+  o.precision = mha::precision::int8;
+  expect_error<invalid_argument>([&] { mha::attention(backend, q, k, v, out, o); },
+                                 {"precision int8"});
+  o = {};
+  o.threads = -1;
+  expect_error<invalid_argument>([&] { mha::attention(backend, q, k, v, out, o); },
+                                 {"threads (-1)"});
+}
+
+// A backend without the call says so, naming itself and the ones that have it.
+TEST(AttentionCall, DeclinedWithTheReason) {
+  const mha::backend* onednn = mha::find_backend("onednn");
+  if (onednn == nullptr) GTEST_SKIP() << "onednn is not built";
+  EXPECT_THAT(onednn->supports_attention(mha::precision::fp32).reason(),
+              testing::HasSubstr("not implemented on onednn"));
+  call_case c;
+  call_data data(c);
+  expect_error<mha::unsupported>(
+      [&] { data.run(*onednn); }, {"onednn: ", "xsimd, tbb and naive run it"});
+}
+
+}  // namespace
