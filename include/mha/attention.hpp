@@ -25,8 +25,7 @@ struct heads_view {
   // A dense row-major (batch, heads, rows, head_dim) tensor.
   static constexpr heads_view dense(T* data, std::int64_t batch, std::int64_t heads,
                                     std::int64_t rows, std::int64_t head_dim) noexcept {
-    return {data,        batch, heads, rows, head_dim, heads * rows * head_dim, rows * head_dim,
-            head_dim};
+    return {data, batch, heads, rows, head_dim, heads * rows * head_dim, rows * head_dim, head_dim};
   }
 };
 

@@ -47,7 +47,9 @@ def attention(
     contiguous; for bfloat16 inputs a bfloat16 tensor, copied into). The GIL is released while
     it runs. Returns out, or a new tensor or array of the query's kind and dtype."""
     if dropout_p != 0.0:
-        raise Unsupported(f"mha.attention: dropout_p={dropout_p!r}: dropout is not implemented (inference only)")
+        raise Unsupported(
+            f"mha.attention: dropout_p={dropout_p!r}: dropout is not implemented (inference only)"
+        )
     if causal_alignment not in _ALIGNMENTS:
         raise InvalidArgument(
             f"mha.attention: causal_alignment {causal_alignment!r}, expected 'top_left' or 'bottom_right'"
@@ -55,7 +57,18 @@ def attention(
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(query, torch.Tensor):
         return _torch_attention(
-            torch, query, key, value, attn_mask, is_causal, scale, enable_gqa, causal_alignment, backend, threads, out
+            torch,
+            query,
+            key,
+            value,
+            attn_mask,
+            is_causal,
+            scale,
+            enable_gqa,
+            causal_alignment,
+            backend,
+            threads,
+            out,
         )
     arrays = [_numpy_operand(name, t) for name, t in (("query", query), ("key", key), ("value", value))]
     q, k, v = _batched(arrays)
@@ -78,7 +91,9 @@ def attention(
 def _describe(t: Any) -> str:
     shape = getattr(t, "shape", None)
     dtype = getattr(t, "dtype", None)
-    return f"{type(t).__name__}" + (f" of shape {tuple(shape)} and dtype {dtype}" if shape is not None else "")
+    return f"{type(t).__name__}" + (
+        f" of shape {tuple(shape)} and dtype {dtype}" if shape is not None else ""
+    )
 
 
 def _check_heads(q: Any, k: Any, v: Any, enable_gqa: bool) -> None:
@@ -113,7 +128,9 @@ def _batched(ts: list) -> list:
 
 def _numpy_operand(name: str, t: Any) -> np.ndarray:
     if not isinstance(t, np.ndarray):
-        raise InvalidArgument(f"mha.attention: {name} is a {_describe(t)}, expected a PyTorch tensor or a NumPy array")
+        raise InvalidArgument(
+            f"mha.attention: {name} is a {_describe(t)}, expected a PyTorch tensor or a NumPy array"
+        )
     if t.dtype != np.float32:
         raise InvalidArgument(f"mha.attention: {name} has dtype {t.dtype}, expected float32")
     return t if t.ndim == 0 or t.strides[-1] == 4 else np.ascontiguousarray(t)
@@ -158,7 +175,9 @@ def _run(q, k, v, out, additive, boolean, is_causal, alignment, scale, bf16, bac
     )
 
 
-def _torch_attention(torch, query, key, value, mask, is_causal, scale, enable_gqa, alignment, backend, threads, out):
+def _torch_attention(
+    torch, query, key, value, mask, is_causal, scale, enable_gqa, alignment, backend, threads, out
+):
     # Lean on purpose: a decode step of a small model calls this once per layer (docs/python.md
     # states the overhead). Tensors reach the library as NumPy views of their memory (.numpy()
     # shares it, strides and all), which nanobind reads faster than through DLPack; the result
@@ -171,7 +190,9 @@ def _torch_attention(torch, query, key, value, mask, is_causal, scale, enable_gq
         if not t.is_cpu:
             raise InvalidArgument(f"mha.attention: {name} is on {t.device}, expected the CPU")
         if grad and t.requires_grad:
-            raise Unsupported(f"mha.attention: {name} requires grad: autograd is not implemented (inference only)")
+            raise Unsupported(
+                f"mha.attention: {name} requires grad: autograd is not implemented (inference only)"
+            )
     dtype = query.dtype
     if key.dtype != dtype or value.dtype != dtype or dtype not in (torch.float32, torch.bfloat16):
         raise InvalidArgument(
@@ -222,7 +243,9 @@ def _torch_mask(torch: Any, mask: Any, full_shape: tuple) -> tuple[Any, Any]:
     """attn_mask broadcast to (B, H, L, S) without copying (strides 0), as NumPy views:
     (additive, None) or (None, boolean)."""
     if not isinstance(mask, torch.Tensor):
-        raise InvalidArgument(f"mha.attention: attn_mask is a {_describe(mask)}, expected a tensor as query is")
+        raise InvalidArgument(
+            f"mha.attention: attn_mask is a {_describe(mask)}, expected a tensor as query is"
+        )
     mask = mask.detach()
     if mask.dtype != torch.bool:
         mask = mask.float()

@@ -26,7 +26,11 @@ def randn(*shape, seed=0):
 
 
 def operands(b=2, h=4, kv=2, rows=5, keys=9, d=16, seed=0):
-    return randn(b, h, rows, d, seed=seed), randn(b, kv, keys, d, seed=seed + 1), randn(b, kv, keys, d, seed=seed + 2)
+    return (
+        randn(b, h, rows, d, seed=seed),
+        randn(b, kv, keys, d, seed=seed + 1),
+        randn(b, kv, keys, d, seed=seed + 2),
+    )
 
 
 def close(got, want, atol=2e-5):
@@ -98,7 +102,11 @@ def test_bf16(backend):
     want = sdpa(q, k, v, attn_mask=mask, enable_gqa=True)
     close(got, want, atol=4 * 2.0**-8)
     # And against PyTorch's own bf16 SDPA within the two roundings of the output.
-    close(got, F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).double(), atol=4 * 2.0**-7)
+    close(
+        got,
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).double(),
+        atol=4 * 2.0**-7,
+    )
 
 
 def test_strided_operands_are_read_in_place():
@@ -148,3 +156,14 @@ def test_errors_name_what_is_wrong():
     if "onednn" in [b.name for b in mha.backends()]:
         with pytest.raises(mha.Unsupported, match="onednn"):
             mha.attention(q.detach(), k, v, enable_gqa=True, backend="onednn")
+
+
+def test_the_transformers_module_names_its_requirement():
+    """Without transformers, importing mha.transformers says what it needs."""
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['transformers'] = None; import mha.transformers"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode != 0
+    assert "mha.transformers needs PyTorch and Hugging Face transformers 5" in run.stderr

@@ -49,8 +49,8 @@ void check_view(std::string_view name, const heads_view<T>& t) {
 template <class T>
 std::int64_t extent(std::string_view name, const heads_view<T>& t) {
   std::int64_t total = t.head_dim;
-  for (const auto& [n, stride] : {std::pair{t.batch, t.batch_stride},
-                                  {t.heads, t.head_stride}, {t.rows, t.row_stride}}) {
+  for (const auto& [n, stride] :
+       {std::pair{t.batch, t.batch_stride}, {t.heads, t.head_stride}, {t.rows, t.row_stride}}) {
     std::int64_t span = 0;
     if (__builtin_mul_overflow(n - 1, stride, &span) ||
         __builtin_add_overflow(total, span, &total)) {
@@ -67,22 +67,22 @@ bool overlap(const float* a, std::int64_t a_size, const float* b, std::int64_t b
   return before(a, b + b_size) && before(b, a + a_size);
 }
 
-void check_mask(const attention_mask& m, std::int64_t batch, std::int64_t heads,
-                std::int64_t rows, std::int64_t keys) {
+void check_mask(const attention_mask& m, std::int64_t batch, std::int64_t heads, std::int64_t rows,
+                std::int64_t keys) {
   if (m.type == attention_mask::kind::none) return;
   if (m.data == nullptr) throw invalid_argument(text(where, ": the mask has no data (nullptr)"));
   const auto dim = [](std::string_view name, std::int64_t got, std::int64_t full) {
     if (got != full && got != 1) {
-      throw invalid_argument(text(where, ": the mask's ", name, " (", got, ") must be ", full,
-                                  " or 1 (broadcast)"));
+      throw invalid_argument(
+          text(where, ": the mask's ", name, " (", got, ") must be ", full, " or 1 (broadcast)"));
     }
   };
   dim("batch", m.batch, batch);
   dim("heads", m.heads, heads);
   if (m.rows != rows || m.keys != keys) {
     throw invalid_argument(text(where, ": the mask is (", m.batch, ", ", m.heads, ", ", m.rows,
-                                ", ", m.keys, "), expected (", batch, " or 1, ", heads,
-                                " or 1, ", rows, ", ", keys, "): (query rows, keys) of q and k"));
+                                ", ", m.keys, "), expected (", batch, " or 1, ", heads, " or 1, ",
+                                rows, ", ", keys, "): (query rows, keys) of q and k"));
   }
   if (m.batch_stride < 0 || m.head_stride < 0 || m.row_stride < 0) {
     throw invalid_argument(text(where, ": the mask has strides (", m.batch_stride, ", ",
@@ -93,8 +93,7 @@ void check_mask(const attention_mask& m, std::int64_t batch, std::int64_t heads,
 }  // namespace
 
 void attention(const backend& backend, heads_view<const float> q, heads_view<const float> k,
-               heads_view<const float> v, heads_view<float> out,
-               const attention_options& options) {
+               heads_view<const float> v, heads_view<float> out, const attention_options& options) {
   check_view("q", q);
   check_view("k", k);
   check_view("v", v);
@@ -107,20 +106,21 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
   }
   if (k.head_dim != hd || v.head_dim != hd) {
     throw invalid_argument(text(where, ": q is ", shape_of(q), ", k ", shape_of(k), ", v ",
-                                shape_of(v), ": head_dim must be the same (a value head_dim "
+                                shape_of(v),
+                                ": head_dim must be the same (a value head_dim "
                                 "other than the query's is not implemented)"));
   }
   if (v.heads != k.heads || v.rows != keys) {
-    throw invalid_argument(text(where, ": k is ", shape_of(k), " and v ", shape_of(v),
-                                ", expected the same shape"));
+    throw invalid_argument(
+        text(where, ": k is ", shape_of(k), " and v ", shape_of(v), ", expected the same shape"));
   }
   if (heads % k.heads != 0) {
     throw invalid_argument(text(where, ": q has ", heads, " heads and k ", k.heads,
                                 ": the query heads must be a multiple of the key/value heads"));
   }
   if (out.heads != heads || out.rows != rows) {
-    throw invalid_argument(text(where, ": out is ", shape_of(out), ", expected ", shape_of(q),
-                                " (q's shape)"));
+    throw invalid_argument(
+        text(where, ": out is ", shape_of(out), ", expected ", shape_of(q), " (q's shape)"));
   }
   const std::int64_t out_size = extent("out", out);
   for (const auto& [name, in] : {std::pair{"q", q}, {"k", k}, {"v", v}}) {
@@ -131,8 +131,7 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
   if (options.precision == precision::int8) {
     throw invalid_argument(text(where, ": precision int8 is a KV cache's, expected fp32 or bf16"));
   }
-  const float scale =
-      options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(hd));
   if (!std::isfinite(scale)) {
     throw invalid_argument(text(where, ": scale (", scale, ") must be finite"));
   }
@@ -164,8 +163,7 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
     if (options.mask.type != attention_mask::kind::none) {
       const attention_mask& m = options.mask;
       a.mask = {static_cast<const std::byte*>(m.data) + r0 * m.row_stride * mask_unit, boolean,
-                m.batch == 1 ? 0 : m.batch_stride, m.heads == 1 ? 0 : m.head_stride,
-                m.row_stride};
+                m.batch == 1 ? 0 : m.batch_stride, m.heads == 1 ? 0 : m.head_stride, m.row_stride};
     }
     backend.attend(a, run_options{.threads = options.threads});
   };

@@ -34,8 +34,12 @@ struct call_case {
 
   std::string name() const {
     std::string n;
-    for (const auto& [key, value] : {std::pair{"b", batch}, {"_h", heads}, {"_kv", kv_heads},
-                                     {"_l", rows}, {"_s", keys}, {"_d", head_dim}}) {
+    for (const auto& [key, value] : {std::pair{"b", batch},
+                                     {"_h", heads},
+                                     {"_kv", kv_heads},
+                                     {"_l", rows},
+                                     {"_s", keys},
+                                     {"_d", head_dim}}) {
       n += key;
       n += std::to_string(value);
     }
@@ -84,8 +88,8 @@ struct call_data {
   template <class T>
   heads_view<T> view(T* t, std::int64_t heads, std::int64_t rows) const {
     if (!c.transposed) return heads_view<T>::dense(t, c.batch, heads, rows, c.head_dim);
-    return {t, c.batch, heads, rows, c.head_dim, rows * heads * c.head_dim, c.head_dim,
-            heads * c.head_dim};
+    return {t,          c.batch,           heads, rows, c.head_dim, rows * heads * c.head_dim,
+            c.head_dim, heads * c.head_dim};
   }
   float at(const std::vector<float>& t, std::int64_t heads, std::int64_t rows, std::int64_t b,
            std::int64_t h, std::int64_t i, std::int64_t d) const {
@@ -94,7 +98,11 @@ struct call_data {
   }
   std::int64_t mask_index(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
     return (((c.mask_per_batch ? b : 0) * (c.mask_per_head ? c.heads : 1) +
-             (c.mask_per_head ? h : 0)) * c.rows + i) * c.keys + j;
+             (c.mask_per_head ? h : 0)) *
+                c.rows +
+            i) *
+               c.keys +
+           j;
   }
 
   mha::attention_options options() const {
@@ -105,9 +113,14 @@ struct call_data {
     if (c.mask != attention_mask::kind::none) {
       const bool boolean = c.mask == attention_mask::kind::boolean;
       const std::int64_t mb = c.mask_per_batch ? c.batch : 1, mh = c.mask_per_head ? c.heads : 1;
-      o.mask = {c.mask, boolean ? static_cast<const void*>(keep.data()) : additive.data(),
-                mb, mh, c.rows, c.keys,
-                c.mask_per_batch ? mh * c.rows * c.keys : 0, c.mask_per_head ? c.rows * c.keys : 0,
+      o.mask = {c.mask,
+                boolean ? static_cast<const void*>(keep.data()) : additive.data(),
+                mb,
+                mh,
+                c.rows,
+                c.keys,
+                c.mask_per_batch ? mh * c.rows * c.keys : 0,
+                c.mask_per_head ? c.rows * c.keys : 0,
                 c.keys};
     }
     return o;
@@ -385,8 +398,8 @@ TEST(AttentionCall, DeclinedWithTheReason) {
               testing::HasSubstr("not implemented on onednn"));
   call_case c;
   call_data data(c);
-  expect_error<mha::unsupported>(
-      [&] { data.run(*onednn); }, {"onednn: ", "xsimd, tbb and naive run it"});
+  expect_error<mha::unsupported>([&] { data.run(*onednn); },
+                                 {"onednn: ", "xsimd, tbb and naive run it"});
 }
 
 }  // namespace
