@@ -69,9 +69,13 @@ def attention_forward(
     is_causal holds), returns ((B, L, H, D), None) as the "sdpa" entry does."""
     for name, what in _REFUSED.items():
         if kwargs.get(name) is not None:
-            raise Unsupported(f"mha.transformers: {what} is not implemented; use attn_implementation='sdpa' or 'eager'")
+            raise Unsupported(
+                f"mha.transformers: {what} is not implemented; use attn_implementation='sdpa' or 'eager'"
+            )
     if kwargs.get("output_attentions"):
-        raise Unsupported("mha.transformers: output_attentions=True: mha's fused attention computes no weights")
+        raise Unsupported(
+            "mha.transformers: output_attentions=True: mha's fused attention computes no weights"
+        )
     if module.training:
         raise Unsupported(
             f"mha.transformers: {type(module).__name__} is in training mode (dropout {dropout:g}, gradients): "

@@ -38,7 +38,12 @@ def config(kind):
         )
     if kind == "qwen2":
         return transformers.Qwen2Config(
-            hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2, **small
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_hidden_layers=2,
+            **small,
         )
     return transformers.BertConfig(
         hidden_size=64, intermediate_size=128, num_attention_heads=4, num_hidden_layers=2, **small
@@ -131,7 +136,9 @@ def test_padded_batches(folders, kind, calls):
     assert err <= 2e-5 * scale
     if kind != "bert":
         gen = dict(attention_mask=mask, max_new_tokens=16, do_sample=False, pad_token_id=0)
-        assert torch.equal(load(folders, kind, "mha").generate(ids, **gen), load(folders, kind, "sdpa").generate(ids, **gen))
+        assert torch.equal(
+            load(folders, kind, "mha").generate(ids, **gen), load(folders, kind, "sdpa").generate(ids, **gen)
+        )
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2"])

@@ -160,6 +160,7 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
     a.causal = causal;
     a.scale = scale;
     a.bf16 = options.precision == precision::bf16;
+    a.heads_in_place = true;
     if (options.mask.type != attention_mask::kind::none) {
       const attention_mask& m = options.mask;
       a.mask = {static_cast<const std::byte*>(m.data) + r0 * m.row_stride * mask_unit, boolean,

@@ -91,6 +91,10 @@ struct attention_args {
   bool bf16 = false;  // a bf16 module: every product's operands rounded (docs/design.md §1.5)
   const kv_store* cache = nullptr;  // decode: where k and v are appended and keys are read
   score_mask mask;                  // none unless set (never with a cache or dropout)
+  // K and V are this call's alone (mha::attention): a block of few fp32 query rows may read them
+  // where they lie instead of packing them (attention_layout::direct). A plan's forward leaves
+  // it false, so that its rows round as its decode steps over a packed cache do.
+  bool heads_in_place = false;
 
   std::int64_t kv_heads() const noexcept { return heads / kv_group; }
   // Keys sequence b attends over.

@@ -42,6 +42,9 @@ inline constexpr std::int64_t split_keys = 2048;
 // default_key_tile, so that it rounds exactly as the full forward's rows do.
 inline constexpr std::int64_t decode_key_tile = split_keys;
 
+// The most stacked query rows of a block that reads K and V in place (attention_layout::direct).
+inline constexpr std::int64_t direct_rows = 8;
+
 // The parts of one query block's scratch (attention_layout::scratch_parts).
 struct attention_scratch {
   float* queries;             // block_rows x head_dim: the block's queries times scale (fp32)
@@ -73,6 +76,11 @@ struct attention_layout {
   // K and V as 8-bit codes with a scale and an offset per key (an int8 KV cache, §1.7), read
   // with fp32 queries and weights (never bf16 pairs: bf16 is then false).
   bool int8 = false;
+  // K and V read where they lie in attention_args (row-major rows of head_dim), not packed:
+  // fp32, no cache, no dropout, at most direct_rows stacked rows per block (a decode step or a
+  // chunk of a few tokens, attention_args::heads_in_place). Packing a head costs as much memory
+  // traffic as reading it, and such a block reads each key once.
+  bool direct = false;
   std::int64_t seq_len = 0;  // query positions per head
   std::int64_t group = 1;    // query heads per K/V head, stacked in a block's rows
   std::int64_t keys = 0;     // most keys any sequence attends over (past + seq_len)
@@ -172,8 +180,9 @@ class attention_schedule {
                      std::int64_t key_tile = 0);
 
   const attention_layout& layout() const noexcept { return layout_; }
-  // Whether tasks read heads packed by the workspace (no cache) rather than from the cache.
-  bool packs_heads() const noexcept { return args_.cache == nullptr; }
+  // Whether tasks read heads packed by the workspace (no cache, not direct) rather than from the
+  // cache or in place.
+  bool packs_heads() const noexcept { return args_.cache == nullptr && !layout_.direct; }
 
   std::int64_t appends() const noexcept;
   void append(std::int64_t i) const noexcept;

@@ -541,6 +541,69 @@ struct attention_block {
   template <int HD>
   void narrow_rows(std::int64_t r0) const noexcept;  // attention_narrow.hpp
 
+  // attention_layout::direct: K and V read where they lie in a.k and a.v (fp32 rows of head_dim,
+  // no packing). Per key tile, each row's scores as vectors of `lanes` keys: one register of
+  // products per key over head_dim, summed across their lanes at once (xsimd::haddp); then the
+  // mask and softmax as the packed path's; then O = O * rescale + P V with V's rows broadcast
+  // weights, key by key up to each row's own limit (never 0 * V past it).
+  static constexpr bool direct_operands = std::is_same_v<Dot, fma_dot>;  // fp32 only
+  void direct_scores(std::int64_t j0, std::int64_t j1) const noexcept {
+    using batch = xsimd::batch<float, Arch>;
+    constexpr std::int64_t lanes = batch::size;
+    const std::int64_t hd = a.head_dim, whole = hd / lanes * lanes;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t len = row_keys(r, j0, j1);
+      const float* q = s.queries + r * hd;
+      float* out = s.scores + r * l.score_cols;
+      const auto dot = [&](const float* k) {
+        batch acc(0.0f);
+        for (std::int64_t d = 0; d < whole; d += lanes)
+          acc = fused_fma(batch::load_unaligned(q + d), batch::load_unaligned(k + d), acc);
+        float sum = xsimd::hadd(acc);
+        for (std::int64_t d = whole; d < hd; ++d) sum = std::fma(q[d], k[d], sum);
+        return sum;
+      };
+      std::int64_t j = 0;
+      if (whole == hd) {
+        for (; j + lanes <= len; j += lanes) {
+          batch acc[lanes];
+          for (std::int64_t i = 0; i < lanes; ++i) acc[i] = batch(0.0f);
+          for (std::int64_t d = 0; d < hd; d += lanes) {
+            const batch qd = batch::load_unaligned(q + d);
+            for (std::int64_t i = 0; i < lanes; ++i) {
+              acc[i] =
+                  fused_fma(qd, batch::load_unaligned(a.k.row(t.b, t.g, j0 + j + i) + d), acc[i]);
+            }
+          }
+          xsimd::haddp(acc).store_unaligned(out + j);
+        }
+      }
+      for (; j < len; ++j) out[j] = dot(a.k.row(t.b, t.g, j0 + j));
+    }
+  }
+  void direct_values(std::int64_t j0, std::int64_t j1) const noexcept {
+    using batch = xsimd::batch<float, Arch>;
+    constexpr std::int64_t lanes = batch::size;
+    const std::int64_t hd = a.head_dim, whole = hd / lanes * lanes;
+    const bool first = j0 == t.key_begin;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* o = s.accumulators + r * l.acc_cols;
+      const float* p = s.scores + r * l.score_cols;
+      const float rescale = first ? 0.0f : s.rescale[r];
+      for (std::int64_t d = 0; d < hd; ++d) o[d] = first ? 0.0f : o[d] * rescale;
+      const std::int64_t len = row_keys(r, j0, j1);
+      for (std::int64_t j = 0; j < len; ++j) {
+        const float* value = a.v.row(t.b, t.g, j0 + j);
+        const batch w(p[j]);
+        std::int64_t d = 0;
+        for (; d < whole; d += lanes)
+          fused_fma(w, batch::load_unaligned(value + d), batch::load_unaligned(o + d))
+              .store_unaligned(o + d);
+        for (; d < hd; ++d) o[d] = std::fma(p[j], value[d], o[d]);
+      }
+    }
+  }
+
   // Software prefetch (into L2) one key tile ahead, so that one phase's streams load while
   // another computes: the next tile's K^T (and key scales) while this tile's scores and softmax
   // run, its V (and value scales) while this tile's P V runs; the first tile's V at the start.
@@ -591,6 +654,19 @@ struct attention_block {
       }
     }
     const std::int64_t key_end = rows_end(0, rows);
+    if constexpr (direct_operands) {
+      if (l.direct) {
+        for (std::int64_t j0 = t.key_begin; j0 < key_end; j0 += l.key_tile) {
+          const std::int64_t j1 = j0 + l.key_tile < key_end ? j0 + l.key_tile : key_end;
+          direct_scores(j0, j1);
+          if (a.mask.active()) mask_scores(j0, j1);
+          softmax(j0, j1);
+          direct_values(j0, j1);
+        }
+        store();
+        return;
+      }
+    }
     for (std::int64_t j0 = t.key_begin; j0 < key_end; j0 += l.key_tile) {
       const std::int64_t j1 = j0 + l.key_tile < key_end ? j0 + l.key_tile : key_end;
       const std::int64_t j2 = j1 + l.key_tile < key_end ? j1 + l.key_tile : key_end;
@@ -621,16 +697,18 @@ void attention_rows(const attention_args& a, const attention_layout& l, const at
   const auto run = [&](auto dot, auto score_dot) {
     using Dot = decltype(dot);
     using ScoreDot = decltype(score_dot);
+    // A direct layout has no packed head (t.head is nullptr): K and V are read from `a`.
     const auto* head = static_cast<const std::uint8_t*>(t.head);
     const std::int64_t unit_bytes = l.int8 ? 1 : 4;  // the layout's offsets count its units
     const float* scales =
         l.int8 ? reinterpret_cast<const float*>(head + l.scales_offset()) : nullptr;
+    const std::int64_t values_at = head ? unit_bytes * l.values_offset() : 0;
     const attention_block<Arch, Tiles, Dot, ScoreDot> block{
         a,
         l,
         t,
         reinterpret_cast<const b_unit_t<ScoreDot>*>(head),
-        reinterpret_cast<const b_unit_t<Dot>*>(head + unit_bytes * l.values_offset()),
+        reinterpret_cast<const b_unit_t<Dot>*>(head + values_at),
         (t.row_end - t.row_begin) * l.group,
         l.scratch_parts(scratch),
         scales};
