@@ -3,14 +3,21 @@
 # built backend and writes results/<host>-<date>-<time>-<preset>.json (bench/README.md: its schema).
 #
 #   scripts/sweep.sh [--preset quick|heads|seq|threads|decode|cores|full] [--with-peers [--peers LIST]]
-#                    [--shard I/N] [--results DIR] [--no-report] [--bench FILE] [mha_bench flags...]
+#                    [--with-models [--models-args "ARGS"]] [--shard I/N] [--results DIR]
+#                    [--no-report] [--bench FILE] [mha_bench flags...]
 #
 # --with-peers also runs the peers (python -m mhapy.peers: PyTorch, OpenVINO, ONNX Runtime, and
 # mha itself from Python, whose extension it builds) on the same shapes and thread counts, in
 # their own environment (scripts/peers-env.sh makes it: the first time a minute or two), one
 # results/<...>-peers-<library>.json per library; --peers pytorch,openvino,onnxruntime,mha_python
 # takes a subset; --with-pytorch is --with-peers --peers pytorch.
-# When the environment cannot be made, the sweep says why and goes on without peers. Other
+# When the environment cannot be made, the sweep says why and goes on without peers.
+# --with-models also times whole Hugging Face models (random weights) on attn_implementation
+# "eager", "sdpa" and "mha" (python -m mhapy.models_bench, in the peers' environment), writing
+# results/<...>-models.json and the report's "Whole models" section; --models-args passes it
+# flags (default: GPT-2 small and a Llama-1B shape, prefill 1024 + 128 decoded tokens, batch 1
+# and 8, one thread and all, fp32 and bf16: hours on 2 cores; e.g. --models-args "--models gpt2
+# --batches 1"). Other
 # flags go to mha_bench as they are (--backends, --heads, --threads, --budget,
 # --benchmark_repetitions=3, ...; `mha_bench --help` lists them); sweep.sh sets --preset and
 # --benchmark_out itself. The quick preset runs 3 repetitions unless --benchmark_repetitions
@@ -33,6 +40,8 @@ python=(env "PYTHONPATH=$root/tools" /usr/bin/python3)
 
 preset=quick
 with_peers=0
+with_models=0
+models_flags=
 peers=pytorch,openvino,onnxruntime,mha_python
 shard=
 results_dir=$root/results
@@ -46,6 +55,9 @@ while (($#)); do
   case $1 in
     --with-peers) with_peers=1; shift ;;
     --with-pytorch) with_peers=1; peers=pytorch; shift ;;
+    --with-models) with_models=1; shift ;;
+    --models-args) models_flags=${2?"--models-args needs the flags, quoted"}; shift 2 ;;
+    --models-args=*) models_flags=${1#*=}; shift ;;
     --peers) peers=${2:?"--peers needs a list: pytorch,openvino,onnxruntime,mha_python"}; shift 2 ;;
     --peers=*) peers=${1#*=}; shift ;;
     --benchmark_min_time=*) min_time=${1#*=}; bench_args+=("$1"); shift ;;
@@ -138,6 +150,18 @@ if [[ $preset == cores && -z $shard ]]; then
   fi
 fi
 
+# The Python package's extension for the peers' Python ($1), next to this sweep's mha_bench (with
+# --bench, nothing is built: only where that build has it).
+build_python_package() {
+  if [[ -z $bench_given ]] && "$1" -c "import nanobind" 2>/dev/null; then
+    (
+      flock 9
+      cmake -S "$root" -B "$build" -DMHA_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$1" >/dev/null
+      cmake --build "$build" --target _mha --parallel "$(nproc)"
+    ) 9>"$build/.sweep.lock"
+  fi
+}
+
 # ---- peers: the same shapes in PyTorch, OpenVINO and ONNX Runtime ----
 if ((with_peers)); then
   if ! env_log=$("$root/scripts/peers-env.sh" 2>&1); then
@@ -157,13 +181,7 @@ if ((with_peers)); then
       # Python next to this sweep's mha_bench (with --bench, only where that build has it).
       peers_path=$root/tools
       if [[ ,$peers, == *,mha_python,* ]]; then
-        if [[ -z $bench_given ]] && "$peers_python" -c "import nanobind" 2>/dev/null; then
-          (
-            flock 9
-            cmake -S "$root" -B "$build" -DMHA_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$peers_python" >/dev/null
-            cmake --build "$build" --target _mha --parallel "$(nproc)"
-          ) 9>"$build/.sweep.lock" || echo "sweep.sh: --with-peers: the Python package did not build (above)" >&2
-        fi
+        build_python_package "$peers_python" || echo "sweep.sh: --with-peers: the Python package did not build (above)" >&2
         peers_path=$peers_path:$(dirname "$bench")/../python
       fi
       # One file per library, each written only once complete: <stem>-peers-<library>.json.
@@ -182,6 +200,27 @@ if ((with_peers)); then
   fi
 fi
 
+# ---- whole models: Hugging Face models on eager, sdpa and mha attention ----
+models_report=()
+if ((with_models)); then
+  if ! env_log=$("$root/scripts/peers-env.sh" 2>&1); then
+    echo "$env_log" >&2
+    echo "sweep.sh: --with-models: no whole models in this run (the peers' environment could not be made, above)" >&2
+  elif ! build_python_package "${env_log##*ready: }"; then
+    echo "sweep.sh: --with-models: the Python package did not build (above)" >&2
+  else
+    models_out=${out%.json}-models.json
+    # shellcheck disable=SC2086  # --models-args is a list of flags
+    if PYTHONPATH=$root/tools:$(dirname "$bench")/../python "${env_log##*ready: }" -m mhapy.models_bench \
+      --out "$models_out" $models_flags; then
+      models_report=(--models "$models_out")
+      echo "sweep.sh: wrote ${models_out#"$root"/}"
+    else
+      echo "sweep.sh: --with-models: the whole-model run failed (above)" >&2
+    fi
+  fi
+fi
+
 # ---- report ----
 if [[ -n $shard ]]; then
   echo "sweep.sh: one shard of $shard: no report; merge the shards with" \
@@ -189,7 +228,7 @@ if [[ -n $shard ]]; then
 elif ((write_report)); then
   # mhapy.report replaces its own files only once the new report is complete.
   report=$root/reports/latest
-  "${python[@]}" -m mhapy.report "${results[@]}" "${trace_args[@]}" --html --out "$report"
+  "${python[@]}" -m mhapy.report "${results[@]}" "${trace_args[@]}" "${models_report[@]}" --html --out "$report"
   echo "sweep.sh: report in ${report#"$root"/}/report.md (and report.html)"
 fi
 echo "sweep.sh: done in $((SECONDS - start)) s"

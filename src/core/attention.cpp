@@ -88,6 +88,17 @@ void check_mask(const attention_mask& m, std::int64_t batch, std::int64_t heads,
     throw invalid_argument(text(where, ": the mask has strides (", m.batch_stride, ", ",
                                 m.head_stride, ", ", m.row_stride, ", 1), expected >= 0"));
   }
+  // Its last element's offset must be an int64 (the kernels index it so).
+  std::int64_t total = m.keys;
+  for (const auto& [n, stride] :
+       {std::pair{m.batch, m.batch_stride}, {m.heads, m.head_stride}, {m.rows, m.row_stride}}) {
+    std::int64_t span = 0;
+    if (__builtin_mul_overflow(n - 1, stride, &span) ||
+        __builtin_add_overflow(total, span, &total)) {
+      throw invalid_argument(text(where, ": the mask's strides (", m.batch_stride, ", ",
+                                  m.head_stride, ", ", m.row_stride, ") reach past 2^63 elements"));
+    }
+  }
 }
 
 }  // namespace

@@ -376,6 +376,10 @@ TEST(AttentionCall, BadArgumentsAreNamed) {
   o.mask = {attention_mask::kind::additive, data.additive.data(), 2, 1, 5, 8, 45, 0, 9};
   expect_error<invalid_argument>([&] { mha::attention(backend, q, k, v, out, o); },
                                  {"the mask is (2, 1, 5, 8), expected (2 or 1, 4 or 1, 5, 9)"});
+  o.mask = {attention_mask::kind::boolean, data.keep.data(), 2, 1, 5, 9, std::int64_t{1} << 62, 0,
+            std::int64_t{1} << 62};
+  expect_error<invalid_argument>([&] { mha::attention(backend, q, k, v, out, o); },
+                                 {"the mask's strides", "reach past 2^63"});
   o = {};
   o.scale = std::numeric_limits<float>::infinity();
   expect_error<invalid_argument>([&] { mha::attention(backend, q, k, v, out, o); },

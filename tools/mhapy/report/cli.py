@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from .. import scaling_model
-from . import ab, loading, report, results
+from . import ab, loading, report, results, whole_models
 from .peaks import find_peaks
 from .results import ReportError
 
@@ -70,6 +70,14 @@ def _parser() -> argparse.ArgumentParser:
         help="the scaling model's bandwidth of all cores beyond the thread counts a trace measured, GB/s "
         f"(default {scaling_model.DEFAULT_SOCKET_GBPS:g}, an assumption the report states)",
     )
+    p.add_argument(
+        "--models",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="whole models on each attention implementation (python -m mhapy.models_bench --out FILE): "
+        "adds the 'Whole models' section; repeat for several files",
+    )
     p.add_argument("--alpha", type=float, default=ab.ALPHA, help="A/B significance level (default 0.05)")
     p.add_argument(
         "--no-scipy", action="store_true", help="A/B: use the range rule even when scipy is present"
@@ -125,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
             except scaling_model.TraceError as e:
                 raise ReportError(f"--trace {e}") from e
             model = report.ModelInputs(traces, args.socket_bandwidth)
-            report.generate(machines, peaks, staging, args.title, notes, model, args.html)
+            try:
+                models = whole_models.load(args.models)
+            except whole_models.ModelsError as e:
+                raise ReportError(f"--models {e}") from e
+            report.generate(machines, peaks, staging, args.title, notes, model, args.html, models)
         _replace_outputs(staging, out)
     except ReportError as e:
         print(f"mhapy.report: {e}", file=sys.stderr)

@@ -34,6 +34,7 @@ from . import (
     precision,
     scaling,
     throughput,
+    whole_models,
 )
 from .document import Bullets, Figure, Heading, Para
 from .peaks import Peaks, peak_warnings
@@ -215,10 +216,12 @@ def build(
     title: str,
     notes: str = "",
     model: ModelInputs = ModelInputs(),
+    models: list[dict] | None = None,
 ) -> list:
     """Writes the figures into folder and returns the report's blocks: title, warnings, the
     answer, then one machine's sections (or a section per machine, after a cross-machine
-    table), and the machine context as an appendix. `notes` (Markdown: see
+    table), whole models on each attention implementation (`models`: mhapy.models_bench's
+    records), and the machine context as an appendix. `notes` (Markdown: see
     document.parse_notes) is the run's written analysis, placed after the summary."""
     if isinstance(machines, ResultSet):
         machines, peaks = [machines], [peaks]
@@ -249,9 +252,10 @@ def build(
     warnings += [f"**shards** ({r.machine_label()}): {text}" for r in machines for text in shard_problems(r)]
     if warnings:
         blocks += [Heading(2, "Warnings"), Bullets(warnings)]
+    whole = whole_models.section(models or [])
     if len(machines) == 1:
         body, back = _machine_blocks(machines[0], peaks[0], folder, notes, "", True, model)
-        return blocks + body + back
+        return blocks + body + whole + back
     blocks += [Heading(2, "Answer: which backend to link")]
     for r in machines:
         blocks += [Para(f"**{r.machine_label()}**:"), Bullets(linking.answer_bullets(r))]
@@ -267,7 +271,7 @@ def build(
         body, back = _machine_blocks(r, p, folder, "", prefix, True, model)
         blocks += [Heading(2, f"Machine: {r.machine_label()}")] + _shift(body, 1)
         appendices += [Heading(3, r.machine_label())] + _shift(back[1:], 1)
-    return blocks + [Heading(2, "Appendix: machine and build")] + appendices
+    return blocks + whole + [Heading(2, "Appendix: machine and build")] + appendices
 
 
 def generate(
@@ -278,11 +282,12 @@ def generate(
     notes: str = "",
     model: ModelInputs = ModelInputs(),
     with_html: bool = False,
+    models: list[dict] | None = None,
 ) -> list:
     """Writes report.md and every figure (PNG) into folder; with_html also report.html and the
     figures' SVGs."""
     folder.mkdir(parents=True, exist_ok=True)
     figures.also_svg(with_html)
-    blocks = build(machines, peaks, folder, title, notes, model)
+    blocks = build(machines, peaks, folder, title, notes, model, models)
     document.write(blocks, title, folder, with_html)
     return blocks

@@ -1,0 +1,45 @@
+"""mhapy.models_bench (whole models on each attention implementation) on a tiny model: every
+implementation checked against sdpa first, then timed; a wrong one is recorded, not timed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+models_bench = pytest.importorskip("mhapy.models_bench")
+
+import mha.transformers  # noqa: E402
+
+ARGS = ["--models", "tiny", "--dtypes", "float32", "--batches", "2", "--threads", "1"]
+ARGS += ["--prefill", "16", "--decode", "4", "--repetitions", "1"]
+
+
+def run(tmp_path):
+    out = tmp_path / "models.json"
+    assert models_bench.main([*ARGS, "--out", str(out)]) == 0
+    return json.loads(out.read_text())["models"]
+
+
+def test_every_implementation_is_timed(tmp_path):
+    records = run(tmp_path)
+    assert [r["attention"] for r in records] == ["eager", "sdpa", "mha"]
+    for r in records:
+        assert "error" not in r
+        assert r["ttft_s"] > 0 and r["decode_tokens_per_s"] > 0
+        assert 0 < r["prefill_attention_share"] < 1 and 0 < r["decode_attention_share"] <= 1
+        assert (r["model"], r["dtype"], r["batch"], r["threads"], r["prefill"], r["decode"]) == (
+            "tiny", "float32", 2, 1, 16, 4)
+
+
+def test_a_wrong_implementation_is_not_timed(tmp_path, monkeypatch):
+    def wrong(*args, **kwargs):
+        out, weights = mha.transformers.attention_forward(*args, **kwargs)
+        return out * 1.5, weights
+
+    monkeypatch.setitem(mha.transformers.AttentionInterface._global_mapping, "mha", wrong)
+    records = {r["attention"]: r for r in run(tmp_path)}
+    assert "logits differ from sdpa's" in records["mha"]["error"]
+    assert "ttft_s" not in records["mha"] and "error" not in records["sdpa"]

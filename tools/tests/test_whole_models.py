@@ -1,0 +1,61 @@
+"""The report's "Whole models" section (mhapy.report --models): the table, the answer that
+says plainly where mha is slower, and malformed files named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mhapy.report import document, whole_models
+
+
+def record(attention, ttft, rate, **extra):
+    r = dict(model="gpt2", dtype="float32", batch=1, threads=1, prefill=1024, decode=128, attention=attention,
+             cpu="AMD EPYC", ttft_s=ttft, decode_tokens_per_s=rate, prefill_attention_share=0.2,
+             decode_attention_share=0.1)
+    r.update(extra)
+    return r
+
+
+def test_answer_and_table():
+    records = [record("eager", 2.0, 10.0), record("sdpa", 1.0, 20.0), record("mha", 0.8, 16.0)]
+    records.append(record("mha", 0, 0, batch=8, error="logits differ from sdpa's by 1 (bound 0.1)"))
+    text = document.to_markdown(whole_models.section(records))
+    assert "## Whole models: what mha's attention does to them" in text
+    assert "time to first token 1.25x sdpa's speed, decode 0.80x (**slower than sdpa**)" in text
+    assert "| 1.25x / 0.80x |" in text and "| 0.50x / 0.50x |" in text
+    assert "not timed: logits differ from sdpa's" in text
+
+
+def test_no_slower_said_so():
+    text = document.to_markdown(whole_models.section([record("sdpa", 1.0, 20.0), record("mha", 0.99, 20.5)]))
+    assert "(no slower than sdpa)" in text
+
+
+def test_files(tmp_path):
+    good = tmp_path / "m.json"
+    good.write_text(json.dumps({"models": [record("sdpa", 1.0, 2.0)]}))
+    assert whole_models.load([good])[0]["attention"] == "sdpa"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"models": [{"model": "gpt2"}]}))
+    with pytest.raises(whole_models.ModelsError, match="lacks dtype, batch"):
+        whole_models.load([bad])
+    with pytest.raises(whole_models.ModelsError, match="not a models_bench result file"):
+        whole_models.load([tmp_path / "missing.json"])
+
+
+def test_the_report_takes_models_files(tmp_path):
+    from mhapy.report import cli
+    from test_report import small_run
+
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps({"models": [record("sdpa", 1.0, 20.0), record("mha", 0.9, 21.0)]}))
+    out = tmp_path / "report"
+    assert cli.main([str(small_run(tmp_path)), "--models", str(models), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert text.index("## Whole models") < text.index("## Appendix")
+    assert "time to first token 1.11x sdpa's speed, decode 1.05x (no slower than sdpa)" in text
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert cli.main([str(small_run(tmp_path)), "--models", str(bad), "--out", str(out)]) == 1
