@@ -31,7 +31,13 @@ def test_every_implementation_is_timed(tmp_path):
         assert r["ttft_s"] > 0 and r["decode_tokens_per_s"] > 0
         assert 0 < r["prefill_attention_share"] < 1 and 0 < r["decode_attention_share"] <= 1
         assert (r["model"], r["dtype"], r["batch"], r["threads"], r["prefill"], r["decode"]) == (
-            "tiny", "float32", 2, 1, 16, 4)
+            "tiny",
+            "float32",
+            2,
+            1,
+            16,
+            4,
+        )
 
 
 def test_a_wrong_implementation_is_not_timed(tmp_path, monkeypatch):

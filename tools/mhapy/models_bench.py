@@ -48,8 +48,16 @@ MODELS = {
         tie_word_embeddings=True,
     ),
     # A small one for tests and quick looks.
-    "tiny": dict(kind="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=128, max_position_embeddings=512),
+    "tiny": dict(
+        kind="llama",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=512,
+    ),
 }
 IMPLEMENTATIONS = ("eager", "sdpa", "mha")
 
@@ -62,7 +70,9 @@ def build(name: str, dtype: Any) -> Any:
     kind = spec.pop("kind")
     cfg = (transformers.GPT2Config if kind == "gpt2" else transformers.LlamaConfig)(**spec)
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_config(
+        cfg, attn_implementation="sdpa", dtype=torch.float32
+    )
     return model.to(dtype).eval()
 
 
@@ -118,7 +128,9 @@ def measure(model: Any, implementation: str, batch: int, prefill: int, decode: i
     import torch
 
     model.set_attn_implementation(implementation)
-    ids = torch.randint(0, model.config.vocab_size, (batch, prefill), generator=torch.Generator().manual_seed(2))
+    ids = torch.randint(
+        0, model.config.vocab_size, (batch, prefill), generator=torch.Generator().manual_seed(2)
+    )
     best: dict[str, float] = {}
     for _ in range(repetitions):
         clock = {"attention": 0.0}
@@ -137,12 +149,16 @@ def measure(model: Any, implementation: str, batch: int, prefill: int, decode: i
             best.update(ttft_s=ttft, prefill_attention_share=prefill_attention / ttft)
         rate = batch * (decode - 1) / decode_s
         if "decode_tokens_per_s" not in best or rate > best["decode_tokens_per_s"]:
-            best.update(decode_tokens_per_s=rate, decode_attention_share=min(decode_attention / decode_s, 1.0))
+            best.update(
+                decode_tokens_per_s=rate, decode_attention_share=min(decode_attention / decode_s, 1.0)
+            )
     return best
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mhapy.models_bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m mhapy.models_bench", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--models", default="gpt2,llama1b", help=f"of {', '.join(MODELS)}")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--batches", default="1,8")
@@ -160,8 +176,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import mha.transformers  # noqa: F401  (registers "mha")
 
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+        platform.processor(),
+    )
     records = []
     for name in args.models.split(","):
         if name not in MODELS:
@@ -174,12 +192,22 @@ def main(argv: list[str] | None = None) -> int:
                 torch.set_num_threads(threads or os.cpu_count() or 1)
                 for batch in (int(b) for b in args.batches.split(",")):
                     for impl in args.attention.split(","):
-                        record = dict(model=name, dtype=dtype_name, batch=batch, threads=torch.get_num_threads(),
-                                      attention=impl, prefill=args.prefill, decode=args.decode, cpu=cpu)
+                        record = dict(
+                            model=name,
+                            dtype=dtype_name,
+                            batch=batch,
+                            threads=torch.get_num_threads(),
+                            attention=impl,
+                            prefill=args.prefill,
+                            decode=args.decode,
+                            cpu=cpu,
+                        )
                         if verdicts[impl]:
                             record["error"] = verdicts[impl]
                         else:
-                            record.update(measure(model, impl, batch, args.prefill, args.decode, args.repetitions))
+                            record.update(
+                                measure(model, impl, batch, args.prefill, args.decode, args.repetitions)
+                            )
                         records.append(record)
                         print(json.dumps(record), flush=True)
     with open(args.out, "w") as f:

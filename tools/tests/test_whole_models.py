@@ -11,9 +11,20 @@ from mhapy.report import document, whole_models
 
 
 def record(attention, ttft, rate, **extra):
-    r = dict(model="gpt2", dtype="float32", batch=1, threads=1, prefill=1024, decode=128, attention=attention,
-             cpu="AMD EPYC", ttft_s=ttft, decode_tokens_per_s=rate, prefill_attention_share=0.2,
-             decode_attention_share=0.1)
+    r = dict(
+        model="gpt2",
+        dtype="float32",
+        batch=1,
+        threads=1,
+        prefill=1024,
+        decode=128,
+        attention=attention,
+        cpu="AMD EPYC",
+        ttft_s=ttft,
+        decode_tokens_per_s=rate,
+        prefill_attention_share=0.2,
+        decode_attention_share=0.1,
+    )
     r.update(extra)
     return r
 

@@ -34,7 +34,11 @@ def load(paths: list[str | Path]) -> list[dict]:
 
 def _baseline(records: list[dict], r: dict) -> dict | None:
     return next(
-        (s for s in records if s["attention"] == "sdpa" and "error" not in s and all(s[k] == r[k] for k in _CASE)),
+        (
+            s
+            for s in records
+            if s["attention"] == "sdpa" and "error" not in s and all(s[k] == r[k] for k in _CASE)
+        ),
         None,
     )
 
@@ -46,7 +50,14 @@ def section(records: list[dict]) -> list[Block]:
         return []
     rows, answer = [], []
     for r in records:
-        case = [r["model"], r["dtype"], str(r["batch"]), str(r["threads"]), f"{r['prefill']}+{r['decode']}", r["attention"]]
+        case = [
+            r["model"],
+            r["dtype"],
+            str(r["batch"]),
+            str(r["threads"]),
+            f"{r['prefill']}+{r['decode']}",
+            r["attention"],
+        ]
         if "error" in r:
             rows.append(case + [f"not timed: {r['error']}", "", "", "", ""])
             continue
@@ -86,7 +97,19 @@ def section(records: list[dict]) -> list[Block]:
         ),
         Bullets(answer) if answer else Para("No mha case was timed beside an sdpa one."),
         Table(
-            ["model", "dtype", "batch", "threads", "tokens", "attention", "TTFT s", "attn", "decode tok/s", "attn", "vs sdpa"],
+            [
+                "model",
+                "dtype",
+                "batch",
+                "threads",
+                "tokens",
+                "attention",
+                "TTFT s",
+                "attn",
+                "decode tok/s",
+                "attn",
+                "vs sdpa",
+            ],
             rows,
             {2, 3, 6, 7, 8, 9},
         ),
