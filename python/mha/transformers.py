@@ -15,10 +15,10 @@ them. What it cannot compute is an error naming it, never a silent fallback: tra
 (output_attentions), logit soft-capping, attention sinks, T5's position bias. In eval mode
 under autograd the attention's output carries no gradient.
 
-register(name="mha", backend=None, threads=None) registers again with other settings: backend is
-a name of mha.backends() that runs attention calls (None: the default backend), threads the
-worker threads (None: torch.get_num_threads() at each call, so torch.set_num_threads governs
-both). Importing this module without transformers installed raises ImportError saying so.
+register(name="mha", backend=None, threads=None) registers the function under a name of its own
+(or "mha" again) with its own settings: backend is a name of mha.backends() that runs attention
+calls (None: the default backend), threads the worker threads (None: torch.get_num_threads() at
+each call, so torch.set_num_threads governs both). Importing this module without transformers installed raises ImportError saying so.
 """
 
 from __future__ import annotations
@@ -50,79 +50,70 @@ _REFUSED = {
     "position_bias": "a position bias added to the scores (T5's position_bias)",
 }
 
-_settings: dict[str, Any] = {"backend": None, "threads": None}
 
+def _attention_function(backend: str | None, threads: int | None) -> Any:
+    """transformers' attention function on `backend` with `threads` (see register)."""
 
-def attention_forward(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    is_causal: bool | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """transformers' attention function: query (B, H, L, D), key and value (B, H_kv, S, D) as
-    the model's attention module made them, the mask from sdpa_mask (boolean, or None where
-    is_causal holds), returns ((B, L, H, D), None) as the "sdpa" entry does."""
-    for name, what in _REFUSED.items():
-        if kwargs.get(name) is not None:
+    def attention_forward(
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        dropout: float = 0.0,
+        scaling: float | None = None,
+        is_causal: bool | None = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, None]:
+        """transformers' attention function: query (B, H, L, D), key and value (B, H_kv, S, D) as
+        the model's attention module made them, the mask from sdpa_mask (boolean, or None where
+        is_causal holds), returns ((B, L, H, D), None) as the "sdpa" entry does."""
+        for name, what in _REFUSED.items():
+            if kwargs.get(name) is not None:
+                raise Unsupported(
+                    f"mha.transformers: {what} is not implemented; use attn_implementation='sdpa' or 'eager'"
+                )
+        if kwargs.get("output_attentions"):
             raise Unsupported(
-                f"mha.transformers: {what} is not implemented; use attn_implementation='sdpa' or 'eager'"
+                "mha.transformers: output_attentions=True: mha's fused attention computes no weights"
             )
-    if kwargs.get("output_attentions"):
-        raise Unsupported(
-            "mha.transformers: output_attentions=True: mha's fused attention computes no weights"
-        )
-    if module.training:
-        raise Unsupported(
-            f"mha.transformers: {type(module).__name__} is in training mode (dropout {dropout:g}, gradients): "
-            "mha computes inference only; call model.eval()"
-        )
-    if kwargs.get("cache") is not None:
-        raise Unsupported("mha.transformers: a paged cache (continuous batching) is not implemented")
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    causal = query.shape[2] > 1 and attention_mask is None and causal
-    threads = _settings["threads"]
-    q, k, v = query.detach(), key.detach(), value.detach()
-    if q.dtype == torch.float32:
-        b, h, rows, d = q.shape
-        out = torch.from_numpy(np.empty((b, rows, h, d), np.float32))
-        attention(
-            q,
-            k,
-            v,
-            attention_mask,
+        if module.training:
+            raise Unsupported(
+                f"mha.transformers: {type(module).__name__} is in training mode (dropout {dropout:g}, gradients): "
+                "mha computes inference only; call model.eval()"
+            )
+        if kwargs.get("cache") is not None:
+            raise Unsupported("mha.transformers: a paged cache (continuous batching) is not implemented")
+        causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+        causal = query.shape[2] > 1 and attention_mask is None and causal
+        options = dict(
             is_causal=causal,
             scale=scaling,
             enable_gqa=True,
-            backend=_settings["backend"],
+            backend=backend,
             threads=torch.get_num_threads() if threads is None else threads,
-            out=out.transpose(1, 2),
         )
-        return out, None
-    y = attention(
-        q,
-        k,
-        v,
-        attention_mask,
-        is_causal=causal,
-        scale=scaling,
-        enable_gqa=True,
-        backend=_settings["backend"],
-        threads=torch.get_num_threads() if threads is None else threads,
-    )
-    return y.transpose(1, 2).contiguous(), None
+        q, k, v = query.detach(), key.detach(), value.detach()
+        if q.dtype == torch.float32:  # written straight into the (B, L, H, D) result
+            b, h, rows, d = q.shape
+            out = torch.from_numpy(np.empty((b, rows, h, d), np.float32))
+            attention(q, k, v, attention_mask, out=out.transpose(1, 2), **options)
+            return out, None
+        return attention(q, k, v, attention_mask, **options).transpose(1, 2).contiguous(), None
+
+    return attention_forward
+
+
+# The function `import mha.transformers` registers as "mha": the default backend, torch's threads.
+attention_forward = _attention_function(None, None)
 
 
 def register(name: str = "mha", *, backend: str | None = None, threads: int | None = None) -> None:
-    """Registers attention_forward as transformers' attention implementation `name`, with the
-    masks of "sdpa" (boolean, None where a causal flag suffices)."""
-    _settings["backend"] = backend
-    _settings["threads"] = threads
-    AttentionInterface.register(name, attention_forward)
+    """Registers an attention function on `backend` with `threads` as transformers' attention
+    implementation `name` (each name keeps its own settings), with the masks of "sdpa" (boolean,
+    None where a causal flag suffices)."""
+    default = backend is None and threads is None
+    AttentionInterface.register(name, attention_forward if default else _attention_function(backend, threads))
     AttentionMaskInterface.register(name, sdpa_mask)
 
 

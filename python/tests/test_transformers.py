@@ -173,11 +173,20 @@ def test_what_it_cannot_compute_is_named(folders):
 
 
 def test_register_under_another_name_with_settings(folders):
+    """Another name with its own backend; "mha" keeps its settings."""
+    mapping = transformers.AttentionInterface._global_mapping
     mha.transformers.register("mha_naive", backend="naive", threads=1)
     try:
+        assert mapping["mha"] is mha.transformers.attention_forward
+        assert mapping["mha_naive"] is not mha.transformers.attention_forward
         ids = prompts()
         want = outputs(load(folders, "gpt2", "sdpa"), ids)
         err, scale = max_error(outputs(load(folders, "gpt2", "mha_naive"), ids), want)
         assert err <= 2e-5 * scale
+        with pytest.raises(mha.InvalidArgument, match="no_such_backend"):
+            mha.transformers.register("mha_bad", backend="no_such_backend")
+            outputs(load(folders, "gpt2", "mha_bad"), ids)
     finally:
-        mha.transformers.register()  # the default settings again
+        for name in ("mha_naive", "mha_bad"):
+            mapping.pop(name, None)
+            mha.transformers.AttentionMaskInterface._global_mapping.pop(name, None)
