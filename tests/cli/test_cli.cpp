@@ -64,8 +64,8 @@ TEST_F(Cli, BackendsListsTheRegistry) {
     isa_column.push_back(' ');
     EXPECT_THAT(r.output, HasSubstr(isa_column));
   }
-  // A line per backend and three feature lines under each.
-  EXPECT_EQ(lines(r.output), 1 + 4 * mha::available_backends().size());
+  // A line per backend and four feature lines under each.
+  EXPECT_EQ(lines(r.output), 1 + 5 * mha::available_backends().size());
   // Each feature line says yes or why not, as supports() does.
   for (const mha::backend* b : mha::available_backends()) {
     mha::problem bf16;
@@ -73,14 +73,18 @@ TEST_F(Cli, BackendsListsTheRegistry) {
     bf16.cfg.precision = mha::precision::bf16;
     const mha::support s = b->supports(bf16);
     const std::string answer = s ? "yes" : "declined: " + s.reason();
-    // The backend's block: its line and the three feature lines under it.
+    // The backend's block: its line and the four feature lines under it.
     const std::size_t at = r.output.find("\n" + std::string(b->name()) + " ");
     ASSERT_NE(at, std::string::npos) << b->name();
     std::size_t end = at + 1;
-    for (int line = 0; line < 4 && end != std::string::npos; ++line)
+    for (int line = 0; line < 5 && end != std::string::npos; ++line)
       end = r.output.find('\n', end + 1);
     const std::string block = r.output.substr(at + 1, end - at);
     EXPECT_THAT(block, HasSubstr("bf16           " + answer + "\n")) << b->name();
+    const mha::support call = b->supports_attention(mha::precision::fp32);
+    EXPECT_THAT(block,
+                HasSubstr("attention-call " + (call ? "yes" : "declined: " + call.reason()) + "\n"))
+        << b->name();
   }
   EXPECT_THAT(r.output, testing::ContainsRegex("naive .*\n +grouped-query +yes"));
 }

@@ -123,7 +123,8 @@ def main() -> int:
         backends = args.backends.split(",")
     else:
         listing = subprocess.run([args.mha, "backends"], capture_output=True, text=True, check=True)
-        backends = [line.split()[0] for line in listing.stdout.splitlines()[1:] if line.strip()]
+        # A backend's line starts in column 0; the feature lines under it are indented.
+        backends = [line.split()[0] for line in listing.stdout.splitlines()[1:] if line[:1].strip()]
 
     d = args.d_model
     shape = Shape(args.batch, args.seq, d, d, args.heads)
