@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
+#include <optional>
 #include <string_view>
 
 #include "core/checks.hpp"
@@ -44,22 +46,33 @@ void check_view(std::string_view name, const heads_view<T>& t) {
   detail::check_byte_count(where, name, {t.batch, t.heads, t.rows, t.head_dim}, sizeof(float));
 }
 
-// The last element's offset + 1: the extent of a view's memory in floats (mha::invalid_argument
-// when the strides reach past what an int64 counts).
-template <class T>
-std::int64_t extent(std::string_view name, const heads_view<T>& t) {
-  std::int64_t total = t.head_dim;
-  for (const auto& [n, stride] :
-       {std::pair{t.batch, t.batch_stride}, {t.heads, t.head_stride}, {t.rows, t.row_stride}}) {
+// The last element's offset + 1 of a strided view whose last dimension is contiguous (`last`
+// elements) and whose other dimensions are (size, stride) pairs; nullopt past what an int64
+// counts (the kernels index views with int64 offsets).
+std::optional<std::int64_t> extent_of(
+    std::int64_t last, std::initializer_list<std::pair<std::int64_t, std::int64_t>> dims) {
+  std::int64_t total = last;
+  for (const auto& [n, stride] : dims) {
     std::int64_t span = 0;
     if (__builtin_mul_overflow(n - 1, stride, &span) ||
         __builtin_add_overflow(total, span, &total)) {
-      throw invalid_argument(text(where, ": ", name, " of shape ", shape_of(t), " has strides (",
-                                  t.batch_stride, ", ", t.head_stride, ", ", t.row_stride,
-                                  ") that reach past 2^63 elements"));
+      return std::nullopt;
     }
   }
   return total;
+}
+
+// A view's extent in floats (mha::invalid_argument naming it past 2^63).
+template <class T>
+std::int64_t extent(std::string_view name, const heads_view<T>& t) {
+  const auto total = extent_of(
+      t.head_dim, {{t.batch, t.batch_stride}, {t.heads, t.head_stride}, {t.rows, t.row_stride}});
+  if (!total) {
+    throw invalid_argument(text(where, ": ", name, " of shape ", shape_of(t), " has strides (",
+                                t.batch_stride, ", ", t.head_stride, ", ", t.row_stride,
+                                ") that reach past 2^63 elements"));
+  }
+  return *total;
 }
 
 bool overlap(const float* a, std::int64_t a_size, const float* b, std::int64_t b_size) {
@@ -88,16 +101,10 @@ void check_mask(const attention_mask& m, std::int64_t batch, std::int64_t heads,
     throw invalid_argument(text(where, ": the mask has strides (", m.batch_stride, ", ",
                                 m.head_stride, ", ", m.row_stride, ", 1), expected >= 0"));
   }
-  // Its last element's offset must be an int64 (the kernels index it so).
-  std::int64_t total = m.keys;
-  for (const auto& [n, stride] :
-       {std::pair{m.batch, m.batch_stride}, {m.heads, m.head_stride}, {m.rows, m.row_stride}}) {
-    std::int64_t span = 0;
-    if (__builtin_mul_overflow(n - 1, stride, &span) ||
-        __builtin_add_overflow(total, span, &total)) {
-      throw invalid_argument(text(where, ": the mask's strides (", m.batch_stride, ", ",
-                                  m.head_stride, ", ", m.row_stride, ") reach past 2^63 elements"));
-    }
+  if (!extent_of(m.keys,
+                 {{m.batch, m.batch_stride}, {m.heads, m.head_stride}, {m.rows, m.row_stride}})) {
+    throw invalid_argument(text(where, ": the mask's strides (", m.batch_stride, ", ",
+                                m.head_stride, ", ", m.row_stride, ") reach past 2^63 elements"));
   }
 }
 
