@@ -56,6 +56,7 @@ void with_dimension(std::int64_t n, F&& f) noexcept {
 // whole row. Scores are in base 2 (Q scaled by scale * log2(e), so exp(s) = 2^(s log2 e)). Per
 // tile:
 //   S = (c Q) K^T[:, tile]              micro-tiles entirely above the diagonal skipped
+//   S += log2(e) mask                   with a mask only (mha::attention: mask_scores)
 //   m' = max(m, rowmax S)               causal mask as the row length within the tile
 //   P = 2^(S - m'), l = l 2^(m - m') + rowsum P,   then P *= dropout (l stays undropped)
 //   O = O 2^(m - m') + P V[tile, :]     the rescale is the micro-kernel's start (start_scaled)
