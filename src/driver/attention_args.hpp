@@ -43,15 +43,6 @@ struct kv_store {
   }
 };
 
-// out[b, h] = dropout(softmax(scale * q[b, h] k[b, g]^T + causal mask)) v[b, g], g = h / kv_group,
-// for every b < batch, h < heads. Each (b, h) has seq_len query rows and keys() key/value rows:
-// the past keys of a cache (decode) followed by the seq_len new ones, query row i standing at
-// absolute position past + i (causal: it sees keys 0 .. past + i). k and v hold heads / kv_group
-// heads (grouped-query attention; kv_group = 1 without grouping).
-//
-// With a cache, k and v hold only this call's seq_len new keys and values: the kernel set
-// appends them to `cache` after each sequence's cache->lengths[b] tokens and attends over the
-// lengths[b] + seq_len keys then held (`past` is then per sequence, and the field below is 0).
 // An additive mask on the scores of a call without a cache (mha::attention, SDPA's attn_mask):
 // score (b, h, i, j) gains value(b, h, i, j) before the softmax; boolean: false is -inf, true 0.
 // Elements of a (query row, key) row are contiguous (key j at row + j); a stride of 0 broadcasts.
@@ -62,10 +53,14 @@ struct score_mask {
   std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
 
   bool active() const noexcept { return data != nullptr; }
+  // Where row (b, h, i) starts, in elements (floats, or bytes when boolean).
+  std::int64_t offset(std::int64_t b, std::int64_t h, std::int64_t i) const noexcept {
+    return b * batch_stride + h * head_stride + i * row_stride;
+  }
   // The mask's values of row (b, h, i) from key j0 as floats, n of them, into `to`.
   void row(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0, std::int64_t n,
            float* to) const noexcept {
-    const std::int64_t at = b * batch_stride + h * head_stride + i * row_stride + j0;
+    const std::int64_t at = offset(b, h, i) + j0;
     if (boolean) {
       const auto* from = static_cast<const unsigned char*>(data) + at;
       for (std::int64_t j = 0; j < n; ++j)
@@ -77,6 +72,15 @@ struct score_mask {
   }
 };
 
+// out[b, h] = dropout(softmax(scale * q[b, h] k[b, g]^T + causal mask)) v[b, g], g = h / kv_group,
+// for every b < batch, h < heads. Each (b, h) has seq_len query rows and keys() key/value rows:
+// the past keys of a cache (decode) followed by the seq_len new ones, query row i standing at
+// absolute position past + i (causal: it sees keys 0 .. past + i). k and v hold heads / kv_group
+// heads (grouped-query attention; kv_group = 1 without grouping).
+//
+// With a cache, k and v hold only this call's seq_len new keys and values: the kernel set
+// appends them to `cache` after each sequence's cache->lengths[b] tokens and attends over the
+// lengths[b] + seq_len keys then held (`past` is then per sequence, and the field below is 0).
 struct attention_args {
   head_view<const float> q, k, v;
   head_view<float> out;

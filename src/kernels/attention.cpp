@@ -194,18 +194,12 @@ attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys, st
 
 attention_workspace::attention_workspace(const attention_layout& layout, bool packs_heads)
     : layout_(layout),
-      head_(packs_heads && !layout.bf16 && !layout.direct
-                ? static_cast<std::size_t>(layout.head_units())
-                : 0),
+      head_(packs_heads && !layout.bf16 ? static_cast<std::size_t>(layout.head_units()) : 0),
       scratch_(static_cast<std::size_t>(layout.scratch_floats())),
       pair_head_(packs_heads && layout.bf16 ? static_cast<std::size_t>(layout.head_units()) : 0) {}
 
 void attention_workspace::run(const isa_kernels& kernels, const attention_args& args,
                               attention_task task) noexcept {
-  if (layout_.direct) {
-    kernels.attention_rows(args, layout_, task, scratch_.data());
-    return;
-  }
   void* own = layout_.bf16 ? static_cast<void*>(pair_head_.data()) : head_.data();
   if (head_.size() > 0 || pair_head_.size() > 0) {
     if (const std::int64_t head = task.b * args.kv_heads() + task.g; head != packed_) {

@@ -66,35 +66,36 @@ using heads_output = nb::ndarray<float, nb::ndim<4>, nb::device::cpu>;
 using float_mask = nb::ndarray<const float, nb::ndim<4>, nb::device::cpu>;
 using bool_mask = nb::ndarray<const bool, nb::ndim<4>, nb::device::cpu>;
 
+// A 4-d array's shape and its first three strides, in elements; its last dimension must be
+// contiguous (the package copies one that is not first).
+struct strided4 {
+  std::int64_t shape[4], stride[3];
+};
+template <class Array>
+strided4 strided(const Array& t, const char* what) {
+  if (t.shape(3) > 1 && t.stride(3) != 1) {
+    throw mha::invalid_argument(std::string("mha.attention: ") + what +
+                                "'s last dimension is not contiguous");
+  }
+  strided4 s{};
+  for (std::size_t i = 0; i < 4; ++i) s.shape[i] = static_cast<std::int64_t>(t.shape(i));
+  for (std::size_t i = 0; i < 3; ++i) s.stride[i] = static_cast<std::int64_t>(t.stride(i));
+  return s;
+}
+
 template <class Array>
 auto heads_of(const Array& t) {
-  using T = std::remove_pointer_t<decltype(t.data())>;
-  // A tensor with a stride other than 1 in its last dimension is the package's to copy first.
-  if (t.shape(3) > 1 && t.stride(3) != 1)
-    throw mha::invalid_argument("mha.attention: a tensor's last dimension is not contiguous");
-  return mha::heads_view<T>{t.data(),
-                            static_cast<std::int64_t>(t.shape(0)),
-                            static_cast<std::int64_t>(t.shape(1)),
-                            static_cast<std::int64_t>(t.shape(2)),
-                            static_cast<std::int64_t>(t.shape(3)),
-                            static_cast<std::int64_t>(t.stride(0)),
-                            static_cast<std::int64_t>(t.stride(1)),
-                            static_cast<std::int64_t>(t.stride(2))};
+  const strided4 s = strided(t, "a tensor");
+  return mha::heads_view<std::remove_pointer_t<decltype(t.data())>>{
+      t.data(),   s.shape[0],  s.shape[1],  s.shape[2],
+      s.shape[3], s.stride[0], s.stride[1], s.stride[2]};
 }
 
 template <class Array>
 mha::attention_mask mask_of(const Array& m, mha::attention_mask::kind kind) {
-  if (m.shape(3) > 1 && m.stride(3) != 1)
-    throw mha::invalid_argument("mha.attention: the mask's last dimension is not contiguous");
-  return {kind,
-          m.data(),
-          static_cast<std::int64_t>(m.shape(0)),
-          static_cast<std::int64_t>(m.shape(1)),
-          static_cast<std::int64_t>(m.shape(2)),
-          static_cast<std::int64_t>(m.shape(3)),
-          static_cast<std::int64_t>(m.stride(0)),
-          static_cast<std::int64_t>(m.stride(1)),
-          static_cast<std::int64_t>(m.stride(2))};
+  const strided4 s = strided(m, "the mask");
+  return {kind,       m.data(),    s.shape[0],  s.shape[1], s.shape[2],
+          s.shape[3], s.stride[0], s.stride[1], s.stride[2]};
 }
 
 void attention_call(const heads_input& q, const heads_input& k, const heads_input& v,
@@ -452,10 +453,11 @@ NB_MODULE(_mha, m) {
   m.def("rope_frequencies", &mha::rope_frequencies, "config"_a,
         "The rotary embedding's inverse frequencies of a config, one per pair of dimensions.");
 
-  // The address of the data an input array is read from (the package's tests compare it with
-  // the tensor's own: no copy for contiguous float32).
+  // mha.attention's call (python/mha/_attention.py checks and shapes its arguments first).
   m.def("_attention", &attention_call, "q"_a, "k"_a, "v"_a, "out"_a, "additive"_a.none(),
         "boolean"_a.none(), "causal"_a, "bottom_right"_a, "scale"_a.none(), "bf16"_a,
         "backend"_a.none(), "threads"_a);
+  // The address of the data an input array is read from (the package's tests compare it with
+  // the tensor's own: no copy for contiguous float32).
   m.def("_input_address", [](input_array x) { return reinterpret_cast<std::uintptr_t>(x.data()); });
 }

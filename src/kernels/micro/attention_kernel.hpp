@@ -294,8 +294,7 @@ struct attention_block {
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t len = row_keys(r, j0, j1);
       float* p = s.scores + r * l.score_cols;
-      const std::int64_t at =
-          t.b * m.batch_stride + head(r) * m.head_stride + pos(r) * m.row_stride + j0;
+      const std::int64_t at = m.offset(t.b, head(r), pos(r)) + j0;
       if (m.boolean) {
         const auto* keep = static_cast<const unsigned char*>(m.data) + at;
         for (std::int64_t j = 0; j < len; ++j)
@@ -590,8 +589,7 @@ struct attention_block {
     for (std::int64_t r = 0; r < rows; ++r) {
       float* o = s.accumulators + r * l.acc_cols;
       const float* p = s.scores + r * l.score_cols;
-      const float rescale = first ? 0.0f : s.rescale[r];
-      for (std::int64_t d = 0; d < hd; ++d) o[d] = first ? 0.0f : o[d] * rescale;
+      for (std::int64_t d = 0; d < hd; ++d) o[d] = first ? 0.0f : o[d] * s.rescale[r];
       const std::int64_t len = row_keys(r, j0, j1);
       for (std::int64_t j = 0; j < len; ++j) {
         const float* value = a.v.row(t.b, t.g, j0 + j);
