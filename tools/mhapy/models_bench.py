@@ -10,8 +10,9 @@ and "mha": the time to the first token (a prefill of --prefill tokens) and the d
 the share of each in the attention function (timed around it). Each implementation's logits on a
 short prompt are first checked against "sdpa"'s (fp32: 1e-4 of the largest; bf16: 2^-5) and a
 failing one is recorded as such, not timed. Writes JSON (one record per case), which
-`python3 -m mhapy.report ... --models FILE` turns into the report's "Whole models" section. OpenVINO through optimum-intel, the end-to-end peer the issue
-names, is not run: optimum-intel is not in the peers' pinned environment.
+`python3 -m mhapy.report ... --models FILE` turns into the report's "Whole models" section.
+OpenVINO through optimum-intel, the end-to-end peer for whole models, is not run: optimum-intel
+is not in the peers' pinned environment.
 """
 
 from __future__ import annotations
