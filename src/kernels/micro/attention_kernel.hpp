@@ -543,7 +543,7 @@ struct attention_block {
 
   // attention_layout::direct: K and V read where they lie in a.k and a.v (fp32 rows of head_dim,
   // no packing). Per key tile, each row's scores as vectors of `lanes` keys: one register of
-  // products per key over head_dim, summed across their lanes at once (xsimd::haddp); then the
+  // products per key over head_dim, summed across their lanes at once (lane_sums); then the
   // mask and softmax as the packed path's; then O = O * rescale + P V with V's rows broadcast
   // weights, key by key up to each row's own limit (never 0 * V past it).
   static constexpr bool direct_operands = std::is_same_v<Dot, fma_dot>;  // fp32 only
@@ -575,7 +575,7 @@ struct attention_block {
                   fused_fma(qd, batch::load_unaligned(a.k.row(t.b, t.g, j0 + j + i) + d), acc[i]);
             }
           }
-          xsimd::haddp(acc).store_unaligned(out + j);
+          lane_sums<Arch>(acc).store_unaligned(out + j);
         }
       }
       for (; j < len; ++j) out[j] = dot(a.k.row(t.b, t.g, j0 + j));

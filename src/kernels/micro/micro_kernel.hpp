@@ -46,6 +46,27 @@ xsimd::batch<float, Arch> fused_fma(xsimd::batch<float, Arch> a, xsimd::batch<fl
   return xsimd::fma(a, b, c);
 }
 
+// Lane i of the result: the sum of the lanes of acc[i], for batch::size batches. xsimd 8.1's
+// AVX-512 haddp returns those sums permuted (lanes 2-3 swapped with 4-5, 10-11 with 12-13), so
+// a 16-lane batch adds its halves and takes AVX2's haddp of each eight; narrower batches take
+// xsimd's.
+template <class Arch>
+xsimd::batch<float, Arch> lane_sums(const xsimd::batch<float, Arch>* acc) noexcept {
+#ifdef __AVX512F__
+  if constexpr (xsimd::batch<float, Arch>::size == 16) {
+    using half = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;
+    half lo[8], hi[8];
+    for (int i = 0; i < 8; ++i) {
+      lo[i] = _mm256_add_ps(_mm512_castps512_ps256(acc[i]), _mm512_extractf32x8_ps(acc[i], 1));
+      hi[i] = _mm256_add_ps(_mm512_castps512_ps256(acc[8 + i]),
+                            _mm512_extractf32x8_ps(acc[8 + i], 1));
+    }
+    return _mm512_insertf32x8(_mm512_castps256_ps512(xsimd::haddp(lo)), xsimd::haddp(hi), 1);
+  }
+#endif
+  return xsimd::haddp(acc);
+}
+
 // One step of k of the micro-kernel in the operands' unit (gemm.hpp): the B row the step streams
 // and the A element it broadcasts per row, and their product added to an accumulator.
 // fma_dot: fp32, one element per step.
