@@ -50,7 +50,7 @@ void pack_pairs(const float* src, std::int64_t stride_k, std::int64_t stride_n, 
   for (std::int64_t i = 0; i < lanes; ++i) offsets[i] = static_cast<std::int32_t>(i * stride_n);
   const ints index = ints::load_aligned(offsets);
   const auto column_of = [&](const float* row) {
-    return stride_n == 1 ? floats::load_unaligned(row) : floats::gather(row, index);
+    return stride_n == 1 ? floats::load_unaligned(row) : gather_floats<Arch>(row, index);
   };
   for (std::int64_t nn = n0; nn < n1;) {
     const std::int64_t p = nn / nr, end = n1 < (p + 1) * nr ? n1 : (p + 1) * nr;
