@@ -60,7 +60,10 @@ void with_dimension(std::int64_t n, F&& f) noexcept {
 //   m' = max(m, rowmax S)               causal mask as the row length within the tile
 //   P = 2^(S - m'), l = l 2^(m - m') + rowsum P,   then P *= dropout (l stays undropped)
 //   O = O 2^(m - m') + P V[tile, :]     the rescale is the micro-kernel's start (start_scaled)
-// and at the end out = O / l (or O, m and l as a split's partial result). A block's rows are
+// and at the end out = O / l (or O, m and l as a split's partial result). Where P V runs on
+// tiles (AMX, no dropout), P goes straight to bf16 pairs as it is made, its exponential to the
+// accuracy a bf16 weight needs (softmax_kernel.hpp's exp2_sum_pairs), and O is rescaled only in
+// the rows whose maximum grew. A block's rows are
 // the query heads of one K/V head stacked position-major (attention_layout): row r is query
 // head g * group + r % group at position row_begin + r / group, so the positions, and the
 // causal limits, never decrease with r. Tiles past the block's last row are never visited. With one
@@ -241,15 +244,20 @@ struct attention_block {
     const std::int64_t panels = ((last < j1 ? last : j1) - j0 + T::nr - 1) / T::nr;
     if constexpr (tile_products<Dot>) {
       if (on_tiles(T::nr)) {
-        // Blocks of tile rows, each over its panels up to its own diagonal.
+        // Blocks of two row tiles where head_dim is whole tile steps (each tile loaded serves two
+        // products), else of one; each over its panels up to its own diagonal.
         const std::int64_t du = dim_units();
-        for (std::int64_t r = 0; r < rows; r += Dot::tile_rows) {
-          const int block = static_cast<int>(rows - r < Dot::tile_rows ? rows - r : Dot::tile_rows);
+        const int most = du % Dot::tile_pairs == 0 ? Dot::pair_rows : Dot::tile_rows;
+        for (std::int64_t r = 0; r < rows;) {
+          const int block = static_cast<int>(rows - r >= most            ? most
+                                             : rows - r < Dot::tile_rows ? rows - r
+                                                                         : Dot::tile_rows);
           const std::int64_t end = rows_end(r, r + block);
           for (std::int64_t p = 0; p < panels && j0 + p * T::nr < end; ++p) {
             Dot::product(block, du, queries() + r * du, du, kt + j0 * du + p * du * T::nr, T::nr,
                          s.scores + r * l.score_cols + p * T::nr, l.score_cols, false);
           }
+          r += block;
         }
         return;
       }
@@ -311,6 +319,8 @@ struct attention_block {
   // keys up to what P V reads for any row block it can be in (at most values.mr rows from it, or
   // a tile's rows where P V runs on tiles). With a mask, a row whose keys so far are all at
   // -inf has the running max -inf, weights 0 and sum 0 (its max moves nothing until a key counts).
+  // P V on tiles without dropout reads only the pairs: there the weights are made as pairs
+  // (exp2_sum_pairs) and no fp32 weight is stored.
   void softmax(std::int64_t j0, std::int64_t j1) const noexcept {
     constexpr std::int64_t lanes = xsimd::batch<float, Arch>::size;
     constexpr float minus_inf = -std::numeric_limits<float>::infinity();
@@ -333,6 +343,17 @@ struct attention_block {
       const std::int64_t block_end = rows_end(r, r + block_rows < rows ? r + block_rows : rows);
       const std::int64_t end = (block_end < j1 ? block_end : j1) - j0;
       float* p = s.scores + r * l.score_cols;
+      if constexpr (tile_products<Dot> && pairs_of_bf16) {
+        // P V on tiles reads only the pairs: the weights go to them as they are made.
+        if (on_tiles(l.values.nr) && !a.dropout.active()) {
+          const float max = len <= 0 || (masked && s.row_max[r] == minus_inf) ? 0.0f : s.row_max[r];
+          const float sum =
+              exp2_sum_pairs<Arch, Dot>(p, len > 0 ? len : 0, max, score_scale(),
+                                        s.weight_pairs + r * weight_units(), pairs(end));
+          if (len > 0) s.row_sum[r] = first ? sum : s.row_sum[r] * s.rescale[r] + sum;
+          continue;
+        }
+      }
       std::int64_t zero_from = 0;
       if constexpr (codes) s.value_offsets[r] = 0.0f;
       if (len > 0) {

@@ -27,9 +27,11 @@ void attention_block<Arch, Tiles, Dot, ScoreDot>::tile_values(std::int64_t j0,
     MHA_EXPECTS(diagonal_units <= max_diagonal && T::nr <= 2 * Dot::tile_cols);
     float* o = s.accumulators + r * l.acc_cols;
     // The first tile starts O from the product, or from zeros where there is none (scratch
-    // holds anything, NaN included, so it is stored over, never multiplied).
+    // holds anything, NaN included, so it is stored over, never multiplied). Later tiles
+    // rescale only the rows whose maximum grew (a factor of 1 changes no bit).
     if (!first || common_units == 0) {
       for (int rr = 0; rr < block; ++rr) {
+        if (!first && s.rescale[r + rr] == 1.0f) continue;
         float* row = o + rr * l.acc_cols;
         for (std::int64_t c = 0; c < l.acc_cols; c += lanes) {
           const batch kept =
@@ -84,15 +86,17 @@ template <class T>
 void attention_block<Arch, Tiles, Dot, ScoreDot>::non_finite_values(
     std::int64_t r, int R, std::int64_t j0, std::int64_t from, std::int64_t j1,
     const panel_unit* panel, float* o) const noexcept {
+  const auto half_of = [](std::uint32_t pair, std::int64_t k) {
+    return static_cast<bf16>(k % 2 == 0 ? pair & 0xffffu : pair >> 16);
+  };
   for (std::int64_t rr = r; rr < r + R; ++rr) {
-    const float* w = s.scores + rr * l.score_cols;
+    const bf16_pair* w = weights() + rr * weight_units();  // P as the tile product took it
     float* out = o + (rr - r) * l.acc_cols;
     for (std::int64_t k = from; k < row_keys(rr, j0, j1); ++k) {
       for (int c = 0; c < T::nr; ++c) {
-        const panel_unit pair = panel[k / 2 * T::nr + c];
-        const auto half = static_cast<bf16>(k % 2 == 0 ? pair & 0xffffu : pair >> 16);
+        const bf16 half = half_of(panel[k / 2 * T::nr + c], k);
         if ((half & 0x7f80u) != 0x7f80u) continue;  // finite: in the tile product already
-        out[c] += round_bf16(w[k]) * from_bf16(half);
+        out[c] += from_bf16(half_of(w[k / 2], k)) * from_bf16(half);
       }
     }
   }

@@ -35,6 +35,19 @@ struct dpbf16_dot {
       _mm512_mask_storeu_epi32(dst + i / 2, words, (__m512i)both);
     }
   }
+  // The pairs of 2 x 16 floats (lo then hi) as to_pairs rounds them, its first `count` of 16
+  // stored at dst (softmax_kernel.hpp's exp2_sum_pairs).
+  template <class Arch>
+  static void store_pairs(xsimd::batch<float, Arch> lo, xsimd::batch<float, Arch> hi,
+                          bf16_pair* dst, std::int64_t count) noexcept {
+    static_assert(xsimd::batch<float, Arch>::size == 16);
+    const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    if (count >= 16) {
+      _mm512_storeu_si512(dst, both);
+    } else {
+      _mm512_mask_storeu_epi32(dst, static_cast<__mmask16>((1u << count) - 1), both);
+    }
+  }
   template <class Arch>
   static xsimd::batch<std::uint32_t, Arch> load_b(const bf16_pair* p) noexcept {
     return xsimd::batch<std::uint32_t, Arch>::load_unaligned(p);

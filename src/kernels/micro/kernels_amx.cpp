@@ -128,26 +128,6 @@ void tile_product(int rows, std::int64_t k, const bf16_pair* a, std::int64_t lda
   if constexpr (Halves == 2) _tile_stored(1, c + tile_cols, c_stride);
 }
 
-// The products of bf16 pairs on tiles: dpbf16_dot (vdpbf16ps, for what tiles do not cover: a
-// single row, 8-column panels, the causal diagonal's keys row by row) with tile products of up
-// to tile_rows rows, which the attention kernel takes for its scores and P V
-// (micro/attention_kernel.hpp).
-struct tile_dot : dpbf16_dot {
-  static constexpr int tile_rows = amx::tile_rows;
-  static constexpr int tile_cols = amx::tile_cols;
-  // tile_product over a panel of nr columns, nr a multiple of 16 up to 32.
-  static void product(int rows, std::int64_t k, const bf16_pair* a, std::int64_t lda,
-                      const bf16_pair* b, std::int64_t nr, float* c, std::int64_t ldc,
-                      bool accumulate) noexcept {
-    MHA_EXPECTS(rows >= 1 && rows <= tile_rows && (nr == tile_cols || nr == 2 * tile_cols));
-    if (nr == tile_cols) {
-      tile_product<1>(rows, k, a, lda, b, nr, c, ldc, accumulate);
-    } else {
-      tile_product<2>(rows, k, a, lda, b, nr, c, ldc, accumulate);
-    }
-  }
-};
-
 // The tile GEMM's arrangement: every register 16 rows of 64 bytes; C of a block of up to 32 rows
 // x 32 columns in up to four (tmm0 rows 0-15 x columns 0-15, tmm1 rows 0-15 x 16-31, tmm2 and
 // tmm3 rows 16-31), the A tiles of its two row strips in tmm4 and tmm5, B's two column halves
@@ -227,6 +207,36 @@ void tile_block_of(std::int64_t nr, Args... args) noexcept {
     tile_block<RowTiles, 1>(args...);
   }
 }
+
+// The products of bf16 pairs on tiles: dpbf16_dot (vdpbf16ps, for what tiles do not cover: a
+// single row, 8-column panels, an int8 cache) with tile products of up to pair_rows rows, which
+// the attention kernel takes for its scores and P V (micro/attention_kernel.hpp).
+struct tile_dot : dpbf16_dot {
+  static constexpr int tile_rows = amx::tile_rows;
+  static constexpr int tile_cols = amx::tile_cols;
+  static constexpr int tile_pairs = amx::tile_pairs;
+  // Two row tiles: the scores' blocks of 32 rows take tile_block's 2 x 2 arrangement.
+  static constexpr int pair_rows = 2 * tile_rows;
+  // C (rows, nr) = [C +] A (rows, k units) B (a panel's k rows), nr a multiple of 16 up to 32:
+  // tile_product for up to 16 rows; 32 rows over whole steps of k (no tail) as tile_block<2>,
+  // each A and B tile loaded serving two products. Both sum each element over k in the same
+  // order, so a row's result does not depend on the rows it is computed with.
+  static void product(int rows, std::int64_t k, const bf16_pair* a, std::int64_t lda,
+                      const bf16_pair* b, std::int64_t nr, float* c, std::int64_t ldc,
+                      bool accumulate) noexcept {
+    MHA_EXPECTS(rows >= 1 && rows <= pair_rows && (nr == tile_cols || nr == 2 * tile_cols));
+    MHA_EXPECTS(rows <= tile_rows || (rows == pair_rows && k % tile_pairs == 0));
+    if (rows == pair_rows) {
+      tiles_loaded.use(gemm_config_rows, gemm_config_tail);
+      tile_block_of<2>(nr, k / tile_pairs, a, lda, b, nullptr, 0, nullptr, c, ldc, !accumulate,
+                       nullptr);
+    } else if (nr == tile_cols) {
+      tile_product<1>(rows, k, a, lda, b, nr, c, ldc, accumulate);
+    } else {
+      tile_product<2>(rows, k, a, lda, b, nr, c, ldc, accumulate);
+    }
+  }
+};
 
 // The first `rows` rows x `pairs` pairs at a (row stride lda) into `to`, buffer_rows rows of
 // `width` pairs, zero past them.

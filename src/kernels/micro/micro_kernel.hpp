@@ -75,8 +75,8 @@ xsimd::batch<float, Arch> lane_sums(const xsimd::batch<float, Arch>* acc) noexce
     half lo[8], hi[8];
     for (int i = 0; i < 8; ++i) {
       lo[i] = _mm256_add_ps(_mm512_castps512_ps256(acc[i]), _mm512_extractf32x8_ps(acc[i], 1));
-      hi[i] = _mm256_add_ps(_mm512_castps512_ps256(acc[8 + i]),
-                            _mm512_extractf32x8_ps(acc[8 + i], 1));
+      hi[i] =
+          _mm256_add_ps(_mm512_castps512_ps256(acc[8 + i]), _mm512_extractf32x8_ps(acc[8 + i], 1));
     }
     return _mm512_insertf32x8(_mm512_castps256_ps512(xsimd::haddp(lo)), xsimd::haddp(hi), 1);
   }

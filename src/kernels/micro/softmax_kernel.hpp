@@ -127,4 +127,51 @@ template <class Arch>
   return xsimd::hadd(sum);
 }
 
+// 2^x for x <= 0 to the accuracy of a weight rounded to bf16 next (AVX-512 only): relative error
+// below 7.5e-5 (2^-13.7, 1/22 of the rounding's own u = 2^-9), from a degree-3 polynomial on
+// f = x - floor(x) in [0, 1) (a least-maximum-relative-error fit), the power floor(x) applied by
+// vscalefps itself, which reads floor(x) from x: 7 vector operations where exp2_nonpositive
+// takes 11. The same cutoff (exactly 0 below -125 and for -inf; NaN stays NaN).
+template <class Arch>
+xsimd::batch<float, Arch> exp2_for_bf16(xsimd::batch<float, Arch> x) noexcept {
+  static_assert(xsimd::batch<float, Arch>::size == 16, "AVX-512 builds only");
+#ifdef __AVX512F__
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(7.80240310e-2f), f, _mm512_set1_ps(2.26067073e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.95833992e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.99925126e-1f));
+  const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
+  return _mm512_maskz_scalef_ps(kept, p, x);
+#else
+  return x;
+#endif
+}
+
+// exp2_sum with the weights rounded to bf16 pairs as they are made, no fp32 weights stored
+// (the AMX attention's softmax: its P V reads only the pairs): dst's first `units` pairs get
+// 2^(scale x[j] - shift) for j < n, and 0 past n (units >= (n + 1) / 2); returns the sum of the
+// unrounded weights. The weights are exp2_for_bf16's (the pairs are all that P V reads);
+// PairDot::store_pairs rounds two batches to pairs as PairDot::to_pairs does.
+template <class Arch, class PairDot>
+float exp2_sum_pairs(const float* x, std::int64_t n, float shift, float scale, bf16_pair* dst,
+                     std::int64_t units) noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  constexpr std::int64_t lanes = batch::size;
+  const batch minus_shift(-shift), c(scale);
+  batch sum(0.0f);
+  const auto weights = [&](std::int64_t j) {
+    if (j >= n) return batch(0.0f);
+    const batch p = exp2_for_bf16<Arch>(fused_fma(batch::load_unaligned(x + j), c, minus_shift));
+    if (j + lanes <= n) return p;
+    return xsimd::select(lane_index<Arch>() < batch(static_cast<float>(n - j)), p, batch(0.0f));
+  };
+  for (std::int64_t u = 0; u < units; u += lanes) {
+    const batch lo = weights(2 * u), hi = weights(2 * u + lanes);
+    sum += lo;  // in key order, as exp2_sum adds them (a batch past n adds exact zeros)
+    sum += hi;
+    PairDot::template store_pairs<Arch>(lo, hi, dst + u, units - u);
+  }
+  return xsimd::hadd(sum);
+}
+
 }  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE
