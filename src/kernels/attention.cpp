@@ -175,7 +175,11 @@ attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys, st
   l.int8 = int8_codes;
   l.bf16 = bf16_operands && !int8_codes;
   l.scores = tiles[0];
-  l.values = tile_for(panel_width(head_dim));
+  // Heads packed per call (no cache) take V panels wide enough for tile products; a cache keeps
+  // the narrowest panels, whose bytes a decode step reads.
+  const int width = panel_width(head_dim);
+  const bool widen = l.bf16 && kv_rows == 0 && width < pair_tile_cols;
+  l.values = tile_for(widen ? pair_tile_cols : width);
   l.seq_len = seq_len;
   l.group = group;
   l.keys = keys;

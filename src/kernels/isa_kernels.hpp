@@ -56,6 +56,10 @@ struct isa_kernels {
   // sum. scale 1 is x[j] - shift exactly.
   float (*row_max)(const float* x, std::int64_t n) noexcept;
   float (*exp2_sum)(float* x, std::int64_t n, float shift, float scale) noexcept;
+  // The narrowest V panel whose P V of bf16 pairs runs as tile products (AMX: 16 columns; 0
+  // where there are none): a bf16 attention's narrower heads, packed per call (not a cache's),
+  // take panels this wide (zero padded), so that their P V runs on tiles rather than vectors.
+  int pair_tile_cols = 0;
 
   // The panel width that wastes the fewest padding columns for an n-column B, the widest of
   // equals (wider tiles run closer to peak).

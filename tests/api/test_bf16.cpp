@@ -83,47 +83,55 @@ INSTANTIATE_TEST_SUITE_P(All, Bf16, mha_test::conformance_params(),
 class Bf16Decode : public testing::TestWithParam<std::tuple<mha_test::backend_case, formulation>> {
 };
 
+// Grouped K/V heads with head_dim 16 and 8 (a full forward packs a head of fewer than 16
+// dimensions into wider V panels than its cache holds: AMX runs its P V on tiles), and one K/V
+// head per query head (a token's single row runs on vectors where the full forward's run on
+// tiles): the tokens equal the full forward.
 TEST_P(Bf16Decode, CacheHoldsBf16AndTokensEqualTheFullForward) {
   const auto& [backend, form] = GetParam();
-  const shape s{2, 40, 24, 64, 4, true, true, true, 2, 10000.0};
-  const mha::config cfg = bf16_config(s);
-  if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, 1, 8}))
-    GTEST_SKIP() << *why;
-  const mha::weights w = mha::weights::random(cfg, 5);
-  const std::vector<float> x =
-      mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 6, 2.0f);
-  const auto p = backend.backend->prepare(cfg, form, w);
-  const auto fp32 = backend.backend->prepare(s.config(), form, w);
-  mha::kv_cache cache = p->make_cache(s.batch, 32);
-  EXPECT_EQ(cache.bytes() * 2, fp32->make_cache(s.batch, 32).bytes());
+  for (const auto& [heads, kv_heads] :
+       {std::pair<std::int64_t, std::int64_t>{4, 2}, {8, 2}, {4, 0}}) {
+    SCOPED_TRACE(testing::Message() << "heads " << heads << ", kv heads " << kv_heads);
+    const shape s{2, 40, 24, 64, heads, true, true, true, kv_heads, 10000.0};
+    const mha::config cfg = bf16_config(s);
+    if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, 1, 8}))
+      GTEST_SKIP() << *why;
+    const mha::weights w = mha::weights::random(cfg, 5);
+    const std::vector<float> x =
+        mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 6, 2.0f);
+    const auto p = backend.backend->prepare(cfg, form, w);
+    const auto fp32 = backend.backend->prepare(s.config(), form, w);
+    mha::kv_cache cache = p->make_cache(s.batch, 32);
+    EXPECT_EQ(cache.bytes() * 2, fp32->make_cache(s.batch, 32).bytes());
 
-  std::vector<float> full(static_cast<std::size_t>(s.batch * 32 * cfg.d_out));
-  std::vector<float> x32;
-  for (std::int64_t b = 0; b < s.batch; ++b) {
-    x32.insert(x32.end(), x.begin() + b * s.seq_len * s.d_in,
-               x.begin() + (b * s.seq_len + 32) * s.d_in);
-  }
-  p->run({x32.data(), s.batch, 32, cfg.d_in}, {full.data(), s.batch, 32, cfg.d_out});
-  // 20 tokens, then one at a time.
-  std::vector<float> got(full.size());
-  for (std::int64_t at = 0; at < 32;) {
-    const std::int64_t t = at == 0 ? 20 : 1;
-    std::vector<float> xs, ys(static_cast<std::size_t>(s.batch * t * cfg.d_out));
+    std::vector<float> full(static_cast<std::size_t>(s.batch * 32 * cfg.d_out));
+    std::vector<float> x32;
     for (std::int64_t b = 0; b < s.batch; ++b) {
-      const auto from = x32.begin() + (b * 32 + at) * cfg.d_in;
-      xs.insert(xs.end(), from, from + t * cfg.d_in);
+      x32.insert(x32.end(), x.begin() + b * s.seq_len * s.d_in,
+                 x.begin() + (b * s.seq_len + 32) * s.d_in);
     }
-    p->run({xs.data(), s.batch, t, cfg.d_in}, {ys.data(), s.batch, t, cfg.d_out}, cache);
-    for (std::int64_t b = 0; b < s.batch; ++b) {
-      std::copy_n(ys.begin() + b * t * cfg.d_out, t * cfg.d_out,
-                  got.begin() + (b * 32 + at) * cfg.d_out);
+    p->run({x32.data(), s.batch, 32, cfg.d_in}, {full.data(), s.batch, 32, cfg.d_out});
+    // 20 tokens, then one at a time.
+    std::vector<float> got(full.size());
+    for (std::int64_t at = 0; at < 32;) {
+      const std::int64_t t = at == 0 ? 20 : 1;
+      std::vector<float> xs, ys(static_cast<std::size_t>(s.batch * t * cfg.d_out));
+      for (std::int64_t b = 0; b < s.batch; ++b) {
+        const auto from = x32.begin() + (b * 32 + at) * cfg.d_in;
+        xs.insert(xs.end(), from, from + t * cfg.d_in);
+      }
+      p->run({xs.data(), s.batch, t, cfg.d_in}, {ys.data(), s.batch, t, cfg.d_out}, cache);
+      for (std::int64_t b = 0; b < s.batch; ++b) {
+        std::copy_n(ys.begin() + b * t * cfg.d_out, t * cfg.d_out,
+                    got.begin() + (b * 32 + at) * cfg.d_out);
+      }
+      at += t;
     }
-    at += t;
-  }
-  if (mha_test::decodes_bitwise(*backend.backend)) {
-    EXPECT_EQ(got, full);
-  } else {
-    EXPECT_LE(mha_test::max_abs_diff(got, full), 4 * u * mha_test::max_abs(full));
+    if (mha_test::decodes_bitwise(*backend.backend)) {
+      EXPECT_EQ(got, full);
+    } else {
+      EXPECT_LE(mha_test::max_abs_diff(got, full), 4 * u * mha_test::max_abs(full));
+    }
   }
 }
 

@@ -90,6 +90,9 @@ struct attention_block {
   static constexpr bool codes = std::is_same_v<panel_unit, std::uint8_t>;
   // K^T's rows are pairs of dimensions: bf16 pairs, or pairs of codes.
   static constexpr bool key_pairs = pairs_of_bf16 || codes;
+  // The AMX build's bf16 weights come from exp2_for_bf16 on every path (tiles or vectors), so
+  // that a decode step's single row, on vectors, equals the full forward's row, on tiles.
+  static constexpr bool bf16_weights = tile_products<Dot> && pairs_of_bf16;
 
   const attention_args& a;
   const attention_layout& l;
@@ -343,7 +346,7 @@ struct attention_block {
       const std::int64_t block_end = rows_end(r, r + block_rows < rows ? r + block_rows : rows);
       const std::int64_t end = (block_end < j1 ? block_end : j1) - j0;
       float* p = s.scores + r * l.score_cols;
-      if constexpr (tile_products<Dot> && pairs_of_bf16) {
+      if constexpr (bf16_weights) {
         // P V on tiles reads only the pairs: the weights go to them as they are made.
         if (on_tiles(l.values.nr) && !a.dropout.active()) {
           const float max = len <= 0 || (masked && s.row_max[r] == minus_inf) ? 0.0f : s.row_max[r];
@@ -358,7 +361,7 @@ struct attention_block {
       if constexpr (codes) s.value_offsets[r] = 0.0f;
       if (len > 0) {
         const float max = masked && s.row_max[r] == minus_inf ? 0.0f : s.row_max[r];
-        const float sum = exp2_sum<Arch>(p, len, max, score_scale());
+        const float sum = exp2_sum<Arch, bf16_weights>(p, len, max, score_scale());
         s.row_sum[r] = first ? sum : s.row_sum[r] * s.rescale[r] + sum;
         zero_from = (len + lanes - 1) / lanes * lanes;  // exp2_sum zeroed up to here
         if (a.dropout.active()) {

@@ -357,6 +357,7 @@ const isa_kernels* amx_kernels() noexcept {
     isa_kernels t = *amx::kernels_of<xsimd::avx512bw, amx::avx512_tiles, amx::tile_dot>(isa::amx);
     t.pair_gemm = &amx::tile_pair_gemm;
     t.attention_rows = &amx::tile_attention_rows;
+    t.pair_tile_cols = amx::tile_cols;
     return t;
   }();
   return &table;

@@ -100,33 +100,6 @@ xsimd::batch<float, Arch> exp2_nonpositive(xsimd::batch<float, Arch> x) noexcept
   }
 }
 
-// isa_kernels::exp2_sum: x[j] = 2^(scale x[j] - shift) for j < n (each scale x[j] - shift
-// <= 0), returns their sum; the lanes past n up to the next multiple of the lanes are set to 0
-// (x has room for them). One fma forms the exponent, so scale 1 is x[j] - shift exactly.
-template <class Arch>
-[[gnu::always_inline]] inline float exp2_sum(float* x, std::int64_t n, float shift,
-                                             float scale) noexcept {
-  using batch = xsimd::batch<float, Arch>;
-  constexpr std::int64_t lanes = batch::size;
-  const batch minus_shift(-shift), c(scale);
-  batch sum(0.0f);
-  std::int64_t j = 0;
-  for (; j + lanes <= n; j += lanes) {
-    const batch p = exp2_nonpositive<Arch>(fused_fma(batch::load_unaligned(x + j), c, minus_shift));
-    p.store_unaligned(x + j);
-    sum += p;
-  }
-  if (j < n) {
-    const auto inside = lane_index<Arch>() < batch(static_cast<float>(n - j));
-    const batch p = xsimd::select(
-        inside, exp2_nonpositive<Arch>(fused_fma(batch::load_unaligned(x + j), c, minus_shift)),
-        batch(0.0f));
-    p.store_unaligned(x + j);
-    sum += p;
-  }
-  return xsimd::hadd(sum);
-}
-
 // 2^x for x <= 0 to the accuracy of a weight rounded to bf16 next (AVX-512 only): relative error
 // below 7.5e-5 (2^-13.7, 1/22 of the rounding's own u = 2^-9), from a degree-3 polynomial on
 // f = x - floor(x) in [0, 1) (a least-maximum-relative-error fit), the power floor(x) applied by
@@ -147,11 +120,45 @@ xsimd::batch<float, Arch> exp2_for_bf16(xsimd::batch<float, Arch> x) noexcept {
 #endif
 }
 
+// isa_kernels::exp2_sum: x[j] = 2^(scale x[j] - shift) for j < n (each scale x[j] - shift
+// <= 0), returns their sum; the lanes past n up to the next multiple of the lanes are set to 0
+// (x has room for them). One fma forms the exponent, so scale 1 is x[j] - shift exactly.
+// ForBf16: the weights are exp2_for_bf16's (the AMX attention's bf16 softmax).
+template <class Arch, bool ForBf16 = false>
+[[gnu::always_inline]] inline float exp2_sum(float* x, std::int64_t n, float shift,
+                                             float scale) noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  const auto power = [](batch e) {
+    if constexpr (ForBf16) {
+      return exp2_for_bf16<Arch>(e);
+    } else {
+      return exp2_nonpositive<Arch>(e);
+    }
+  };
+  constexpr std::int64_t lanes = batch::size;
+  const batch minus_shift(-shift), c(scale);
+  batch sum(0.0f);
+  std::int64_t j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    const batch p = power(fused_fma(batch::load_unaligned(x + j), c, minus_shift));
+    p.store_unaligned(x + j);
+    sum += p;
+  }
+  if (j < n) {
+    const auto inside = lane_index<Arch>() < batch(static_cast<float>(n - j));
+    const batch p = xsimd::select(
+        inside, power(fused_fma(batch::load_unaligned(x + j), c, minus_shift)), batch(0.0f));
+    p.store_unaligned(x + j);
+    sum += p;
+  }
+  return xsimd::hadd(sum);
+}
+
 // exp2_sum with the weights rounded to bf16 pairs as they are made, no fp32 weights stored
 // (the AMX attention's softmax: its P V reads only the pairs): dst's first `units` pairs get
 // 2^(scale x[j] - shift) for j < n, and 0 past n (units >= (n + 1) / 2); returns the sum of the
-// unrounded weights. The weights are exp2_for_bf16's (the pairs are all that P V reads);
-// PairDot::store_pairs rounds two batches to pairs as PairDot::to_pairs does.
+// unrounded weights, the same bits as exp2_sum<Arch, true>'s. PairDot::store_pairs rounds two
+// batches to pairs as PairDot::to_pairs does.
 template <class Arch, class PairDot>
 float exp2_sum_pairs(const float* x, std::int64_t n, float shift, float scale, bf16_pair* dst,
                      std::int64_t units) noexcept {
