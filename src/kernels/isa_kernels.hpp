@@ -67,7 +67,8 @@ struct isa_kernels {
   // The tile whose panel width is nr (one of tiles[]).
   tile_shape tile_for(int nr) const noexcept;
   // The attention geometry of seq_len query positions of `group` query heads per K/V head over
-  // at most `keys` key rows, in packed heads with room for kv_rows keys (0: keys); key_tile is
+  // at most `keys` key rows, in packed heads with room for kv_rows keys (0: keys, heads packed
+  // per call; a cache passes its capacity, and its bf16 V panels stay the narrowest); key_tile is
   // rounded up to a multiple of scores.nr and the lanes (default_key_tile: the measured fused
   // kernel; keys or more: the unfused one); int8_codes: heads of an int8 cache (bf16_operands
   // is then ignored).

@@ -341,14 +341,15 @@ struct attention_block {
     }
     if (!first) exp2_sum<Arch>(s.rescale, rows, 0.0f, 1.0f);  // 2^(m - m'), vectorised over rows
     const std::int64_t block_rows = value_block_rows();
+    // P V on tiles reads only the pairs: without dropout the weights go to them as they are made.
+    const bool weights_as_pairs = bf16_weights && on_tiles(l.values.nr) && !a.dropout.active();
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t len = row_keys(r, j0, j1);
       const std::int64_t block_end = rows_end(r, r + block_rows < rows ? r + block_rows : rows);
       const std::int64_t end = (block_end < j1 ? block_end : j1) - j0;
       float* p = s.scores + r * l.score_cols;
       if constexpr (bf16_weights) {
-        // P V on tiles reads only the pairs: the weights go to them as they are made.
-        if (on_tiles(l.values.nr) && !a.dropout.active()) {
+        if (weights_as_pairs) {
           const float max = len <= 0 || (masked && s.row_max[r] == minus_inf) ? 0.0f : s.row_max[r];
           const float sum =
               exp2_sum_pairs<Arch, Dot>(p, len > 0 ? len : 0, max, score_scale(),

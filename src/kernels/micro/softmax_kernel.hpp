@@ -116,38 +116,42 @@ xsimd::batch<float, Arch> exp2_for_bf16(xsimd::batch<float, Arch> x) noexcept {
   const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
   return _mm512_maskz_scalef_ps(kept, p, x);
 #else
-  return x;
+  return x;  // never instantiated there (the static_assert): this only lets those builds parse
 #endif
+}
+
+// The weights of the batch of x at j: 2^(c x[j + i] + minus_shift), exp2_for_bf16's (ForBf16)
+// or exp2_nonpositive's, the lanes at or past n set to 0 (nothing read when j >= n). One fma
+// forms the exponent, so c 1 is x[j + i] - shift exactly.
+template <class Arch, bool ForBf16>
+[[gnu::always_inline]] inline xsimd::batch<float, Arch> exp2_batch(
+    const float* x, std::int64_t j, std::int64_t n, xsimd::batch<float, Arch> c,
+    xsimd::batch<float, Arch> minus_shift) noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  if (j >= n) return batch(0.0f);
+  const batch e = fused_fma(batch::load_unaligned(x + j), c, minus_shift);
+  batch p;
+  if constexpr (ForBf16) {
+    p = exp2_for_bf16<Arch>(e);
+  } else {
+    p = exp2_nonpositive<Arch>(e);
+  }
+  if (j + static_cast<std::int64_t>(batch::size) <= n) return p;
+  return xsimd::select(lane_index<Arch>() < batch(static_cast<float>(n - j)), p, batch(0.0f));
 }
 
 // isa_kernels::exp2_sum: x[j] = 2^(scale x[j] - shift) for j < n (each scale x[j] - shift
 // <= 0), returns their sum; the lanes past n up to the next multiple of the lanes are set to 0
-// (x has room for them). One fma forms the exponent, so scale 1 is x[j] - shift exactly.
-// ForBf16: the weights are exp2_for_bf16's (the AMX attention's bf16 softmax).
+// (x has room for them). scale 1 is x[j] - shift exactly (exp2_batch). ForBf16: the weights are
+// exp2_for_bf16's (the AMX attention's bf16 softmax).
 template <class Arch, bool ForBf16 = false>
 [[gnu::always_inline]] inline float exp2_sum(float* x, std::int64_t n, float shift,
                                              float scale) noexcept {
   using batch = xsimd::batch<float, Arch>;
-  const auto power = [](batch e) {
-    if constexpr (ForBf16) {
-      return exp2_for_bf16<Arch>(e);
-    } else {
-      return exp2_nonpositive<Arch>(e);
-    }
-  };
-  constexpr std::int64_t lanes = batch::size;
   const batch minus_shift(-shift), c(scale);
   batch sum(0.0f);
-  std::int64_t j = 0;
-  for (; j + lanes <= n; j += lanes) {
-    const batch p = power(fused_fma(batch::load_unaligned(x + j), c, minus_shift));
-    p.store_unaligned(x + j);
-    sum += p;
-  }
-  if (j < n) {
-    const auto inside = lane_index<Arch>() < batch(static_cast<float>(n - j));
-    const batch p = xsimd::select(
-        inside, power(fused_fma(batch::load_unaligned(x + j), c, minus_shift)), batch(0.0f));
+  for (std::int64_t j = 0; j < n; j += batch::size) {
+    const batch p = exp2_batch<Arch, ForBf16>(x, j, n, c, minus_shift);
     p.store_unaligned(x + j);
     sum += p;
   }
@@ -166,14 +170,9 @@ float exp2_sum_pairs(const float* x, std::int64_t n, float shift, float scale, b
   constexpr std::int64_t lanes = batch::size;
   const batch minus_shift(-shift), c(scale);
   batch sum(0.0f);
-  const auto weights = [&](std::int64_t j) {
-    if (j >= n) return batch(0.0f);
-    const batch p = exp2_for_bf16<Arch>(fused_fma(batch::load_unaligned(x + j), c, minus_shift));
-    if (j + lanes <= n) return p;
-    return xsimd::select(lane_index<Arch>() < batch(static_cast<float>(n - j)), p, batch(0.0f));
-  };
   for (std::int64_t u = 0; u < units; u += lanes) {
-    const batch lo = weights(2 * u), hi = weights(2 * u + lanes);
+    const batch lo = exp2_batch<Arch, true>(x, 2 * u, n, c, minus_shift),
+                hi = exp2_batch<Arch, true>(x, 2 * u + lanes, n, c, minus_shift);
     sum += lo;  // in key order, as exp2_sum adds them (a batch past n adds exact zeros)
     sum += hi;
     PairDot::template store_pairs<Arch>(lo, hi, dst + u, units - u);
