@@ -49,13 +49,20 @@ struct attention_mask {
 // They agree when L == S.
 enum class causal_alignment { top_left, bottom_right };
 
+// A bfloat16 number as its bits: the upper half of a float32's (PyTorch's torch.bfloat16, the
+// bf16 of docs/design.md §1.5).
+struct bfloat16 {
+  std::uint16_t bits;
+};
+
 struct attention_options {
   bool causal = false;
   causal_alignment alignment = causal_alignment::top_left;
   std::optional<float> scale;  // the scores' factor; nullopt: 1 / sqrt(head_dim)
   attention_mask mask;         // none by default
   // bf16: q, k, v and the weights rounded to bf16 as every product's operands, the sums in fp32
-  // (a bf16 module's arithmetic, docs/design.md §1.5); fp32 otherwise. int8 is refused.
+  // (a bf16 module's arithmetic, docs/design.md §1.5); fp32 otherwise. int8 is refused. bfloat16
+  // operands need bf16.
   mha::precision precision = mha::precision::fp32;
   int threads = 0;  // as run_options::threads
 };
@@ -70,6 +77,13 @@ struct attention_options {
 // (backend::supports_attention says why).
 void attention(const backend& backend, heads_view<const float> q, heads_view<const float> k,
                heads_view<const float> v, heads_view<float> out,
+               const attention_options& options = {});
+
+// The same on bfloat16 operands (a bf16 model's tensors), computed in precision bf16 (options
+// must say so): they are read where they lie, never widened to float copies; a block of a few
+// query rows (a decode step) reads K and V in place.
+void attention(const backend& backend, heads_view<const bfloat16> q, heads_view<const bfloat16> k,
+               heads_view<const bfloat16> v, heads_view<float> out,
                const attention_options& options = {});
 
 }  // namespace mha

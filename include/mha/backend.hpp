@@ -148,12 +148,15 @@ class backend {
   virtual std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
                                           const weights& w) const = 0;
   // mha::attention's kernel call, once it has validated its arguments and cut them into calls
-  // whose query rows stand at the end of their keys (detail::attention_args, bf16 set there);
+  // whose query rows stand at the end of their keys (detail::attention_args, bf16 set there,
+  // bf16 operands in q16, k16 and v16);
   // only called when supports_attention accepted the precision. The default throws
   // mha::unsupported.
   virtual void attend(const detail::attention_args& args, const run_options& options) const;
   friend void attention(const backend&, heads_view<const float>, heads_view<const float>,
                         heads_view<const float>, heads_view<float>, const attention_options&);
+  friend void attention(const backend&, heads_view<const bfloat16>, heads_view<const bfloat16>,
+                        heads_view<const bfloat16>, heads_view<float>, const attention_options&);
 };
 
 }  // namespace mha

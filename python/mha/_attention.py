@@ -34,8 +34,8 @@ def attention(
     query (B, H, L, D) or (H, L, D); key and value (B, H_kv, S, D), H_kv == H, or dividing H with
     enable_gqa=True. PyTorch CPU tensors (float32, or bfloat16: computed as mha's bf16, operands
     rounded to bf16 and sums in fp32) or float32 NumPy arrays, any strides: a tensor whose last
-    dimension is contiguous is read where it lies (a (B, L, H, D) buffer's transpose(1, 2) too);
-    bfloat16 is widened to float32 (a copy). attn_mask: boolean (True attends) or additive
+    dimension is contiguous is read where it lies (a (B, L, H, D) buffer's transpose(1, 2) too),
+    bfloat16 as float32 is. attn_mask: boolean (True attends) or additive
     float, broadcastable to (B, H, L, S) as SDPA's; with is_causal too, both apply (SDPA
     refuses the pair). is_causal: query i sees keys j <= i
     (causal_alignment "top_left", SDPA's meaning, also when L != S) or j <= i + S - L
@@ -155,11 +155,13 @@ def _numpy_mask(mask: Any, b: int, h: int, rows: int, keys: int) -> tuple[Any, A
 
 
 def _run(q, k, v, out, additive, boolean, is_causal, alignment, scale, bf16, backend, threads) -> None:
+    """q, k and v: float32 arrays (computed in bf16 when bf16), or int16 ones holding bfloat16."""
     if scale is not None and not isinstance(scale, (int, float)):
         raise InvalidArgument(f"mha.attention: scale {scale!r} must be a number")
     if not isinstance(threads, int) or isinstance(threads, bool):
         raise InvalidArgument(f"mha.attention: threads ({threads!r}) must be an integer")
-    _mha._attention(
+    call = _mha._attention_bf16 if q.dtype == np.int16 else _mha._attention
+    call(
         q,
         k,
         v,
@@ -202,10 +204,8 @@ def _torch_attention(
     bf16 = dtype == torch.bfloat16
     q, k, v = ts if query.dim() == 4 and key.dim() == 4 and value.dim() == 4 else _batched(ts)
     _check_heads(q.shape, k.shape, v.shape, enable_gqa)
-    # bfloat16 operands are widened to float32 copies (the kernels read float32 rows and round
-    # them to bf16 inside); float32 ones are read where they lie, unless their last dimension is
-    # strided.
-    qa, ka, va = _float_view(q, bf16), _float_view(k, bf16), _float_view(v, bf16)
+    # Read where they lie (bfloat16 as its 16-bit words), unless their last dimension is strided.
+    qa, ka, va = (_memory(torch, t, bf16) for t in (q, k, v))
     result_shape = (*query.shape[:-1], q.shape[-1])
     if out is not None:
         want = torch.bfloat16 if bf16 else torch.float32
@@ -260,11 +260,10 @@ def _torch_mask(torch: Any, mask: Any, full_shape: tuple) -> tuple[Any, Any]:
     return (None, full.numpy()) if full.dtype == torch.bool else (full.numpy(), None)
 
 
-def _float_view(t: Any, bf16: bool) -> Any:
-    """A tensor's float32 memory as a NumPy array: widened (a copy) for bfloat16, the tensor's own
-    otherwise (copied only when its last dimension is strided)."""
-    if bf16:
-        return t.detach().float().numpy()
+def _memory(torch: Any, t: Any, bf16: bool) -> Any:
+    """A tensor's memory as a NumPy array (copied only when its last dimension is strided):
+    float32 as it is, bfloat16 as int16 words (NumPy has no bfloat16)."""
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         t = t.contiguous()
-    return t.numpy() if not t.requires_grad else t.detach().numpy()
+    t = t.detach()
+    return t.view(torch.int16).numpy() if bf16 else t.numpy()

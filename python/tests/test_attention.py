@@ -109,6 +109,19 @@ def test_bf16(backend):
     )
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bf16_decode_step_reads_its_operands_in_place(backend):
+    """One new token over 300 cached ones, grouped heads, K and V in (B, T, H, D) buffers seen as
+    (B, H, T, D): bfloat16 memory reaches the library as it lies (no float32 copy)."""
+    q, k, v = (t.bfloat16() for t in operands(rows=1, keys=300, d=64))
+    kt, vt = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k, v))
+    got = mha.attention(q, kt, vt, enable_gqa=True, backend=backend)
+    assert got.dtype == torch.bfloat16
+    close(got, sdpa(q, k, v, enable_gqa=True), atol=4 * 2.0**-8)
+    for t in (q, kt, vt):
+        assert mha._attention._memory(torch, t, True).ctypes.data == t.data_ptr()
+
+
 def test_strided_operands_are_read_in_place():
     """(B, L, H, D) buffers seen as (B, H, L, D), as models hold them, and out= written in place."""
     q, k, v = operands(h=4, kv=4)

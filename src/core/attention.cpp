@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
 #include "core/checks.hpp"
 #include "core/text.hpp"
@@ -43,7 +44,7 @@ void check_view(std::string_view name, const heads_view<T>& t) {
     throw invalid_argument(text(where, ": ", name, " has strides (", t.batch_stride, ", ",
                                 t.head_stride, ", ", t.row_stride, ", 1), expected >= 0"));
   }
-  detail::check_byte_count(where, name, {t.batch, t.heads, t.rows, t.head_dim}, sizeof(float));
+  detail::check_byte_count(where, name, {t.batch, t.heads, t.rows, t.head_dim}, sizeof(T));
 }
 
 // The last element's offset + 1 of a strided view whose last dimension is contiguous (`last`
@@ -75,9 +76,14 @@ std::int64_t extent(std::string_view name, const heads_view<T>& t) {
   return *total;
 }
 
-bool overlap(const float* a, std::int64_t a_size, const float* b, std::int64_t b_size) {
-  const std::less<const float*> before;  // total order even for unrelated pointers
-  return before(a, b + b_size) && before(b, a + a_size);
+// Whether a's first a_size and b's first b_size elements share a byte.
+template <class A, class B>
+bool overlap(const A* a, std::int64_t a_size, const B* b, std::int64_t b_size) {
+  const auto* a0 = reinterpret_cast<const std::byte*>(a);
+  const auto* b0 = reinterpret_cast<const std::byte*>(b);
+  const std::less<const std::byte*> before;  // total order even for unrelated pointers
+  return before(a0, b0 + b_size * static_cast<std::int64_t>(sizeof(B))) &&
+         before(b0, a0 + a_size * static_cast<std::int64_t>(sizeof(A)));
 }
 
 void check_mask(const attention_mask& m, std::int64_t batch, std::int64_t heads, std::int64_t rows,
@@ -108,10 +114,14 @@ void check_mask(const attention_mask& m, std::int64_t batch, std::int64_t heads,
   }
 }
 
-}  // namespace
-
-void attention(const backend& backend, heads_view<const float> q, heads_view<const float> k,
-               heads_view<const float> v, heads_view<float> out, const attention_options& options) {
+// mha::attention on operands of T: float, or bfloat16 (read as detail::bf16).
+// Each kernel call goes to run(args, run_options) (the backend's attend, which only the
+// public functions may call).
+template <class T, class Run>
+void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k,
+            heads_view<const T> v, heads_view<float> out, const attention_options& options,
+            Run run) {
+  constexpr bool bf16_operands = std::is_same_v<T, bfloat16>;
   check_view("q", q);
   check_view("k", k);
   check_view("v", v);
@@ -149,6 +159,11 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
   if (options.precision == precision::int8) {
     throw invalid_argument(text(where, ": precision int8 is a KV cache's, expected fp32 or bf16"));
   }
+  if (bf16_operands && options.precision != precision::bf16) {
+    throw invalid_argument(text(where, ": q, k and v are bfloat16 and the precision is ",
+                                to_string(options.precision),
+                                ": bfloat16 operands are computed in precision bf16 (set it)"));
+  }
   const float scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(hd));
   if (!std::isfinite(scale)) {
     throw invalid_argument(text(where, ": scale (", scale, ") must be finite"));
@@ -165,9 +180,17 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
   // Query rows [r0, r0 + n) over the first `seen` keys, query i at position seen - n + i.
   const auto call = [&](std::int64_t r0, std::int64_t n, std::int64_t seen, bool causal) {
     detail::attention_args a;
-    a.q = {q.data + r0 * q.row_stride, q.batch_stride, q.head_stride, q.row_stride};
-    a.k = {k.data, k.batch_stride, k.head_stride, k.row_stride};
-    a.v = {v.data, v.batch_stride, v.head_stride, v.row_stride};
+    if constexpr (bf16_operands) {
+      static_assert(sizeof(bfloat16) == sizeof(detail::bf16));
+      const auto words = [](const bfloat16* p) { return reinterpret_cast<const detail::bf16*>(p); };
+      a.q16 = {words(q.data) + r0 * q.row_stride, q.batch_stride, q.head_stride, q.row_stride};
+      a.k16 = {words(k.data), k.batch_stride, k.head_stride, k.row_stride};
+      a.v16 = {words(v.data), v.batch_stride, v.head_stride, v.row_stride};
+    } else {
+      a.q = {q.data + r0 * q.row_stride, q.batch_stride, q.head_stride, q.row_stride};
+      a.k = {k.data, k.batch_stride, k.head_stride, k.row_stride};
+      a.v = {v.data, v.batch_stride, v.head_stride, v.row_stride};
+    }
     a.out = {out.data + r0 * out.row_stride, out.batch_stride, out.head_stride, out.row_stride};
     a.batch = batch;
     a.heads = heads;
@@ -184,7 +207,7 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
       a.mask = {static_cast<const std::byte*>(m.data) + r0 * m.row_stride * mask_unit, boolean,
                 m.batch == 1 ? 0 : m.batch_stride, m.heads == 1 ? 0 : m.head_stride, m.row_stride};
     }
-    backend.attend(a, run_options{.threads = options.threads});
+    run(a, run_options{.threads = options.threads});
   };
   // Rows [r0, rows) that see all `keys` keys, in calls of at most `keys` rows.
   const auto all_keys = [&](std::int64_t r0) {
@@ -214,6 +237,21 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
     }
     call(rows - keys, keys, keys, true);
   }
+}
+
+}  // namespace
+
+void attention(const backend& backend, heads_view<const float> q, heads_view<const float> k,
+               heads_view<const float> v, heads_view<float> out, const attention_options& options) {
+  attend(backend, q, k, v, out, options,
+         [&](const detail::attention_args& a, const run_options& o) { backend.attend(a, o); });
+}
+
+void attention(const backend& backend, heads_view<const bfloat16> q, heads_view<const bfloat16> k,
+               heads_view<const bfloat16> v, heads_view<float> out,
+               const attention_options& options) {
+  attend(backend, q, k, v, out, options,
+         [&](const detail::attention_args& a, const run_options& o) { backend.attend(a, o); });
 }
 
 support backend::supports_attention(precision) const {

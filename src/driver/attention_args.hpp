@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/bf16.hpp"
 #include "core/dropout.hpp"
 #include "mha/config.hpp"
 
@@ -83,6 +84,9 @@ struct score_mask {
 // lengths[b] + seq_len keys then held (`past` is then per sequence, and the field below is 0).
 struct attention_args {
   head_view<const float> q, k, v;
+  // mha::attention's bf16 operands (then bf16 is set, and q, k and v above are empty): read as
+  // the kernels read q, k and v, each value already a bf16 (core/bf16.hpp). Never with a cache.
+  head_view<const detail::bf16> q16, k16, v16;
   head_view<float> out;
   std::int64_t batch = 0, heads = 0, seq_len = 0, head_dim = 0;
   std::int64_t past = 0;         // keys before the first query's own (0: a full forward)
@@ -101,6 +105,7 @@ struct attention_args {
   bool heads_in_place = false;
 
   std::int64_t kv_heads() const noexcept { return heads / kv_group; }
+  bool bf16_operands() const noexcept { return q16.data != nullptr; }
   // Keys sequence b attends over.
   std::int64_t keys(std::int64_t b = 0) const noexcept {
     return (cache ? cache->lengths[b] : past) + seq_len;

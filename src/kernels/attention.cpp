@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/checks.hpp"
 #include "core/int8.hpp"
 #include "kernels/isa_kernels.hpp"
 
@@ -29,6 +30,7 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
   // K^T (head_dim, kv_rows): element (d, j) is K[j][d]. A transpose copy, and worth it: half the
   // time of the transpose-free form, dot products over head_dim with a horizontal add per score
   // (measurements: docs/design.md §5.1). V (kv_rows, head_dim) as it is.
+  MHA_EXPECTS(!args.bf16_operands());  // a cache takes float keys and values
   const float *k = args.k.row(b, g, 0), *v = args.v.row(b, g, 0);
   if (l.int8) {
     // Codes in the panels' places (K^T in pairs along head_dim, as code_pair_dot reads them;
@@ -151,6 +153,14 @@ void pack_head(const isa_kernels& kernels, const attention_args& args,
                const attention_layout& layout, std::int64_t b, std::int64_t g,
                void* head) noexcept {
   // The padding (columns of the last panels, the missing odd k of a pair) is zero.
+  if (args.bf16_operands()) {
+    bf16_pair* units = static_cast<bf16_pair*>(head);
+    pack_pair_panels(args.k16.row(b, g, 0), layout.head_dim, layout.kv_rows, /*stride_k=*/1,
+                     args.k16.row_stride, layout.scores.nr, units);
+    pack_pair_panels(args.v16.row(b, g, 0), layout.kv_rows, layout.head_dim, args.v16.row_stride,
+                     /*stride_n=*/1, layout.values.nr, units + layout.values_offset());
+    return;
+  }
   const float *k = args.k.row(b, g, 0), *v = args.v.row(b, g, 0);
   if (layout.bf16) {
     bf16_pair* units = static_cast<bf16_pair*>(head);
@@ -225,8 +235,9 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
   layout_ = kernels.layout(args.seq_len, keys, args.head_dim, key_tile,
                            args.cache ? args.cache->capacity : 0, args.kv_group, args.bf16,
                            args.cache && args.cache->format == precision::int8);
-  layout_.direct = args.heads_in_place && args.cache == nullptr && !args.bf16 &&
-                   !args.dropout.active() && layout_.block_rows <= direct_rows;
+  layout_.direct = args.heads_in_place && args.cache == nullptr &&
+                   (!args.bf16 || args.bf16_operands()) && !args.dropout.active() &&
+                   layout_.block_rows <= direct_rows;
   if (split) {
     chunks_ = (keys + split_keys - 1) / split_keys;
     per_head_ = chunks_;

@@ -77,9 +77,10 @@ struct attention_layout {
   // with fp32 queries and weights (never bf16 pairs: bf16 is then false).
   bool int8 = false;
   // K and V read where they lie in attention_args (row-major rows of head_dim), not packed:
-  // fp32, no cache, no dropout, at most direct_rows stacked rows per block (a decode step or a
-  // chunk of a few tokens, attention_args::heads_in_place). Packing a head costs as much memory
-  // traffic as reading it, and such a block reads each key once.
+  // fp32, or bf16 with bf16 operands (attention_args::k16, v16), no cache, no dropout, at most
+  // direct_rows stacked rows per block (a decode step or a chunk of a few tokens,
+  // attention_args::heads_in_place). Packing a head costs as much memory traffic as reading it,
+  // and such a block reads each key once.
   bool direct = false;
   std::int64_t seq_len = 0;  // query positions per head
   std::int64_t group = 1;    // query heads per K/V head, stacked in a block's rows

@@ -140,6 +140,36 @@ void pack_pair_panels(const float* src, std::int64_t k, std::int64_t n, std::int
   pack(src, stride_k, stride_n, k, 0, k, 0, n, nr, dst);
 }
 
+void pack_pair_panels(const bf16* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
+                      std::int64_t stride_n, int nr, bf16_pair* dst) noexcept {
+  std::fill(dst, dst + pairs(k) * round_up(n, nr), bf16_pair{0});
+  const std::int64_t panel = pairs(k) * nr;
+  // Pair (kk / 2, nn) from elements kk and kk + 1 (the low half the even one). Rows of B
+  // contiguous (V, stride_n 1): a pair of rows at a time along them, which vectorises; else
+  // (K^T, a column of B contiguous) a column at a time, its pairs one 32-bit word each.
+  const auto word = [&](const bf16* even, std::int64_t kk) {
+    const bf16 odd = kk + 1 < k ? even[stride_k] : bf16{0};
+    return even[0] | static_cast<bf16_pair>(odd) << 16;
+  };
+  if (stride_n == 1) {
+    for (std::int64_t kk = 0; kk < k; kk += 2) {
+      const bf16* row = src + kk * stride_k;
+      for (std::int64_t nn = 0; nn < n;) {
+        const std::int64_t p = nn / nr, end = std::min(n, (p + 1) * nr);
+        bf16_pair* out = dst + p * panel + kk / 2 * nr - p * nr;  // word of nn at out[nn]
+        for (; nn < end; ++nn) out[nn] = word(row + nn, kk);
+      }
+    }
+  } else {
+    for (std::int64_t nn = 0; nn < n; ++nn) {
+      const bf16* column = src + nn * stride_n;
+      bf16_pair* out = dst + nn / nr * panel + nn % nr;
+      for (std::int64_t kk = 0; kk < k; kk += 2)
+        out[kk / 2 * nr] = word(column + kk * stride_k, kk);
+    }
+  }
+}
+
 packed_matrix::packed_matrix(const float* weight, const float* bias, std::int64_t n, std::int64_t k,
                              int nr, bool bf16_pairs)
     : k_(k), n_(n), nr_(nr), bf16_(bf16_pairs) {

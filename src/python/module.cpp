@@ -61,6 +61,9 @@ mha::run_options options_of(int threads) {
 // mha.attention's tensors: (batch, heads, rows, head_dim) float32 in CPU memory, any strides
 // (the package passes the last dimension contiguous), read or written where they lie.
 using heads_input = nb::ndarray<const float, nb::ndim<4>, nb::device::cpu>;
+// bfloat16 tensors' memory as 16-bit integers (NumPy has no bfloat16: the package passes
+// tensor.view(torch.int16)), read where it lies as mha::bfloat16.
+using bf16_heads_input = nb::ndarray<const std::int16_t, nb::ndim<4>, nb::device::cpu>;
 using heads_output = nb::ndarray<float, nb::ndim<4>, nb::device::cpu>;
 // Its mask, broadcast to (batch, heads, rows, keys) by the package (strides 0 where it repeats).
 using float_mask = nb::ndarray<const float, nb::ndim<4>, nb::device::cpu>;
@@ -91,6 +94,19 @@ auto heads_of(const Array& t) {
       s.shape[3], s.stride[0], s.stride[1], s.stride[2]};
 }
 
+mha::heads_view<const mha::bfloat16> bf16_heads_of(const bf16_heads_input& t) {
+  static_assert(sizeof(mha::bfloat16) == sizeof(std::int16_t));
+  const auto words = heads_of(t);
+  return {reinterpret_cast<const mha::bfloat16*>(words.data),
+          words.batch,
+          words.heads,
+          words.rows,
+          words.head_dim,
+          words.batch_stride,
+          words.head_stride,
+          words.row_stride};
+}
+
 template <class Array>
 mha::attention_mask mask_of(const Array& m, mha::attention_mask::kind kind) {
   const strided4 s = strided(m, "the mask");
@@ -98,8 +114,11 @@ mha::attention_mask mask_of(const Array& m, mha::attention_mask::kind kind) {
           s.shape[3], s.stride[0], s.stride[1], s.stride[2]};
 }
 
-void attention_call(const heads_input& q, const heads_input& k, const heads_input& v,
-                    const heads_output& out, const std::optional<float_mask>& additive,
+// q, k and v of Input: float32 (computed in fp32, or in bf16 when `bf16`), or bfloat16's words
+// (always bf16).
+template <class Input>
+void attention_call(const Input& q, const Input& k, const Input& v, const heads_output& out,
+                    const std::optional<float_mask>& additive,
                     const std::optional<bool_mask>& boolean, bool causal, bool bottom_right,
                     std::optional<float> scale, bool bf16,
                     const std::optional<std::string>& backend, int threads) {
@@ -112,11 +131,17 @@ void attention_call(const heads_input& q, const heads_input& k, const heads_inpu
   o.threads = threads;
   if (additive) o.mask = mask_of(*additive, mha::attention_mask::kind::additive);
   if (boolean) o.mask = mask_of(*boolean, mha::attention_mask::kind::boolean);
-  const auto qv = heads_of(q), kv = heads_of(k), vv = heads_of(v);
   const auto ov = heads_of(out);
   const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
-  nb::gil_scoped_release unlocked;
-  mha::attention(b, qv, kv, vv, ov, o);
+  if constexpr (std::is_same_v<Input, bf16_heads_input>) {
+    const auto qv = bf16_heads_of(q), kv = bf16_heads_of(k), vv = bf16_heads_of(v);
+    nb::gil_scoped_release unlocked;
+    mha::attention(b, qv, kv, vv, ov, o);
+  } else {
+    const auto qv = heads_of(q), kv = heads_of(k), vv = heads_of(v);
+    nb::gil_scoped_release unlocked;
+    mha::attention(b, qv, kv, vv, ov, o);
+  }
 }
 
 // A module read from a state_dict or a model folder, its config still editable (causal,
@@ -454,9 +479,12 @@ NB_MODULE(_mha, m) {
         "The rotary embedding's inverse frequencies of a config, one per pair of dimensions.");
 
   // mha.attention's call (python/mha/_attention.py checks and shapes its arguments first).
-  m.def("_attention", &attention_call, "q"_a, "k"_a, "v"_a, "out"_a, "additive"_a.none(),
-        "boolean"_a.none(), "causal"_a, "bottom_right"_a, "scale"_a.none(), "bf16"_a,
-        "backend"_a.none(), "threads"_a);
+  m.def("_attention", &attention_call<heads_input>, "q"_a, "k"_a, "v"_a, "out"_a,
+        "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a, "scale"_a.none(),
+        "bf16"_a, "backend"_a.none(), "threads"_a);
+  m.def("_attention_bf16", &attention_call<bf16_heads_input>, "q"_a, "k"_a, "v"_a, "out"_a,
+        "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a, "scale"_a.none(),
+        "bf16"_a, "backend"_a.none(), "threads"_a);
   // The address of the data an input array is read from (the package's tests compare it with
   // the tensor's own: no copy for contiguous float32).
   m.def("_input_address", [](input_array x) { return reinterpret_cast<std::uintptr_t>(x.data()); });

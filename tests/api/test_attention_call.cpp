@@ -31,6 +31,7 @@ struct call_case {
   bool mask_per_batch = true, mask_per_head = false;
   bool transposed = false;  // q, k, v and out as (B, T, H, D) buffers seen through strides
   mha::precision precision = mha::precision::fp32;
+  bool bf16_operands = false;  // q, k and v passed as bfloat16 (the values rounded to bf16)
 
   std::string name() const {
     std::string n;
@@ -50,6 +51,7 @@ struct call_case {
     if (mask != attention_mask::kind::none && mask_per_head) n += "_maskperhead";
     if (transposed) n += "_bthd";
     if (precision == mha::precision::bf16) n += "_bf16";
+    if (bf16_operands) n += "_operands";
     return n;
   }
 };
@@ -129,6 +131,19 @@ struct call_data {
   void run(const mha::backend& backend, int threads = 0) {
     mha::attention_options o = options();
     o.threads = threads;
+    if (c.bf16_operands) {
+      const auto words = [](const std::vector<float>& t) {
+        std::vector<mha::bfloat16> w(t.size());
+        for (std::size_t i = 0; i < t.size(); ++i) w[i] = {mha::detail::to_bf16(t[i])};
+        return w;
+      };
+      const std::vector<mha::bfloat16> q16 = words(q), k16 = words(k), v16 = words(v);
+      mha::attention(backend, view<const mha::bfloat16>(q16.data(), c.heads, c.rows),
+                     view<const mha::bfloat16>(k16.data(), c.kv_heads, c.keys),
+                     view<const mha::bfloat16>(v16.data(), c.kv_heads, c.keys),
+                     view(out.data(), c.heads, c.rows), o);
+      return;
+    }
     mha::attention(backend, view<const float>(q.data(), c.heads, c.rows),
                    view<const float>(k.data(), c.kv_heads, c.keys),
                    view<const float>(v.data(), c.kv_heads, c.keys),
@@ -237,6 +252,45 @@ std::vector<call_case> call_cases() {
     c.mask = mask;
     cases.push_back(c);
   }
+  // bfloat16 operands: a decode step of grouped heads (K and V read in place), head sizes past
+  // and short of whole registers of pairs (80, 5), with masks; a chunk of rows (K and V
+  // packed), a split decode step over 5000 keys.
+  const auto operands = [&](std::int64_t rows, std::int64_t keys, std::int64_t head_dim) {
+    c = {};
+    c.precision = mha::precision::bf16;
+    c.bf16_operands = true;
+    c.rows = rows;
+    c.keys = keys;
+    c.head_dim = head_dim;
+    return c;
+  };
+  c = operands(1, 37, 64);
+  c.kv_heads = 1;
+  c.causal = true;
+  c.alignment = causal_alignment::bottom_right;
+  c.transposed = true;
+  cases.push_back(c);
+  c = operands(1, 37, 80);
+  c.kv_heads = 4;
+  c.mask = attention_mask::kind::additive;
+  cases.push_back(c);
+  c = operands(3, 70, 5);
+  c.mask = attention_mask::kind::boolean;
+  cases.push_back(c);
+  c = operands(2, 70, 48);
+  c.causal = true;
+  c.alignment = causal_alignment::bottom_right;
+  cases.push_back(c);
+  c = operands(40, 300, 64);
+  c.causal = true;
+  c.transposed = true;
+  cases.push_back(c);
+  c = operands(12, 30, 33);
+  c.mask = attention_mask::kind::boolean;
+  cases.push_back(c);
+  c = operands(1, 5000, 64);
+  c.batch = 1;
+  cases.push_back(c);
   return cases;
 }
 
@@ -392,6 +446,50 @@ TEST(AttentionCall, BadArgumentsAreNamed) {
   o.threads = -1;
   expect_error<invalid_argument>([&] { mha::attention(backend, q, k, v, out, o); },
                                  {"threads (-1)"});
+  const std::vector<mha::bfloat16> words(data.q.size() + data.k.size());
+  const auto q16 = data.view<const mha::bfloat16>(words.data(), c.heads, c.rows);
+  const auto k16 = data.view<const mha::bfloat16>(words.data() + data.q.size(), c.kv_heads, c.keys);
+  expect_error<invalid_argument>(
+      [&] { mha::attention(backend, q16, k16, k16, out); },
+      {"q, k and v are bfloat16 and the precision is fp32", "computed in precision bf16"});
+  o = {};
+  o.precision = mha::precision::bf16;
+  expect_error<invalid_argument>(
+      [&] {
+        mha::attention(
+            backend, q16, k16, k16,
+            data.view(reinterpret_cast<float*>(const_cast<mha::bfloat16*>(words.data())) + 2,
+                      c.heads, c.rows),
+            o);
+      },
+      {"out overlaps q"});
+}
+
+// bfloat16 operands are the same call as float operands holding the same (bf16) values: naive
+// widens them (the same bits), and where the SIMD kernels pack K and V (many query rows) they
+// pack the same pairs (the same bits); a few rows read them in place (within the bf16 bound of
+// the reference test above).
+TEST(AttentionCall, Bf16OperandsAreTheRoundedFloats) {
+  call_case c;
+  c.precision = mha::precision::bf16;
+  c.rows = 40;
+  c.keys = 300;
+  c.head_dim = 64;
+  c.causal = true;
+  c.mask = attention_mask::kind::additive;
+  for (const auto& [label, backend] : mha_test::backend_cases()) {
+    if (!backend->supports_attention(c.precision)) continue;
+    SCOPED_TRACE(label);
+    call_data floats(c);
+    for (auto* t : {&floats.q, &floats.k, &floats.v}) {
+      for (float& x : *t) x = mha::detail::round_bf16(x);
+    }
+    call_data words = floats;
+    words.c.bf16_operands = true;
+    floats.run(*backend);
+    words.run(*backend);
+    EXPECT_EQ(floats.out, words.out);
+  }
 }
 
 // A backend without the call says so, naming itself and the ones that have it.

@@ -258,7 +258,32 @@ struct naive_impl final : backend {
   void attend(const attention_args& args, const run_options&) const override {
     mha::config cfg;
     cfg.precision = args.bf16 ? precision::bf16 : precision::fp32;
-    naive_kernels(cfg).attention(args);
+    if (!args.bf16_operands()) {
+      naive_kernels(cfg).attention(args);
+      return;
+    }
+    // bf16 operands: the loops read floats, so q, k and v are widened to dense copies (exact).
+    attention_args a = args;
+    const std::int64_t hd = a.head_dim, keys = a.keys();
+    const auto widen = [&](const detail::head_view<const detail::bf16>& from, std::int64_t heads,
+                           std::int64_t rows,
+                           std::vector<float>& to) -> detail::head_view<const float> {
+      to.resize(static_cast<std::size_t>(a.batch * heads * rows * hd));
+      float* row = to.data();
+      for (std::int64_t b = 0; b < a.batch; ++b) {
+        for (std::int64_t h = 0; h < heads; ++h) {
+          for (std::int64_t i = 0; i < rows; ++i, row += hd)
+            std::transform(from.row(b, h, i), from.row(b, h, i) + hd, row, detail::from_bf16);
+        }
+      }
+      return {to.data(), heads * rows * hd, rows * hd, hd};
+    };
+    std::vector<float> q, k, v;
+    a.q = widen(args.q16, a.heads, a.seq_len, q);
+    a.k = widen(args.k16, a.kv_heads(), keys, k);
+    a.v = widen(args.v16, a.kv_heads(), keys, v);
+    a.q16 = a.k16 = a.v16 = {};
+    naive_kernels(cfg).attention(a);
   }
   std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
                                   const weights& w) const override {

@@ -5,6 +5,7 @@
 // compiled.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -178,6 +179,24 @@ struct attention_block {
   void scale_queries() const noexcept {
     const std::int64_t hd = a.head_dim;
     const float c = a.scale * 1.44269504088896341f;  // log2(e)
+    if constexpr (pairs_of_bf16) {
+      if (a.bf16_operands()) {
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const bf16* row = a.q16.row(t.b, head(r), pos(r));
+          // The pairs as they lie in the row (the odd one past an odd head_dim zero), and for
+          // a direct block the floats too (its dimensions past whole registers).
+          bf16_pair* to = s.query_pairs + r * pairs(hd);
+          for (std::int64_t i = 0; i < pairs(hd); ++i) {
+            const bf16 odd = 2 * i + 1 < hd ? row[2 * i + 1] : bf16{0};
+            to[i] = row[2 * i] | static_cast<bf16_pair>(odd) << 16;
+          }
+          if (l.direct) {
+            for (std::int64_t d = 0; d < hd; ++d) s.queries[r * hd + d] = from_bf16(row[d]);
+          }
+        }
+        return;
+      }
+    }
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* row = a.q.row(t.b, head(r), pos(r));
       if constexpr (pairs_of_bf16) {
@@ -342,7 +361,8 @@ struct attention_block {
     if (!first) exp2_sum<Arch>(s.rescale, rows, 0.0f, 1.0f);  // 2^(m - m'), vectorised over rows
     const std::int64_t block_rows = value_block_rows();
     // P V on tiles reads only the pairs: without dropout the weights go to them as they are made.
-    const bool weights_as_pairs = bf16_weights && on_tiles(l.values.nr) && !a.dropout.active();
+    const bool weights_as_pairs =
+        bf16_weights && on_tiles(l.values.nr) && !a.dropout.active() && !l.direct;
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t len = row_keys(r, j0, j1);
       const std::int64_t block_end = rows_end(r, r + block_rows < rows ? r + block_rows : rows);
@@ -375,7 +395,9 @@ struct attention_block {
       // bf16 reads the weights in pairs: a pair's other half is zero too.
       const std::int64_t read = pairs_of_bf16 ? round_up(end, 2) : end;
       for (std::int64_t j = zero_from; j < read; ++j) p[j] = 0.0f;
-      if constexpr (pairs_of_bf16) Dot::to_pairs(p, read, s.weight_pairs + r * weight_units());
+      if constexpr (pairs_of_bf16) {
+        if (!l.direct) Dot::to_pairs(p, read, s.weight_pairs + r * weight_units());
+      }
     }
   }
 
@@ -566,64 +588,226 @@ struct attention_block {
   template <int HD>
   void narrow_rows(std::int64_t r0) const noexcept;  // attention_narrow.hpp
 
-  // attention_layout::direct: K and V read where they lie in a.k and a.v (fp32 rows of head_dim,
-  // no packing). Per key tile, each row's scores as vectors of `lanes` keys: one register of
-  // products per key over head_dim, summed across their lanes at once (lane_sums); then the
-  // mask and softmax as the packed path's; then O = O * rescale + P V with V's rows broadcast
-  // weights, key by key up to each row's own limit (never 0 * V past it).
-  static constexpr bool direct_operands = std::is_same_v<Dot, fma_dot>;  // fp32 only
+  // attention_layout::direct: K and V read where they lie, not packed: fp32 rows of head_dim in
+  // a.k and a.v, or, in a bf16 call on bfloat16 operands, bf16 rows in a.k16 and a.v16 (each
+  // value already a bf16, so nothing is rounded). Per key tile, each row's scores as vectors of
+  // `lanes` keys: one register of products per key over head_dim (bf16: Dot's product of the
+  // query's pairs and the key row's, which are pairs as they lie), summed across their lanes at
+  // once (lane_sums); then the mask and softmax as the packed path's; then O = O * rescale + P V
+  // with V's rows broadcast weights (bf16: rounded), key by key up to each row's own limit
+  // (never 0 * V past it). Dimensions past the whole registers go one at a time.
+  static constexpr bool direct_operands = !codes;
+  using direct_unit = std::conditional_t<pairs_of_bf16, bf16, float>;
+  static constexpr std::int64_t direct_lanes = xsimd::batch<float, Arch>::size;
+  // Dimensions per register step over a row: a register of floats, or of bf16 pairs.
+  static constexpr std::int64_t direct_step = (pairs_of_bf16 ? 2 : 1) * direct_lanes;
+
+  const direct_unit* key_row(std::int64_t j) const noexcept {
+    if constexpr (pairs_of_bf16) {
+      return a.k16.row(t.b, t.g, j);
+    } else {
+      return a.k.row(t.b, t.g, j);
+    }
+  }
+  const direct_unit* value_row_in_place(std::int64_t j) const noexcept {
+    if constexpr (pairs_of_bf16) {
+      return a.v16.row(t.b, t.g, j);
+    } else {
+      return a.v.row(t.b, t.g, j);
+    }
+  }
+  static float direct_element(const direct_unit* row, std::int64_t d) noexcept {
+    if constexpr (pairs_of_bf16) {
+      return from_bf16(row[d]);
+    } else {
+      return row[d];
+    }
+  }
+  // acc + the products of row r's query and `key` over dimensions [d, d + direct_step).
+  xsimd::batch<float, Arch> direct_product(std::int64_t r, const direct_unit* key, std::int64_t d,
+                                           xsimd::batch<float, Arch> acc) const noexcept {
+    using batch = xsimd::batch<float, Arch>;
+    if constexpr (pairs_of_bf16) {
+      const auto* q = s.query_pairs + r * pairs(a.head_dim) + d / 2;
+      const auto* k = reinterpret_cast<const bf16_pair*>(key + d);
+      return Dot::dot(acc, Dot::template load_b<Arch>(q), Dot::template load_b<Arch>(k));
+    } else {
+      return fused_fma(batch::load_unaligned(s.queries + r * a.head_dim + d),
+                       batch::load_unaligned(key + d), acc);
+    }
+  }
+  // V's row j widened: O's registers of dimensions [d, d + direct_step) gain w times it (bf16:
+  // two registers, the even dimensions' then the odd ones').
+  template <class Batch>
+  static void direct_value_step(const direct_unit* value, std::int64_t d, Batch w,
+                                Batch* o) noexcept {
+    if constexpr (pairs_of_bf16) {
+      using words = xsimd::batch<std::uint32_t, Arch>;
+      const auto h =
+          widen(words::load_unaligned(reinterpret_cast<const std::uint32_t*>(value + d)));
+      o[0] = fused_fma(w, h.even, o[0]);
+      o[1] = fused_fma(w, h.odd, o[1]);
+    } else {
+      o[0] = fused_fma(w, Batch::load_unaligned(value + d), o[0]);
+    }
+  }
+
   void direct_scores(std::int64_t j0, std::int64_t j1) const noexcept {
     using batch = xsimd::batch<float, Arch>;
-    constexpr std::int64_t lanes = batch::size;
-    const std::int64_t hd = a.head_dim, whole = hd / lanes * lanes;
+    const std::int64_t hd = a.head_dim, whole = hd / direct_step * direct_step;
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t len = row_keys(r, j0, j1);
       const float* q = s.queries + r * hd;
       float* out = s.scores + r * l.score_cols;
-      const auto dot = [&](const float* k) {
-        batch acc(0.0f);
-        for (std::int64_t d = 0; d < whole; d += lanes)
-          acc = fused_fma(batch::load_unaligned(q + d), batch::load_unaligned(k + d), acc);
-        float sum = xsimd::hadd(acc);
-        for (std::int64_t d = whole; d < hd; ++d) sum = std::fma(q[d], k[d], sum);
-        return sum;
-      };
       std::int64_t j = 0;
       if (whole == hd) {
-        for (; j + lanes <= len; j += lanes) {
-          batch acc[lanes];
-          for (std::int64_t i = 0; i < lanes; ++i) acc[i] = batch(0.0f);
-          for (std::int64_t d = 0; d < hd; d += lanes) {
-            const batch qd = batch::load_unaligned(q + d);
-            for (std::int64_t i = 0; i < lanes; ++i) {
-              acc[i] =
-                  fused_fma(qd, batch::load_unaligned(a.k.row(t.b, t.g, j0 + j + i) + d), acc[i]);
-            }
-          }
-          lane_sums<Arch>(acc).store_unaligned(out + j);
-        }
+        // `lanes` keys at a time, head_dim a compile-time count of steps where it is small.
+        with_dimension<direct_registers / direct_units>(hd / direct_step, [&](auto n) {
+          j = direct_score_keys<decltype(n)::value>(r, j0, len);
+        });
       }
-      for (; j < len; ++j) out[j] = dot(a.k.row(t.b, t.g, j0 + j));
+      for (; j < len; ++j) {
+        const direct_unit* k = key_row(j0 + j);
+        batch acc(0.0f);
+        for (std::int64_t d = 0; d < whole; d += direct_step) acc = direct_product(r, k, d, acc);
+        float sum = xsimd::hadd(acc);
+        for (std::int64_t d = whole; d < hd; ++d) sum = std::fma(q[d], direct_element(k, d), sum);
+        out[j] = sum;
+      }
     }
   }
+  // Row r's scores of keys [j0, j0 + len) `lanes` at a time, over N steps of head_dim; returns
+  // the keys done (the rest are fewer than the lanes).
+  template <int N>
+  std::int64_t direct_score_keys(std::int64_t r, std::int64_t j0, std::int64_t len) const noexcept {
+    using batch = xsimd::batch<float, Arch>;
+    constexpr std::int64_t lanes = direct_lanes;
+    float* out = s.scores + r * l.score_cols;
+    std::int64_t j = 0;
+    for (; j + lanes <= len; j += lanes) {
+      batch acc[lanes];
+      for (std::int64_t i = 0; i < lanes; ++i) {
+        const direct_unit* k = key_row(j0 + j + i);
+        acc[i] = direct_product(r, k, 0, batch(0.0f));
+        for (int step = 1; step < N; ++step)
+          acc[i] = direct_product(r, k, step * direct_step, acc[i]);
+      }
+      lane_sums<Arch>(acc).store_unaligned(out + j);
+    }
+    return j;
+  }
+
+  // O's registers per row at most (the rest of the 16 or 32 being V's and a weight).
+  static constexpr int direct_registers = direct_lanes >= 16 ? 16 : 8;
+  static constexpr int direct_units = pairs_of_bf16 ? 2 : 1;  // O's registers per step
+
+  // Dimension steps of O kept in registers by direct_values (0: none, head_dim is too wide).
+  std::int64_t direct_register_steps() const noexcept {
+    const std::int64_t steps = a.head_dim / direct_step;
+    return steps * direct_units <= direct_registers ? steps : 0;
+  }
+
+  // Over the register steps' dimensions, bf16's O holds each step's even dimensions, then its
+  // odd ones, until direct_order puts them in order after the last key tile.
   void direct_values(std::int64_t j0, std::int64_t j1) const noexcept {
     using batch = xsimd::batch<float, Arch>;
-    constexpr std::int64_t lanes = batch::size;
-    const std::int64_t hd = a.head_dim, whole = hd / lanes * lanes;
+    constexpr std::int64_t lanes = direct_lanes;
+    const std::int64_t hd = a.head_dim, steps = direct_register_steps();
+    const std::int64_t done = steps * direct_step;
     const bool first = j0 == t.key_begin;
     for (std::int64_t r = 0; r < rows; ++r) {
       float* o = s.accumulators + r * l.acc_cols;
-      const float* p = s.scores + r * l.score_cols;
       for (std::int64_t d = 0; d < hd; ++d) o[d] = first ? 0.0f : o[d] * s.rescale[r];
+    }
+    // The register steps with O in registers: rows a few at a time, each V row widened once
+    // for them, over the keys they all see; then each row's own further keys, and the
+    // dimensions past the register steps, in memory.
+    if constexpr (pairs_of_bf16) {  // the weights as P V's operands, once
+      for (std::int64_t r = 0; r < rows; ++r) {
+        float* p = s.scores + r * l.score_cols;
+        const std::int64_t len = row_keys(r, j0, j1);
+        for (std::int64_t j = 0; j < len; ++j) p[j] = round_bf16(p[j]);
+      }
+    }
+    with_dimension<direct_registers / direct_units>(steps, [&](auto n) {
+      constexpr int N = decltype(n)::value, R = direct_registers / (N * direct_units);
+      for (std::int64_t r = 0; r < rows; r += R) {
+        with_dimension<R>(rows - r < R ? rows - r : R,
+                          [&](auto m) { direct_values_rows<N, decltype(m)::value>(r, j0, j1); });
+      }
+    });
+    for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t len = row_keys(r, j0, j1);
-      for (std::int64_t j = 0; j < len; ++j) {
-        const float* value = a.v.row(t.b, t.g, j0 + j);
-        const batch w(p[j]);
-        std::int64_t d = 0;
-        for (; d < whole; d += lanes)
-          fused_fma(w, batch::load_unaligned(value + d), batch::load_unaligned(o + d))
-              .store_unaligned(o + d);
-        for (; d < hd; ++d) o[d] = std::fma(p[j], value[d], o[d]);
+      const std::int64_t from = steps > 0 ? common_keys(r, j0, j1) : 0;
+      float* o = s.accumulators + r * l.acc_cols;
+      const float* p = s.scores + r * l.score_cols;
+      for (std::int64_t j = done < hd ? 0 : from; j < len; ++j) {
+        const direct_unit* value = value_row_in_place(j0 + j);
+        const float weight = p[j];
+        if (j >= from) {
+          for (std::int64_t d = 0; d < done; d += direct_step) {
+            batch acc[direct_units];
+            for (int u = 0; u < direct_units; ++u)
+              acc[u] = batch::load_unaligned(o + d + u * lanes);
+            direct_value_step(value, d, batch(weight), acc);
+            for (int u = 0; u < direct_units; ++u) acc[u].store_unaligned(o + d + u * lanes);
+          }
+        }
+        for (std::int64_t d = done; d < hd; ++d)
+          o[d] = std::fma(weight, direct_element(value, d), o[d]);
+      }
+    }
+  }
+
+  // Keys of [j0, j1) that every row of the register block of row r sees (the block's first row's:
+  // positions, and so limits, do not decrease with the row).
+  std::int64_t common_keys(std::int64_t r, std::int64_t j0, std::int64_t j1) const noexcept {
+    const std::int64_t steps = a.head_dim / direct_step;
+    const std::int64_t R = direct_registers / (steps * direct_units);
+    const std::int64_t keys = row_keys(r / R * R, j0, j1);
+    return keys < 0 ? 0 : keys;
+  }
+
+  // O[r0, r0 + R) over dimensions [0, N * direct_step) gains P V of the keys all R rows see, in
+  // registers.
+  template <int N, int R>
+  void direct_values_rows(std::int64_t r0, std::int64_t j0, std::int64_t j1) const noexcept {
+    using batch = xsimd::batch<float, Arch>;
+    constexpr std::int64_t lanes = direct_lanes, n = R;
+    batch o[R][N * direct_units];
+    const std::int64_t keys = common_keys(r0, j0, j1);
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (int u = 0; u < N * direct_units; ++u)
+        o[i][u] = batch::load_unaligned(s.accumulators + (r0 + i) * l.acc_cols + u * lanes);
+    }
+    for (std::int64_t j = 0; j < keys; ++j) {
+      const direct_unit* value = value_row_in_place(j0 + j);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const batch w(s.scores[(r0 + i) * l.score_cols + j]);
+        for (int step = 0; step < N; ++step)
+          direct_value_step(value, step * direct_step, w, o[i] + step * direct_units);
+      }
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (int u = 0; u < N * direct_units; ++u)
+        o[i][u].store_unaligned(s.accumulators + (r0 + i) * l.acc_cols + u * lanes);
+    }
+  }
+
+  // bf16: O's register steps' dimensions back in order (each step's even dimensions, then its
+  // odd ones, as direct_value_step leaves them).
+  void direct_order() const noexcept {
+    constexpr std::int64_t lanes = direct_lanes;
+    const std::int64_t whole = direct_register_steps() * direct_step;
+    float halves[direct_step];
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* o = s.accumulators + r * l.acc_cols;
+      for (std::int64_t d = 0; d < whole; d += direct_step) {
+        std::copy(o + d, o + d + direct_step, halves);
+        for (std::int64_t i = 0; i < lanes; ++i) {
+          o[d + 2 * i] = halves[i];
+          o[d + 2 * i + 1] = halves[lanes + i];
+        }
       }
     }
   }
@@ -649,6 +833,14 @@ struct attention_block {
     if constexpr (codes) {
       prefetch(value_scale() + j0, (j1 - j0) * 4);
       prefetch(value_offset() + j0, (j1 - j0) * 4);
+    }
+  }
+  // The direct layout's rows of keys [j0, j1) in place, of V or of K.
+  void prefetch_in_place(std::int64_t j0, std::int64_t j1, bool values) const noexcept {
+    if constexpr (direct_operands) {
+      const std::int64_t bytes = a.head_dim * static_cast<std::int64_t>(sizeof(direct_unit));
+      for (std::int64_t j = j0; j < j1; ++j)
+        prefetch(values ? value_row_in_place(j) : key_row(j), bytes);
     }
   }
   void prefetch_keys(std::int64_t j0, std::int64_t j1) const noexcept {
@@ -682,11 +874,15 @@ struct attention_block {
       if (l.direct) {
         for (std::int64_t j0 = t.key_begin; j0 < key_end; j0 += l.key_tile) {
           const std::int64_t j1 = j0 + l.key_tile < key_end ? j0 + l.key_tile : key_end;
+          const std::int64_t j2 = j1 + l.key_tile < key_end ? j1 + l.key_tile : key_end;
+          prefetch_in_place(j0, j1, true);
+          prefetch_in_place(j1, j2, false);
           direct_scores(j0, j1);
           if (a.mask.active()) mask_scores(j0, j1);
           softmax(j0, j1);
           direct_values(j0, j1);
         }
+        if constexpr (pairs_of_bf16) direct_order();
         store();
         return;
       }
