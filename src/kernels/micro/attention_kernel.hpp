@@ -835,14 +835,6 @@ struct attention_block {
       prefetch(value_offset() + j0, (j1 - j0) * 4);
     }
   }
-  // The direct layout's rows of keys [j0, j1) in place, of V or of K.
-  void prefetch_in_place(std::int64_t j0, std::int64_t j1, bool values) const noexcept {
-    if constexpr (direct_operands) {
-      const std::int64_t bytes = a.head_dim * static_cast<std::int64_t>(sizeof(direct_unit));
-      for (std::int64_t j = j0; j < j1; ++j)
-        prefetch(values ? value_row_in_place(j) : key_row(j), bytes);
-    }
-  }
   void prefetch_keys(std::int64_t j0, std::int64_t j1) const noexcept {
     if (j1 <= j0) return;
     const std::int64_t du = dim_units();
@@ -874,9 +866,6 @@ struct attention_block {
       if (l.direct) {
         for (std::int64_t j0 = t.key_begin; j0 < key_end; j0 += l.key_tile) {
           const std::int64_t j1 = j0 + l.key_tile < key_end ? j0 + l.key_tile : key_end;
-          const std::int64_t j2 = j1 + l.key_tile < key_end ? j1 + l.key_tile : key_end;
-          prefetch_in_place(j0, j1, true);
-          prefetch_in_place(j1, j2, false);
           direct_scores(j0, j1);
           if (a.mask.active()) mask_scores(j0, j1);
           softmax(j0, j1);
