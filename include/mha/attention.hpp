@@ -81,9 +81,13 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
 
 // The same on bfloat16 operands (a bf16 model's tensors), computed in precision bf16 (options
 // must say so): they are read where they lie, never widened to float copies; a block of a few
-// query rows (a decode step) reads K and V in place.
+// query rows (a decode step) reads K and V in place. out in float32, or in bfloat16 (each
+// result rounded to the nearest bf16, as PyTorch's bf16 SDPA returns it).
 void attention(const backend& backend, heads_view<const bfloat16> q, heads_view<const bfloat16> k,
                heads_view<const bfloat16> v, heads_view<float> out,
+               const attention_options& options = {});
+void attention(const backend& backend, heads_view<const bfloat16> q, heads_view<const bfloat16> k,
+               heads_view<const bfloat16> v, heads_view<bfloat16> out,
                const attention_options& options = {});
 
 }  // namespace mha

@@ -19,7 +19,9 @@
 namespace mha {
 namespace detail {
 struct attention_args;
-}
+// mha::attention's way to backend::attend (src/core/attention.cpp).
+void attend(const backend& backend, const attention_args& args, const run_options& options);
+}  // namespace detail
 
 // A prepared module: weights split or packed the way one backend wants them, primitives built.
 // Immutable after prepare(): run() is const and safe to call from several threads at once.
@@ -153,10 +155,7 @@ class backend {
   // only called when supports_attention accepted the precision. The default throws
   // mha::unsupported.
   virtual void attend(const detail::attention_args& args, const run_options& options) const;
-  friend void attention(const backend&, heads_view<const float>, heads_view<const float>,
-                        heads_view<const float>, heads_view<float>, const attention_options&);
-  friend void attention(const backend&, heads_view<const bfloat16>, heads_view<const bfloat16>,
-                        heads_view<const bfloat16>, heads_view<float>, const attention_options&);
+  friend void detail::attend(const backend&, const detail::attention_args&, const run_options&);
 };
 
 }  // namespace mha

@@ -34,8 +34,8 @@ def attention(
     query (B, H, L, D) or (H, L, D); key and value (B, H_kv, S, D), H_kv == H, or dividing H with
     enable_gqa=True. PyTorch CPU tensors (float32, or bfloat16: computed as mha's bf16, operands
     rounded to bf16 and sums in fp32) or float32 NumPy arrays, any strides: a tensor whose last
-    dimension is contiguous is read where it lies (a (B, L, H, D) buffer's transpose(1, 2) too),
-    bfloat16 as float32 is. attn_mask: boolean (True attends) or additive
+    dimension is contiguous is read where it lies, float32 or bfloat16 (a (B, L, H, D) buffer's
+    transpose(1, 2) too). attn_mask: boolean (True attends) or additive
     float, broadcastable to (B, H, L, S) as SDPA's; with is_causal too, both apply (SDPA
     refuses the pair). is_causal: query i sees keys j <= i
     (causal_alignment "top_left", SDPA's meaning, also when L != S) or j <= i + S - L
@@ -43,8 +43,8 @@ def attention(
     chunk of a prefill over a cache). A row that sees no key is zeros, as SDPA gives. dropout_p
     other than 0 is refused (mha computes inference). backend: a name of mha.backends() that
     runs attention calls (xsimd, tbb, naive; None: the default backend); threads as a plan's.
-    out: where to write (float32, the result's shape, any strides with the last dimension
-    contiguous; for bfloat16 inputs a bfloat16 tensor, copied into). The GIL is released while
+    out: where to write (the result's shape, float32, or bfloat16 for bfloat16 inputs; any
+    strides, written in place where the last dimension is contiguous). The GIL is released while
     it runs. Returns out, or a new tensor or array of the query's kind and dtype."""
     if dropout_p != 0.0:
         raise Unsupported(
@@ -155,7 +155,8 @@ def _numpy_mask(mask: Any, b: int, h: int, rows: int, keys: int) -> tuple[Any, A
 
 
 def _run(q, k, v, out, additive, boolean, is_causal, alignment, scale, bf16, backend, threads) -> None:
-    """q, k and v: float32 arrays (computed in bf16 when bf16), or int16 ones holding bfloat16."""
+    """q, k and v: float32 arrays (computed in bf16 when bf16) and out float32, or all int16
+    arrays holding bfloat16."""
     if scale is not None and not isinstance(scale, (int, float)):
         raise InvalidArgument(f"mha.attention: scale {scale!r} must be a number")
     if not isinstance(threads, int) or isinstance(threads, bool):
@@ -205,7 +206,7 @@ def _torch_attention(
     q, k, v = ts if query.dim() == 4 and key.dim() == 4 and value.dim() == 4 else _batched(ts)
     _check_heads(q.shape, k.shape, v.shape, enable_gqa)
     # Read where they lie (bfloat16 as its 16-bit words), unless their last dimension is strided.
-    qa, ka, va = (_memory(torch, t, bf16) for t in (q, k, v))
+    qa, ka, va = _memory(torch, q, bf16), _memory(torch, k, bf16), _memory(torch, v, bf16)
     result_shape = (*query.shape[:-1], q.shape[-1])
     if out is not None:
         want = torch.bfloat16 if bf16 else torch.float32
@@ -219,11 +220,11 @@ def _torch_attention(
                 f"mha.attention: out must be a CPU tensor of dtype {want} and shape {result_shape}, "
                 f"got {_describe(out)}"
             )
-    direct = out is not None and not bf16 and (out.stride(-1) == 1 or out.shape[-1] == 1)
+    direct = out is not None and (out.stride(-1) == 1 or out.shape[-1] == 1)
     if direct:
-        target = (out if out.dim() == 4 else out.unsqueeze(0)).detach().numpy()
+        target = _memory(torch, out if out.dim() == 4 else out.unsqueeze(0), bf16)
     else:
-        target = np.empty(qa.shape, np.float32)
+        target = np.empty(qa.shape, np.int16 if bf16 else np.float32)
     additive = boolean = None
     if mask is not None:
         additive, boolean = _torch_mask(torch, mask, (qa.shape[0], qa.shape[1], qa.shape[2], ka.shape[2]))
@@ -231,12 +232,14 @@ def _torch_attention(
     if direct:
         return out
     result = torch.from_numpy(target)
+    if bf16:
+        result = result.view(torch.bfloat16)
     if query.dim() == 3:
         result = result[0]
     if out is not None:
         out.copy_(result)
         return out
-    return result.to(torch.bfloat16) if bf16 else result
+    return result
 
 
 def _torch_mask(torch: Any, mask: Any, full_shape: tuple) -> tuple[Any, Any]:
@@ -261,9 +264,10 @@ def _torch_mask(torch: Any, mask: Any, full_shape: tuple) -> tuple[Any, Any]:
 
 
 def _memory(torch: Any, t: Any, bf16: bool) -> Any:
-    """A tensor's memory as a NumPy array (copied only when its last dimension is strided):
-    float32 as it is, bfloat16 as int16 words (NumPy has no bfloat16)."""
+    """A tensor's memory as a NumPy array (an input copied only when its last dimension is
+    strided): float32 as it is, bfloat16 as int16 words (NumPy has no bfloat16)."""
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         t = t.contiguous()
-    t = t.detach()
+    if t.requires_grad:  # under no_grad (the caller refuses it otherwise)
+        t = t.detach()
     return t.view(torch.int16).numpy() if bf16 else t.numpy()

@@ -94,12 +94,14 @@ def _attention_function(backend: str | None, threads: int | None) -> Any:
             threads=torch.get_num_threads() if threads is None else threads,
         )
         q, k, v = query.detach(), key.detach(), value.detach()
-        if q.dtype == torch.float32:  # written straight into the (B, L, H, D) result
-            b, h, rows, d = q.shape
+        # Written straight into the (B, L, H, D) result.
+        b, h, rows, d = q.shape
+        if q.dtype == torch.bfloat16:
+            out = torch.from_numpy(np.empty((b, rows, h, d), np.int16)).view(torch.bfloat16)
+        else:
             out = torch.from_numpy(np.empty((b, rows, h, d), np.float32))
-            attention(q, k, v, attention_mask, out=out.transpose(1, 2), **options)
-            return out, None
-        return attention(q, k, v, attention_mask, **options).transpose(1, 2).contiguous(), None
+        attention(q, k, v, attention_mask, out=out.transpose(1, 2), **options)
+        return out, None
 
     return attention_forward
 

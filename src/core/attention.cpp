@@ -115,12 +115,11 @@ void check_mask(const attention_mask& m, std::int64_t batch, std::int64_t heads,
 }
 
 // mha::attention on operands of T: float, or bfloat16 (read as detail::bf16).
-// Each kernel call goes to run(args, run_options) (the backend's attend, which only the
-// public functions may call).
-template <class T, class Run>
+// mha::attention on operands of T (float, or bfloat16 read as detail::bf16) into out of O (float,
+// or bfloat16 with bfloat16 operands).
+template <class T, class O>
 void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k,
-            heads_view<const T> v, heads_view<float> out, const attention_options& options,
-            Run run) {
+            heads_view<const T> v, heads_view<O> out, const attention_options& options) {
   constexpr bool bf16_operands = std::is_same_v<T, bfloat16>;
   check_view("q", q);
   check_view("k", k);
@@ -191,7 +190,12 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
       a.k = {k.data, k.batch_stride, k.head_stride, k.row_stride};
       a.v = {v.data, v.batch_stride, v.head_stride, v.row_stride};
     }
-    a.out = {out.data + r0 * out.row_stride, out.batch_stride, out.head_stride, out.row_stride};
+    if constexpr (std::is_same_v<O, bfloat16>) {
+      a.out16 = {reinterpret_cast<detail::bf16*>(out.data) + r0 * out.row_stride, out.batch_stride,
+                 out.head_stride, out.row_stride};
+    } else {
+      a.out = {out.data + r0 * out.row_stride, out.batch_stride, out.head_stride, out.row_stride};
+    }
     a.batch = batch;
     a.heads = heads;
     a.seq_len = n;
@@ -207,7 +211,7 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
       a.mask = {static_cast<const std::byte*>(m.data) + r0 * m.row_stride * mask_unit, boolean,
                 m.batch == 1 ? 0 : m.batch_stride, m.heads == 1 ? 0 : m.head_stride, m.row_stride};
     }
-    run(a, run_options{.threads = options.threads});
+    detail::attend(backend, a, run_options{.threads = options.threads});
   };
   // Rows [r0, rows) that see all `keys` keys, in calls of at most `keys` rows.
   const auto all_keys = [&](std::int64_t r0) {
@@ -230,8 +234,8 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
     for (std::int64_t b = 0; b < batch; ++b) {
       for (std::int64_t h = 0; h < heads; ++h) {
         for (std::int64_t i = 0; i < rows - keys; ++i) {
-          float* row = out.data + b * out.batch_stride + h * out.head_stride + i * out.row_stride;
-          std::fill(row, row + hd, 0.0f);
+          O* row = out.data + b * out.batch_stride + h * out.head_stride + i * out.row_stride;
+          std::fill(row, row + hd, O{});
         }
       }
     }
@@ -243,15 +247,24 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
 
 void attention(const backend& backend, heads_view<const float> q, heads_view<const float> k,
                heads_view<const float> v, heads_view<float> out, const attention_options& options) {
-  attend(backend, q, k, v, out, options,
-         [&](const detail::attention_args& a, const run_options& o) { backend.attend(a, o); });
+  attend(backend, q, k, v, out, options);
 }
 
 void attention(const backend& backend, heads_view<const bfloat16> q, heads_view<const bfloat16> k,
                heads_view<const bfloat16> v, heads_view<float> out,
                const attention_options& options) {
-  attend(backend, q, k, v, out, options,
-         [&](const detail::attention_args& a, const run_options& o) { backend.attend(a, o); });
+  attend(backend, q, k, v, out, options);
+}
+
+void attention(const backend& backend, heads_view<const bfloat16> q, heads_view<const bfloat16> k,
+               heads_view<const bfloat16> v, heads_view<bfloat16> out,
+               const attention_options& options) {
+  attend(backend, q, k, v, out, options);
+}
+
+void detail::attend(const backend& backend, const attention_args& args,
+                    const run_options& options) {
+  backend.attend(args, options);
 }
 
 support backend::supports_attention(precision) const {

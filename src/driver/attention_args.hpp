@@ -88,6 +88,7 @@ struct attention_args {
   // the kernels read q, k and v, each value already a bf16 (core/bf16.hpp). Never with a cache.
   head_view<const detail::bf16> q16, k16, v16;
   head_view<float> out;
+  head_view<detail::bf16> out16;  // with bf16 operands: bf16 results (rounded) instead of out
   std::int64_t batch = 0, heads = 0, seq_len = 0, head_dim = 0;
   std::int64_t past = 0;         // keys before the first query's own (0: a full forward)
   std::int64_t kv_group = 1;     // query heads per K/V head

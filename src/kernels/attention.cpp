@@ -244,6 +244,8 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
     // Per (b, g, chunk), seq_len * kv_group stacked rows: batch * heads * seq_len in all.
     partials_ = float_buffer(static_cast<std::size_t>(args.batch * args.heads * chunks_ *
                                                       args.seq_len * (args.head_dim + 2)));
+    if (args.out16.data != nullptr)
+      merged_ = float_buffer(static_cast<std::size_t>(merges() * args.head_dim));
   } else {
     per_head_ = layout_.blocks();
   }
@@ -303,7 +305,8 @@ void attention_schedule::merge(std::int64_t i) const noexcept {
     float m = -std::numeric_limits<float>::infinity();
     for (std::int64_t c = 0; c < chunks; ++c) m = std::max(m, row(c)[hd]);
     // Stacked row r is query head g * group + r % group at position r / group.
-    float* out = args_.out.row(b, g * group + r % group, r / group);
+    const std::int64_t h = g * group + r % group, position = r / group;
+    float* out = args_.out16.data ? merged_.data() + i * hd : args_.out.row(b, h, position);
     float sum = 0.0f;
     std::fill(out, out + hd, 0.0f);
     for (std::int64_t c = 0; c < chunks; ++c) {
@@ -313,9 +316,13 @@ void attention_schedule::merge(std::int64_t i) const noexcept {
       sum += f * part[hd + 1];
       for (std::int64_t d = 0; d < hd; ++d) out[d] += f * part[d];
     }
-    if (args_.mask.active() && sum == 0.0f) continue;  // a masked row that saw no key: zeros
-    const float inv = 1.0f / sum;
+    // A masked row that saw no key: zeros.
+    const float inv = args_.mask.active() && sum == 0.0f ? 0.0f : 1.0f / sum;
     for (std::int64_t d = 0; d < hd; ++d) out[d] *= inv;
+    if (args_.out16.data) {
+      bf16* to = args_.out16.row(b, h, position);
+      for (std::int64_t d = 0; d < hd; ++d) to[d] = to_bf16(out[d]);
+    }
   }
 }
 

@@ -207,6 +207,8 @@ class attention_schedule {
   std::int64_t per_head_ = 1;  // tasks per K/V head: query blocks, or chunks
   // With a split: per (b, g, chunk), seq_len * group rows of head_dim + 2 floats, written by tasks.
   mutable float_buffer partials_;
+  // With bf16 results (attention_args::out16): one fp32 row per merge, rounded when done.
+  mutable float_buffer merged_;
 };
 
 // Every step of `args`, in order, on the calling thread, with the kernels' layout for key_tile

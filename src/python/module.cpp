@@ -64,6 +64,7 @@ using heads_input = nb::ndarray<const float, nb::ndim<4>, nb::device::cpu>;
 // bfloat16 tensors' memory as 16-bit integers (NumPy has no bfloat16: the package passes
 // tensor.view(torch.int16)), read where it lies as mha::bfloat16.
 using bf16_heads_input = nb::ndarray<const std::int16_t, nb::ndim<4>, nb::device::cpu>;
+using bf16_heads_output = nb::ndarray<std::int16_t, nb::ndim<4>, nb::device::cpu>;
 using heads_output = nb::ndarray<float, nb::ndim<4>, nb::device::cpu>;
 // Its mask, broadcast to (batch, heads, rows, keys) by the package (strides 0 where it repeats).
 using float_mask = nb::ndarray<const float, nb::ndim<4>, nb::device::cpu>;
@@ -94,17 +95,20 @@ auto heads_of(const Array& t) {
       s.shape[3], s.stride[0], s.stride[1], s.stride[2]};
 }
 
-mha::heads_view<const mha::bfloat16> bf16_heads_of(const bf16_heads_input& t) {
+template <class Array>
+auto bf16_heads_of(const Array& t) {
   static_assert(sizeof(mha::bfloat16) == sizeof(std::int16_t));
   const auto words = heads_of(t);
-  return {reinterpret_cast<const mha::bfloat16*>(words.data),
-          words.batch,
-          words.heads,
-          words.rows,
-          words.head_dim,
-          words.batch_stride,
-          words.head_stride,
-          words.row_stride};
+  using bf16 = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(t.data())>>,
+                                  const mha::bfloat16, mha::bfloat16>;
+  return mha::heads_view<bf16>{reinterpret_cast<bf16*>(words.data),
+                               words.batch,
+                               words.heads,
+                               words.rows,
+                               words.head_dim,
+                               words.batch_stride,
+                               words.head_stride,
+                               words.row_stride};
 }
 
 template <class Array>
@@ -114,10 +118,10 @@ mha::attention_mask mask_of(const Array& m, mha::attention_mask::kind kind) {
           s.shape[3], s.stride[0], s.stride[1], s.stride[2]};
 }
 
-// q, k and v of Input: float32 (computed in fp32, or in bf16 when `bf16`), or bfloat16's words
-// (always bf16).
-template <class Input>
-void attention_call(const Input& q, const Input& k, const Input& v, const heads_output& out,
+// q, k and v of Input: float32 (computed in fp32, or in bf16 when `bf16`) into float32, or
+// bfloat16's words (always bf16) into bfloat16's words.
+template <class Input, class Output>
+void attention_call(const Input& q, const Input& k, const Input& v, const Output& out,
                     const std::optional<float_mask>& additive,
                     const std::optional<bool_mask>& boolean, bool causal, bool bottom_right,
                     std::optional<float> scale, bool bf16,
@@ -131,14 +135,15 @@ void attention_call(const Input& q, const Input& k, const Input& v, const heads_
   o.threads = threads;
   if (additive) o.mask = mask_of(*additive, mha::attention_mask::kind::additive);
   if (boolean) o.mask = mask_of(*boolean, mha::attention_mask::kind::boolean);
-  const auto ov = heads_of(out);
   const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
   if constexpr (std::is_same_v<Input, bf16_heads_input>) {
     const auto qv = bf16_heads_of(q), kv = bf16_heads_of(k), vv = bf16_heads_of(v);
+    const auto ov = bf16_heads_of(out);
     nb::gil_scoped_release unlocked;
     mha::attention(b, qv, kv, vv, ov, o);
   } else {
     const auto qv = heads_of(q), kv = heads_of(k), vv = heads_of(v);
+    const auto ov = heads_of(out);
     nb::gil_scoped_release unlocked;
     mha::attention(b, qv, kv, vv, ov, o);
   }
@@ -479,12 +484,12 @@ NB_MODULE(_mha, m) {
         "The rotary embedding's inverse frequencies of a config, one per pair of dimensions.");
 
   // mha.attention's call (python/mha/_attention.py checks and shapes its arguments first).
-  m.def("_attention", &attention_call<heads_input>, "q"_a, "k"_a, "v"_a, "out"_a,
+  m.def("_attention", &attention_call<heads_input, heads_output>, "q"_a, "k"_a, "v"_a, "out"_a,
         "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a, "scale"_a.none(),
         "bf16"_a, "backend"_a.none(), "threads"_a);
-  m.def("_attention_bf16", &attention_call<bf16_heads_input>, "q"_a, "k"_a, "v"_a, "out"_a,
-        "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a, "scale"_a.none(),
-        "bf16"_a, "backend"_a.none(), "threads"_a);
+  m.def("_attention_bf16", &attention_call<bf16_heads_input, bf16_heads_output>, "q"_a, "k"_a,
+        "v"_a, "out"_a, "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a,
+        "scale"_a.none(), "bf16"_a, "backend"_a.none(), "threads"_a);
   // The address of the data an input array is read from (the package's tests compare it with
   // the tensor's own: no copy for contiguous float32).
   m.def("_input_address", [](input_array x) { return reinterpret_cast<std::uintptr_t>(x.data()); });

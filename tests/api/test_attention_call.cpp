@@ -32,6 +32,7 @@ struct call_case {
   bool transposed = false;  // q, k, v and out as (B, T, H, D) buffers seen through strides
   mha::precision precision = mha::precision::fp32;
   bool bf16_operands = false;  // q, k and v passed as bfloat16 (the values rounded to bf16)
+  bool bf16_out = false;       // with bf16_operands: out in bfloat16 (widened into `out`)
 
   std::string name() const {
     std::string n;
@@ -52,6 +53,7 @@ struct call_case {
     if (transposed) n += "_bthd";
     if (precision == mha::precision::bf16) n += "_bf16";
     if (bf16_operands) n += "_operands";
+    if (bf16_out) n += "_out";
     return n;
   }
 };
@@ -138,10 +140,16 @@ struct call_data {
         return w;
       };
       const std::vector<mha::bfloat16> q16 = words(q), k16 = words(k), v16 = words(v);
-      mha::attention(backend, view<const mha::bfloat16>(q16.data(), c.heads, c.rows),
-                     view<const mha::bfloat16>(k16.data(), c.kv_heads, c.keys),
-                     view<const mha::bfloat16>(v16.data(), c.kv_heads, c.keys),
-                     view(out.data(), c.heads, c.rows), o);
+      const auto q_view = view<const mha::bfloat16>(q16.data(), c.heads, c.rows);
+      const auto k_view = view<const mha::bfloat16>(k16.data(), c.kv_heads, c.keys);
+      const auto v_view = view<const mha::bfloat16>(v16.data(), c.kv_heads, c.keys);
+      if (!c.bf16_out) {
+        mha::attention(backend, q_view, k_view, v_view, view(out.data(), c.heads, c.rows), o);
+        return;
+      }
+      std::vector<mha::bfloat16> out16(out.size(), mha::bfloat16{0x7fc0});  // NaN
+      mha::attention(backend, q_view, k_view, v_view, view(out16.data(), c.heads, c.rows), o);
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = mha::detail::from_bf16(out16[i].bits);
       return;
     }
     mha::attention(backend, view<const float>(q.data(), c.heads, c.rows),
@@ -197,6 +205,24 @@ struct call_data {
     return y;
   }
 };
+
+// bf16 operands and causal bottom_right with a boolean mask, head_dim 64: at these (rows, keys)
+// read in place (one row), packed, split over key chunks, with rows that see no key.
+constexpr std::pair<std::int64_t, std::int64_t> bf16_result_shapes[] = {
+    {1, 37}, {40, 300}, {1, 5000}, {9, 4}};
+call_case bf16_result_case(std::int64_t rows, std::int64_t keys, bool bf16_out) {
+  call_case c;
+  c.precision = mha::precision::bf16;
+  c.bf16_operands = true;
+  c.bf16_out = bf16_out;
+  c.rows = rows;
+  c.keys = keys;
+  c.head_dim = 64;
+  c.causal = true;
+  c.alignment = causal_alignment::bottom_right;
+  c.mask = attention_mask::kind::boolean;
+  return c;
+}
 
 std::vector<call_case> call_cases() {
   std::vector<call_case> cases;
@@ -291,6 +317,8 @@ std::vector<call_case> call_cases() {
   c = operands(1, 5000, 64);
   c.batch = 1;
   cases.push_back(c);
+  for (const auto& [rows, keys] : bf16_result_shapes)
+    cases.push_back(bf16_result_case(rows, keys, true));
   return cases;
 }
 
@@ -303,7 +331,9 @@ TEST_P(AttentionCall, EveryBackendMatchesTheReference) {
   const call_case c = GetParam();
   call_data data(c);
   const std::vector<double> want = data.reference();
-  const double bound = c.precision == mha::precision::bf16 ? 4e-3 : 2e-5;
+  // bf16 results add their own rounding: half a bf16 ulp of |y| <= 1.
+  const double bound =
+      c.precision == mha::precision::bf16 ? 4e-3 + (c.bf16_out ? 0x1p-9 : 0.0) : 2e-5;
   int ran = 0;
   for (const auto& [label, backend] : mha_test::backend_cases()) {
     if (!backend->supports_attention(c.precision)) continue;
@@ -489,6 +519,25 @@ TEST(AttentionCall, Bf16OperandsAreTheRoundedFloats) {
     floats.run(*backend);
     words.run(*backend);
     EXPECT_EQ(floats.out, words.out);
+  }
+}
+
+// bfloat16 results are the float results rounded to the nearest bf16, bit for bit: in place,
+// packed, split over key chunks, and the zeros of rows that see no key.
+TEST(AttentionCall, Bf16ResultsAreTheFloatResultsRounded) {
+  for (const auto& [rows, keys] : bf16_result_shapes) {
+    const call_case c = bf16_result_case(rows, keys, false);
+    for (const auto& [label, backend] : mha_test::backend_cases()) {
+      if (!backend->supports_attention(c.precision)) continue;
+      SCOPED_TRACE(label + " " + c.name());
+      call_data floats(c);
+      call_data words = floats;
+      words.c.bf16_out = true;
+      floats.run(*backend);
+      words.run(*backend);
+      for (float& y : floats.out) y = mha::detail::round_bf16(y);
+      EXPECT_EQ(floats.out, words.out);
+    }
   }
 }
 

@@ -278,12 +278,27 @@ struct naive_impl final : backend {
       }
       return {to.data(), heads * rows * hd, rows * hd, hd};
     };
-    std::vector<float> q, k, v;
+    std::vector<float> q, k, v, out;
     a.q = widen(args.q16, a.heads, a.seq_len, q);
     a.k = widen(args.k16, a.kv_heads(), keys, k);
     a.v = widen(args.v16, a.kv_heads(), keys, v);
     a.q16 = a.k16 = a.v16 = {};
+    if (args.out16.data == nullptr) {
+      naive_kernels(cfg).attention(a);
+      return;
+    }
+    // bf16 results: computed into dense floats, then rounded.
+    out.resize(q.size());
+    a.out = {out.data(), a.heads * a.seq_len * hd, a.seq_len * hd, hd};
+    a.out16 = {};
     naive_kernels(cfg).attention(a);
+    const float* row = out.data();
+    for (std::int64_t b = 0; b < a.batch; ++b) {
+      for (std::int64_t h = 0; h < a.heads; ++h) {
+        for (std::int64_t i = 0; i < a.seq_len; ++i, row += hd)
+          std::transform(row, row + hd, args.out16.row(b, h, i), detail::to_bf16);
+      }
+    }
   }
   std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
                                   const weights& w) const override {

@@ -560,6 +560,11 @@ struct attention_block {
       }
       // A masked row that saw no key at all: zeros (its O is 0 and its sum 0).
       const float f = a.mask.active() && s.row_sum[r] == 0.0f ? 0.0f : 1.0f / s.row_sum[r];
+      if (a.out16.data != nullptr) {  // bf16 results
+        bf16* out = a.out16.row(t.b, head(r), pos(r));
+        for (std::int64_t d = 0; d < hd; ++d) out[d] = to_bf16(o[d] * f);
+        continue;
+      }
       float* out = a.out.row(t.b, head(r), pos(r));
       std::int64_t d = 0;
       for (; d + lanes <= hd; d += lanes)
