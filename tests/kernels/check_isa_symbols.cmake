@@ -5,7 +5,7 @@
 # code on a CPU without it. Allowed are only symbols that no other build can define: those in
 # the object's own namespace mha::detail::<isa>, and xsimd templates instantiated for the
 # object's own arch and no other. The ISAs and their archs are the rows of
-# src/kernels/kernel_isas.def.
+# src/kernels/arch/<arch>/kernel_isas.def.
 #   cmake -DNM=<nm> -DOBJECTS=<a;b;...> -DISA_TABLE=<kernel_isas.def> -P check_isa_symbols.cmake
 file(STRINGS ${ISA_TABLE} rows REGEX "^MHA_KERNEL_ISA\\(")
 set(isas "")
