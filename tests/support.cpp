@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -247,8 +248,14 @@ void scratch_test::SetUp() {
 
 void scratch_test::TearDown() { std::filesystem::remove_all(dir_); }
 
+std::string mha_command_line() {
+  const char* emulator = std::getenv("MHA_TEST_EMULATOR");
+  const std::string path = shell_quoted(MHA_CLI_PATH);
+  return emulator != nullptr && *emulator != '\0' ? shell_quoted(emulator) + ' ' + path : path;
+}
+
 command_result run_mha(const std::vector<std::string>& args) {
-  std::string line = shell_quoted(MHA_CLI_PATH);
+  std::string line = mha_command_line();
   for (const std::string& a : args) {
     line += ' ';
     line += shell_quoted(a);

@@ -134,5 +134,9 @@ struct command_result {
 };
 // Runs `mha args...` and waits for it.
 command_result run_mha(const std::vector<std::string>& args);
+// The shell words that start the `mha` command: its path, quoted, after the emulator that
+// MHA_TEST_EMULATOR names when it is set (a cross-built suite run under qemu-user starts the
+// command under it too: scripts/test-aarch64.sh).
+std::string mha_command_line();
 
 }  // namespace mha_test
