@@ -248,10 +248,14 @@ void scratch_test::SetUp() {
 
 void scratch_test::TearDown() { std::filesystem::remove_all(dir_); }
 
+std::string emulator() {
+  const char* named = std::getenv("MHA_TEST_EMULATOR");
+  return named != nullptr ? named : "";
+}
+
 std::string mha_command_line() {
-  const char* emulator = std::getenv("MHA_TEST_EMULATOR");
   const std::string path = shell_quoted(MHA_CLI_PATH);
-  return emulator != nullptr && *emulator != '\0' ? shell_quoted(emulator) + ' ' + path : path;
+  return emulator().empty() ? path : shell_quoted(emulator()) + ' ' + path;
 }
 
 command_result run_mha(const std::vector<std::string>& args) {

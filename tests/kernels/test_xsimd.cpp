@@ -540,10 +540,7 @@ TEST_P(XsimdKernels, AttentionWorkspaceGrowsLinearlyInSequence) {
 // The death tests' style: "threadsafe" (the child re-executes this program), or "fast" (fork
 // only) where the suite runs under an emulator (MHA_TEST_EMULATOR: qemu-user cannot start the
 // cross-built program again without a binfmt handler).
-const char* death_test_style() {
-  const char* emulator = std::getenv("MHA_TEST_EMULATOR");
-  return emulator != nullptr && *emulator != '\0' ? "fast" : "threadsafe";
-}
+const char* death_test_style() { return mha_test::emulator().empty() ? "threadsafe" : "fast"; }
 
 // A broken internal contract stops the program with its place and condition (MHA_EXPECTS), and
 // the kernel entries check theirs in debug and sanitizer builds: a panel width no tile has, a
