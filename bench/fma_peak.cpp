@@ -22,13 +22,16 @@ struct isa_kernel {
 };
 
 // Loops this CPU can run, widest first. The portable loop runs everywhere: it is the yardstick
-// of SSE2 and scalar kernels.
+// of SSE2 and scalar kernels. aarch64's NEON (with FMA) is its baseline: every aarch64 CPU runs
+// the neon loop.
 std::vector<isa_kernel> supported_kernels() {
   std::vector<isa_kernel> list;
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("x86-64-v4")) list.push_back({"avx512", detail::fma_rounds_avx512});
   if (__builtin_cpu_supports("x86-64-v3")) list.push_back({"avx2", detail::fma_rounds_avx2});
+#elif defined(__aarch64__)
+  list.push_back({"neon", detail::fma_rounds_neon});
 #endif
   list.push_back({"portable", detail::fma_rounds_portable});
   return list;

@@ -12,7 +12,7 @@
 
 namespace mha_bench {
 
-// The peak of one instruction set's loop: "avx512", "avx2" or "portable".
+// The peak of one instruction set's loop: "avx512", "avx2", "neon" or "portable".
 struct isa_peak {
   std::string isa;
   double gflops_one_core = 0;   // best one-thread trial (1 FMA = 2 FLOPs)
@@ -53,8 +53,8 @@ std::string_view bf16_peak_isa_for(mha::isa kernel_isa);
 // Measures every loop this CPU runs (and the bf16 dot-product loop where it runs): `trials`
 // one-thread runs of about 25 ms each, then the best of 3 runs of `threads` (>= 1) threads at
 // once (not pinned). Loops: AVX-512 (x86-64-v4) and
-// AVX2+FMA (x86-64-v3) when __builtin_cpu_supports says so, and a portable 4-lane loop (mul +
-// add where there is no FMA hardware). About 0.1 s per loop and 8 trials. The best of several
+// AVX2+FMA (x86-64-v3) when __builtin_cpu_supports says so, NEON's fmla on aarch64 (always), and
+// a portable 4-lane loop (mul + add where there is no FMA hardware). About 0.1 s per loop and 8 trials. The best of several
 // trials makes it robust to other load, not immune: the trials are kept so reports can say.
 fma_peak measure_fma_peak(int threads, int trials = 8);
 

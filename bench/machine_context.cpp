@@ -13,42 +13,26 @@
 #include <vector>
 
 #include "build_info.hpp"
+#include "machine_cpu.hpp"
 #include "mha/build_config.hpp"
 #include "sweep.hpp"
 
 namespace mha_bench {
 
-std::string cpu_model() {
+std::string cpuinfo_value(std::string_view key) {
   std::ifstream cpuinfo("/proc/cpuinfo");
   for (std::string line; std::getline(cpuinfo, line);) {
-    if (!line.starts_with("model name")) continue;
+    // "key<tabs>: value"
     const std::size_t colon = line.find(':');
-    if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
+    if (colon == std::string::npos || !line.starts_with(key)) continue;
+    const std::size_t end = line.find_last_not_of(" \t", colon - 1);
+    if (end + 1 != key.size()) continue;
+    return colon + 2 <= line.size() ? line.substr(colon + 2) : "";
   }
-  return "unknown";
+  return "";
 }
 
 namespace {
-
-// The extensions that decide which kernels a backend can use.
-std::string cpu_isa() {
-  std::vector<std::string> isa;
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  const auto add = [&](const char* name, bool present) {
-    if (present) isa.emplace_back(name);
-  };
-  add("sse4.2", __builtin_cpu_supports("sse4.2"));
-  add("avx2", __builtin_cpu_supports("avx2"));
-  add("fma", __builtin_cpu_supports("fma"));
-  add("avx512f", __builtin_cpu_supports("avx512f"));
-  add("avx512bw", __builtin_cpu_supports("avx512bw"));
-  add("avx512vl", __builtin_cpu_supports("avx512vl"));
-  add("avx512vnni", __builtin_cpu_supports("avx512vnni"));
-  add("avx512bf16", __builtin_cpu_supports("avx512bf16"));
-#endif
-  return isa.empty() ? "unknown" : join(isa, " ");
-}
 
 std::string compiler() {
 #if defined(__clang__)
@@ -71,7 +55,9 @@ std::string gflops(double value) {
 void add_machine_context() {
   benchmark::AddCustomContext("mha_version", MHA_VERSION);
   benchmark::AddCustomContext("mha_cpu_model", cpu_model());
-  benchmark::AddCustomContext("mha_cpu_isa", cpu_isa());
+  benchmark::AddCustomContext("mha_cpu_isa", cpu_features());
+  // Empty on the CPU itself; under an emulator the timings are the emulator's, not the CPU's.
+  benchmark::AddCustomContext("mha_emulation", cpu_emulation());
   benchmark::AddCustomContext("mha_hardware_threads",
                               std::to_string(std::max(1u, std::thread::hardware_concurrency())));
   benchmark::AddCustomContext("mha_compiler", compiler());

@@ -11,7 +11,9 @@
 
 namespace mha_bench {
 
-// The CPU's model name from /proc/cpuinfo, or "unknown".
+// The CPU's model name ("unknown" when not found): /proc/cpuinfo's model name on x86-64, the
+// core named from its MIDR on aarch64 (machine_cpu_<arch>.cpp), "(emulated on <host>)" added
+// where an emulator runs the code.
 std::string cpu_model();
 
 // CPU model and ISA extensions, hardware threads, compiler, flags, build type, library

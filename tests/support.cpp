@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -247,8 +248,18 @@ void scratch_test::SetUp() {
 
 void scratch_test::TearDown() { std::filesystem::remove_all(dir_); }
 
+std::string emulator() {
+  const char* named = std::getenv("MHA_TEST_EMULATOR");
+  return named != nullptr ? named : "";
+}
+
+std::string mha_command_line() {
+  const std::string path = shell_quoted(MHA_CLI_PATH);
+  return emulator().empty() ? path : shell_quoted(emulator()) + ' ' + path;
+}
+
 command_result run_mha(const std::vector<std::string>& args) {
-  std::string line = shell_quoted(MHA_CLI_PATH);
+  std::string line = mha_command_line();
   for (const std::string& a : args) {
     line += ' ';
     line += shell_quoted(a);

@@ -134,5 +134,11 @@ struct command_result {
 };
 // Runs `mha args...` and waits for it.
 command_result run_mha(const std::vector<std::string>& args);
+// The emulator that runs this suite, MHA_TEST_EMULATOR ("" when unset: the suite runs on its
+// CPU). scripts/test-aarch64.sh sets it to qemu-aarch64 for the cross-built suite.
+std::string emulator();
+// The shell words that start the `mha` command: its path, quoted, after the emulator when there
+// is one (the program is the emulator's to start, as this one's was).
+std::string mha_command_line();
 
 }  // namespace mha_test

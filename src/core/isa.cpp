@@ -7,10 +7,11 @@ namespace mha {
 namespace {
 
 // One name per isa, in the enum's order: the only table of ISA names in mha.
-constexpr std::array<std::string_view, 7> names = {"scalar", "sse2",       "sse41", "avx2",
-                                                   "avx512", "avx512bf16", "amx"};
+constexpr std::array<std::string_view, 8> names = {"scalar", "sse2",       "sse41", "avx2",
+                                                   "avx512", "avx512bf16", "amx",   "neon64"};
 static_assert(names.size() == std::size(all_isas), "every isa has one name");
-static_assert(static_cast<std::size_t>(isa::amx) + 1 == names.size(), "all_isas ends with amx");
+static_assert(static_cast<std::size_t>(isa::neon64) + 1 == names.size(),
+              "all_isas ends with neon64");
 
 }  // namespace
 
@@ -34,6 +35,8 @@ std::string_view fma_peak_of(isa i) noexcept {
       return "avx512";
     case isa::avx2:
       return "avx2";
+    case isa::neon64:
+      return "neon";
     case isa::scalar:
     case isa::sse2:
     case isa::sse41:

@@ -2,31 +2,14 @@
 // head-major projection. Compiled with the baseline flags.
 #include "kernels/gemm.hpp"
 
-#include <immintrin.h>
-
 #include <algorithm>
 
+// transpose_4x4 and copy_4: this architecture's (kernels/arch/<arch>/arch_block.hpp).
+#include "arch_block.hpp"
 #include "core/bf16.hpp"
 #include "kernels/isa_kernels.hpp"
 
 namespace mha::detail {
-namespace {
-
-// The 4 x 4 block at src (row stride ld_src) transposed to dst (row stride ld_dst): SSE, in
-// every x86-64 build: element by element, K^T's packing took a visible share of the attention
-// core (measurements: docs/design.md §5.1).
-void transpose_4x4(const float* src, std::int64_t ld_src, float* dst,
-                   std::int64_t ld_dst) noexcept {
-  __m128 r0 = _mm_loadu_ps(src), r1 = _mm_loadu_ps(src + ld_src),
-         r2 = _mm_loadu_ps(src + 2 * ld_src), r3 = _mm_loadu_ps(src + 3 * ld_src);
-  _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-  _mm_storeu_ps(dst, r0);
-  _mm_storeu_ps(dst + ld_dst, r1);
-  _mm_storeu_ps(dst + 2 * ld_dst, r2);
-  _mm_storeu_ps(dst + 3 * ld_dst, r3);
-}
-
-}  // namespace
 
 void pack_block(const float* src, std::int64_t stride_k, std::int64_t stride_n, std::int64_t k,
                 std::int64_t k0, std::int64_t k1, std::int64_t n0, std::int64_t n1, int nr,
@@ -42,7 +25,7 @@ void pack_block(const float* src, std::int64_t stride_k, std::int64_t stride_n, 
         const float* row = from + (kk - k0) * stride_k;
         float* to = panel + kk * nr;
         std::int64_t c = 0;
-        for (; c + 4 <= cols; c += 4) _mm_storeu_ps(to + c, _mm_loadu_ps(row + c));
+        for (; c + 4 <= cols; c += 4) copy_4(row + c, to + c);
         for (; c < cols; ++c) to[c] = row[c];
       }
     } else {

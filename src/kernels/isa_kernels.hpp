@@ -81,13 +81,13 @@ struct isa_kernels {
 // The kernels of `which` (one of xsimd_supported_isas()).
 const isa_kernels& kernels_for(mha::isa which) noexcept;
 
-// Every ISA the kernels are built for (kernels/kernel_isas.def), best first.
+// Every ISA the kernels are built for (the architecture's kernel_isas.def), best first.
 std::vector<mha::isa> kernel_isa_list();
 
 // Whether this CPU (and OS) runs the kernels of `which` (false for an isa without kernels): its
-// row's `runs` in kernels/kernel_isas.def, the whole x86-64 level its translation unit is compiled
-// for (x86-64-v4, -v3, baseline, and the extensions beside it); for amx also the tiles, granted to
-// this process (amx_refusal).
+// row's `runs` in its kernel_isas.def (kernels/arch/<arch>/), the whole x86-64 level its
+// translation unit is compiled for (x86-64-v4, -v3, baseline, and the extensions beside it); for
+// amx also the tiles, granted to this process (amx_refusal).
 bool cpu_runs(mha::isa which) noexcept;
 
 // Why this process runs no AMX kernels ("" when it does): no AMX-BF16 on this CPU, no AVX512_BF16
@@ -96,10 +96,11 @@ bool cpu_runs(mha::isa which) noexcept;
 // the first call).
 const std::string& amx_refusal() noexcept;
 // What an error saying this CPU does not run `which` adds after the ISA's name: " (<why>)" for
-// amx (amx_refusal), "" for the rest (their CPUID bits say it all).
+// amx (amx_refusal), "" for the rest (their CPUID bits say it all). Both are the
+// architecture's (kernels/arch/<arch>/arch_cpu.cpp): on aarch64 the reason is the architecture.
 std::string refusal_note(mha::isa which);
 
-// The best ISA this CPU runs, chosen once: the first row of kernels/kernel_isas.def that it runs.
+// The best ISA this CPU runs, chosen once: the first row of kernel_isas.def that it runs.
 mha::isa best_isa() noexcept;
 
 // "xsimd <version>, <arch>, <lanes> lanes": what the kernels of `which` run on, for backends'

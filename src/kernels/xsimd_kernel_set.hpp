@@ -96,8 +96,8 @@ class xsimd_kernel_set : public sequential_execution {
 static_assert(kernel_set<xsimd_kernel_set<isa::sse2>>);
 
 // A driver plan over Set<isa>, the kernel-set template instantiated for the ISA chosen at run
-// time (Set<Isa> must be a kernel set for each row of kernels/kernel_isas.def; `which` is one of
-// them, xsimd_supported_isas() being what callers pass).
+// time (Set<Isa> must be a kernel set for each row of kernel_isas.def (kernels/arch/<arch>/);
+// `which` is one of them, xsimd_supported_isas() being what callers pass).
 template <template <mha::isa> class Set>
 std::unique_ptr<plan> make_isa_plan(mha::isa which, const config& cfg, formulation form,
                                     const weights& w, std::string_view backend_name) {
@@ -105,7 +105,7 @@ std::unique_ptr<plan> make_isa_plan(mha::isa which, const config& cfg, formulati
 #define MHA_KERNEL_ISA(name, ...) \
   case isa::name:                 \
     return std::make_unique<driver_plan<Set<isa::name>>>(cfg, form, w, backend_name);
-#include "kernels/kernel_isas.def"
+#include "kernel_isas.def"
 #undef MHA_KERNEL_ISA
     default:
       break;

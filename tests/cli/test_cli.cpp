@@ -121,7 +121,7 @@ TEST_F(Cli, HelpAsAnOptionValueIsAValue) {
 // Runs `mha args` with standard output sent to `out`; returns the exit code, stderr in err.
 int run_redirected(const std::vector<std::string>& args, const std::string& out,
                    const fs::path& err_file, std::string& err) {
-  std::string line = std::string("'") + MHA_CLI_PATH + "'";
+  std::string line = mha_test::mha_command_line();
   for (const std::string& a : args) line += " '" + a + "'";
   line += " >'" + out + "' 2>'" + err_file.string() + "'";
   const int status = std::system(line.c_str());

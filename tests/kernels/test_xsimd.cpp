@@ -52,13 +52,20 @@ std::string invalid_argument_message(F&& f) {
 const char* arch_name(isa isa) {
   return isa == isa::amx || isa == isa::avx512bf16 || isa == isa::avx512 ? "avx512bw"
          : isa == isa::avx2                                              ? "fma3+avx2"
+         : isa == isa::neon64                                            ? "arm64+neon"
                                                                          : "sse2";
 }
+
+// The ISAs this build has kernels for (its architecture's rows, best first), the baseline last,
+// and their names as messages list them ("amx, avx512bf16, avx512, avx2, sse2" on x86-64).
+const std::vector<isa> built_isas = mha::detail::kernel_isa_list();
+const isa baseline = built_isas.back();
+const std::string built_names = mha::detail::isa_names(built_isas);
 
 TEST(XsimdIsa, SupportedListIsBestFirstAndEndsWithTheBaseline) {
   const std::vector<isa> isas = mha::xsimd_supported_isas();
   ASSERT_FALSE(isas.empty());
-  EXPECT_EQ(isas.back(), isa::sse2);
+  EXPECT_EQ(isas.back(), baseline);
   for (std::size_t i = 1; i < isas.size(); ++i) EXPECT_GT(isas[i - 1], isas[i]);
 }
 
@@ -83,19 +90,19 @@ TEST(XsimdIsa, UnknownEnvironmentValueIsAnErrorNamingIt) {
   const isa_environment env("avx9");
   const std::string message = invalid_argument_message([] { mha::xsimd_default_isa(); });
   EXPECT_NE(message.find("'avx9'"), std::string::npos) << message;
-  EXPECT_NE(message.find("amx, avx512bf16, avx512, avx2, sse2"), std::string::npos) << message;
+  EXPECT_NE(message.find(built_names), std::string::npos) << message;
   // prepare() and description() of the default backend report it too; pinned ISAs ignore it.
   const mha::config cfg{.d_in = 4, .d_out = 4, .n_heads = 1, .context_length = 2};
   EXPECT_THROW(mha::xsimd_backend().prepare(cfg, mha::formulation::split_weight,
                                             mha::weights::random(cfg, 1)),
                mha::invalid_argument);
   EXPECT_THROW(mha::xsimd_backend().description(), mha::invalid_argument);
-  EXPECT_NO_THROW(mha::xsimd_backend(isa::sse2).description());
+  EXPECT_NO_THROW(mha::xsimd_backend(baseline).description());
 }
 
 TEST(XsimdIsa, UnsupportedIsaIsAnErrorListingTheSupportedOnes) {
   const std::vector<isa> supported = mha::xsimd_supported_isas();
-  for (isa isa : {isa::amx, isa::avx512bf16, isa::avx512, isa::avx2}) {
+  for (isa isa : built_isas) {
     if (std::find(supported.begin(), supported.end(), isa) != supported.end()) continue;
     const std::string name(mha::to_string(isa));
     EXPECT_NE(invalid_argument_message([&] { mha::xsimd_backend(isa); }).find(name),
@@ -104,15 +111,14 @@ TEST(XsimdIsa, UnsupportedIsaIsAnErrorListingTheSupportedOnes) {
     EXPECT_NE(invalid_argument_message([] { mha::xsimd_default_isa(); }).find("supports"),
               std::string::npos);
   }
-  if (supported.size() == 5) GTEST_SKIP() << "this CPU runs every ISA";
+  if (supported.size() == built_isas.size()) GTEST_SKIP() << "this CPU runs every ISA";
 }
 
 TEST(XsimdIsa, AnIsaWithoutXsimdKernelsIsAnErrorNamingIt) {
   for (isa other : {isa::scalar, isa::sse41}) {
     const std::string message = invalid_argument_message([&] { mha::xsimd_backend(other); });
     EXPECT_NE(message.find(std::string(mha::to_string(other))), std::string::npos) << message;
-    EXPECT_NE(message.find("xsimd has amx, avx512bf16, avx512, avx2, sse2"), std::string::npos)
-        << message;
+    EXPECT_NE(message.find("xsimd has " + built_names), std::string::npos) << message;
     const isa_environment env(std::string(mha::to_string(other)).c_str());
     EXPECT_NE(invalid_argument_message([] { mha::xsimd_default_isa(); }).find("expected one of"),
               std::string::npos);
@@ -531,11 +537,16 @@ TEST_P(XsimdKernels, AttentionWorkspaceGrowsLinearlyInSequence) {
   EXPECT_GE(large.head_units(), 2 * 8192 * 64);
 }
 
+// The death tests' style: "threadsafe" (the child re-executes this program), or "fast" (fork
+// only) where the suite runs under an emulator (MHA_TEST_EMULATOR: qemu-user cannot start the
+// cross-built program again without a binfmt handler).
+const char* death_test_style() { return mha_test::emulator().empty() ? "threadsafe" : "fast"; }
+
 // A broken internal contract stops the program with its place and condition (MHA_EXPECTS), and
 // the kernel entries check theirs in debug and sanitizer builds: a panel width no tile has, a
 // GEMM row range past A's rows. (Release builds compile the checks away: skipped there.)
 TEST(Contracts, ABrokenContractAbortsNamingItsPlaceAndCondition) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, death_test_style());
   EXPECT_DEATH(mha::detail::broken_contract("rows <= 16", "tile.cpp", 42),
                "tile.cpp:42: contract broken: rows <= 16");
 }
@@ -544,7 +555,7 @@ TEST_P(XsimdKernels, KernelEntriesCheckTheirContractsInCheckedBuilds) {
 #if defined(NDEBUG) && !defined(MHA_CHECKED_BUILD)
   GTEST_SKIP() << "a release build: MHA_EXPECTS compiles away";
 #else
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, death_test_style());
   EXPECT_DEATH(kernels().tile_for(3), "contract broken: .*tile_for");
   const int nr = kernels().tiles[0].nr;
   const std::vector<float> a = mha_test::random_floats(4 * 8, 1),

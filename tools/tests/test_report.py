@@ -308,3 +308,22 @@ def test_missing_notes_file_is_an_error_naming_it(tmp_path, capsys):
         == 1
     )
     assert "nope.md" in capsys.readouterr().err
+
+
+def test_a_run_under_an_emulator_says_its_timings_are_not_the_cpus(tmp_path):
+    # mha_bench fills in mha_emulation under qemu-user (an aarch64 build on an x86 host); a
+    # native run leaves it empty and the report says nothing of it.
+    s = Shape(1, 8, 16, 16, 1)
+    data = entries("naive", "split_weight", s, 1, 1.0) + entries("naive", "wrapper", s, 1, 2.0)
+    emulated = {
+        **CONTEXT,
+        "mha_cpu_model": "Arm Neoverse V1 (emulated on an x86 host)",
+        "mha_emulation": "qemu-aarch64",
+    }
+    for context, said in ((emulated, True), ({**CONTEXT, "mha_emulation": ""}, False)):
+        out = tmp_path / f"r{said}"
+        assert cli.main([str(write(tmp_path / f"{said}.json", data, context)), "--out", str(out)]) == 0
+        md = (out / "report.md").read_text()
+        assert (
+            "these timings are the emulator's, not this CPU's (mha_emulation: qemu-aarch64)" in md
+        ) == said

@@ -53,16 +53,17 @@ const backend& xsimd_backend() {
 }
 
 const backend& xsimd_backend(mha::isa which) {
-  // One instance per row of kernels/kernel_isas.def.
+  // One instance per row of kernel_isas.def (kernels/arch/<arch>/).
   static const xsimd_impl pinned[] = {
 #define MHA_KERNEL_ISA(name, ...) xsimd_impl{isa::name},
-#include "kernels/kernel_isas.def"
+#include "kernel_isas.def"
 #undef MHA_KERNEL_ISA
   };
   const auto found = std::find_if(std::begin(pinned), std::end(pinned),
                                   [&](const xsimd_impl& b) { return b.isa() == which; });
   if (found == std::end(pinned)) {
-    throw invalid_argument(text("xsimd: no kernels for ", to_string(which), "; xsimd has ",
+    throw invalid_argument(text("xsimd: no kernels for ", to_string(which),
+                                detail::refusal_note(which), "; xsimd has ",
                                 detail::isa_names(detail::kernel_isa_list())));
   }
   if (!detail::cpu_runs(which)) {

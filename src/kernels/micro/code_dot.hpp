@@ -20,33 +20,6 @@
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
-// lanes 8-bit codes at p as a float batch (exact: 0 to 255), by the widest widening load the
-// batch's width has (vpmovzxbd, then vcvtdq2ps; SSE2 unpacks with zeros).
-template <class Arch>
-xsimd::batch<float, Arch> widen_codes(const std::uint8_t* p) noexcept {
-  using batch = xsimd::batch<float, Arch>;
-  // (Batches of 16 and 8 floats exist only in the translation units built with AVX-512 and
-  // AVX2, which alone declare those intrinsics.)
-  if constexpr (batch::size == 16) {
-#ifdef __AVX512F__
-    return batch(_mm512_cvtepi32_ps(
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
-#endif
-  } else if constexpr (batch::size == 8) {
-#ifdef __AVX2__
-    return batch(_mm256_cvtepi32_ps(
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
-#endif
-  } else {
-    static_assert(batch::size == 4, "widen_codes: a batch of 4, 8 or 16 floats");
-    std::int32_t word;
-    std::memcpy(&word, p, sizeof word);
-    const __m128i zero = _mm_setzero_si128();
-    return batch(_mm_cvtepi32_ps(
-        _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(word), zero), zero)));
-  }
-}
-
 // code_dot: fma_dot with B a panel of 8-bit codes, each widened to fp32 as it is loaded: the
 // products are fp32 FMAs of exact integers; the codes' scales and offsets are applied around the
 // micro-kernel (attention_block). P V of an int8 cache.
@@ -78,21 +51,7 @@ struct code_pair_dot {
   // lanes keys' code pairs as 2 * lanes 16-bit integers (zero-extended bytes).
   template <class Arch>
   static words<Arch> load_b(const code_pair* p) noexcept {
-    if constexpr (words<Arch>::size == 16) {
-#ifdef __AVX512BW__
-      return words<Arch>(
-          _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
-#endif
-    } else if constexpr (words<Arch>::size == 8) {
-#ifdef __AVX2__
-      return words<Arch>(
-          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-#endif
-    } else {
-      static_assert(words<Arch>::size == 4, "code_pair_dot: a batch of 4, 8 or 16 lanes");
-      return words<Arch>(_mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
-                                           _mm_setzero_si128()));
-    }
+    return code_words<Arch>(p);
   }
   template <class Arch>
   static words<Arch> broadcast_a(query_pair a) noexcept {
@@ -101,24 +60,7 @@ struct code_pair_dot {
   template <class Arch>
   static xsimd::batch<float, Arch> dot(xsimd::batch<float, Arch> acc, words<Arch> a,
                                        words<Arch> b) noexcept {
-    using batch = xsimd::batch<float, Arch>;
-    if constexpr (batch::size == 16) {
-#ifdef __AVX512F__
-      const __m512i sum = _mm512_castps_si512(acc);
-#ifdef __AVX512VNNI__
-      return batch(_mm512_castsi512_ps(_mm512_dpwssd_epi32(sum, a, b)));
-#else
-      return batch(_mm512_castsi512_ps(_mm512_add_epi32(sum, _mm512_madd_epi16(a, b))));
-#endif
-#endif
-    } else if constexpr (batch::size == 8) {
-#ifdef __AVX2__
-      return batch(
-          _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(acc), _mm256_madd_epi16(a, b))));
-#endif
-    } else {
-      return batch(_mm_castsi128_ps(_mm_add_epi32(_mm_castps_si128(acc), _mm_madd_epi16(a, b))));
-    }
+    return add_pair_products<Arch>(acc, a, b);
   }
 };
 

@@ -1,4 +1,4 @@
-// The AMX kernels (compiled with their row's flags in kernels/kernel_isas.def; see
+// The AMX kernels (compiled with their row's flags in kernels/arch/x86_64/kernel_isas.def; see
 // micro/micro_kernel.hpp): the AVX512_BF16 kernels, with the bf16 GEMM and the bf16 attention's
 // products (scores and P V) on AMX tiles. Chosen
 // only where the CPU has AMX-BF16 and Linux has granted this process the tile state

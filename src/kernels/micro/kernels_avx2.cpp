@@ -1,5 +1,5 @@
-// The AVX2 + FMA kernels (x86-64-v3; compiled with their row's flags in kernels/kernel_isas.def;
-// see micro/micro_kernel.hpp).
+// The AVX2 + FMA kernels (x86-64-v3; compiled with their row's flags in
+// kernels/arch/x86_64/kernel_isas.def; see micro/micro_kernel.hpp).
 #define MHA_SIMD_ISA_NAMESPACE avx2
 #include "kernels/micro/isa_table.hpp"
 

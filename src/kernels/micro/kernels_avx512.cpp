@@ -1,5 +1,5 @@
-// The AVX-512 kernels (x86-64-v4; compiled with their row's flags in kernels/kernel_isas.def;
-// see micro/micro_kernel.hpp).
+// The AVX-512 kernels (x86-64-v4; compiled with their row's flags in
+// kernels/arch/x86_64/kernel_isas.def; see micro/micro_kernel.hpp).
 #define MHA_SIMD_ISA_NAMESPACE avx512
 #include "kernels/micro/avx512_tiles.hpp"
 #include "kernels/micro/isa_table.hpp"

@@ -1,5 +1,5 @@
 // The SSE2 kernels, the x86-64 baseline (compiled with their row's flags in
-// kernels/kernel_isas.def; see micro/micro_kernel.hpp).
+// kernels/arch/x86_64/kernel_isas.def; see micro/micro_kernel.hpp).
 // SSE2 has no FMA: xsimd::fma is a multiply and an add.
 #define MHA_SIMD_ISA_NAMESPACE sse2
 #include "kernels/micro/isa_table.hpp"

@@ -15,6 +15,9 @@
 #include <cstring>
 #include <xsimd/xsimd.hpp>
 
+// The architecture's vector primitives (kernels/arch/<arch>/): fused_fma, gather_floats,
+// lane_sums, largest_lane, widen_codes, code_words, add_pair_products.
+#include "arch_simd.hpp"
 #include "core/checks.hpp"
 #include "kernels/gemm.hpp"
 
@@ -31,58 +34,6 @@ struct tile {
   using batch = xsimd::batch<float, Arch>;
   static constexpr int mr = MR, nv = NV, nr = NV * static_cast<int>(batch::size);
 };
-
-// a * b + c rounded once, on every arch with FMA. xsimd 8.1 has no AVX-512 kernel for fma: its
-// generic a * b + c became vfmadd only where GCC contracted it (Release did; the sanitizer
-// builds, whose spills split the product from the sum, did not, and rounded twice), so AVX-512
-// batches take the intrinsic. Other archs take xsimd's: native on fma3<avx2>, two roundings on
-// SSE2, which has no FMA.
-template <class Arch>
-xsimd::batch<float, Arch> fused_fma(xsimd::batch<float, Arch> a, xsimd::batch<float, Arch> b,
-                                    xsimd::batch<float, Arch> c) noexcept {
-#ifdef __AVX512F__
-  if constexpr (xsimd::batch<float, Arch>::size == 16) return _mm512_fmadd_ps(a, b, c);
-#endif
-  return xsimd::fma(a, b, c);
-}
-
-// The floats at row[index[i]] (a gather). xsimd 8.1's batch::gather never reaches its AVX2 and
-// AVX-512 float kernels (it names them with a template argument they do not take) and falls to
-// its generic gather, a broadcast and a masked blend per lane through an out-of-line mask
-// constructor: packing K^T for bf16 spent 20% of the attention there (T 1024, AMX). So the
-// gather instructions are called here; SSE2, which has none, keeps xsimd's.
-template <class Arch>
-xsimd::batch<float, Arch> gather_floats(const float* row,
-                                        xsimd::batch<std::int32_t, Arch> index) noexcept {
-#ifdef __AVX512F__
-  if constexpr (xsimd::batch<float, Arch>::size == 16) return _mm512_i32gather_ps(index, row, 4);
-#endif
-#ifdef __AVX2__
-  if constexpr (xsimd::batch<float, Arch>::size == 8) return _mm256_i32gather_ps(row, index, 4);
-#endif
-  return xsimd::batch<float, Arch>::gather(row, index);
-}
-
-// Lane i of the result: the sum of the lanes of acc[i], for batch::size batches. xsimd 8.1's
-// AVX-512 haddp returns those sums permuted (lanes 2-3 swapped with 4-5, 10-11 with 12-13), so
-// a 16-lane batch adds its halves and takes AVX2's haddp of each eight; narrower batches take
-// xsimd's.
-template <class Arch>
-xsimd::batch<float, Arch> lane_sums(const xsimd::batch<float, Arch>* acc) noexcept {
-#ifdef __AVX512F__
-  if constexpr (xsimd::batch<float, Arch>::size == 16) {
-    using half = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;
-    half lo[8], hi[8];
-    for (int i = 0; i < 8; ++i) {
-      lo[i] = _mm256_add_ps(_mm512_castps512_ps256(acc[i]), _mm512_extractf32x8_ps(acc[i], 1));
-      hi[i] =
-          _mm256_add_ps(_mm512_castps512_ps256(acc[8 + i]), _mm512_extractf32x8_ps(acc[8 + i], 1));
-    }
-    return _mm512_insertf32x8(_mm512_castps256_ps512(xsimd::haddp(lo)), xsimd::haddp(hi), 1);
-  }
-#endif
-  return xsimd::haddp(acc);
-}
 
 // One step of k of the micro-kernel in the operands' unit (gemm.hpp): the B row the step streams
 // and the A element it broadcasts per row, and their product added to an accumulator.

@@ -20,33 +20,6 @@ xsimd::batch<float, Arch> lane_index() noexcept {
   return batch::load_aligned(index);
 }
 
-// The largest lane of m, by halving: log2(lanes) shuffles and maxima (xsimd 8.1 has no
-// horizontal max; the lanes through memory were a chain of lanes - 1 scalar maxima, 40% of the
-// softmax's own time at head_dim 8).
-template <class Arch>
-float largest_lane(xsimd::batch<float, Arch> m) noexcept {
-  // (Batches of 16 and 8 floats exist only in the translation units built with AVX-512 and
-  // AVX2, which alone declare those intrinsics.)
-  __m128 q;
-  if constexpr (xsimd::batch<float, Arch>::size == 16) {
-#ifdef __AVX512F__
-    const __m256 h =
-        _mm256_max_ps(_mm512_castps512_ps256(m),
-                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1)));
-    q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-#endif
-  } else if constexpr (xsimd::batch<float, Arch>::size == 8) {
-#ifdef __AVX2__
-    q = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-#endif
-  } else {
-    q = m;
-  }
-  q = _mm_max_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_max_ss(q, _mm_shuffle_ps(q, q, 1));
-  return _mm_cvtss_f32(q);
-}
-
 // isa_kernels::row_max: reads x up to n rounded up to the lanes; lanes past n count as -inf.
 template <class Arch>
 [[gnu::always_inline]] inline float row_max(const float* x, std::int64_t n) noexcept {

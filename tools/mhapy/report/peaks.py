@@ -121,7 +121,7 @@ def find_peak(results: ResultSet, one_core: float | None = None, all_cores: floa
 # ---------------------------------------------------------------------------------------------
 # Peaks per file and ISA (mha_bench's per-ISA keys and peak/<isa>/... entries)
 
-PEAK_ISAS = ("avx512", "avx2", "portable")
+PEAK_ISAS = ("avx512", "avx2", "neon", "portable")
 # A file's peak this far below the best for the same CPU model and ISA, or trials spreading
 # this much (min vs max), gets a warning: % of peak from that file is flattered.
 PEAK_LOW = 0.10

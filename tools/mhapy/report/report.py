@@ -76,6 +76,22 @@ class ModelInputs:
         return None
 
 
+def emulation_warning(results: ResultSet) -> list:
+    """A paragraph saying the timings are an emulator's where a file was measured under one
+    (its context's mha_emulation, which mha_bench fills in: e.g. aarch64 code under qemu-user on
+    an x86 host), else nothing."""
+    emulators = sorted({str(c["mha_emulation"]) for _, c in results.contexts if c.get("mha_emulation")})
+    if not emulators:
+        return []
+    return [
+        Para(
+            "**Measured under emulation**: these timings are the emulator's, not this CPU's "
+            f"(mha_emulation: {'; '.join(emulators)}). They show that the code runs and what it "
+            "computes; its speed waits for a run on the CPU itself."
+        )
+    ]
+
+
 def _machine_blocks(
     results: ResultSet,
     peaks: Peaks,
@@ -92,7 +108,8 @@ def _machine_blocks(
     forward = results.forward()
     heads, kv = mha_heads_series(forward.shapes())
     seqs = seq_series(forward.shapes())
-    blocks: list = _answer(results, heads, kv=kv) if answer else []
+    blocks: list = emulation_warning(results)
+    blocks += _answer(results, heads, kv=kv) if answer else []
     blocks += peer_ranking.section(results, folder, prefix)
     blocks += overview.summary(results)
     if notes.strip():

@@ -113,7 +113,13 @@ class PeakEntry:
 
 
 # How the report writes mha_dispatch's values; others ('mixed (...)') are shown as they are.
-DISPATCH_NAMES = {"avx512": "AVX-512", "avx2": "AVX2", "sse2": "SSE2", "native": "native dispatch"}
+DISPATCH_NAMES = {
+    "avx512": "AVX-512",
+    "avx2": "AVX2",
+    "sse2": "SSE2",
+    "neon": "NEON",
+    "native": "native dispatch",
+}
 
 
 @dataclass(frozen=True, order=True)
@@ -154,7 +160,7 @@ def _dispatch_from(context: dict) -> str:
         for k, v in sorted(context.items())
         if k.startswith("mha_backend_") and k.endswith("_description")
     ).lower()
-    for isa in ("avx512", "avx2", "sse2"):
+    for isa in ("avx512", "avx2", "sse2", "neon"):
         if isa in descriptions:
             return isa
     return str(context.get("mha_fma_peak_isa") or "native")

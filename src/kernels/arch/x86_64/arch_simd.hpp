@@ -1,0 +1,168 @@
+// Internal: the x86-64 vector primitives of the per-ISA kernels, for batches of the widths the
+// rows of kernel_isas.def build (16 floats with AVX-512, 8 with AVX2, 4 with SSE2): each picks
+// its instructions by the batch's width, and the wider forms exist only in the translation units
+// compiled with them. Included by micro/micro_kernel.hpp (see there for how it is compiled, and
+// the ODR rule: everything per ISA namespace). Every architecture's arch_simd.hpp defines the
+// same functions.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <xsimd/xsimd.hpp>
+
+namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
+
+// a * b + c rounded once, on every arch with FMA. xsimd 8.1 has no AVX-512 kernel for fma: its
+// generic a * b + c became vfmadd only where GCC contracted it (Release did; the sanitizer
+// builds, whose spills split the product from the sum, did not, and rounded twice), so AVX-512
+// batches take the intrinsic. Other archs take xsimd's: native on fma3<avx2>, two roundings on
+// SSE2, which has no FMA.
+template <class Arch>
+xsimd::batch<float, Arch> fused_fma(xsimd::batch<float, Arch> a, xsimd::batch<float, Arch> b,
+                                    xsimd::batch<float, Arch> c) noexcept {
+#ifdef __AVX512F__
+  if constexpr (xsimd::batch<float, Arch>::size == 16) return _mm512_fmadd_ps(a, b, c);
+#endif
+  return xsimd::fma(a, b, c);
+}
+
+// The floats at row[index[i]] (a gather). xsimd 8.1's batch::gather never reaches its AVX2 and
+// AVX-512 float kernels (it names them with a template argument they do not take) and falls to
+// its generic gather, a broadcast and a masked blend per lane through an out-of-line mask
+// constructor: packing K^T for bf16 spent 20% of the attention there (T 1024, AMX). So the
+// gather instructions are called here; SSE2, which has none, keeps xsimd's.
+template <class Arch>
+xsimd::batch<float, Arch> gather_floats(const float* row,
+                                        xsimd::batch<std::int32_t, Arch> index) noexcept {
+#ifdef __AVX512F__
+  if constexpr (xsimd::batch<float, Arch>::size == 16) return _mm512_i32gather_ps(index, row, 4);
+#endif
+#ifdef __AVX2__
+  if constexpr (xsimd::batch<float, Arch>::size == 8) return _mm256_i32gather_ps(row, index, 4);
+#endif
+  return xsimd::batch<float, Arch>::gather(row, index);
+}
+
+// Lane i of the result: the sum of the lanes of acc[i], for batch::size batches. xsimd 8.1's
+// AVX-512 haddp returns those sums permuted (lanes 2-3 swapped with 4-5, 10-11 with 12-13), so
+// a 16-lane batch adds its halves and takes AVX2's haddp of each eight; narrower batches take
+// xsimd's.
+template <class Arch>
+xsimd::batch<float, Arch> lane_sums(const xsimd::batch<float, Arch>* acc) noexcept {
+#ifdef __AVX512F__
+  if constexpr (xsimd::batch<float, Arch>::size == 16) {
+    using half = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;
+    half lo[8], hi[8];
+    for (int i = 0; i < 8; ++i) {
+      lo[i] = _mm256_add_ps(_mm512_castps512_ps256(acc[i]), _mm512_extractf32x8_ps(acc[i], 1));
+      hi[i] =
+          _mm256_add_ps(_mm512_castps512_ps256(acc[8 + i]), _mm512_extractf32x8_ps(acc[8 + i], 1));
+    }
+    return _mm512_insertf32x8(_mm512_castps256_ps512(xsimd::haddp(lo)), xsimd::haddp(hi), 1);
+  }
+#endif
+  return xsimd::haddp(acc);
+}
+
+// The largest lane of m, by halving: log2(lanes) shuffles and maxima (xsimd 8.1 has no
+// horizontal max; the lanes through memory were a chain of lanes - 1 scalar maxima, 40% of the
+// softmax's own time at head_dim 8).
+template <class Arch>
+float largest_lane(xsimd::batch<float, Arch> m) noexcept {
+  // (Batches of 16 and 8 floats exist only in the translation units built with AVX-512 and
+  // AVX2, which alone declare those intrinsics.)
+  __m128 q;
+  if constexpr (xsimd::batch<float, Arch>::size == 16) {
+#ifdef __AVX512F__
+    const __m256 h =
+        _mm256_max_ps(_mm512_castps512_ps256(m),
+                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1)));
+    q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+#endif
+  } else if constexpr (xsimd::batch<float, Arch>::size == 8) {
+#ifdef __AVX2__
+    q = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+#endif
+  } else {
+    q = m;
+  }
+  q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_max_ss(q, _mm_shuffle_ps(q, q, 1));
+  return _mm_cvtss_f32(q);
+}
+
+// lanes 8-bit codes at p as a float batch (exact: 0 to 255), by the widest widening load the
+// batch's width has (vpmovzxbd, then vcvtdq2ps; SSE2 unpacks with zeros).
+template <class Arch>
+xsimd::batch<float, Arch> widen_codes(const std::uint8_t* p) noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  // (Batches of 16 and 8 floats exist only in the translation units built with AVX-512 and
+  // AVX2, which alone declare those intrinsics.)
+  if constexpr (batch::size == 16) {
+#ifdef __AVX512F__
+    return batch(_mm512_cvtepi32_ps(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+#endif
+  } else if constexpr (batch::size == 8) {
+#ifdef __AVX2__
+    return batch(_mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+#endif
+  } else {
+    static_assert(batch::size == 4, "widen_codes: a batch of 4, 8 or 16 floats");
+    std::int32_t word;
+    std::memcpy(&word, p, sizeof word);
+    const __m128i zero = _mm_setzero_si128();
+    return batch(_mm_cvtepi32_ps(
+        _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(word), zero), zero)));
+  }
+}
+
+// lanes keys' code pairs (two bytes each) as 2 * lanes 16-bit integers (zero-extended bytes):
+// code_pair_dot's B (micro/code_dot.hpp).
+template <class Arch>
+xsimd::batch<std::int32_t, Arch> code_words(const std::uint16_t* p) noexcept {
+  using words = xsimd::batch<std::int32_t, Arch>;
+  if constexpr (words::size == 16) {
+#ifdef __AVX512BW__
+    return words(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+#endif
+  } else if constexpr (words::size == 8) {
+#ifdef __AVX2__
+    return words(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#endif
+  } else {
+    static_assert(words::size == 4, "code_words: a batch of 4, 8 or 16 lanes");
+    return words(_mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                                   _mm_setzero_si128()));
+  }
+}
+
+// acc (32-bit integer sums in float batches' bits) plus, per 32-bit lane, the sum of the
+// products of its two 16-bit halves in a and b: vpmaddwd (vpdpwssd where the build has
+// AVX512_VNNI), code_pair_dot's step (micro/code_dot.hpp).
+template <class Arch>
+xsimd::batch<float, Arch> add_pair_products(xsimd::batch<float, Arch> acc,
+                                            xsimd::batch<std::int32_t, Arch> a,
+                                            xsimd::batch<std::int32_t, Arch> b) noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  if constexpr (batch::size == 16) {
+#ifdef __AVX512F__
+    const __m512i sum = _mm512_castps_si512(acc);
+#ifdef __AVX512VNNI__
+    return batch(_mm512_castsi512_ps(_mm512_dpwssd_epi32(sum, a, b)));
+#else
+    return batch(_mm512_castsi512_ps(_mm512_add_epi32(sum, _mm512_madd_epi16(a, b))));
+#endif
+#endif
+  } else if constexpr (batch::size == 8) {
+#ifdef __AVX2__
+    return batch(
+        _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(acc), _mm256_madd_epi16(a, b))));
+#endif
+  } else {
+    return batch(_mm_castsi128_ps(_mm_add_epi32(_mm_castps_si128(acc), _mm_madd_epi16(a, b))));
+  }
+}
+
+}  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE
