@@ -54,8 +54,9 @@ std::string_view bf16_peak_isa_for(mha::isa kernel_isa);
 // one-thread runs of about 25 ms each, then the best of 3 runs of `threads` (>= 1) threads at
 // once (not pinned). Loops: AVX-512 (x86-64-v4) and
 // AVX2+FMA (x86-64-v3) when __builtin_cpu_supports says so, NEON's fmla on aarch64 (always), and
-// a portable 4-lane loop (mul + add where there is no FMA hardware). About 0.1 s per loop and 8 trials. The best of several
-// trials makes it robust to other load, not immune: the trials are kept so reports can say.
+// a portable 4-lane loop (mul + add where there is no FMA hardware). About 0.1 s per loop and 8
+// trials. The best of several trials makes it robust to other load, not immune: the trials are kept
+// so reports can say.
 fma_peak measure_fma_peak(int threads, int trials = 8);
 
 // `trials` one-thread runs of loop `isa` (a name of measure_fma_peak's loops), GFLOP/s each:
