@@ -14,10 +14,11 @@
 #   MHA_TEST_SANITIZERS    0 to skip the sanitizer runs (default: 1)
 #   MHA_TEST_FUZZ_SECONDS  seconds per fuzz target (default: 5)
 #   MHA_TEST_SLURM         0 to skip the Slurm test (default: 1)
-#   MHA_TEST_AARCH64       1 to run scripts/test-aarch64.sh at the end too (default: 0: its suite
-#                          under qemu-user alone took 15-21 minutes on a 2-core x86-64 host,
-#                          the cross-build aside, past the quarter hour this command keeps for
-#                          it within CI's 90 minutes; README's development section)
+#   MHA_TEST_AARCH64       1 to run scripts/test-aarch64.sh at the end too (default: 0: it took
+#                          12.5-21 minutes on a 2-core x86-64 host, most of it the suite under
+#                          qemu-user, a fresh machine's toolchain install and cold cross-build
+#                          aside: past the quarter hour this command keeps for it within CI's
+#                          90 minutes; README's development section)
 set -euo pipefail
 start=$SECONDS
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
