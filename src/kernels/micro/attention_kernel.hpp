@@ -706,6 +706,10 @@ struct attention_block {
   static constexpr int direct_registers = direct_lanes >= 16 ? 16 : 8;
   static constexpr int direct_units = pairs_of_bf16 ? 2 : 1;  // O's registers per step
 
+  // Rows whose O is held in registers at once, over `steps` register steps of head_dim.
+  static constexpr int direct_block_rows(std::int64_t steps) noexcept {
+    return static_cast<int>(direct_registers / (steps * direct_units));
+  }
   // Dimension steps of O kept in registers by direct_values (0: none, head_dim is too wide).
   std::int64_t direct_register_steps() const noexcept {
     const std::int64_t steps = a.head_dim / direct_step;
@@ -724,9 +728,6 @@ struct attention_block {
       float* o = s.accumulators + r * l.acc_cols;
       for (std::int64_t d = 0; d < hd; ++d) o[d] = first ? 0.0f : o[d] * s.rescale[r];
     }
-    // The register steps with O in registers: rows a few at a time, each V row widened once
-    // for them, over the keys they all see; then each row's own further keys, and the
-    // dimensions past the register steps, in memory.
     if constexpr (pairs_of_bf16) {  // the weights as P V's operands, once
       for (std::int64_t r = 0; r < rows; ++r) {
         float* p = s.scores + r * l.score_cols;
@@ -734,8 +735,11 @@ struct attention_block {
         for (std::int64_t j = 0; j < len; ++j) p[j] = round_bf16(p[j]);
       }
     }
+    // The register steps with O in registers: rows a few at a time, each V row widened once
+    // for them, over the keys they all see; then each row's own further keys, and the
+    // dimensions past the register steps, in memory.
     with_dimension<direct_registers / direct_units>(steps, [&](auto n) {
-      constexpr int N = decltype(n)::value, R = direct_registers / (N * direct_units);
+      constexpr int N = decltype(n)::value, R = direct_block_rows(N);
       for (std::int64_t r = 0; r < rows; r += R) {
         with_dimension<R>(rows - r < R ? rows - r : R,
                           [&](auto m) { direct_values_rows<N, decltype(m)::value>(r, j0, j1); });
@@ -767,8 +771,7 @@ struct attention_block {
   // Keys of [j0, j1) that every row of the register block of row r sees (the block's first row's:
   // positions, and so limits, do not decrease with the row).
   std::int64_t common_keys(std::int64_t r, std::int64_t j0, std::int64_t j1) const noexcept {
-    const std::int64_t steps = a.head_dim / direct_step;
-    const std::int64_t R = direct_registers / (steps * direct_units);
+    const std::int64_t R = direct_block_rows(a.head_dim / direct_step);
     const std::int64_t keys = row_keys(r / R * R, j0, j1);
     return keys < 0 ? 0 : keys;
   }
@@ -778,22 +781,22 @@ struct attention_block {
   template <int N, int R>
   void direct_values_rows(std::int64_t r0, std::int64_t j0, std::int64_t j1) const noexcept {
     using batch = xsimd::batch<float, Arch>;
-    constexpr std::int64_t lanes = direct_lanes, n = R;
+    constexpr std::int64_t lanes = direct_lanes;
     batch o[R][N * direct_units];
     const std::int64_t keys = common_keys(r0, j0, j1);
-    for (std::int64_t i = 0; i < n; ++i) {
+    for (int i = 0; i < R; ++i) {
       for (int u = 0; u < N * direct_units; ++u)
         o[i][u] = batch::load_unaligned(s.accumulators + (r0 + i) * l.acc_cols + u * lanes);
     }
     for (std::int64_t j = 0; j < keys; ++j) {
       const direct_unit* value = value_row_in_place(j0 + j);
-      for (std::int64_t i = 0; i < n; ++i) {
+      for (int i = 0; i < R; ++i) {
         const batch w(s.scores[(r0 + i) * l.score_cols + j]);
         for (int step = 0; step < N; ++step)
           direct_value_step(value, step * direct_step, w, o[i] + step * direct_units);
       }
     }
-    for (std::int64_t i = 0; i < n; ++i) {
+    for (int i = 0; i < R; ++i) {
       for (int u = 0; u < N * direct_units; ++u)
         o[i][u].store_unaligned(s.accumulators + (r0 + i) * l.acc_cols + u * lanes);
     }
