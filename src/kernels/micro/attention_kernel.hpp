@@ -451,11 +451,15 @@ struct attention_block {
           }
         }
       };
-      // A row block too short to hide the FMA latency takes several panels at once.
-      constexpr int group = panels_for<T, block_rows>;
+      // A row block too short to hide the FMA latency takes several panels at once: as many as
+      // panels_for asks, else half as many, ... (a decode step's one row over head_dim 64 in
+      // panels of 32 takes both together, not one at a time with two FMA chains).
       std::int64_t p = 0;
-      for (; p + group <= panels; p += group) add(std::integral_constant<int, group>{}, p);
-      for (; p < panels; ++p) add(std::integral_constant<int, 1>{}, p);
+      const auto add_groups = [&]<int G>(auto& self, std::integral_constant<int, G> group) {
+        for (; p + G <= panels; p += G) add(group, p);
+        if constexpr (G > 1) self(self, std::integral_constant<int, G / 2>{});
+      };
+      add_groups(add_groups, std::integral_constant<int, panels_for<T, block_rows>>{});
     });
   }
 
@@ -820,39 +824,6 @@ struct attention_block {
     }
   }
 
-  // Software prefetch (into L2) one key tile ahead, so that one phase's streams load while
-  // another computes: the next tile's K^T (and key scales) while this tile's scores and softmax
-  // run, its V (and value scales) while this tile's P V runs; the first tile's V at the start.
-  // A decode step over a long cache runs a few per cent faster (measurements: docs/design.md
-  // §5.1).
-  static void prefetch(const void* from, std::int64_t bytes) noexcept {
-    const char* p = static_cast<const char*>(from);
-    for (std::int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at, 0, 2);
-  }
-  void prefetch_values(std::int64_t j0, std::int64_t j1) const noexcept {
-    if (j1 <= j0) return;
-    const std::int64_t nr = l.values.nr, panels = l.acc_cols / nr, rows_of = value_rows();
-    const std::int64_t first = pairs_of_bf16 ? j0 / 2 : j0,
-                       count = pairs_of_bf16 ? (j1 - j0 + 1) / 2 : j1 - j0;
-    for (std::int64_t p = 0; p < panels; ++p) {
-      prefetch(v + p * rows_of * nr + first * nr,
-               count * nr * static_cast<std::int64_t>(sizeof(panel_unit)));
-    }
-    if constexpr (codes) {
-      prefetch(value_scale() + j0, (j1 - j0) * 4);
-      prefetch(value_offset() + j0, (j1 - j0) * 4);
-    }
-  }
-  void prefetch_keys(std::int64_t j0, std::int64_t j1) const noexcept {
-    if (j1 <= j0) return;
-    const std::int64_t du = dim_units();
-    prefetch(kt + j0 * du, (j1 - j0) * du * static_cast<std::int64_t>(sizeof(key_unit)));
-    if constexpr (codes) {
-      prefetch(key_scale() + j0, (j1 - j0) * 4);
-      prefetch(key_offset() + j0, (j1 - j0) * 4);
-    }
-  }
-
   void run() const noexcept {
     // The block's rows fit its scratch; key tiles and chunks start on a K^T panel and cover whole
     // registers of scores (attention_layout).
@@ -886,13 +857,9 @@ struct attention_block {
     }
     for (std::int64_t j0 = t.key_begin; j0 < key_end; j0 += l.key_tile) {
       const std::int64_t j1 = j0 + l.key_tile < key_end ? j0 + l.key_tile : key_end;
-      const std::int64_t j2 = j1 + l.key_tile < key_end ? j1 + l.key_tile : key_end;
-      if (j0 == t.key_begin) prefetch_values(j0, j1);
-      prefetch_keys(j1, j2);
       with_tile(Tiles{}, l.scores.nr, [&](auto tile) { scores(tile, j0, j1); });
       if (a.mask.active()) mask_scores(j0, j1);
       softmax(j0, j1);
-      prefetch_values(j1, j2);
       with_tile(Tiles{}, l.values.nr, [&](auto tile) { values(tile, j0, j1); });
     }
     store();
