@@ -65,6 +65,7 @@ class kv_cache {
            std::int64_t heads, std::int64_t head_bytes);
 
   struct aligned_delete {
+    std::size_t alignment;  // the storage's, as allocated
     void operator()(std::byte* p) const noexcept;
   };
 
@@ -72,7 +73,8 @@ class kv_cache {
   mha::precision precision_;
   std::int64_t capacity_, heads_, head_bytes_, bytes_;
   std::vector<std::int64_t> lengths_;
-  // Raw storage (64-byte aligned) in which each kernel set keeps elements of its own type.
+  // Raw storage (64-byte aligned; 2 MiB from 2 MiB, on huge pages where Linux grants them) in
+  // which each kernel set keeps elements of its own type.
   std::unique_ptr<std::byte[], aligned_delete> data_;
 };
 

@@ -3,6 +3,10 @@
 #include <functional>
 #include <new>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "core/checks.hpp"
 #include "core/text.hpp"
 #include "mha/backend.hpp"
@@ -11,8 +15,15 @@
 namespace mha {
 namespace {
 
-// The KV cache's storage starts on a cache line (and an AVX-512 register).
-constexpr std::size_t cache_alignment = 64;
+// The KV cache's storage starts on a cache line (and an AVX-512 register), and a storage of at
+// least a huge page on a huge page: a decode step streams the whole cache, and on Linux the
+// storage asks for transparent huge pages (madvise, where the system leaves them to the
+// program), so that the stream does not take a TLB miss every 4 KiB. B32 over 2k cached tokens
+// on a 2-core Xeon, 1 thread: fp32 cache 33.5 -> 30.4 ms, int8 15.6 -> 13.8 (docs/design.md §5.1).
+constexpr std::size_t line_alignment = 64, huge_page = std::size_t{2} << 20;
+std::size_t storage_alignment(std::int64_t bytes) noexcept {
+  return static_cast<std::size_t>(bytes) >= huge_page ? huge_page : line_alignment;
+}
 
 using detail::text;
 
@@ -86,15 +97,21 @@ kv_cache::kv_cache(const plan* owner, mha::precision precision, std::int64_t bat
       head_bytes_(head_bytes),
       bytes_(batch * heads * head_bytes),
       lengths_(static_cast<std::size_t>(batch), 0),
-      data_(static_cast<std::byte*>(
-          ::operator new (static_cast<std::size_t>(bytes_), std::align_val_t{cache_alignment}))) {
+      data_(static_cast<std::byte*>(::operator new (static_cast<std::size_t>(bytes_),
+                                                    std::align_val_t{storage_alignment(bytes_)})),
+            aligned_delete{storage_alignment(bytes_)}) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  // Advice only: where huge pages are off (or always on) this changes nothing.
+  if (data_.get() != nullptr && storage_alignment(bytes_) == huge_page)
+    madvise(data_.get(), static_cast<std::size_t>(bytes_), MADV_HUGEPAGE);
+#endif
   // Zeroed: the stated bytes are committed now, and the padding of a layout's panels holds
   // finite values that the kernels may read (and discard).
   std::memset(data_.get(), 0, static_cast<std::size_t>(bytes_));
 }
 
 void kv_cache::aligned_delete::operator()(std::byte* p) const noexcept {
-  ::operator delete (p, std::align_val_t{cache_alignment});
+  ::operator delete (p, std::align_val_t{alignment});
 }
 
 std::int64_t kv_cache::length(std::int64_t b) const {

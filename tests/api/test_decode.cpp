@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "driver/kv_cache_access.hpp"
 #include "mha/backends/onednn.hpp"
 #include "mha/error.hpp"
 #include "mha_testing.hpp"
@@ -508,6 +509,30 @@ TEST(DecodeSupport, CacheOfWholePanelsHasTheNominalSize) {
       const auto p = b.backend->prepare(cfg, form, w);
       EXPECT_EQ(p->make_cache(3, 4096).bytes(), std::size_t{2 * 3 * 4096 * 2 * 64 * 4}) << b.label;
     }
+  }
+}
+
+// A cache's storage starts on a cache line, and one of 2 MiB or more on a 2 MiB boundary (where
+// Linux can back it with huge pages), on every backend; it is zeroed and decodes as any other.
+TEST(DecodeSupport, LargeCacheStartsOnAHugePageBoundary) {
+  const mha::config cfg{.d_in = 16, .d_out = 128, .n_heads = 2, .context_length = 4096};
+  const mha::weights w = mha::weights::random(cfg, 1);
+  constexpr std::uintptr_t huge_page = std::uintptr_t{2} << 20;
+  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+    if (mha_test::declined(b, {cfg, formulation::split_weight, 1, 1, 3})) continue;
+    const auto p = b.backend->prepare(cfg, formulation::split_weight, w);
+    mha::kv_cache small = p->make_cache(1, 16), large = p->make_cache(2, 4096);
+    ASSERT_LT(small.bytes(), huge_page) << b.label;
+    ASSERT_GE(large.bytes(), huge_page) << b.label;
+    const auto address = [](mha::kv_cache& c) {
+      return reinterpret_cast<std::uintptr_t>(mha::detail::kv_cache_access::store(c).data);
+    };
+    EXPECT_EQ(address(small) % 64, 0u) << b.label;
+    EXPECT_EQ(address(large) % huge_page, 0u) << b.label;
+    const std::byte* data = mha::detail::kv_cache_access::store(large).data;
+    EXPECT_TRUE(std::all_of(data, data + large.bytes(), [](std::byte x) {
+      return x == std::byte{0};
+    })) << b.label;
   }
 }
 
