@@ -164,6 +164,29 @@ TEST_P(Int8Cache, DecodeMatchesTheNaiveReferenceAndItsBound) {
   RecordProperty("error_over_bound", std::to_string(error / bound));
 }
 
+// One query row per K/V head (no grouped heads), head_dims whose pairs (11 and 3) are not a
+// multiple of the integer kernel's accumulator chains: a decode step's scores read K^T as one
+// stream (code_pair_row), its remainder pairs too; the same function as naive's.
+TEST_P(Int8Cache, OneRowPerHeadMatchesTheNaiveReference) {
+  const auto& [backend, form, plan_precision] = GetParam();
+  for (const mha_test::shape& s : {mha_test::shape{2, 24, 16, 44, 2, true, true, true, 0, 0.0},
+                                   mha_test::shape{1, 24, 16, 18, 3, true, false, true, 0, 0.0}}) {
+    const mha::config cfg = config_of(s, plan_precision);
+    if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, 1, 8, precision::int8}))
+      GTEST_SKIP() << *why;
+    const mha::weights w = mha::weights::random(cfg, 7);
+    const std::vector<float> x =
+        mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 3, 2.0f);
+    const std::vector<float> got = decode(*backend.backend->prepare(cfg, form, w), x, s.batch,
+                                          s.seq_len, 24, 6, precision::int8);
+    const std::vector<float> expected = decode(*mha::naive_backend().prepare(cfg, form, w), x,
+                                               s.batch, s.seq_len, 24, 6, precision::int8);
+    const double tolerance = plan_precision == precision::bf16 ? mha_reference::bf16_bound : 1e-5;
+    EXPECT_LE(mha_test::max_abs_diff(got, expected), tolerance * mha_test::max_abs(expected))
+        << "head_dim " << cfg.head_dim();
+  }
+}
+
 // An outlier channel: key and value channel 0 of every head 50 times the rest (the pattern of
 // trained LLMs' keys), which coarsens every other channel's codes; still within the bound.
 TEST_P(Int8Cache, AnOutlierChannelStaysWithinTheBound) {

@@ -284,6 +284,17 @@ struct attention_block {
         return;
       }
     }
+    if constexpr (codes) {
+      if (rows == 1) {  // a decode step's one row: K^T read as one stream (code_pair_row)
+        const std::int64_t du = dim_units();
+        for (std::int64_t p = 0; p < panels; ++p) {
+          float* tile = s.scores + p * T::nr;
+          code_pair_row<T>(du, queries(), kt + j0 * du + p * du * T::nr, tile);
+          key_scores<T>(0, 1, j0 + p * T::nr, tile);
+        }
+        return;
+      }
+    }
     if (rows * T::nv < 8) {
       for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
         std::int64_t p = 0;

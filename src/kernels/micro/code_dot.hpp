@@ -64,6 +64,48 @@ struct code_pair_dot {
   }
 };
 
+// One query row's integer sums over a panel of code pairs (code_pair_dot's product for a row
+// block of one): the panel's du pair rows in memory order, split over `chains` accumulators by
+// pair row (integer sums: any order gives the same bits) so that one panel at a time hides the
+// dot's latency. The micro-kernel instead takes several panels side by side for that, which
+// reads as many interleaved streams of one panel's length (2 KiB at head_dim 64), too short for
+// the hardware prefetcher; this reads K^T as one stream.
+template <class T>
+void code_pair_row(std::int64_t du, const query_pair* a, const code_pair* panel,
+                   float* c) noexcept {
+  using arch = typename T::arch;
+  using batch = typename T::batch;
+  using words = code_pair_dot::words<arch>;
+  constexpr int nv = T::nv, nr = T::nr, lanes = static_cast<int>(batch::size);
+  constexpr int chains = nv >= 4 ? 2 : 8 / nv;
+  batch acc[chains][nv];
+  for (auto& chain : acc)
+    for (batch& x : chain) x = batch(0.0f);
+  std::int64_t kk = 0;
+  for (; kk + chains <= du; kk += chains) {
+#pragma GCC unroll 8
+    for (int h = 0; h < chains; ++h) {
+      const words q = code_pair_dot::broadcast_a<arch>(a[kk + h]);
+#pragma GCC unroll 8
+      for (int v = 0; v < nv; ++v) {
+        acc[h][v] = code_pair_dot::dot(
+            acc[h][v], q, code_pair_dot::load_b<arch>(panel + (kk + h) * nr + v * lanes));
+      }
+    }
+  }
+  for (; kk < du; ++kk) {
+    const words q = code_pair_dot::broadcast_a<arch>(a[kk]);
+    for (int v = 0; v < nv; ++v)
+      acc[0][v] = code_pair_dot::dot(acc[0][v], q,
+                                     code_pair_dot::load_b<arch>(panel + kk * nr + v * lanes));
+  }
+  for (int v = 0; v < nv; ++v) {
+    words sum = xsimd::bitwise_cast<words>(acc[0][v]);
+    for (int h = 1; h < chains; ++h) sum += xsimd::bitwise_cast<words>(acc[h][v]);
+    xsimd::bitwise_cast<batch>(sum).store_unaligned(c + v * lanes);
+  }
+}
+
 // Row q (head_dim floats) as query_pairs q ~ scale * qi, |qi| <= query_code_limit (core/int8.hpp),
 // each within scale / 2 of q / scale, the missing odd one 0; returns the scale (0 for a row of
 // zeros; NaN when q holds a NaN or an Inf, so that every score of the row is NaN, as the float
