@@ -439,10 +439,14 @@ TEST(AttentionCall, BadArgumentsAreNamed) {
   short_v.rows = 3;
   expect_error<invalid_argument>([&] { mha::attention(backend, q, k, short_v, out); },
                                  {"v (2, 2, 3, 16)", "expected the same shape"});
+  // out starts and ends inside v's buffer: a view running past v's end could also reach what
+  // the allocator placed after it (q's buffer, when the heap laid them out so).
+  std::vector<float> v_then_out(data.v.size() + data.out.size());
+  std::copy(data.v.begin(), data.v.end(), v_then_out.begin());
+  const auto v_inside = data.view<const float>(v_then_out.data(), c.kv_heads, c.keys);
   expect_error<invalid_argument>(
       [&] {
-        mha::attention(backend, q, k, v,
-                       data.view(const_cast<float*>(data.v.data()) + 4, c.heads, c.rows));
+        mha::attention(backend, q, k, v_inside, data.view(v_then_out.data() + 4, c.heads, c.rows));
       },
       {"out overlaps v"});
   auto null_q = q;
