@@ -73,8 +73,8 @@ class kv_cache {
   mha::precision precision_;
   std::int64_t capacity_, heads_, head_bytes_, bytes_;
   std::vector<std::int64_t> lengths_;
-  // Raw storage (64-byte aligned; 2 MiB from 2 MiB, on huge pages where Linux grants them) in
-  // which each kernel set keeps elements of its own type.
+  // Raw storage (64-byte aligned; a storage of 2 MiB or more 2 MiB-aligned, on huge pages where
+  // Linux grants them) in which each kernel set keeps elements of its own type.
   std::unique_ptr<std::byte[], aligned_delete> data_;
 };
 

@@ -259,7 +259,8 @@ struct attention_block {
   // Scores of keys [j0, j1) (j0 a multiple of T::nr) into columns [0, j1 - j0) of s.scores.
   // Panels outer, micro-blocks inner: a (head_dim, nr) panel of K^T stays in L1. A row block
   // too short to hide the FMA latency on its own (a decode step's one row) takes
-  // panels_for<T, R> panels at once.
+  // panels_for<T, R> panels at once; an int8 cache's one row instead takes one panel at a time
+  // over several integer accumulators (code_pair_row), so that K^T's codes are one stream.
   template <class T>
   void scores(T, std::int64_t j0, std::int64_t j1) const noexcept {
     const std::int64_t last = rows_end(0, rows);
