@@ -114,7 +114,6 @@ void check_mask(const attention_mask& m, std::int64_t batch, std::int64_t heads,
   }
 }
 
-// mha::attention on operands of T: float, or bfloat16 (read as detail::bf16).
 // mha::attention on operands of T (float, or bfloat16 read as detail::bf16) into out of O (float,
 // or bfloat16 with bfloat16 operands).
 template <class T, class O>

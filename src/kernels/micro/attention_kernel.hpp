@@ -40,6 +40,16 @@ void for_row_blocks(std::int64_t r, std::int64_t rows, F&& f) noexcept {
   }
 }
 
+// f(std::integral_constant<int, P>{}, p) for the panel groups of panels [p, panels): groups of
+// G panels (panels_for's count), then of G / 2, ..., 1 for the panels left, each group as wide as
+// what is left allows (a decode row over head_dim 64 in panels of 32 takes its two panels
+// together, not one at a time with half the FMA chains). G is a power of two.
+template <int G, class F>
+void for_panel_groups(std::int64_t p, std::int64_t panels, F&& f) noexcept {
+  for (; p + G <= panels; p += G) f(std::integral_constant<int, G>{}, p);
+  if constexpr (G > 1) for_panel_groups<G / 2>(p, panels, f);
+}
+
 // f(std::integral_constant<int, n>) for the n in [1, N] equal to runtime n.
 template <int N, class F>
 void with_dimension(std::int64_t n, F&& f) noexcept {
@@ -259,8 +269,9 @@ struct attention_block {
   // Scores of keys [j0, j1) (j0 a multiple of T::nr) into columns [0, j1 - j0) of s.scores.
   // Panels outer, micro-blocks inner: a (head_dim, nr) panel of K^T stays in L1. A row block
   // too short to hide the FMA latency on its own (a decode step's one row) takes
-  // panels_for<T, R> panels at once; an int8 cache's one row instead takes one panel at a time
-  // over several integer accumulators (code_pair_row), so that K^T's codes are one stream.
+  // panels_for<T, R> panels at once (for_panel_groups); an int8 cache's one row instead takes one
+  // panel at a time over several integer accumulators (code_pair_row), so that K^T's codes are one
+  // stream.
   template <class T>
   void scores(T, std::int64_t j0, std::int64_t j1) const noexcept {
     const std::int64_t last = rows_end(0, rows);
@@ -298,10 +309,9 @@ struct attention_block {
     }
     if (rows * T::nv < 8) {
       for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
-        std::int64_t p = 0;
-        for (; p + panels_for<T, R> <= panels; p += panels_for<T, R>)
-          score_panels<T, R, panels_for<T, R>>(r, j0, p);
-        for (; p < panels; ++p) score_panels<T, R, 1>(r, j0, p);
+        for_panel_groups<panels_for<T, R>>(0, panels, [&](auto group, std::int64_t p) {
+          score_panels<T, R, decltype(group)::value>(r, j0, p);
+        });
       });
       return;
     }
@@ -463,15 +473,8 @@ struct attention_block {
           }
         }
       };
-      // A row block too short to hide the FMA latency takes several panels at once: as many as
-      // panels_for asks, else half as many, ... (a decode step's one row over head_dim 64 in
-      // panels of 32 takes both together, not one at a time with two FMA chains).
-      std::int64_t p = 0;
-      const auto add_groups = [&]<int G>(auto& self, std::integral_constant<int, G> group) {
-        for (; p + G <= panels; p += G) add(group, p);
-        if constexpr (G > 1) self(self, std::integral_constant<int, G / 2>{});
-      };
-      add_groups(add_groups, std::integral_constant<int, panels_for<T, block_rows>>{});
+      // A row block too short to hide the FMA latency takes several panels at once.
+      for_panel_groups<panels_for<T, block_rows>>(0, panels, add);
     });
   }
 
