@@ -2,9 +2,11 @@
 // incremental (decode) calls of a plan (docs/design.md §1.4).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "mha/config.hpp"
@@ -23,9 +25,12 @@ struct kv_cache_access;
 // group once for its query heads), in the layout the plan's kernels read (opaque; docs/design.md
 // §1.4 describes each backend's).
 //
-// A cache belongs to the plan that made it (a run with another plan's cache throws). Not
-// thread-safe: a run writes it, so concurrent runs need one cache each (they may share the
-// plan). Movable, not copyable.
+// A cache belongs to the plan that made it (a run with another plan's cache throws). One caller
+// at a time: a run, reset or truncate holds the cache for its duration, and a second one that
+// starts meanwhile (on another thread) throws mha::invalid_argument naming the concurrent use and
+// changes nothing, so that nothing is ever written past the capacity; concurrent runs need one
+// cache each (they may share the plan). Reading lengths() while a run holds it is a data race.
+// Movable (not while held), not copyable.
 class kv_cache {
  public:
   kv_cache(kv_cache&&) noexcept = default;
@@ -47,7 +52,7 @@ class kv_cache {
   std::size_t bytes() const noexcept { return static_cast<std::size_t>(bytes_); }
 
   // Forgets every sequence (lengths 0); the storage stays.
-  void reset() noexcept;
+  void reset();
   // Forgets sequence b (0 <= b < batch(), else mha::invalid_argument): continuous batching
   // starts a new sequence in a finished one's slot.
   void reset(std::int64_t b);
@@ -69,10 +74,33 @@ class kv_cache {
     void operator()(std::byte* p) const noexcept;
   };
 
+  // Set while a call holds the cache (claim, in plan.cpp): the lengths, and the storage past
+  // them, change only under it. A moved cache is not held.
+  struct use_flag {
+    std::atomic<bool> held{false};
+    use_flag() = default;
+    use_flag(use_flag&&) noexcept {}
+    use_flag& operator=(use_flag&&) noexcept { return *this; }
+  };
+  // Holds the cache for one call: taken atomically, so of two calls that start together one
+  // holds it and the other throws (mha::invalid_argument naming `where` and the concurrent use)
+  // before either reads a length.
+  class claim {
+   public:
+    claim(kv_cache& cache, std::string_view where);
+    ~claim();
+    claim(const claim&) = delete;
+    claim& operator=(const claim&) = delete;
+
+   private:
+    kv_cache& cache_;
+  };
+
   const plan* owner_;
   mha::precision precision_;
   std::int64_t capacity_, heads_, head_bytes_, bytes_;
   std::vector<std::int64_t> lengths_;
+  use_flag in_use_;
   // Raw storage (64-byte aligned; a storage of 2 MiB or more 2 MiB-aligned, on huge pages where
   // Linux grants them) in which each kernel set keeps elements of its own type.
   std::unique_ptr<std::byte[], aligned_delete> data_;

@@ -47,13 +47,14 @@ bool overlap(const float* a, std::int64_t a_size, const float* b, std::int64_t b
 
 void check_run(std::string_view where, const config& cfg, tensor_view<const float> x,
                tensor_view<float> y, const run_options& options) {
-  if (x.data() == nullptr) throw invalid_argument(text(where, ": input x has no data (nullptr)"));
-  if (y.data() == nullptr) throw invalid_argument(text(where, ": output y has no data (nullptr)"));
+  // The sizes first: an empty input's data may be null, and its size is what is wrong.
   if (x.batch() < 1)
     throw invalid_argument(text(where, ": input batch (", x.batch(), ") must be >= 1"));
   if (x.seq_len() < 1) {
     throw invalid_argument(text(where, ": input seq_len (", x.seq_len(), ") must be >= 1"));
   }
+  if (x.data() == nullptr) throw invalid_argument(text(where, ": input x has no data (nullptr)"));
+  if (y.data() == nullptr) throw invalid_argument(text(where, ": output y has no data (nullptr)"));
   if (x.seq_len() > cfg.context_length) {
     throw invalid_argument(text(where, ": input seq_len (", x.seq_len(),
                                 ") exceeds context_length (", cfg.context_length, ")"));
@@ -110,6 +111,16 @@ kv_cache::kv_cache(const plan* owner, mha::precision precision, std::int64_t bat
   std::memset(data_.get(), 0, static_cast<std::size_t>(bytes_));
 }
 
+kv_cache::claim::claim(kv_cache& cache, std::string_view where) : cache_(cache) {
+  if (cache.in_use_.held.exchange(true, std::memory_order_acquire)) {
+    throw invalid_argument(text(where,
+                                ": the kv_cache is in use by another call (on another thread); "
+                                "a cache is one caller's at a time: make one cache per thread"));
+  }
+}
+
+kv_cache::claim::~claim() { cache_.in_use_.held.store(false, std::memory_order_release); }
+
 void kv_cache::aligned_delete::operator()(std::byte* p) const noexcept {
   ::operator delete (p, std::align_val_t{alignment});
 }
@@ -122,15 +133,21 @@ std::int64_t kv_cache::length(std::int64_t b) const {
   return lengths_[static_cast<std::size_t>(b)];
 }
 
-void kv_cache::reset() noexcept { std::fill(lengths_.begin(), lengths_.end(), 0); }
+void kv_cache::reset() {
+  const claim held(*this, "kv_cache: reset");
+  std::fill(lengths_.begin(), lengths_.end(), 0);
+}
 
 void kv_cache::reset(std::int64_t b) {
   length(b);  // the range check
+  const claim held(*this, "kv_cache: reset");
   lengths_[static_cast<std::size_t>(b)] = 0;
 }
 
 void kv_cache::truncate(std::int64_t b, std::int64_t length) {
-  const std::int64_t held = this->length(b);  // the range check of b
+  this->length(b);  // the range check of b
+  const claim claimed(*this, "kv_cache: truncate");
+  const std::int64_t held = lengths_[static_cast<std::size_t>(b)];
   if (length < 0 || length > held) {
     throw invalid_argument(text("kv_cache: truncate to length ", length, " of sequence ", b,
                                 " must be in [0, ", held, "], the tokens it holds"));
@@ -179,6 +196,7 @@ kv_cache plan::make_cache(std::int64_t batch, std::int64_t capacity,
 void plan::run(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache,
                const run_options& options) const {
   check_run(backend_name_, config_, x, y, options);
+  const kv_cache::claim held(cache, backend_name_);
   if (cache.owner_ != this) {
     throw invalid_argument(text(backend_name_,
                                 ": the kv_cache was made by another plan; a cache "

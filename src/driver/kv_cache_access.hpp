@@ -19,6 +19,12 @@ struct kv_cache_access {
   static void hold_zero_tokens(kv_cache& c, std::int64_t n) noexcept {
     std::fill(c.lengths_.begin(), c.lengths_.end(), n);
   }
+  // mha_testing::hold: f() while c is held, as by a call in progress.
+  template <class F>
+  static void hold(kv_cache& c, F&& f) {
+    const kv_cache::claim held(c, "mha_testing::hold");
+    f();
+  }
 };
 
 // The row-major layout: per (sequence, K/V head), `capacity` key rows of head_dim elements of T

@@ -8,4 +8,8 @@ void hold_zero_tokens(mha::kv_cache& cache, std::int64_t n) noexcept {
   mha::detail::kv_cache_access::hold_zero_tokens(cache, n);
 }
 
+void hold(mha::kv_cache& cache, const std::function<void()>& f) {
+  mha::detail::kv_cache_access::hold(cache, f);
+}
+
 }  // namespace mha_testing

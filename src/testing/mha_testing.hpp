@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "mha/kv_cache.hpp"
 
@@ -14,5 +15,9 @@ namespace mha_testing {
 // timed without its prefill. Valid while the cache's rows below n were never written (a cache
 // is zeroed when made), e.g. to rewind to n after the steps that appended past it.
 void hold_zero_tokens(mha::kv_cache& cache, std::int64_t n) noexcept;
+
+// Runs f while `cache` is held as a call in progress holds it (kv_cache's one caller at a time),
+// so that a test can make a second caller meet it.
+void hold(mha::kv_cache& cache, const std::function<void()>& f);
 
 }  // namespace mha_testing

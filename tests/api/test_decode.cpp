@@ -9,9 +9,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -407,6 +411,61 @@ TEST_P(DecodeBackend, ConcurrentRunsOnDifferentCaches) {
     EXPECT_TRUE(same_rows(backend(), got[static_cast<std::size_t>(i)], full_)) << i;
 }
 
+// Two threads decode into one cache with one free slot, many times over: one call holds the
+// cache (kv_cache's one caller at a time), so exactly one token is appended, the other call
+// throws (naming the concurrent use, or the capacity when it came second) and the cache never
+// holds more than its capacity. Before the claim, both passed the capacity check and wrote K and
+// V past the storage (ASan: heap-buffer-overflow). Under TSan too (the xsimd and naive cases).
+TEST_P(DecodeBackend, ConcurrentRunsOnOneCacheNeverPassItsCapacity) {
+  constexpr std::int64_t capacity = 6;
+  mha::kv_cache cache = plan_->make_cache(batch, capacity);
+  step(cache, {0, 0, 0}, capacity - 1);
+  for (int round = 0; round < 100; ++round) {
+    for (std::int64_t b = 0; b < batch; ++b) cache.truncate(b, capacity - 1);
+    std::atomic<int> ready{0}, appended{0}, refused{0};
+    const auto decode = [&] {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      try {
+        step(cache, {5, 5, 5}, 1);
+        appended.fetch_add(1);
+      } catch (const mha::invalid_argument& e) {
+        const std::string what = e.what();
+        EXPECT_TRUE(what.find("in use by another call") != std::string::npos ||
+                    what.find("past the cache's capacity (6)") != std::string::npos)
+            << what;
+        refused.fetch_add(1);
+      }
+    };
+    std::thread first(decode), second(decode);
+    first.join();
+    second.join();
+    ASSERT_EQ(appended.load(), 1) << "round " << round;
+    ASSERT_EQ(refused.load(), 1) << "round " << round;
+    ASSERT_EQ(cache.lengths(), std::vector<std::int64_t>(batch, capacity)) << "round " << round;
+  }
+}
+
+// A cache held by a call refuses a second caller whatever it asks (run, reset, truncate) and is
+// left as it was; released, it serves the next.
+TEST_P(DecodeBackend, CacheHeldByACallRefusesAnother) {
+  mha::kv_cache cache = plan_->make_cache(batch, seq_len);
+  step(cache, {0, 0, 0}, 2);
+  mha_testing::hold(cache, [&] {
+    for (const auto& call : std::initializer_list<std::function<void()>>{
+             [&] {
+               step(cache, {2, 2, 2}, 1);
+             },
+             [&] { cache.reset(); }, [&] { cache.reset(1); }, [&] { cache.truncate(0, 1); }}) {
+      mha_test::expect_error<mha::invalid_argument>(call, {"kv_cache", "in use by another call"});
+    }
+  });
+  EXPECT_EQ(cache.lengths(), (std::vector<std::int64_t>{2, 2, 2}));
+  const std::vector<float> ys = step(cache, {2, 2, 2}, 1);
+  EXPECT_TRUE(same_rows(backend(), sequence(ys, 0, 1, cfg.d_out), expected(0, 2, 1)));
+}
+
 INSTANTIATE_TEST_SUITE_P(All, DecodeBackend,
                          testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
                                           testing::ValuesIn(mha::formulations())),
@@ -497,6 +556,39 @@ INSTANTIATE_TEST_SUITE_P(All, DecodeLongCache,
                                   std::string(mha::to_string(std::get<1>(p.param))) + "_h" +
                                   std::to_string(std::get<2>(p.param));
                          });
+
+// Calls of every size where the kernels' row blocking changes (1, 2, 7, 8, 9, 15, 16, 17 tokens:
+// 2 to 34 stacked rows with two query heads per K/V head), head sizes of the narrow path (8) and
+// of the register tiles (16), fp32 and bf16: every call's rows are the full forward's, bit for
+// bit where the backend decodes with its forward's kernels.
+TEST(DecodeSupport, EveryCallSizeWhereTheBlockingChanges) {
+  for (const std::int64_t head_dim : {8, 16}) {
+    for (const mha::precision precision : {mha::precision::fp32, mha::precision::bf16}) {
+      const mha::config cfg{.d_in = 16,
+                            .d_out = 4 * head_dim,
+                            .n_heads = 4,
+                            .context_length = 40,
+                            .n_kv_heads = 2,
+                            .precision = precision};
+      const mha::weights w = mha::weights::random(cfg, 5);
+      const std::vector<float> x = mha_test::random_floats(2 * 40 * 16, 17, 2.0f);
+      for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+        for (const formulation form : mha::formulations()) {
+          if (mha_test::declined(b, {cfg, form, 2, 1, 3})) continue;
+          const auto p = b.backend->prepare(cfg, form, w);
+          for (const std::int64_t chunk : {1, 2, 7, 8, 9, 15, 16, 17}) {
+            SCOPED_TRACE(b.label + " " + std::string(mha::to_string(form)) + " " +
+                         mha::to_string(cfg) + " chunk " + std::to_string(chunk));
+            mha::kv_cache cache = p->make_cache(2, 40);
+            EXPECT_TRUE(matches_calls(*b.backend, *p, w, x,
+                                      incremental(*p, cache, x, 2, 40, chunk, chunk), 2, 40, chunk,
+                                      chunk));
+          }
+        }
+      }
+    }
+  }
+}
 
 // With GPT-2's head_dim (64) and a capacity of whole panels, a cache is exactly its nominal size
 // on every backend: 2 * B * capacity * H_kv * head_dim floats.
