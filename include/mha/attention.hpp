@@ -72,9 +72,12 @@ struct attention_options {
 // attention: PyTorch's enable_gqa), out (B, H, L, D). A query row that sees no key (every key
 // masked, or none under bottom_right causal when L > S) is zeros, as PyTorch's SDPA gives.
 // Runs `backend`'s fused kernels (no L x S scores on xsimd and tbb; naive holds them as the
-// reference); out must not overlap the inputs. Throws mha::invalid_argument naming the shape,
-// stride or option that does not hold, mha::unsupported when the backend has no attention call
-// (backend::supports_attention says why).
+// reference). Sizes may be 0, as SDPA's: nothing to compute, or zeros where there is no key. out
+// must not share memory with q, k, v or the mask, and its elements (and each key of k and v)
+// must lie in memory of their own (no stride of 0 over a dimension of several). Every finite
+// mask value computes as SDPA's (float32's lowest included). Throws mha::invalid_argument naming
+// the shape, stride or option that does not hold, mha::unsupported when the backend has no
+// attention call (backend::supports_attention says why).
 void attention(const backend& backend, heads_view<const float> q, heads_view<const float> k,
                heads_view<const float> v, heads_view<float> out,
                const attention_options& options = {});

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <iterator>
+#include <limits>
 #include <optional>
 #include <string_view>
 #include <type_traits>
@@ -34,12 +36,20 @@ std::string shape_of(const heads_view<T>& t) {
 }
 
 template <class T>
+bool empty(const heads_view<T>& t) {
+  return t.batch == 0 || t.heads == 0 || t.rows == 0 || t.head_dim == 0;
+}
+
+// Sizes may be 0 (SDPA's empty tensors: nothing to compute); an empty view may have no data.
+template <class T>
 void check_view(std::string_view name, const heads_view<T>& t) {
-  if (t.data == nullptr) throw invalid_argument(text(where, ": ", name, " has no data (nullptr)"));
-  if (t.batch < 1 || t.heads < 1 || t.rows < 1 || t.head_dim < 1) {
+  if (t.batch < 0 || t.heads < 0 || t.rows < 0 || t.head_dim < 0) {
     throw invalid_argument(text(where, ": ", name, " is ", shape_of(t),
-                                ", expected (batch, heads, rows, head_dim) each >= 1"));
+                                ", expected (batch, heads, rows, head_dim) each >= 0"));
   }
+  if (t.data == nullptr && !empty(t))
+    throw invalid_argument(
+        text(where, ": ", name, " of shape ", shape_of(t), " has no data (nullptr)"));
   if (t.batch_stride < 0 || t.head_stride < 0 || t.row_stride < 0) {
     throw invalid_argument(text(where, ": ", name, " has strides (", t.batch_stride, ", ",
                                 t.head_stride, ", ", t.row_stride, ", 1), expected >= 0"));
@@ -48,11 +58,14 @@ void check_view(std::string_view name, const heads_view<T>& t) {
 }
 
 // The last element's offset + 1 of a strided view whose last dimension is contiguous (`last`
-// elements) and whose other dimensions are (size, stride) pairs; nullopt past what an int64
-// counts (the kernels index views with int64 offsets).
+// elements) and whose other dimensions are (size, stride) pairs (0 when a size is 0); nullopt
+// past what an int64 counts (the kernels index views with int64 offsets).
 std::optional<std::int64_t> extent_of(
     std::int64_t last, std::initializer_list<std::pair<std::int64_t, std::int64_t>> dims) {
   std::int64_t total = last;
+  for (const auto& [n, stride] : dims) {
+    if (n == 0) return 0;
+  }
   for (const auto& [n, stride] : dims) {
     std::int64_t span = 0;
     if (__builtin_mul_overflow(n - 1, stride, &span) ||
@@ -76,6 +89,26 @@ std::int64_t extent(std::string_view name, const heads_view<T>& t) {
   return *total;
 }
 
+// Whether two elements of a view may be one: its dimensions of more than one element, taken by
+// stride, must each step past the extent of those before (a stride of 0, an expanded dimension,
+// repeats every element). Such an out would be written several times over, and the work of a
+// call could exceed the memory behind it.
+template <class T>
+bool overlaps_itself(const heads_view<T>& t) {
+  if (empty(t)) return false;
+  std::pair<std::int64_t, std::int64_t> dims[] = {
+      {t.head_dim, 1}, {t.rows, t.row_stride}, {t.heads, t.head_stride}, {t.batch, t.batch_stride}};
+  std::sort(std::begin(dims), std::end(dims),
+            [](const auto& x, const auto& y) { return x.second < y.second; });
+  std::int64_t extent = 1;  // of the dimensions taken so far
+  for (const auto& [n, stride] : dims) {
+    if (n <= 1) continue;
+    if (stride < extent) return true;
+    extent = (n - 1) * stride + extent;  // within the view's checked extent
+  }
+  return false;
+}
+
 // Whether a's first a_size and b's first b_size elements share a byte.
 template <class A, class B>
 bool overlap(const A* a, std::int64_t a_size, const B* b, std::int64_t b_size) {
@@ -86,10 +119,24 @@ bool overlap(const A* a, std::int64_t a_size, const B* b, std::int64_t b_size) {
          before(b0, a0 + a_size * static_cast<std::int64_t>(sizeof(A)));
 }
 
+// The mask's extent in bytes (0 without one); checked by check_mask.
+std::int64_t mask_bytes(const attention_mask& m) {
+  if (m.type == attention_mask::kind::none) return 0;
+  const std::int64_t unit = m.type == attention_mask::kind::boolean ? 1 : sizeof(float);
+  return unit *
+         *extent_of(m.keys,
+                    {{m.batch, m.batch_stride}, {m.heads, m.head_stride}, {m.rows, m.row_stride}});
+}
+
 void check_mask(const attention_mask& m, std::int64_t batch, std::int64_t heads, std::int64_t rows,
                 std::int64_t keys) {
   if (m.type == attention_mask::kind::none) return;
-  if (m.data == nullptr) throw invalid_argument(text(where, ": the mask has no data (nullptr)"));
+  if (m.type != attention_mask::kind::additive && m.type != attention_mask::kind::boolean) {
+    throw invalid_argument(text(where, ": the mask's kind (", static_cast<int>(m.type),
+                                ") is not none, additive or boolean"));
+  }
+  if (m.data == nullptr && rows * keys != 0)
+    throw invalid_argument(text(where, ": the mask has no data (nullptr)"));
   const auto dim = [](std::string_view name, std::int64_t got, std::int64_t full) {
     if (got != full && got != 1) {
       throw invalid_argument(
@@ -107,10 +154,24 @@ void check_mask(const attention_mask& m, std::int64_t batch, std::int64_t heads,
     throw invalid_argument(text(where, ": the mask has strides (", m.batch_stride, ", ",
                                 m.head_stride, ", ", m.row_stride, ", 1), expected >= 0"));
   }
-  if (!extent_of(m.keys,
-                 {{m.batch, m.batch_stride}, {m.heads, m.head_stride}, {m.rows, m.row_stride}})) {
+  const auto extent = extent_of(
+      m.keys, {{m.batch, m.batch_stride}, {m.heads, m.head_stride}, {m.rows, m.row_stride}});
+  if (!extent || *extent > std::numeric_limits<std::int64_t>::max() / 4) {
     throw invalid_argument(text(where, ": the mask's strides (", m.batch_stride, ", ",
                                 m.head_stride, ", ", m.row_stride, ") reach past 2^63 elements"));
+  }
+}
+
+// Rows [i0, i1) of every (b, h) of out: zeros (rows that see no key).
+template <class O>
+void zero_rows(const heads_view<O>& out, std::int64_t i0, std::int64_t i1) {
+  for (std::int64_t b = 0; b < out.batch; ++b) {
+    for (std::int64_t h = 0; h < out.heads; ++h) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        O* row = out.data + b * out.batch_stride + h * out.head_stride + i * out.row_stride;
+        std::fill(row, row + out.head_dim, O{});
+      }
+    }
   }
 }
 
@@ -140,7 +201,7 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
     throw invalid_argument(
         text(where, ": k is ", shape_of(k), " and v ", shape_of(v), ", expected the same shape"));
   }
-  if (heads % k.heads != 0) {
+  if (k.heads == 0 ? heads != 0 : heads % k.heads != 0) {
     throw invalid_argument(text(where, ": q has ", heads, " heads and k ", k.heads,
                                 ": the query heads must be a multiple of the key/value heads"));
   }
@@ -148,12 +209,39 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
     throw invalid_argument(
         text(where, ": out is ", shape_of(out), ", expected ", shape_of(q), " (q's shape)"));
   }
+  // Every element of out its own memory, which holds none of the operands: each result is
+  // written once, after what it reads. (Whole memory ranges are compared: views that interleave
+  // without sharing an element are refused too.)
+  if (overlaps_itself(out)) {
+    throw invalid_argument(text(where, ": out of shape ", shape_of(out), " has strides (",
+                                out.batch_stride, ", ", out.head_stride, ", ", out.row_stride,
+                                ", 1) under which its elements overlap (a stride of 0, an expanded "
+                                "dimension?): each result needs memory of its own"));
+  }
+  // A key is its own memory too: with a row stride of 0 (an expanded key dimension) the keys, and
+  // the work, would have no bound in the memory behind them.
+  for (const auto& [name, in] : {std::pair{"k", k}, {"v", v}}) {
+    if (!empty(in) && in.rows > 1 && in.row_stride == 0) {
+      throw invalid_argument(text(where, ": ", name, " has ", in.rows,
+                                  " keys at row stride 0 (an expanded key dimension): expected "
+                                  "each key in memory of its own"));
+    }
+  }
   const std::int64_t out_size = extent("out", out);
   for (const auto& [name, in] : {std::pair{"q", q}, {"k", k}, {"v", v}}) {
-    if (overlap(out.data, out_size, in.data, extent(name, in)))
-      throw invalid_argument(text(where, ": out overlaps ", name));
+    if (overlap(out.data, out_size, in.data, extent(name, in))) {
+      throw invalid_argument(text(where, ": out may overlap ", name,
+                                  ": their memory ranges intersect (out must not share memory "
+                                  "with q, k, v or the mask)"));
+    }
   }
   check_mask(options.mask, batch, heads, rows, keys);
+  if (overlap(reinterpret_cast<const std::byte*>(out.data), out_size * std::int64_t{sizeof(O)},
+              static_cast<const std::byte*>(options.mask.data), mask_bytes(options.mask))) {
+    throw invalid_argument(text(where,
+                                ": out may overlap the mask: their memory ranges intersect (out "
+                                "must not share memory with q, k, v or the mask)"));
+  }
   if (options.precision == precision::int8) {
     throw invalid_argument(text(where, ": precision int8 is a KV cache's, expected fp32 or bf16"));
   }
@@ -162,7 +250,9 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
                                 to_string(options.precision),
                                 ": bfloat16 operands are computed in precision bf16 (set it)"));
   }
-  const float scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = options.scale ? *options.scale
+                      : hd > 0      ? 1.0f / std::sqrt(static_cast<float>(hd))
+                                    : 1.0f;
   if (!std::isfinite(scale)) {
     throw invalid_argument(text(where, ": scale (", scale, ") must be finite"));
   }
@@ -172,6 +262,11 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
   }
   if (const support s = backend.supports_attention(options.precision); !s)
     throw unsupported(text(backend.name(), ": ", s.reason()));
+  if (empty(out)) return;  // nothing to compute (SDPA's empty result)
+  if (keys == 0) {         // every row sees no key: zeros
+    zero_rows(out, 0, rows);
+    return;
+  }
 
   const bool boolean = options.mask.type == attention_mask::kind::boolean;
   const std::int64_t mask_unit = boolean ? 1 : static_cast<std::int64_t>(sizeof(float));
@@ -229,15 +324,7 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
   } else if (rows <= keys) {
     call(0, rows, keys, true);
   } else {
-    // The first rows - keys rows see no key.
-    for (std::int64_t b = 0; b < batch; ++b) {
-      for (std::int64_t h = 0; h < heads; ++h) {
-        for (std::int64_t i = 0; i < rows - keys; ++i) {
-          O* row = out.data + b * out.batch_stride + h * out.head_stride + i * out.row_stride;
-          std::fill(row, row + hd, O{});
-        }
-      }
-    }
+    zero_rows(out, 0, rows - keys);  // the first rows - keys rows see no key
     call(rows - keys, keys, keys, true);
   }
 }

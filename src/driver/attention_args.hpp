@@ -54,6 +54,11 @@ struct score_mask {
   std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
 
   bool active() const noexcept { return data != nullptr; }
+  // The factor between a score (or a row's maximum, a split's partial result's too) of the SIMD
+  // kernels and its base-2 exponent: 2 with a mask, whose scores are kept at half their base-2
+  // value so that no finite mask value overflows in the log2(e) scaling (transformers' finfo.min
+  // mask is -3.4e38, and 1.44 times that is -inf); 1 otherwise.
+  float exponent_scale() const noexcept { return active() ? 2.0f : 1.0f; }
   // Where row (b, h, i) starts, in elements (floats, or bytes when boolean).
   std::int64_t offset(std::int64_t b, std::int64_t h, std::int64_t i) const noexcept {
     return b * batch_stride + h * head_stride + i * row_stride;

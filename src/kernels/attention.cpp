@@ -296,7 +296,8 @@ void attention_schedule::run(std::int64_t i, attention_workspace& workspace) con
 }
 
 void attention_schedule::merge(std::int64_t i) const noexcept {
-  // out = (sum_c O_c 2^(m_c - m)) / (sum_c l_c 2^(m_c - m)), m = max_c m_c, in chunk order.
+  // out = (sum_c O_c 2^(m_c - m)) / (sum_c l_c 2^(m_c - m)), m = max_c m_c, in chunk order
+  // (with a mask the maxima are halved: 2^(2 (m_c - m)).
   const std::int64_t b = i / args_.kv_heads(), g = i % args_.kv_heads(), hd = args_.head_dim;
   const std::int64_t group = args_.kv_group;
   const std::int64_t chunks = (keys(b) + chunk_keys(b) - 1) / chunk_keys(b);
@@ -312,7 +313,7 @@ void attention_schedule::merge(std::int64_t i) const noexcept {
     for (std::int64_t c = 0; c < chunks; ++c) {
       const float* part = row(c);
       if (part[hd + 1] == 0.0f) continue;  // no key of chunk c for this row
-      const float f = std::exp2(part[hd] - m);
+      const float f = std::exp2(args_.mask.exponent_scale() * (part[hd] - m));
       sum += f * part[hd + 1];
       for (std::int64_t d = 0; d < hd; ++d) out[d] += f * part[d];
     }

@@ -3,6 +3,8 @@
 // query rows shorter, equal and longer than the keys, both causal alignments, additive and
 // boolean masks (broadcast, rows that see no key), grouped heads, strided inputs and bf16; the
 // errors it names.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -324,6 +326,23 @@ std::vector<call_case> call_cases() {
 
 class AttentionCall : public testing::TestWithParam<call_case> {};
 
+// The default case's data and its views, for the tests of bad arguments.
+struct default_views {
+  call_case c;
+  call_data data{c};
+
+  struct views {
+    heads_view<const float> q, k, v;
+    heads_view<float> out;
+  };
+  views operands() {
+    return {data.view<const float>(data.q.data(), c.heads, c.rows),
+            data.view<const float>(data.k.data(), c.kv_heads, c.keys),
+            data.view<const float>(data.v.data(), c.kv_heads, c.keys),
+            data.view(data.out.data(), c.heads, c.rows)};
+  }
+};
+
 // Every backend that runs the call agrees with the float64 reference: fp32 within the rounding
 // of sums of O(keys) terms, bf16 (operands rounded as in the reference) within its sums' rounding
 // and the weights' (P is rounded to bf16: 2^-9 relative, times the sum of |v|, at most 1 each).
@@ -350,6 +369,200 @@ TEST_P(AttentionCall, EveryBackendMatchesTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, AttentionCall, testing::ValuesIn(call_cases()),
                          [](const auto& p) { return p.param.name(); });
+
+// Every path of the kernels at the row counts where its blocking changes: the stacked rows of a
+// K/V head (rows x query heads per K/V head) at 1, 2, 7, 8, 9, 14-18, 30-34 cover the direct
+// block (at most 8 rows, K and V read in place), the packed blocks and their edges (registers of
+// 8 or 16 rows); head sizes of the narrow path (3, 8: a register of rows transposed, read in
+// place or packed) and of the register tiles (16, 64); rows that see the keys' end (bottom_right)
+// and more rows than keys (top_left, calls of at most S rows, the last a leftover); fp32, bf16
+// and bf16 operands; with a boolean mask (which leaves the narrow path). Once a head_dim 8 call
+// of at most 8 stacked rows crashed (the narrow path read a packed K^T the direct block never
+// made).
+TEST(AttentionCall, EveryPathAtTheRowCountsWhereItsBlockingChanges) {
+  for (const std::int64_t rows : {1, 2, 7, 8, 9, 15, 16, 17}) {
+    for (const std::int64_t group : {1, 2}) {
+      for (const std::int64_t head_dim : {3, 8, 16, 64}) {
+        for (const int variant : {0, 1, 2}) {  // fp32, bf16, bf16 operands
+          for (const bool short_keys : {false, true}) {
+            for (const auto mask : {attention_mask::kind::none, attention_mask::kind::boolean}) {
+              call_case c;
+              c.batch = 1;
+              c.kv_heads = 2;
+              c.heads = 2 * group;
+              c.rows = rows;
+              c.keys = short_keys ? 5 : rows + 20;
+              c.head_dim = head_dim;
+              c.causal = true;
+              c.alignment =
+                  short_keys ? causal_alignment::top_left : causal_alignment::bottom_right;
+              c.mask = mask;
+              c.precision = variant == 0 ? mha::precision::fp32 : mha::precision::bf16;
+              c.bf16_operands = variant == 2;
+              call_data data(c);
+              const std::vector<double> want = data.reference();
+              const double bound = variant == 0 ? 2e-5 : 4e-3;
+              for (const auto& [label, backend] : mha_test::backend_cases()) {
+                if (!backend->supports_attention(c.precision)) continue;
+                SCOPED_TRACE(label + " " + c.name());
+                data.run(*backend);
+                double worst = 0.0;
+                for (std::size_t i = 0; i < want.size(); ++i)
+                  worst = std::max(worst, std::fabs(static_cast<double>(data.out[i]) - want[i]));
+                EXPECT_LE(worst, bound);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Finite mask values of any size give SDPA's result, in one key tile or split over key chunks
+// (5000 keys, merged by their maxima): a row whose keys are all at float32's lowest value
+// (transformers' "masked" value) averages them, as SDPA's scores absorb the dot products; a +3e38
+// bias takes that key's value; of two keys at -3e38 and -2.5e38 the larger wins. log2(e) times
+// such a value is past float32's range: the kernels keep masked scores halved.
+TEST(AttentionCall, FiniteExtremeMaskValuesGiveSdpasResult) {
+  constexpr float lowest = std::numeric_limits<float>::lowest();
+  for (const std::int64_t keys : {37, 5000}) {
+    for (const int pattern : {0, 1, 2, 3}) {
+      call_case c;
+      c.rows = 3;
+      c.keys = keys;
+      c.head_dim = 8 * (pattern + 1);
+      c.mask = attention_mask::kind::additive;
+      call_data data(c);
+      for (std::int64_t b = 0; b < c.batch; ++b) {
+        for (std::int64_t i = 0; i < c.rows; ++i) {
+          for (std::int64_t j = 0; j < c.keys; ++j) {
+            float& m = data.additive[data.mask_index(b, 0, i, j)];
+            switch (pattern) {
+              case 0:
+                m = lowest;
+                break;  // every key
+              case 1:
+                m = j == 2 ? 3e38f : 0.0f;
+                break;  // one huge bias
+              case 2:
+                m = j == 1 ? -2.5e38f : -3e38f;
+                break;  // the larger wins
+              default:
+                m = (j + i) % 3 == 0 ? 0.0f : lowest;
+                break;  // a padding mask
+            }
+          }
+        }
+      }
+      const std::vector<double> want = data.reference();
+      for (const auto& [label, backend] : mha_test::backend_cases()) {
+        if (!backend->supports_attention(c.precision)) continue;
+        SCOPED_TRACE(label + " keys " + std::to_string(keys) + " pattern " +
+                     std::to_string(pattern));
+        data.run(*backend);
+        double worst = 0.0;
+        for (std::size_t i = 0; i < want.size(); ++i)
+          worst = std::max(worst, std::fabs(static_cast<double>(data.out[i]) - want[i]));
+        EXPECT_LE(worst, 2e-5);
+        if (pattern == 1) {  // key 2's value, exactly (its weight 1, the others 0)
+          EXPECT_EQ(data.out[0], data.at(data.v, c.kv_heads, c.keys, 0, 0, 2, 0));
+        }
+      }
+    }
+  }
+}
+
+// Empty tensors are SDPA's: a zero batch, head count, query rows or head_dim computes nothing
+// (the views may have no data), zero keys give zeros.
+TEST(AttentionCall, EmptyShapesGiveSdpasAnswer) {
+  for (const auto& [label, backend] : mha_test::backend_cases()) {
+    if (!backend->supports_attention(mha::precision::fp32)) continue;
+    SCOPED_TRACE(label);
+    std::vector<float> q(64, 1.0f), k(64, 1.0f), out(64, std::nanf(""));
+    using view = heads_view<const float>;
+    // (batch, heads, rows, head_dim) of q and (keys) of k and v.
+    for (const auto& [b, h, l, d] :
+         {std::array<std::int64_t, 4>{0, 2, 3, 4}, {1, 0, 3, 4}, {1, 2, 0, 4}, {1, 2, 3, 0}}) {
+      const float* keys = b * h * d == 0 ? nullptr : k.data();  // k and v are empty too
+      mha::attention(*backend, view::dense(nullptr, b, h, l, d), view::dense(keys, b, h, 5, d),
+                     view::dense(keys, b, h, 5, d), heads_view<float>::dense(nullptr, b, h, l, d));
+      mha::attention(*backend, view::dense(q.data(), b, h, l, d), view::dense(k.data(), b, h, 5, d),
+                     view::dense(k.data(), b, h, 5, d),
+                     heads_view<float>::dense(out.data(), b, h, l, d));
+      for (const float y : out) EXPECT_TRUE(std::isnan(y));  // nothing written
+    }
+    for (const bool causal : {false, true}) {
+      mha::attention_options o;
+      o.causal = causal;
+      std::fill(out.begin(), out.end(), std::nanf(""));
+      mha::attention(*backend, view::dense(q.data(), 1, 2, 3, 4), view::dense(nullptr, 1, 2, 0, 4),
+                     view::dense(nullptr, 1, 2, 0, 4),
+                     heads_view<float>::dense(out.data(), 1, 2, 3, 4), o);
+      for (std::size_t i = 0; i < 24; ++i) EXPECT_EQ(out[i], 0.0f) << i;
+      EXPECT_TRUE(std::isnan(out[24]));
+    }
+  }
+}
+
+// Every writable buffer against every readable one and against itself: out sharing memory with
+// the mask (a broadcast mask sliced from out's buffer), out with a stride of 0 (an expanded
+// dimension: each (b, h) would write one slab, and the work would have no bound in memory), out
+// whose rows overlap, keys expanded along their rows. Each is refused naming it.
+TEST(AttentionCall, OutOverlappingTheMaskOrItselfIsRefused) {
+  const mha::backend& backend = mha::naive_backend();
+  default_views views;
+  const call_case& c = views.c;
+  call_data& data = views.data;
+  const auto& [q, k, v, out] = views.operands();
+  using mha::invalid_argument;
+  // A (1, 1, rows, keys) float mask in out's last elements.
+  mha::attention_options o;
+  o.mask = {attention_mask::kind::additive,
+            data.out.data() + data.out.size() - c.rows * c.keys,
+            1,
+            1,
+            c.rows,
+            c.keys,
+            0,
+            0,
+            c.keys};
+  expect_error<invalid_argument>([&] { mha::attention(backend, q, k, v, out, o); },
+                                 {"out may overlap the mask"});
+  // ... and a boolean one in its first bytes.
+  std::vector<unsigned char> bytes(data.out.size() * sizeof(float));
+  o.mask = {attention_mask::kind::boolean, bytes.data() + 8, 1, 1, c.rows, c.keys, 0, 0, c.keys};
+  expect_error<invalid_argument>(
+      [&] {
+        mha::attention(backend, q, k, v,
+                       heads_view<float>::dense(reinterpret_cast<float*>(bytes.data()), c.batch,
+                                                c.heads, c.rows, c.head_dim),
+                       o);
+      },
+      {"out may overlap the mask"});
+  auto expanded = out;
+  expanded.batch_stride = 0;
+  expect_error<invalid_argument>(
+      [&] { mha::attention(backend, q, k, v, expanded); },
+      {"out of shape (2, 4, 5, 16) has strides (0, 80, 16, 1)", "elements overlap"});
+  auto rows_overlap = out;
+  rows_overlap.row_stride = c.head_dim - 1;
+  expect_error<invalid_argument>([&] { mha::attention(backend, q, k, v, rows_overlap); },
+                                 {"elements overlap"});
+  auto heads_overlap = out;  // heads interleaved with rows
+  heads_overlap.head_stride = c.head_dim;
+  expect_error<invalid_argument>([&] { mha::attention(backend, q, k, v, heads_overlap); },
+                                 {"elements overlap"});
+  auto same_key = k;
+  same_key.row_stride = 0;
+  expect_error<invalid_argument>([&] { mha::attention(backend, q, same_key, v, out); },
+                                 {"k has 9 keys at row stride 0"});
+  // A (B, T, H, D) out seen as (B, H, T, D) is one element per result: accepted.
+  call_case bthd = c;
+  bthd.transposed = true;
+  call_data transposed(bthd);
+  EXPECT_NO_THROW(transposed.run(backend));
+}
 
 // A row that sees no key comes out as zeros (SDPA's answer), and so do the rows before the
 // diagonal under bottom_right with more query rows than keys; the others are finite.
@@ -420,12 +633,10 @@ TEST(AttentionCall, SplitKeysWithAMaskedChunk) {
 
 TEST(AttentionCall, BadArgumentsAreNamed) {
   const mha::backend& backend = mha::naive_backend();
-  call_case c;
-  call_data data(c);
-  const auto q = data.view<const float>(data.q.data(), c.heads, c.rows);
-  const auto k = data.view<const float>(data.k.data(), c.kv_heads, c.keys);
-  const auto v = data.view<const float>(data.v.data(), c.kv_heads, c.keys);
-  const auto out = data.view(data.out.data(), c.heads, c.rows);
+  default_views views;
+  const call_case& c = views.c;
+  call_data& data = views.data;
+  const auto& [q, k, v, out] = views.operands();
   using mha::invalid_argument;
   auto k3 = k;
   k3.heads = 3;
@@ -448,11 +659,11 @@ TEST(AttentionCall, BadArgumentsAreNamed) {
       [&] {
         mha::attention(backend, q, k, v_inside, data.view(v_then_out.data() + 4, c.heads, c.rows));
       },
-      {"out overlaps v"});
+      {"out may overlap v"});
   auto null_q = q;
   null_q.data = nullptr;
   expect_error<invalid_argument>([&] { mha::attention(backend, null_q, k, v, out); },
-                                 {"q has no data"});
+                                 {"q of shape (2, 4, 5, 16) has no data"});
   auto huge = q;
   huge.head_stride = std::int64_t{1} << 62;  // 3 of them pass 2^63
   expect_error<invalid_argument>([&] { mha::attention(backend, huge, k, v, out); },
@@ -496,7 +707,7 @@ TEST(AttentionCall, BadArgumentsAreNamed) {
                       c.heads, c.rows),
             o);
       },
-      {"out overlaps q"});
+      {"out may overlap q"});
 }
 
 // bfloat16 operands are the same call as float operands holding the same (bf16) values: naive

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "core/bf16.hpp"
 #include "core/dropout.hpp"
@@ -67,11 +68,16 @@ void with_dimension(std::int64_t n, F&& f) noexcept {
 // whole row. Scores are in base 2 (Q scaled by scale * log2(e), so exp(s) = 2^(s log2 e)). Per
 // tile:
 //   S = (c Q) K^T[:, tile]              micro-tiles entirely above the diagonal skipped
-//   S += log2(e) mask                   with a mask only (mha::attention: mask_scores)
+//   S += log2(e) mask                   with a mask only (mha::attention: mask_scores; the
+//                                       masked scores are kept halved, below)
 //   m' = max(m, rowmax S)               causal mask as the row length within the tile
 //   P = 2^(S - m'), l = l 2^(m - m') + rowsum P,   then P *= dropout (l stays undropped)
 //   O = O 2^(m - m') + P V[tile, :]     the rescale is the micro-kernel's start (start_scaled)
-// and at the end out = O / l (or O, m and l as a split's partial result). Where P V runs on
+// and at the end out = O / l (or O, m and l as a split's partial result). With a mask, S and m
+// are kept at half their base-2 value (score_mask::exponent_scale: every finite mask value then
+// has a finite log2(e) multiple, as SDPA adds a finfo.min or a +3e38 bias without overflow) and
+// each exponent is 2 (S - m') (the doubling exact, so the weights are the same bits as unhalved
+// wherever those did not overflow). Where P V runs on
 // tiles (AMX, no dropout), P goes straight to bf16 pairs as it is made, its exponential to the
 // accuracy a bf16 weight needs (softmax_kernel.hpp's exp2_sum_pairs), and O is rescaled only in
 // the rows whose maximum grew. A block's rows are
@@ -188,7 +194,8 @@ struct attention_block {
   // each row's sum.
   void scale_queries() const noexcept {
     const std::int64_t hd = a.head_dim;
-    const float c = a.scale * 1.44269504088896341f;  // log2(e)
+    // log2(e), halved with a mask (score_mask::exponent_scale; exact: a power of two).
+    const float c = a.scale * 1.44269504088896341f * (a.mask.active() ? 0.5f : 1.0f);
     if constexpr (pairs_of_bf16) {
       if (a.bf16_operands()) {
         for (std::int64_t r = 0; r < rows; ++r) {
@@ -337,11 +344,13 @@ struct attention_block {
   }
 
   // With a mask (mha::attention): each row's scores of keys [j0, j1), up to its own keys, gain
-  // the mask's values in base 2 (boolean: false sets -inf); bf16's raw scores take their scale
-  // first, so that both terms meet in base 2 (the softmax then reads them at scale 1).
+  // the mask's values in base 2 (boolean: false sets -inf), both halved (exactly: a power of
+  // two; score_mask::exponent_scale: fp32's queries carry the half); bf16's raw scores take
+  // their scale first, so that both terms meet in base 2 (the softmax then reads them at
+  // scale 1).
   void mask_scores(std::int64_t j0, std::int64_t j1) const noexcept {
-    constexpr float log2e = 1.44269504088896341f;
-    const float raw = pairs_of_bf16 ? a.scale * log2e : 1.0f;
+    constexpr float half_log2e = 0.5f * 1.44269504088896341f;
+    const float raw = pairs_of_bf16 ? 0.5f * a.scale * 1.44269504088896341f : 1.0f;
     const score_mask& m = a.mask;
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t len = row_keys(r, j0, j1);
@@ -353,9 +362,21 @@ struct attention_block {
           p[j] = keep[j] ? p[j] * raw : -std::numeric_limits<float>::infinity();
       } else {
         const float* add = static_cast<const float*>(m.data) + at;
-        for (std::int64_t j = 0; j < len; ++j) p[j] = std::fma(add[j], log2e, p[j] * raw);
+        for (std::int64_t j = 0; j < len; ++j) p[j] = std::fma(add[j], half_log2e, p[j] * raw);
       }
     }
+  }
+
+  // The shift and scale of a row's weights 2^(scale x - shift) (exp2_sum) at the row's maximum
+  // `max` (in the scores' units). With a mask, the halved scores' exponents 2 (x - max) are
+  // fma(x, 2, -2 max), the same bits (the doubling is exact) unless 2 max overflows (a finite
+  // mask value beyond float32's half range at the maximum): then the row's scores are made
+  // their exponents first, the shift before the doubling, and the weights taken at scale 1.
+  std::pair<float, float> exponent_of(float* p, std::int64_t n, float max) const noexcept {
+    if (!a.mask.active()) return {max, score_scale()};
+    if (std::fabs(max) <= 0.5f * std::numeric_limits<float>::max()) return {2.0f * max, 2.0f};
+    for (std::int64_t j = 0; j < n; ++j) p[j] = 2.0f * (p[j] - max);
+    return {0.0f, 1.0f};
   }
 
   // The online-softmax step over keys [j0, j1): scores become weights P, the running max and
@@ -378,7 +399,7 @@ struct attention_block {
         shift = first || (masked && m == minus_inf) ? 0.0f : s.row_max[r] - m;
         s.row_max[r] = m;
       }
-      s.rescale[r] = shift;
+      s.rescale[r] = masked ? 2.0f * shift : shift;  // halved scores: 2 (m - m')
     }
     if (!first) exp2_sum<Arch>(s.rescale, rows, 0.0f, 1.0f);  // 2^(m - m'), vectorised over rows
     const std::int64_t block_rows = value_block_rows();
@@ -393,9 +414,9 @@ struct attention_block {
       if constexpr (bf16_weights) {
         if (weights_as_pairs) {
           const float max = len <= 0 || (masked && s.row_max[r] == minus_inf) ? 0.0f : s.row_max[r];
-          const float sum =
-              exp2_sum_pairs<Arch, Dot>(p, len > 0 ? len : 0, max, score_scale(),
-                                        s.weight_pairs + r * weight_units(), pairs(end));
+          const auto [shift, scale] = exponent_of(p, len > 0 ? len : 0, max);
+          const float sum = exp2_sum_pairs<Arch, Dot>(
+              p, len > 0 ? len : 0, shift, scale, s.weight_pairs + r * weight_units(), pairs(end));
           if (len > 0) s.row_sum[r] = first ? sum : s.row_sum[r] * s.rescale[r] + sum;
           continue;
         }
@@ -404,7 +425,8 @@ struct attention_block {
       if constexpr (codes) s.value_offsets[r] = 0.0f;
       if (len > 0) {
         const float max = masked && s.row_max[r] == minus_inf ? 0.0f : s.row_max[r];
-        const float sum = exp2_sum<Arch, bf16_weights>(p, len, max, score_scale());
+        const auto [shift, scale] = exponent_of(p, len, max);
+        const float sum = exp2_sum<Arch, bf16_weights>(p, len, shift, scale);
         s.row_sum[r] = first ? sum : s.row_sum[r] * s.rescale[r] + sum;
         zero_from = (len + lanes - 1) / lanes * lanes;  // exp2_sum zeroed up to here
         if (a.dropout.active()) {
@@ -592,8 +614,9 @@ struct attention_block {
     }
   }
 
-  // Heads of at most narrow_dims dimensions in fp32 without dropout take the rows of a block a
-  // register of rows at a time, transposed: lane i is row r0 + i, Q^T and O^T are head_dim
+  // Heads of at most narrow_dims dimensions in fp32 without dropout or a mask take the rows of a
+  // block a register of rows at a time (K and V packed, or in place in a direct block),
+  // transposed: lane i is row r0 + i, Q^T and O^T are head_dim
   // registers each, and per key one register of scores (K's row broadcast against Q^T), so the
   // row maxima and sums are lane-wise, never horizontal, and a key's P V is head_dim FMAs with
   // V's row broadcast. At head_dim 8 the register tiles above spent as much time starting and

@@ -27,11 +27,19 @@ void attention_block<Arch, Tiles, Dot, ScoreDot>::narrow_rows(std::int64_t r0) c
   const std::int64_t end = rows_end(r0, r0 + n);
   const std::int64_t common = t.key_begin + (a.causal ? row_keys(r0, t.key_begin, t.key_end) : 0);
   const std::int64_t seen_by_all = a.causal ? common : end;
-  // K^T in panels of nr keys (element (d, j) at panel j / nr, row d, column j % nr); V's rows
-  // whole in its first panel (narrow_dims is no wider than any ISA's narrowest panel), row j
-  // at v + j * vr. Key tiles, and split-KV chunks, start on a panel.
+  // Key j's element d at column[d * key_dim_stride] (column: below), value j's at
+  // value_rows[j * value_stride + d]. Packed: K^T in panels of nr keys (element (d, j) at panel j /
+  // nr, row d, column j % nr), V's rows whole in its first panel (narrow_dims is no wider than any
+  // ISA's narrowest panel), row j at v + j * vr; key tiles, and split-KV chunks, start on a panel.
+  // Direct (a call of at most direct_rows rows, attention_layout::direct): K and V rows where
+  // they lie, and no packed head exists.
   const std::int64_t nr = l.scores.nr, vr = l.values.nr;
   MHA_EXPECTS(HD <= vr && t.key_begin % nr == 0 && l.key_tile % nr == 0);
+  const bool in_place = l.direct;
+  const std::int64_t key_dim_stride = in_place ? 1 : nr;
+  const float* const key_rows = in_place ? a.k.row(t.b, t.g, 0) : nullptr;
+  const float* const value_rows = in_place ? a.v.row(t.b, t.g, 0) : v;
+  const std::int64_t value_stride = in_place ? a.v.row_stride : vr;
   batch m(minus_inf), sum(0.0f), o[HD];
   for (int d = 0; d < HD; ++d) o[d] = batch(0.0f);
   float* scores = s.scores;  // (j1 - j0) registers of one key each
@@ -39,12 +47,12 @@ void attention_block<Arch, Tiles, Dot, ScoreDot>::narrow_rows(std::int64_t r0) c
     const std::int64_t j1 = j0 + l.key_tile < end ? j0 + l.key_tile : end;
     batch tile_max(minus_inf);
     for (std::int64_t p0 = j0; p0 < j1; p0 += nr) {
-      const float* panel = kt + p0 * HD;  // panel p0 / nr: HD * nr floats each
+      const float* panel = in_place ? nullptr : kt + p0 * HD;  // panel p0 / nr: HD * nr floats
       const std::int64_t p1 = p0 + nr < j1 ? p0 + nr : j1;
       for (std::int64_t j = p0; j < p1; ++j) {
-        const float* column = panel + (j - p0);
+        const float* column = in_place ? key_rows + j * a.k.row_stride : panel + (j - p0);
         batch x = qt[0] * batch(column[0]);
-        for (int d = 1; d < HD; ++d) x = fused_fma(qt[d], batch(column[d * nr]), x);
+        for (int d = 1; d < HD; ++d) x = fused_fma(qt[d], batch(column[d * key_dim_stride]), x);
         if (j >= seen_by_all)
           x = xsimd::select(batch(static_cast<float>(j)) < limit, x, batch(minus_inf));
         x.store_aligned(scores + (j - j0) * lanes);
@@ -67,7 +75,7 @@ void attention_block<Arch, Tiles, Dot, ScoreDot>::narrow_rows(std::int64_t r0) c
     std::int64_t j = j0;
     for (; j + 2 <= split; j += 2) {
       const batch p0 = weight(j), p1 = weight(j + 1);
-      const float *v0 = v + j * vr, *v1 = v0 + vr;
+      const float *v0 = value_rows + j * value_stride, *v1 = v0 + value_stride;
       sum += p0;
       sum += p1;
       for (int d = 0; d < HD; ++d)
@@ -75,7 +83,7 @@ void attention_block<Arch, Tiles, Dot, ScoreDot>::narrow_rows(std::int64_t r0) c
     }
     for (; j < j1; ++j) {
       const batch p = weight(j);
-      const float* value = v + j * vr;
+      const float* value = value_rows + j * value_stride;
       sum += p;
       if (j < seen_by_all) {
         for (int d = 0; d < HD; ++d) o[d] = fused_fma(p, batch(value[d]), o[d]);
