@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -11,6 +12,10 @@ from . import _mha
 from ._mha import InvalidArgument, Unsupported
 
 _ALIGNMENTS = ("top_left", "bottom_right")
+# The most worker threads a call takes (include/mha/run_options.hpp's max_run_threads).
+MAX_THREADS: int = _mha.max_run_threads
+# float32's largest value: the kernels scale the scores in float32.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def attention(
@@ -32,20 +37,25 @@ def attention(
     arguments and meaning, on mha's fused kernels (no (L, S) scores on xsimd and tbb).
 
     query (B, H, L, D) or (H, L, D); key and value (B, H_kv, S, D), H_kv == H, or dividing H with
-    enable_gqa=True. PyTorch CPU tensors (float32, or bfloat16: computed as mha's bf16, operands
-    rounded to bf16 and sums in fp32) or float32 NumPy arrays, any strides: a tensor whose last
-    dimension is contiguous is read where it lies, float32 or bfloat16 (a (B, L, H, D) buffer's
-    transpose(1, 2) too). attn_mask: boolean (True attends) or additive
-    float, broadcastable to (B, H, L, S) as SDPA's; with is_causal too, both apply (SDPA
-    refuses the pair). is_causal: query i sees keys j <= i
-    (causal_alignment "top_left", SDPA's meaning, also when L != S) or j <= i + S - L
-    ("bottom_right": the queries are the sequence's last L positions, as a decode step or a
-    chunk of a prefill over a cache). A row that sees no key is zeros, as SDPA gives. dropout_p
-    other than 0 is refused (mha computes inference). backend: a name of mha.backends() that
-    runs attention calls (xsimd, tbb, naive; None: the default backend); threads as a plan's.
-    out: where to write (the result's shape, float32, or bfloat16 for bfloat16 inputs; any
-    strides, written in place where the last dimension is contiguous). The GIL is released while
-    it runs. Returns out, or a new tensor or array of the query's kind and dtype."""
+    enable_gqa=True. Dense PyTorch CPU tensors (float32, or bfloat16: computed as mha's bf16,
+    operands rounded to bf16 and sums in fp32) or float32 NumPy arrays, all of one kind, any
+    strides: a tensor whose last dimension is contiguous is read where it lies, float32 or
+    bfloat16 (a (B, L, H, D) buffer's transpose(1, 2) too); other views (a strided last
+    dimension, NumPy's negative or unaligned strides, torch's negative bit) are copied first.
+    attn_mask: of the query's kind, boolean (True attends) or additive float (float32, or the
+    query's dtype: what SDPA takes; integer masks are refused as SDPA refuses them),
+    broadcastable to (B, H, L, S) as SDPA's; with is_causal too, both apply (SDPA refuses the
+    pair). is_causal: query i sees keys j <= i (causal_alignment "top_left", SDPA's meaning, also
+    when L != S) or j <= i + S - L ("bottom_right": the queries are the sequence's last L
+    positions, as a decode step or a chunk of a prefill over a cache). A row that sees no key is
+    zeros, as SDPA gives. scale: a real number within float32's range (NumPy scalars and 0-d
+    arrays or tensors too; None: 1/sqrt(D)). dropout_p other than 0 and autograd (inputs that
+    require grad) are refused (mha computes inference). backend: a name of mha.backends() that
+    runs attention calls (xsimd, tbb, naive; None: the default backend); threads as a plan's (0:
+    all cores, at most MAX_THREADS). out: where to write (the result's shape, float32, or
+    bfloat16 for bfloat16 inputs; writable, not requiring grad; any strides: written in place
+    where the last dimension is contiguous, else through a copy). The GIL is released while it
+    runs. Returns out, or a new tensor or array of the query's kind and dtype."""
     if dropout_p != 0.0:
         raise Unsupported(
             f"mha.attention: dropout_p={dropout_p!r}: dropout is not implemented (inference only)"
@@ -53,6 +63,14 @@ def attention(
     if causal_alignment not in _ALIGNMENTS:
         raise InvalidArgument(
             f"mha.attention: causal_alignment {causal_alignment!r}, expected 'top_left' or 'bottom_right'"
+        )
+    if scale is not None and not (type(scale) is float and abs(scale) <= _FLOAT32_MAX):
+        scale = _scale(scale)
+    if type(threads) is not int or not 0 <= threads <= MAX_THREADS:
+        threads = _threads("mha.attention", threads)
+    if backend is not None and type(backend) is not str:
+        raise InvalidArgument(
+            f"mha.attention: backend {backend!r} must be a name of mha.backends() (a str), or None"
         )
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(query, torch.Tensor):
@@ -70,22 +88,37 @@ def attention(
             threads,
             out,
         )
-    arrays = [_numpy_operand(name, t) for name, t in (("query", query), ("key", key), ("value", value))]
-    q, k, v = _batched(arrays)
+    arrays = [
+        _numpy_operand(torch, name, t) for name, t in (("query", query), ("key", key), ("value", value))
+    ]
+    q, k, v = (t if _in_place(t) else np.ascontiguousarray(t) for t in _batched(arrays))
     _check_heads(q.shape, k.shape, v.shape, enable_gqa)
-    result_shape = tuple(np.shape(query)[:-1]) + (q.shape[-1],)
-    if out is None:
-        target = np.empty(q.shape, np.float32)
-    else:
+    result_shape = tuple(query.shape[:-1]) + (q.shape[-1],)
+    target = None
+    if out is not None:
         if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != result_shape:
+            if torch is not None and isinstance(out, torch.Tensor):
+                raise _mixed("a NumPy array", "out", out)
             raise InvalidArgument(
                 f"mha.attention: out must be a float32 NumPy array of shape {result_shape}, got "
                 f"{_describe(out)}"
             )
-        target = out.reshape(q.shape) if out.ndim == 3 else out
-    additive, boolean = _numpy_mask(attn_mask, q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-    _run(q, k, v, target, additive, boolean, is_causal, causal_alignment, scale, False, backend, threads)
-    return out if out is not None else target.reshape(result_shape)
+        if not out.flags.writeable:
+            raise InvalidArgument(
+                "mha.attention: out is read-only (writeable=False, or a broadcast view such as "
+                "np.broadcast_to's): expected an array mha can write the result into"
+            )
+        target = out.reshape(q.shape) if out.ndim == 3 else out  # a view: a unit axis added
+        if not _in_place(target):  # computed aside, then copied into out's strides
+            target = None
+    additive, boolean = _numpy_mask(torch, attn_mask, q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    result = np.empty(q.shape, np.float32) if target is None else target
+    _run(q, k, v, result, additive, boolean, is_causal, causal_alignment, scale, False, backend, threads)
+    if out is None:
+        return result.reshape(result_shape)
+    if target is None:
+        np.copyto(out, result.reshape(result_shape))
+    return out
 
 
 def _describe(t: Any) -> str:
@@ -94,6 +127,55 @@ def _describe(t: Any) -> str:
     return f"{type(t).__name__}" + (
         f" of shape {tuple(shape)} and dtype {dtype}" if shape is not None else ""
     )
+
+
+def _mixed(kind: str, name: str, t: Any) -> InvalidArgument:
+    """The error for an argument of the other framework than the query's (`kind`)."""
+    other = "a NumPy array" if isinstance(t, np.ndarray) else "a torch.Tensor"
+    return InvalidArgument(
+        f"mha.attention: query is {kind} and {name} {other}: pass all of one kind "
+        "(PyTorch tensors or NumPy arrays)"
+    )
+
+
+def _scale(scale: Any) -> float:
+    """scale as a float: a real number, a NumPy scalar, or a 0-d array or tensor holding one,
+    within float32's range (the kernels scale in float32; NaN and inf are the library's to
+    refuse)."""
+    value = None
+    if isinstance(scale, (int, float, np.integer, np.floating)):
+        value = float(scale)
+    elif getattr(scale, "ndim", None) == 0 and hasattr(scale, "item"):
+        try:
+            item = scale.item()
+        except (RuntimeError, TypeError, ValueError):  # a meta-device tensor: no value
+            item = None
+        if isinstance(item, (int, float)):
+            value = float(item)
+    if value is None:
+        raise InvalidArgument(
+            f"mha.attention: scale {scale!r} must be a real number (a float, a NumPy scalar, or a 0-d "
+            "array or CPU tensor), or None"
+        )
+    if math.isfinite(value) and abs(value) > _FLOAT32_MAX:
+        raise InvalidArgument(
+            f"mha.attention: scale ({value!r}) is beyond float32's range (|scale| <= {_FLOAT32_MAX:.8g}): "
+            "mha scales the scores in float32"
+        )
+    return value
+
+
+def _threads(where: str, threads: Any) -> int:
+    """threads as an int in [0, MAX_THREADS] (0: all cores), else InvalidArgument naming it."""
+    if (
+        not isinstance(threads, (int, np.integer))
+        or isinstance(threads, bool)
+        or not 0 <= threads <= MAX_THREADS
+    ):
+        raise InvalidArgument(
+            f"{where}: threads ({threads!r}) must be an integer in [0, {MAX_THREADS}] (0: all cores)"
+        )
+    return int(threads)
 
 
 def _check_heads(q: Any, k: Any, v: Any, enable_gqa: bool) -> None:
@@ -126,22 +208,41 @@ def _batched(ts: list) -> list:
     return [t[None] if t.ndim == 3 else t for t in ts]
 
 
-def _numpy_operand(name: str, t: Any) -> np.ndarray:
+def _numpy_operand(torch: Any, name: str, t: Any) -> np.ndarray:
     if not isinstance(t, np.ndarray):
+        if name != "query" and torch is not None and isinstance(t, torch.Tensor):
+            raise _mixed("a NumPy array", name, t)
         raise InvalidArgument(
             f"mha.attention: {name} is a {_describe(t)}, expected a PyTorch tensor or a NumPy array"
         )
     if t.dtype != np.float32:
         raise InvalidArgument(f"mha.attention: {name} has dtype {t.dtype}, expected float32")
-    return t if t.ndim == 0 or t.strides[-1] == 4 else np.ascontiguousarray(t)
+    return t
 
 
-def _numpy_mask(mask: Any, b: int, h: int, rows: int, keys: int) -> tuple[Any, Any]:
+def _in_place(a: np.ndarray) -> bool:
+    """Whether the library reads (or writes) a NumPy array where it lies: aligned, every stride
+    non-negative (a multiple of the element's size: aligned says so), the last contiguous."""
+    strides = a.strides
+    return (
+        a.flags.aligned and (a.shape[-1] <= 1 or strides[-1] == a.itemsize) and all(s >= 0 for s in strides)
+    )
+
+
+def _numpy_mask(torch: Any, mask: Any, b: int, h: int, rows: int, keys: int) -> tuple[Any, Any]:
     if mask is None:
         return None, None
-    mask = np.asarray(mask)
-    if mask.dtype != np.bool_:
-        mask = mask.astype(np.float32, copy=False)
+    if not isinstance(mask, np.ndarray):
+        if torch is not None and isinstance(mask, torch.Tensor):
+            raise _mixed("a NumPy array", "attn_mask", mask)
+        raise InvalidArgument(
+            f"mha.attention: attn_mask is a {_describe(mask)}, expected a NumPy array as query is"
+        )
+    if mask.dtype != np.bool_ and mask.dtype != np.float32:
+        raise InvalidArgument(
+            f"mha.attention: attn_mask has dtype {mask.dtype}: expected bool (True attends) or "
+            "float32 (added to the scores), the masks SDPA takes for a float32 query"
+        )
     try:
         full = np.broadcast_to(mask, (b, h, rows, keys))
     except ValueError:
@@ -149,18 +250,14 @@ def _numpy_mask(mask: Any, b: int, h: int, rows: int, keys: int) -> tuple[Any, A
             f"mha.attention: attn_mask of shape {mask.shape} does not broadcast to (B, H, L, S) = "
             f"{(b, h, rows, keys)}"
         ) from None
-    if keys > 1 and full.strides[-1] != full.itemsize:
+    if not _in_place(full):
         full = np.ascontiguousarray(full)
     return (None, full) if full.dtype == np.bool_ else (full, None)
 
 
 def _run(q, k, v, out, additive, boolean, is_causal, alignment, scale, bf16, backend, threads) -> None:
     """q, k and v: float32 arrays (computed in bf16 when bf16) and out float32, or all int16
-    arrays holding bfloat16."""
-    if scale is not None and not isinstance(scale, (int, float)):
-        raise InvalidArgument(f"mha.attention: scale {scale!r} must be a number")
-    if not isinstance(threads, int) or isinstance(threads, bool):
-        raise InvalidArgument(f"mha.attention: threads ({threads!r}) must be an integer")
+    arrays holding bfloat16; scale, backend and threads checked."""
     call = _mha._attention_bf16 if q.dtype == np.int16 else _mha._attention
     call(
         q,
@@ -171,7 +268,7 @@ def _run(q, k, v, out, additive, boolean, is_causal, alignment, scale, bf16, bac
         boolean,
         bool(is_causal),
         alignment == "bottom_right",
-        None if scale is None else float(scale),
+        scale,
         bf16,
         backend,
         threads,
@@ -184,12 +281,13 @@ def _torch_attention(
     # Lean on purpose: a decode step of a small model calls this once per layer (docs/python.md
     # states the overhead). Tensors reach the library as NumPy views of their memory (.numpy()
     # shares it, strides and all), which nanobind reads faster than through DLPack; the result
-    # is a NumPy array's memory (np.empty is 10x cheaper than torch.empty).
+    # is a NumPy array's memory (np.empty is 10x cheaper than torch.empty). What .numpy() cannot
+    # read (sparse, meta, torch.func's wrappers) is named where it fails, off this path.
     ts = (query, key, value)
     grad = torch.is_grad_enabled()
     for name, t in zip(("query", "key", "value"), ts):
         if not isinstance(t, torch.Tensor):
-            raise InvalidArgument(f"mha.attention: {name} is a {_describe(t)}, expected a tensor as query is")
+            raise _mixed("a torch.Tensor", name, t)
         if not t.is_cpu:
             raise InvalidArgument(f"mha.attention: {name} is on {t.device}, expected the CPU")
         if grad and t.requires_grad:
@@ -206,28 +304,19 @@ def _torch_attention(
     q, k, v = ts if query.dim() == 4 and key.dim() == 4 and value.dim() == 4 else _batched(ts)
     _check_heads(q.shape, k.shape, v.shape, enable_gqa)
     # Read where they lie (bfloat16 as its 16-bit words), unless their last dimension is strided.
-    qa, ka, va = _memory(torch, q, bf16), _memory(torch, k, bf16), _memory(torch, v, bf16)
+    qa = _memory(torch, q, bf16, "query")
+    ka = _memory(torch, k, bf16, "key")
+    va = _memory(torch, v, bf16, "value")
     result_shape = (*query.shape[:-1], q.shape[-1])
-    if out is not None:
-        want = torch.bfloat16 if bf16 else torch.float32
-        if (
-            not isinstance(out, torch.Tensor)
-            or out.dtype != want
-            or tuple(out.shape) != result_shape
-            or not out.is_cpu
-        ):
-            raise InvalidArgument(
-                f"mha.attention: out must be a CPU tensor of dtype {want} and shape {result_shape}, "
-                f"got {_describe(out)}"
-            )
-    direct = out is not None and (out.stride(-1) == 1 or out.shape[-1] == 1)
-    if direct:
-        target = _memory(torch, out if out.dim() == 4 else out.unsqueeze(0), bf16)
-    else:
+    target = None if out is None else _torch_out(torch, out, bf16, result_shape, grad)
+    direct = target is not None
+    if not direct:
         target = np.empty(qa.shape, np.int16 if bf16 else np.float32)
     additive = boolean = None
     if mask is not None:
-        additive, boolean = _torch_mask(torch, mask, (qa.shape[0], qa.shape[1], qa.shape[2], ka.shape[2]))
+        additive, boolean = _torch_mask(
+            torch, mask, dtype, (qa.shape[0], qa.shape[1], qa.shape[2], ka.shape[2])
+        )
     _run(qa, ka, va, target, additive, boolean, is_causal, alignment, scale, bf16, backend, threads)
     if direct:
         return out
@@ -242,13 +331,56 @@ def _torch_attention(
     return result
 
 
-def _torch_mask(torch: Any, mask: Any, full_shape: tuple) -> tuple[Any, Any]:
+def _torch_out(torch: Any, out: Any, bf16: bool, shape: tuple, grad: bool) -> Any:
+    """out checked, as the NumPy view mha writes the result into; None where it is written
+    through a copy (a strided last dimension, torch's negative bit)."""
+    want = torch.bfloat16 if bf16 else torch.float32
+    if not isinstance(out, torch.Tensor):
+        if isinstance(out, np.ndarray):
+            raise _mixed("a torch.Tensor", "out", out)
+    elif out.dtype == want and tuple(out.shape) == shape:
+        if not out.is_cpu:
+            raise InvalidArgument(f"mha.attention: out is on {out.device}, expected the CPU")
+        if grad and out.requires_grad:
+            raise InvalidArgument(
+                "mha.attention: out requires grad: mha writes it in place, outside autograd (torch "
+                "refuses in-place writes to a leaf that requires grad): pass one that does not"
+            )
+        try:
+            if out.shape[-1] > 1 and out.stride(-1) != 1:
+                if out.layout != torch.strided:
+                    raise _unreadable(torch, "out", out, None)
+                return None
+            t = out if out.dim() == 4 else out.unsqueeze(0)
+            if t.requires_grad:  # under no_grad
+                t = t.detach()
+            return t.view(torch.int16).numpy() if bf16 else t.numpy()
+        except (RuntimeError, TypeError) as e:
+            if out.layout == torch.strided and out.is_neg():
+                return None  # copy_ writes its values negated, as they read
+            raise _unreadable(torch, "out", out, e) from None
+    raise InvalidArgument(
+        f"mha.attention: out must be a CPU tensor of dtype {want} and shape {shape}, got {_describe(out)}"
+    )
+
+
+def _torch_mask(torch: Any, mask: Any, dtype: Any, full_shape: tuple) -> tuple[Any, Any]:
     """attn_mask broadcast to (B, H, L, S) without copying (strides 0), as NumPy views:
-    (additive, None) or (None, boolean)."""
+    (additive, None) or (None, boolean). Its dtype is one SDPA takes for a query of `dtype`."""
     if not isinstance(mask, torch.Tensor):
+        if isinstance(mask, np.ndarray):
+            raise _mixed("a torch.Tensor", "attn_mask", mask)
         raise InvalidArgument(
             f"mha.attention: attn_mask is a {_describe(mask)}, expected a tensor as query is"
         )
+    if mask.dtype != torch.bool and mask.dtype != torch.float32 and mask.dtype != dtype:
+        also = "" if dtype == torch.float32 else f" or {dtype} (the query's)"
+        raise InvalidArgument(
+            f"mha.attention: attn_mask has dtype {mask.dtype}: expected torch.bool (True attends), or "
+            f"torch.float32{also} added to the scores: the masks SDPA takes for a {dtype} query"
+        )
+    if not mask.is_cpu or mask.layout != torch.strided:
+        raise _unreadable(torch, "attn_mask", mask, None)
     mask = mask.detach()
     if mask.dtype != torch.bool:
         mask = mask.float()
@@ -258,16 +390,46 @@ def _torch_mask(torch: Any, mask: Any, full_shape: tuple) -> tuple[Any, Any]:
         raise InvalidArgument(
             f"mha.attention: attn_mask of shape {tuple(mask.shape)} does not broadcast to (B, H, L, S) = {full_shape}"
         ) from None
-    if full.shape[-1] > 1 and full.stride(-1) != 1:
-        full = full.contiguous()
-    return (None, full.numpy()) if full.dtype == torch.bool else (full.numpy(), None)
+    try:
+        if full.shape[-1] > 1 and full.stride(-1) != 1:
+            full = full.contiguous()
+        array = full.numpy()
+    except (RuntimeError, TypeError) as e:
+        if mask.is_neg():  # torch._neg_view: its values, negated
+            return _torch_mask(torch, mask.resolve_neg(), dtype, full_shape)
+        raise _unreadable(torch, "attn_mask", mask, e) from None
+    return (None, array) if full.dtype == torch.bool else (array, None)
 
 
-def _memory(torch: Any, t: Any, bf16: bool) -> Any:
+def _memory(torch: Any, t: Any, bf16: bool, name: str = "the tensor") -> Any:
     """A tensor's memory as a NumPy array (an input copied only when its last dimension is
-    strided): float32 as it is, bfloat16 as int16 words (NumPy has no bfloat16)."""
-    if t.stride(-1) != 1 and t.shape[-1] > 1:
-        t = t.contiguous()
-    if t.requires_grad:  # under no_grad (the caller refuses it otherwise)
-        t = t.detach()
-    return t.view(torch.int16).numpy() if bf16 else t.numpy()
+    strided, or its negative bit set): float32 as it is, bfloat16 as int16 words (NumPy has no
+    bfloat16)."""
+    try:
+        if t.stride(-1) != 1 and t.shape[-1] > 1:
+            t = t.contiguous()
+        if t.requires_grad:  # under no_grad (the caller refuses it otherwise)
+            t = t.detach()
+        return t.view(torch.int16).numpy() if bf16 else t.numpy()
+    except (RuntimeError, TypeError) as e:
+        if t.layout == torch.strided and t.is_neg():  # torch._neg_view: its values, negated
+            return _memory(torch, t.resolve_neg(), bf16, name)
+        raise _unreadable(torch, name, t, e) from None
+
+
+def _unreadable(torch: Any, name: str, t: Any, error: Exception | None) -> InvalidArgument:
+    """The error for a tensor whose memory mha cannot read: named by its layout, device or
+    wrapper rather than by torch's message."""
+    functorch = getattr(torch._C, "_functorch", None)
+    if t.layout != torch.strided:
+        what = f"has layout {t.layout} (expected torch.strided: a dense tensor; call .to_dense())"
+    elif not t.is_cpu:
+        what = f"is on {t.device}, expected the CPU"
+    elif functorch is not None and functorch.is_functorch_wrapped_tensor(t):
+        what = (
+            "is a tensor inside a torch.func transform (vmap, grad, ...): mha reads tensors' memory, "
+            "which these wrappers have not; call mha.attention outside the transform"
+        )
+    else:
+        what = f"has no memory mha can read ({error})"
+    return InvalidArgument(f"mha.attention: {name} {what}")

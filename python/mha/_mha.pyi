@@ -129,6 +129,8 @@ class Cache:
 
     def __repr__(self) -> str: ...
 
+max_run_threads: int = 1024
+
 def rope_frequencies(config: Config) -> list[float]:
     """
     The rotary embedding's inverse frequencies of a config, one per pair of dimensions.

@@ -41,6 +41,10 @@ def describe(
     compute, or mha.InvalidArgument naming the argument it needs."""
     import torch
 
+    from ._plan import _count
+
+    if context_length is not None:  # as the library takes it (int64), named here
+        context_length = _count("context_length", context_length)
     name = type(module).__name__
     if isinstance(module, torch.nn.MultiheadAttention):
         return _torch_mha(module, context_length)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import _mha
+from ._attention import _threads
 from ._mha import Backend, Cache, Config, InvalidArgument, Unsupported
 
 _FORMULATIONS = ("wrapper", "split_weight", "fused_qkv")
@@ -102,7 +103,8 @@ class Plan:
     reads (from_state_dict), a safetensors file (from_safetensors), a Hugging Face model folder
     (from_pretrained) or a PyTorch module (from_module). `backend` is a name of mha.backends()
     (None: the best, or the environment variable MHA_BACKEND's); `formulation` is wrapper,
-    split_weight or fused_qkv; `threads` the default worker threads of a call (0: all cores).
+    split_weight or fused_qkv; `threads` the default worker threads of a call (0: all cores, at
+    most 1024: include/mha/run_options.hpp's max_run_threads).
     A plan is immutable and may be called from several threads at once (each with its own cache).
     """
 
@@ -147,6 +149,7 @@ class Plan:
                 f"mha: formulation {formulation!r} is not one of {', '.join(_FORMULATIONS)}"
             )
         self.threads = _check_threads(threads)
+        _check_name("backend", backend)
         self._plan = module.prepare(backend, formulation)
         # Where the context length comes from (a model's max_position_embeddings or sliding
         # window), for messages about longer inputs.
@@ -325,6 +328,7 @@ class Plan:
         if self._no_decode:
             raise Unsupported(f"mha: {self._no_decode}")
         batch, capacity = _count("batch", batch, -(2**63)), _count("capacity", capacity, -(2**63))
+        _check_name("precision", precision)
         self._check_length("capacity", capacity)
         return self._plan.make_cache(batch, capacity, precision)
 
@@ -431,15 +435,21 @@ def _finish(module: Any, precision: str, **changes: Any) -> Any:
         raise InvalidArgument(
             "mha: the weights record no context length (no causal mask buffer or metadata): pass context_length="
         )
+    _check_name("precision", precision)
     given = {name: value for name, value in changes.items() if value is not None}
     module.config = _config_with(module.config, precision=precision, **given)
     return module
 
 
 def _check_threads(threads: int) -> int:
-    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
-        raise InvalidArgument(f"mha: threads ({threads!r}) must be 0 (all cores) or a positive int")
-    return threads
+    """threads in [0, max_run_threads] (0: all cores), checked when a plan is made or called."""
+    return _threads("mha", threads)
+
+
+def _check_name(what: str, value: Any) -> None:
+    """A name argument the library parses (a backend, a precision): a str, or None."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidArgument(f"mha: {what} {value!r} must be a name (a str), or None")
 
 
 def _rank_error(name: str, shape: tuple[int, ...], d_in: int) -> InvalidArgument:

@@ -96,8 +96,11 @@ class Attention(torch.nn.Module):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[torch.Tensor, None]:
-        if not (query is key and key is value):
-            raise Unsupported("mha.torch.Attention: query, key and value must be one tensor (self-attention)")
+        if not (_same(query, key) and _same(key, value)):
+            raise Unsupported(
+                "mha.torch.Attention: query, key and value must be one tensor (self-attention: the "
+                "same memory, shape and strides)"
+            )
         if need_weights:
             raise Unsupported(
                 "mha.torch.Attention: need_weights=True (nn.MultiheadAttention's default): mha does not "
@@ -235,6 +238,25 @@ class Attention(torch.nn.Module):
                 tokens: (torch.from_numpy(np.cos(angles)).float(), torch.from_numpy(np.sin(angles)).float())
             }
         return self._rope_cache[tokens]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two tensors are one: the same object, or views of the same memory with the same
+    dtype, shape, strides and negative and conjugate bits (x[0] taken three times)."""
+    if a is b:
+        return True
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.layout == b.layout == torch.strided
+        and a.device == b.device
+        and a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.data_ptr() == b.data_ptr()
+        and a.is_neg() == b.is_neg()
+        and a.is_conj() == b.is_conj()
+    )
 
 
 def _is_causal_mask(mask: torch.Tensor, tokens: int) -> bool:

@@ -10,15 +10,20 @@ masks. The function keeps the contract of transformers' "sdpa" entry
 (transformers.integrations.sdpa_attention.sdpa_attention_forward): the same masks (registered
 for "mha" as sdpa_mask builds them), the same causal rule (is_causal only for a query of more
 than one token without a mask, top-left as SDPA's), grouped K/V heads read without repeating
-them. What it cannot compute is an error naming it, never a silent fallback: training mode
-(dropout, and no gradient flows through mha's attention), attention weights
-(output_attentions), logit soft-capping, attention sinks, T5's position bias. In eval mode
-under autograd the attention's output carries no gradient.
+them. What it cannot compute is an error naming it, never a silent fallback: attention dropout
+(training mode with a dropout above 0), gradients (autograd enabled with query, key or value
+requiring grad, in training or in eval mode: run under torch.no_grad() or
+torch.inference_mode(), as generate() does), attention weights (output_attentions), logit
+soft-capping, attention sinks, T5's position bias. A model in training mode without dropout,
+under no_grad, is computed.
 
 register(name="mha", backend=None, threads=None) registers the function under a name of its own
-(or "mha" again) with its own settings: backend is a name of mha.backends() that runs attention
-calls (None: the default backend), threads the worker threads (None: torch.get_num_threads() at
-each call, so torch.set_num_threads governs both). Importing this module without transformers installed raises ImportError saying so.
+(or "mha" again) with its own settings, checked when it registers: name is a str that is not
+one of transformers' own implementations ("eager", "sdpa", "flash_attention_2", ...) nor
+another library's; backend is a name of mha.backends() that runs attention calls (None: the
+default backend), threads the worker threads (0: all cores, at most mha's MAX_THREADS; None:
+torch.get_num_threads() at each call, capped there, so torch.set_num_threads governs both).
+Importing this module without transformers installed raises ImportError saying so.
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ except ImportError as e:  # pragma: no cover - the message is the point
 
 import numpy as np
 
-from ._attention import attention
-from ._mha import Unsupported
+from . import _mha
+from ._attention import MAX_THREADS, _threads, attention
+from ._mha import InvalidArgument, Unsupported
 
 __all__ = ["attention_forward", "register"]
 
@@ -77,10 +83,16 @@ def _attention_function(backend: str | None, threads: int | None) -> Any:
             raise Unsupported(
                 "mha.transformers: output_attentions=True: mha's fused attention computes no weights"
             )
-        if module.training:
+        if dropout:
             raise Unsupported(
-                f"mha.transformers: {type(module).__name__} is in training mode (dropout {dropout:g}, gradients): "
-                "mha computes inference only; call model.eval()"
+                f"mha.transformers: {type(module).__name__} asks for attention dropout {dropout:g} "
+                "(training mode): mha computes inference only; call model.eval()"
+            )
+        if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+            raise Unsupported(
+                f"mha.transformers: {type(module).__name__}'s query, key or value requires grad, with "
+                "autograd enabled: mha computes no gradient (inference only); call the model under "
+                "torch.no_grad() or torch.inference_mode() (generate() does)"
             )
         if kwargs.get("cache") is not None:
             raise Unsupported("mha.transformers: a paged cache (continuous batching) is not implemented")
@@ -91,16 +103,15 @@ def _attention_function(backend: str | None, threads: int | None) -> Any:
             scale=scaling,
             enable_gqa=True,
             backend=backend,
-            threads=torch.get_num_threads() if threads is None else threads,
+            threads=min(torch.get_num_threads(), MAX_THREADS) if threads is None else threads,
         )
-        q, k, v = query.detach(), key.detach(), value.detach()
         # Written straight into the (B, L, H, D) result.
-        b, h, rows, d = q.shape
-        if q.dtype == torch.bfloat16:
+        b, h, rows, d = query.shape
+        if query.dtype == torch.bfloat16:
             out = torch.from_numpy(np.empty((b, rows, h, d), np.int16)).view(torch.bfloat16)
         else:
             out = torch.from_numpy(np.empty((b, rows, h, d), np.float32))
-        attention(q, k, v, attention_mask, out=out.transpose(1, 2), **options)
+        attention(query, key, value, attention_mask, out=out.transpose(1, 2), **options)
         return out, None
 
     return attention_forward
@@ -110,13 +121,48 @@ def _attention_function(backend: str | None, threads: int | None) -> Any:
 attention_forward = _attention_function(None, None)
 
 
+# The names this module registered: register() replaces these, and no other implementation.
+_registered: set[str] = set()
+
+
 def register(name: str = "mha", *, backend: str | None = None, threads: int | None = None) -> None:
     """Registers an attention function on `backend` with `threads` as transformers' attention
     implementation `name` (each name keeps its own settings), with the masks of "sdpa" (boolean,
-    None where a causal flag suffices)."""
+    None where a causal flag suffices). The arguments are checked here (see the module's
+    docstring): an InvalidArgument or Unsupported names the one that is wrong."""
+    where = "mha.transformers.register"
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument(f"{where}: name {name!r} must be a non-empty str (an attn_implementation)")
+    if name not in _registered and (
+        name == "eager" or name in AttentionInterface() or name in AttentionMaskInterface()
+    ):
+        raise InvalidArgument(
+            f"{where}: name {name!r} is transformers' own attention implementation (or another "
+            "library's): register mha's under a name of its own"
+        )
+    if backend is not None:
+        if not isinstance(backend, str):
+            raise InvalidArgument(
+                f"{where}: backend {backend!r} must be a name of mha.backends() (a str), or None"
+            )
+        found = {b.name: b for b in _mha.backends()}
+        if backend not in found:
+            raise InvalidArgument(
+                f"{where}: backend {backend!r} is not one of mha.backends(): {', '.join(found)}"
+            )
+        why = found[backend].supports_attention()
+        if why is not None:
+            raise Unsupported(f"{where}: backend {backend!r} does not run attention calls: {why}")
+    if threads is not None:
+        threads = _threads(where, threads)
+    _register(name, backend, threads)
+
+
+def _register(name: str, backend: str | None, threads: int | None) -> None:
     default = backend is None and threads is None
     AttentionInterface.register(name, attention_forward if default else _attention_function(backend, threads))
     AttentionMaskInterface.register(name, sdpa_mask)
+    _registered.add(name)
 
 
-register()
+_register("mha", None, None)

@@ -160,8 +160,12 @@ def test_bf16_within_the_bound(folders, kind, calls):
 
 def test_what_it_cannot_compute_is_named(folders):
     model = load(folders, "llama", "mha")
+    with pytest.raises(mha.Unsupported, match="requires grad"):  # autograd, eval mode or not
+        model(input_ids=prompts())
     model.train()
-    with pytest.raises(mha.Unsupported, match="training mode"):
+    for layer in model.model.layers:
+        layer.self_attn.attention_dropout = 0.1
+    with pytest.raises(mha.Unsupported, match="attention dropout 0.1"):
         outputs(model, prompts())
     model.eval()
     with pytest.raises(mha.Unsupported, match="output_attentions"), torch.no_grad():

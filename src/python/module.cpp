@@ -52,6 +52,50 @@ mha::tensor_view<float> view(const output_array& y) {
           static_cast<std::int64_t>(y.shape(2))};
 }
 
+// An integer argument of a public binding, taken as whatever Python passes and converted by
+// get(): an int, or an integer of another kind (operator.index: NumPy's), within int64; anything
+// else is mha.InvalidArgument naming the argument, where nanobind's own conversion would raise
+// a TypeError listing the signatures. The stub names it int.
+struct int_arg {
+  nb::handle object;
+
+  std::int64_t get(std::string_view where, std::string_view name) const {
+    const auto refuse = [&](std::string_view expected) {
+      return mha::invalid_argument(std::string(where) + ": " + std::string(name) + " (" +
+                                   nb::repr(object).c_str() + ") " + std::string(expected));
+    };
+    if (PyBool_Check(object.ptr())) throw refuse("must be an integer, not a bool");
+    PyObject* index = PyNumber_Index(object.ptr());
+    if (index == nullptr) {
+      PyErr_Clear();
+      throw refuse("must be an integer");
+    }
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (overflow != 0) throw refuse("is outside the 64-bit integer range [-2^63, 2^63)");
+    return v;
+  }
+};
+
+}  // namespace
+
+namespace nanobind::detail {
+template <>
+struct type_caster<int_arg> {
+  NB_TYPE_CASTER(int_arg, const_name("int"))
+  bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
+    value.object = src;
+    return true;
+  }
+  static handle from_cpp(const int_arg& v, rv_policy, cleanup_list*) noexcept {
+    return v.object.inc_ref();
+  }
+};
+}  // namespace nanobind::detail
+
+namespace {
+
 mha::run_options options_of(int threads) {
   mha::run_options o;
   o.threads = threads;
@@ -71,15 +115,16 @@ using float_mask = nb::ndarray<const float, nb::ndim<4>, nb::device::cpu>;
 using bool_mask = nb::ndarray<const bool, nb::ndim<4>, nb::device::cpu>;
 
 // A 4-d array's shape and its first three strides, in elements; its last dimension must be
-// contiguous (the package copies one that is not first).
+// contiguous (the package copies one that is not first), unless it holds no element.
 struct strided4 {
   std::int64_t shape[4], stride[3];
 };
 template <class Array>
 strided4 strided(const Array& t, const char* what) {
-  if (t.shape(3) > 1 && t.stride(3) != 1) {
+  if (t.size() > 0 && t.shape(3) > 1 && t.stride(3) != 1) {
     throw mha::invalid_argument(std::string("mha.attention: ") + what +
-                                "'s last dimension is not contiguous");
+                                "'s last dimension is not contiguous (stride " +
+                                std::to_string(t.stride(3)) + " elements, expected 1)");
   }
   strided4 s{};
   for (std::size_t i = 0; i < 4; ++i) s.shape[i] = static_cast<std::int64_t>(t.shape(i));
@@ -88,17 +133,17 @@ strided4 strided(const Array& t, const char* what) {
 }
 
 template <class Array>
-auto heads_of(const Array& t) {
-  const strided4 s = strided(t, "a tensor");
+auto heads_of(const Array& t, const char* what) {
+  const strided4 s = strided(t, what);
   return mha::heads_view<std::remove_pointer_t<decltype(t.data())>>{
       t.data(),   s.shape[0],  s.shape[1],  s.shape[2],
       s.shape[3], s.stride[0], s.stride[1], s.stride[2]};
 }
 
 template <class Array>
-auto bf16_heads_of(const Array& t) {
+auto bf16_heads_of(const Array& t, const char* what) {
   static_assert(sizeof(mha::bfloat16) == sizeof(std::int16_t));
-  const auto words = heads_of(t);
+  const auto words = heads_of(t, what);
   using bf16 = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(t.data())>>,
                                   const mha::bfloat16, mha::bfloat16>;
   return mha::heads_view<bf16>{reinterpret_cast<bf16*>(words.data),
@@ -137,13 +182,14 @@ void attention_call(const Input& q, const Input& k, const Input& v, const Output
   if (boolean) o.mask = mask_of(*boolean, mha::attention_mask::kind::boolean);
   const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
   if constexpr (std::is_same_v<Input, bf16_heads_input>) {
-    const auto qv = bf16_heads_of(q), kv = bf16_heads_of(k), vv = bf16_heads_of(v);
-    const auto ov = bf16_heads_of(out);
+    const auto qv = bf16_heads_of(q, "query"), kv = bf16_heads_of(k, "key"),
+               vv = bf16_heads_of(v, "value");
+    const auto ov = bf16_heads_of(out, "out");
     nb::gil_scoped_release unlocked;
     mha::attention(b, qv, kv, vv, ov, o);
   } else {
-    const auto qv = heads_of(q), kv = heads_of(k), vv = heads_of(v);
-    const auto ov = heads_of(out);
+    const auto qv = heads_of(q, "query"), kv = heads_of(k, "key"), vv = heads_of(v, "value");
+    const auto ov = heads_of(out, "out");
     nb::gil_scoped_release unlocked;
     mha::attention(b, qv, kv, vv, ov, o);
   }
@@ -234,7 +280,7 @@ NB_MODULE(_mha, m) {
       .def(
           "__init__",
           [](mha::rope_scaling* s, std::string_view kind, double factor, double low_freq_factor,
-             double high_freq_factor, std::int64_t original_context) {
+             double high_freq_factor, int_arg original_context) {
             mha::rope_scaling::type t = mha::rope_scaling::type::none;
             if (kind == "linear") {
               t = mha::rope_scaling::type::linear;
@@ -244,11 +290,11 @@ NB_MODULE(_mha, m) {
               throw mha::invalid_argument("mha: rope scaling kind \"" + std::string(kind) +
                                           "\" is not one of none, linear, llama3");
             }
-            new (s)
-                mha::rope_scaling{t, factor, low_freq_factor, high_freq_factor, original_context};
+            new (s) mha::rope_scaling{t, factor, low_freq_factor, high_freq_factor,
+                                      original_context.get("mha.RopeScaling", "original_context")};
           },
           "kind"_a = "none", "factor"_a = 1.0, "low_freq_factor"_a = 1.0,
-          "high_freq_factor"_a = 4.0, "original_context"_a = 0)
+          "high_freq_factor"_a = 4.0, "original_context"_a = nb::int_(0))
       // The scaling a problem name spells (mha::parse_rope_scaling; "" for none).
       .def_static(
           "from_name",
@@ -275,21 +321,22 @@ NB_MODULE(_mha, m) {
   nb::class_<mha::config>(m, "Config")
       .def(
           "__init__",
-          [](mha::config* c, std::int64_t d_in, std::int64_t d_out, std::int64_t n_heads,
-             std::int64_t context_length, bool causal, bool qkv_bias, bool out_proj,
-             bool out_proj_bias, float dropout, std::int64_t n_kv_heads, std::string_view precision,
-             double rope_base, const mha::rope_scaling& scaling) {
+          [](mha::config* c, int_arg d_in, int_arg d_out, int_arg n_heads, int_arg context_length,
+             bool causal, bool qkv_bias, bool out_proj, bool out_proj_bias, float dropout,
+             int_arg n_kv_heads, std::string_view precision, double rope_base,
+             const mha::rope_scaling& scaling) {
+            constexpr std::string_view where = "mha.Config";
             mha::config cfg;
-            cfg.d_in = d_in;
-            cfg.d_out = d_out;
-            cfg.n_heads = n_heads;
-            cfg.context_length = context_length;
+            cfg.d_in = d_in.get(where, "d_in");
+            cfg.d_out = d_out.get(where, "d_out");
+            cfg.n_heads = n_heads.get(where, "n_heads");
+            cfg.context_length = context_length.get(where, "context_length");
             cfg.causal = causal;
             cfg.qkv_bias = qkv_bias;
             cfg.out_proj = out_proj;
             cfg.out_proj_bias = out_proj && out_proj_bias;
             cfg.dropout = dropout;
-            cfg.n_kv_heads = n_kv_heads;
+            cfg.n_kv_heads = n_kv_heads.get(where, "n_kv_heads");
             cfg.precision = mha::parse_precision(precision);
             cfg.rope_base = rope_base;
             cfg.rope_scaling = scaling;
@@ -298,7 +345,7 @@ NB_MODULE(_mha, m) {
           },
           "d_in"_a, "d_out"_a, "n_heads"_a, "context_length"_a, nb::kw_only(), "causal"_a = true,
           "qkv_bias"_a = false, "out_proj"_a = true, "out_proj_bias"_a = true, "dropout"_a = 0.0f,
-          "n_kv_heads"_a = 0, "precision"_a = "fp32", "rope_base"_a = 0.0,
+          "n_kv_heads"_a = nb::int_(0), "precision"_a = "fp32", "rope_base"_a = 0.0,
           "rope_scaling"_a = mha::rope_scaling{})
       .def_ro("d_in", &mha::config::d_in)
       .def_ro("d_out", &mha::config::d_out)
@@ -328,16 +375,17 @@ NB_MODULE(_mha, m) {
       .def(
           "supports",
           [](const mha::backend& b, const mha::config& cfg, std::string_view formulation,
-             std::int64_t past, std::optional<std::string_view> kv) -> std::optional<std::string> {
+             int_arg past, std::optional<std::string_view> kv) -> std::optional<std::string> {
             mha::problem p;
             p.cfg = cfg;
             p.form = mha::parse_formulation(formulation);
-            p.past = past;
+            p.past = past.get("mha.Backend.supports", "past");
             if (kv) p.kv_precision = mha::parse_precision(*kv);
             const mha::support s = b.supports(p);
             return s ? std::nullopt : std::optional<std::string>(s.reason());
           },
-          "config"_a, "formulation"_a = "split_weight", "past"_a = 0, "kv_precision"_a = nb::none())
+          "config"_a, "formulation"_a = "split_weight", "past"_a = nb::int_(0),
+          "kv_precision"_a = nb::none())
       .def("declines", &declines)
       .def(
           "supports_attention",
@@ -369,15 +417,21 @@ NB_MODULE(_mha, m) {
       .def_prop_ro("nbytes", &mha::kv_cache::bytes)
       .def(
           "reset",
-          [](mha::kv_cache& c, std::optional<std::int64_t> b) {
+          [](mha::kv_cache& c, std::optional<int_arg> b) {
             if (b) {
-              c.reset(*b);
+              c.reset(b->get("mha.Cache.reset", "b"));
             } else {
               c.reset();
             }
           },
           "b"_a = nb::none())
-      .def("truncate", &mha::kv_cache::truncate, "b"_a, "length"_a)
+      .def(
+          "truncate",
+          [](mha::kv_cache& c, int_arg b, int_arg length) {
+            c.truncate(b.get("mha.Cache.truncate", "b"),
+                       length.get("mha.Cache.truncate", "length"));
+          },
+          "b"_a, "length"_a)
       .def("__repr__", [](const mha::kv_cache& c) {
         std::string lengths;
         for (std::int64_t n : c.lengths())
@@ -479,6 +533,9 @@ NB_MODULE(_mha, m) {
         return out;
       },
       "text"_a, "source"_a, "layer"_a, "context_length"_a);
+
+  // The most worker threads a call takes (run_options::threads, attention_options::threads).
+  m.attr("max_run_threads") = mha::max_run_threads;
 
   m.def("rope_frequencies", &mha::rope_frequencies, "config"_a,
         "The rotary embedding's inverse frequencies of a config, one per pair of dimensions.");

@@ -1,0 +1,654 @@
+"""Issue 56's Python-side cases ("Hardening, round 4"), each as the hostile user tried it: masks
+SDPA refuses, models under autograd, views NumPy and PyTorch allow, arguments the binding would
+have rejected with its signature, and the peers' environment made offline. Every refusal is an
+mha.Error naming the argument; every accepted input is computed as SDPA computes it (float64
+SDPA the oracle). The rows fixed in the library (narrow heads of a few rows, a cache shared by
+two threads, out overlapping the mask or itself, finite extreme masks, empty tensors) follow, as
+Python reaches them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mha
+
+torch = pytest.importorskip("torch")
+import mha.torch  # noqa: E402
+
+F = torch.nn.functional
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def randn(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def operands(b=2, h=2, rows=5, keys=7, d=16, seed=0):
+    return (
+        randn(b, h, rows, d, seed=seed),
+        randn(b, h, keys, d, seed=seed + 1),
+        randn(b, h, keys, d, seed=seed + 2),
+    )
+
+
+def sdpa(q, k, v, **kw):
+    """float64 SDPA of the operands' values (tensors or NumPy arrays)."""
+    q, k, v = (
+        torch.as_tensor(np.ascontiguousarray(t) if isinstance(t, np.ndarray) else t) for t in (q, k, v)
+    )
+    mask = kw.pop("attn_mask", None)
+    if mask is not None:
+        mask = torch.as_tensor(np.ascontiguousarray(mask) if isinstance(mask, np.ndarray) else mask)
+        kw["attn_mask"] = mask if mask.dtype == torch.bool else mask.double()
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), **kw)
+
+
+def close(got, want, atol=2e-5):
+    got = torch.as_tensor(np.ascontiguousarray(got)) if isinstance(got, np.ndarray) else got
+    np.testing.assert_allclose(got.double().numpy(), want.numpy(), rtol=0, atol=atol)
+
+
+# -- row 5: integer, float16/float64/complex masks are refused as SDPA refuses them -------------
+
+TORCH_MASK_DTYPES = ["uint8", "int8", "int32", "int64", "float16", "float64", "bfloat16", "complex64"]
+
+
+@pytest.mark.parametrize("query_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("mask_dtype", TORCH_MASK_DTYPES + ["bool", "float32"])
+def test_torch_masks_as_sdpa_takes_them(query_dtype, mask_dtype):
+    """What SDPA refuses is refused naming the dtype; what it takes (bool, float32, the query's
+    dtype) is computed as SDPA computes it."""
+    q, k, v = (t.to(getattr(torch, query_dtype)) for t in operands())
+    mask = (randn(5, 7, seed=9) > 0).to(getattr(torch, mask_dtype))
+    try:
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    except RuntimeError:
+        with pytest.raises(mha.InvalidArgument, match=rf"attn_mask has dtype torch\.{mask_dtype}"):
+            mha.attention(q, k, v, attn_mask=mask)
+        return
+    got = mha.attention(q, k, v, attn_mask=mask)
+    close(got, sdpa(q, k, v, attn_mask=mask), atol=2e-5 if query_dtype == "float32" else 2**-6)
+
+
+@pytest.mark.parametrize(
+    "mask_dtype", ["uint8", "int32", "int64", "float16", "float64", "complex64", "object"]
+)
+def test_numpy_masks_other_than_bool_or_float32_are_refused(mask_dtype):
+    q, k, v = (t.numpy() for t in operands())
+    mask = (np.random.default_rng(0).random((5, 7)) > 0.5).astype(mask_dtype)
+    with pytest.raises(mha.InvalidArgument, match=f"attn_mask has dtype {mask_dtype}"):
+        mha.attention(q, k, v, attn_mask=mask)
+
+
+def test_numpy_bool_and_float32_masks_are_computed():
+    q, k, v = (t.numpy() for t in operands())
+    allowed = np.random.default_rng(1).random((5, 7)) > 0.4
+    additive = np.where(allowed, 0.0, -np.inf).astype(np.float32)
+    for mask in (allowed, additive):
+        close(mha.attention(q, k, v, attn_mask=mask), sdpa(q, k, v, attn_mask=allowed))
+
+
+# -- row 19: a NumPy object mask holding None ---------------------------------------------------
+
+
+def test_numpy_object_mask_holding_none_is_refused():
+    q, k, v = (t.numpy() for t in operands())
+    mask = np.array([[None] * 7] * 5)
+    with pytest.raises(mha.InvalidArgument, match="attn_mask has dtype object"):
+        mha.attention(q, k, v, attn_mask=mask)
+
+
+# -- row 10: NumPy views with negative strides ---------------------------------------------------
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, 3])
+def test_numpy_negative_strides_are_computed(axis):
+    q, k, v = (t.numpy() for t in operands())
+    flip = [slice(None)] * 4
+    flip[axis] = slice(None, None, -1)
+    flip = tuple(flip)
+    qf, kf, vf = q[flip], k[flip], v[flip]
+    mask = (np.random.default_rng(2).random((5, 7)) > 0.3)[::-1, ::-1]
+    want = sdpa(qf, kf, vf, attn_mask=mask)
+    close(mha.attention(qf, kf, vf, attn_mask=mask), want)
+    out = np.full((2, 2, 5, 16), np.nan, np.float32)[flip]
+    assert mha.attention(qf, kf, vf, attn_mask=mask, out=out) is out
+    close(out, want)
+    # (H, L, D) operands and out, as the batch's first
+    out3 = np.full((2, 5, 16), np.nan, np.float32)[flip[1:]]
+    assert mha.attention(qf[1], kf[1], vf[1], attn_mask=mask, out=out3) is out3
+    close(out3, want[1])
+
+
+# -- row 11: arguments the binding would reject with its signature -------------------------------
+
+
+def test_read_only_and_broadcast_numpy_outs_are_refused_by_name():
+    q, k, v = (t.numpy() for t in operands())
+    read_only = np.empty(q.shape, np.float32)
+    read_only.flags.writeable = False
+    broadcast = np.broadcast_to(np.empty((1, 2, 5, 16), np.float32), q.shape)
+    for out in (read_only, broadcast):
+        with pytest.raises(mha.InvalidArgument, match="out is read-only"):
+            mha.attention(q, k, v, out=out)
+
+
+@pytest.mark.parametrize("threads", [2**31, 2**40, -1, 1025, 1.5, "2", True])
+def test_threads_out_of_range_are_refused_by_name(threads):
+    q, k, v = operands()
+    for args in ((q, k, v), (q.numpy(), k.numpy(), v.numpy())):
+        with pytest.raises(mha.InvalidArgument, match=r"threads \(.*\) must be an integer in \[0, 1024\]"):
+            mha.attention(*args, threads=threads)
+
+
+def test_numpy_and_max_threads_are_taken():
+    q, k, v = operands()
+    want = sdpa(q, k, v)
+    close(mha.attention(q, k, v, threads=np.int64(1)), want)
+    close(mha.attention(q, k, v, threads=mha._attention.MAX_THREADS), want)
+
+
+def test_backend_not_a_str_is_refused_by_name():
+    q, k, v = operands()
+    with pytest.raises(mha.InvalidArgument, match="backend 3 must be a name"):
+        mha.attention(q, k, v, backend=3)
+
+
+def test_plan_arguments_out_of_range_are_refused_when_it_is_made():
+    module = torch.nn.MultiheadAttention(32, 2, batch_first=True).eval()
+    with pytest.raises(mha.InvalidArgument, match=r"threads \(1099511627776\)"):
+        mha.Plan.from_module(module, context_length=8, threads=2**40)
+    with pytest.raises(mha.InvalidArgument, match=r"context_length \(9223372036854775808\)"):
+        mha.Plan.from_module(module, context_length=2**63)
+    with pytest.raises(mha.InvalidArgument, match=r"context_length \(9223372036854775808\)"):
+        mha.torch.Attention(module, context_length=2**63)
+    with pytest.raises(mha.InvalidArgument, match="backend 3"):
+        mha.Plan.from_module(module, context_length=8, backend=3)
+    with pytest.raises(mha.InvalidArgument, match="precision 3"):
+        mha.Plan.from_module(module, context_length=8, precision=3)
+    plan = mha.Plan.from_module(module, context_length=8)
+    x = np.zeros((1, 2, 32), np.float32)
+    with pytest.raises(mha.InvalidArgument, match=r"threads \(2147483648\)"):
+        plan(x, threads=2**31)
+    with pytest.raises(mha.InvalidArgument, match="precision 8"):
+        plan.make_cache(1, 8, precision=8)
+
+
+def test_cache_arguments_out_of_range_are_refused_by_name():
+    module = torch.nn.MultiheadAttention(32, 2, batch_first=True).eval()
+    plan = mha.Plan.from_module(module, context_length=8)
+    cache = plan.make_cache(2, 8)
+    plan(np.zeros((2, 3, 32), np.float32), cache=cache)
+    with pytest.raises(
+        mha.InvalidArgument, match=r"Cache.truncate: length \(9223372036854775808\).*64-bit integer range"
+    ):
+        cache.truncate(0, 2**63)
+    with pytest.raises(mha.InvalidArgument, match=r"Cache.truncate: b \(9223372036854775808\)"):
+        cache.truncate(2**63, 0)
+    with pytest.raises(mha.InvalidArgument, match=r"length 4 of sequence 0 must be in \[0, 3\]"):
+        cache.truncate(0, 4)
+    with pytest.raises(mha.InvalidArgument, match=r"Cache.truncate: length \(1.5\) must be an integer"):
+        cache.truncate(0, 1.5)
+    with pytest.raises(mha.InvalidArgument, match=r"Cache.reset: b \('0'\) must be an integer"):
+        cache.reset("0")
+    with pytest.raises(mha.InvalidArgument, match=r"Config: context_length \(9223372036854775808\)"):
+        mha.Config(8, 8, 1, 2**63)
+    with pytest.raises(mha.InvalidArgument, match=r"Config: n_heads \(2.0\) must be an integer"):
+        mha.Config(8, 8, 2.0, 16)
+    cache.truncate(np.int64(1), 2)  # NumPy integers are integers
+    assert cache.lengths == [3, 2]
+    cache.reset(0)
+    assert cache.lengths == [0, 2]
+    cache.reset()
+    assert cache.lengths == [0, 0]
+
+
+def test_byte_strides_not_a_multiple_of_the_element_are_computed():
+    q, k, v = (t.numpy() for t in operands())
+    raw = np.zeros(q.nbytes + q.shape[0] * 3 + 1, np.uint8)
+    # q's values in a byte buffer, each batch 3 bytes after the last, the first at offset 1.
+    odd = np.ndarray(q.shape, np.float32, raw, offset=1, strides=(q[0].nbytes + 3, 5 * 16 * 4, 16 * 4, 4))
+    odd[...] = q
+    assert not odd.flags.aligned
+    close(mha.attention(odd, k, v), sdpa(q, k, v))
+
+
+# -- row 12: NumPy and 0-d scales; a finite scale beyond float32 ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "scale", [np.float32(0.37), np.float64(0.37), np.array(0.37), np.array(0.37, np.float32), "tensor"]
+)
+def test_numpy_and_zero_dimensional_scales_are_taken(scale):
+    q, k, v = operands()
+    scale = torch.tensor(0.37) if isinstance(scale, str) else scale
+    want = sdpa(q, k, v, scale=float(scale))
+    close(mha.attention(q, k, v, scale=scale), want)
+    close(mha.attention(q.numpy(), k.numpy(), v.numpy(), scale=scale), want)
+
+
+def test_scale_beyond_float32_names_its_range():
+    q, k, v = operands()
+    with pytest.raises(mha.InvalidArgument, match="scale .*1e\\+39.* beyond float32's range"):
+        mha.attention(q, k, v, scale=1e39)
+    with pytest.raises(mha.InvalidArgument, match="scale .* must be a real number"):
+        mha.attention(q, k, v, scale=torch.ones(2))
+
+
+# -- row 13: the actual mismatch named ----------------------------------------------------------
+
+
+def test_mixed_kinds_are_named():
+    q, k, v = operands()
+    with pytest.raises(mha.InvalidArgument, match="query is a NumPy array and key a torch.Tensor"):
+        mha.attention(q.numpy(), k, v.numpy())
+    with pytest.raises(mha.InvalidArgument, match="query is a torch.Tensor and value a NumPy array"):
+        mha.attention(q, k, v.numpy())
+    with pytest.raises(mha.InvalidArgument, match="query is a NumPy array and attn_mask a torch.Tensor"):
+        mha.attention(q.numpy(), k.numpy(), v.numpy(), attn_mask=torch.ones(5, 7, dtype=torch.bool))
+    with pytest.raises(mha.InvalidArgument, match="query is a torch.Tensor and out a NumPy array"):
+        mha.attention(q, k, v, out=np.empty(q.shape, np.float32))
+
+
+def test_meta_out_names_its_device():
+    q, k, v = operands()
+    with pytest.raises(mha.InvalidArgument, match="out is on meta"):
+        mha.attention(q, k, v, out=torch.empty(q.shape, device="meta"))
+
+
+def test_numpy_out_with_a_strided_last_dimension_is_written():
+    q, k, v = (t.numpy() for t in operands())
+    wide = np.full((2, 2, 5, 32), np.nan, np.float32)
+    out = wide[..., ::2]
+    assert mha.attention(q, k, v, out=out) is out
+    close(out, sdpa(q, k, v))
+    assert np.isnan(wide[..., 1::2]).all()  # only out's elements written
+
+
+# -- row 15: a leaf out that requires grad -------------------------------------------------------
+
+
+def test_out_requiring_grad_is_refused_under_autograd():
+    q, k, v = operands()
+    out = torch.empty(q.shape, requires_grad=True)
+    with pytest.raises(mha.InvalidArgument, match="out requires grad"):
+        mha.attention(q, k, v, out=out)
+    with torch.no_grad():  # where torch writes it in place too
+        assert mha.attention(q, k, v, out=out) is out
+    close(out.detach(), sdpa(q, k, v))
+
+
+# -- row 16: sparse, negative-bit, vmapped and meta tensors ------------------------------------
+
+
+@pytest.mark.parametrize("name", ["query", "key", "value", "attn_mask", "out"])
+def test_sparse_and_meta_tensors_are_named(name):
+    q, k, v = operands()
+    args = {"query": q, "key": k, "value": v, "attn_mask": torch.zeros(5, 7), "out": torch.empty(q.shape)}
+    for bad, what in ((args[name].to_sparse(), "layout torch.sparse_coo"), (args[name].to("meta"), "meta")):
+        with pytest.raises(mha.InvalidArgument, match=f"{name} (is on|has) {what}"):
+            mha.attention(**{**args, name: bad})
+
+
+def test_negative_bit_tensors_are_computed():
+    q, k, v = operands()
+    mask = randn(5, 7, seed=4)
+    want = sdpa(-q, -k, -v, attn_mask=-mask)
+    neg = torch._neg_view
+    close(mha.attention(neg(q), neg(k), neg(v), attn_mask=neg(mask)), want)
+    qb, kb, vb = (neg(t.bfloat16()) for t in (q, k, v))
+    assert qb.is_neg()
+    close(mha.attention(qb, kb, vb), sdpa(-q, -k, -v), atol=2**-6)
+    out = torch.zeros(q.shape)
+    mha.attention(-q, -k, -v, attn_mask=-mask, out=neg(out))
+    close(-out, want)
+
+
+def test_vmapped_tensors_are_named():
+    q = operands()[0]
+    with pytest.raises(mha.InvalidArgument, match="query is a tensor inside a torch.func transform"):
+        torch.func.vmap(lambda a: mha.attention(a, a, a))(q)
+
+
+# -- row 18: nn.MultiheadAttention called with three views of one tensor ------------------------
+
+
+def test_torch_attention_takes_views_of_one_tensor_as_self_attention():
+    module = torch.nn.MultiheadAttention(32, 2, batch_first=True).eval()
+    attention = mha.torch.Attention(module, context_length=16)
+    x = randn(3, 2, 6, 32)
+    mask = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    with torch.no_grad():
+        want, _ = module(x[0], x[0], x[0], attn_mask=mask, need_weights=False)
+    got, _ = attention(x[0], x[0], x[0], attn_mask=mask, need_weights=False)
+    close(got, want.double(), atol=2e-5)
+    for other in (
+        x[1],
+        x[0].clone(),
+        x[0].transpose(0, 1).contiguous().transpose(0, 1),
+        torch._neg_view(x[0]),
+    ):
+        with pytest.raises(mha.Unsupported, match="self-attention"):
+            attention(x[0], other, x[0], attn_mask=mask, need_weights=False)
+
+
+# -- rows 8 and 17: mha.transformers under autograd, in training mode, and register() -----------
+
+
+def llama_config(hidden, layers):
+    """A random Llama of `hidden` over 4 heads (2 K/V heads), a vocabulary of 64; and mha.transformers
+    imported (registering "mha")."""
+    transformers = pytest.importorskip("transformers")
+    import mha.transformers  # noqa: F401
+
+    return transformers.LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=96,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=layers,
+        vocab_size=64,
+        max_position_embeddings=64,
+    )
+
+
+@pytest.fixture(scope="module")
+def llama():
+    import transformers
+
+    cfg = llama_config(64, 1)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="mha").eval()
+    ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
+    model.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+    model.set_attn_implementation("mha")
+    return model, ids, want
+
+
+def test_a_model_in_eval_mode_under_autograd_is_refused(llama):
+    model, ids, want = llama
+    with pytest.raises(mha.Unsupported, match="requires grad, with autograd enabled"):
+        model(input_ids=ids)
+    with torch.no_grad():
+        close(model(input_ids=ids).logits, want.double(), atol=1e-4)
+
+
+def test_training_mode_without_dropout_under_no_grad_is_computed(llama):
+    model, ids, want = llama
+    model.train()
+    try:
+        with torch.no_grad():
+            close(model(input_ids=ids).logits, want.double(), atol=1e-4)
+        with pytest.raises(mha.Unsupported, match="requires grad"):
+            model(input_ids=ids)
+        model.model.layers[0].self_attn.attention_dropout = 0.25
+        with pytest.raises(mha.Unsupported, match="attention dropout 0.25"), torch.no_grad():
+            model(input_ids=ids)
+    finally:
+        model.model.layers[0].self_attn.attention_dropout = 0.0
+        model.eval()
+
+
+def test_torchs_thread_count_beyond_mhas_is_capped(llama):
+    model = llama[0]
+    threads = torch.get_num_threads()
+    q, k, v = operands(b=1, h=4, rows=3, keys=3)
+    module = model.model.layers[0].self_attn
+    forward = mha.transformers.attention_forward
+    try:
+        torch.set_num_threads(1500)  # no torch operation runs until it is set back
+        got, _ = forward(module, q, k[:, :2], v[:, :2], None, scaling=0.25, is_causal=True)
+    finally:
+        torch.set_num_threads(threads)
+    want = sdpa(q, k[:, :2], v[:, :2], scale=0.25, is_causal=True, enable_gqa=True).transpose(1, 2)
+    close(got, want)
+
+
+def test_register_checks_its_arguments(llama):
+    from transformers import AttentionInterface
+
+    register = mha.transformers.register
+    with pytest.raises(mha.InvalidArgument, match="name 123 must be a non-empty str"):
+        register(123)
+    for builtin in ["eager", "sdpa", "flash_attention_2", "flex_attention", *AttentionInterface()]:
+        if builtin not in ("mha",):
+            with pytest.raises(mha.InvalidArgument, match=f"name '{builtin}' is transformers' own"):
+                register(builtin)
+    with pytest.raises(mha.InvalidArgument, match="backend 'nonexistent' is not one of mha.backends()"):
+        register("mha_hostile", backend="nonexistent")
+    with pytest.raises(mha.InvalidArgument, match="backend 3"):
+        register("mha_hostile", backend=3)
+    for threads in (-1, 2**40, 1.5):
+        with pytest.raises(mha.InvalidArgument, match=r"threads \(.*\) must be an integer"):
+            register("mha_hostile", threads=threads)
+    declining = [b.name for b in mha.backends() if b.supports_attention() is not None]
+    for name in declining:
+        with pytest.raises(mha.Unsupported, match=f"backend '{name}' does not run attention calls"):
+            register("mha_hostile", backend=name)
+    assert "mha_hostile" not in AttentionInterface()
+    register("mha", threads=1)  # "mha" is mha's own: registered again with other settings
+    try:
+        assert AttentionInterface()["mha"] is not mha.transformers.attention_forward
+    finally:
+        register("mha")
+    assert AttentionInterface()["mha"] is mha.transformers.attention_forward
+
+
+# -- row 20: the peers' environment where pip cannot reach an index ------------------------------
+
+
+def test_peers_env_made_offline_leaves_no_environment(tmp_path):
+    """scripts/peers-env.sh, with no package index: it fails saying pip's error, and leaves no
+    environment where the tests look for one (nor a half-made one beside it)."""
+    if shutil.which("bash") is None or not Path("/usr/bin/python3").exists():
+        pytest.skip("needs bash and /usr/bin/python3")
+    if subprocess.run(
+        ["/usr/bin/python3", "-c", "import ensurepip, venv"], capture_output=True, check=False
+    ).returncode:
+        pytest.skip("/usr/bin/python3 has no venv (the script would install python3-venv)")
+    # A checkout of the script with a one-line requirements file: its torch line is what the
+    # script resolves first.
+    root = tmp_path / "root"
+    (root / "scripts").mkdir(parents=True)
+    (root / "tools").mkdir()
+    shutil.copy(ROOT / "scripts" / "peers-env.sh", root / "scripts" / "peers-env.sh")
+    (root / "tools" / "peers-requirements.txt").write_text("torch==2.13.0\npytest==9.2.0\n")
+    venv = tmp_path / "peers-venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", MHA_PEERS_VENV=str(venv))
+    run = subprocess.run(
+        ["bash", str(root / "scripts" / "peers-env.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "cannot make the peers' environment" in run.stderr
+    assert "ERROR:" in run.stderr  # pip's own message, shown
+    assert not venv.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["root"]
+
+# -- the rows fixed in the library --------------------------------------------------------------
+
+
+def causal_sdpa(q, k, v, alignment):
+    """float64 SDPA with grouped heads repeated and the causal limit of `alignment`; rows that see
+    no key are zeros (SDPA's NaN there is mha's rule's zeros)."""
+    rows, keys = q.shape[2], k.shape[2]
+    group = q.shape[1] // k.shape[1]
+    limit = np.tril(np.ones((rows, keys), bool), keys - rows if alignment == "bottom_right" else 0)
+    want = F.scaled_dot_product_attention(
+        q.double(),
+        k.double().repeat_interleave(group, 1),
+        v.double().repeat_interleave(group, 1),
+        attn_mask=torch.from_numpy(limit),
+    )
+    want[..., ~limit.any(-1), :] = 0
+    return want
+
+
+@pytest.mark.parametrize("backend", ["xsimd", "tbb", "naive"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_narrow_heads_of_a_few_rows_are_computed(backend, dtype):
+    """Row 1: head_dim <= 8 with at most 8 query rows per K/V head crashed (the narrow path read a
+    packed K^T the in-place block never made): every row count where the blocking changes, with
+    and without grouped heads, bottom-right causal (a decode step, a chunk) and L > S (a leftover
+    chunk)."""
+    if backend not in {b.name for b in mha.backends()}:
+        pytest.skip(f"{backend} is not built")
+    bound = 2e-6 if dtype == torch.float32 else 2e-2
+    for d in (1, 4, 8):
+        for rows in (1, 2, 7, 8, 9, 15, 16, 17):
+            for h, h_kv in ((2, 2), (4, 1)):
+                for keys, alignment in ((rows + 5, "bottom_right"), (5, "top_left")):
+                    q = randn(1, h, rows, d, seed=rows).to(dtype)
+                    k = randn(1, h_kv, keys, d, seed=rows + 1).to(dtype)
+                    v = randn(1, h_kv, keys, d, seed=rows + 2).to(dtype)
+                    got = mha.attention(
+                        q, k, v, is_causal=True, causal_alignment=alignment, enable_gqa=True, backend=backend
+                    )
+                    error = (got.double() - causal_sdpa(q, k, v, alignment)).abs().max()
+                    assert error <= bound, (d, rows, h, h_kv, keys)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_a_model_of_head_dim_8_generates_as_sdpa(kind, tmp_path):
+    """Row 2: a Hugging Face model with head_dim <= 8 (the tiny configs people test with: hidden
+    32 over 4 heads) crashed at its first generated token: now the same tokens as "sdpa"."""
+    cfg = llama_config(32, 2)
+    import transformers
+
+    if kind == "gpt2":
+        cfg = transformers.GPT2Config(n_embd=32, n_head=4, n_layer=2, vocab_size=64, n_positions=64)
+    torch.manual_seed(3)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path)
+    ids = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(4))
+    tokens = {}
+    for attn in ("sdpa", "mha"):
+        model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation=attn).eval()
+        with torch.no_grad():
+            tokens[attn] = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert torch.equal(tokens["mha"], tokens["sdpa"])
+
+
+@pytest.mark.parametrize("backend", ["xsimd", "tbb"])
+def test_two_threads_decoding_into_one_cache_never_pass_its_capacity(backend):
+    """Row 3: two Python threads decoding into one cache with one free slot both passed the
+    capacity check (the GIL is released between it and the append) and wrote past the storage.
+    Now one call holds the cache: one token is appended, the other call is refused naming the
+    concurrent use (or the capacity, when it came second)."""
+    import threading
+
+    if backend not in {b.name for b in mha.backends()}:
+        pytest.skip(f"{backend} is not built")
+    module = torch.nn.MultiheadAttention(32, 2, batch_first=True).eval()
+    plan = mha.Plan.from_module(module, context_length=8, backend=backend)
+    x = np.ones((1, 1, 32), np.float32)
+    for _ in range(50):
+        cache = plan.make_cache(1, 8)
+        plan(np.zeros((1, 7, 32), np.float32), cache=cache)
+        barrier = threading.Barrier(2)
+        results, messages = [], []
+
+        def decode():
+            barrier.wait()
+            try:
+                plan(x, cache=cache)
+                results.append("appended")
+            except mha.InvalidArgument as e:
+                results.append("refused")
+                messages.append(str(e))
+
+        threads = [threading.Thread(target=decode) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == ["appended", "refused"]
+        assert "in use by another call" in messages[0] or "past the cache's capacity (8)" in messages[0]
+        assert cache.lengths == [8]
+
+
+def test_out_sharing_memory_with_the_mask_or_itself_is_refused():
+    """Rows 4, 7 and 14: out overlapping the mask (a broadcast mask sliced from out) was accepted
+    and silently wrong; an expanded out (stride 0) wrote every (b, h) into one slab, and expanded
+    to a batch of 2^30 over a few bytes ran for hours; out interleaved with q was said to
+    "overlap"."""
+    q, k, v = operands()
+    buffer = torch.zeros(2 * 2 * 5 * 16)
+    with pytest.raises(mha.InvalidArgument, match="out may overlap the mask"):
+        mha.attention(q, k, v, buffer[-35:].view(1, 1, 5, 7), out=buffer.view(2, 2, 5, 16))
+    expanded = torch.zeros(1, 1, 5, 16).expand(2, 2, 5, 16)
+    with pytest.raises(mha.InvalidArgument, match=r"out of shape \(2, 2, 5, 16\) has strides \(0, 0, 16, 1\)"):
+        mha.attention(q, k, v, out=expanded)
+    huge = torch.zeros(1, 1, 3, 16).expand(2**30, 1, 3, 16)
+    with pytest.raises(mha.InvalidArgument, match="elements overlap"):
+        mha.attention(huge, huge, huge, out=huge)
+    interleaved = torch.zeros(2, 2, 5, 32)
+    with pytest.raises(mha.InvalidArgument, match="out may overlap q"):
+        mha.attention(interleaved[..., :16], k, v, out=interleaved[..., 16:])
+
+
+def test_finite_extreme_masks_give_sdpas_result():
+    """Row 6: mask values past about 2.36e38 (float32's lowest is transformers' "masked" value)
+    overflowed in the log2(e) scaling: a row all at that value gave zeros where SDPA averages
+    its keys, and a +3e38 bias gave NaN where SDPA takes that key's value."""
+    lowest = torch.finfo(torch.float32).min
+    backends = [b.name for b in mha.backends() if b.supports_attention() is None]
+    for keys in (7, 3000):  # one key tile, and split over key chunks
+        q, k, v = operands(rows=3, keys=keys)
+        for mask in (
+            torch.full((1, 1, 3, keys), lowest),
+            torch.zeros(1, 1, 3, keys).index_fill_(3, torch.tensor([2]), 3e38),
+            torch.full((1, 1, 3, keys), -3e38).index_fill_(3, torch.tensor([1]), -2.5e38),
+        ):
+            want = F.scaled_dot_product_attention(q, k, v, mask)
+            for backend in backends:
+                got = mha.attention(q, k, v, mask, backend=backend)
+                assert (got - want).abs().max() <= 1e-5, (keys, backend)
+
+
+@pytest.mark.parametrize(
+    "q_shape, k_shape",
+    [
+        ((0, 2, 4, 8), (0, 2, 6, 8)),
+        ((1, 0, 4, 8), (1, 0, 6, 8)),
+        ((1, 2, 0, 8), (1, 2, 6, 8)),
+        ((1, 2, 4, 8), (1, 2, 0, 8)),
+        ((1, 2, 4, 0), (1, 2, 6, 0)),
+    ],
+)
+def test_empty_tensors_give_sdpas_answer(q_shape, k_shape):
+    """Row 9: zero-size B, H, L, S or D were refused with messages about contiguity or null
+    data; SDPA returns an empty result (zeros where there is no key: mha's rule for a row that
+    sees no key, where SDPA's math gives NaN)."""
+    q, k = torch.randn(*q_shape), torch.randn(*k_shape)
+    want = F.scaled_dot_product_attention(q, k, k)
+    if k_shape[2] == 0:
+        want = torch.zeros(q_shape)
+    got = mha.attention(q, k, k)
+    assert got.shape == want.shape and torch.equal(got, want)
+    got = mha.attention(q.numpy(), k.numpy(), k.numpy())
+    assert got.shape == want.shape and np.array_equal(got, want.numpy())
+
+
+def test_a_plan_on_no_tokens_names_the_empty_dimension():
+    """Row 9, plans: a run on 0 tokens or a batch of 0 said "input x has no data (nullptr)"."""
+    module = torch.nn.MultiheadAttention(32, 2, batch_first=True).eval()
+    plan = mha.Plan.from_module(module, context_length=8)
+    with pytest.raises(mha.InvalidArgument, match=r"seq_len \(0\) must be >= 1"):
+        plan(np.zeros((1, 0, 32), np.float32))
+    with pytest.raises(mha.InvalidArgument, match=r"batch \(0\) must be >= 1"):
+        plan(np.zeros((0, 3, 32), np.float32))
+
