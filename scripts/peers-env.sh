@@ -12,7 +12,10 @@
 # packages. pip's dry run (--dry-run --report) tells which: with CUDA packages in it, PyTorch is
 # left out, said here and recorded in the environment (build/peers-venv/mha-peers-left-out),
 # and its peers are declined with that reason. Exit status: 0 when the environment is usable
-# (perhaps without PyTorch), 1 when it cannot be made (the reason is printed).
+# (perhaps without PyTorch), 1 when it cannot be made (the reason is printed, pip's own error
+# above it). It is made aside (build/peers-venv.partial) and moved into place only once complete,
+# so that a failure (pip without network) leaves no environment where the tests look for one:
+# they then say SKIPPED, as scripts/test.sh announces.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${MHA_PEERS_VENV:-$root/build/peers-venv}
@@ -36,9 +39,15 @@ fi
 if ! /usr/bin/python3 -c "import ensurepip, venv" 2>/dev/null; then
   "$root/scripts/deps.sh" python3-venv || fail "python3-venv is missing and could not be installed"
 fi
-rm -rf "$venv"
-/usr/bin/python3 -m venv "$venv" || fail "python3 -m venv $venv failed"
-pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+# A stale environment goes first (an environment counts only as made from these requirements),
+# and so does what a killed run left aside.
+partial=$venv.partial
+rm -rf "$venv" "$partial"
+mkdir -p "$(dirname "$venv")"
+report=
+trap 'rm -rf "$partial" ${report:+"$report"}' EXIT
+/usr/bin/python3 -m venv --prompt "$(basename "$venv")" "$partial" || fail "python3 -m venv $partial failed"
+pip=("$partial/bin/python" -m pip --disable-pip-version-check)
 
 # PyTorch: which build would pip take? Leave it out rather than download a CUDA build.
 packages=$(grep -vE '^\s*(#|$)' "$requirements")
@@ -46,9 +55,10 @@ torch_spec=$(grep -E '^torch[=<>~! ]' <<<"$packages" || true)
 left_out=
 if [[ -n $torch_spec ]]; then
   report=$(mktemp)
-  trap 'rm -f "$report"' EXIT
-  "${pip[@]}" install -q --dry-run --ignore-installed --report "$report" "$torch_spec" >/dev/null 2>&1 ||
-    fail "pip cannot resolve $torch_spec (no network, or no such release for this Python)"
+  if ! resolve_errors=$("${pip[@]}" install -q --dry-run --ignore-installed --report "$report" "$torch_spec" 2>&1 >/dev/null); then
+    grep -v '^WARNING: Location' <<<"$resolve_errors" >&2 || true
+    fail "pip cannot resolve $torch_spec (above: no network, or no such release for this Python)"
+  fi
   cuda=$(/usr/bin/python3 -c '
 import json, sys
 items = json.load(open(sys.argv[1]))["install"]
@@ -67,6 +77,20 @@ echo "$name: installing into $venv: $(tr '\n' ' ' <<<"$packages")"
 # shellcheck disable=SC2086
 "${pip[@]}" install -q $packages 2> >(grep -v '^WARNING: Location' >&2) || fail "pip install failed (above)"
 echo "$name: installed: $("${pip[@]}" list --format=freeze 2>/dev/null | grep -iE "^($(tr '\n' '|' <<<"$packages" | sed -E 's/==[^|]*//g; s/\|$//'))==" | tr '\n' ' ')"
-printf '%s' "$left_out" >"$venv/mha-peers-left-out"
-cp "$requirements" "$stamp"
+printf '%s' "$left_out" >"$partial/mha-peers-left-out"
+cp "$requirements" "$partial/mha-peers-requirements.txt"
+# Complete: into place. The paths the environment wrote of itself (its scripts' #! lines,
+# activate, pyvenv.cfg) name where it was made; they are changed to where it now lies.
+/usr/bin/python3 - "$partial" "$venv" <<'EOF' || fail "could not move $partial to $venv"
+import pathlib, sys
+made, final = (s.encode() for s in sys.argv[1:])
+root = pathlib.Path(sys.argv[1])
+for f in [*(root / "bin").iterdir(), root / "pyvenv.cfg"]:
+    if f.is_file() and not f.is_symlink():
+        data = f.read_bytes()
+        text = data.startswith(b"#!") or f.name.lower().startswith("activate") or f.name == "pyvenv.cfg"
+        if text and made in data:
+            f.write_bytes(data.replace(made, final))
+EOF
+mv "$partial" "$venv"
 echo "$name: ready: $venv/bin/python"

@@ -32,12 +32,15 @@ jobs=$(nproc)
 # tests say SKIPPED and why, and the rest runs.
 "$root/scripts/peers-env.sh" || echo "test.sh: the peers' tests will be skipped (above: why)"
 
-# The Python package's extension, for the peers' environment's Python, where it has nanobind.
-python_args=()
+# The Python package's extension, for the peers' environment's Python, where it has nanobind
+# (scripts/peers-env.sh puts an environment there only once complete). Without one, the
+# extension is off even where an earlier run of this build turned it on, so that its tests say
+# SKIPPED rather than fail on a Python that is gone.
 peers_python=${MHA_PEERS_VENV:-$root/build/peers-venv}/bin/python
 if [[ -x $peers_python ]] && "$peers_python" -c "import nanobind" 2>/dev/null; then
   python_args=(-DMHA_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$peers_python")
 else
+  python_args=(-DMHA_BUILD_PYTHON=OFF)
   echo "test.sh: the Python package's tests will be skipped (no peers' environment with nanobind)"
 fi
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${python_args[@]}"
