@@ -148,8 +148,8 @@ void bm_xsimd(benchmark::State& state, shape s, int threads, std::int64_t key_ti
       kernels.layout(s.seq_len, s.seq_len, s.head_dim, key_tile);
   state.SetLabel(text("key tile ", std::min(layout.key_tile, s.seq_len), ", ", kernels.arch_name));
   run(state, s, o, threads, peak_for(mha::xsimd_default_isa(), bf16), bf16 ? 1.0 / 64 : 1e-5, [&] {
-    mha::detail::in_arena(threads,
-                          [&] { mha::detail::parallel_attention(kernels, args, key_tile); });
+    mha::detail::run_in({.threads = threads},
+                        [&] { mha::detail::parallel_attention(kernels, args, key_tile); });
   });
 }
 

@@ -64,7 +64,8 @@ struct attention_options {
   // (a bf16 module's arithmetic, docs/design.md §1.5); fp32 otherwise. int8 is refused. bfloat16
   // operands need bf16.
   mha::precision precision = mha::precision::fp32;
-  int threads = 0;  // as run_options::threads
+  int threads = 0;                          // as run_options::threads
+  const mha::executor* executor = nullptr;  // as run_options::executor
 };
 
 // out[b, h] = softmax(scale q[b, h] k[b, g]^T + mask[b, h] + causal) v[b, g], g = h / (heads /

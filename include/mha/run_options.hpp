@@ -5,6 +5,8 @@
 
 namespace mha {
 
+class executor;  // mha/executor.hpp
+
 // The most worker threads run_options::threads may ask for: more than any CPU this library
 // targets, few enough that an OpenMP runtime asked for them still starts them.
 inline constexpr int max_run_threads = 1024;
@@ -29,6 +31,10 @@ struct run_options {
   // Dropout seed. The mask is a pure function of (seed, b, h, i, j): the same on every backend,
   // thread count and call.
   std::uint64_t seed = 0;
+  // Who runs the tbb backend's parallel work, with `threads` (mha/executor.hpp): nullptr, its
+  // own oneTBB arena; else this executor (the caller's pool, OpenMP, serial), which must outlive
+  // the call. Other backends ignore it.
+  const mha::executor* executor = nullptr;
 };
 
 }  // namespace mha

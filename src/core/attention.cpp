@@ -305,7 +305,8 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
       a.mask = {static_cast<const std::byte*>(m.data) + r0 * m.row_stride * mask_unit, boolean,
                 m.batch == 1 ? 0 : m.batch_stride, m.heads == 1 ? 0 : m.head_stride, m.row_stride};
     }
-    detail::attend(backend, a, run_options{.threads = options.threads});
+    detail::attend(backend, a,
+                   run_options{.threads = options.threads, .executor = options.executor});
   };
   // Rows [r0, rows) that see all `keys` keys, in calls of at most `keys` rows.
   const auto all_keys = [&](std::int64_t r0) {

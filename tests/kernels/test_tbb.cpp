@@ -5,15 +5,23 @@
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
 
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <new>
 #include <numeric>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backends/tbb/parallel.hpp"
 #include "backends/tbb/task_trace.hpp"
 #include "mha/backends/tbb.hpp"
 #include "mha/backends/xsimd.hpp"
+#include "mha/mha.hpp"
 #include "support.hpp"
 
 namespace {
@@ -133,6 +141,77 @@ TEST_P(TbbPlan, EightConcurrentCallsEqualSerialCalls) {
   for (int c = 0; c < callers; ++c) EXPECT_EQ(matches[c], 3) << "caller " << c;
 }
 
+// A caller's pool (mha::executor): each grid on `threads` std::threads (the caller's one among
+// them) taking task indices from a shared counter; a nested grid runs in the calling task's
+// thread. It counts the grids and tasks, and the threads that ran them (which of the threads
+// gets a task is up to the scheduler: at most `threads`).
+class counting_pool final : public mha::executor {
+ public:
+  void parallel_for(std::int64_t n, int threads,
+                    const std::function<void(std::int64_t)>& task) const override {
+    thread_local bool inside = false;
+    const auto work = [&](std::atomic<std::int64_t>& next) {
+      const bool was = inside;
+      inside = true;
+      for (std::int64_t i = next++; i < n; i = next++) {
+        task(i);
+        ++tasks;
+        const std::lock_guard<std::mutex> lock(mutex);
+        ran_on.insert(std::this_thread::get_id());
+      }
+      inside = was;
+    };
+    std::atomic<std::int64_t> next{0};
+    if (inside) {
+      work(next);
+      return;
+    }
+    ++grids;
+    asked = threads;
+    std::vector<std::thread> helpers;
+    for (int t = 1; t < std::max(threads, 1); ++t) helpers.emplace_back([&] { work(next); });
+    work(next);
+    for (std::thread& h : helpers) h.join();
+  }
+  std::string name() const override { return "counting"; }
+
+  mutable std::atomic<std::int64_t> tasks{0}, grids{0};
+  mutable std::atomic<int> asked{-1};  // the threads the last grid was asked to run on
+  mutable std::mutex mutex;
+  mutable std::set<std::thread::id> ran_on;
+};
+
+// Every executor runs the same grid of tasks, so the results are the TBB arena's bit for bit:
+// a caller's pool at 1, 2 and 3 workers (which gets every grid: its tasks counted, on as many
+// threads as asked), the serial executor, and OpenMP where the build has it; in inference and
+// training mode, a full forward and a decode loop.
+TEST_P(TbbPlan, EveryExecutorGivesTheArenasBits) {
+  const mha_test::shape s{2, 150, 32, 48, 4};
+  for (const bool training : {false, true}) {
+    const mha::run_options arena{.threads = 2, .training = training, .seed = 5};
+    const std::vector<float> expected = run(mha::tbb_backend(), GetParam(), s, arena);
+    for (const int threads : {1, 2, 3}) {
+      counting_pool pool;
+      mha::run_options options = arena;
+      options.threads = threads;
+      options.executor = &pool;
+      EXPECT_EQ(run(mha::tbb_backend(), GetParam(), s, options), expected)
+          << "pool of " << threads << (training ? " training" : "");
+      EXPECT_GT(pool.grids.load(), 2);  // the projections and the attention at least
+      EXPECT_GT(pool.tasks.load(), pool.grids.load());
+      EXPECT_EQ(pool.asked.load(), threads);
+      EXPECT_LE(pool.ran_on.size(), static_cast<std::size_t>(threads));
+    }
+    std::vector<const mha::executor*> others = {&mha::serial_executor()};
+    if (mha::openmp_executor() != nullptr) others.push_back(mha::openmp_executor());
+    for (const mha::executor* e : others) {
+      mha::run_options options = arena;
+      options.executor = e;
+      EXPECT_EQ(run(mha::tbb_backend(), GetParam(), s, options), expected) << e->name();
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Form, TbbPlan, testing::ValuesIn(mha::formulations()),
                          [](const testing::TestParamInfo<formulation>& p) {
                            return std::string(mha::to_string(p.param));
@@ -149,6 +228,61 @@ TEST(TbbBackend, ReportsItsThreadsAndKernels) {
 }
 
 // More threads than cores is not an error: the arena has that many slots.
+// A decode loop (split over key chunks at 4500 cached tokens) and the attention call on a
+// caller's pool give the arena's bits.
+TEST(TbbBackend, DecodeAndTheAttentionCallOnAnExecutorGiveTheArenasBits) {
+  const mha::config cfg{.d_in = 24, .d_out = 48, .n_heads = 3, .context_length = 5000};
+  const mha::weights w = mha::weights::random(cfg, 36);
+  const std::vector<float> x = mha_test::random_floats(4501 * cfg.d_in, 37, 2.0f);
+  const auto plan = mha::tbb_backend().prepare(cfg, formulation::split_weight, w);
+  const auto loop = [&](const mha::run_options& options) {
+    mha::kv_cache cache = plan->make_cache(1, 5000);
+    std::vector<float> y(4501 * cfg.d_out);
+    plan->run({x.data(), 1, 4500, cfg.d_in}, {y.data(), 1, 4500, cfg.d_out}, cache, options);
+    plan->run({x.data() + 4500 * cfg.d_in, 1, 1, cfg.d_in},
+              {y.data() + 4500 * cfg.d_out, 1, 1, cfg.d_out}, cache, options);
+    return y;
+  };
+  counting_pool pool;
+  EXPECT_EQ(loop({.threads = 3, .executor = &pool}), loop({.threads = 2}));
+  EXPECT_EQ(pool.asked.load(), 3);
+
+  const std::vector<float> q = mha_test::random_floats(2 * 4 * 3 * 16, 38),
+                           k = mha_test::random_floats(2 * 2 * 3000 * 16, 39);
+  const auto call = [&](const mha::executor* e) {
+    std::vector<float> out(q.size());
+    mha::attention_options o;
+    o.causal = true;
+    o.alignment = mha::causal_alignment::bottom_right;
+    o.threads = 2;
+    o.executor = e;
+    using view = mha::heads_view<const float>;
+    mha::attention(mha::tbb_backend(), view::dense(q.data(), 2, 4, 3, 16),
+                   view::dense(k.data(), 2, 2, 3000, 16), view::dense(k.data(), 2, 2, 3000, 16),
+                   mha::heads_view<float>::dense(out.data(), 2, 4, 3, 16), o);
+    return out;
+  };
+  counting_pool calls;
+  EXPECT_EQ(call(&calls), call(nullptr));
+  EXPECT_GT(calls.tasks.load(), 0);
+}
+
+// A task's exception reaches the caller of the run once the grid is done (the executor sees
+// tasks that do not throw).
+TEST(TbbBackend, ATasksExceptionReachesTheCallerThroughAnExecutor) {
+  counting_pool pool;
+  std::atomic<int> ran{0};
+  EXPECT_THROW(mha::detail::run_in({.threads = 2, .executor = &pool},
+                                   [&] {
+                                     mha::detail::for_tasks(10, [&](std::int64_t i) {
+                                       ++ran;
+                                       if (i == 3) throw std::bad_alloc();
+                                     });
+                                   }),
+               std::bad_alloc);
+  EXPECT_EQ(ran.load(), 10);
+}
+
 TEST(TbbBackend, ManyThreadsRun) {
   const mha_test::shape s{1, 20, 16, 16, 2};
   EXPECT_EQ(run(mha::tbb_backend(), formulation::split_weight, s, {.threads = 64}),

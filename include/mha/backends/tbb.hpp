@@ -2,6 +2,7 @@
 #pragma once
 
 #include "mha/backend.hpp"
+#include "mha/executor.hpp"
 
 namespace mha {
 
@@ -19,9 +20,12 @@ namespace mha {
 //   per chunk of keys (docs/design.md §1.4), merged in a fixed order.
 //
 // Threads: each run() executes in a tbb::task_arena of run_options::threads slots (0: every
-// core, max_threads()) that belongs to the calling thread (kept for its later calls). Results are
-// bitwise identical for every thread count, and equal to the xsimd backend's on the same ISA:
-// partitions depend on the problem only and nothing is reduced across threads.
+// core, max_threads()) that belongs to the calling thread (kept for its later calls), or, when
+// run_options::executor (attention_options::executor) names one, on that executor with
+// run_options::threads (mha/executor.hpp: openmp_executor() below, serial_executor(), or the
+// caller's own pool). Results are bitwise identical for every thread count and executor, and
+// equal to the xsimd backend's on the same ISA: partitions depend on the problem only and
+// nothing is reduced across threads.
 //
 // Memory: besides the O(batch * seq_len * d_out) scratch every backend keeps, each thread
 // working on an attention call holds one packed head (2 * seq_len * head_dim floats) and one
@@ -32,5 +36,15 @@ namespace mha {
 // once; concurrent runs each get their own arena and compete for the same cores. Out of memory
 // surfaces as std::bad_alloc.
 const backend& tbb_backend();
+
+// Every task in the calling thread, in index order.
+const executor& serial_executor();
+
+// OpenMP's worksharing on the runtime this process has loaded (GCC's libgomp; PyTorch's wheel
+// ships one of the same soname, so inside PyTorch its workers run mha's tasks and no second pool
+// starts), a team of run_options::threads (0: omp_get_max_threads(), the calling thread's
+// setting, which torch.set_num_threads sets). A nested grid runs in the calling task's thread.
+// nullptr where the build has no OpenMP (MHA_WITH_OPENMP 0: CMake found none).
+const executor* openmp_executor() noexcept;
 
 }  // namespace mha

@@ -1,13 +1,13 @@
 #include "backends/tbb/parallel.hpp"
 
-#include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/enumerable_thread_specific.h>
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
-#include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -26,6 +26,27 @@ constexpr std::int64_t gemm_tile_cols = 128;
 }  // namespace
 
 int default_threads() noexcept { return tbb::info::default_concurrency(); }
+
+namespace {
+
+executor_context& this_thread_context() noexcept {
+  thread_local executor_context context;
+  return context;
+}
+
+// The calling thread's context for a scope.
+class context_scope {
+ public:
+  explicit context_scope(const executor_context& context) noexcept : saved_(this_thread_context()) {
+    this_thread_context() = context;
+  }
+  ~context_scope() { this_thread_context() = saved_; }
+  context_scope(const context_scope&) = delete;
+  context_scope& operator=(const context_scope&) = delete;
+
+ private:
+  executor_context saved_;
+};
 
 void in_arena(int threads, const std::function<void()>& f) {
   // The calling thread keeps its arenas of the last few thread counts: a new arena costs ~11 us
@@ -55,6 +76,38 @@ void in_arena(int threads, const std::function<void()>& f) {
   found->arena->execute(f);
 }
 
+}  // namespace
+
+const executor_context& current_executor() noexcept { return this_thread_context(); }
+
+void run_in(const run_options& options, const std::function<void()>& f) {
+  if (options.executor != nullptr) {
+    const context_scope scope({options.executor, options.threads});
+    f();
+    return;
+  }
+  in_arena(options.threads, [&] {
+    const context_scope scope({});  // TBB, whatever this thread ran for before
+    f();
+  });
+}
+
+void run_tasks(const executor_context& context, std::int64_t n,
+               const std::function<void(std::int64_t)>& task) {
+  if (n <= 0) return;
+  std::exception_ptr first;
+  std::atomic<bool> failed{false};
+  context.on->parallel_for(n, context.threads, [&](std::int64_t i) {
+    const context_scope scope(context);
+    try {
+      task(i);
+    } catch (...) {
+      if (!failed.exchange(true)) first = std::current_exception();
+    }
+  });
+  if (first) std::rethrow_exception(first);
+}
+
 namespace {
 
 // The bytes a GEMM of m rows over b moves at least: A (m, k) and B (k, n) in b's units, C floats.
@@ -73,16 +126,12 @@ void over_gemm_tiles(const Args& g, Tile&& tile) {
   const std::int64_t row_tiles = (g.m + gemm_tile_rows - 1) / gemm_tile_rows,
                      panel_tiles = (panels + tile_panels - 1) / tile_panels;
   // Tiles row-block-major: a thread's run of consecutive tiles shares its rows of A in L2.
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, row_tiles * panel_tiles),
-                    [&](const tbb::blocked_range<std::int64_t>& range) {
-                      for (std::int64_t t = range.begin(); t != range.end(); ++t) {
-                        const task_scope task;
-                        const std::int64_t row = t / panel_tiles * gemm_tile_rows,
-                                           panel = t % panel_tiles * tile_panels;
-                        tile(row, std::min(row + gemm_tile_rows, g.m), panel,
-                             std::min(panel + tile_panels, panels));
-                      }
-                    });
+  for_tasks(row_tiles * panel_tiles, [&](std::int64_t t) {
+    const task_scope task;
+    const std::int64_t row = t / panel_tiles * gemm_tile_rows,
+                       panel = t % panel_tiles * tile_panels;
+    tile(row, std::min(row + gemm_tile_rows, g.m), panel, std::min(panel + tile_panels, panels));
+  });
 }
 
 }  // namespace
@@ -103,18 +152,14 @@ void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g) {
   // Tiles head-major, then row-block-major within a head.
   const std::int64_t per_head_tiles = row_tiles * panel_tiles;
   const phase_scope phase(phase_kind::gemm, gemm_bytes(g.batch * g.seq_len, g.b));
-  tbb::parallel_for(
-      tbb::blocked_range<std::int64_t>(0, g.batch * g.heads * per_head_tiles),
-      [&](const tbb::blocked_range<std::int64_t>& range) {
-        for (std::int64_t t = range.begin(); t != range.end(); ++t) {
-          const task_scope task;
-          const std::int64_t head = t / per_head_tiles, tile = t % per_head_tiles;
-          const std::int64_t h = head % g.heads, row = tile / panel_tiles * gemm_tile_rows,
-                             panel = h * per_head + tile % panel_tiles * tile_panels;
-          kernels.gemm(g.head(head / g.heads, h), row, std::min(row + gemm_tile_rows, g.seq_len),
-                       panel, std::min(panel + tile_panels, (h + 1) * per_head));
-        }
-      });
+  for_tasks(g.batch * g.heads * per_head_tiles, [&](std::int64_t t) {
+    const task_scope task;
+    const std::int64_t head = t / per_head_tiles, tile = t % per_head_tiles;
+    const std::int64_t h = head % g.heads, row = tile / panel_tiles * gemm_tile_rows,
+                       panel = h * per_head + tile % panel_tiles * tile_panels;
+    kernels.gemm(g.head(head / g.heads, h), row, std::min(row + gemm_tile_rows, g.seq_len), panel,
+                 std::min(panel + tile_panels, (h + 1) * per_head));
+  });
 }
 
 void parallel_attention(const isa_kernels& kernels, const attention_args& args,
@@ -131,30 +176,30 @@ void parallel_attention(const isa_kernels& kernels, const attention_args& args,
   }
   if (schedule.appends() > 0) {
     const phase_scope phase(phase_kind::attention_append, appended);
-    tbb::parallel_for(std::int64_t{0}, schedule.appends(), [&](std::int64_t i) {
+    for_tasks(schedule.appends(), [&](std::int64_t i) {
       const task_scope task;
       schedule.append(i);
     });
   }
-  // One workspace per thread that takes part, made on its first task.
+  // One workspace per thread that takes part (a TBB worker's or an executor's), made on its
+  // first task.
   tbb::enumerable_thread_specific<attention_workspace> workspaces(schedule.layout(),
                                                                   schedule.packs_heads());
   {
     // Tasks head-major, blocks of a head consecutive: a thread running a stretch of them packs
     // each head once.
     const phase_scope phase(phase_kind::attention, cached);
-    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, schedule.tasks()),
-                      [&](const tbb::blocked_range<std::int64_t>& range) {
-                        attention_workspace& workspace = workspaces.local();
-                        for (std::int64_t i = range.begin(); i != range.end(); ++i) {
-                          const task_scope task;
-                          schedule.run(i, workspace);
-                        }
-                      });
+    for_ranges(schedule.tasks(), [&](std::int64_t begin, std::int64_t end) {
+      attention_workspace& workspace = workspaces.local();
+      for (std::int64_t i = begin; i != end; ++i) {
+        const task_scope task;
+        schedule.run(i, workspace);
+      }
+    });
   }
   if (schedule.merges() == 0) return;
   const phase_scope phase(phase_kind::attention_merge, 0);
-  tbb::parallel_for(std::int64_t{0}, schedule.merges(), [&](std::int64_t i) {
+  for_tasks(schedule.merges(), [&](std::int64_t i) {
     const task_scope task;
     schedule.merge(i);
   });

@@ -1,9 +1,8 @@
 // The TBB backend: the shared wrapper / split-weight drivers over the SIMD kernels (src/kernels),
 // run in parallel by the framework of parallel.hpp inside one task arena per run.
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/version.h>
 
+#include <algorithm>
 #include <cassert>
 #include <optional>
 
@@ -18,8 +17,9 @@ namespace mha {
 namespace {
 
 // The xsimd kernel set of one ISA with its GEMM and attention in parallel, the driver's run()
-// in a task arena of run_options::threads, and for_each (the wrapper's per-head projections, a
-// decode step's sequences) as parallel tasks whose kernels nest in the same arena.
+// on the call's executor (a task arena of run_options::threads, or run_options::executor), and
+// for_each (the wrapper's per-head projections, a decode step's sequences) as parallel tasks
+// whose kernels nest on the same executor.
 template <mha::isa Isa>
 class tbb_kernel_set : public detail::xsimd_kernel_set<Isa> {
  public:
@@ -31,11 +31,13 @@ class tbb_kernel_set : public detail::xsimd_kernel_set<Isa> {
     base::with_gemm_args(
         w, x, rows, y, [&](const auto& g) { detail::parallel_gemm(base::kernels(), g); },
         [](std::int64_t n, const auto& convert) {
-          // x's rounding to pairs was a serial 10% of a 2-thread bf16 GPT-2 forward.
+          // x's rounding to pairs was a serial 10% of a 2-thread bf16 GPT-2 forward: its rows in
+          // tasks of 64.
           const detail::phase_scope phase(detail::phase_kind::convert, 0);
-          tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, 64), [&](const auto& r) {
+          constexpr std::int64_t per_task = 64;
+          detail::for_tasks((n + per_task - 1) / per_task, [&](std::int64_t i) {
             const detail::task_scope task;
-            convert(r.begin(), r.end());
+            convert(i * per_task, std::min(n, (i + 1) * per_task));
           });
         });
   }
@@ -54,12 +56,12 @@ class tbb_kernel_set : public detail::xsimd_kernel_set<Isa> {
   }
   template <class F>
   static void run(const run_options& options, F&& f) {
-    detail::in_arena(options.threads, f);
+    detail::run_in(options, f);
   }
   template <class F>
   static void for_each(std::int64_t n, F&& f) {
     const detail::phase_scope phase(detail::phase_kind::for_each, 0);
-    tbb::parallel_for(std::int64_t{0}, n, [&](std::int64_t i) {
+    detail::for_tasks(n, [&](std::int64_t i) {
       const detail::task_scope task;
       f(i);
     });
@@ -90,7 +92,7 @@ class tbb_impl final : public backend {
     return detail::make_isa_plan<tbb_kernel_set>(xsimd_default_isa(), cfg, form, w, name());
   }
   void attend(const detail::attention_args& args, const run_options& options) const override {
-    detail::in_arena(options.threads, [&] {
+    detail::run_in(options, [&] {
       detail::parallel_attention(detail::kernels_for(xsimd_default_isa()), args);
     });
   }

@@ -1,0 +1,63 @@
+// The executors mha offers besides oneTBB (mha/backends/tbb.hpp): serial, and OpenMP where the
+// build has it (MHA_WITH_OPENMP: this file compiled with OpenMP, the library linked to the
+// compiler's runtime).
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "mha/backends/tbb.hpp"
+
+#if MHA_WITH_OPENMP
+#include <omp.h>
+#endif
+
+namespace mha {
+namespace {
+
+class serial final : public executor {
+ public:
+  void parallel_for(std::int64_t n, int,
+                    const std::function<void(std::int64_t)>& task) const override {
+    for (std::int64_t i = 0; i < n; ++i) task(i);
+  }
+  std::string name() const override { return "serial"; }
+};
+
+#if MHA_WITH_OPENMP
+// One worksharing loop per grid, tasks handed out one at a time (they are coarse: GEMM tiles,
+// query blocks), on a team of the call's threads. Inside a parallel region (a nested grid: the
+// wrapper's heads each run a GEMM) the tasks run in the calling thread: the team is busy with
+// the outer grid.
+class openmp final : public executor {
+ public:
+  void parallel_for(std::int64_t n, int threads,
+                    const std::function<void(std::int64_t)>& task) const override {
+    if (n == 1 || omp_in_parallel()) {
+      for (std::int64_t i = 0; i < n; ++i) task(i);
+      return;
+    }
+    const int team = threads > 0 ? threads : omp_get_max_threads();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+    for (std::int64_t i = 0; i < n; ++i) task(i);
+  }
+  std::string name() const override { return "openmp"; }
+};
+#endif
+
+}  // namespace
+
+const executor& serial_executor() {
+  static const serial instance;
+  return instance;
+}
+
+const executor* openmp_executor() noexcept {
+#if MHA_WITH_OPENMP
+  static const openmp instance;
+  return &instance;
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace mha
