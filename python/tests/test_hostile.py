@@ -479,6 +479,7 @@ def test_peers_env_made_offline_leaves_no_environment(tmp_path):
     assert not venv.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["root"]
 
+
 # -- the rows fixed in the library --------------------------------------------------------------
 
 
@@ -590,7 +591,9 @@ def test_out_sharing_memory_with_the_mask_or_itself_is_refused():
     with pytest.raises(mha.InvalidArgument, match="out may overlap the mask"):
         mha.attention(q, k, v, buffer[-35:].view(1, 1, 5, 7), out=buffer.view(2, 2, 5, 16))
     expanded = torch.zeros(1, 1, 5, 16).expand(2, 2, 5, 16)
-    with pytest.raises(mha.InvalidArgument, match=r"out of shape \(2, 2, 5, 16\) has strides \(0, 0, 16, 1\)"):
+    with pytest.raises(
+        mha.InvalidArgument, match=r"out of shape \(2, 2, 5, 16\) has strides \(0, 0, 16, 1\)"
+    ):
         mha.attention(q, k, v, out=expanded)
     huge = torch.zeros(1, 1, 3, 16).expand(2**30, 1, 3, 16)
     with pytest.raises(mha.InvalidArgument, match="elements overlap"):
@@ -651,4 +654,3 @@ def test_a_plan_on_no_tokens_names_the_empty_dimension():
         plan(np.zeros((1, 0, 32), np.float32))
     with pytest.raises(mha.InvalidArgument, match=r"batch \(0\) must be >= 1"):
         plan(np.zeros((0, 3, 32), np.float32))
-
