@@ -29,6 +29,7 @@ from ._mha import (
     default_backend,
 )
 from ._attention import attention
+from ._executor import default as default_executor
 from ._plan import Plan, backends
 
 __all__ = [
@@ -44,4 +45,5 @@ __all__ = [
     "attention",
     "backends",
     "default_backend",
+    "default_executor",
 ]

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _mha
+from . import _executor, _mha
 from ._mha import InvalidArgument, Unsupported
 
 _ALIGNMENTS = ("top_left", "bottom_right")
@@ -31,6 +31,7 @@ def attention(
     causal_alignment: str = "top_left",
     backend: str | None = None,
     threads: int = 0,
+    executor: str | None = None,
     out: Any = None,
 ) -> Any:
     """softmax(scale q k^T + attn_mask [+ causal]) v, with F.scaled_dot_product_attention's
@@ -52,10 +53,13 @@ def attention(
     arrays or tensors too; None: 1/sqrt(D)). dropout_p other than 0 and autograd (inputs that
     require grad) are refused (mha computes inference). backend: a name of mha.backends() that
     runs attention calls (xsimd, tbb, naive; None: the default backend); threads as a plan's (0:
-    all cores, at most MAX_THREADS). out: where to write (the result's shape, float32, or
-    bfloat16 for bfloat16 inputs; writable, not requiring grad; any strides: written in place
-    where the last dimension is contiguous, else through a copy). The GIL is released while it
-    runs. Returns out, or a new tensor or array of the query's kind and dtype."""
+    all cores, at most MAX_THREADS); executor, who runs tbb's parallel work: "tbb", "openmp",
+    "serial", or None (PyTorch's OpenMP pool with torch.get_num_threads() threads where PyTorch
+    is loaded, else oneTBB: mha.default_executor() says which and why). out: where to write
+    (the result's shape, float32, or bfloat16 for bfloat16 inputs; writable, not requiring grad;
+    any strides: written in place where the last dimension is contiguous, else through a copy).
+    The GIL is released while it runs. Returns out, or a new tensor or array of the query's kind
+    and dtype."""
     if dropout_p != 0.0:
         raise Unsupported(
             f"mha.attention: dropout_p={dropout_p!r}: dropout is not implemented (inference only)"
@@ -72,6 +76,7 @@ def attention(
         raise InvalidArgument(
             f"mha.attention: backend {backend!r} must be a name of mha.backends() (a str), or None"
         )
+    executor, threads = _executor.resolve(executor, threads)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(query, torch.Tensor):
         return _torch_attention(
@@ -86,6 +91,7 @@ def attention(
             causal_alignment,
             backend,
             threads,
+            executor,
             out,
         )
     arrays = [
@@ -113,7 +119,21 @@ def attention(
             target = None
     additive, boolean = _numpy_mask(torch, attn_mask, q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     result = np.empty(q.shape, np.float32) if target is None else target
-    _run(q, k, v, result, additive, boolean, is_causal, causal_alignment, scale, False, backend, threads)
+    _run(
+        q,
+        k,
+        v,
+        result,
+        additive,
+        boolean,
+        is_causal,
+        causal_alignment,
+        scale,
+        False,
+        backend,
+        threads,
+        executor,
+    )
     if out is None:
         return result.reshape(result_shape)
     if target is None:
@@ -255,7 +275,9 @@ def _numpy_mask(torch: Any, mask: Any, b: int, h: int, rows: int, keys: int) -> 
     return (None, full) if full.dtype == np.bool_ else (full, None)
 
 
-def _run(q, k, v, out, additive, boolean, is_causal, alignment, scale, bf16, backend, threads) -> None:
+def _run(
+    q, k, v, out, additive, boolean, is_causal, alignment, scale, bf16, backend, threads, executor
+) -> None:
     """q, k and v: float32 arrays (computed in bf16 when bf16) and out float32, or all int16
     arrays holding bfloat16; scale, backend and threads checked."""
     call = _mha._attention_bf16 if q.dtype == np.int16 else _mha._attention
@@ -272,11 +294,12 @@ def _run(q, k, v, out, additive, boolean, is_causal, alignment, scale, bf16, bac
         bf16,
         backend,
         threads,
+        executor,
     )
 
 
 def _torch_attention(
-    torch, query, key, value, mask, is_causal, scale, enable_gqa, alignment, backend, threads, out
+    torch, query, key, value, mask, is_causal, scale, enable_gqa, alignment, backend, threads, executor, out
 ):
     # Lean on purpose: a decode step of a small model calls this once per layer (docs/python.md
     # states the overhead). Tensors reach the library as NumPy views of their memory (.numpy()
@@ -317,7 +340,7 @@ def _torch_attention(
         additive, boolean = _torch_mask(
             torch, mask, dtype, (qa.shape[0], qa.shape[1], qa.shape[2], ka.shape[2])
         )
-    _run(qa, ka, va, target, additive, boolean, is_causal, alignment, scale, bf16, backend, threads)
+    _run(qa, ka, va, target, additive, boolean, is_causal, alignment, scale, bf16, backend, threads, executor)
     if direct:
         return out
     result = torch.from_numpy(target)

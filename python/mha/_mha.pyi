@@ -131,6 +131,8 @@ class Cache:
 
 max_run_threads: int = 1024
 
+openmp_executor: bool = True
+
 def rope_frequencies(config: Config) -> list[float]:
     """
     The rotary embedding's inverse frequencies of a config, one per pair of dimensions.

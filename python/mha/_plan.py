@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _mha
+from . import _executor, _mha
 from ._attention import _threads
 from ._mha import Backend, Cache, Config, InvalidArgument, Unsupported
 
@@ -104,11 +104,13 @@ class Plan:
     (from_pretrained) or a PyTorch module (from_module). `backend` is a name of mha.backends()
     (None: the best, or the environment variable MHA_BACKEND's); `formulation` is wrapper,
     split_weight or fused_qkv; `threads` the default worker threads of a call (0: all cores, at
-    most 1024: include/mha/run_options.hpp's max_run_threads).
+    most 1024: include/mha/run_options.hpp's max_run_threads); `executor` (an attribute, or per
+    call) who runs the tbb backend's parallel work: "tbb", "openmp", "serial", or None (the
+    default: PyTorch's OpenMP pool where PyTorch is loaded, else oneTBB; mha.default_executor()).
     A plan is immutable and may be called from several threads at once (each with its own cache).
     """
 
-    __slots__ = ("_plan", "threads", "_context_source", "_no_decode")
+    __slots__ = ("_plan", "threads", "executor", "_context_source", "_no_decode")
 
     def __init__(
         self,
@@ -149,6 +151,7 @@ class Plan:
                 f"mha: formulation {formulation!r} is not one of {', '.join(_FORMULATIONS)}"
             )
         self.threads = _check_threads(threads)
+        self.executor: str | None = None
         _check_name("backend", backend)
         self._plan = module.prepare(backend, formulation)
         # Where the context length comes from (a model's max_position_embeddings or sliding
@@ -342,7 +345,13 @@ class Plan:
             )
 
     def __call__(
-        self, x: Any, *, out: Any = None, cache: Cache | None = None, threads: int | None = None
+        self,
+        x: Any,
+        *,
+        out: Any = None,
+        cache: Cache | None = None,
+        threads: int | None = None,
+        executor: str | None = None,
     ) -> Any:
         """y = the module on x: (batch, tokens, d_in), a NumPy array or a PyTorch CPU tensor,
         float32 (bfloat16 tensors for a bf16 plan: converted to float32 and back, copies).
@@ -353,8 +362,9 @@ class Plan:
         With `cache` (make_cache's), x holds the next tokens of each sequence: their keys and
         values are appended and y holds their rows of the forward pass over everything the
         sequence has seen (decode). Under autograd a tensor is refused (mha computes inference
-        only)."""
+        only). threads and executor: this call's, else the plan's."""
         threads = self.threads if threads is None else _check_threads(threads)
+        on = _executor.resolve(self.executor if executor is None else executor, threads)
         if type(x) is np.ndarray:
             if x.dtype != np.float32:
                 raise InvalidArgument(f"mha: x has dtype {x.dtype}, expected float32")
@@ -366,16 +376,16 @@ class Plan:
                 raise _out_error(out, "a C-contiguous float32 numpy.ndarray")
             elif not out.flags.writeable:
                 raise InvalidArgument("mha: out is read-only")
-            self._run(x, out, cache, threads)
+            self._run(x, out, cache, on)
             return out
         torch = sys.modules.get("torch")
         if torch is None or not isinstance(x, torch.Tensor):
             raise InvalidArgument(
                 f"mha: x is a {type(x).__name__}, expected a numpy.ndarray or a torch.Tensor"
             )
-        return self._call_torch(torch, x, out, cache, threads)
+        return self._call_torch(torch, x, out, cache, on)
 
-    def _call_torch(self, torch: Any, x: Any, out: Any, cache: Cache | None, threads: int) -> Any:
+    def _call_torch(self, torch: Any, x: Any, out: Any, cache: Cache | None, on: tuple) -> Any:
         if x.device.type != "cpu":
             raise InvalidArgument(f"mha: x is on {x.device}, expected the CPU")
         if x.requires_grad and torch.is_grad_enabled():
@@ -408,24 +418,27 @@ class Plan:
         x = x.detach()
         if bf16:
             y = torch.empty(shape, dtype=torch.float32)
-            self._run(x.float(), y, cache, threads)
+            self._run(x.float(), y, cache, on)
             if out is None:
                 return y.to(torch.bfloat16)
             return out.copy_(y)
         if out is None:
             out = torch.empty(shape, dtype=torch.float32)
-        self._run(x, out, cache, threads)
+        self._run(x, out, cache, on)
         return out
 
-    def _run(self, x: Any, out: Any, cache: Cache | None, threads: int) -> None:
+    def _run(self, x: Any, out: Any, cache: Cache | None, on: tuple[str | None, int]) -> None:
+        """on: the executor and threads (_executor.resolve's)."""
+        executor, threads = on
         if cache is None:
             self._check_length("x's tokens", int(x.shape[1]))
-            self._plan.run(x, out, threads)
+            self._plan.run(x, out, threads, executor)
         else:
-            self._plan.run_cache(x, out, cache, threads)
+            self._plan.run_cache(x, out, cache, threads, executor)
 
     def __repr__(self) -> str:
-        return f"mha.Plan({self.backend}, {self.formulation}, {self.config!r})"
+        executor = self.executor or f"auto, now {_executor.default().split(':')[0]}"
+        return f"mha.Plan({self.backend}, {self.formulation}, {self.config!r}, executor={executor})"
 
 
 def _finish(module: Any, precision: str, **changes: Any) -> Any:

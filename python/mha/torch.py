@@ -28,8 +28,9 @@ __all__ = ["Attention"]
 
 
 class Attention(torch.nn.Module):
-    """`module` run by mha (see the module's docstring). backend, formulation, precision and
-    threads as for mha.Plan.from_module; context_length where the module records none."""
+    """`module` run by mha (see the module's docstring). backend, formulation, precision,
+    threads and executor as for mha.Plan.from_module and mha.Plan; context_length where the module
+    records none."""
 
     def __init__(
         self,
@@ -41,10 +42,12 @@ class Attention(torch.nn.Module):
         formulation: str = "split_weight",
         precision: str = "fp32",
         threads: int = 0,
+        executor: str | None = None,
     ) -> None:
         super().__init__()
         self.description = _modules.describe(module, context_length=context_length, rope_base=rope_base)
         self.plan = Plan._from_description(self.description, None, precision, backend, formulation, threads)
+        self.plan.executor = executor
         self.description.state_dict = {}  # the plan holds the weights
         self._rope_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.train(module.training)  # eval stays eval

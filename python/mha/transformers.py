@@ -22,7 +22,9 @@ register(name="mha", backend=None, threads=None) registers the function under a 
 one of transformers' own implementations ("eager", "sdpa", "flash_attention_2", ...) nor
 another library's; backend is a name of mha.backends() that runs attention calls (None: the
 default backend), threads the worker threads (0: all cores, at most mha's MAX_THREADS; None:
-torch.get_num_threads() at each call, capped there, so torch.set_num_threads governs both).
+torch.get_num_threads() at each call, capped there, so torch.set_num_threads governs both),
+executor who runs the tbb backend's parallel work (None: PyTorch's own OpenMP workers where
+mha can share them, mha.default_executor() says; "tbb", "openmp", "serial").
 Importing this module without transformers installed raises ImportError saying so.
 """
 
@@ -44,6 +46,7 @@ import numpy as np
 
 from . import _mha
 from ._attention import MAX_THREADS, _threads, attention
+from ._executor import EXECUTORS
 from ._mha import InvalidArgument, Unsupported
 
 __all__ = ["attention_forward", "register"]
@@ -57,8 +60,9 @@ _REFUSED = {
 }
 
 
-def _attention_function(backend: str | None, threads: int | None) -> Any:
-    """transformers' attention function on `backend` with `threads` (see register)."""
+def _attention_function(backend: str | None, threads: int | None, executor: str | None) -> Any:
+    """transformers' attention function on `backend` with `threads` and `executor` (see
+    register)."""
 
     def attention_forward(
         module: torch.nn.Module,
@@ -104,6 +108,7 @@ def _attention_function(backend: str | None, threads: int | None) -> Any:
             enable_gqa=True,
             backend=backend,
             threads=min(torch.get_num_threads(), MAX_THREADS) if threads is None else threads,
+            executor=executor,
         )
         # Written straight into the (B, L, H, D) result.
         b, h, rows, d = query.shape
@@ -118,14 +123,16 @@ def _attention_function(backend: str | None, threads: int | None) -> Any:
 
 
 # The function `import mha.transformers` registers as "mha": the default backend, torch's threads.
-attention_forward = _attention_function(None, None)
+attention_forward = _attention_function(None, None, None)
 
 
 # The names this module registered: register() replaces these, and no other implementation.
 _registered: set[str] = set()
 
 
-def register(name: str = "mha", *, backend: str | None = None, threads: int | None = None) -> None:
+def register(
+    name: str = "mha", *, backend: str | None = None, threads: int | None = None, executor: str | None = None
+) -> None:
     """Registers an attention function on `backend` with `threads` as transformers' attention
     implementation `name` (each name keeps its own settings), with the masks of "sdpa" (boolean,
     None where a causal flag suffices). The arguments are checked here (see the module's
@@ -155,14 +162,18 @@ def register(name: str = "mha", *, backend: str | None = None, threads: int | No
             raise Unsupported(f"{where}: backend {backend!r} does not run attention calls: {why}")
     if threads is not None:
         threads = _threads(where, threads)
-    _register(name, backend, threads)
+    if executor is not None and executor not in EXECUTORS:
+        raise InvalidArgument(f"{where}: executor {executor!r} is not one of {', '.join(EXECUTORS)}, or None")
+    _register(name, backend, threads, executor)
 
 
-def _register(name: str, backend: str | None, threads: int | None) -> None:
-    default = backend is None and threads is None
-    AttentionInterface.register(name, attention_forward if default else _attention_function(backend, threads))
+def _register(name: str, backend: str | None, threads: int | None, executor: str | None) -> None:
+    default = backend is None and threads is None and executor is None
+    AttentionInterface.register(
+        name, attention_forward if default else _attention_function(backend, threads, executor)
+    )
     AttentionMaskInterface.register(name, sdpa_mask)
     _registered.add(name)
 
 
-_register("mha", None, None)
+_register("mha", None, None, None)

@@ -96,9 +96,28 @@ struct type_caster<int_arg> {
 
 namespace {
 
-mha::run_options options_of(int threads) {
+// The executor a call names (mha/executor.hpp): "tbb" (or None), the tbb backend's own arena;
+// "openmp", the process's OpenMP runtime (inside PyTorch, its workers); "serial". The package
+// picks one per call (python/mha/_executor.py).
+const mha::executor* executor_named(const std::optional<std::string>& name) {
+  if (!name || *name == "tbb") return nullptr;
+#if MHA_WITH_TBB
+  if (*name == "serial") return &mha::serial_executor();
+  if (*name == "openmp") {
+    if (const mha::executor* e = mha::openmp_executor()) return e;
+    throw mha::unsupported(
+        "mha: executor \"openmp\": this build of mha has no OpenMP (CMake found "
+        "none for the tbb backend); expected \"tbb\" or \"serial\"");
+  }
+#endif
+  throw mha::invalid_argument("mha: executor \"" + *name +
+                              "\" is not one of tbb, openmp, serial (the tbb backend's)");
+}
+
+mha::run_options options_of(int threads, const std::optional<std::string>& executor) {
   mha::run_options o;
   o.threads = threads;
+  o.executor = executor_named(executor);
   return o;
 }
 
@@ -170,7 +189,8 @@ void attention_call(const Input& q, const Input& k, const Input& v, const Output
                     const std::optional<float_mask>& additive,
                     const std::optional<bool_mask>& boolean, bool causal, bool bottom_right,
                     std::optional<float> scale, bool bf16,
-                    const std::optional<std::string>& backend, int threads) {
+                    const std::optional<std::string>& backend, int threads,
+                    const std::optional<std::string>& executor) {
   mha::attention_options o;
   o.causal = causal;
   o.alignment =
@@ -178,6 +198,7 @@ void attention_call(const Input& q, const Input& k, const Input& v, const Output
   o.scale = scale;
   o.precision = bf16 ? mha::precision::bf16 : mha::precision::fp32;
   o.threads = threads;
+  o.executor = executor_named(executor);
   if (additive) o.mask = mask_of(*additive, mha::attention_mask::kind::additive);
   if (boolean) o.mask = mask_of(*boolean, mha::attention_mask::kind::boolean);
   const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
@@ -449,18 +470,22 @@ NB_MODULE(_mha, m) {
       .def_prop_ro("backend", [](const mha::plan& p) { return std::string(p.backend_name()); })
       .def(
           "run",
-          [](const mha::plan& p, input_array x, output_array y, int threads) {
+          [](const mha::plan& p, input_array x, output_array y, int threads,
+             const std::optional<std::string>& executor) {
+            const mha::run_options options = options_of(threads, executor);
             nb::gil_scoped_release unlocked;
-            p.run(view(x), view(y), options_of(threads));
+            p.run(view(x), view(y), options);
           },
-          "x"_a, "y"_a.noconvert(), "threads"_a)
+          "x"_a, "y"_a.noconvert(), "threads"_a, "executor"_a.none())
       .def(
           "run_cache",
-          [](const mha::plan& p, input_array x, output_array y, mha::kv_cache& cache, int threads) {
+          [](const mha::plan& p, input_array x, output_array y, mha::kv_cache& cache, int threads,
+             const std::optional<std::string>& executor) {
+            const mha::run_options options = options_of(threads, executor);
             nb::gil_scoped_release unlocked;
-            p.run(view(x), view(y), cache, options_of(threads));
+            p.run(view(x), view(y), cache, options);
           },
-          "x"_a, "y"_a.noconvert(), "cache"_a, "threads"_a)
+          "x"_a, "y"_a.noconvert(), "cache"_a, "threads"_a, "executor"_a.none())
       // The cache keeps its plan alive (it belongs to it).
       .def(
           "make_cache",
@@ -536,6 +561,12 @@ NB_MODULE(_mha, m) {
 
   // The most worker threads a call takes (run_options::threads, attention_options::threads).
   m.attr("max_run_threads") = mha::max_run_threads;
+  // Whether the executor "openmp" exists in this build (the tbb backend's, with OpenMP).
+#if MHA_WITH_TBB
+  m.attr("openmp_executor") = mha::openmp_executor() != nullptr;
+#else
+  m.attr("openmp_executor") = false;
+#endif
 
   m.def("rope_frequencies", &mha::rope_frequencies, "config"_a,
         "The rotary embedding's inverse frequencies of a config, one per pair of dimensions.");
@@ -543,10 +574,10 @@ NB_MODULE(_mha, m) {
   // mha.attention's call (python/mha/_attention.py checks and shapes its arguments first).
   m.def("_attention", &attention_call<heads_input, heads_output>, "q"_a, "k"_a, "v"_a, "out"_a,
         "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a, "scale"_a.none(),
-        "bf16"_a, "backend"_a.none(), "threads"_a);
+        "bf16"_a, "backend"_a.none(), "threads"_a, "executor"_a.none());
   m.def("_attention_bf16", &attention_call<bf16_heads_input, bf16_heads_output>, "q"_a, "k"_a,
         "v"_a, "out"_a, "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a,
-        "scale"_a.none(), "bf16"_a, "backend"_a.none(), "threads"_a);
+        "scale"_a.none(), "bf16"_a, "backend"_a.none(), "threads"_a, "executor"_a.none());
   // The address of the data an input array is read from (the package's tests compare it with
   // the tensor's own: no copy for contiguous float32).
   m.def("_input_address", [](input_array x) { return reinterpret_cast<std::uintptr_t>(x.data()); });

@@ -27,12 +27,12 @@ class serial final : public executor {
 // One worksharing loop per grid, tasks handed out one at a time (they are coarse: GEMM tiles,
 // query blocks), on a team of the call's threads. Inside a parallel region (a nested grid: the
 // wrapper's heads each run a GEMM) the tasks run in the calling thread: the team is busy with
-// the outer grid.
+// the outer grid; so do a one-thread call's (no region to open).
 class openmp final : public executor {
  public:
   void parallel_for(std::int64_t n, int threads,
                     const std::function<void(std::int64_t)>& task) const override {
-    if (n == 1 || omp_in_parallel()) {
+    if (n == 1 || threads == 1 || omp_in_parallel()) {
       for (std::int64_t i = 0; i < n; ++i) task(i);
       return;
     }
