@@ -14,22 +14,24 @@ models_bench = pytest.importorskip("mhapy.models_bench")
 import mha.transformers  # noqa: E402
 
 ARGS = ["--models", "tiny", "--dtypes", "float32", "--batches", "2", "--threads", "1"]
-ARGS += ["--prefill", "16", "--decode", "4", "--repetitions", "1"]
+ARGS += ["--prefill", "16", "--decode", "4", "--repetitions", "1", "--between-ops", "3"]
 
 
-def run(tmp_path):
+def run(tmp_path, part="models"):
     out = tmp_path / "models.json"
     assert models_bench.main([*ARGS, "--out", str(out)]) == 0
-    return json.loads(out.read_text())["models"]
+    return json.loads(out.read_text())[part]
 
 
 def test_every_implementation_is_timed(tmp_path):
     records = run(tmp_path)
-    assert [r["attention"] for r in records] == ["eager", "sdpa", "mha"]
+    assert [r["attention"] for r in records] == ["eager", "sdpa", "mha", "mha_tbb"]
     for r in records:
         assert "error" not in r
         assert r["ttft_s"] > 0 and r["decode_tokens_per_s"] > 0
         assert 0 < r["prefill_attention_share"] < 1 and 0 < r["decode_attention_share"] <= 1
+        assert r["decode_attention_ms"] > 0
+        assert 0 <= r["decode_busy_threads"] <= r["decode_busy_threads_most"]
         assert (r["model"], r["dtype"], r["batch"], r["threads"], r["prefill"], r["decode"]) == (
             "tiny",
             "float32",
@@ -49,3 +51,11 @@ def test_a_wrong_implementation_is_not_timed(tmp_path, monkeypatch):
     records = {r["attention"]: r for r in run(tmp_path)}
     assert "logits differ from sdpa's" in records["mha"]["error"]
     assert "ttft_s" not in records["mha"] and "error" not in records["sdpa"]
+
+
+def test_the_decode_call_between_torch_ops_is_timed(tmp_path):
+    records = run(tmp_path, "between_ops")
+    assert [r["attention"] for r in records] == ["sdpa", "mha", "mha_tbb"]
+    for r in records:
+        assert r["threads"] == 1 and r["keys"] == 16
+        assert 0 < r["attention_ms"] < r["step_ms"]

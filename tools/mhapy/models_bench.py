@@ -4,12 +4,16 @@ Hugging Face model's prefill and decode on this machine (scripts/sweep.sh --with
     PYTHONPATH=tools:<build>/python <peers' python> -m mhapy.models_bench --out results/x-models.json
 
 For each model (random weights from a fixed seed: the same weights in every run and for every
-implementation), precision, batch and thread count, and for attn_implementation "eager", "sdpa"
-and "mha": the time to the first token (a prefill of --prefill tokens) and the decode rate
-(--decode tokens greedily after it, through transformers' own cache), best of --repetitions, and
-the share of each in the attention function (timed around it). Each implementation's logits on a
-short prompt are first checked against "sdpa"'s (fp32: 1e-4 of the largest; bf16: 2^-5) and a
-failing one is recorded as such, not timed. Writes JSON (one record per case), which
+implementation), precision, batch and thread count, and for attn_implementation "eager", "sdpa",
+"mha" and "mha_tbb": the time to the first token (a prefill of --prefill tokens) and the decode
+rate (--decode tokens greedily after it, through transformers' own cache), the share of each in
+the attention function (timed around it) and a decode step's attention call in ms, the medians
+of --repetitions rounds that take every implementation in turn; and the threads busy during
+decode (sampled from /proc/self/task in a generate() of its own). "mha" runs on the executor mha
+picks (inside PyTorch: PyTorch's own OpenMP workers), "mha_tbb" on mha's own oneTBB workers, as
+"mha" did before. Each implementation's logits on a short prompt are first checked against
+"sdpa"'s (fp32: 1e-4 of the largest; bf16: 2^-5) and a failing one is recorded as such, not
+timed. Writes JSON (one record per case), which
 `python3 -m mhapy.report ... --models FILE` turns into the report's "Whole models" section.
 OpenVINO through optimum-intel, the end-to-end peer for whole models, is not run: optimum-intel
 is not in the peers' pinned environment.
@@ -60,7 +64,9 @@ MODELS = {
         max_position_embeddings=512,
     ),
 }
-IMPLEMENTATIONS = ("eager", "sdpa", "mha")
+# "mha" is mha's attention on the executor it picks (inside PyTorch: PyTorch's own OpenMP
+# workers); "mha_tbb" the same on mha's own oneTBB workers (what "mha" ran on before), beside it.
+IMPLEMENTATIONS = ("eager", "sdpa", "mha", "mha_tbb")
 
 
 def build(name: str, dtype: Any) -> Any:
@@ -79,7 +85,8 @@ def build(name: str, dtype: Any) -> Any:
 
 @contextlib.contextmanager
 def timed_attention(model: Any, implementation: str, clock: dict) -> Iterator[None]:
-    """Adds the seconds spent inside the attention function to clock["attention"]."""
+    """Adds the seconds spent inside the attention function to clock["attention"], and its
+    calls to clock["calls"]."""
     import transformers
 
     def wrap(f):
@@ -89,6 +96,7 @@ def timed_attention(model: Any, implementation: str, clock: dict) -> Iterator[No
                 return f(*args, **kwargs)
             finally:
                 clock["attention"] += time.perf_counter() - start
+                clock["calls"] += 1
 
         return timed
 
@@ -125,35 +133,164 @@ def check(model: Any, implementation: str, dtype: Any) -> str | None:
     return None if err <= bound else f"logits differ from sdpa's by {err:.3g} (bound {bound:.3g})"
 
 
-def measure(model: Any, implementation: str, batch: int, prefill: int, decode: int, repetitions: int) -> dict:
+class BusyThreads:
+    """Counts this process's running threads (state R in /proc/self/task/*/stat), the sampler's
+    own aside, every `period` seconds while it is entered: a spinning OpenMP worker counts as
+    busy, a sleeping one not. mean and most over the samples (0 where /proc has no tasks)."""
+
+    def __init__(self, period: float = 0.002) -> None:
+        import threading
+
+        self.period, self.samples, self._stop = period, [], threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        import os
+        import threading
+
+        me = str(threading.get_native_id())
+        while not self._stop.wait(self.period):
+            busy = 0
+            try:
+                tasks = os.listdir("/proc/self/task")
+            except OSError:
+                return
+            for task in tasks:
+                if task == me:
+                    continue
+                try:
+                    with open(f"/proc/self/task/{task}/stat", encoding="ascii", errors="replace") as f:
+                        state = f.read().rsplit(")", 1)[1].split()[0]
+                except (OSError, IndexError):
+                    continue
+                busy += state == "R"
+            self.samples.append(busy)
+
+    def __enter__(self) -> BusyThreads:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mean(self) -> float:
+        return sum(self.samples) / len(self.samples) if self.samples else 0.0
+
+    @property
+    def most(self) -> int:
+        return max(self.samples, default=0)
+
+
+def measure(model: Any, implementation: str, batch: int, prefill: int, decode: int) -> dict:
+    """One round: time to the first token, decode tokens/s, the attention's share of each and a
+    decode step's attention call in ms."""
     import torch
 
     model.set_attn_implementation(implementation)
-    ids = torch.randint(
+    ids = prompt(model, batch, prefill)
+    clock = {"attention": 0.0, "calls": 0}
+    with timed_attention(model, implementation, clock), torch.no_grad():
+        start = time.perf_counter()
+        model(ids, use_cache=False)
+        ttft = time.perf_counter() - start
+        prefill_attention, prefill_calls = clock["attention"], clock["calls"]
+        start = time.perf_counter()
+        model.generate(ids, max_new_tokens=decode, min_new_tokens=decode, do_sample=False, pad_token_id=0)
+        total = time.perf_counter() - start
+    decode_s = max(total - ttft, 1e-9)  # generate's prefill costs what the forward did
+    # generate's own prefill calls the attention as the forward did; the rest are decode steps.
+    decode_attention = max(clock["attention"] - 2 * prefill_attention, 0.0)
+    decode_calls = max(clock["calls"] - 2 * prefill_calls, 1)
+    return dict(
+        ttft_s=ttft,
+        prefill_attention_share=prefill_attention / ttft,
+        decode_tokens_per_s=batch * (decode - 1) / decode_s,
+        decode_attention_share=min(decode_attention / decode_s, 1.0),
+        decode_attention_ms=1e3 * decode_attention / decode_calls,
+    )
+
+
+def prompt(model: Any, batch: int, prefill: int) -> Any:
+    import torch
+
+    return torch.randint(
         0, model.config.vocab_size, (batch, prefill), generator=torch.Generator().manual_seed(2)
     )
-    best: dict[str, float] = {}
-    for _ in range(repetitions):
-        clock = {"attention": 0.0}
-        with timed_attention(model, implementation, clock), torch.no_grad():
-            start = time.perf_counter()
-            model(ids, use_cache=False)
-            ttft = time.perf_counter() - start
-            prefill_attention = clock["attention"]
-            clock["attention"] = 0.0
-            start = time.perf_counter()
-            model.generate(ids, max_new_tokens=decode, min_new_tokens=decode, do_sample=False, pad_token_id=0)
-            total = time.perf_counter() - start
-        decode_s = max(total - ttft, 1e-9)  # generate's prefill costs what the forward did
-        decode_attention = max(clock["attention"] - prefill_attention, 0.0)
-        if not best or ttft < best["ttft_s"]:
-            best.update(ttft_s=ttft, prefill_attention_share=prefill_attention / ttft)
-        rate = batch * (decode - 1) / decode_s
-        if "decode_tokens_per_s" not in best or rate > best["decode_tokens_per_s"]:
-            best.update(
-                decode_tokens_per_s=rate, decode_attention_share=min(decode_attention / decode_s, 1.0)
-            )
-    return best
+
+
+def busy_threads(model: Any, implementation: str, batch: int, prefill: int, decode: int) -> dict:
+    """The threads busy during a generate() of its own, untimed (the sampler takes the GIL and a
+    core): their mean and most at once."""
+    import torch
+
+    model.set_attn_implementation(implementation)
+    ids = prompt(model, batch, prefill)
+    with torch.no_grad(), BusyThreads() as busy:
+        model.generate(ids, max_new_tokens=decode, min_new_tokens=decode, do_sample=False, pad_token_id=0)
+    return dict(decode_busy_threads=busy.mean, decode_busy_threads_most=busy.most)
+
+
+def medians(rounds: list[dict]) -> dict:
+    """Each measure's median over the rounds."""
+    import statistics
+
+    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+
+
+def between_ops(implementations: list[str], keys: int, iterations: int, rounds: int) -> list[dict]:
+    """One decode step's attention (GPT-2's: 12 heads of 64, one query over `keys` cached keys,
+    fp32) between two torch ops, as a model runs it: x @ W (768 x 768) before and after, in a
+    loop of `iterations` steps per implementation, at the threads torch has, taken in `rounds`
+    slices of every implementation in turn (a drift of the machine's speed meets them all
+    alike). Per implementation, the median step and the median attention call alone, in ms: a
+    runtime that spins between parallel regions shows here."""
+    import statistics
+
+    import torch
+    import torch.nn.functional as F
+
+    import mha
+
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(768, 768, generator=g) / 28
+    start_x = torch.randn(1, 768, generator=g)
+    k, v = torch.randn(1, 12, keys, 64, generator=g), torch.randn(1, 12, keys, 64, generator=g)
+    threads = torch.get_num_threads()
+    attend = {
+        "sdpa": lambda q: F.scaled_dot_product_attention(q, k, v),
+        "mha": lambda q: mha.attention(q, k, v, threads=threads),
+        "mha_tbb": lambda q: mha.attention(q, k, v, threads=threads, executor="tbb"),
+    }
+    steps: dict[str, list[float]] = {impl: [] for impl in implementations}
+    calls: dict[str, list[float]] = {impl: [] for impl in implementations}
+    per_round = max(1, iterations // max(1, rounds))
+    with torch.no_grad():
+        for _ in range(max(1, rounds)):
+            for impl in implementations:
+                x = start_x
+                for i in range(per_round + 10):  # the first 10 of each slice warm up
+                    start = time.perf_counter()
+                    q = (x @ w).view(1, 12, 1, 64)
+                    before = time.perf_counter()
+                    o = attend[impl](q)
+                    after = time.perf_counter()
+                    x = o.reshape(1, 768) @ w
+                    end = time.perf_counter()
+                    if i >= 10:
+                        steps[impl].append(end - start)
+                        calls[impl].append(after - before)
+    return [
+        dict(
+            attention=impl,
+            threads=threads,
+            keys=keys,
+            step_ms=1e3 * statistics.median(steps[impl]),
+            attention_ms=1e3 * statistics.median(calls[impl]),
+        )
+        for impl in implementations
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,7 +304,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attention", default=",".join(IMPLEMENTATIONS))
     parser.add_argument("--prefill", type=int, default=1024)
     parser.add_argument("--decode", type=int, default=128)
-    parser.add_argument("--repetitions", type=int, default=2)
+    parser.add_argument(
+        "--repetitions", type=int, default=3, help="rounds of every implementation in turn; medians are kept"
+    )
+    parser.add_argument(
+        "--between-ops",
+        type=int,
+        default=200,
+        metavar="N",
+        help="steps of the decode attention call between two torch ops per implementation and thread "
+        "count, in --repetitions slices taken in turn (0: none)",
+    )
     parser.add_argument("--out", required=True, help="the JSON file to write")
     args = parser.parse_args(argv)
 
@@ -175,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    import mha.transformers  # noqa: F401  (registers "mha")
+    import mha.transformers  # registers "mha"
+
+    mha.transformers.register("mha_tbb", executor="tbb")
 
     cpu = next(
         (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
@@ -192,6 +341,13 @@ def main(argv: list[str] | None = None) -> int:
             for threads in (int(t) for t in args.threads.split(",")):
                 torch.set_num_threads(threads or os.cpu_count() or 1)
                 for batch in (int(b) for b in args.batches.split(",")):
+                    timed = [impl for impl in args.attention.split(",") if not verdicts[impl]]
+                    # Rounds of every implementation in turn: a drift of the machine's speed
+                    # meets them all alike.
+                    rounds: dict[str, list[dict]] = {impl: [] for impl in timed}
+                    for _ in range(args.repetitions):
+                        for impl in timed:
+                            rounds[impl].append(measure(model, impl, batch, args.prefill, args.decode))
                     for impl in args.attention.split(","):
                         record = dict(
                             model=name,
@@ -206,13 +362,30 @@ def main(argv: list[str] | None = None) -> int:
                         if verdicts[impl]:
                             record["error"] = verdicts[impl]
                         else:
-                            record.update(
-                                measure(model, impl, batch, args.prefill, args.decode, args.repetitions)
-                            )
+                            record.update(medians(rounds[impl]), rounds=args.repetitions)
+                            record.update(busy_threads(model, impl, batch, args.prefill, args.decode))
                         records.append(record)
                         print(json.dumps(record), flush=True)
+    calls = []
+    if args.between_ops:
+        for threads in (int(t) for t in args.threads.split(",")):
+            torch.set_num_threads(threads or os.cpu_count() or 1)
+            for result in between_ops(
+                ["sdpa", "mha", "mha_tbb"], args.prefill, args.between_ops, args.repetitions
+            ):
+                record = dict(result, cpu=cpu)
+                calls.append(record)
+                print(json.dumps(record), flush=True)
     with open(args.out, "w") as f:
-        json.dump({"context": {"cpu": cpu, "torch": torch.__version__}, "models": records}, f, indent=1)
+        json.dump(
+            {
+                "context": {"cpu": cpu, "torch": torch.__version__, "executor": mha.default_executor()},
+                "models": records,
+                "between_ops": calls,
+            },
+            f,
+            indent=1,
+        )
     return 0
 
 

@@ -70,3 +70,28 @@ def test_the_report_takes_models_files(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     assert cli.main([str(small_run(tmp_path)), "--models", str(bad), "--out", str(out)]) == 1
+
+
+def test_per_call_times_busy_threads_and_calls_between_torch_ops(tmp_path):
+    timed = dict(decode_attention_ms=0.3, decode_busy_threads=2.9, decode_busy_threads_most=3)
+    models = [
+        record("sdpa", 1.0, 20.0, **timed),
+        record("mha", 0.9, 21.0, **dict(timed, decode_attention_ms=0.2)),
+    ]
+    between = [
+        dict(attention="sdpa", threads=2, keys=1024, step_ms=0.5, attention_ms=0.2),
+        dict(attention="mha", threads=2, keys=1024, step_ms=0.4, attention_ms=0.1),
+    ]
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"models": models, "between_ops": between}))
+    text = document.to_markdown(whole_models.section(whole_models.load([path])))
+    assert (
+        "a decode attention call 0.200 ms (sdpa 0.300), threads busy during decode 2.9 (3) (sdpa 2.9 (3))"
+        in text
+    )
+    assert "### A decode attention call between two torch ops" in text
+    assert "| 2 | 1024 | mha | 0.400 | 0.100 | 1.25x |" in text
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"models": models, "between_ops": [{"attention": "mha"}]}))
+    with pytest.raises(whole_models.ModelsError, match="lacks threads, keys"):
+        whole_models.load([bad])

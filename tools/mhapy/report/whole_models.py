@@ -15,20 +15,25 @@ class ModelsError(ValueError):
     pass
 
 
+_BETWEEN = ("attention", "threads", "keys", "step_ms", "attention_ms")
+
+
 def load(paths: list[str | Path]) -> list[dict]:
-    """The records of models_bench JSON files, in file order."""
+    """The records of models_bench JSON files, in file order: the whole models', then (marked
+    kind "between_ops") the decode attention call between two torch ops."""
     records: list[dict] = []
     for path in paths:
         try:
             document = json.loads(Path(path).read_text(encoding="utf-8"))
             found = document["models"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            between = document.get("between_ops", [])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ModelsError(f"{path}: not a models_bench result file ({e})") from e
-        for r in found:
-            missing = [k for k in (*_CASE, "attention") if k not in r]
+        for r, keys in [(r, (*_CASE, "attention")) for r in found] + [(r, _BETWEEN) for r in between]:
+            missing = [k for k in keys if k not in r]
             if missing:
                 raise ModelsError(f"{path}: a record lacks {', '.join(missing)}")
-        records += found
+        records += found + [dict(r, kind="between_ops") for r in between]
     return records
 
 
@@ -43,9 +48,18 @@ def _baseline(records: list[dict], r: dict) -> dict | None:
     )
 
 
+def _busy(r: dict) -> str:
+    """The threads busy during decode (mean and most), where the file has them."""
+    if "decode_busy_threads" not in r:
+        return ""
+    return f"{r['decode_busy_threads']:.1f} ({r['decode_busy_threads_most']})"
+
+
 def section(records: list[dict]) -> list[Block]:
     """The table (one row per case and implementation) and the answer: mha against sdpa per case,
-    faster or slower said plainly."""
+    faster or slower said plainly; then the decode attention call between two torch ops."""
+    between = [r for r in records if r.get("kind") == "between_ops"]
+    records = [r for r in records if r.get("kind") != "between_ops"]
     if not records:
         return []
     rows, answer = [], []
@@ -59,7 +73,7 @@ def section(records: list[dict]) -> list[Block]:
             r["attention"],
         ]
         if "error" in r:
-            rows.append(case + [f"not timed: {r['error']}", "", "", "", ""])
+            rows.append(case + [f"not timed: {r['error']}", "", "", "", "", "", ""])
             continue
         base = _baseline(records, r)
         versus = ""
@@ -69,11 +83,17 @@ def section(records: list[dict]) -> list[Block]:
             versus = f"{ttft:.2f}x / {rate:.2f}x"
             if r["attention"] == "mha":
                 verdict = "no slower than sdpa" if ttft >= 0.97 and rate >= 0.97 else "**slower than sdpa**"
+                calls = (
+                    f"; a decode attention call {r['decode_attention_ms']:.3f} ms (sdpa "
+                    f"{base['decode_attention_ms']:.3f}), threads busy during decode {_busy(r)} (sdpa {_busy(base)})"
+                    if "decode_attention_ms" in r and "decode_attention_ms" in base
+                    else ""
+                )
                 answer.append(
                     f"{r['model']} {r['dtype']}, batch {r['batch']}, {r['threads']} thread(s): time to first token "
                     f"{ttft:.2f}x sdpa's speed, decode {rate:.2f}x ({verdict}); attention's share "
                     f"{r['prefill_attention_share']:.0%} of the prefill and {r['decode_attention_share']:.0%} of decode "
-                    f"(sdpa: {base['prefill_attention_share']:.0%}, {base['decode_attention_share']:.0%})"
+                    f"(sdpa: {base['prefill_attention_share']:.0%}, {base['decode_attention_share']:.0%}){calls}"
                 )
         rows.append(
             case
@@ -82,6 +102,8 @@ def section(records: list[dict]) -> list[Block]:
                 f"{r['prefill_attention_share']:.0%}",
                 f"{r['decode_tokens_per_s']:.1f}",
                 f"{r['decode_attention_share']:.0%}",
+                f"{r['decode_attention_ms']:.3f}" if "decode_attention_ms" in r else "",
+                _busy(r),
                 versus,
             ]
         )
@@ -91,9 +113,12 @@ def section(records: list[dict]) -> list[Block]:
         Para(
             "Hugging Face models with random weights (the same in every run) on each attention implementation "
             "(`python -m mhapy.models_bench`, on " + ", ".join(cpus) + "): the time to the first token (a "
-            "prefill) and the decode rate through transformers' own cache, the best of the runs, and the share "
-            "of each spent inside the attention function. Each implementation's logits were checked against "
-            "sdpa's first. 'vs sdpa' is sdpa's time over this one's (prefill / decode): above 1 is faster."
+            "prefill) and the decode rate through transformers' own cache, the medians of rounds that take every implementation in turn, and the share "
+            "of each spent inside the attention function, a decode step's attention call in ms and the threads "
+            "busy during decode (sampled from /proc/self/task: mean, and most at once). 'mha' runs on the executor "
+            "mha picks (inside PyTorch, PyTorch's own OpenMP workers), 'mha_tbb' on mha's own oneTBB workers. "
+            "Each implementation's logits were checked against sdpa's first. 'vs sdpa' is sdpa's time over this "
+            "one's (prefill / decode): above 1 is faster."
         ),
         Bullets(answer) if answer else Para("No mha case was timed beside an sdpa one."),
         Table(
@@ -108,9 +133,48 @@ def section(records: list[dict]) -> list[Block]:
                 "attn",
                 "decode tok/s",
                 "attn",
+                "attn ms",
+                "busy threads",
                 "vs sdpa",
             ],
             rows,
-            {2, 3, 6, 7, 8, 9},
+            {2, 3, 6, 7, 8, 9, 10},
         ),
+    ] + _between_section(between)
+
+
+def _between_section(records: list[dict]) -> list[Block]:
+    """One decode attention call between two torch ops, per thread count and implementation."""
+    if not records:
+        return []
+    rows = []
+    for r in records:
+        base = next(
+            (
+                s
+                for s in records
+                if s["attention"] == "sdpa" and (s["threads"], s["keys"]) == (r["threads"], r["keys"])
+            ),
+            None,
+        )
+        versus = f"{base['step_ms'] / r['step_ms']:.2f}x" if base and r["attention"] != "sdpa" else ""
+        rows.append(
+            [
+                str(r["threads"]),
+                str(r["keys"]),
+                r["attention"],
+                f"{r['step_ms']:.3f}",
+                f"{r['attention_ms']:.3f}",
+                versus,
+            ]
+        )
+    return [
+        Heading(3, "A decode attention call between two torch ops"),
+        Para(
+            "GPT-2's decode attention (12 heads of 64, one query over the cached keys, fp32) between two "
+            "768 x 768 matmuls, as a model runs it, in a loop: the median step and the median attention call. "
+            "A runtime whose workers spin between parallel regions shows here. 'vs sdpa' is sdpa's step over "
+            "this one's."
+        ),
+        Table(["threads", "keys", "attention", "step ms", "attention ms", "vs sdpa"], rows, {0, 1, 3, 4}),
     ]
