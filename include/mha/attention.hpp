@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "mha/config.hpp"
+#include "mha/kv_cache.hpp"
 #include "mha/run_options.hpp"
 
 namespace mha {
@@ -92,6 +93,33 @@ void attention(const backend& backend, heads_view<const bfloat16> q, heads_view<
                const attention_options& options = {});
 void attention(const backend& backend, heads_view<const bfloat16> q, heads_view<const bfloat16> k,
                heads_view<const bfloat16> v, heads_view<bfloat16> out,
+               const attention_options& options = {});
+
+// Decode through a KV cache, for a model that projects (and rotates) its own queries, keys and
+// values (transformers' attention functions): make_attention_cache makes an empty cache for
+// `batch` sequences of up to `capacity` tokens of `kv_heads` K/V heads of head_dim, its bytes
+// allocated now (kv_cache::bytes()), in the layout of `backend`'s kernels, keeping keys and
+// values in `kv` and computed in `precision`: an fp32 cache in fp32, a bf16 cache in bf16, an
+// int8 cache (codes with a scale and an offset per token and K/V head, docs/design.md §1.7) in
+// either. Throws mha::unsupported when the backend takes no cache in its attention calls (xsimd,
+// tbb and naive do), mha::invalid_argument naming a bad size or precision.
+kv_cache make_attention_cache(const backend& backend, std::int64_t batch, std::int64_t capacity,
+                              std::int64_t kv_heads, std::int64_t head_dim, mha::precision kv,
+                              mha::precision precision);
+
+// The next T tokens of each sequence of `cache` (make_attention_cache's, made by this backend):
+// appends their keys k and values v (B, H_kv, T, D) to it, then out (B, H, T, D) = attention of
+// their queries q (B, H, T, D) over all the sequence then holds, causal: query row i of sequence
+// b stands at position length(b) + i and sees the keys up to its own (for T = 1 the causal flag
+// makes no difference; non-causal T > 1 is refused: it would need keys the cache does not hold
+// yet). The lengths then grow by T. options: scale, threads and executor as above; precision
+// must be the cache's; no mask (refused). The cache's int8 codes and bf16 elements are read where
+// they lie. Throws mha::invalid_argument, leaving the cache unchanged and out untouched, on a
+// shape that does not match the cache, a length that would pass its capacity (naming b), a cache
+// of a plan or another backend, out overlapping q, k, v or itself, or a cache in use by another
+// call.
+void attention(const backend& backend, heads_view<const float> q, heads_view<const float> k,
+               heads_view<const float> v, kv_cache& cache, heads_view<float> out,
                const attention_options& options = {});
 
 }  // namespace mha

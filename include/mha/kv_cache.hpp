@@ -10,22 +10,27 @@
 #include <vector>
 
 #include "mha/config.hpp"
+#include "mha/isa.hpp"
 
 namespace mha {
 
+class backend;
 class plan;
 namespace detail {
 struct kv_cache_access;
 }
 
-// Made empty by plan::make_cache(batch, capacity[, precision]) for that plan; plan::run(x, y,
-// cache) appends each call's keys and values, in the cache's precision (docs/design.md §1.7).
+// Made empty by plan::make_cache(batch, capacity[, precision]) for that plan, whose run(x, y,
+// cache) appends each call's keys and values, in the cache's precision (docs/design.md §1.7); or
+// by mha::make_attention_cache for a backend's attention calls over it (mha/attention.hpp: a
+// model that projects its own queries, keys and values).
 // Holds, per sequence b < batch(), the keys and values of its length(b) tokens so far, for every
 // K/V head of the plan (config::kv_heads(), in every formulation: the wrapper computes each K/V
 // group once for its query heads), in the layout the plan's kernels read (opaque; docs/design.md
 // §1.4 describes each backend's).
 //
-// A cache belongs to the plan that made it (a run with another plan's cache throws). One caller
+// A cache belongs to the plan (or the backend's attention calls) that made it: a call with
+// another's cache throws. One caller
 // at a time: a run, reset or truncate holds the cache for its duration, and a second one that
 // starts meanwhile (on another thread) throws mha::invalid_argument naming the concurrent use and
 // changes nothing, so that nothing is ever written past the capacity; concurrent runs need one
@@ -41,6 +46,8 @@ class kv_cache {
   std::int64_t capacity() const noexcept { return capacity_; }
   // Tokens sequence b holds (0 <= b < batch(), else mha::invalid_argument).
   std::int64_t length(std::int64_t b) const;
+  // K/V heads per sequence.
+  std::int64_t heads() const noexcept { return heads_; }
   const std::vector<std::int64_t>& lengths() const noexcept { return lengths_; }
   // The format its keys and values are kept in: fp32, bf16 or int8 (codes, with a scale and an
   // offset per token and K/V head).
@@ -61,6 +68,15 @@ class kv_cache {
   // tokens speculative decoding rejected or of a benchmark's step. The kept tokens' keys and
   // values are unchanged (a rotary embedding is applied by absolute position when stored).
   void truncate(std::int64_t b, std::int64_t length);
+
+  // An attention cache's (make_attention_cache; a plan's cache has none): the backend and ISA
+  // whose kernels' layout it holds, head_dim and the attention's precision (fp32 or bf16).
+  struct attention_owner {
+    const mha::backend* made_by = nullptr;
+    mha::isa isa = mha::isa::scalar;
+    std::int64_t head_dim = 0;
+    mha::precision precision = mha::precision::fp32;
+  };
 
  private:
   friend class plan;
@@ -96,7 +112,8 @@ class kv_cache {
     kv_cache& cache_;
   };
 
-  const plan* owner_;
+  const plan* owner_;  // nullptr for an attention cache
+  attention_owner attention_;
   mha::precision precision_;
   std::int64_t capacity_, heads_, head_bytes_, bytes_;
   std::vector<std::int64_t> lengths_;

@@ -21,6 +21,7 @@
 #include "core/checks.hpp"
 #include "core/text.hpp"
 #include "driver/attention_args.hpp"
+#include "driver/kv_cache_access.hpp"
 #include "mha/backend.hpp"
 #include "mha/error.hpp"
 
@@ -175,12 +176,11 @@ void zero_rows(const heads_view<O>& out, std::int64_t i0, std::int64_t i1) {
   }
 }
 
-// mha::attention on operands of T (float, or bfloat16 read as detail::bf16) into out of O (float,
-// or bfloat16 with bfloat16 operands).
+// q, k, v and out of a call: each view sound, their shapes one call's (q (B, H, L, D), k and v
+// (B, H_kv, S, D), H a multiple of H_kv, out q's shape), out its own memory and none of theirs.
 template <class T, class O>
-void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k,
-            heads_view<const T> v, heads_view<O> out, const attention_options& options) {
-  constexpr bool bf16_operands = std::is_same_v<T, bfloat16>;
+void check_operands(const heads_view<const T>& q, const heads_view<const T>& k,
+                    const heads_view<const T>& v, const heads_view<O>& out) {
   check_view("q", q);
   check_view("k", k);
   check_view("v", v);
@@ -235,6 +235,33 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
                                   "with q, k, v or the mask)"));
     }
   }
+}
+
+// The scores' factor of a call with head_dim hd, once options' scale and threads are checked.
+float checked_scale(const attention_options& options, std::int64_t hd) {
+  const float scale = options.scale ? *options.scale
+                      : hd > 0      ? 1.0f / std::sqrt(static_cast<float>(hd))
+                                    : 1.0f;
+  if (!std::isfinite(scale)) {
+    throw invalid_argument(text(where, ": scale (", scale, ") must be finite"));
+  }
+  if (options.threads < 0 || options.threads > max_run_threads) {
+    throw invalid_argument(text(where, ": threads (", options.threads,
+                                ") must be >= 0 (0 = all cores) and <= ", max_run_threads));
+  }
+  return scale;
+}
+
+// mha::attention on operands of T (float, or bfloat16 read as detail::bf16) into out of O (float,
+// or bfloat16 with bfloat16 operands).
+template <class T, class O>
+void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k,
+            heads_view<const T> v, heads_view<O> out, const attention_options& options) {
+  constexpr bool bf16_operands = std::is_same_v<T, bfloat16>;
+  check_operands(q, k, v, out);
+  const std::int64_t batch = q.batch, heads = q.heads, rows = q.rows, keys = k.rows;
+  const std::int64_t hd = q.head_dim;
+  const std::int64_t out_size = extent("out", out);
   check_mask(options.mask, batch, heads, rows, keys);
   if (overlap(reinterpret_cast<const std::byte*>(out.data), out_size * std::int64_t{sizeof(O)},
               static_cast<const std::byte*>(options.mask.data), mask_bytes(options.mask))) {
@@ -250,16 +277,7 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
                                 to_string(options.precision),
                                 ": bfloat16 operands are computed in precision bf16 (set it)"));
   }
-  const float scale = options.scale ? *options.scale
-                      : hd > 0      ? 1.0f / std::sqrt(static_cast<float>(hd))
-                                    : 1.0f;
-  if (!std::isfinite(scale)) {
-    throw invalid_argument(text(where, ": scale (", scale, ") must be finite"));
-  }
-  if (options.threads < 0 || options.threads > max_run_threads) {
-    throw invalid_argument(text(where, ": threads (", options.threads,
-                                ") must be >= 0 (0 = all cores) and <= ", max_run_threads));
-  }
+  const float scale = checked_scale(options, hd);
   if (const support s = backend.supports_attention(options.precision); !s)
     throw unsupported(text(backend.name(), ": ", s.reason()));
   if (empty(out)) return;  // nothing to compute (SDPA's empty result)
@@ -349,9 +367,141 @@ void attention(const backend& backend, heads_view<const bfloat16> q, heads_view<
   attend(backend, q, k, v, out, options);
 }
 
+kv_cache make_attention_cache(const backend& backend, std::int64_t batch, std::int64_t capacity,
+                              std::int64_t kv_heads, std::int64_t head_dim, precision kv,
+                              precision compute) {
+  constexpr std::string_view made = "mha::make_attention_cache";
+  if (kv != precision::fp32 && kv != precision::bf16 && kv != precision::int8) {
+    throw invalid_argument(text(made, ": unknown KV cache precision value ", static_cast<int>(kv),
+                                "; expected fp32, bf16 or int8"));
+  }
+  if (compute != precision::fp32 && compute != precision::bf16) {
+    throw invalid_argument(text(made, ": the attention's precision is ", to_string(compute),
+                                ", expected fp32 or bf16"));
+  }
+  if (kv != precision::int8 && kv != compute) {
+    throw invalid_argument(text(made, ": a ", to_string(kv), " cache is computed in ",
+                                to_string(kv), ", not ", to_string(compute),
+                                " (an int8 cache in either)"));
+  }
+  if (batch < 1 || capacity < 1 || kv_heads < 1 || head_dim < 1) {
+    throw invalid_argument(text(made, ": batch (", batch, "), capacity (", capacity,
+                                "), kv_heads (", kv_heads, ") and head_dim (", head_dim,
+                                ") must each be >= 1"));
+  }
+  if (const support s = backend.supports_attention(compute); !s)
+    throw unsupported(text(backend.name(), ": ", s.reason()));
+  // The nominal size first, so that the layout's own arithmetic cannot overflow.
+  detail::check_byte_count(made, "kv cache", {2, batch, capacity, kv_heads, head_dim},
+                           sizeof(float));
+  const std::int64_t head_bytes =
+      detail::attention_cache_head_bytes(backend, capacity, head_dim, kv, compute);
+  if (head_bytes == 0) {
+    throw unsupported(
+        text(backend.name(), ": its attention calls take no KV cache (xsimd, tbb and naive do)"));
+  }
+  detail::check_byte_count(made, "kv cache", {batch, kv_heads, head_bytes}, 1);
+  const kv_cache::attention_owner owner{&backend, backend.isa(), head_dim, compute};
+  try {
+    return detail::kv_cache_access::make_attention(owner, kv, batch, capacity, kv_heads,
+                                                   head_bytes);
+  } catch (const std::bad_alloc&) {
+    throw error(text(made, ": a kv cache of ", batch, " sequences of capacity ", capacity,
+                     " needs ", batch * kv_heads * head_bytes,
+                     " bytes, which could not be allocated"));
+  }
+}
+
+void attention(const backend& backend, heads_view<const float> q, heads_view<const float> k,
+               heads_view<const float> v, kv_cache& cache, heads_view<float> out,
+               const attention_options& options) {
+  using detail::kv_cache_access;
+  kv_cache_access::held(cache, where, [&] {
+    const kv_cache::attention_owner& owner = kv_cache_access::attention_owner(cache);
+    if (owner.made_by != &backend) {
+      throw invalid_argument(
+          text(where, ": the kv_cache was made ",
+               owner.made_by ? text("for the attention calls of ", owner.made_by->name())
+                             : std::string("by a plan"),
+               ", not for ", backend.name(),
+               "'s: a cache is read in the layout of the kernels it was made for"));
+    }
+    if (backend.isa() != owner.isa) {
+      throw invalid_argument(text(where, ": the kv_cache holds the layout of ", backend.name(),
+                                  "'s ", to_string(owner.isa), " kernels, and ", backend.name(),
+                                  " now runs ", to_string(backend.isa()),
+                                  " (MHA_XSIMD_ISA changed?): make the cache again"));
+    }
+    check_operands(q, k, v, out);
+    const std::int64_t tokens = q.rows;
+    if (q.batch != cache.batch() || k.heads != cache.heads() || q.head_dim != owner.head_dim ||
+        k.rows != tokens) {
+      throw invalid_argument(text(
+          where, ": q is ", shape_of(q), ", k ", shape_of(k), "; the cache holds ", cache.batch(),
+          " sequences of ", cache.heads(), " K/V heads of head_dim ", owner.head_dim,
+          ": expected q (", cache.batch(), ", H, T, ", owner.head_dim, ") and k, v (",
+          cache.batch(), ", ", cache.heads(), ", T, ", owner.head_dim, "), T the new tokens"));
+    }
+    if (options.mask.type != attention_mask::kind::none) {
+      throw invalid_argument(text(where,
+                                  ": a mask with a kv_cache is not implemented (the "
+                                  "call is causal over what each sequence holds)"));
+    }
+    if (!options.causal && tokens > 1) {
+      throw invalid_argument(text(where, ": ", tokens,
+                                  " new tokens over a kv_cache, not causal: the queries would "
+                                  "see keys the cache does not hold yet; set causal"));
+    }
+    if (options.precision != owner.precision) {
+      throw invalid_argument(text(where, ": precision ", to_string(options.precision),
+                                  ", and the kv_cache was made for ", to_string(owner.precision),
+                                  " calls"));
+    }
+    const float scale = checked_scale(options, q.head_dim);
+    for (std::int64_t b = 0; b < cache.batch(); ++b) {
+      const std::int64_t past = cache.length(b);
+      if (past + tokens > cache.capacity()) {
+        throw invalid_argument(text(where, ": sequence ", b, " holds ", past, " tokens; ", tokens,
+                                    " more make ", past + tokens, ", past the cache's capacity (",
+                                    cache.capacity(), ")"));
+      }
+    }
+    if (empty(q)) return;  // no new token, or no query head: nothing to append or compute
+    const detail::kv_store store = kv_cache_access::store(cache);
+    detail::attention_args a;
+    a.q = {q.data, q.batch_stride, q.head_stride, q.row_stride};
+    a.k = {k.data, k.batch_stride, k.head_stride, k.row_stride};
+    a.v = {v.data, v.batch_stride, v.head_stride, v.row_stride};
+    a.out = {out.data, out.batch_stride, out.head_stride, out.row_stride};
+    a.batch = q.batch;
+    a.heads = q.heads;
+    a.seq_len = tokens;
+    a.head_dim = q.head_dim;
+    a.kv_group = q.heads / k.heads;
+    a.causal = true;
+    a.scale = scale;
+    a.bf16 = owner.precision == precision::bf16;
+    a.cache = &store;
+    detail::attend(backend, a,
+                   run_options{.threads = options.threads, .executor = options.executor});
+    kv_cache_access::grow(cache, tokens);
+  });
+}
+
 void detail::attend(const backend& backend, const attention_args& args,
                     const run_options& options) {
   backend.attend(args, options);
+}
+
+std::int64_t detail::attention_cache_head_bytes(const backend& backend, std::int64_t capacity,
+                                                std::int64_t head_dim, precision kv,
+                                                precision compute) {
+  return backend.attention_cache_head_bytes(capacity, head_dim, kv, compute);
+}
+
+std::int64_t backend::attention_cache_head_bytes(std::int64_t, std::int64_t, precision,
+                                                 precision) const noexcept {
+  return 0;
 }
 
 support backend::supports_attention(precision) const {

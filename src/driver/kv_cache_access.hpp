@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string_view>
+#include <utility>
 
 #include "core/int8.hpp"
 #include "driver/attention_args.hpp"
@@ -22,8 +24,29 @@ struct kv_cache_access {
   // mha_testing::hold: f() while c is held, as by a call in progress.
   template <class F>
   static void hold(kv_cache& c, F&& f) {
-    const kv_cache::claim held(c, "mha_testing::hold");
+    held(c, "mha_testing::hold", std::forward<F>(f));
+  }
+  // f() while c is held by one call (`where` names it to a concurrent one, which throws).
+  template <class F>
+  static void held(kv_cache& c, std::string_view where, F&& f) {
+    const kv_cache::claim claimed(c, where);
     f();
+  }
+  // mha::make_attention_cache's cache: `heads` K/V heads of head_bytes in the layout of
+  // `owner.made_by`'s kernels for owner.isa.
+  static kv_cache make_attention(const kv_cache::attention_owner& owner, precision format,
+                                 std::int64_t batch, std::int64_t capacity, std::int64_t heads,
+                                 std::int64_t head_bytes) {
+    kv_cache c(nullptr, format, batch, capacity, heads, head_bytes);
+    c.attention_ = owner;
+    return c;
+  }
+  static const kv_cache::attention_owner& attention_owner(const kv_cache& c) noexcept {
+    return c.attention_;
+  }
+  // After a call that appended n tokens to every sequence.
+  static void grow(kv_cache& c, std::int64_t n) noexcept {
+    for (std::int64_t& length : c.lengths_) length += n;
   }
 };
 

@@ -255,6 +255,13 @@ struct naive_impl final : backend {
   support supports_attention(precision) const override { return support::yes(); }
 
  private:
+  // An attention cache: a plan's row-major one.
+  std::int64_t attention_cache_head_bytes(std::int64_t capacity, std::int64_t head_dim,
+                                          precision kv, precision compute) const noexcept override {
+    mha::config cfg;
+    cfg.precision = compute;
+    return naive_kernels(cfg).cache_head_bytes(capacity, head_dim, kv);
+  }
   void attend(const attention_args& args, const run_options&) const override {
     mha::config cfg;
     cfg.precision = args.bf16 ? precision::bf16 : precision::fp32;

@@ -96,6 +96,12 @@ class tbb_impl final : public backend {
       detail::parallel_attention(detail::kernels_for(xsimd_default_isa()), args);
     });
   }
+  // An attention cache: a plan's, in the layout of the kernels of the ISA in use.
+  std::int64_t attention_cache_head_bytes(std::int64_t capacity, std::int64_t head_dim,
+                                          precision kv, precision compute) const noexcept override {
+    return detail::cache_head_bytes(detail::kernels_for(xsimd_default_isa()), capacity, head_dim,
+                                    compute == precision::bf16, kv);
+  }
 };
 
 }  // namespace

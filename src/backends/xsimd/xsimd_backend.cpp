@@ -41,6 +41,12 @@ class xsimd_impl final : public backend {
   void attend(const detail::attention_args& args, const run_options&) const override {
     detail::attention(detail::kernels_for(active_isa()), args);
   }
+  // An attention cache: a plan's, in the layout of the kernels of the ISA in use.
+  std::int64_t attention_cache_head_bytes(std::int64_t capacity, std::int64_t head_dim,
+                                          precision kv, precision compute) const noexcept override {
+    return detail::cache_head_bytes(detail::kernels_for(active_isa()), capacity, head_dim,
+                                    compute == precision::bf16, kv);
+  }
 
   std::optional<mha::isa> pinned_;
 };

@@ -1,0 +1,341 @@
+// mha::attention over a KV cache (mha::make_attention_cache, mha/attention.hpp): every backend
+// that runs attention calls, decoding the next tokens of sequences of different lengths through
+// its cache (a prefill, one-token steps, a chunk; grouped heads; head_dim 8, 16 and 64) against
+// mha::attention over all the keys each sequence has seen; fp32, bf16 and int8 caches (int8
+// against the derived bound of its codes, and against the naive backend's int8, its reference);
+// the errors it names.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mha/mha.hpp"
+#include "mha_testing.hpp"
+#include "support.hpp"
+
+namespace {
+
+using mha::heads_view;
+using mha::precision;
+using mha_test::expect_error;
+
+struct cache_case {
+  std::int64_t batch = 2, heads = 4, kv_heads = 2, head_dim = 16, capacity = 24;
+  precision kv = precision::fp32, compute = precision::fp32;
+};
+
+// One model's stream: per sequence, every key and value it has produced (dense (H_kv, n, D)
+// after each call), so that a call's reference is mha::attention over them.
+struct stream {
+  cache_case c;
+  std::mt19937 rng{11};
+  std::vector<std::vector<float>> keys, values;  // per sequence, (H_kv, tokens, D)
+  std::vector<std::int64_t> tokens;
+
+  explicit stream(const cache_case& cc)
+      : c(cc), keys(cc.batch), values(cc.batch), tokens(cc.batch, 0) {}
+
+  std::vector<float> random(std::int64_t n) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> t(static_cast<std::size_t>(n));
+    for (float& x : t) x = u(rng);
+    return t;
+  }
+};
+
+// A (B, H, T, D) dense view.
+template <class T>
+heads_view<T> dense(T* data, std::int64_t b, std::int64_t h, std::int64_t t, std::int64_t d) {
+  return heads_view<T>::dense(data, b, h, t, d);
+}
+
+// One call of T new tokens for every sequence through the cache; returns max|out - reference|
+// and the largest |value| (for a relative bound), the reference being mha::attention on
+// `reference_backend` over each sequence's keys so far, bottom-right causal, in the cache's
+// compute precision.
+struct step_error {
+  double error = 0, max_value = 0;
+};
+step_error step(const mha::backend& backend, const mha::backend& reference_backend,
+                mha::kv_cache& cache, stream& s, std::int64_t t) {
+  const cache_case& c = s.c;
+  const std::int64_t d = c.head_dim;
+  std::vector<float> q = s.random(c.batch * c.heads * t * d);
+  std::vector<float> k = s.random(c.batch * c.kv_heads * t * d);
+  std::vector<float> v = s.random(c.batch * c.kv_heads * t * d);
+  std::vector<float> out(q.size(), std::nanf(""));
+  mha::attention_options o;
+  o.causal = true;
+  o.precision = c.compute;
+  mha::attention(backend, dense<const float>(q.data(), c.batch, c.heads, t, d),
+                 dense<const float>(k.data(), c.batch, c.kv_heads, t, d),
+                 dense<const float>(v.data(), c.batch, c.kv_heads, t, d), cache,
+                 dense(out.data(), c.batch, c.heads, t, d), o);
+  step_error e;
+  for (std::int64_t b = 0; b < c.batch; ++b) {
+    // The sequence's keys and values with this call's appended, per K/V head.
+    const std::int64_t before = s.tokens[b], after = before + t;
+    std::vector<float> keys(static_cast<std::size_t>(c.kv_heads * after * d)), values(keys.size());
+    for (std::int64_t g = 0; g < c.kv_heads; ++g) {
+      for (std::int64_t j = 0; j < after; ++j) {
+        const bool is_new = j >= before;
+        const float* from_k = is_new ? &k[((b * c.kv_heads + g) * t + (j - before)) * d]
+                                     : &s.keys[b][(g * before + j) * d];
+        const float* from_v = is_new ? &v[((b * c.kv_heads + g) * t + (j - before)) * d]
+                                     : &s.values[b][(g * before + j) * d];
+        std::copy(from_k, from_k + d, &keys[(g * after + j) * d]);
+        std::copy(from_v, from_v + d, &values[(g * after + j) * d]);
+      }
+    }
+    s.keys[b] = keys;
+    s.values[b] = values;
+    s.tokens[b] = after;
+    std::vector<float> expected(static_cast<std::size_t>(c.heads * t * d));
+    o.alignment = mha::causal_alignment::bottom_right;
+    mha::attention(reference_backend, dense<const float>(&q[b * c.heads * t * d], 1, c.heads, t, d),
+                   dense<const float>(keys.data(), 1, c.kv_heads, after, d),
+                   dense<const float>(values.data(), 1, c.kv_heads, after, d),
+                   dense(expected.data(), 1, c.heads, t, d), o);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const double got = out[static_cast<std::size_t>(b * c.heads * t * d) + i];
+      e.error = std::max(e.error, std::abs(got - expected[i]));
+      e.max_value = std::max(e.max_value, std::abs(static_cast<double>(expected[i])));
+    }
+    EXPECT_EQ(cache.length(b), after);
+  }
+  return e;
+}
+
+// The worst error of an int8 cache's call over inputs in [-1, 1] (docs/design.md §1.7): a code
+// is within half a step (range / 255 / 2 <= 1/255) of its element, so a score moves by at most
+// scale * sum|q_d| / 255 = sqrt(D) / 255, a softmax weight by the factor exp(2 that) - 1 of
+// itself, and the result by 1/255 (the values') + 2 (exp(2 sqrt(D) / 255) - 1) max|v|.
+double int8_bound(std::int64_t head_dim) {
+  const double score = std::sqrt(static_cast<double>(head_dim)) / 255.0;
+  return 1.0 / 255.0 + 2.0 * (std::exp(2.0 * score) - 1.0);
+}
+
+class AttentionCache : public testing::TestWithParam<mha_test::backend_case> {};
+
+std::vector<mha_test::backend_case> attention_backends() {
+  std::vector<mha_test::backend_case> cases;
+  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+    if (b.backend->supports_attention(precision::fp32)) cases.push_back(b);
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, AttentionCache, testing::ValuesIn(attention_backends()),
+                         [](const auto& param_info) { return param_info.param.label; });
+
+// Prefill of 5, three one-token steps, a chunk of 2, then sequence 1 restarted (reset) and
+// stepped on alone with sequence 0 further on: sequences of different lengths in one call.
+std::vector<std::int64_t> run_stream(const mha::backend& backend, const cache_case& c,
+                                     double tolerance, bool relative) {
+  stream s(c);
+  mha::kv_cache cache = mha::make_attention_cache(backend, c.batch, c.capacity, c.kv_heads,
+                                                  c.head_dim, c.kv, c.compute);
+  EXPECT_EQ(cache.precision(), c.kv);
+  EXPECT_EQ(cache.heads(), c.kv_heads);
+  std::vector<std::int64_t> lengths;
+  const auto check = [&](std::int64_t t) {
+    const step_error e = step(backend, backend, cache, s, t);
+    const double bound = relative ? tolerance * std::max(1.0, e.max_value) : tolerance;
+    EXPECT_LE(e.error, bound) << t << " tokens after " << s.tokens[0] - t;
+  };
+  for (const std::int64_t t : {5, 1, 1, 1, 2}) check(t);
+  cache.reset(1);
+  s.keys[1].clear();
+  s.values[1].clear();
+  s.tokens[1] = 0;
+  for (const std::int64_t t : {1, 3}) check(t);
+  for (std::int64_t b = 0; b < c.batch; ++b) lengths.push_back(cache.length(b));
+  return lengths;
+}
+
+TEST_P(AttentionCache, Fp32DecodesAsTheCallOverAllItsKeys) {
+  for (const std::int64_t head_dim : {8, 16, 64}) {
+    cache_case c;
+    c.head_dim = head_dim;
+    const auto lengths = run_stream(*GetParam().backend, c, 2e-6, true);
+    EXPECT_EQ(lengths, (std::vector<std::int64_t>{14, 4}));
+  }
+  cache_case mqa;  // one K/V head for all four query heads
+  mqa.kv_heads = 1;
+  run_stream(*GetParam().backend, mqa, 2e-6, true);
+}
+
+TEST_P(AttentionCache, Bf16DecodesAsTheBf16CallOverAllItsKeys) {
+  cache_case c;
+  c.kv = c.compute = precision::bf16;
+  // The same rounded operands; the order of the sums and the rounding of the weights before
+  // P V may differ between the cache's path and the call's: within bf16's step.
+  run_stream(*GetParam().backend, c, 1.0 / 128, true);
+}
+
+TEST_P(AttentionCache, Int8StaysWithinItsCodesBoundAndMatchesTheNaiveReference) {
+  for (const precision compute : {precision::fp32, precision::bf16}) {
+    for (const std::int64_t head_dim : {8, 64}) {
+      cache_case c;
+      c.kv = precision::int8;
+      c.compute = compute;
+      c.head_dim = head_dim;
+      // Against the fp32 (bf16) call over the exact keys: the codes' bound (values in [-1, 1];
+      // bf16 adds its own step).
+      const double bound = int8_bound(head_dim) + (compute == precision::bf16 ? 1.0 / 128 : 0.0);
+      run_stream(*GetParam().backend, c, bound, false);
+      // Against the naive backend's int8 cache fed the same stream: the same codes.
+      stream mine(c), theirs(c);
+      mha::kv_cache a = mha::make_attention_cache(*GetParam().backend, c.batch, c.capacity,
+                                                  c.kv_heads, head_dim, c.kv, compute);
+      mha::kv_cache b = mha::make_attention_cache(mha::naive_backend(), c.batch, c.capacity,
+                                                  c.kv_heads, head_dim, c.kv, compute);
+      for (const std::int64_t t : {6, 1, 1}) {
+        // Both streams draw the same numbers (same seed, same order).
+        const std::int64_t d = head_dim;
+        std::vector<float> q = mine.random(c.batch * c.heads * t * d),
+                           k = mine.random(c.batch * c.kv_heads * t * d),
+                           v = mine.random(c.batch * c.kv_heads * t * d);
+        std::vector<float> out_a(q.size()), out_b(q.size());
+        mha::attention_options o;
+        o.causal = true;
+        o.precision = compute;
+        const auto call = [&](const mha::backend& on, mha::kv_cache& cache,
+                              std::vector<float>& out) {
+          mha::attention(on, dense<const float>(q.data(), c.batch, c.heads, t, d),
+                         dense<const float>(k.data(), c.batch, c.kv_heads, t, d),
+                         dense<const float>(v.data(), c.batch, c.kv_heads, t, d), cache,
+                         dense(out.data(), c.batch, c.heads, t, d), o);
+        };
+        call(*GetParam().backend, a, out_a);
+        call(mha::naive_backend(), b, out_b);
+        EXPECT_LE(mha_test::max_abs_diff(out_a, out_b),
+                  compute == precision::bf16 ? 1.0 / 128 : 2e-5)
+            << "head_dim " << d << ", " << t << " tokens";
+      }
+    }
+  }
+}
+
+TEST_P(AttentionCache, ItsCacheIsItsOwnAndItsCallsAreChecked) {
+  const mha::backend& backend = *GetParam().backend;
+  const std::int64_t d = 16;
+  mha::kv_cache cache =
+      mha::make_attention_cache(backend, 1, 4, 2, d, precision::int8, precision::fp32);
+  std::vector<float> q(4 * 3 * d, 0.5f), k(2 * 3 * d, 0.25f), v(2 * 3 * d, 1.0f), out(q.size());
+  mha::attention_options o;
+  o.causal = true;
+  const auto call = [&](mha::kv_cache& with, std::int64_t t, const mha::attention_options& opts) {
+    mha::attention(
+        backend, dense<const float>(q.data(), 1, 4, t, d), dense<const float>(k.data(), 1, 2, t, d),
+        dense<const float>(v.data(), 1, 2, t, d), with, dense(out.data(), 1, 4, t, d), opts);
+  };
+  call(cache, 3, o);
+  EXPECT_EQ(cache.length(0), 3);
+  // Past the capacity: refused, naming the sequence; the cache unchanged.
+  expect_error<mha::invalid_argument>([&] { call(cache, 2, o); },
+                                      {"sequence 0 holds 3 tokens; 2 more make 5", "capacity (4)"});
+  EXPECT_EQ(cache.length(0), 3);
+  // Not causal over several new tokens; a mask; another precision.
+  cache.reset();
+  mha::attention_options loose = o;
+  loose.causal = false;
+  expect_error<mha::invalid_argument>([&] { call(cache, 2, loose); }, {"not causal"});
+  call(cache, 1, loose);  // one token: the flag makes no difference
+  const float zeros[4] = {};
+  mha::attention_options masked = o;
+  masked.mask = {mha::attention_mask::kind::additive, zeros, 1, 1, 1, 1, 0, 0, 1};
+  expect_error<mha::invalid_argument>([&] { call(cache, 1, masked); }, {"a mask with a kv_cache"});
+  mha::attention_options bf16 = o;
+  bf16.precision = precision::bf16;
+  expect_error<mha::invalid_argument>([&] { call(cache, 1, bf16); },
+                                      {"precision bf16", "made for fp32 calls"});
+  // Shapes that do not match the cache: other K/V heads, head_dim, batch.
+  expect_error<mha::invalid_argument>(
+      [&] {
+        mha::attention(backend, dense<const float>(q.data(), 1, 4, 1, d),
+                       dense<const float>(k.data(), 1, 4, 1, d),
+                       dense<const float>(v.data(), 1, 4, 1, d), cache,
+                       dense(out.data(), 1, 4, 1, d), o);
+      },
+      {"the cache holds 1 sequences of 2 K/V heads of head_dim 16"});
+  expect_error<mha::invalid_argument>(
+      [&] {
+        mha::attention(backend, dense<const float>(q.data(), 1, 4, 1, 8),
+                       dense<const float>(k.data(), 1, 2, 1, 8),
+                       dense<const float>(v.data(), 1, 2, 1, 8), cache,
+                       dense(out.data(), 1, 4, 1, 8), o);
+      },
+      {"head_dim 16"});
+  // out overlapping q.
+  expect_error<mha::invalid_argument>(
+      [&] {
+        mha::attention(backend, dense<const float>(q.data(), 1, 4, 1, d),
+                       dense<const float>(k.data(), 1, 2, 1, d),
+                       dense<const float>(v.data(), 1, 2, 1, d), cache, dense(q.data(), 1, 4, 1, d),
+                       o);
+      },
+      {"out may overlap q"});
+  // Another backend's cache, and a plan's cache, are refused; this cache by a plan too.
+  const mha::backend& other =
+      backend.name() == "naive" ? mha::xsimd_backend() : mha::naive_backend();
+  mha::kv_cache theirs =
+      mha::make_attention_cache(other, 1, 4, 2, d, precision::fp32, precision::fp32);
+  expect_error<mha::invalid_argument>(
+      [&] { call(theirs, 1, o); },
+      {"made for the attention calls of", std::string(other.name()).c_str()});
+  mha::config cfg;
+  cfg.d_in = cfg.d_out = 4 * d;
+  cfg.n_heads = 4;
+  cfg.n_kv_heads = 2;
+  cfg.context_length = 8;
+  const auto plan = mha::naive_backend().prepare(cfg, mha::formulation::split_weight,
+                                                 mha::weights::random(cfg, 3));
+  mha::kv_cache planned = plan->make_cache(1, 4);
+  expect_error<mha::invalid_argument>([&] { call(planned, 1, o); }, {"made by a plan"});
+  std::vector<float> x(4 * d), y(4 * d);
+  mha::kv_cache naive_cache =
+      mha::make_attention_cache(mha::naive_backend(), 1, 4, 2, d, precision::fp32, precision::fp32);
+  expect_error<mha::invalid_argument>(
+      [&] {
+        plan->run(mha::tensor_view<const float>(x.data(), 1, 1, 4 * d),
+                  mha::tensor_view<float>(y.data(), 1, 1, 4 * d), naive_cache);
+      },
+      {"made for attention calls (mha::make_attention_cache)"});
+  // A cache in use by another call.
+  mha_testing::hold(cache, [&] {
+    expect_error<mha::invalid_argument>([&] { call(cache, 1, o); }, {"in use by another call"});
+  });
+}
+
+TEST(AttentionCacheMade, BadArgumentsAreNamed) {
+  const mha::backend& b = mha::naive_backend();
+  expect_error<mha::invalid_argument>(
+      [&] { mha::make_attention_cache(b, 0, 4, 2, 16, precision::fp32, precision::fp32); },
+      {"batch (0)", "must each be >= 1"});
+  expect_error<mha::invalid_argument>(
+      [&] { mha::make_attention_cache(b, 1, 4, 2, 16, precision::fp32, precision::bf16); },
+      {"a fp32 cache is computed in fp32"});
+  expect_error<mha::invalid_argument>(
+      [&] { mha::make_attention_cache(b, 1, 4, 2, 16, precision::int8, precision::int8); },
+      {"the attention's precision is int8"});
+  expect_error<mha::invalid_argument>(
+      [&] {
+        mha::make_attention_cache(b, 1, std::int64_t{1} << 40, 1 << 20, 16, precision::fp32,
+                                  precision::fp32);
+      },
+      {"kv cache"});
+  for (const mha::backend* other : mha::available_backends()) {
+    if (other->supports_attention(precision::fp32)) continue;
+    expect_error<mha::unsupported>(
+        [&] { mha::make_attention_cache(*other, 1, 4, 2, 16, precision::fp32, precision::fp32); },
+        {std::string(other->name()).c_str()});
+  }
+}
+
+}  // namespace
