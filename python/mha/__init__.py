@@ -29,10 +29,12 @@ from ._mha import (
     default_backend,
 )
 from ._attention import attention
+from ._cache import AttentionCache
 from ._executor import default as default_executor
 from ._plan import Plan, backends
 
 __all__ = [
+    "AttentionCache",
     "Backend",
     "Cache",
     "Config",

@@ -33,6 +33,7 @@ def attention(
     threads: int = 0,
     executor: str | None = None,
     out: Any = None,
+    cache: Any = None,
 ) -> Any:
     """softmax(scale q k^T + attn_mask [+ causal]) v, with F.scaled_dot_product_attention's
     arguments and meaning, on mha's fused kernels (no (L, S) scores on xsimd and tbb).
@@ -59,7 +60,10 @@ def attention(
     (the result's shape, float32, or bfloat16 for bfloat16 inputs; writable, not requiring grad;
     any strides: written in place where the last dimension is contiguous, else through a copy).
     The GIL is released while it runs. Returns out, or a new tensor or array of the query's kind
-    and dtype."""
+    and dtype. With cache (an mha.AttentionCache): key and value (B, H_kv, T, D) are each
+    sequence's next T tokens', appended to it, and query (B, H, T, D) attends over all the
+    sequence then holds, causal (query i after the cache's tokens); no attn_mask or out
+    (docs/python.md "A KV cache for attention calls")."""
     if dropout_p != 0.0:
         raise Unsupported(
             f"mha.attention: dropout_p={dropout_p!r}: dropout is not implemented (inference only)"
@@ -77,6 +81,24 @@ def attention(
             f"mha.attention: backend {backend!r} must be a name of mha.backends() (a str), or None"
         )
     executor, threads = _executor.resolve(executor, threads)
+    if cache is not None:
+        from . import _cache
+
+        return _cache.attend(
+            query,
+            key,
+            value,
+            cache,
+            attn_mask,
+            is_causal,
+            scale,
+            enable_gqa,
+            causal_alignment,
+            backend,
+            threads,
+            executor,
+            out,
+        )
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(query, torch.Tensor):
         return _torch_attention(

@@ -578,6 +578,41 @@ NB_MODULE(_mha, m) {
   m.def("_attention_bf16", &attention_call<bf16_heads_input, bf16_heads_output>, "q"_a, "k"_a,
         "v"_a, "out"_a, "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a,
         "scale"_a.none(), "bf16"_a, "backend"_a.none(), "threads"_a, "executor"_a.none());
+  // mha.AttentionCache's cache and mha.attention's call over it (python/mha/_cache.py checks
+  // the arguments first; the library names what it refuses).
+  m.def(
+      "_make_attention_cache",
+      [](const std::optional<std::string>& backend, int_arg batch, int_arg capacity,
+         int_arg kv_heads, int_arg head_dim, std::string_view kv, std::string_view precision) {
+        constexpr std::string_view where = "mha.AttentionCache";
+        const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
+        return mha::make_attention_cache(
+            b, batch.get(where, "batch"), capacity.get(where, "capacity"),
+            kv_heads.get(where, "kv_heads"), head_dim.get(where, "head_dim"),
+            mha::parse_precision(kv), mha::parse_precision(precision));
+      },
+      "backend"_a.none(), "batch"_a, "capacity"_a, "kv_heads"_a, "head_dim"_a, "kv"_a,
+      "precision"_a);
+  m.def(
+      "_attention_over_cache",
+      [](const heads_input& q, const heads_input& k, const heads_input& v, mha::kv_cache& cache,
+         const heads_output& out, bool causal, std::optional<float> scale, bool bf16,
+         const std::optional<std::string>& backend, int threads,
+         const std::optional<std::string>& executor) {
+        mha::attention_options o;
+        o.causal = causal;
+        o.scale = scale;
+        o.precision = bf16 ? mha::precision::bf16 : mha::precision::fp32;
+        o.threads = threads;
+        o.executor = executor_named(executor);
+        const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
+        const auto qv = heads_of(q, "query"), kv = heads_of(k, "key"), vv = heads_of(v, "value");
+        const auto ov = heads_of(out, "out");
+        nb::gil_scoped_release unlocked;
+        mha::attention(b, qv, kv, vv, cache, ov, o);
+      },
+      "q"_a, "k"_a, "v"_a, "cache"_a, "out"_a, "causal"_a, "scale"_a.none(), "bf16"_a,
+      "backend"_a.none(), "threads"_a, "executor"_a.none());
   // The address of the data an input array is read from (the package's tests compare it with
   // the tensor's own: no copy for contiguous float32).
   m.def("_input_address", [](input_array x) { return reinterpret_cast<std::uintptr_t>(x.data()); });

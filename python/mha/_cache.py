@@ -1,0 +1,190 @@
+"""mha.AttentionCache: mha's KV cache for attention calls, and mha.attention's call over it
+(docs/python.md "A KV cache for attention calls"; include/mha/attention.hpp's
+make_attention_cache). A model that projects and rotates its own queries, keys and values
+decodes through it: each call appends the new tokens' keys and values, in fp32, bf16 or int8
+(codes with a scale and an offset per token and K/V head), and attends over all the sequence
+holds, reading the codes where they lie."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from . import _mha
+from ._attention import _check_heads, _describe, _in_place
+from ._mha import InvalidArgument, Unsupported
+
+_KV = ("fp32", "bf16", "int8")
+_PRECISIONS = ("fp32", "bf16")
+
+
+class AttentionCache:
+    """An empty KV cache for `batch` sequences of up to `capacity` tokens, `kv_heads` K/V heads
+    of `head_dim`, its bytes allocated now: keys and values kept in `kv` ("int8", the default:
+    codes with a scale and an offset per token and head; "bf16"; "fp32"), the attention computed
+    in `precision` ("fp32" or "bf16"; None: bf16 for a bf16 cache, else fp32), on `backend` (a
+    name of mha.backends() whose attention calls take a cache: xsimd, tbb, naive; None: the
+    default). mha.attention(q, k, v, cache=this) appends and attends. One caller at a time (a
+    second, on another thread, is refused)."""
+
+    __slots__ = ("_cache", "backend", "kv_heads", "head_dim", "precision")
+
+    def __init__(
+        self,
+        batch: int,
+        capacity: int,
+        kv_heads: int,
+        head_dim: int,
+        *,
+        kv: str = "int8",
+        precision: str | None = None,
+        backend: str | None = None,
+    ) -> None:
+        if kv not in _KV:
+            raise InvalidArgument(f"mha.AttentionCache: kv {kv!r} is not one of {', '.join(_KV)}")
+        if precision is None:
+            precision = "bf16" if kv == "bf16" else "fp32"
+        if precision not in _PRECISIONS:
+            raise InvalidArgument(
+                f"mha.AttentionCache: precision {precision!r} is not one of {', '.join(_PRECISIONS)}, or None"
+            )
+        if backend is not None and type(backend) is not str:
+            raise InvalidArgument(
+                f"mha.AttentionCache: backend {backend!r} must be a name of mha.backends() (a str), or None"
+            )
+        self._cache = _mha._make_attention_cache(backend, batch, capacity, kv_heads, head_dim, kv, precision)
+        self.backend: str = backend if backend is not None else _mha.default_backend().name
+        self.kv_heads = int(kv_heads)
+        self.head_dim = int(head_dim)
+        self.precision = precision
+
+    @property
+    def batch(self) -> int:
+        return self._cache.batch
+
+    @property
+    def capacity(self) -> int:
+        return self._cache.capacity
+
+    @property
+    def lengths(self) -> list[int]:
+        """Tokens each sequence holds."""
+        return list(self._cache.lengths)
+
+    @property
+    def kv(self) -> str:
+        """What the keys and values are kept in: fp32, bf16 or int8."""
+        return self._cache.precision
+
+    @property
+    def nbytes(self) -> int:
+        """The storage's bytes, allocated when the cache was made."""
+        return self._cache.nbytes
+
+    def reset(self, b: int | None = None) -> None:
+        """Forgets every sequence, or sequence b."""
+        self._cache.reset(b)
+
+    def truncate(self, b: int, length: int) -> None:
+        """Keeps the first `length` tokens of sequence b."""
+        self._cache.truncate(b, length)
+
+    def __repr__(self) -> str:
+        return (
+            f"mha.AttentionCache(batch={self.batch}, capacity={self.capacity}, kv_heads={self.kv_heads}, "
+            f"head_dim={self.head_dim}, kv={self.kv!r}, precision={self.precision!r}, "
+            f"backend={self.backend!r}, lengths={self.lengths}, nbytes={self.nbytes})"
+        )
+
+
+def attend(
+    query: Any,
+    key: Any,
+    value: Any,
+    cache: Any,
+    attn_mask: Any,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+    alignment: str,
+    backend: str | None,
+    threads: int,
+    executor: str | None,
+    out: Any,
+) -> Any:
+    """mha.attention with cache= (its arguments already checked but for these)."""
+    where = "mha.attention"
+    if not isinstance(cache, AttentionCache):
+        raise InvalidArgument(f"{where}: cache is a {_describe(cache)}, expected an mha.AttentionCache")
+    if attn_mask is not None:
+        raise Unsupported(
+            f"{where}: attn_mask with a cache is not implemented (the call is causal over what each "
+            "sequence holds)"
+        )
+    if out is not None:
+        raise Unsupported(f"{where}: out= with a cache is not implemented (the result is returned)")
+    if backend is not None and backend != cache.backend:
+        raise InvalidArgument(
+            f"{where}: backend {backend!r}, and the cache was made for {cache.backend!r}'s attention calls"
+        )
+    torch = sys.modules.get("torch")
+    is_tensor = torch is not None and isinstance(query, torch.Tensor)
+    arrays = [
+        _operand(torch, is_tensor, name, t) for name, t in (("query", query), ("key", key), ("value", value))
+    ]
+    q, k, v = arrays
+    if any(a.ndim != 4 for a in arrays):
+        raise InvalidArgument(
+            f"{where}: query, key and value are of shapes {q.shape}, {k.shape}, {v.shape}: expected "
+            "(B, H, T, D) and (B, H_kv, T, D) with a cache"
+        )
+    _check_heads(q.shape, k.shape, v.shape, enable_gqa)
+    tokens = q.shape[2]
+    if is_causal and tokens > 1 and alignment == "top_left" and any(cache.lengths):
+        raise InvalidArgument(
+            f"{where}: {tokens} new tokens, causal top-left, over a cache that holds tokens: with a cache "
+            "the queries stand after what it holds; pass causal_alignment='bottom_right'"
+        )
+    result = np.empty(q.shape, np.float32)
+    _mha._attention_over_cache(
+        q,
+        k,
+        v,
+        cache._cache,
+        result,
+        bool(is_causal),
+        scale,
+        cache.precision == "bf16",
+        cache.backend,
+        threads,
+        executor,
+    )
+    if not is_tensor:
+        return result
+    return torch.from_numpy(result).to(query.dtype)
+
+
+def _operand(torch: Any, is_tensor: bool, name: str, t: Any) -> np.ndarray:
+    """A float32 array of t, read where it lies when it can be (a float32 tensor or array whose
+    last dimension is contiguous), else a float32 copy (a bfloat16 tensor's: the new tokens only)."""
+    where = "mha.attention"
+    if is_tensor:
+        if not isinstance(t, torch.Tensor):
+            raise InvalidArgument(f"{where}: query is a torch.Tensor and {name} a {_describe(t)}")
+        if t.device.type != "cpu":
+            raise InvalidArgument(f"{where}: {name} is on {t.device}, expected the CPU")
+        if t.requires_grad and torch.is_grad_enabled():
+            raise Unsupported(f"{where}: {name} requires grad: mha computes inference only")
+        if t.dtype not in (torch.float32, torch.bfloat16):
+            raise InvalidArgument(f"{where}: {name} has dtype {t.dtype}, expected float32 or bfloat16")
+        t = t.detach()
+        if t.dtype != torch.float32 or (t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1):
+            t = t.to(torch.float32).contiguous()
+        return t.numpy()
+    if not isinstance(t, np.ndarray):
+        raise InvalidArgument(f"{where}: {name} is a {_describe(t)}, expected a NumPy array as query is")
+    if t.dtype != np.float32:
+        raise InvalidArgument(f"{where}: {name} has dtype {t.dtype}, expected float32")
+    return t if _in_place(t) else np.ascontiguousarray(t)

@@ -1,0 +1,131 @@
+"""mha.AttentionCache and mha.attention(..., cache=): a decode stream through each cache precision
+against PyTorch's SDPA over all the keys each sequence has seen (bottom-right causal), NumPy and
+torch operands, what the cache says of itself, and what it refuses."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import mha
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+BACKENDS = [b.name for b in mha.backends() if b.supports_attention() is None]
+
+
+def sdpa_over(q, keys, values):
+    """SDPA of q's T rows over S keys, query i at position S - T + i (bottom-right causal), in
+    float64 with the key heads repeated for the query heads."""
+    t, s = q.shape[2], keys.shape[2]
+    group = q.shape[1] // keys.shape[1]
+    k = keys.double().repeat_interleave(group, dim=1)
+    v = values.double().repeat_interleave(group, dim=1)
+    allowed = torch.ones(t, s, dtype=torch.bool).tril(diagonal=s - t)
+    return F.scaled_dot_product_attention(q.double(), k, v, attn_mask=allowed)
+
+
+def int8_bound(head_dim):
+    """The int8 codes' bound for inputs in [-1, 1] (docs/design.md §1.8): half a code's step is at
+    most 1/255, a score moves by sqrt(D)/255, the result by 1/255 + 2 (exp(2 sqrt(D)/255) - 1)."""
+    return 1 / 255 + 2 * (math.exp(2 * math.sqrt(head_dim) / 255) - 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "kv,precision,dtype,tolerance",
+    [
+        ("fp32", "fp32", torch.float32, 1e-5),
+        ("bf16", "bf16", torch.bfloat16, 3e-2),
+        ("int8", "fp32", torch.float32, None),
+        ("int8", "bf16", torch.bfloat16, None),
+    ],
+)
+def test_a_decode_stream_matches_sdpa_over_every_key_seen(backend, kv, precision, dtype, tolerance):
+    batch, heads, kv_heads, head_dim = 2, 4, 2, 16
+    cache = mha.AttentionCache(batch, 32, kv_heads, head_dim, kv=kv, precision=precision, backend=backend)
+    g = torch.Generator().manual_seed(5)
+    keys = [torch.empty(1, kv_heads, 0, head_dim) for _ in range(batch)]
+    values = [torch.empty(1, kv_heads, 0, head_dim) for _ in range(batch)]
+    bound = (
+        tolerance
+        if tolerance is not None
+        else int8_bound(head_dim) + (3e-2 if dtype == torch.bfloat16 else 0)
+    )
+    for step, tokens in enumerate([7, 1, 1, 3, 1]):
+        q = (torch.rand(batch, heads, tokens, head_dim, generator=g) * 2 - 1).to(dtype)
+        k = (torch.rand(batch, kv_heads, tokens, head_dim, generator=g) * 2 - 1).to(dtype)
+        v = (torch.rand(batch, kv_heads, tokens, head_dim, generator=g) * 2 - 1).to(dtype)
+        out = mha.attention(
+            q, k, v, is_causal=True, causal_alignment="bottom_right", enable_gqa=True, cache=cache
+        )
+        assert out.dtype == dtype and out.shape == q.shape
+        for b in range(batch):
+            keys[b] = torch.cat([keys[b], k[b : b + 1].float()], dim=2)
+            values[b] = torch.cat([values[b], v[b : b + 1].float()], dim=2)
+            expected = sdpa_over(q[b : b + 1].float(), keys[b], values[b])
+            error = (out[b : b + 1].double() - expected).abs().max().item()
+            assert error <= bound, (step, b, error, bound)
+        assert cache.lengths == [keys[0].shape[2]] * batch
+
+
+def test_numpy_operands_and_what_the_cache_says():
+    cache = mha.AttentionCache(1, 8, 1, 64, kv="int8")
+    assert cache.kv == "int8" and cache.precision == "fp32" and cache.lengths == [0]
+    rng = np.random.default_rng(1)
+    q = rng.uniform(-1, 1, (1, 2, 3, 64)).astype(np.float32)
+    k = rng.uniform(-1, 1, (1, 1, 3, 64)).astype(np.float32)
+    out = mha.attention(q, k, k, is_causal=True, enable_gqa=True, cache=cache)
+    assert isinstance(out, np.ndarray) and out.shape == q.shape and np.isfinite(out).all()
+    assert cache.lengths == [3]
+    text = repr(cache)
+    assert "kv='int8'" in text and "lengths=[3]" in text and f"nbytes={cache.nbytes}" in text
+    # The int8 cache's bytes against a bf16 one's of the same shape: codes of 64 plus a scale
+    # and an offset per row against 128 bytes a row.
+    bf16 = mha.AttentionCache(1, 8, 1, 64, kv="bf16")
+    assert cache.nbytes < 0.6 * bf16.nbytes
+    cache.truncate(0, 1)
+    assert cache.lengths == [1]
+    cache.reset()
+    assert cache.lengths == [0]
+
+
+def test_what_a_call_over_a_cache_refuses():
+    cache = mha.AttentionCache(1, 4, 1, 8, kv="fp32", backend="naive")
+    q = torch.zeros(1, 1, 3, 8)
+
+    def call(**kw):
+        kw.setdefault("causal_alignment", "bottom_right")
+        return mha.attention(q, q, q, is_causal=True, cache=cache, **kw)
+
+    call()
+    with pytest.raises(mha.InvalidArgument, match="sequence 0 holds 3 tokens; 3 more make 6"):
+        call()
+    assert cache.lengths == [3]
+    cache.reset()
+    with pytest.raises(mha.Unsupported, match="attn_mask with a cache"):
+        call(attn_mask=torch.ones(3, 3, dtype=torch.bool))
+    with pytest.raises(mha.Unsupported, match="out= with a cache"):
+        call(out=torch.empty(1, 1, 3, 8))
+    with pytest.raises(mha.InvalidArgument, match="not causal"):
+        mha.attention(q, q, q, cache=cache)
+    with pytest.raises(mha.InvalidArgument, match="made for 'naive'"):
+        call(backend="xsimd")
+    with pytest.raises(mha.InvalidArgument, match="expected an mha.AttentionCache"):
+        mha.attention(q, q, q, is_causal=True, cache="cache")
+    call()
+    with pytest.raises(mha.InvalidArgument, match="causal_alignment='bottom_right'"):
+        call(causal_alignment="top_left")
+    mha.attention(q[:, :, :1], q[:, :, :1], q[:, :, :1], cache=cache)  # one token: no flag needed
+    assert cache.lengths == [4]
+    with pytest.raises(mha.InvalidArgument, match="kv 'int4' is not one of"):
+        mha.AttentionCache(1, 4, 1, 8, kv="int4")
+    with pytest.raises(mha.InvalidArgument, match="a bf16 cache is computed in bf16"):
+        mha.AttentionCache(1, 4, 1, 8, kv="bf16", precision="fp32")
+    with pytest.raises(mha.InvalidArgument, match="capacity"):
+        mha.AttentionCache(1, 2**70, 1, 8)
+    with pytest.raises(mha.Unsupported, match="onednn"):
+        mha.AttentionCache(1, 4, 1, 8, backend="onednn")
