@@ -25,16 +25,22 @@ default backend), threads the worker threads (0: all cores, at most mha's MAX_TH
 torch.get_num_threads() at each call, capped there, so torch.set_num_threads governs both),
 executor who runs the tbb backend's parallel work (None: PyTorch's own OpenMP workers where
 mha can share them, mha.default_executor() says; "tbb", "openmp", "serial").
+MhaCache(model.config, capacity, kv="int8") is transformers' Cache kept in mha's KV cache
+(mha.AttentionCache per layer; int8 codes read in place by the decode kernels), for
+model.generate(..., past_key_values=MhaCache(...)) on a model loaded with attn_implementation="mha";
+padded batches, beam search and offloading are refused by name.
 Importing this module without transformers installed raises ImportError saying so.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 try:
     import torch
     from transformers import AttentionInterface
+    from transformers.cache_utils import Cache, CacheLayerMixin
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(
@@ -46,10 +52,11 @@ import numpy as np
 
 from . import _mha
 from ._attention import MAX_THREADS, _threads, attention
+from ._cache import AttentionCache
 from ._executor import EXECUTORS
 from ._mha import InvalidArgument, Unsupported
 
-__all__ = ["attention_forward", "register"]
+__all__ = ["MhaCache", "attention_forward", "register"]
 
 # What the function cannot compute, by the keyword transformers passes it under.
 _REFUSED = {
@@ -101,13 +108,19 @@ def _attention_function(backend: str | None, threads: int | None, executor: str 
         if kwargs.get("cache") is not None:
             raise Unsupported("mha.transformers: a paged cache (continuous batching) is not implemented")
         causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+        threads_now = min(torch.get_num_threads(), MAX_THREADS) if threads is None else threads
+        layer = _taken(key)
+        if layer is not None:  # the new tokens of an MhaCache: appended and attended there
+            return layer.attend(
+                query, key, value, attention_mask, causal, scaling, backend, threads_now, executor
+            )
         causal = query.shape[2] > 1 and attention_mask is None and causal
         options = dict(
             is_causal=causal,
             scale=scaling,
             enable_gqa=True,
             backend=backend,
-            threads=min(torch.get_num_threads(), MAX_THREADS) if threads is None else threads,
+            threads=threads_now,
             executor=executor,
         )
         # Written straight into the (B, L, H, D) result.
@@ -120,6 +133,205 @@ def _attention_function(backend: str | None, threads: int | None, executor: str 
         return out, None
 
     return attention_forward
+
+
+# The layers whose update() handed the attention function new tokens it has not taken yet, by
+# the id of the key tensor update() returned (alive until the attention function has run); weak,
+# so that a layer whose tokens another implementation read is not kept alive here.
+_pending: dict[int, weakref.ref[MhaCacheLayer]] = {}
+
+_NOT_READ = (
+    "mha.transformers.MhaCache: the attention function did not take the new tokens the cache "
+    "handed it (update() keeps them for mha's function): load the model with "
+    'attn_implementation="mha" to use an MhaCache'
+)
+
+
+def _taken(key: torch.Tensor) -> MhaCacheLayer | None:
+    """The MhaCache layer whose update() returned `key`, now taken by the attention function."""
+    ref = _pending.pop(id(key), None)
+    layer = ref() if ref is not None else None
+    if layer is None or layer._pending is None or layer._pending[0] is not key:
+        return None
+    layer._pending = None
+    return layer
+
+
+class MhaCacheLayer(CacheLayerMixin):
+    """One attention layer of an MhaCache: an mha.AttentionCache, made at the first update from
+    the keys' shape (batch, K/V heads, head_dim) and dtype. update() hands the new tokens to mha's
+    attention function, which appends them and attends over the cache in one call."""
+
+    is_compileable = False
+    is_croppable = True
+    is_sliding = False
+    supports_early_init = False  # made from the first keys' shape
+
+    def __init__(self, capacity: int, kv: str, backend: str | None) -> None:
+        super().__init__()
+        self.capacity, self.kv, self.backend = capacity, kv, backend
+        self.cache: AttentionCache | None = None
+        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def __repr__(self) -> str:
+        return f"MhaCacheLayer({self.cache!r})"
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        batch, kv_heads, _, head_dim = key_states.shape
+        bf16 = self.kv == "bf16" or key_states.dtype == torch.bfloat16
+        self.cache = AttentionCache(
+            batch,
+            self.capacity,
+            kv_heads,
+            head_dim,
+            kv=self.kv,
+            precision="bf16" if bf16 else "fp32",
+            backend=self.backend,
+        )
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._pending is not None:
+            raise Unsupported(_NOT_READ)
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self._pending = (key_states, value_states)
+        _pending[id(key_states)] = weakref.ref(self)
+        return key_states, value_states
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None,
+        causal: bool,
+        scaling: float | None,
+        backend: str | None,
+        threads: int,
+        executor: str | None,
+    ) -> tuple[torch.Tensor, None]:
+        """The attention function's call: key and value the new tokens update() handed it."""
+        rows, held = query.shape[2], self.cache.lengths[0]
+        if mask is not None:
+            # sdpa_mask makes one for a chunk of several tokens after a prefix: fine where it is
+            # the causal mask over the cache's keys; padding (a key masked) is not implemented.
+            causal_mask = torch.ones(rows, held + rows, dtype=torch.bool).tril(held)
+            if mask.dtype != torch.bool or not torch.equal(mask, causal_mask.expand_as(mask)):
+                raise Unsupported(
+                    "mha.transformers.MhaCache: an attention mask over the cached keys (a padded "
+                    "batch) is not implemented; use transformers' own cache (DynamicCache)"
+                )
+        if not causal and rows > 1:
+            raise Unsupported(
+                "mha.transformers.MhaCache: a non-causal model (an encoder) has no KV cache to keep"
+            )
+        if backend is not None and backend != self.cache.backend:
+            raise InvalidArgument(
+                f"mha.transformers: backend {backend!r}, and the MhaCache was made for {self.cache.backend!r}"
+            )
+        result = attention(
+            query,
+            key,
+            value,
+            is_causal=True,
+            causal_alignment="bottom_right",
+            scale=scaling,
+            enable_gqa=True,
+            threads=threads,
+            executor=executor,
+            cache=self.cache,
+        )
+        return result.transpose(1, 2).contiguous(), None
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.get_seq_length() + query_length, 0
+
+    def get_seq_length(self) -> int:
+        if self._pending is not None:
+            raise Unsupported(_NOT_READ)
+        return self.cache.lengths[0] if self.cache is not None else 0
+
+    def get_max_length(self) -> int:
+        return self.capacity
+
+    def reset(self) -> None:
+        if self.cache is not None:
+            self.cache.reset()
+        self._pending = None
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Forgets the last -tokens_to_remove tokens of every sequence (as DynamicLayer's crop)."""
+        if tokens_to_remove > 0:
+            raise ValueError(
+                f"crop({tokens_to_remove}): pass a negative number of tokens to remove (as transformers' "
+                "DynamicLayer)"
+            )
+        if tokens_to_remove == 0 or self.cache is None:
+            return
+        for b, length in enumerate(self.cache.lengths):
+            self.cache.truncate(b, max(0, length + tokens_to_remove))
+
+    def _refuse(self, what: str) -> None:
+        raise Unsupported(f"mha.transformers.MhaCache: {what} is not implemented; use DynamicCache")
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.get_seq_length() > 0:
+            self._refuse("reordering the cache (beam search)")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.get_seq_length() > 0:
+            self._refuse("repeating the cache's sequences")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.get_seq_length() > 0:
+            self._refuse("selecting the cache's sequences")
+
+    def offload(self) -> None:
+        self._refuse("offloading")
+
+    def prefetch(self) -> None:
+        self._refuse("offloading")
+
+
+class MhaCache(Cache):
+    """transformers' Cache kept in mha's KV cache, for generate(past_key_values=MhaCache(...)) on a
+    model loaded with attn_implementation="mha": one mha.AttentionCache per layer, up to `capacity`
+    tokens per sequence (the prompt and every new token), keys and values in `kv` ("int8", the
+    default: codes with a scale and an offset per token and K/V head, read in place by the decode
+    kernels; "bf16"; "fp32"), on `backend` (None: the default). config: the model's (its
+    num_hidden_layers). Not implemented, and refused by name: padded batches (a mask over the
+    cached keys), beam search's reordering, offloading, encoders."""
+
+    def __init__(self, config: Any, capacity: int, *, kv: str = "int8", backend: str | None = None) -> None:
+        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        layers = getattr(text, "num_hidden_layers", None)
+        if not isinstance(layers, int) or layers < 1:
+            raise InvalidArgument(f"mha.transformers.MhaCache: config has no num_hidden_layers ({layers!r})")
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise InvalidArgument(
+                f"mha.transformers.MhaCache: capacity ({capacity!r}) must be an integer >= 1"
+            )
+        if kv not in ("int8", "bf16", "fp32"):
+            raise InvalidArgument(f"mha.transformers.MhaCache: kv {kv!r} is not one of int8, bf16, fp32")
+        self.kv = kv
+        super().__init__(layers=[MhaCacheLayer(capacity, kv, backend) for _ in range(layers)])
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the layers' caches made so far."""
+        return sum(layer.cache.nbytes for layer in self.layers if layer.cache is not None)
+
+    def __repr__(self) -> str:
+        first = self.layers[0]
+        tokens = first.cache.lengths if first.cache is not None else []
+        return (
+            f"mha.transformers.MhaCache(layers={len(self.layers)}, kv={self.kv!r}, capacity={first.capacity}, "
+            f"lengths={tokens}, nbytes={self.nbytes})"
+        )
 
 
 # The function `import mha.transformers` registers as "mha": the default backend, torch's threads.

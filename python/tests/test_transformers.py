@@ -194,3 +194,81 @@ def test_register_under_another_name_with_settings(folders):
         for name in ("mha_naive", "mha_bad"):
             mapping.pop(name, None)
             mha.transformers.AttentionMaskInterface._global_mapping.pop(name, None)
+
+
+# The error of each MhaCache's keys and values in a model, measured here against the fp32 model
+# on "sdpa" (largest logit error over the largest logit): fp32 3e-7, bf16 4e-4 / 1.5e-3, int8
+# 1.0e-3 / 4.2e-3 (GPT-2, Llama). The bounds leave room for another ISA's rounding.
+MHA_CACHE_BOUND = {"fp32": 2e-5, "bf16": 1e-2, "int8": 2e-2}
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize("kv", ["fp32", "bf16", "int8"])
+def test_an_mha_cache_decodes_as_sdpa(folders, kind, kv, calls):
+    """A prefill, a chunk of 3 tokens after it (transformers' causal mask over the cache) and
+    one-token steps through an MhaCache, each step's logits against sdpa's over the whole
+    sequence."""
+    ids = prompts(tokens=20)
+    want = outputs(load(folders, kind, "sdpa"), ids)
+    model = load(folders, kind, "mha")
+    cache = mha.transformers.MhaCache(model.config, 32, kv=kv)
+    got = []
+    with torch.no_grad():
+        for start, end in [(0, 12), (12, 15), *((t, t + 1) for t in range(15, 20))]:
+            got.append(model(input_ids=ids[:, start:end], past_key_values=cache, use_cache=True).logits)
+    err, scale = max_error(torch.cat(got, dim=1), want)
+    assert err <= MHA_CACHE_BOUND[kv] * scale
+    assert calls["n"] == 2 * 7 and cache.get_seq_length() == 20
+    assert f"kv={kv!r}" in repr(cache) and "lengths=[20, 20]" in repr(cache)
+    assert cache.nbytes == sum(layer.cache.nbytes for layer in cache.layers) > 0
+
+
+def test_greedy_generation_through_an_mha_cache_is_identical(folders):
+    ids = prompts(batch=1, tokens=12)
+    keep = torch.ones_like(ids)  # no padding (token 0 is the pad token)
+    want = load(folders, "llama", "sdpa").generate(
+        ids, attention_mask=keep, max_new_tokens=24, do_sample=False, pad_token_id=0
+    )
+    model = load(folders, "llama", "mha")
+    cache = mha.transformers.MhaCache(model.config, 64, kv="fp32")
+    got = model.generate(
+        ids, attention_mask=keep, max_new_tokens=24, do_sample=False, pad_token_id=0, past_key_values=cache
+    )
+    assert torch.equal(got, want)
+    assert cache.get_seq_length() == 12 + 24 - 1
+
+
+def test_what_an_mha_cache_refuses(folders):
+    model = load(folders, "gpt2", "mha")
+    ids = prompts(batch=2, tokens=8)
+    padded = torch.ones_like(ids)
+    padded[1, :3] = 0
+    with pytest.raises(mha.Unsupported, match="a padded batch"), torch.no_grad():
+        model(
+            input_ids=ids, attention_mask=padded, past_key_values=mha.transformers.MhaCache(model.config, 16)
+        )
+    with pytest.raises(mha.Unsupported, match="beam search"):
+        model.generate(
+            ids[:1],
+            attention_mask=torch.ones_like(ids[:1]),
+            num_beams=2,
+            max_new_tokens=4,
+            pad_token_id=0,
+            past_key_values=mha.transformers.MhaCache(model.config, 16),
+        )
+    # Another attention implementation never takes the new tokens: the next step says so.
+    sdpa = load(folders, "gpt2", "sdpa")
+    cache = mha.transformers.MhaCache(sdpa.config, 16)
+    with torch.no_grad():
+        sdpa(input_ids=ids, past_key_values=cache, use_cache=True)
+        with pytest.raises(mha.Unsupported, match='attn_implementation="mha"'):
+            sdpa(input_ids=ids[:, :1], past_key_values=cache, use_cache=True)
+    with pytest.raises(mha.InvalidArgument, match="capacity"):
+        mha.transformers.MhaCache(model.config, 0)
+    with pytest.raises(mha.InvalidArgument, match="kv 'int4'"):
+        mha.transformers.MhaCache(model.config, 16, kv="int4")
+    with pytest.raises(mha.InvalidArgument, match="sequence 0 holds 8 tokens; 9 more make 17"):
+        cache = mha.transformers.MhaCache(model.config, 16)
+        with torch.no_grad():
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
+            model(input_ids=torch.cat([ids, ids[:, :1]], dim=1), past_key_values=cache, use_cache=True)
