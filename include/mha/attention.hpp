@@ -117,9 +117,10 @@ kv_cache make_attention_cache(const backend& backend, std::int64_t batch, std::i
 // they lie. Throws mha::invalid_argument, leaving the cache unchanged and out untouched, on a
 // shape that does not match the cache, a length that would pass its capacity (naming b), a cache
 // of a plan or another backend, out overlapping q, k, v or itself, or a cache in use by another
-// call.
+// call. The call's B sequences are the cache's first_sequence .. first_sequence + B - 1 (all of
+// them by default): a padded batch prefills each sequence on its own, without its padding.
 void attention(const backend& backend, heads_view<const float> q, heads_view<const float> k,
                heads_view<const float> v, kv_cache& cache, heads_view<float> out,
-               const attention_options& options = {});
+               const attention_options& options = {}, std::int64_t first_sequence = 0);
 
 }  // namespace mha

@@ -34,6 +34,7 @@ def attention(
     executor: str | None = None,
     out: Any = None,
     cache: Any = None,
+    first_sequence: int = 0,
 ) -> Any:
     """softmax(scale q k^T + attn_mask [+ causal]) v, with F.scaled_dot_product_attention's
     arguments and meaning, on mha's fused kernels (no (L, S) scores on xsimd and tbb).
@@ -62,8 +63,9 @@ def attention(
     The GIL is released while it runs. Returns out, or a new tensor or array of the query's kind
     and dtype. With cache (an mha.AttentionCache): key and value (B, H_kv, T, D) are each
     sequence's next T tokens', appended to it, and query (B, H, T, D) attends over all the
-    sequence then holds, causal (query i after the cache's tokens); no attn_mask or out
-    (docs/python.md "A KV cache for attention calls")."""
+    sequence then holds, causal (query i after the cache's tokens); no attn_mask or out; the
+    call's B sequences are the cache's first_sequence .. first_sequence + B - 1 (docs/python.md
+    "A KV cache for attention calls")."""
     if dropout_p != 0.0:
         raise Unsupported(
             f"mha.attention: dropout_p={dropout_p!r}: dropout is not implemented (inference only)"
@@ -98,6 +100,11 @@ def attention(
             threads,
             executor,
             out,
+            first_sequence,
+        )
+    if first_sequence != 0:
+        raise InvalidArgument(
+            f"mha.attention: first_sequence ({first_sequence!r}) is a cache's sequence: pass cache="
         )
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(query, torch.Tensor):

@@ -113,6 +113,7 @@ def attend(
     threads: int,
     executor: str | None,
     out: Any,
+    first_sequence: int,
 ) -> Any:
     """mha.attention with cache= (its arguments already checked but for these)."""
     where = "mha.attention"
@@ -142,7 +143,12 @@ def attend(
         )
     _check_heads(q.shape, k.shape, v.shape, enable_gqa)
     tokens = q.shape[2]
-    if is_causal and tokens > 1 and alignment == "top_left" and any(cache.lengths):
+    held = (
+        cache.lengths[first_sequence : first_sequence + q.shape[0]]
+        if type(first_sequence) is int and first_sequence >= 0
+        else []
+    )
+    if is_causal and tokens > 1 and alignment == "top_left" and any(held):
         raise InvalidArgument(
             f"{where}: {tokens} new tokens, causal top-left, over a cache that holds tokens: with a cache "
             "the queries stand after what it holds; pass causal_alignment='bottom_right'"
@@ -160,6 +166,7 @@ def attend(
         cache.backend,
         threads,
         executor,
+        first_sequence,
     )
     if not is_tensor:
         return result

@@ -28,7 +28,8 @@ mha can share them, mha.default_executor() says; "tbb", "openmp", "serial").
 MhaCache(model.config, capacity, kv="int8") is transformers' Cache kept in mha's KV cache
 (mha.AttentionCache per layer; int8 codes read in place by the decode kernels), for
 model.generate(..., past_key_values=MhaCache(...)) on a model loaded with attn_implementation="mha";
-padded batches, beam search and offloading are refused by name.
+left-padded batches keep no padding in it; other masks, beam search and offloading are refused
+by name.
 Importing this module without transformers installed raises ImportError saying so.
 """
 
@@ -160,7 +161,10 @@ def _taken(key: torch.Tensor) -> MhaCacheLayer | None:
 class MhaCacheLayer(CacheLayerMixin):
     """One attention layer of an MhaCache: an mha.AttentionCache, made at the first update from
     the keys' shape (batch, K/V heads, head_dim) and dtype. update() hands the new tokens to mha's
-    attention function, which appends them and attends over the cache in one call."""
+    attention function, which appends them and attends over the cache in one call. A left-padded
+    batch (transformers' mask: padding in front of each sequence, then causal) keeps no padding:
+    each sequence's prefill is appended without it, and its rows of the result are zeros (as a
+    row that sees no key is, in mha.attention and SDPA)."""
 
     is_compileable = False
     is_croppable = True
@@ -172,6 +176,8 @@ class MhaCacheLayer(CacheLayerMixin):
         self.capacity, self.kv, self.backend = capacity, kv, backend
         self.cache: AttentionCache | None = None
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.seen = 0  # tokens per sequence as transformers counts them (padding included)
+        self.pads: list[int] = []  # each sequence's leading padding, which the cache does not hold
 
     def __repr__(self) -> str:
         return f"MhaCacheLayer({self.cache!r})"
@@ -188,6 +194,7 @@ class MhaCacheLayer(CacheLayerMixin):
             precision="bf16" if bf16 else "fp32",
             backend=self.backend,
         )
+        self.pads = [0] * batch
         self.dtype, self.device = key_states.dtype, key_states.device
         self.is_initialized = True
 
@@ -215,16 +222,7 @@ class MhaCacheLayer(CacheLayerMixin):
         executor: str | None,
     ) -> tuple[torch.Tensor, None]:
         """The attention function's call: key and value the new tokens update() handed it."""
-        rows, held = query.shape[2], self.cache.lengths[0]
-        if mask is not None:
-            # sdpa_mask makes one for a chunk of several tokens after a prefix: fine where it is
-            # the causal mask over the cache's keys; padding (a key masked) is not implemented.
-            causal_mask = torch.ones(rows, held + rows, dtype=torch.bool).tril(held)
-            if mask.dtype != torch.bool or not torch.equal(mask, causal_mask.expand_as(mask)):
-                raise Unsupported(
-                    "mha.transformers.MhaCache: an attention mask over the cached keys (a padded "
-                    "batch) is not implemented; use transformers' own cache (DynamicCache)"
-                )
+        rows = query.shape[2]
         if not causal and rows > 1:
             raise Unsupported(
                 "mha.transformers.MhaCache: a non-causal model (an encoder) has no KV cache to keep"
@@ -233,10 +231,8 @@ class MhaCacheLayer(CacheLayerMixin):
             raise InvalidArgument(
                 f"mha.transformers: backend {backend!r}, and the MhaCache was made for {self.cache.backend!r}"
             )
-        result = attention(
-            query,
-            key,
-            value,
+        pads = self._padding(mask, query.shape[0], rows)
+        options = dict(
             is_causal=True,
             causal_alignment="bottom_right",
             scale=scaling,
@@ -245,7 +241,59 @@ class MhaCacheLayer(CacheLayerMixin):
             executor=executor,
             cache=self.cache,
         )
+        # This call's rows of padding, per sequence: its prefill's first ones.
+        skip = [min(rows, max(0, pad - self.seen)) for pad in pads]
+        if not any(skip):
+            result = attention(query, key, value, **options)
+        else:  # each sequence on its own, without its padding
+            result = torch.zeros(query.shape, dtype=query.dtype)
+            for b, n in enumerate(skip):
+                if n < rows:
+                    part = (slice(b, b + 1), slice(None), slice(n, None))
+                    result[part] = attention(query[part], key[part], value[part], first_sequence=b, **options)
+        self.seen += rows
         return result.transpose(1, 2).contiguous(), None
+
+    def _padding(self, mask: torch.Tensor | None, batch: int, rows: int) -> list[int]:
+        """Each sequence's leading padding, read from transformers' mask for `rows` new tokens (None:
+        no padding) and checked to be exactly left padding then causal, as at the prefill; any
+        other mask refused."""
+        if mask is None:
+            if any(self.pads):
+                raise Unsupported(
+                    "mha.transformers.MhaCache: a call without a mask after a padded prefill (its padding "
+                    "would be attended)"
+                )
+            return self.pads
+        keys = self.seen + rows
+        refused = Unsupported(
+            "mha.transformers.MhaCache: this attention mask is not left padding followed by the causal "
+            "mask (a mask over the cached keys of another kind is not implemented; use transformers' "
+            "DynamicCache)"
+        )
+        if (
+            mask.dtype != torch.bool
+            or mask.dim() != 4
+            or tuple(mask.shape[-2:]) != (rows, keys)
+            or mask.shape[1] != 1
+        ):
+            raise refused
+        grid = mask.expand(batch, 1, rows, keys)[:, 0]
+        last = grid[:, -1]  # the last query row sees every key but the padding
+        if not bool(last.any(dim=1).all()):
+            raise refused  # a sequence of padding only
+        pads = last.to(torch.int8).argmax(dim=1)  # its first key that is not padding
+        position = torch.arange(keys)
+        allowed = (position[None, :] <= position[-rows:, None])[None] & (
+            position[None, None, :] >= pads[:, None, None]
+        )
+        if not torch.equal(grid, allowed):
+            raise refused
+        pads = pads.tolist()
+        if self.seen > 0 and pads != self.pads:
+            raise refused  # padding after the prefill
+        self.pads = pads
+        return pads
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.get_seq_length() + query_length, 0
@@ -253,7 +301,7 @@ class MhaCacheLayer(CacheLayerMixin):
     def get_seq_length(self) -> int:
         if self._pending is not None:
             raise Unsupported(_NOT_READ)
-        return self.cache.lengths[0] if self.cache is not None else 0
+        return self.seen
 
     def get_max_length(self) -> int:
         return self.capacity
@@ -262,6 +310,8 @@ class MhaCacheLayer(CacheLayerMixin):
         if self.cache is not None:
             self.cache.reset()
         self._pending = None
+        self.seen = 0
+        self.pads = [0] * len(self.pads)
 
     def crop(self, tokens_to_remove: int) -> None:
         """Forgets the last -tokens_to_remove tokens of every sequence (as DynamicLayer's crop)."""
@@ -272,8 +322,9 @@ class MhaCacheLayer(CacheLayerMixin):
             )
         if tokens_to_remove == 0 or self.cache is None:
             return
-        for b, length in enumerate(self.cache.lengths):
-            self.cache.truncate(b, max(0, length + tokens_to_remove))
+        self.seen = max(0, self.seen + tokens_to_remove)
+        for b, pad in enumerate(self.pads):
+            self.cache.truncate(b, min(self.cache.lengths[b], max(0, self.seen - pad)))
 
     def _refuse(self, what: str) -> None:
         raise Unsupported(f"mha.transformers.MhaCache: {what} is not implemented; use DynamicCache")
@@ -303,8 +354,9 @@ class MhaCache(Cache):
     tokens per sequence (the prompt and every new token), keys and values in `kv` ("int8", the
     default: codes with a scale and an offset per token and K/V head, read in place by the decode
     kernels; "bf16"; "fp32"), on `backend` (None: the default). config: the model's (its
-    num_hidden_layers). Not implemented, and refused by name: padded batches (a mask over the
-    cached keys), beam search's reordering, offloading, encoders."""
+    num_hidden_layers). A left-padded batch (generate()'s) keeps no padding in the cache. Not
+    implemented, and refused by name: other masks over the cached keys, beam search's reordering,
+    offloading, encoders."""
 
     def __init__(self, config: Any, capacity: int, *, kv: str = "int8", backend: str | None = None) -> None:
         text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
@@ -327,7 +379,7 @@ class MhaCache(Cache):
 
     def __repr__(self) -> str:
         first = self.layers[0]
-        tokens = first.cache.lengths if first.cache is not None else []
+        tokens = first.cache.lengths if first.cache is not None else []  # padding not held
         return (
             f"mha.transformers.MhaCache(layers={len(self.layers)}, kv={self.kv!r}, capacity={first.capacity}, "
             f"lengths={tokens}, nbytes={self.nbytes})"

@@ -238,12 +238,35 @@ def test_greedy_generation_through_an_mha_cache_is_identical(folders):
     assert cache.get_seq_length() == 12 + 24 - 1
 
 
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_a_left_padded_batch_through_an_mha_cache(folders, kind):
+    """Prompts of 24, 17 and 9 tokens (left padding, as generate() pads): the real positions'
+    logits match sdpa's, greedy generation too, and the cache holds no padding."""
+    ids = prompts(batch=3)
+    mask = torch.ones_like(ids)
+    mask[1, :7] = 0
+    mask[2, :15] = 0
+    want = outputs(load(folders, kind, "sdpa"), ids, mask)
+    model = load(folders, kind, "mha")
+    cache = mha.transformers.MhaCache(model.config, 48, kv="fp32")
+    with torch.no_grad():
+        got = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
+    err, scale = max_error(got, want, mask.bool())
+    assert err <= 2e-5 * scale
+    assert cache.layers[0].cache.lengths == [24, 17, 9] and cache.get_seq_length() == 24
+    gen = dict(attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    want_tokens = load(folders, kind, "sdpa").generate(ids, **gen)
+    cache = mha.transformers.MhaCache(model.config, 48, kv="fp32")
+    assert torch.equal(model.generate(ids, past_key_values=cache, **gen), want_tokens)
+    assert cache.layers[0].cache.lengths == [35, 28, 20]
+
+
 def test_what_an_mha_cache_refuses(folders):
     model = load(folders, "gpt2", "mha")
     ids = prompts(batch=2, tokens=8)
     padded = torch.ones_like(ids)
-    padded[1, :3] = 0
-    with pytest.raises(mha.Unsupported, match="a padded batch"), torch.no_grad():
+    padded[1, -3:] = 0  # right padding: keys masked after real ones
+    with pytest.raises(mha.Unsupported, match="not left padding followed by the causal"), torch.no_grad():
         model(
             input_ids=ids, attention_mask=padded, past_key_values=mha.transformers.MhaCache(model.config, 16)
         )

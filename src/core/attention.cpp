@@ -414,7 +414,7 @@ kv_cache make_attention_cache(const backend& backend, std::int64_t batch, std::i
 
 void attention(const backend& backend, heads_view<const float> q, heads_view<const float> k,
                heads_view<const float> v, kv_cache& cache, heads_view<float> out,
-               const attention_options& options) {
+               const attention_options& options, std::int64_t first_sequence) {
   using detail::kv_cache_access;
   kv_cache_access::held(cache, where, [&] {
     const kv_cache::attention_owner& owner = kv_cache_access::attention_owner(cache);
@@ -433,14 +433,19 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
                                   " (MHA_XSIMD_ISA changed?): make the cache again"));
     }
     check_operands(q, k, v, out);
-    const std::int64_t tokens = q.rows;
-    if (q.batch != cache.batch() || k.heads != cache.heads() || q.head_dim != owner.head_dim ||
-        k.rows != tokens) {
-      throw invalid_argument(text(
-          where, ": q is ", shape_of(q), ", k ", shape_of(k), "; the cache holds ", cache.batch(),
-          " sequences of ", cache.heads(), " K/V heads of head_dim ", owner.head_dim,
-          ": expected q (", cache.batch(), ", H, T, ", owner.head_dim, ") and k, v (",
-          cache.batch(), ", ", cache.heads(), ", T, ", owner.head_dim, "), T the new tokens"));
+    if (first_sequence < 0 || first_sequence >= cache.batch()) {
+      throw invalid_argument(text(where, ": first_sequence (", first_sequence,
+                                  ") must be a sequence of the cache, 0 to ", cache.batch() - 1));
+    }
+    const std::int64_t tokens = q.rows, sequences = cache.batch() - first_sequence;
+    if (q.batch < 1 || q.batch > sequences || k.heads != cache.heads() ||
+        q.head_dim != owner.head_dim || k.rows != tokens) {
+      throw invalid_argument(
+          text(where, ": q is ", shape_of(q), ", k ", shape_of(k), "; the cache holds ",
+               cache.batch(), " sequences of ", cache.heads(), " K/V heads of head_dim ",
+               owner.head_dim, ": expected q (B, H, T, ", owner.head_dim, ") and k, v (B, ",
+               cache.heads(), ", T, ", owner.head_dim, "), T the new tokens of sequences ",
+               first_sequence, " to ", first_sequence, " + B - 1, 1 <= B <= ", sequences));
     }
     if (options.mask.type != attention_mask::kind::none) {
       throw invalid_argument(text(where,
@@ -458,7 +463,7 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
                                   " calls"));
     }
     const float scale = checked_scale(options, q.head_dim);
-    for (std::int64_t b = 0; b < cache.batch(); ++b) {
+    for (std::int64_t b = first_sequence; b < first_sequence + q.batch; ++b) {
       const std::int64_t past = cache.length(b);
       if (past + tokens > cache.capacity()) {
         throw invalid_argument(text(where, ": sequence ", b, " holds ", past, " tokens; ", tokens,
@@ -467,7 +472,10 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
       }
     }
     if (empty(q)) return;  // no new token, or no query head: nothing to append or compute
-    const detail::kv_store store = kv_cache_access::store(cache);
+    // The call's sequences: the cache's from first_sequence.
+    detail::kv_store store = kv_cache_access::store(cache);
+    store.data = store.head(first_sequence, 0);
+    store.lengths += first_sequence;
     detail::attention_args a;
     a.q = {q.data, q.batch_stride, q.head_stride, q.row_stride};
     a.k = {k.data, k.batch_stride, k.head_stride, k.row_stride};
@@ -484,7 +492,7 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
     a.cache = &store;
     detail::attend(backend, a,
                    run_options{.threads = options.threads, .executor = options.executor});
-    kv_cache_access::grow(cache, tokens);
+    kv_cache_access::grow(cache, tokens, first_sequence, q.batch);
   });
 }
 

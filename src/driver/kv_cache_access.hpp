@@ -44,9 +44,10 @@ struct kv_cache_access {
   static const kv_cache::attention_owner& attention_owner(const kv_cache& c) noexcept {
     return c.attention_;
   }
-  // After a call that appended n tokens to every sequence.
-  static void grow(kv_cache& c, std::int64_t n) noexcept {
-    for (std::int64_t& length : c.lengths_) length += n;
+  // After a call that appended n tokens to each of `count` sequences from `first`.
+  static void grow(kv_cache& c, std::int64_t n, std::int64_t first, std::int64_t count) noexcept {
+    for (std::int64_t b = first; b < first + count; ++b)
+      c.lengths_[static_cast<std::size_t>(b)] += n;
   }
 };
 

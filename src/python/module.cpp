@@ -598,21 +598,22 @@ NB_MODULE(_mha, m) {
       [](const heads_input& q, const heads_input& k, const heads_input& v, mha::kv_cache& cache,
          const heads_output& out, bool causal, std::optional<float> scale, bool bf16,
          const std::optional<std::string>& backend, int threads,
-         const std::optional<std::string>& executor) {
+         const std::optional<std::string>& executor, int_arg first_sequence) {
         mha::attention_options o;
         o.causal = causal;
         o.scale = scale;
         o.precision = bf16 ? mha::precision::bf16 : mha::precision::fp32;
+        const std::int64_t first = first_sequence.get("mha.attention", "first_sequence");
         o.threads = threads;
         o.executor = executor_named(executor);
         const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
         const auto qv = heads_of(q, "query"), kv = heads_of(k, "key"), vv = heads_of(v, "value");
         const auto ov = heads_of(out, "out");
         nb::gil_scoped_release unlocked;
-        mha::attention(b, qv, kv, vv, cache, ov, o);
+        mha::attention(b, qv, kv, vv, cache, ov, o, first);
       },
       "q"_a, "k"_a, "v"_a, "cache"_a, "out"_a, "causal"_a, "scale"_a.none(), "bf16"_a,
-      "backend"_a.none(), "threads"_a, "executor"_a.none());
+      "backend"_a.none(), "threads"_a, "executor"_a.none(), "first_sequence"_a);
   // The address of the data an input array is read from (the package's tests compare it with
   // the tensor's own: no copy for contiguous float32).
   m.def("_input_address", [](input_array x) { return reinterpret_cast<std::uintptr_t>(x.data()); });

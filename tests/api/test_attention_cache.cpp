@@ -62,9 +62,11 @@ struct step_error {
   double error = 0, max_value = 0;
 };
 step_error step(const mha::backend& backend, const mha::backend& reference_backend,
-                mha::kv_cache& cache, stream& s, std::int64_t t) {
-  const cache_case& c = s.c;
-  const std::int64_t d = c.head_dim;
+                mha::kv_cache& cache, stream& s, std::int64_t t, std::int64_t first = 0,
+                std::int64_t count = 0) {
+  cache_case c = s.c;
+  const std::int64_t d = c.head_dim, offset = first;
+  c.batch = count > 0 ? count : c.batch;
   std::vector<float> q = s.random(c.batch * c.heads * t * d);
   std::vector<float> k = s.random(c.batch * c.kv_heads * t * d);
   std::vector<float> v = s.random(c.batch * c.kv_heads * t * d);
@@ -75,18 +77,19 @@ step_error step(const mha::backend& backend, const mha::backend& reference_backe
   mha::attention(backend, dense<const float>(q.data(), c.batch, c.heads, t, d),
                  dense<const float>(k.data(), c.batch, c.kv_heads, t, d),
                  dense<const float>(v.data(), c.batch, c.kv_heads, t, d), cache,
-                 dense(out.data(), c.batch, c.heads, t, d), o);
+                 dense(out.data(), c.batch, c.heads, t, d), o, offset);
   step_error e;
-  for (std::int64_t b = 0; b < c.batch; ++b) {
+  for (std::int64_t call_b = 0; call_b < c.batch; ++call_b) {
+    const std::int64_t b = offset + call_b;  // the cache's sequence
     // The sequence's keys and values with this call's appended, per K/V head.
     const std::int64_t before = s.tokens[b], after = before + t;
     std::vector<float> keys(static_cast<std::size_t>(c.kv_heads * after * d)), values(keys.size());
     for (std::int64_t g = 0; g < c.kv_heads; ++g) {
       for (std::int64_t j = 0; j < after; ++j) {
         const bool is_new = j >= before;
-        const float* from_k = is_new ? &k[((b * c.kv_heads + g) * t + (j - before)) * d]
+        const float* from_k = is_new ? &k[((call_b * c.kv_heads + g) * t + (j - before)) * d]
                                      : &s.keys[b][(g * before + j) * d];
-        const float* from_v = is_new ? &v[((b * c.kv_heads + g) * t + (j - before)) * d]
+        const float* from_v = is_new ? &v[((call_b * c.kv_heads + g) * t + (j - before)) * d]
                                      : &s.values[b][(g * before + j) * d];
         std::copy(from_k, from_k + d, &keys[(g * after + j) * d]);
         std::copy(from_v, from_v + d, &values[(g * after + j) * d]);
@@ -97,12 +100,13 @@ step_error step(const mha::backend& backend, const mha::backend& reference_backe
     s.tokens[b] = after;
     std::vector<float> expected(static_cast<std::size_t>(c.heads * t * d));
     o.alignment = mha::causal_alignment::bottom_right;
-    mha::attention(reference_backend, dense<const float>(&q[b * c.heads * t * d], 1, c.heads, t, d),
+    mha::attention(reference_backend,
+                   dense<const float>(&q[call_b * c.heads * t * d], 1, c.heads, t, d),
                    dense<const float>(keys.data(), 1, c.kv_heads, after, d),
                    dense<const float>(values.data(), 1, c.kv_heads, after, d),
                    dense(expected.data(), 1, c.heads, t, d), o);
     for (std::size_t i = 0; i < expected.size(); ++i) {
-      const double got = out[static_cast<std::size_t>(b * c.heads * t * d) + i];
+      const double got = out[static_cast<std::size_t>(call_b * c.heads * t * d) + i];
       e.error = std::max(e.error, std::abs(got - expected[i]));
       e.max_value = std::max(e.max_value, std::abs(static_cast<double>(expected[i])));
     }
@@ -220,6 +224,49 @@ TEST_P(AttentionCache, Int8StaysWithinItsCodesBoundAndMatchesTheNaiveReference) 
       }
     }
   }
+}
+
+TEST_P(AttentionCache, SequencesOfOneCacheAreCalledApartOrTogether) {
+  // A padded batch's prefill: each sequence alone (its own length), then steps of all three and
+  // of the last two; untouched sequences keep their lengths.
+  cache_case c;
+  c.batch = 3;
+  stream s(c);
+  mha::kv_cache cache = mha::make_attention_cache(*GetParam().backend, c.batch, c.capacity,
+                                                  c.kv_heads, c.head_dim, c.kv, c.compute);
+  const auto check = [&](std::int64_t t, std::int64_t first, std::int64_t count) {
+    const step_error e = step(*GetParam().backend, *GetParam().backend, cache, s, t, first, count);
+    EXPECT_LE(e.error, 2e-6 * std::max(1.0, e.max_value)) << t << " tokens from " << first;
+  };
+  check(7, 0, 1);
+  check(3, 1, 1);
+  check(5, 2, 1);
+  EXPECT_EQ(cache.lengths(), (std::vector<std::int64_t>{7, 3, 5}));
+  check(1, 0, 3);
+  check(2, 1, 2);
+  EXPECT_EQ(cache.lengths(), (std::vector<std::int64_t>{8, 6, 8}));
+  std::vector<float> q(4 * 16), k(2 * 16), out(q.size());
+  mha::attention_options o;
+  o.causal = true;
+  for (const std::int64_t first : {-1, 3}) {
+    expect_error<mha::invalid_argument>(
+        [&] {
+          mha::attention(*GetParam().backend, dense<const float>(q.data(), 1, 4, 1, 16),
+                         dense<const float>(k.data(), 1, 2, 1, 16),
+                         dense<const float>(k.data(), 1, 2, 1, 16), cache,
+                         dense(out.data(), 1, 4, 1, 16), o, first);
+        },
+        {"first_sequence (", "must be a sequence of the cache, 0 to 2"});
+  }
+  expect_error<mha::invalid_argument>(
+      [&] {
+        std::vector<float> q2(2 * 4 * 16), k2(2 * 2 * 16), out2(q2.size());
+        mha::attention(*GetParam().backend, dense<const float>(q2.data(), 2, 4, 1, 16),
+                       dense<const float>(k2.data(), 2, 2, 1, 16),
+                       dense<const float>(k2.data(), 2, 2, 1, 16), cache,
+                       dense(out2.data(), 2, 4, 1, 16), o, 2);
+      },
+      {"1 <= B <= 1"});
 }
 
 TEST_P(AttentionCache, ItsCacheIsItsOwnAndItsCallsAreChecked) {
