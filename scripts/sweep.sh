@@ -13,7 +13,8 @@
 # takes a subset; --with-pytorch is --with-peers --peers pytorch.
 # When the environment cannot be made, the sweep says why and goes on without peers.
 # --with-models also times whole Hugging Face models (random weights) on attn_implementation
-# "eager", "sdpa" and "mha" (python -m mhapy.models_bench, in the peers' environment), writing
+# "eager", "sdpa" and mha's (its own KV cache in int8 and bf16 too: python -m mhapy.models_bench,
+# in the peers' environment), writing
 # results/<...>-models.json and the report's "Whole models" section; --models-args passes it
 # flags (default: GPT-2 small and a Llama-1B shape, prefill 1024 + 128 decoded tokens, batch 1
 # and 8, one thread and all, fp32 and bf16: hours on 2 cores; e.g. --models-args "--models gpt2

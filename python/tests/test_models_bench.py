@@ -14,7 +14,18 @@ models_bench = pytest.importorskip("mhapy.models_bench")
 import mha.transformers  # noqa: E402
 
 ARGS = ["--models", "tiny", "--dtypes", "float32", "--batches", "2", "--threads", "1"]
-ARGS += ["--prefill", "16", "--decode", "4", "--repetitions", "1", "--between-ops", "3"]
+ARGS += [
+    "--prefill",
+    "16",
+    "--decode",
+    "4",
+    "--repetitions",
+    "1",
+    "--between-ops",
+    "3",
+    "--logits-steps",
+    "3",
+]
 
 
 def run(tmp_path, part="models"):
@@ -25,9 +36,14 @@ def run(tmp_path, part="models"):
 
 def test_every_implementation_is_timed(tmp_path):
     records = run(tmp_path)
-    assert [r["attention"] for r in records] == ["eager", "sdpa", "mha", "mha_tbb"]
+    assert [r["attention"] for r in records] == ["eager", "sdpa", "mha", "mha_tbb", "mha_int8", "mha_bf16"]
     for r in records:
         assert "error" not in r
+        assert r["cache_bytes"] > 0
+        if r["attention"].startswith("mha"):  # the decode logits against sdpa's
+            assert r["logits_steps"] == 3 and 0 <= r["decode_logits_error_median"] <= r["decode_logits_error"]
+            assert r["decode_logits_error"] <= (2e-2 if r["attention"] == "mha_int8" else 1e-2)
+            assert 0 <= r["top1_agreement"] <= 1
         assert r["ttft_s"] > 0 and r["decode_tokens_per_s"] > 0
         assert 0 < r["prefill_attention_share"] < 1 and 0 < r["decode_attention_share"] <= 1
         assert r["decode_attention_ms"] > 0
@@ -50,6 +66,7 @@ def test_a_wrong_implementation_is_not_timed(tmp_path, monkeypatch):
     monkeypatch.setitem(mha.transformers.AttentionInterface._global_mapping, "mha", wrong)
     records = {r["attention"]: r for r in run(tmp_path)}
     assert "logits differ from sdpa's" in records["mha"]["error"]
+    assert "logits differ from sdpa's" in records["mha_int8"]["error"]  # the same function
     assert "ttft_s" not in records["mha"] and "error" not in records["sdpa"]
 
 

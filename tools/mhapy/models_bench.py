@@ -15,6 +15,9 @@ picks (inside PyTorch: PyTorch's own OpenMP workers), "mha_tbb" on mha's own one
 "sdpa"'s (fp32: 1e-4 of the largest; bf16: 2^-5) and a failing one is recorded as such, not
 timed. Writes JSON (one record per case), which
 `python3 -m mhapy.report ... --models FILE` turns into the report's "Whole models" section.
+"mha_int8" and "mha_bf16" decode through mha's own KV cache (mha.transformers.MhaCache) in int8 /
+bf16; each case records the bytes its cache holds, and for mha's implementations the decode
+steps' logits against sdpa's over --logits-steps steps (the error and the top-1 agreement).
 OpenVINO through optimum-intel, the end-to-end peer for whole models, is not run: optimum-intel
 is not in the peers' pinned environment.
 """
@@ -65,8 +68,39 @@ MODELS = {
     ),
 }
 # "mha" is mha's attention on the executor it picks (inside PyTorch: PyTorch's own OpenMP
-# workers); "mha_tbb" the same on mha's own oneTBB workers (what "mha" ran on before), beside it.
-IMPLEMENTATIONS = ("eager", "sdpa", "mha", "mha_tbb")
+# workers); "mha_tbb" the same on mha's own oneTBB workers (what "mha" ran on before), beside it;
+# "mha_int8" and "mha_bf16" mha's attention with its own KV cache in int8 / bf16
+# (mha.transformers.MhaCache) instead of transformers' DynamicCache.
+IMPLEMENTATIONS = ("eager", "sdpa", "mha", "mha_tbb", "mha_int8", "mha_bf16")
+CACHED = {"mha_int8": "int8", "mha_bf16": "bf16"}
+# GPT-2 small with 16k positions (random weights): a long context on a small model.
+MODELS["gpt2_16k"] = dict(MODELS["gpt2"], n_positions=16384)
+
+
+def attention_of(implementation: str) -> str:
+    """The attn_implementation an implementation runs."""
+    return "mha" if implementation in CACHED else implementation
+
+
+def cache_for(model: Any, implementation: str, capacity: int) -> Any:
+    """The KV cache an implementation decodes through: an MhaCache for mha_int8 / mha_bf16, else
+    None (generate() makes transformers' DynamicCache)."""
+    if implementation not in CACHED:
+        return None
+    import mha.transformers
+
+    return mha.transformers.MhaCache(model.config, capacity, kv=CACHED[implementation])
+
+
+def cache_bytes(cache: Any) -> int:
+    """The bytes a cache holds: an MhaCache's storage, or a DynamicCache's key and value tensors."""
+    if hasattr(cache, "nbytes"):
+        return int(cache.nbytes)
+    return sum(
+        layer.keys.nbytes + layer.values.nbytes
+        for layer in cache.layers
+        if getattr(layer, "keys", None) is not None
+    )
 
 
 def build(name: str, dtype: Any) -> Any:
@@ -119,17 +153,23 @@ def timed_attention(model: Any, implementation: str, clock: dict) -> Iterator[No
 
 
 def check(model: Any, implementation: str, dtype: Any) -> str | None:
-    """None when the implementation's logits on a short prompt agree with sdpa's, else why not."""
+    """None when the implementation's logits on a short prompt agree with sdpa's (through its own
+    cache for mha_int8 / mha_bf16: 2e-2 / 1e-2 of the largest in fp32), else why not."""
     import torch
 
     ids = torch.randint(0, model.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(1))
+    keep = torch.ones_like(ids)
     with torch.no_grad():
         model.set_attn_implementation("sdpa")
-        want = model(ids).logits.double()
-        model.set_attn_implementation(implementation)
-        got = model(ids).logits.double()
+        want = model(ids, attention_mask=keep).logits.double()
+        model.set_attn_implementation(attention_of(implementation))
+        cache = cache_for(model, implementation, ids.shape[1])
+        got = model(
+            ids, attention_mask=keep, past_key_values=cache, use_cache=cache is not None
+        ).logits.double()
     err, scale = (got - want).abs().max().item(), want.abs().max().item()
-    bound = (1e-4 if dtype == torch.float32 else 2.0**-5) * scale
+    fp32 = {"mha_int8": 2e-2, "mha_bf16": 1e-2}.get(implementation, 1e-4)
+    bound = (fp32 if dtype == torch.float32 else 2.0**-5) * scale
     return None if err <= bound else f"logits differ from sdpa's by {err:.3g} (bound {bound:.3g})"
 
 
@@ -188,16 +228,28 @@ def measure(model: Any, implementation: str, batch: int, prefill: int, decode: i
     decode step's attention call in ms."""
     import torch
 
-    model.set_attn_implementation(implementation)
+    model.set_attn_implementation(attention_of(implementation))
     ids = prompt(model, batch, prefill)
+    keep = torch.ones_like(ids)  # random tokens, none of them padding
     clock = {"attention": 0.0, "calls": 0}
-    with timed_attention(model, implementation, clock), torch.no_grad():
+    with timed_attention(model, attention_of(implementation), clock), torch.no_grad():
+        cache = cache_for(model, implementation, prefill)
         start = time.perf_counter()
-        model(ids, use_cache=False)
+        model(ids, attention_mask=keep, past_key_values=cache, use_cache=True)  # the prefill fills a cache
         ttft = time.perf_counter() - start
         prefill_attention, prefill_calls = clock["attention"], clock["calls"]
+        cache = cache_for(model, implementation, prefill + decode)
         start = time.perf_counter()
-        model.generate(ids, max_new_tokens=decode, min_new_tokens=decode, do_sample=False, pad_token_id=0)
+        out = model.generate(
+            ids,
+            attention_mask=keep,
+            past_key_values=cache,
+            max_new_tokens=decode,
+            min_new_tokens=decode,
+            do_sample=False,
+            pad_token_id=0,
+            return_dict_in_generate=True,
+        )
         total = time.perf_counter() - start
     decode_s = max(total - ttft, 1e-9)  # generate's prefill costs what the forward did
     # generate's own prefill calls the attention as the forward did; the rest are decode steps.
@@ -209,6 +261,7 @@ def measure(model: Any, implementation: str, batch: int, prefill: int, decode: i
         decode_tokens_per_s=batch * (decode - 1) / decode_s,
         decode_attention_share=min(decode_attention / decode_s, 1.0),
         decode_attention_ms=1e3 * decode_attention / decode_calls,
+        cache_bytes=cache_bytes(out.past_key_values),
     )
 
 
@@ -225,11 +278,65 @@ def busy_threads(model: Any, implementation: str, batch: int, prefill: int, deco
     core): their mean and most at once."""
     import torch
 
-    model.set_attn_implementation(implementation)
+    model.set_attn_implementation(attention_of(implementation))
     ids = prompt(model, batch, prefill)
     with torch.no_grad(), BusyThreads() as busy:
-        model.generate(ids, max_new_tokens=decode, min_new_tokens=decode, do_sample=False, pad_token_id=0)
+        model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            past_key_values=cache_for(model, implementation, prefill + decode),
+            max_new_tokens=decode,
+            min_new_tokens=decode,
+            do_sample=False,
+            pad_token_id=0,
+        )
     return dict(decode_busy_threads=busy.mean, decode_busy_threads_most=busy.most)
+
+
+def logits_error(model: Any, implementation: str, batch: int, prefill: int, steps: int) -> dict:
+    """The decode steps' logits against sdpa's, over `steps` steps after a prefill: sdpa's greedy
+    tokens fed to both (teacher forcing), each step's largest logit error over its largest logit
+    (the worst and the median step), and the share of steps and sequences whose top-1 token is
+    sdpa's: what a KV cache's precision does to a model."""
+    import statistics
+
+    import torch
+
+    ids = prompt(model, batch, prefill)
+    with torch.no_grad():
+        model.set_attn_implementation("sdpa")
+        tokens = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=steps,
+            min_new_tokens=steps,
+            do_sample=False,
+            pad_token_id=0,
+        )
+        want = model(tokens, attention_mask=torch.ones_like(tokens)).logits[
+            :, prefill - 1 : prefill - 1 + steps
+        ]
+        model.set_attn_implementation(attention_of(implementation))
+        cache = cache_for(model, implementation, prefill + steps)
+        first = model(ids, attention_mask=torch.ones_like(ids), past_key_values=cache, use_cache=True)
+        got, past = [first.logits[:, -1:]], first.past_key_values
+        for t in range(prefill, prefill + steps - 1):
+            step = model(
+                tokens[:, t : t + 1],
+                attention_mask=torch.ones(batch, t + 1, dtype=torch.long),
+                past_key_values=past,
+                use_cache=True,
+            )
+            got.append(step.logits)
+            past = step.past_key_values
+        got = torch.cat(got, dim=1)
+    errors = ((got - want).abs().amax(dim=(0, 2)) / want.abs().amax(dim=(0, 2))).double().tolist()
+    return dict(
+        decode_logits_error=max(errors),
+        decode_logits_error_median=statistics.median(errors),
+        top1_agreement=(got.argmax(-1) == want.argmax(-1)).double().mean().item(),
+        logits_steps=steps,
+    )
 
 
 def medians(rounds: list[dict]) -> dict:
@@ -315,6 +422,13 @@ def main(argv: list[str] | None = None) -> int:
         help="steps of the decode attention call between two torch ops per implementation and thread "
         "count, in --repetitions slices taken in turn (0: none)",
     )
+    parser.add_argument(
+        "--logits-steps",
+        type=int,
+        default=64,
+        metavar="N",
+        help="decode steps whose logits mha's implementations are compared with sdpa's on, per case (0: none)",
+    )
     parser.add_argument("--out", required=True, help="the JSON file to write")
     args = parser.parse_args(argv)
 
@@ -364,6 +478,10 @@ def main(argv: list[str] | None = None) -> int:
                         else:
                             record.update(medians(rounds[impl]), rounds=args.repetitions)
                             record.update(busy_threads(model, impl, batch, args.prefill, args.decode))
+                            if args.logits_steps and impl.startswith("mha"):
+                                record.update(
+                                    logits_error(model, impl, batch, args.prefill, args.logits_steps)
+                                )
                         records.append(record)
                         print(json.dumps(record), flush=True)
     calls = []

@@ -95,3 +95,26 @@ def test_per_call_times_busy_threads_and_calls_between_torch_ops(tmp_path):
     bad.write_text(json.dumps({"models": models, "between_ops": [{"attention": "mha"}]}))
     with pytest.raises(whole_models.ModelsError, match="lacks threads, keys"):
         whole_models.load([bad])
+
+
+def test_cache_bytes_and_what_a_cache_does_to_the_logits(tmp_path):
+    models = [
+        record("sdpa", 1.0, 20.0, cache_bytes=2 * 2**20),
+        record(
+            "mha_int8",
+            0.9,
+            23.0,
+            cache_bytes=2**20,
+            decode_logits_error=3e-3,
+            decode_logits_error_median=1e-3,
+            top1_agreement=0.984,
+            logits_steps=64,
+        ),
+    ]
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"models": models}))
+    text = document.to_markdown(whole_models.section(whole_models.load([path])))
+    assert ", mha_int8: time to first token 1.11x sdpa's speed, decode 1.15x (no slower than sdpa)" in text
+    assert "| 2.0 |" in text and "| 1.0 |" in text  # cache MiB
+    assert "### The KV cache's precision in the model" in text
+    assert "| mha_int8 | 3.00e-03 | 1.00e-03 | 98.4% |" in text

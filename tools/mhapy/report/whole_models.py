@@ -73,7 +73,7 @@ def section(records: list[dict]) -> list[Block]:
             r["attention"],
         ]
         if "error" in r:
-            rows.append(case + [f"not timed: {r['error']}", "", "", "", "", "", ""])
+            rows.append(case + [f"not timed: {r['error']}", "", "", "", "", "", "", ""])
             continue
         base = _baseline(records, r)
         versus = ""
@@ -81,7 +81,7 @@ def section(records: list[dict]) -> list[Block]:
             ttft = base["ttft_s"] / r["ttft_s"]
             rate = r["decode_tokens_per_s"] / base["decode_tokens_per_s"]
             versus = f"{ttft:.2f}x / {rate:.2f}x"
-            if r["attention"] == "mha":
+            if r["attention"] in ("mha", "mha_int8", "mha_bf16"):
                 verdict = "no slower than sdpa" if ttft >= 0.97 and rate >= 0.97 else "**slower than sdpa**"
                 calls = (
                     f"; a decode attention call {r['decode_attention_ms']:.3f} ms (sdpa "
@@ -90,7 +90,9 @@ def section(records: list[dict]) -> list[Block]:
                     else ""
                 )
                 answer.append(
-                    f"{r['model']} {r['dtype']}, batch {r['batch']}, {r['threads']} thread(s): time to first token "
+                    f"{r['model']} {r['dtype']}, batch {r['batch']}, {r['threads']} thread(s)"
+                    + ("" if r["attention"] == "mha" else f", {r['attention']}")
+                    + ": time to first token "
                     f"{ttft:.2f}x sdpa's speed, decode {rate:.2f}x ({verdict}); attention's share "
                     f"{r['prefill_attention_share']:.0%} of the prefill and {r['decode_attention_share']:.0%} of decode "
                     f"(sdpa: {base['prefill_attention_share']:.0%}, {base['decode_attention_share']:.0%}){calls}"
@@ -104,43 +106,86 @@ def section(records: list[dict]) -> list[Block]:
                 f"{r['decode_attention_share']:.0%}",
                 f"{r['decode_attention_ms']:.3f}" if "decode_attention_ms" in r else "",
                 _busy(r),
+                f"{r['cache_bytes'] / 2**20:.1f}" if "cache_bytes" in r else "",
                 versus,
             ]
         )
     cpus = sorted({r.get("cpu", "?") for r in records})
+    return (
+        [
+            Heading(2, "Whole models: what mha's attention does to them"),
+            Para(
+                "Hugging Face models with random weights (the same in every run) on each attention implementation "
+                "(`python -m mhapy.models_bench`, on "
+                + ", ".join(cpus)
+                + "): the time to the first token (a "
+                "prefill) and the decode rate through transformers' own cache (mha_int8 and mha_bf16: through "
+                "mha's, in int8 / bf16, whose bytes 'cache MiB' gives beside the others'), the medians of rounds that take every implementation in turn, and the share "
+                "of each spent inside the attention function, a decode step's attention call in ms and the threads "
+                "busy during decode (sampled from /proc/self/task: mean, and most at once). 'mha' runs on the executor "
+                "mha picks (inside PyTorch, PyTorch's own OpenMP workers), 'mha_tbb' on mha's own oneTBB workers. "
+                "Each implementation's logits were checked against sdpa's first. 'vs sdpa' is sdpa's time over this "
+                "one's (prefill / decode): above 1 is faster."
+            ),
+            Bullets(answer) if answer else Para("No mha case was timed beside an sdpa one."),
+            Table(
+                [
+                    "model",
+                    "dtype",
+                    "batch",
+                    "threads",
+                    "tokens",
+                    "attention",
+                    "TTFT s",
+                    "attn",
+                    "decode tok/s",
+                    "attn",
+                    "attn ms",
+                    "busy threads",
+                    "cache MiB",
+                    "vs sdpa",
+                ],
+                rows,
+                {2, 3, 6, 7, 8, 9, 10, 12},
+            ),
+        ]
+        + _logits_section(records)
+        + _between_section(between)
+    )
+
+
+def _logits_section(records: list[dict]) -> list[Block]:
+    """What each implementation's KV cache does to the model's decode logits, where measured."""
+    measured = [r for r in records if "decode_logits_error" in r]
+    if not measured:
+        return []
+    rows = [
+        [
+            r["model"],
+            r["dtype"],
+            str(r["batch"]),
+            f"{r['prefill']}+{r['logits_steps']}",
+            r["attention"],
+            f"{r['decode_logits_error']:.2e}",
+            f"{r['decode_logits_error_median']:.2e}",
+            f"{r['top1_agreement']:.1%}",
+        ]
+        for r in measured
+    ]
     return [
-        Heading(2, "Whole models: what mha's attention does to them"),
+        Heading(3, "The KV cache's precision in the model"),
         Para(
-            "Hugging Face models with random weights (the same in every run) on each attention implementation "
-            "(`python -m mhapy.models_bench`, on " + ", ".join(cpus) + "): the time to the first token (a "
-            "prefill) and the decode rate through transformers' own cache, the medians of rounds that take every implementation in turn, and the share "
-            "of each spent inside the attention function, a decode step's attention call in ms and the threads "
-            "busy during decode (sampled from /proc/self/task: mean, and most at once). 'mha' runs on the executor "
-            "mha picks (inside PyTorch, PyTorch's own OpenMP workers), 'mha_tbb' on mha's own oneTBB workers. "
-            "Each implementation's logits were checked against sdpa's first. 'vs sdpa' is sdpa's time over this "
-            "one's (prefill / decode): above 1 is faster."
+            "The decode steps' logits against sdpa's with sdpa's greedy tokens fed to both: each step's largest "
+            "logit error over its largest logit (the worst step and the median one), and the share of steps "
+            "and sequences whose top-1 token is sdpa's. 'mha' reads transformers' cache; 'mha_int8' and "
+            "'mha_bf16' their own (mha.transformers.MhaCache)."
         ),
-        Bullets(answer) if answer else Para("No mha case was timed beside an sdpa one."),
         Table(
-            [
-                "model",
-                "dtype",
-                "batch",
-                "threads",
-                "tokens",
-                "attention",
-                "TTFT s",
-                "attn",
-                "decode tok/s",
-                "attn",
-                "attn ms",
-                "busy threads",
-                "vs sdpa",
-            ],
+            ["model", "dtype", "batch", "tokens", "attention", "worst step", "median step", "top-1 as sdpa"],
             rows,
-            {2, 3, 6, 7, 8, 9, 10},
+            {2, 5, 6, 7},
         ),
-    ] + _between_section(between)
+    ]
 
 
 def _between_section(records: list[dict]) -> list[Block]:
