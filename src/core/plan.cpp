@@ -198,10 +198,10 @@ void plan::run(tensor_view<const float> x, tensor_view<float> y, kv_cache& cache
   check_run(backend_name_, config_, x, y, options);
   const kv_cache::claim held(cache, backend_name_);
   if (cache.owner_ != this) {
-    throw invalid_argument(text(backend_name_, ": the kv_cache was made ",
-                                cache.owner_ ? "by another plan"
-                                             : "for attention calls (mha::make_attention_cache)",
-                                "; a cache is read in the layout of the plan that made it"));
+    throw invalid_argument(
+        text(backend_name_, ": the kv_cache was made ",
+             cache.owner_ ? "by another plan" : "for attention calls (mha::make_attention_cache)",
+             "; a cache is read in the layout of the plan that made it"));
   }
   if (cache.batch() != x.batch()) {
     throw invalid_argument(text(backend_name_, ": input batch (", x.batch(),
