@@ -5,8 +5,9 @@ Hugging Face model's prefill and decode on this machine (scripts/sweep.sh --with
 
 For each model (random weights from a fixed seed: the same weights in every run and for every
 implementation), precision, batch and thread count, and for attn_implementation "eager", "sdpa",
-"mha" and "mha_tbb": the time to the first token (a prefill of --prefill tokens) and the decode
-rate (--decode tokens greedily after it, through transformers' own cache), the share of each in
+"mha" and "mha_tbb": the time to the first token (a prefill of --prefill tokens, as generate()
+runs it) and the decode rate (--decode tokens greedily after it, step by step through
+transformers' own cache, each step timed as it runs), the share of each in
 the attention function (timed around it) and a decode step's attention call in ms, the medians
 of --repetitions rounds that take every implementation in turn; and the threads busy during
 decode (sampled from /proc/self/task in a generate() of its own). "mha" runs on the executor mha
@@ -224,44 +225,46 @@ class BusyThreads:
 
 
 def measure(model: Any, implementation: str, batch: int, prefill: int, decode: int) -> dict:
-    """One round: time to the first token, decode tokens/s, the attention's share of each and a
-    decode step's attention call in ms."""
+    """One round: time to the first token (the prefill, as generate() runs it: filling the cache,
+    the logits of the last position only), then `decode` - 1 greedy steps through that cache,
+    each timed as it runs (generate()'s steps without its bookkeeping, and no subtraction of a
+    separately timed prefill, which a long prompt's noise would swamp); the attention's share of
+    each and a decode step's attention call in ms; the cache's bytes."""
     import torch
 
     model.set_attn_implementation(attention_of(implementation))
     ids = prompt(model, batch, prefill)
-    keep = torch.ones_like(ids)  # random tokens, none of them padding
     clock = {"attention": 0.0, "calls": 0}
     with timed_attention(model, attention_of(implementation), clock), torch.no_grad():
-        cache = cache_for(model, implementation, prefill)
-        start = time.perf_counter()
-        model(ids, attention_mask=keep, past_key_values=cache, use_cache=True)  # the prefill fills a cache
-        ttft = time.perf_counter() - start
-        prefill_attention, prefill_calls = clock["attention"], clock["calls"]
         cache = cache_for(model, implementation, prefill + decode)
         start = time.perf_counter()
-        out = model.generate(
-            ids,
-            attention_mask=keep,
-            past_key_values=cache,
-            max_new_tokens=decode,
-            min_new_tokens=decode,
-            do_sample=False,
-            pad_token_id=0,
-            return_dict_in_generate=True,
+        # Random tokens, none of them padding: a mask of ones.
+        out = model(
+            ids, attention_mask=torch.ones_like(ids), past_key_values=cache, use_cache=True, logits_to_keep=1
         )
-        total = time.perf_counter() - start
-    decode_s = max(total - ttft, 1e-9)  # generate's prefill costs what the forward did
-    # generate's own prefill calls the attention as the forward did; the rest are decode steps.
-    decode_attention = max(clock["attention"] - 2 * prefill_attention, 0.0)
-    decode_calls = max(clock["calls"] - 2 * prefill_calls, 1)
+        token = out.logits[:, -1:].argmax(-1)
+        ttft = time.perf_counter() - start
+        prefill_attention, prefill_calls = clock["attention"], clock["calls"]
+        past = out.past_key_values
+        start = time.perf_counter()
+        for seen in range(prefill + 1, prefill + decode):
+            out = model(
+                token,
+                attention_mask=torch.ones(batch, seen, dtype=torch.long),
+                past_key_values=past,
+                use_cache=True,
+            )
+            token, past = out.logits[:, -1:].argmax(-1), out.past_key_values
+        decode_s = max(time.perf_counter() - start, 1e-9)
+    decode_attention = clock["attention"] - prefill_attention
+    decode_calls = max(clock["calls"] - prefill_calls, 1)
     return dict(
         ttft_s=ttft,
         prefill_attention_share=prefill_attention / ttft,
         decode_tokens_per_s=batch * (decode - 1) / decode_s,
         decode_attention_share=min(decode_attention / decode_s, 1.0),
         decode_attention_ms=1e3 * decode_attention / decode_calls,
-        cache_bytes=cache_bytes(out.past_key_values),
+        cache_bytes=cache_bytes(past),
     )
 
 
