@@ -36,7 +36,15 @@ def run(tmp_path, part="models"):
 
 def test_every_implementation_is_timed(tmp_path):
     records = run(tmp_path)
-    assert [r["attention"] for r in records] == ["eager", "sdpa", "mha", "mha_tbb", "mha_int8", "mha_bf16"]
+    assert [r["attention"] for r in records] == [
+        "eager",
+        "sdpa",
+        "sdpa_static",
+        "mha",
+        "mha_tbb",
+        "mha_int8",
+        "mha_bf16",
+    ]
     for r in records:
         assert "error" not in r
         assert r["cache_bytes"] > 0

@@ -17,8 +17,9 @@ picks (inside PyTorch: PyTorch's own OpenMP workers), "mha_tbb" on mha's own one
 timed. Writes JSON (one record per case), which
 `python3 -m mhapy.report ... --models FILE` turns into the report's "Whole models" section.
 "mha_int8" and "mha_bf16" decode through mha's own KV cache (mha.transformers.MhaCache) in int8 /
-bf16; each case records the bytes its cache holds, and for mha's implementations the decode
-steps' logits against sdpa's over --logits-steps steps (the error and the top-1 agreement).
+bf16, "sdpa_static" is sdpa through transformers' StaticCache (preallocated, no concatenation);
+each case records the bytes its cache holds, and for mha's implementations the decode steps'
+logits against sdpa's over --logits-steps steps (the error and the top-1 agreement).
 OpenVINO through optimum-intel, the end-to-end peer for whole models, is not run: optimum-intel
 is not in the peers' pinned environment.
 """
@@ -72,7 +73,9 @@ MODELS = {
 # workers); "mha_tbb" the same on mha's own oneTBB workers (what "mha" ran on before), beside it;
 # "mha_int8" and "mha_bf16" mha's attention with its own KV cache in int8 / bf16
 # (mha.transformers.MhaCache) instead of transformers' DynamicCache.
-IMPLEMENTATIONS = ("eager", "sdpa", "mha", "mha_tbb", "mha_int8", "mha_bf16")
+# "sdpa_static" is sdpa with transformers' StaticCache (preallocated, written in place: no
+# concatenation per step), the strongest of transformers' own caches for a long decode.
+IMPLEMENTATIONS = ("eager", "sdpa", "sdpa_static", "mha", "mha_tbb", "mha_int8", "mha_bf16")
 CACHED = {"mha_int8": "int8", "mha_bf16": "bf16"}
 # GPT-2 small with 16k positions (random weights): a long context on a small model.
 MODELS["gpt2_16k"] = dict(MODELS["gpt2"], n_positions=16384)
@@ -80,12 +83,18 @@ MODELS["gpt2_16k"] = dict(MODELS["gpt2"], n_positions=16384)
 
 def attention_of(implementation: str) -> str:
     """The attn_implementation an implementation runs."""
+    if implementation == "sdpa_static":
+        return "sdpa"
     return "mha" if implementation in CACHED else implementation
 
 
 def cache_for(model: Any, implementation: str, capacity: int) -> Any:
-    """The KV cache an implementation decodes through: an MhaCache for mha_int8 / mha_bf16, else
-    None (generate() makes transformers' DynamicCache)."""
+    """The KV cache an implementation decodes through: an MhaCache for mha_int8 / mha_bf16, a
+    StaticCache for sdpa_static, else None (transformers' DynamicCache)."""
+    if implementation == "sdpa_static":
+        import transformers
+
+        return transformers.StaticCache(config=model.config, max_cache_len=capacity)
     if implementation not in CACHED:
         return None
     import mha.transformers
