@@ -179,8 +179,14 @@ def _describe(t: Any) -> str:
 
 
 def _mixed(kind: str, name: str, t: Any) -> InvalidArgument:
-    """The error for an argument of the other framework than the query's (`kind`)."""
-    other = "a NumPy array" if isinstance(t, np.ndarray) else "a torch.Tensor"
+    """The error for an argument that is not of the query's kind (`kind`): of the other framework,
+    or neither (a list: named by its type)."""
+    if isinstance(t, np.ndarray):
+        other = "a NumPy array"
+    elif type(t).__module__.startswith("torch"):
+        other = "a torch.Tensor"
+    else:
+        other = f"a {_describe(t)}"
     return InvalidArgument(
         f"mha.attention: query is {kind} and {name} {other}: pass all of one kind "
         "(PyTorch tensors or NumPy arrays)"

@@ -255,6 +255,8 @@ def test_mixed_kinds_are_named():
         mha.attention(q.numpy(), k.numpy(), v.numpy(), attn_mask=torch.ones(5, 7, dtype=torch.bool))
     with pytest.raises(mha.InvalidArgument, match="query is a torch.Tensor and out a NumPy array"):
         mha.attention(q, k, v, out=np.empty(q.shape, np.float32))
+    with pytest.raises(mha.InvalidArgument, match="query is a torch.Tensor and key a list: pass all"):
+        mha.attention(q, k.tolist(), v)
 
 
 def test_meta_out_names_its_device():
