@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _mha
-from ._attention import _check_heads, _describe, _in_place
+from ._attention import _check_heads, _describe, _in_place, _mixed, _numpy_operand
 from ._mha import InvalidArgument, Unsupported
 
 _KV = ("fp32", "bf16", "int8")
@@ -179,7 +179,7 @@ def _operand(torch: Any, is_tensor: bool, name: str, t: Any) -> np.ndarray:
     where = "mha.attention"
     if is_tensor:
         if not isinstance(t, torch.Tensor):
-            raise InvalidArgument(f"{where}: query is a torch.Tensor and {name} a {_describe(t)}")
+            raise _mixed("a torch.Tensor", name, t)
         if t.device.type != "cpu":
             raise InvalidArgument(f"{where}: {name} is on {t.device}, expected the CPU")
         if t.requires_grad and torch.is_grad_enabled():
@@ -190,8 +190,5 @@ def _operand(torch: Any, is_tensor: bool, name: str, t: Any) -> np.ndarray:
         if t.dtype != torch.float32 or (t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1):
             t = t.to(torch.float32).contiguous()
         return t.numpy()
-    if not isinstance(t, np.ndarray):
-        raise InvalidArgument(f"{where}: {name} is a {_describe(t)}, expected a NumPy array as query is")
-    if t.dtype != np.float32:
-        raise InvalidArgument(f"{where}: {name} has dtype {t.dtype}, expected float32")
+    t = _numpy_operand(torch, name, t)
     return t if _in_place(t) else np.ascontiguousarray(t)

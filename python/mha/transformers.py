@@ -53,7 +53,7 @@ import numpy as np
 
 from . import _mha
 from ._attention import MAX_THREADS, _threads, attention
-from ._cache import AttentionCache
+from ._cache import _KV, AttentionCache
 from ._executor import EXECUTORS
 from ._mha import InvalidArgument, Unsupported
 
@@ -367,8 +367,8 @@ class MhaCache(Cache):
             raise InvalidArgument(
                 f"mha.transformers.MhaCache: capacity ({capacity!r}) must be an integer >= 1"
             )
-        if kv not in ("int8", "bf16", "fp32"):
-            raise InvalidArgument(f"mha.transformers.MhaCache: kv {kv!r} is not one of int8, bf16, fp32")
+        if kv not in _KV:
+            raise InvalidArgument(f"mha.transformers.MhaCache: kv {kv!r} is not one of {', '.join(_KV)}")
         self.kv = kv
         super().__init__(layers=[MhaCacheLayer(capacity, kv, backend) for _ in range(layers)])
 
