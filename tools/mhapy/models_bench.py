@@ -305,13 +305,9 @@ def busy_threads(model: Any, implementation: str, batch: int, prefill: int, deco
     return dict(decode_busy_threads=busy.mean, decode_busy_threads_most=busy.most)
 
 
-def logits_error(model: Any, implementation: str, batch: int, prefill: int, steps: int) -> dict:
-    """The decode steps' logits against sdpa's, over `steps` steps after a prefill: sdpa's greedy
-    tokens fed to both (teacher forcing), each step's largest logit error over its largest logit
-    (the worst and the median step), and the share of steps and sequences whose top-1 token is
-    sdpa's: what a KV cache's precision does to a model."""
-    import statistics
-
+def sdpa_reference(model: Any, batch: int, prefill: int, steps: int) -> tuple[Any, Any]:
+    """sdpa's greedy tokens for `steps` steps after the prompt, and its logits predicting each of
+    them (a forward over the whole sequence): what logits_error compares with, once per case."""
     import torch
 
     ids = prompt(model, batch, prefill)
@@ -328,10 +324,28 @@ def logits_error(model: Any, implementation: str, batch: int, prefill: int, step
         want = model(tokens, attention_mask=torch.ones_like(tokens)).logits[
             :, prefill - 1 : prefill - 1 + steps
         ]
+    return tokens, want
+
+
+def logits_error(model: Any, implementation: str, reference: tuple[Any, Any], prefill: int) -> dict:
+    """The decode steps' logits against sdpa's (sdpa_reference's tokens and logits), sdpa's greedy
+    tokens fed to both (teacher forcing): each step's largest logit error over its largest logit
+    (the worst and the median step), and the share of steps and sequences whose top-1 token is
+    sdpa's: what a KV cache's precision does to a model."""
+    import statistics
+
+    import torch
+
+    tokens, want = reference
+    batch, steps = tokens.shape[0], want.shape[1]
+    ids = tokens[:, :prefill]
+    with torch.no_grad():
         model.set_attn_implementation(attention_of(implementation))
         cache = cache_for(model, implementation, prefill + steps)
-        first = model(ids, attention_mask=torch.ones_like(ids), past_key_values=cache, use_cache=True)
-        got, past = [first.logits[:, -1:]], first.past_key_values
+        first = model(
+            ids, attention_mask=torch.ones_like(ids), past_key_values=cache, use_cache=True, logits_to_keep=1
+        )
+        got, past = [first.logits], first.past_key_values
         for t in range(prefill, prefill + steps - 1):
             step = model(
                 tokens[:, t : t + 1],
@@ -474,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
                     for _ in range(args.repetitions):
                         for impl in timed:
                             rounds[impl].append(measure(model, impl, batch, args.prefill, args.decode))
+                    reference = None
                     for impl in args.attention.split(","):
                         record = dict(
                             model=name,
@@ -491,9 +506,9 @@ def main(argv: list[str] | None = None) -> int:
                             record.update(medians(rounds[impl]), rounds=args.repetitions)
                             record.update(busy_threads(model, impl, batch, args.prefill, args.decode))
                             if args.logits_steps and impl.startswith("mha"):
-                                record.update(
-                                    logits_error(model, impl, batch, args.prefill, args.logits_steps)
-                                )
+                                if reference is None:  # one sdpa reference for the case's implementations
+                                    reference = sdpa_reference(model, batch, args.prefill, args.logits_steps)
+                                record.update(logits_error(model, impl, reference, args.prefill))
                         records.append(record)
                         print(json.dumps(record), flush=True)
     calls = []
