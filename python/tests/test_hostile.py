@@ -1,4 +1,4 @@
-"""Issue 56's Python-side cases ("Hardening, round 4"), each as the hostile user tried it: masks
+"""The Python package under hostile use, each case as a hostile user tried it: masks
 SDPA refuses, models under autograd, views NumPy and PyTorch allow, arguments the binding would
 have rejected with its signature, and the peers' environment made offline. Every refusal is an
 mha.Error naming the argument; every accepted input is computed as SDPA computes it (float64
@@ -55,7 +55,7 @@ def close(got, want, atol=2e-5):
     np.testing.assert_allclose(got.double().numpy(), want.numpy(), rtol=0, atol=atol)
 
 
-# -- row 5: integer, float16/float64/complex masks are refused as SDPA refuses them -------------
+# -- integer, float16/float64/complex masks are refused as SDPA refuses them -----------------------
 
 TORCH_MASK_DTYPES = ["uint8", "int8", "int32", "int64", "float16", "float64", "bfloat16", "complex64"]
 
@@ -95,7 +95,7 @@ def test_numpy_bool_and_float32_masks_are_computed():
         close(mha.attention(q, k, v, attn_mask=mask), sdpa(q, k, v, attn_mask=allowed))
 
 
-# -- row 19: a NumPy object mask holding None ---------------------------------------------------
+# -- a NumPy object mask holding None --------------------------------------------------------------
 
 
 def test_numpy_object_mask_holding_none_is_refused():
@@ -105,7 +105,7 @@ def test_numpy_object_mask_holding_none_is_refused():
         mha.attention(q, k, v, attn_mask=mask)
 
 
-# -- row 10: NumPy views with negative strides ---------------------------------------------------
+# -- NumPy views with negative strides -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, 3])
@@ -127,7 +127,7 @@ def test_numpy_negative_strides_are_computed(axis):
     close(out3, want[1])
 
 
-# -- row 11: arguments the binding would reject with its signature -------------------------------
+# -- arguments the binding would reject with its signature -----------------------------------------
 
 
 def test_read_only_and_broadcast_numpy_outs_are_refused_by_name():
@@ -220,7 +220,7 @@ def test_byte_strides_not_a_multiple_of_the_element_are_computed():
     close(mha.attention(odd, k, v), sdpa(q, k, v))
 
 
-# -- row 12: NumPy and 0-d scales; a finite scale beyond float32 ---------------------------------
+# -- NumPy and 0-d scales; a finite scale beyond float32 -------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -242,7 +242,7 @@ def test_scale_beyond_float32_names_its_range():
         mha.attention(q, k, v, scale=torch.ones(2))
 
 
-# -- row 13: the actual mismatch named ----------------------------------------------------------
+# -- the actual mismatch named ---------------------------------------------------------------------
 
 
 def test_mixed_kinds_are_named():
@@ -274,7 +274,7 @@ def test_numpy_out_with_a_strided_last_dimension_is_written():
     assert np.isnan(wide[..., 1::2]).all()  # only out's elements written
 
 
-# -- row 15: a leaf out that requires grad -------------------------------------------------------
+# -- a leaf out that requires grad -----------------------------------------------------------------
 
 
 def test_out_requiring_grad_is_refused_under_autograd():
@@ -287,7 +287,7 @@ def test_out_requiring_grad_is_refused_under_autograd():
     close(out.detach(), sdpa(q, k, v))
 
 
-# -- row 16: sparse, negative-bit, vmapped and meta tensors ------------------------------------
+# -- sparse, negative-bit, vmapped and meta tensors ------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["query", "key", "value", "attn_mask", "out"])
@@ -319,7 +319,7 @@ def test_vmapped_tensors_are_named():
         torch.func.vmap(lambda a: mha.attention(a, a, a))(q)
 
 
-# -- row 18: nn.MultiheadAttention called with three views of one tensor ------------------------
+# -- nn.MultiheadAttention called with three views of one tensor -----------------------------------
 
 
 def test_torch_attention_takes_views_of_one_tensor_as_self_attention():
@@ -341,7 +341,7 @@ def test_torch_attention_takes_views_of_one_tensor_as_self_attention():
             attention(x[0], other, x[0], attn_mask=mask, need_weights=False)
 
 
-# -- rows 8 and 17: mha.transformers under autograd, in training mode, and register() -----------
+# -- mha.transformers under autograd, in training mode, and register() -----------------------------
 
 
 def llama_config(hidden, layers):
@@ -445,7 +445,7 @@ def test_register_checks_its_arguments(llama):
     assert AttentionInterface()["mha"] is mha.transformers.attention_forward
 
 
-# -- row 20: the peers' environment where pip cannot reach an index ------------------------------
+# -- the peers' environment where pip cannot reach an index ----------------------------------------
 
 
 def test_peers_env_made_offline_leaves_no_environment(tmp_path):
@@ -482,7 +482,7 @@ def test_peers_env_made_offline_leaves_no_environment(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["root"]
 
 
-# -- the rows fixed in the library --------------------------------------------------------------
+# -- the library's own fixes, reached from Python --------------------------------------------------
 
 
 def causal_sdpa(q, k, v, alignment):
@@ -504,7 +504,7 @@ def causal_sdpa(q, k, v, alignment):
 @pytest.mark.parametrize("backend", ["xsimd", "tbb", "naive"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_narrow_heads_of_a_few_rows_are_computed(backend, dtype):
-    """Row 1: head_dim <= 8 with at most 8 query rows per K/V head crashed (the narrow path read a
+    """head_dim <= 8 with at most 8 query rows per K/V head crashed (the narrow path read a
     packed K^T the in-place block never made): every row count where the blocking changes, with
     and without grouped heads, bottom-right causal (a decode step, a chunk) and L > S (a leftover
     chunk)."""
@@ -527,7 +527,7 @@ def test_narrow_heads_of_a_few_rows_are_computed(backend, dtype):
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_a_model_of_head_dim_8_generates_as_sdpa(kind, tmp_path):
-    """Row 2: a Hugging Face model with head_dim <= 8 (the tiny configs people test with: hidden
+    """A Hugging Face model with head_dim <= 8 (the tiny configs people test with: hidden
     32 over 4 heads) crashed at its first generated token: now the same tokens as "sdpa"."""
     cfg = llama_config(32, 2)
     import transformers
@@ -547,7 +547,7 @@ def test_a_model_of_head_dim_8_generates_as_sdpa(kind, tmp_path):
 
 @pytest.mark.parametrize("backend", ["xsimd", "tbb"])
 def test_two_threads_decoding_into_one_cache_never_pass_its_capacity(backend):
-    """Row 3: two Python threads decoding into one cache with one free slot both passed the
+    """Two Python threads decoding into one cache with one free slot both passed the
     capacity check (the GIL is released between it and the append) and wrote past the storage.
     Now one call holds the cache: one token is appended, the other call is refused naming the
     concurrent use (or the capacity, when it came second)."""
@@ -584,7 +584,7 @@ def test_two_threads_decoding_into_one_cache_never_pass_its_capacity(backend):
 
 
 def test_out_sharing_memory_with_the_mask_or_itself_is_refused():
-    """Rows 4, 7 and 14: out overlapping the mask (a broadcast mask sliced from out) was accepted
+    """Out overlapping the mask (a broadcast mask sliced from out) was accepted
     and silently wrong; an expanded out (stride 0) wrote every (b, h) into one slab, and expanded
     to a batch of 2^30 over a few bytes ran for hours; out interleaved with q was said to
     "overlap"."""
@@ -606,7 +606,7 @@ def test_out_sharing_memory_with_the_mask_or_itself_is_refused():
 
 
 def test_finite_extreme_masks_give_sdpas_result():
-    """Row 6: mask values past about 2.36e38 (float32's lowest is transformers' "masked" value)
+    """Mask values past about 2.36e38 (float32's lowest is transformers' "masked" value)
     overflowed in the log2(e) scaling: a row all at that value gave zeros where SDPA averages
     its keys, and a +3e38 bias gave NaN where SDPA takes that key's value."""
     lowest = torch.finfo(torch.float32).min
@@ -635,7 +635,7 @@ def test_finite_extreme_masks_give_sdpas_result():
     ],
 )
 def test_empty_tensors_give_sdpas_answer(q_shape, k_shape):
-    """Row 9: zero-size B, H, L, S or D were refused with messages about contiguity or null
+    """Zero-size B, H, L, S or D were refused with messages about contiguity or null
     data; SDPA returns an empty result (zeros where there is no key: mha's rule for a row that
     sees no key, where SDPA's math gives NaN)."""
     q, k = torch.randn(*q_shape), torch.randn(*k_shape)
@@ -649,7 +649,7 @@ def test_empty_tensors_give_sdpas_answer(q_shape, k_shape):
 
 
 def test_a_plan_on_no_tokens_names_the_empty_dimension():
-    """Row 9, plans: a run on 0 tokens or a batch of 0 said "input x has no data (nullptr)"."""
+    """Plans: a run on 0 tokens or a batch of 0 said "input x has no data (nullptr)"."""
     module = torch.nn.MultiheadAttention(32, 2, batch_first=True).eval()
     plan = mha.Plan.from_module(module, context_length=8)
     with pytest.raises(mha.InvalidArgument, match=r"seq_len \(0\) must be >= 1"):
