@@ -11,7 +11,14 @@
 # kind of machine has one); elsewhere PyPI's torch is the CUDA build, gigabytes of nvidia-*
 # packages. pip's dry run (--dry-run --report) tells which: with CUDA packages in it, PyTorch is
 # left out, said here and recorded in the environment (build/peers-venv/mha-peers-left-out),
-# and its peers are declined with that reason. Exit status: 0 when the environment is usable
+# and its peers are declined with that reason. To have the CPU build there, name the index that
+# serves it:
+#
+#   MHA_TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu scripts/peers-env.sh
+#
+# pip then looks there beside its own index (--extra-index-url) and takes the CPU build, whose
+# local version (2.13.0+cpu) ranks above PyPI's 2.13.0; the environment is remade when the
+# variable changes. Exit status: 0 when the environment is usable
 # (perhaps without PyTorch), 1 when it cannot be made (the reason is printed, pip's own error
 # above it). It is made aside (build/peers-venv.partial) and moved into place only once complete,
 # so that a failure (pip without network) leaves no environment where the tests look for one:
@@ -27,9 +34,14 @@ fail() {
   exit 1
 }
 
-# The environment is current when it was made from these exact requirements.
+torch_index=${MHA_TORCH_INDEX_URL:-}
+# The environment is current when it was made from these exact requirements (and PyTorch's index).
 stamp=$venv/mha-peers-requirements.txt
-if [[ -x $venv/bin/python && -f $stamp ]] && cmp -s "$stamp" "$requirements"; then
+made_for() {
+  cat "$requirements"
+  if [[ -n $torch_index ]]; then echo "# MHA_TORCH_INDEX_URL=$torch_index"; fi
+}
+if [[ -x $venv/bin/python && -f $stamp ]] && cmp -s "$stamp" <(made_for); then
   left_out=$(cat "$venv/mha-peers-left-out" 2>/dev/null || true)
   [[ -z $left_out ]] || echo "$name: left out: $left_out"
   echo "$name: ready: $venv/bin/python"
@@ -48,6 +60,8 @@ report=
 trap 'rm -rf "$partial" ${report:+"$report"}' EXIT
 /usr/bin/python3 -m venv --prompt "$(basename "$venv")" "$partial" || fail "python3 -m venv $partial failed"
 pip=("$partial/bin/python" -m pip --disable-pip-version-check)
+index=()
+[[ -z $torch_index ]] || index=(--extra-index-url "$torch_index")
 
 # PyTorch: which build would pip take? Leave it out rather than download a CUDA build.
 packages=$(grep -vE '^\s*(#|$)' "$requirements")
@@ -55,9 +69,9 @@ torch_spec=$(grep -E '^torch[=<>~! ]' <<<"$packages" || true)
 left_out=
 if [[ -n $torch_spec ]]; then
   report=$(mktemp)
-  if ! resolve_errors=$("${pip[@]}" install -q --dry-run --ignore-installed --report "$report" "$torch_spec" 2>&1 >/dev/null); then
+  if ! resolve_errors=$("${pip[@]}" install "${index[@]}" -q --dry-run --ignore-installed --report "$report" "$torch_spec" 2>&1 >/dev/null); then
     grep -v '^WARNING: Location' <<<"$resolve_errors" >&2 || true
-    fail "pip cannot resolve $torch_spec (above: no network, or no such release for this Python)"
+    fail "pip cannot resolve $torch_spec${torch_index:+ with MHA_TORCH_INDEX_URL=$torch_index} (above: no network, or no such release for this Python)"
   fi
   cuda=$(/usr/bin/python3 -c '
 import json, sys
@@ -65,7 +79,7 @@ items = json.load(open(sys.argv[1]))["install"]
 names = sorted(i["metadata"]["name"] for i in items if i["metadata"]["name"].lower().startswith(("nvidia-", "triton", "cuda")))
 print(" ".join(names))' "$report")
   if [[ -n $cuda ]]; then
-    left_out="PyTorch ($torch_spec): pip would install the CUDA build here ($(wc -w <<<"$cuda") CUDA packages: ${cuda:0:120}...), gigabytes, not the CPU build; its peers are declined"
+    left_out="PyTorch ($torch_spec): pip would install the CUDA build here ($(wc -w <<<"$cuda") CUDA packages: ${cuda:0:120}...), gigabytes, not the CPU build; its peers are declined (MHA_TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu names PyTorch's CPU index)"
     packages=$(grep -vE '^torch[=<>~! ]' <<<"$packages")
     echo "$name: left out: $left_out"
   fi
@@ -75,10 +89,10 @@ echo "$name: installing into $venv: $(tr '\n' ' ' <<<"$packages")"
 # This machine's pip configuration may name index folders that lack a package: pip warns about
 # each ("Location ... is ignored"), which says nothing about the install.
 # shellcheck disable=SC2086
-"${pip[@]}" install -q $packages 2> >(grep -v '^WARNING: Location' >&2) || fail "pip install failed (above)"
+"${pip[@]}" install "${index[@]}" -q $packages 2> >(grep -v '^WARNING: Location' >&2) || fail "pip install failed (above)"
 echo "$name: installed: $("${pip[@]}" list --format=freeze 2>/dev/null | grep -iE "^($(tr '\n' '|' <<<"$packages" | sed -E 's/==[^|]*//g; s/\|$//'))==" | tr '\n' ' ')"
 printf '%s' "$left_out" >"$partial/mha-peers-left-out"
-cp "$requirements" "$partial/mha-peers-requirements.txt"
+made_for >"$partial/mha-peers-requirements.txt"
 # Complete: into place. The paths the environment wrote of itself (its scripts' #! lines,
 # activate, pyvenv.cfg) name where it was made; they are changed to where it now lies.
 /usr/bin/python3 - "$partial" "$venv" <<'EOF' || fail "could not move $partial to $venv"
