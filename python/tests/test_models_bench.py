@@ -84,3 +84,23 @@ def test_the_decode_call_between_torch_ops_is_timed(tmp_path):
     for r in records:
         assert r["threads"] == 1 and r["keys"] == 16
         assert 0 < r["attention_ms"] < r["step_ms"]
+
+
+def test_a_synthetic_fill_gives_every_cache_the_same_context(tmp_path):
+    """--fill synthetic: random keys and values in every implementation's cache (no prefill, no
+    time to first token); the decode logits still match sdpa's, which read the same context."""
+    out = tmp_path / "models.json"
+    argv = [*ARGS, "--attention", "sdpa,sdpa_static,mha,mha_int8", "--fill", "synthetic", "--layers", "1"]
+    assert models_bench.main([*argv, "--out", str(out)]) == 0
+    records = json.loads(out.read_text())["models"]
+    assert [r["attention"] for r in records] == ["sdpa", "sdpa_static", "mha", "mha_int8"]
+    for r in records:
+        assert (r["fill"], r["layers"], r["prefill"]) == ("synthetic", 1, 16)
+        assert "ttft_s" not in r and r["decode_tokens_per_s"] > 0
+    sdpa, static, _, int8 = records
+    # 16 + 4 tokens of 2 K/V heads of 16 per sequence, fp32, keys and values: a DynamicCache's bytes.
+    assert sdpa["cache_bytes"] == 2 * 2 * 20 * 16 * 4 * 2
+    assert static["cache_bytes"] > 0 and int8["cache_bytes"] < sdpa["cache_bytes"]
+    # The same context in every cache: mha's decode logits are sdpa's (int8: within its bound).
+    assert int8["logits_steps"] == 3 and 0 < int8["decode_logits_error"] <= 2e-2
+    assert records[2]["decode_logits_error"] <= 1e-5 and records[2]["top1_agreement"] == 1

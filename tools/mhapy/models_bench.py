@@ -4,13 +4,15 @@ Hugging Face model's prefill and decode on this machine (scripts/sweep.sh --with
     PYTHONPATH=tools:<build>/python <peers' python> -m mhapy.models_bench --out results/x-models.json
 
 For each model (random weights from a fixed seed: the same weights in every run and for every
-implementation), precision, batch and thread count, and for attn_implementation "eager", "sdpa",
-"mha" and "mha_tbb": the time to the first token (a prefill of --prefill tokens, as generate()
-runs it) and the decode rate (--decode tokens greedily after it, step by step through
-transformers' own cache, each step timed as it runs), the share of each in
+implementation; --layers N keeps its first N layers), precision, batch and thread count, and for
+attn_implementation "eager", "sdpa", "mha" and "mha_tbb": the time to the first token (a prefill
+of --prefill tokens, as generate() runs it; --fill synthetic instead fills every cache with the
+same random keys and values, a long context without a prefill's cost, and times no first token)
+and the decode rate (--decode tokens greedily after it, step by step through
+transformers' own cache, the steps timed together), the share of each in
 the attention function (timed around it) and a decode step's attention call in ms, the medians
 of --repetitions rounds that take every implementation in turn; and the threads busy during
-decode (sampled from /proc/self/task in a generate() of its own). "mha" runs on the executor mha
+decode (sampled from /proc/self/task in a decode of its own). "mha" runs on the executor mha
 picks (inside PyTorch: PyTorch's own OpenMP workers), "mha_tbb" on mha's own oneTBB workers, as
 "mha" did before. Each implementation's logits on a short prompt are first checked against
 "sdpa"'s (fp32: 1e-4 of the largest; bf16: 2^-5) and a failing one is recorded as such, not
@@ -20,8 +22,8 @@ timed. Writes JSON (one record per case), which
 bf16, "sdpa_static" is sdpa through transformers' StaticCache (preallocated, no concatenation);
 each case records the bytes its cache holds, and for mha's implementations the decode steps'
 logits against sdpa's over --logits-steps steps (the error and the top-1 agreement).
-OpenVINO through optimum-intel, the end-to-end peer for whole models, is not run: optimum-intel
-is not in the peers' pinned environment.
+OpenVINO through optimum-intel, the end-to-end peer for whole models, is not run: its newest
+release (2.2.0) requires transformers < 5.6 and fails to import beside the peers' pinned 5.23.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ MODELS = {
         num_attention_heads=32,
         num_key_value_heads=8,
         vocab_size=128256,
-        max_position_embeddings=4096,
+        max_position_embeddings=131072,
         rope_scaling={
             "rope_type": "llama3",
             "factor": 32.0,
@@ -113,12 +115,16 @@ def cache_bytes(cache: Any) -> int:
     )
 
 
-def build(name: str, dtype: Any) -> Any:
+def build(name: str, dtype: Any, layers: int = 0) -> Any:
+    """The model `name` with random weights (seed 0) in `dtype`; `layers` > 0: only its first
+    `layers` layers."""
     import torch
     import transformers
 
     spec = dict(MODELS[name])
     kind = spec.pop("kind")
+    if layers:
+        spec["n_layer" if kind == "gpt2" else "num_hidden_layers"] = layers
     cfg = (transformers.GPT2Config if kind == "gpt2" else transformers.LlamaConfig)(**spec)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(
@@ -233,48 +239,112 @@ class BusyThreads:
         return max(self.samples, default=0)
 
 
-def measure(model: Any, implementation: str, batch: int, prefill: int, decode: int) -> dict:
-    """One round: time to the first token (the prefill, as generate() runs it: filling the cache,
-    the logits of the last position only), then `decode` - 1 greedy steps through that cache,
-    each timed as it runs (generate()'s steps without its bookkeeping, and no subtraction of a
-    separately timed prefill, which a long prompt's noise would swamp); the attention's share of
-    each and a decode step's attention call in ms; the cache's bytes."""
+def filled_synthetically(model: Any, implementation: str, batch: int, tokens: int, capacity: int) -> Any:
+    """A cache holding `tokens` tokens per sequence of random keys and values (seed 4, N(0, 1);
+    the same for every implementation's cache), as the implementation's cache_for or a
+    DynamicCache: a long context without a prefill's cost. mha's caches take them through mha's
+    attention function (a call of `tokens` random query rows, untimed), as a prefill does."""
+    import torch
+    import transformers
+
+    import mha.transformers
+
+    config = model.config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    dtype = next(model.parameters()).dtype
+    cache = cache_for(model, implementation, capacity)
+    if cache is None:
+        cache = transformers.DynamicCache(config=config)
+    g = torch.Generator().manual_seed(4)
+    positions = {"cache_position": torch.arange(tokens)}
+    for layer in range(config.num_hidden_layers):
+        k, v = (torch.randn(batch, kv_heads, tokens, head_dim, generator=g).to(dtype) for _ in "kv")
+        k, v = cache.update(k, v, layer, positions)
+        if implementation in CACHED:  # mha's cache: appended by mha's attention function
+            q = torch.randn(batch, heads, tokens, head_dim, generator=g).to(dtype)
+            mha.transformers.attention_forward(None, q, k, v, None, is_causal=True)
+    return cache
+
+
+def start(model: Any, implementation: str, batch: int, prefill: int, capacity: int, fill: str) -> tuple:
+    """The cache after `prefill` tokens and the logits predicting the first new token (batch, 1,
+    vocab), and the time to the first token in s. fill "prefill": the model's prefill of a random
+    prompt, as generate() runs it (the logits of the last position only); "synthetic": the cache
+    filled_synthetically, then one decode step on a random token (no time to first token: None)."""
     import torch
 
     model.set_attn_implementation(attention_of(implementation))
+    if fill == "synthetic":
+        past = filled_synthetically(model, implementation, batch, prefill, capacity)
+        out = model(
+            prompt(model, batch, 1),
+            attention_mask=torch.ones(batch, prefill + 1, dtype=torch.long),
+            past_key_values=past,
+            use_cache=True,
+        )
+        return out.past_key_values, out.logits[:, -1:], None
     ids = prompt(model, batch, prefill)
+    begin = time.perf_counter()
+    # Random tokens, none of them padding: a mask of ones.
+    out = model(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        past_key_values=cache_for(model, implementation, capacity),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return out.past_key_values, out.logits[:, -1:], time.perf_counter() - begin
+
+
+def steps(model: Any, past: Any, logits: Any, seen: int, count: int, feed: Any = None) -> Any:
+    """`count` decode steps through `past`, which holds `seen` tokens per sequence; each step's
+    token the argmax of the logits before it, or feed[:, i] (teacher forcing). The logits of
+    every step (batch, count, vocab)."""
+    import torch
+
+    batch, got = logits.shape[0], []
+    for i in range(count):
+        token = logits.argmax(-1) if feed is None else feed[:, i : i + 1]
+        seen += 1
+        out = model(
+            token,
+            attention_mask=torch.ones(batch, seen, dtype=torch.long),
+            past_key_values=past,
+            use_cache=True,
+        )
+        logits, past = out.logits[:, -1:], out.past_key_values
+        got.append(logits)
+    return torch.cat(got, dim=1) if got else logits[:, :0]
+
+
+def measure(model: Any, implementation: str, batch: int, prefill: int, decode: int, fill: str) -> dict:
+    """One round: start() (the time to the first token where fill is "prefill"), then `decode` -
+    1 greedy steps through that cache, timed together (generate()'s steps without its
+    bookkeeping, and no subtraction of a separately timed prefill, which a long prompt's noise
+    would swamp); the attention's share of each and a decode step's attention call in ms; the
+    cache's bytes."""
+    import torch
+
     clock = {"attention": 0.0, "calls": 0}
     with timed_attention(model, attention_of(implementation), clock), torch.no_grad():
-        cache = cache_for(model, implementation, prefill + decode)
-        start = time.perf_counter()
-        # Random tokens, none of them padding: a mask of ones.
-        out = model(
-            ids, attention_mask=torch.ones_like(ids), past_key_values=cache, use_cache=True, logits_to_keep=1
-        )
-        token = out.logits[:, -1:].argmax(-1)
-        ttft = time.perf_counter() - start
+        past, logits, ttft = start(model, implementation, batch, prefill, prefill + decode, fill)
         prefill_attention, prefill_calls = clock["attention"], clock["calls"]
-        past = out.past_key_values
-        start = time.perf_counter()
-        for seen in range(prefill + 1, prefill + decode):
-            out = model(
-                token,
-                attention_mask=torch.ones(batch, seen, dtype=torch.long),
-                past_key_values=past,
-                use_cache=True,
-            )
-            token, past = out.logits[:, -1:].argmax(-1), out.past_key_values
-        decode_s = max(time.perf_counter() - start, 1e-9)
+        begin = time.perf_counter()
+        steps(model, past, logits, prefill + (fill == "synthetic"), decode - 1)
+        decode_s = max(time.perf_counter() - begin, 1e-9)
     decode_attention = clock["attention"] - prefill_attention
     decode_calls = max(clock["calls"] - prefill_calls, 1)
-    return dict(
-        ttft_s=ttft,
-        prefill_attention_share=prefill_attention / ttft,
+    timed = dict(
         decode_tokens_per_s=batch * (decode - 1) / decode_s,
         decode_attention_share=min(decode_attention / decode_s, 1.0),
         decode_attention_ms=1e3 * decode_attention / decode_calls,
         cache_bytes=cache_bytes(past),
     )
+    if ttft is not None:
+        timed.update(ttft_s=ttft, prefill_attention_share=prefill_attention / ttft)
+    return timed
 
 
 def prompt(model: Any, batch: int, prefill: int) -> Any:
@@ -285,49 +355,33 @@ def prompt(model: Any, batch: int, prefill: int) -> Any:
     )
 
 
-def busy_threads(model: Any, implementation: str, batch: int, prefill: int, decode: int) -> dict:
-    """The threads busy during a generate() of its own, untimed (the sampler takes the GIL and a
-    core): their mean and most at once."""
+def busy_threads(model: Any, implementation: str, batch: int, prefill: int, decode: int, fill: str) -> dict:
+    """The threads busy during a decode of its own (`decode` - 1 steps after start()), untimed
+    (the sampler takes the GIL and a core): their mean and most at once."""
     import torch
 
-    model.set_attn_implementation(attention_of(implementation))
-    ids = prompt(model, batch, prefill)
-    with torch.no_grad(), BusyThreads() as busy:
-        model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            past_key_values=cache_for(model, implementation, prefill + decode),
-            max_new_tokens=decode,
-            min_new_tokens=decode,
-            do_sample=False,
-            pad_token_id=0,
-        )
+    with torch.no_grad():
+        past, logits, _ = start(model, implementation, batch, prefill, prefill + decode, fill)
+        with BusyThreads() as busy:
+            steps(model, past, logits, prefill + (fill == "synthetic"), decode - 1)
     return dict(decode_busy_threads=busy.mean, decode_busy_threads_most=busy.most)
 
 
-def sdpa_reference(model: Any, batch: int, prefill: int, steps: int) -> tuple[Any, Any]:
-    """sdpa's greedy tokens for `steps` steps after the prompt, and its logits predicting each of
-    them (a forward over the whole sequence): what logits_error compares with, once per case."""
+def sdpa_reference(model: Any, batch: int, prefill: int, count: int, fill: str) -> tuple[Any, Any]:
+    """sdpa's greedy tokens for `count` steps after start(), and its logits predicting each of
+    them (batch, count, vocab): what logits_error compares with, once per case."""
     import torch
 
-    ids = prompt(model, batch, prefill)
     with torch.no_grad():
-        model.set_attn_implementation("sdpa")
-        tokens = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=steps,
-            min_new_tokens=steps,
-            do_sample=False,
-            pad_token_id=0,
-        )
-        want = model(tokens, attention_mask=torch.ones_like(tokens)).logits[
-            :, prefill - 1 : prefill - 1 + steps
-        ]
-    return tokens, want
+        past, first, _ = start(model, "sdpa", batch, prefill, prefill + count, fill)
+        later = steps(model, past, first, prefill + (fill == "synthetic"), count - 1)
+    want = torch.cat([first, later], dim=1)
+    return want.argmax(-1), want
 
 
-def logits_error(model: Any, implementation: str, reference: tuple[Any, Any], prefill: int) -> dict:
+def logits_error(
+    model: Any, implementation: str, reference: tuple[Any, Any], prefill: int, fill: str
+) -> dict:
     """The decode steps' logits against sdpa's (sdpa_reference's tokens and logits), sdpa's greedy
     tokens fed to both (teacher forcing): each step's largest logit error over its largest logit
     (the worst and the median step), and the share of steps and sequences whose top-1 token is
@@ -337,31 +391,17 @@ def logits_error(model: Any, implementation: str, reference: tuple[Any, Any], pr
     import torch
 
     tokens, want = reference
-    batch, steps = tokens.shape[0], want.shape[1]
-    ids = tokens[:, :prefill]
+    count = want.shape[1]
     with torch.no_grad():
-        model.set_attn_implementation(attention_of(implementation))
-        cache = cache_for(model, implementation, prefill + steps)
-        first = model(
-            ids, attention_mask=torch.ones_like(ids), past_key_values=cache, use_cache=True, logits_to_keep=1
-        )
-        got, past = [first.logits], first.past_key_values
-        for t in range(prefill, prefill + steps - 1):
-            step = model(
-                tokens[:, t : t + 1],
-                attention_mask=torch.ones(batch, t + 1, dtype=torch.long),
-                past_key_values=past,
-                use_cache=True,
-            )
-            got.append(step.logits)
-            past = step.past_key_values
-        got = torch.cat(got, dim=1)
+        past, first, _ = start(model, implementation, tokens.shape[0], prefill, prefill + count, fill)
+        later = steps(model, past, first, prefill + (fill == "synthetic"), count - 1, feed=tokens)
+    got = torch.cat([first, later], dim=1)
     errors = ((got - want).abs().amax(dim=(0, 2)) / want.abs().amax(dim=(0, 2))).double().tolist()
     return dict(
         decode_logits_error=max(errors),
         decode_logits_error_median=statistics.median(errors),
         top1_agreement=(got.argmax(-1) == want.argmax(-1)).double().mean().item(),
-        logits_steps=steps,
+        logits_steps=count,
     )
 
 
@@ -455,6 +495,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="decode steps whose logits mha's implementations are compared with sdpa's on, per case (0: none)",
     )
+    parser.add_argument(
+        "--fill",
+        choices=("prefill", "synthetic"),
+        default="prefill",
+        help="how the cache gets its --prefill tokens: the model's prefill of a random prompt (timed: the time "
+        "to first token), or random keys and values, the same for every implementation (filled_synthetically: a "
+        "long context without a prefill's cost; no time to first token)",
+    )
+    parser.add_argument(
+        "--layers", type=int, default=0, metavar="N", help="the models' first N layers only (0: all)"
+    )
     parser.add_argument("--out", required=True, help="the JSON file to write")
     args = parser.parse_args(argv)
 
@@ -476,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--models: {name!r} is not one of {', '.join(MODELS)}")
         for dtype_name in args.dtypes.split(","):
             dtype = getattr(torch, dtype_name)
-            model = build(name, dtype)
+            model = build(name, dtype, args.layers)
             verdicts = {impl: check(model, impl, dtype) for impl in args.attention.split(",")}
             for threads in (int(t) for t in args.threads.split(",")):
                 torch.set_num_threads(threads or os.cpu_count() or 1)
@@ -487,7 +538,9 @@ def main(argv: list[str] | None = None) -> int:
                     rounds: dict[str, list[dict]] = {impl: [] for impl in timed}
                     for _ in range(args.repetitions):
                         for impl in timed:
-                            rounds[impl].append(measure(model, impl, batch, args.prefill, args.decode))
+                            rounds[impl].append(
+                                measure(model, impl, batch, args.prefill, args.decode, args.fill)
+                            )
                     reference = None
                     for impl in args.attention.split(","):
                         record = dict(
@@ -498,17 +551,23 @@ def main(argv: list[str] | None = None) -> int:
                             attention=impl,
                             prefill=args.prefill,
                             decode=args.decode,
+                            fill=args.fill,
+                            layers=model.config.num_hidden_layers,
                             cpu=cpu,
                         )
                         if verdicts[impl]:
                             record["error"] = verdicts[impl]
                         else:
                             record.update(medians(rounds[impl]), rounds=args.repetitions)
-                            record.update(busy_threads(model, impl, batch, args.prefill, args.decode))
+                            record.update(
+                                busy_threads(model, impl, batch, args.prefill, args.decode, args.fill)
+                            )
                             if args.logits_steps and impl.startswith("mha"):
                                 if reference is None:  # one sdpa reference for the case's implementations
-                                    reference = sdpa_reference(model, batch, args.prefill, args.logits_steps)
-                                record.update(logits_error(model, impl, reference, args.prefill))
+                                    reference = sdpa_reference(
+                                        model, batch, args.prefill, args.logits_steps, args.fill
+                                    )
+                                record.update(logits_error(model, impl, reference, args.prefill, args.fill))
                         records.append(record)
                         print(json.dumps(record), flush=True)
     calls = []

@@ -42,7 +42,10 @@ def _baseline(records: list[dict], r: dict) -> dict | None:
         (
             s
             for s in records
-            if s["attention"] == "sdpa" and "error" not in s and all(s[k] == r[k] for k in _CASE)
+            if s["attention"] == "sdpa"
+            and "error" not in s
+            and all(s[k] == r[k] for k in _CASE)
+            and all(s.get(k) == r.get(k) for k in ("fill", "layers"))
         ),
         None,
     )
@@ -65,11 +68,11 @@ def section(records: list[dict]) -> list[Block]:
     rows, answer = [], []
     for r in records:
         case = [
-            r["model"],
+            r["model"] + (f", {r['layers']} layers" if "layers" in r else ""),
             r["dtype"],
             str(r["batch"]),
             str(r["threads"]),
-            f"{r['prefill']}+{r['decode']}",
+            f"{r['prefill']}+{r['decode']}" + (" (synthetic)" if r.get("fill") == "synthetic" else ""),
             r["attention"],
         ]
         if "error" in r:
@@ -77,31 +80,45 @@ def section(records: list[dict]) -> list[Block]:
             continue
         base = _baseline(records, r)
         versus = ""
+        # A cache filled synthetically (models_bench --fill synthetic) has no time to first token.
+        prefilled = "ttft_s" in r and base is not None and "ttft_s" in base
         if base is not None and r["attention"] != "sdpa":
-            ttft = base["ttft_s"] / r["ttft_s"]
+            ttft = base["ttft_s"] / r["ttft_s"] if prefilled else None
             rate = r["decode_tokens_per_s"] / base["decode_tokens_per_s"]
-            versus = f"{ttft:.2f}x / {rate:.2f}x"
+            versus = f"{ttft:.2f}x / {rate:.2f}x" if prefilled else f"– / {rate:.2f}x"
             if r["attention"] in ("mha", "mha_int8", "mha_bf16"):
-                verdict = "no slower than sdpa" if ttft >= 0.97 and rate >= 0.97 else "**slower than sdpa**"
+                verdict = (
+                    "no slower than sdpa"
+                    if rate >= 0.97 and (ttft is None or ttft >= 0.97)
+                    else "**slower than sdpa**"
+                )
                 calls = (
                     f"; a decode attention call {r['decode_attention_ms']:.3f} ms (sdpa "
                     f"{base['decode_attention_ms']:.3f}), threads busy during decode {_busy(r)} (sdpa {_busy(base)})"
                     if "decode_attention_ms" in r and "decode_attention_ms" in base
                     else ""
                 )
+                shares = (
+                    f"attention's share {r['prefill_attention_share']:.0%} of the prefill and "
+                    f"{r['decode_attention_share']:.0%} of decode (sdpa: {base['prefill_attention_share']:.0%}, "
+                    f"{base['decode_attention_share']:.0%})"
+                    if prefilled
+                    else f"attention's share {r['decode_attention_share']:.0%} of decode (sdpa: "
+                    f"{base['decode_attention_share']:.0%}; the cache filled synthetically)"
+                )
                 answer.append(
-                    f"{r['model']} {r['dtype']}, batch {r['batch']}, {r['threads']} thread(s)"
+                    f"{r['model']} {r['dtype']}"
+                    + (f" ({r['layers']} layers)" if "layers" in r else "")
+                    + f", batch {r['batch']}, {r['threads']} thread(s)"
                     + ("" if r["attention"] == "mha" else f", {r['attention']}")
-                    + ": time to first token "
-                    f"{ttft:.2f}x sdpa's speed, decode {rate:.2f}x ({verdict}); attention's share "
-                    f"{r['prefill_attention_share']:.0%} of the prefill and {r['decode_attention_share']:.0%} of decode "
-                    f"(sdpa: {base['prefill_attention_share']:.0%}, {base['decode_attention_share']:.0%}){calls}"
+                    + (f": time to first token {ttft:.2f}x sdpa's speed, decode" if prefilled else ": decode")
+                    + f" {rate:.2f}x ({verdict}); {shares}{calls}"
                 )
         rows.append(
             case
             + [
-                f"{r['ttft_s']:.3f}",
-                f"{r['prefill_attention_share']:.0%}",
+                f"{r['ttft_s']:.3f}" if "ttft_s" in r else "–",
+                f"{r['prefill_attention_share']:.0%}" if "ttft_s" in r else "",
                 f"{r['decode_tokens_per_s']:.1f}",
                 f"{r['decode_attention_share']:.0%}",
                 f"{r['decode_attention_ms']:.3f}" if "decode_attention_ms" in r else "",
@@ -119,7 +136,8 @@ def section(records: list[dict]) -> list[Block]:
                 "(`python -m mhapy.models_bench`, on "
                 + ", ".join(cpus)
                 + "): the time to the first token (a "
-                "prefill) and the decode rate through transformers' own cache (mha_int8 and mha_bf16: through "
+                "prefill; where the tokens say 'synthetic', every cache was filled with the same random keys and "
+                "values instead, and no first token was timed) and the decode rate through transformers' own cache (mha_int8 and mha_bf16: through "
                 "mha's, in int8 / bf16, whose bytes 'cache MiB' gives beside the others'), the medians of rounds that take every implementation in turn, and the share "
                 "of each spent inside the attention function, a decode step's attention call in ms and the threads "
                 "busy during decode (sampled from /proc/self/task: mean, and most at once). 'mha' runs on the executor "
