@@ -90,17 +90,28 @@ def test_a_synthetic_fill_gives_every_cache_the_same_context(tmp_path):
     """--fill synthetic: random keys and values in every implementation's cache (no prefill, no
     time to first token); the decode logits still match sdpa's, which read the same context."""
     out = tmp_path / "models.json"
-    argv = [*ARGS, "--attention", "sdpa,sdpa_static,mha,mha_int8", "--fill", "synthetic", "--layers", "1"]
+    argv = [
+        *ARGS,
+        "--attention",
+        "sdpa,sdpa_static,mha,mha_bf16,mha_int8",
+        "--fill",
+        "synthetic",
+        "--layers",
+        "2",
+    ]
     assert models_bench.main([*argv, "--out", str(out)]) == 0
     records = json.loads(out.read_text())["models"]
-    assert [r["attention"] for r in records] == ["sdpa", "sdpa_static", "mha", "mha_int8"]
+    assert [r["attention"] for r in records] == ["sdpa", "sdpa_static", "mha", "mha_bf16", "mha_int8"]
     for r in records:
-        assert (r["fill"], r["layers"], r["prefill"]) == ("synthetic", 1, 16)
+        assert (r["fill"], r["layers"], r["prefill"]) == ("synthetic", 2, 16)
         assert "ttft_s" not in r and r["decode_tokens_per_s"] > 0
-    sdpa, static, _, int8 = records
-    # 16 + 4 tokens of 2 K/V heads of 16 per sequence, fp32, keys and values: a DynamicCache's bytes.
-    assert sdpa["cache_bytes"] == 2 * 2 * 20 * 16 * 4 * 2
-    assert static["cache_bytes"] > 0 and int8["cache_bytes"] < sdpa["cache_bytes"]
-    # The same context in every cache: mha's decode logits are sdpa's (int8: within its bound).
-    assert int8["logits_steps"] == 3 and 0 < int8["decode_logits_error"] <= 2e-2
-    assert records[2]["decode_logits_error"] <= 1e-5 and records[2]["top1_agreement"] == 1
+    sdpa, static, fp32, bf16, int8 = records
+    # 2 layers of 16 + 4 tokens of 2 K/V heads of 16 per sequence, fp32, keys and values: a
+    # DynamicCache's bytes.
+    assert sdpa["cache_bytes"] == 2 * (2 * 2 * 20 * 16 * 4 * 2)
+    assert static["cache_bytes"] > 0 and int8["cache_bytes"] < bf16["cache_bytes"] < sdpa["cache_bytes"]
+    # The same context in every layer of every cache: mha's decode logits are sdpa's (bf16 and
+    # int8: within their bounds, the tiny model's logits being small).
+    assert fp32["decode_logits_error"] <= 1e-5 and fp32["top1_agreement"] == 1
+    assert bf16["logits_steps"] == int8["logits_steps"] == 3
+    assert 0 < bf16["decode_logits_error"] <= 1e-2 and 0 < int8["decode_logits_error"] <= 2e-2

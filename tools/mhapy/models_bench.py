@@ -257,13 +257,15 @@ def filled_synthetically(model: Any, implementation: str, batch: int, tokens: in
     cache = cache_for(model, implementation, capacity)
     if cache is None:
         cache = transformers.DynamicCache(config=config)
-    g = torch.Generator().manual_seed(4)
+    # Keys and values from one generator, the queries mha's caches need from another: every
+    # implementation's layers get the same keys and values.
+    g, queries = torch.Generator().manual_seed(4), torch.Generator().manual_seed(5)
     positions = {"cache_position": torch.arange(tokens)}
     for layer in range(config.num_hidden_layers):
         k, v = (torch.randn(batch, kv_heads, tokens, head_dim, generator=g).to(dtype) for _ in "kv")
         k, v = cache.update(k, v, layer, positions)
         if implementation in CACHED:  # mha's cache: appended by mha's attention function
-            q = torch.randn(batch, heads, tokens, head_dim, generator=g).to(dtype)
+            q = torch.randn(batch, heads, tokens, head_dim, generator=queries).to(dtype)
             mha.transformers.attention_forward(None, q, k, v, None, is_causal=True)
     return cache
 
