@@ -4,7 +4,7 @@
 #include <string>
 
 #include "cli/arguments.hpp"
-#include "core/io_common.hpp"
+#include "io/common.hpp"
 #include "mha/io.hpp"
 
 namespace mha_cli {

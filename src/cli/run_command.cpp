@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cli/arguments.hpp"
-#include "core/io_common.hpp"
+#include "io/common.hpp"
 #include "mha/error.hpp"
 #include "mha/io.hpp"
 #include "mha/registry.hpp"

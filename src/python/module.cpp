@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "core/feature_probes.hpp"
-#include "core/io_model_config.hpp"
+#include "io/model_config.hpp"
 #include "mha/mha.hpp"
 
 namespace nb = nanobind;

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/io_model_config.hpp"
+#include "io/model_config.hpp"
 #include "mha/error.hpp"
 #include "mha/io.hpp"
 #include "mha/registry.hpp"

@@ -1,5 +1,5 @@
 // Internal: the layouts of mha::io::layout, each as the tensor names it reads and writes
-// (docs/cli.md, "Weight files"). io_state_dict.cpp picks the block and the layout and resolves what
+// (docs/cli.md, "Weight files"). io/state_dict.cpp picks the block and the layout and resolves what
 // names cannot say (heads, K/V heads, rotary embedding, context length).
 #pragma once
 

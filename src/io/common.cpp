@@ -1,4 +1,4 @@
-#include "core/io_common.hpp"
+#include "io/common.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

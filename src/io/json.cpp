@@ -1,10 +1,10 @@
-#include "core/io_json.hpp"
+#include "io/json.hpp"
 
 #include <string>
 #include <unordered_set>
 #include <vector>
 
-#include "core/io_common.hpp"
+#include "io/common.hpp"
 
 namespace mha::io::detail {
 namespace {

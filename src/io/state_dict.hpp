@@ -1,5 +1,5 @@
-// Internal: the state_dict mapping of io_state_dict.cpp, for the model folder reader
-// (io_model.cpp), which states a block's heads and rotary embedding from config.json.
+// Internal: the state_dict mapping of io/state_dict.cpp, for the model folder reader
+// (io/model.cpp), which states a block's heads and rotary embedding from config.json.
 #pragma once
 
 #include <optional>

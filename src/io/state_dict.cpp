@@ -1,7 +1,7 @@
 // A PyTorch state_dict <-> (config, weights) (mha/io.hpp): the block at the prefix, its layout
-// (io_layouts.cpp reads and writes each), and what the names cannot say: H, the K/V heads, the
+// (io/layouts.cpp reads and writes each), and what the names cannot say: H, the K/V heads, the
 // rotary embedding and the context length, from options, metadata and shapes that must agree.
-#include "core/io_state_dict.hpp"
+#include "io/state_dict.hpp"
 
 #include <algorithm>
 #include <array>
@@ -10,8 +10,8 @@
 #include <optional>
 #include <set>
 
-#include "core/io_common.hpp"
-#include "core/io_layouts.hpp"
+#include "io/common.hpp"
+#include "io/layouts.hpp"
 #include "mha/io.hpp"
 
 namespace mha::io {

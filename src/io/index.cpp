@@ -1,12 +1,12 @@
-#include "core/io_index.hpp"
+#include "io/index.hpp"
 
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
-#include "core/io_common.hpp"
-#include "core/io_json.hpp"
+#include "io/common.hpp"
+#include "io/json.hpp"
 
 namespace mha::io::detail {
 namespace {

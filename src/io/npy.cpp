@@ -8,7 +8,7 @@
 #include <limits>
 #include <set>
 
-#include "core/io_common.hpp"
+#include "io/common.hpp"
 #include "mha/io.hpp"
 
 namespace mha::io {

@@ -12,12 +12,12 @@
 #include <system_error>
 #include <type_traits>
 
-#include "core/io_common.hpp"
-#include "core/io_index.hpp"
-#include "core/io_json.hpp"
-#include "core/io_layouts.hpp"
-#include "core/io_model_config.hpp"
-#include "core/io_state_dict.hpp"
+#include "io/common.hpp"
+#include "io/index.hpp"
+#include "io/json.hpp"
+#include "io/layouts.hpp"
+#include "io/model_config.hpp"
+#include "io/state_dict.hpp"
 #include "mha/io.hpp"
 
 namespace mha::io {

@@ -1,5 +1,5 @@
-// Internal: a Hugging Face config.json read for its attention blocks (io_model_config.cpp), for
-// the model folder reader (io_model.cpp) and parse_model_config.
+// Internal: a Hugging Face config.json read for its attention blocks (io/model_config.cpp), for
+// the model folder reader (io/model.cpp) and parse_model_config.
 #pragma once
 
 #include <array>

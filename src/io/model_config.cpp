@@ -3,14 +3,14 @@
 // mha does not compute, and values checked key by key. Everything here comes from an untrusted
 // file: JSON types are checked, sizes multiplied with overflow checks, and a message names the
 // key and its value.
-#include "core/io_model_config.hpp"
+#include "io/model_config.hpp"
 
 #include <cmath>
 #include <limits>
 
 #include "core/checks.hpp"
-#include "core/io_common.hpp"
-#include "core/io_json.hpp"
+#include "io/common.hpp"
+#include "io/json.hpp"
 
 namespace mha::io::detail {
 namespace {

@@ -11,8 +11,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "core/io_common.hpp"
-#include "core/io_json.hpp"
+#include "io/common.hpp"
+#include "io/json.hpp"
 #include "mha/io.hpp"
 
 namespace mha::io {

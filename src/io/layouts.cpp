@@ -1,13 +1,13 @@
 // The six layouts of a state_dict (mha/io.hpp): their names, shapes and buffers, read into the
 // split layout of mha::weights and written back from it.
-#include "core/io_layouts.hpp"
+#include "io/layouts.hpp"
 
 #include <algorithm>
 #include <array>
 #include <charconv>
 #include <optional>
 
-#include "core/io_common.hpp"
+#include "io/common.hpp"
 
 namespace mha::io::detail {
 namespace {
