@@ -18,8 +18,8 @@
 
 #include "check.hpp"
 #include "command_line.hpp"
-#include "fma_peak.hpp"
-#include "machine_context.hpp"
+#include "machine/fma_peak.hpp"
+#include "machine/machine_context.hpp"
 #include "mha/error.hpp"
 #include "mha/registry.hpp"
 #include "mha_testing.hpp"

@@ -12,8 +12,8 @@
 #include <string>
 #include <string_view>
 
-#include "fma_peak.hpp"
-#include "machine_context.hpp"
+#include "machine/fma_peak.hpp"
+#include "machine/machine_context.hpp"
 
 namespace mha_bench {
 

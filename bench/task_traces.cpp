@@ -11,10 +11,10 @@
 
 #include "backends/tbb/task_trace.hpp"
 #include "check.hpp"
-#include "machine_context.hpp"
+#include "machine/machine_context.hpp"
+#include "machine/stream_read.hpp"
 #include "mha/error.hpp"
 #include "mha_testing.hpp"
-#include "stream_read.hpp"
 
 namespace mha_bench {
 namespace {

@@ -38,7 +38,7 @@ def percent_of_peak(gflops: float | None, peak: Peak, threads: int) -> float | N
     return None if gflops is None or not p else 100.0 * gflops / p
 
 
-# mha_bench's context keys (bench/machine_context.cpp), read first. Other files may name their
+# mha_bench's context keys (bench/machine/machine_context.cpp), read first. Other files may name their
 # peak differently: classify_peak_key() accepts those, explicitly.
 PEAK_ONE_CORE_KEY = "mha_fma_peak_gflops_one_core"
 PEAK_ALL_CORES_KEY = "mha_fma_peak_gflops_all_cores"
