@@ -23,12 +23,15 @@
 #include <utility>
 #include <vector>
 
+#include "bindings.hpp"
 #include "core/feature_probes.hpp"
 #include "io/model_config.hpp"
 #include "mha/mha.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
+using mha_python::executor_named;
+using mha_python::int_arg;
 
 namespace {
 
@@ -52,54 +55,9 @@ mha::tensor_view<float> view(const output_array& y) {
           static_cast<std::int64_t>(y.shape(2))};
 }
 
-// An integer argument of a public binding, taken as whatever Python passes and converted by
-// get(): an int, or an integer of another kind (operator.index: NumPy's), within int64; anything
-// else is mha.InvalidArgument naming the argument, where nanobind's own conversion would raise
-// a TypeError listing the signatures. The stub names it int.
-struct int_arg {
-  nb::handle object;
-
-  std::int64_t get(std::string_view where, std::string_view name) const {
-    const auto refuse = [&](std::string_view expected) {
-      return mha::invalid_argument(std::string(where) + ": " + std::string(name) + " (" +
-                                   nb::repr(object).c_str() + ") " + std::string(expected));
-    };
-    if (PyBool_Check(object.ptr())) throw refuse("must be an integer, not a bool");
-    PyObject* index = PyNumber_Index(object.ptr());
-    if (index == nullptr) {
-      PyErr_Clear();
-      throw refuse("must be an integer");
-    }
-    int overflow = 0;
-    const long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
-    Py_DECREF(index);
-    if (overflow != 0) throw refuse("is outside the 64-bit integer range [-2^63, 2^63)");
-    return v;
-  }
-};
-
 }  // namespace
 
-namespace nanobind::detail {
-template <>
-struct type_caster<int_arg> {
-  NB_TYPE_CASTER(int_arg, const_name("int"))
-  bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
-    value.object = src;
-    return true;
-  }
-  static handle from_cpp(const int_arg& v, rv_policy, cleanup_list*) noexcept {
-    return v.object.inc_ref();
-  }
-};
-}  // namespace nanobind::detail
-
-namespace {
-
-// The executor a call names (mha/executor.hpp): "tbb" (or None), the tbb backend's own arena;
-// "openmp", the process's OpenMP runtime (inside PyTorch, its workers); "serial". The package
-// picks one per call (python/mha/_executor.py).
-const mha::executor* executor_named(const std::optional<std::string>& name) {
+const mha::executor* mha_python::executor_named(const std::optional<std::string>& name) {
   if (!name || *name == "tbb") return nullptr;
 #if MHA_WITH_TBB
   if (*name == "serial") return &mha::serial_executor();
@@ -114,106 +72,13 @@ const mha::executor* executor_named(const std::optional<std::string>& name) {
                               "\" is not one of tbb, openmp, serial (the tbb backend's)");
 }
 
+namespace {
+
 mha::run_options options_of(int threads, const std::optional<std::string>& executor) {
   mha::run_options o;
   o.threads = threads;
   o.executor = executor_named(executor);
   return o;
-}
-
-// mha.attention's tensors: (batch, heads, rows, head_dim) float32 in CPU memory, any strides
-// (the package passes the last dimension contiguous), read or written where they lie.
-using heads_input = nb::ndarray<const float, nb::ndim<4>, nb::device::cpu>;
-// bfloat16 tensors' memory as 16-bit integers (NumPy has no bfloat16: the package passes
-// tensor.view(torch.int16)), read where it lies as mha::bfloat16.
-using bf16_heads_input = nb::ndarray<const std::int16_t, nb::ndim<4>, nb::device::cpu>;
-using bf16_heads_output = nb::ndarray<std::int16_t, nb::ndim<4>, nb::device::cpu>;
-using heads_output = nb::ndarray<float, nb::ndim<4>, nb::device::cpu>;
-// Its mask, broadcast to (batch, heads, rows, keys) by the package (strides 0 where it repeats).
-using float_mask = nb::ndarray<const float, nb::ndim<4>, nb::device::cpu>;
-using bool_mask = nb::ndarray<const bool, nb::ndim<4>, nb::device::cpu>;
-
-// A 4-d array's shape and its first three strides, in elements; its last dimension must be
-// contiguous (the package copies one that is not first), unless it holds no element.
-struct strided4 {
-  std::int64_t shape[4], stride[3];
-};
-template <class Array>
-strided4 strided(const Array& t, const char* what) {
-  if (t.size() > 0 && t.shape(3) > 1 && t.stride(3) != 1) {
-    throw mha::invalid_argument(std::string("mha.attention: ") + what +
-                                "'s last dimension is not contiguous (stride " +
-                                std::to_string(t.stride(3)) + " elements, expected 1)");
-  }
-  strided4 s{};
-  for (std::size_t i = 0; i < 4; ++i) s.shape[i] = static_cast<std::int64_t>(t.shape(i));
-  for (std::size_t i = 0; i < 3; ++i) s.stride[i] = static_cast<std::int64_t>(t.stride(i));
-  return s;
-}
-
-template <class Array>
-auto heads_of(const Array& t, const char* what) {
-  const strided4 s = strided(t, what);
-  return mha::heads_view<std::remove_pointer_t<decltype(t.data())>>{
-      t.data(),   s.shape[0],  s.shape[1],  s.shape[2],
-      s.shape[3], s.stride[0], s.stride[1], s.stride[2]};
-}
-
-template <class Array>
-auto bf16_heads_of(const Array& t, const char* what) {
-  static_assert(sizeof(mha::bfloat16) == sizeof(std::int16_t));
-  const auto words = heads_of(t, what);
-  using bf16 = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(t.data())>>,
-                                  const mha::bfloat16, mha::bfloat16>;
-  return mha::heads_view<bf16>{reinterpret_cast<bf16*>(words.data),
-                               words.batch,
-                               words.heads,
-                               words.rows,
-                               words.head_dim,
-                               words.batch_stride,
-                               words.head_stride,
-                               words.row_stride};
-}
-
-template <class Array>
-mha::attention_mask mask_of(const Array& m, mha::attention_mask::kind kind) {
-  const strided4 s = strided(m, "the mask");
-  return {kind,       m.data(),    s.shape[0],  s.shape[1], s.shape[2],
-          s.shape[3], s.stride[0], s.stride[1], s.stride[2]};
-}
-
-// q, k and v of Input: float32 (computed in fp32, or in bf16 when `bf16`) into float32, or
-// bfloat16's words (always bf16) into bfloat16's words.
-template <class Input, class Output>
-void attention_call(const Input& q, const Input& k, const Input& v, const Output& out,
-                    const std::optional<float_mask>& additive,
-                    const std::optional<bool_mask>& boolean, bool causal, bool bottom_right,
-                    std::optional<float> scale, bool bf16,
-                    const std::optional<std::string>& backend, int threads,
-                    const std::optional<std::string>& executor) {
-  mha::attention_options o;
-  o.causal = causal;
-  o.alignment =
-      bottom_right ? mha::causal_alignment::bottom_right : mha::causal_alignment::top_left;
-  o.scale = scale;
-  o.precision = bf16 ? mha::precision::bf16 : mha::precision::fp32;
-  o.threads = threads;
-  o.executor = executor_named(executor);
-  if (additive) o.mask = mask_of(*additive, mha::attention_mask::kind::additive);
-  if (boolean) o.mask = mask_of(*boolean, mha::attention_mask::kind::boolean);
-  const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
-  if constexpr (std::is_same_v<Input, bf16_heads_input>) {
-    const auto qv = bf16_heads_of(q, "query"), kv = bf16_heads_of(k, "key"),
-               vv = bf16_heads_of(v, "value");
-    const auto ov = bf16_heads_of(out, "out");
-    nb::gil_scoped_release unlocked;
-    mha::attention(b, qv, kv, vv, ov, o);
-  } else {
-    const auto qv = heads_of(q, "query"), kv = heads_of(k, "key"), vv = heads_of(v, "value");
-    const auto ov = heads_of(out, "out");
-    nb::gil_scoped_release unlocked;
-    mha::attention(b, qv, kv, vv, ov, o);
-  }
 }
 
 // A module read from a state_dict or a model folder, its config still editable (causal,
@@ -571,49 +436,7 @@ NB_MODULE(_mha, m) {
   m.def("rope_frequencies", &mha::rope_frequencies, "config"_a,
         "The rotary embedding's inverse frequencies of a config, one per pair of dimensions.");
 
-  // mha.attention's call (python/mha/_attention.py checks and shapes its arguments first).
-  m.def("_attention", &attention_call<heads_input, heads_output>, "q"_a, "k"_a, "v"_a, "out"_a,
-        "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a, "scale"_a.none(),
-        "bf16"_a, "backend"_a.none(), "threads"_a, "executor"_a.none());
-  m.def("_attention_bf16", &attention_call<bf16_heads_input, bf16_heads_output>, "q"_a, "k"_a,
-        "v"_a, "out"_a, "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a,
-        "scale"_a.none(), "bf16"_a, "backend"_a.none(), "threads"_a, "executor"_a.none());
-  // mha.AttentionCache's cache and mha.attention's call over it (python/mha/_cache.py checks
-  // the arguments first; the library names what it refuses).
-  m.def(
-      "_make_attention_cache",
-      [](const std::optional<std::string>& backend, int_arg batch, int_arg capacity,
-         int_arg kv_heads, int_arg head_dim, std::string_view kv, std::string_view precision) {
-        constexpr std::string_view where = "mha.AttentionCache";
-        const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
-        return mha::make_attention_cache(
-            b, batch.get(where, "batch"), capacity.get(where, "capacity"),
-            kv_heads.get(where, "kv_heads"), head_dim.get(where, "head_dim"),
-            mha::parse_precision(kv), mha::parse_precision(precision));
-      },
-      "backend"_a.none(), "batch"_a, "capacity"_a, "kv_heads"_a, "head_dim"_a, "kv"_a,
-      "precision"_a);
-  m.def(
-      "_attention_over_cache",
-      [](const heads_input& q, const heads_input& k, const heads_input& v, mha::kv_cache& cache,
-         const heads_output& out, bool causal, std::optional<float> scale, bool bf16,
-         const std::optional<std::string>& backend, int threads,
-         const std::optional<std::string>& executor, int_arg first_sequence) {
-        mha::attention_options o;
-        o.causal = causal;
-        o.scale = scale;
-        o.precision = bf16 ? mha::precision::bf16 : mha::precision::fp32;
-        const std::int64_t first = first_sequence.get("mha.attention", "first_sequence");
-        o.threads = threads;
-        o.executor = executor_named(executor);
-        const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
-        const auto qv = heads_of(q, "query"), kv = heads_of(k, "key"), vv = heads_of(v, "value");
-        const auto ov = heads_of(out, "out");
-        nb::gil_scoped_release unlocked;
-        mha::attention(b, qv, kv, vv, cache, ov, o, first);
-      },
-      "q"_a, "k"_a, "v"_a, "cache"_a, "out"_a, "causal"_a, "scale"_a.none(), "bf16"_a,
-      "backend"_a.none(), "threads"_a, "executor"_a.none(), "first_sequence"_a);
+  mha_python::bind_attention(m);
   // The address of the data an input array is read from (the package's tests compare it with
   // the tensor's own: no copy for contiguous float32).
   m.def("_input_address", [](input_array x) { return reinterpret_cast<std::uintptr_t>(x.data()); });

@@ -1,0 +1,242 @@
+// Incremental calls over long caches and at every call size (docs/design.md §1.4): a call of
+// few rows over more than 2048 keys split into chunks, every call size where the kernels' row
+// blocking changes, and the cache's size and alignment (test_decode.cpp: the conformance shapes
+// and one small module on every backend).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "decode_calls.hpp"
+#include "driver/kv_cache_access.hpp"
+#include "mha/backends/onednn.hpp"
+#include "mha/error.hpp"
+#include "mha_testing.hpp"
+#include "reference.hpp"
+#include "support.hpp"
+
+namespace {
+
+using mha::formulation;
+using mha_test::expect_cache_bytes;
+using mha_test::for_each_call;
+using mha_test::full_forward;
+using mha_test::incremental;
+using mha_test::matches_calls;
+using mha_test::rows_of;
+using mha_test::same_rows;
+using mha_test::shape;
+
+// Long caches: a decode call of few rows over more than 2048 keys splits them into chunks on the
+// SIMD backends (src/kernels/attention.hpp, split-KV). Sequence 0 crosses a chunk boundary inside a
+// call (its rows 0-1 see no key of the third chunk, rows 2-4 do); sequence 1 restarts, so one
+// call mixes 3 chunks and 1. Every output is the full forward's within the conformance bound,
+// and every thread count gives the same bits (onednn: within onednn_thread_tolerance). Heads of
+// head_dim 16 (the register tiles) and 8 (the SIMD backends' narrow-head kernel with 16 lanes).
+class DecodeLongCache
+    : public testing::TestWithParam<
+          std::tuple<mha_test::backend_case, formulation, std::int64_t /* n_heads */>> {
+ protected:
+  static constexpr std::int64_t batch = 2, seq_len = 4200;
+  const mha::config cfg{
+      .d_in = 16, .d_out = 32, .n_heads = std::get<2>(GetParam()), .context_length = seq_len};
+
+  // The calls' outputs: 4094 tokens of both sequences; reset sequence 1; 5 tokens; 3 tokens.
+  std::vector<float> calls(const mha::plan& p, const std::vector<float>& x, int threads) const {
+    mha::kv_cache cache = p.make_cache(batch, seq_len);
+    std::vector<float> out;
+    const auto call = [&](const std::vector<std::int64_t>& starts, std::int64_t t) {
+      std::vector<float> xs, ys(static_cast<std::size_t>(batch * t * cfg.d_out));
+      for (std::int64_t b = 0; b < batch; ++b) {
+        const auto from =
+            x.begin() + (b * seq_len + starts[static_cast<std::size_t>(b)]) * cfg.d_in;
+        xs.insert(xs.end(), from, from + t * cfg.d_in);
+      }
+      p.run({xs.data(), batch, t, cfg.d_in}, {ys.data(), batch, t, cfg.d_out}, cache,
+            {.threads = threads});
+      out.insert(out.end(), ys.begin(), ys.end());
+    };
+    call({0, 0}, 4094);
+    cache.reset(1);
+    call({4094, 0}, 5);
+    call({4099, 5}, 3);
+    return out;
+  }
+};
+
+TEST_P(DecodeLongCache, SplitKeysMatchTheFullForwardAndEveryThreadCount) {
+  const mha_test::backend_case& backend = std::get<0>(GetParam());
+  const formulation form = std::get<1>(GetParam());
+  if (const auto why = mha_test::declined(backend, {cfg, form, batch, 1, 4100}))
+    GTEST_SKIP() << *why;
+  const auto p = backend.backend->prepare(cfg, form, mha::weights::random(cfg, 5));
+  const std::vector<float> x =
+      mha_test::random_floats(static_cast<std::size_t>(batch * seq_len * cfg.d_in), 17, 3.0f);
+  std::vector<float> full(static_cast<std::size_t>(batch * seq_len * cfg.d_out));
+  p->run({x.data(), batch, seq_len, cfg.d_in}, {full.data(), batch, seq_len, cfg.d_out});
+
+  const std::vector<float> got = calls(*p, x, 1);
+  // The rows each call computed, from the full forward: call 1 rows 0..4093 of both sequences,
+  // call 2 rows 4094..4098 of sequence 0 and 0..4 of sequence 1, call 3 4099..4101 and 5..7.
+  std::vector<float> expected;
+  const auto rows = [&](std::int64_t b, std::int64_t first, std::int64_t n) {
+    const auto from = full.begin() + (b * seq_len + first) * cfg.d_out;
+    expected.insert(expected.end(), from, from + n * cfg.d_out);
+  };
+  rows(0, 0, 4094), rows(1, 0, 4094), rows(0, 4094, 5), rows(1, 0, 5), rows(0, 4099, 3),
+      rows(1, 5, 3);
+  ASSERT_EQ(got.size(), expected.size());
+  EXPECT_LE(mha_test::max_abs_diff(got, expected), 1e-5 * mha_test::max_abs(expected));
+  for (int threads : {2, 3}) {
+    if (backend.backend->max_threads() == 1) break;
+    const std::vector<float> other = calls(*p, x, threads);
+    if (mha_test::decodes_bitwise(*backend.backend)) {
+      EXPECT_EQ(other, got) << threads << " threads";
+    } else {  // onednn: its strided decode matmuls split reductions by thread count
+      EXPECT_LE(mha_test::max_abs_diff(other, got),
+                mha::onednn_thread_tolerance * mha_test::max_abs(got))
+          << threads << " threads";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, DecodeLongCache,
+                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
+                                          testing::ValuesIn(mha::formulations()),
+                                          testing::Values(2, 4)),
+                         [](const auto& p) {
+                           return std::get<0>(p.param).label + "_" +
+                                  std::string(mha::to_string(std::get<1>(p.param))) + "_h" +
+                                  std::to_string(std::get<2>(p.param));
+                         });
+
+// Calls of every size where the kernels' row blocking changes (1, 2, 7, 8, 9, 15, 16, 17 tokens:
+// 2 to 34 stacked rows with two query heads per K/V head), head sizes of the narrow path (8) and
+// of the register tiles (16), fp32 and bf16: every call's rows are the full forward's, bit for
+// bit where the backend decodes with its forward's kernels.
+TEST(DecodeSupport, EveryCallSizeWhereTheBlockingChanges) {
+  for (const std::int64_t head_dim : {8, 16}) {
+    for (const mha::precision precision : {mha::precision::fp32, mha::precision::bf16}) {
+      const mha::config cfg{.d_in = 16,
+                            .d_out = 4 * head_dim,
+                            .n_heads = 4,
+                            .context_length = 40,
+                            .n_kv_heads = 2,
+                            .precision = precision};
+      const mha::weights w = mha::weights::random(cfg, 5);
+      const std::vector<float> x = mha_test::random_floats(2 * 40 * 16, 17, 2.0f);
+      for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+        for (const formulation form : mha::formulations()) {
+          if (mha_test::declined(b, {cfg, form, 2, 1, 3})) continue;
+          const auto p = b.backend->prepare(cfg, form, w);
+          for (const std::int64_t chunk : {1, 2, 7, 8, 9, 15, 16, 17}) {
+            SCOPED_TRACE(b.label + " " + std::string(mha::to_string(form)) + " " +
+                         mha::to_string(cfg) + " chunk " + std::to_string(chunk));
+            mha::kv_cache cache = p->make_cache(2, 40);
+            EXPECT_TRUE(matches_calls(*b.backend, *p, w, x,
+                                      incremental(*p, cache, x, 2, 40, chunk, chunk), 2, 40, chunk,
+                                      chunk));
+          }
+        }
+      }
+    }
+  }
+}
+
+// With GPT-2's head_dim (64) and a capacity of whole panels, a cache is exactly its nominal size
+// on every backend: 2 * B * capacity * H_kv * head_dim floats.
+TEST(DecodeSupport, CacheOfWholePanelsHasTheNominalSize) {
+  const mha::config cfg{.d_in = 16, .d_out = 128, .n_heads = 2, .context_length = 4096};
+  const mha::weights w = mha::weights::random(cfg, 1);
+  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+    for (formulation form : mha::formulations()) {
+      if (mha_test::declined(b, {cfg, form, 1, 1, 3})) continue;
+      const auto p = b.backend->prepare(cfg, form, w);
+      EXPECT_EQ(p->make_cache(3, 4096).bytes(), std::size_t{2 * 3 * 4096 * 2 * 64 * 4}) << b.label;
+    }
+  }
+}
+
+// A cache's storage starts on a cache line, and one of 2 MiB or more on a 2 MiB boundary (where
+// Linux can back it with huge pages), on every backend; it is zeroed and decodes as any other.
+TEST(DecodeSupport, LargeCacheStartsOnAHugePageBoundary) {
+  const mha::config cfg{.d_in = 16, .d_out = 128, .n_heads = 2, .context_length = 4096};
+  const mha::weights w = mha::weights::random(cfg, 1);
+  constexpr std::uintptr_t huge_page = std::uintptr_t{2} << 20;
+  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+    if (mha_test::declined(b, {cfg, formulation::split_weight, 1, 1, 3})) continue;
+    const auto p = b.backend->prepare(cfg, formulation::split_weight, w);
+    mha::kv_cache small = p->make_cache(1, 16), large = p->make_cache(2, 4096);
+    ASSERT_LT(small.bytes(), huge_page) << b.label;
+    ASSERT_GE(large.bytes(), huge_page) << b.label;
+    const auto address = [](mha::kv_cache& c) {
+      return reinterpret_cast<std::uintptr_t>(mha::detail::kv_cache_access::store(c).data);
+    };
+    EXPECT_EQ(address(small) % 64, 0u) << b.label;
+    EXPECT_EQ(address(large) % huge_page, 0u) << b.label;
+    const std::byte* data = mha::detail::kv_cache_access::store(large).data;
+    EXPECT_TRUE(std::all_of(data, data + large.bytes(), [](std::byte x) {
+      return x == std::byte{0};
+    })) << b.label;
+  }
+}
+
+// A plan's rotary table holds the positions its calls reach, not its whole context: a module
+// whose config allows 2^62 positions (a model's max_position_embeddings, a file's metadata)
+// runs forward and decode calls on every backend as one of 16 positions does, bit for bit.
+// Sized to the context, the table once overflowed (2^62 x head_dim / 2) and crashed, or asked
+// for terabytes (2^40).
+TEST(DecodeSupport, RotaryTableHoldsThePositionsCallsReach) {
+  mha::config small{.d_in = 16, .d_out = 16, .n_heads = 4, .context_length = 16};
+  small.n_kv_heads = 2;
+  small.rope_base = 10000.0;
+  const mha::weights w = mha::weights::random(small, 5);
+  const std::vector<float> x = mha_test::random_floats(2 * 9 * 16, 6);
+  for (const std::int64_t context : {std::int64_t{1} << 40, std::int64_t{1} << 62}) {
+    mha::config huge = small;
+    huge.context_length = context;
+    for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+      const auto expected = b.backend->prepare(small, formulation::split_weight, w);
+      const auto plan = b.backend->prepare(huge, formulation::split_weight, w);
+      std::vector<float> y(2 * 9 * 16), y_small(y.size());
+      plan->run({x.data(), 2, 9, 16}, {y.data(), 2, 9, 16});
+      expected->run({x.data(), 2, 9, 16}, {y_small.data(), 2, 9, 16});
+      EXPECT_EQ(y, y_small) << b.label << " at context " << context;
+      if (mha_test::declined(b, {huge, formulation::split_weight, 2, 1, 8})) continue;
+      mha::kv_cache cache = plan->make_cache(2, 12), cache_small = expected->make_cache(2, 12);
+      for (int step = 0; step < 2; ++step) {
+        plan->run({x.data(), 2, 4, 16}, {y.data(), 2, 4, 16}, cache);
+        expected->run({x.data(), 2, 4, 16}, {y_small.data(), 2, 4, 16}, cache_small);
+        EXPECT_EQ(y, y_small) << b.label << " decode step " << step << " at context " << context;
+      }
+    }
+  }
+}
+
+// make_cache declines exactly when backend::supports declines decode, with its reason.
+TEST(DecodeSupport, MakeCacheFollowsSupports) {
+  const mha::config cfg{.d_in = 8, .d_out = 8, .n_heads = 2, .context_length = 4};
+  const mha::weights w = mha::weights::random(cfg, 1);
+  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
+    for (formulation form : mha::formulations()) {
+      const mha::support s = b.backend->supports({cfg, form, 1, 1, 3});
+      const auto p = b.backend->prepare(cfg, form, w);
+      if (s) {
+        EXPECT_EQ(p->make_cache(2, 4).batch(), 2) << b.label;
+      } else {
+        mha_test::expect_error<mha::unsupported>([&] { (void)p->make_cache(2, 4); },
+                                                 {s.reason().c_str()});
+      }
+    }
+  }
+}
+
+}  // namespace
