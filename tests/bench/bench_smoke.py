@@ -54,6 +54,10 @@ def check_measured(result):
     context = data["context"]
     for key in schema.MHA_BENCH_CONTEXT:
         expect(key in context, f"context lacks {key}")
+    version = context[schema.SCHEMA_VERSION_KEY]
+    expect(
+        version == str(schema.SCHEMA_VERSION), f"schema version {version}, mhapy's is {schema.SCHEMA_VERSION}"
+    )
     expect(float(context["mha_fma_peak_gflops_one_core"]) > 0, "no one-core peak")
     expect(float(context["mha_fma_peak_gflops_all_cores"]) > 0, "no all-cores peak")
     expect("benchmark 1.7" in context["mha_library_versions"], context["mha_library_versions"])

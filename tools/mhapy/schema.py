@@ -57,8 +57,20 @@ STREAM_ALL_CORES = "mha_stream_read_gbps_all_cores"
 STREAM_THREADS = "mha_stream_read_threads"
 STREAM_TRIALS = "mha_stream_read_trials_one_core"
 
+# The version of the result files' schema (the context's keys and what they mean), which
+# mha_bench and mhapy.peers write as the context's SCHEMA_VERSION_KEY; bump it with a change a
+# reader must know of, and teach upgraded_context the step from the version before.
+#   1  (files without the key) written before it: an mha_bench file may lack mha_dispatch and
+#      the per-ISA peak keys (its plain peak keys were measured at mha_fma_peak_isa); a peers'
+#      file may lack mha_peers.
+#   2  every mha_bench file has mha_dispatch and mha_fma_peak_gflops_{one_core,all_cores}_<isa>
+#      for mha_fma_peak_isa; every peers' file mha_peers.
+SCHEMA_VERSION = 2
+SCHEMA_VERSION_KEY = "mha_schema_version"
+
 # Keys every mha_bench result file's context has (per-backend and per-ISA keys aside).
 MHA_BENCH_CONTEXT = (
+    SCHEMA_VERSION_KEY,
     "mha_version",
     "mha_cpu_model",
     "mha_cpu_isa",
@@ -119,3 +131,47 @@ def counters(shape: Shape, formulation: str, threads: int, seconds: float) -> di
         bytes_min = decode_bytes(shape, formulation)
         rates |= {BYTES_MIN: bytes_min, GBPS_MIN: bytes_min / seconds * 1e-9}
     return rates | shape_counters(shape, threads)
+
+
+class SchemaError(ValueError):
+    """A result file whose schema version this mhapy cannot read."""
+
+
+def upgraded_context(context: dict, backends: set[str], source: str) -> dict:
+    """`context` (of the result file `source`, whose benchmarks ran `backends`) in the current
+    schema: a file of SCHEMA_VERSION as it is, an older one upgraded step by step (the one place
+    that knows older files), a newer one or a version that is not a number refused naming it."""
+    raw = context.get(SCHEMA_VERSION_KEY, 1)
+    try:
+        version = int(raw)
+    except (TypeError, ValueError):
+        raise SchemaError(f"{source}: context {SCHEMA_VERSION_KEY} {raw!r} is not a version number") from None
+    if version > SCHEMA_VERSION or version < 1:
+        raise SchemaError(
+            f"{source}: schema version {version}; this mhapy reads versions 1 to {SCHEMA_VERSION} (a newer "
+            "mha wrote it: read it with that mha's tools/mhapy)"
+        )
+    context = dict(context)
+    if version == 1:
+        _upgrade_from_1(context, backends)
+    context[SCHEMA_VERSION_KEY] = SCHEMA_VERSION
+    return context
+
+
+def _upgrade_from_1(context: dict, backends: set[str]) -> None:
+    peers = "mha_peers" in context or (bool(backends) and all(map(is_peer, backends)))
+    if "mha_peers" not in context and peers:
+        context["mha_peers"] = ",".join(sorted({peer_library(b) for b in backends}))
+    if not peers and not context.get("mha_dispatch"):
+        # The xsimd backend's description named the ISA it dispatched to ("avx512bw", ...).
+        described = " ".join(
+            str(v)
+            for k, v in sorted(context.items())
+            if k.startswith("mha_backend_") and k.endswith("_description")
+        ).lower()
+        found = next((isa for isa in ("avx512", "avx2", "sse2", "neon") if isa in described), None)
+        context["mha_dispatch"] = found or str(context.get("mha_fma_peak_isa") or "native")
+    isa = context.get("mha_fma_peak_isa")
+    for key in ("mha_fma_peak_gflops_one_core", "mha_fma_peak_gflops_all_cores"):
+        if isa and key in context and f"{key}_{isa}" not in context:
+            context[f"{key}_{isa}"] = context[key]

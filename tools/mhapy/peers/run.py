@@ -396,6 +396,7 @@ def run_library(args, library: str, jobs: list[Job], out: Path) -> None:
         "num_cpus": os.cpu_count(),
         "cpu_model": cpu_model(),
         "python": platform.python_version(),
+        schema.SCHEMA_VERSION_KEY: str(schema.SCHEMA_VERSION),
         "mha_peers": library,
         "peers_variants": "; ".join(f"{v.backend}/{v.formulation}: {v.what}" for v in variants),
         "peers_inputs": "mha_bench's: weights of mha::weights::random (seed 42), x uniform in [-1, 1) "

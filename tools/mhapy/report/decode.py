@@ -59,7 +59,7 @@ def _file_bandwidth(source: str, context: dict) -> Bandwidth:
 @dataclass
 class Bandwidths:
     """The bandwidth each decode benchmark's bound divides by: its own file's; files without
-    one (peers, older files) the machine's best (the highest one-thread and all-thread
+    one (peers) the machine's best (the highest one-thread and all-thread
     figures of its files)."""
 
     files: dict[str, Bandwidth]

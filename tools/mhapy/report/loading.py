@@ -126,6 +126,19 @@ def _load_document(path: Path) -> dict:
     return doc
 
 
+def _read(path: Path) -> tuple[dict, ResultSet]:
+    """A result file's context, in the current schema (schema.upgraded_context: older files are
+    upgraded there and nowhere else), and its entries."""
+    doc = _load_document(path)
+    part = _read_entries(doc["benchmarks"], str(path))
+    backends = {k.backend for k in part.measurements} | {f.key.backend for f in part.failures if f.key}
+    try:
+        context = schema.upgraded_context(doc.get("context", {}), backends, str(path))
+    except schema.SchemaError as e:
+        raise ReportError(str(e)) from None
+    return context, part
+
+
 def load(paths: list[str | Path], best_run: bool = False) -> ResultSet:
     """Reads and merges result files. The same benchmark in two files is an error (compare
     two runs with A/B mode instead) unless best_run: then the files are repeated runs of one
@@ -134,12 +147,11 @@ def load(paths: list[str | Path], best_run: bool = False) -> ResultSet:
     results = ResultSet()
     for raw_path in paths:
         path = Path(raw_path)
-        doc = _load_document(path)
         source = str(path)
-        context = doc.get("context", {})
+        context, part = _read(path)
         results.contexts.append((source, context))
         shard = shard_of(context, source)
-        _merge(results, _read_entries(doc["benchmarks"], source), best_run, shard, results.shards)
+        _merge(results, part, best_run, shard, results.shards)
         if shard is not None:
             results.shards.append(shard)
     return results
@@ -156,14 +168,10 @@ def load_machines(paths: list[str | Path], best_run: bool = False) -> list[Resul
     files = []
     for raw_path in paths:
         path = Path(raw_path)
-        doc = _load_document(path)
-        context = doc.get("context", {})
-        part = _read_entries(doc["benchmarks"], str(path))
-        backends = {k.backend for k in part.measurements} | {f.key.backend for f in part.failures if f.key}
+        context, part = _read(path)
         # mhapy.peers names its library in the context (a library that could not run writes a
-        # file of declined entries, or none); older peer files are told by their backends.
-        peers_only = "mha_peers" in context or (bool(backends) and all(map(schema.is_peer, backends)))
-        files.append((str(path), context, part, peers_only))
+        # file of declined entries, or none).
+        files.append((str(path), context, part, "mha_peers" in context))
     machines: dict[Machine, ResultSet] = {}
 
     def add(machine: Machine, source: str, context: dict, part: ResultSet, peers: bool = False) -> None:

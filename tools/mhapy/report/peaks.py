@@ -131,7 +131,7 @@ PEAK_SPREAD = 0.10
 @dataclass
 class FilePeaks:
     """The peaks of one input file: per ISA (max of the context's per-ISA keys and its
-    peak/<isa>/... entries; older files: the plain keys count for mha_fma_peak_isa), the file's
+    peak/<isa>/... entries), the file's
     best peak (today's keys, or the best ISA), and per (ISA, '1-core' | 'all-core') every figure
     measured: the start-up trials (mha_fma_peak_trials_one_core_<isa>; all-core: the context's
     peak) and the peak entries' GFLOPS; and its bf16 dot-product and AMX tile-product peaks
@@ -179,18 +179,15 @@ def _file_peaks(source: str, context: dict, entries: list) -> FilePeaks:
     per_isa: dict[str, Peak] = {}
     trials: dict[tuple[str, str], list[float]] = {}
     name = Path(source).name
-    # Older files: the plain keys were measured at mha_fma_peak_isa.
-    plain_isa = str(context.get("mha_fma_peak_isa", ""))
     for isa in PEAK_ISAS:
         mine = [e for e in entries if e.isa == isa and e.source == source]
         one_values = [e.gflops for e in mine if e.threads == 1]
         all_values = [e.gflops for e in mine if e.threads > 1 and e.threads == threads]
         sources = []
-        for keys, values in (
-            ((f"{PEAK_ONE_CORE_KEY}_{isa}", PEAK_ONE_CORE_KEY), one_values),
-            ((f"{PEAK_ALL_CORES_KEY}_{isa}", PEAK_ALL_CORES_KEY), all_values),
+        for key, values in (
+            (f"{PEAK_ONE_CORE_KEY}_{isa}", one_values),
+            (f"{PEAK_ALL_CORES_KEY}_{isa}", all_values),
         ):
-            key = keys[0] if keys[0] in context else keys[1] if isa == plain_isa else None
             number = context_number(context[key]) if key in context else None
             if number and number > 0:
                 values.append(number)

@@ -151,19 +151,8 @@ class Machine:
 
 
 def _dispatch_from(context: dict) -> str:
-    """mha_dispatch; older files: the ISA in the backends' descriptions (xsimd's 'avx512bw'),
-    else the peak's ISA, else 'native'."""
-    if context.get("mha_dispatch"):
-        return str(context["mha_dispatch"])
-    descriptions = " ".join(
-        str(v)
-        for k, v in sorted(context.items())
-        if k.startswith("mha_backend_") and k.endswith("_description")
-    ).lower()
-    for isa in ("avx512", "avx2", "sse2", "neon"):
-        if isa in descriptions:
-            return isa
-    return str(context.get("mha_fma_peak_isa") or "native")
+    """mha_dispatch (every mha_bench file has it: schema.upgraded_context), else 'native'."""
+    return str(context.get("mha_dispatch") or "native")
 
 
 def machine_of(context: dict) -> Machine:
@@ -347,7 +336,7 @@ class ResultSet:
     # The machine these results describe (load_machines sets it; load leaves it None).
     machine: Machine | None = None
     # The shard each mha_bench file holds (context mha_shard ...), in input order; files
-    # without one (older files, peers) are not listed.
+    # without one (peers, runs before sharding) are not listed.
     shards: list[ShardFile] = field(default_factory=list)
 
     def machine_label(self) -> str:

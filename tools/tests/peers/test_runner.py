@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import TOOLS, run_module, run_python
 
-from mhapy import inputs, oracle
+from mhapy import inputs, oracle, schema
 from mhapy.peers import run
 from mhapy.peers.adapter import Call, Peer, Variant
 from mhapy.problem import decode_bytes, flops, parse_shape
@@ -43,6 +43,7 @@ def test_a_tiny_run_writes_checked_entries_the_report_reads(tmp_path):
     doc = json.loads(out.read_text())
     context = doc["context"]
     assert context["mha_peers"] == LIBRARY and context[f"{IMPORTS[LIBRARY]}_version"]
+    assert context["mha_schema_version"] == str(schema.SCHEMA_VERSION)
     for key in ("peers_check", "peers_inputs", "peers_variants", "cpu_model", "num_cpus"):
         assert context[key], key
     timed = [b for b in doc["benchmarks"] if b.get("run_type") == "iteration" and not b.get("error_occurred")]
