@@ -7,7 +7,8 @@
 # ThreadSanitizer, runs the fleet scripts on a single-host Slurm cluster (scripts/fleet/test-slurm.sh:
 # as root; it says why when it is skipped), then fuzzes each file parser for a few seconds
 # (scripts/fuzz.sh; longer runs: scripts/fuzz.sh SECONDS). The formatting check
-# (scripts/format.sh --check) runs after ctest; its failure fails the command at the end.
+# (scripts/format.sh --check) and the house's rules (scripts/check-structure.py) run after
+# ctest; their failure fails the command at the end.
 #   MHA_TEST_BUILD_DIR     build directory (default: build/test); the sanitizer builds go next
 #                          to it (<dir>/../asan, <dir>/../tsan unless MHA_TEST_ASAN_DIR /
 #                          MHA_TEST_TSAN_DIR say otherwise)
@@ -18,7 +19,7 @@
 #                          12.5-21 minutes on a 2-core x86-64 host, most of it the suite under
 #                          qemu-user, a fresh machine's toolchain install and cold cross-build
 #                          aside: past the quarter hour this command keeps for it within CI's
-#                          90 minutes; README's development section)
+#                          90 minutes; docs/aarch64.md)
 set -euo pipefail
 start=$SECONDS
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -47,10 +48,13 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${python_args[
 cmake --build "$build" --parallel "$jobs"
 ctest --test-dir "$build" --output-on-failure --parallel "$jobs"
 
-# The formatting check (clang-format, ruff: scripts/format.sh formats); a failure fails the
-# command at the end, after the other tests have run.
+# The formatting check (clang-format, ruff: scripts/format.sh formats) and the house's rules
+# (scripts/check-structure.py: file length, intrinsics only in arch/, one ISA list, includes
+# pointing down); a failure fails the command at the end, after the other tests have run.
 format_ok=1
 "$root/scripts/format.sh" --check || format_ok=0
+structure_ok=1
+/usr/bin/python3 "$root/scripts/check-structure.py" | tail -n 1 || structure_ok=0
 
 # The fleet sweep (scripts/fleet/) as a user submits it, on a real Slurm cluster of this host:
 # a two-shard job array and the report job after it. Needs root and Debian's slurm-wlm and
@@ -117,6 +121,9 @@ fi
 
 if ((!format_ok)); then
   echo "test.sh: the formatting check failed (above): scripts/format.sh formats the tree" >&2
-  exit 1
 fi
+if ((!structure_ok)); then
+  echo "test.sh: the house's rules failed (above: scripts/check-structure.py names each file and rule)" >&2
+fi
+((format_ok && structure_ok)) || exit 1
 echo "test.sh: passed in $((SECONDS - start)) s"

@@ -5,8 +5,8 @@
 
 #include "core/backend_list.hpp"
 #include "core/text.hpp"
+#include "mha/backends/all.hpp"  // the backends MHA_BACKEND_LIST names
 #include "mha/error.hpp"
-#include "mha/mha.hpp"
 
 namespace mha {
 namespace {

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""The house's rules, checked over the tracked files (scripts/test.sh runs it; so can anyone):
+
+  lines       no source, test, tool or script file over 600 lines (a file that long holds
+              more than one thing: split it by what it holds);
+  intrinsics  no x86 intrinsic (_mm*, _tile_*, __m128/256/512 types) outside src/kernels/arch/:
+              kernels above arch/ are written in xsimd and arch/'s primitives;
+  isa-list    no C++ or CMake file outside those that derive from kernel_isas.def (they expand
+              its MHA_KERNEL_ISA rows) names three or more kernel ISAs: the list is written once;
+  layers      includes point down: a file includes files of its own layer or of the layers below
+              (LAYERS, bottom first), and a backend's files no other backend's.
+
+Each finding names the file, the rule and what to do. KNOWN holds the findings the tree had when
+a rule came in, each with what removes it: they are reported as known, not failures, and an
+entry that no longer occurs fails (remove it from KNOWN: the list only shrinks).
+
+    scripts/check-structure.py        exit status 0 when every rule holds, 1 otherwise
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_LINES = 600
+CHECKED = (".cpp", ".hpp", ".h", ".py", ".sh", ".cmake")
+# Made by tools (nanobind's stub generator), not written.
+GENERATED = ("python/mha/_mha.pyi",)
+
+INTRINSIC = re.compile(r"\b(_mm\d*_\w+|_tile_\w+|__m(?:128|256|512)[a-z]*)\b")
+ISA_HOME = "src/kernels/arch/"
+ISAS = ("sse2", "avx2", "avx512", "avx512bf16", "amx", "neon64")
+ISA_NAME = re.compile(r"\b(" + "|".join(ISAS) + r")\b")
+ISA_DERIVED = re.compile(r"MHA_KERNEL_ISA|kernel_isas\.def")
+
+# The layers, bottom first: each a list of folders (ending in "/": the folder's whole tree) and
+# files. A file belongs to the layer of its own path if listed, else of its longest listed folder.
+LAYERS = [
+    ("the public API", ["include/mha/"]),
+    (
+        "shared utilities",
+        [
+            f"src/core/{name}.hpp"
+            for name in ("bf16", "int8", "text", "checks", "feature_probes", "philox", "dropout")
+        ],
+    ),
+    # What the kernels are called with and through: argument structs, the kernel-set table.
+    (
+        "the kernels' interface",
+        [f"src/kernels/{name}.hpp" for name in ("gemm", "attention", "isa_kernels", "dispatch")],
+    ),
+    ("arch primitives", ["src/kernels/arch/"]),
+    ("micro-kernels", ["src/kernels/micro/"]),
+    ("kernels", ["src/kernels/"]),
+    ("the driver", ["src/driver/"]),
+    ("backends", ["include/mha/backends/", "src/backends/"]),
+    ("checkpoint I/O", ["src/io/"]),
+    ("the core", ["src/core/"]),
+    # include/mha/mha.hpp is the umbrella header: above everything it gathers.
+    (
+        "front ends",
+        [
+            "include/mha/mha.hpp",
+            "src/python/",
+            "src/cli/",
+            "src/reference/",
+            "src/testing/",
+            "bench/",
+            "tests/",
+        ],
+    ),
+]
+BACKEND = re.compile(r"^(?:src/backends/([a-z0-9_]+)/|include/mha/backends/([a-z0-9_]+)\.hpp$)")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+# Findings present when each rule came in, with what removes them. Keys: (rule, file[, target]).
+KNOWN: dict[tuple[str, ...], str] = {
+    ("lines", "src/kernels/micro/attention_kernel.hpp"): "one type per attention path in its own file",
+    ("intrinsics", "src/kernels/micro/kernels_amx.cpp"): "the AMX tile kernels into arch/x86_64",
+    ("intrinsics", "src/kernels/micro/dpbf16_dot.hpp"): "vdpbf16ps behind an arch/ primitive",
+    (
+        "intrinsics",
+        "src/kernels/micro/softmax_kernel.hpp",
+    ): "the AVX-512 exp2 behind a primitive every arch defines",
+    ("intrinsics", "bench/machine/fma_peak_amx.cpp"): "the peak loops beside the kernels in arch/",
+    ("intrinsics", "bench/machine/fma_peak_avx512bf16.cpp"): "the peak loops beside the kernels in arch/",
+    ("isa-list", "src/core/isa.cpp"): "the public ISA names derived from kernel_isas.def",
+    ("isa-list", "include/mha/isa.hpp"): "the public ISA names derived from kernel_isas.def",
+    (
+        "isa-list",
+        "src/backends/onednn/onednn_backend.cpp",
+    ): "names its own (oneDNN's) ISA caps: derive or rename",
+    ("isa-list", "src/kernels/micro/micro_kernel.hpp"): "derive from kernel_isas.def",
+    ("isa-list", "bench/machine/fma_peak.hpp"): "the peak loops' list derived from kernel_isas.def",
+    ("isa-list", "bench/machine/fma_peak.cpp"): "the peak loops' list derived from kernel_isas.def",
+    ("isa-list", "bench/machine/machine_context.hpp"): "derive from kernel_isas.def",
+    ("isa-list", "bench/kernel_timing.hpp"): "derive from kernel_isas.def",
+    ("isa-list", "bench/bench_gemm.cpp"): "derive from kernel_isas.def",
+    ("isa-list", "bench/bench_attention.cpp"): "derive from kernel_isas.def",
+    (
+        "layers",
+        "src/kernels/attention.hpp",
+        "src/driver/attention_args.hpp",
+    ): "the argument structs in a bottom layer",
+    (
+        "layers",
+        "src/kernels/gemm.hpp",
+        "src/driver/attention_args.hpp",
+    ): "the argument structs in a bottom layer",
+    ("layers", "src/kernels/gemm.hpp", "src/driver/buffer.hpp"): "buffers in a bottom layer",
+    (
+        "layers",
+        "src/kernels/isa_kernels.hpp",
+        "src/driver/attention_args.hpp",
+    ): "the argument structs in a bottom layer",
+    (
+        "layers",
+        "src/kernels/isa_kernels.hpp",
+        "include/mha/backends/xsimd.hpp",
+    ): "xsimd's public functions in the backend",
+    (
+        "layers",
+        "src/kernels/xsimd_kernel_set.hpp",
+        "src/driver/driver.hpp",
+    ): "the kernel set's contract below the driver",
+    ("layers", "src/kernels/attention.hpp", "src/driver/buffer.hpp"): "buffers in a bottom layer",
+    (
+        "layers",
+        "src/backends/tbb/tbb_backend.cpp",
+        "include/mha/backends/xsimd.hpp",
+    ): "tbb reaches the kernels, not xsimd's header",
+}
+
+
+def tracked() -> list[str]:
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    return [p for p in out.splitlines() if (ROOT / p).is_file()]
+
+
+def layer_index(path: str) -> int | None:
+    """The index in LAYERS of the layer `path` belongs to (None: none, as tools/ and scripts/)."""
+    best, depth = None, -1
+    for index, (_, places) in enumerate(LAYERS):
+        for place in places:
+            if place == path:
+                return index
+            if place.endswith("/") and path.startswith(place) and len(place) > depth:
+                best, depth = index, len(place)
+    return best
+
+
+def resolve(including: str, name: str, files: set[str]) -> str | None:
+    """The tracked file `#include "name"` in `including` reads (its own folder, then src/,
+    include/, then the arch folders for kernel_isas.def and arch_*.hpp); None if generated."""
+    here = str(Path(including).parent / name)
+    for candidate in (here, f"src/{name}", f"include/{name}", f"tests/{name}", f"bench/{name}"):
+        if candidate in files:
+            return candidate
+    return None
+
+
+def backend_of(path: str) -> str | None:
+    m = BACKEND.match(path)
+    return (m.group(1) or m.group(2)) if m else None
+
+
+def findings(files: list[str], root: Path = ROOT) -> dict[tuple[str, ...], str]:
+    """Every rule's findings over `files` (paths under `root`), by (rule, file[, included file])."""
+    found: dict[tuple[str, ...], str] = {}
+    names = set(files)
+    for path in files:
+        if path.startswith("reports/") or path in GENERATED:
+            continue
+        cpp = path.endswith((".cpp", ".hpp", ".h", ".def"))
+        text = (root / path).read_text(encoding="utf-8", errors="replace")
+        if path.endswith(CHECKED):
+            lines = text.count("\n")
+            if lines > MAX_LINES:
+                found[("lines", path)] = f"{lines} lines, over {MAX_LINES}: split it by what it holds"
+        if cpp and not path.startswith(ISA_HOME):
+            hit = INTRINSIC.search(text)
+            if hit:
+                line = text.count("\n", 0, hit.start()) + 1
+                found[("intrinsics", path)] = (
+                    f"line {line}: {hit.group(0)}: intrinsics live in {ISA_HOME} (wrap it in a primitive there)"
+                )
+        code = cpp or path.endswith((".cmake", "CMakeLists.txt"))
+        if (
+            code
+            and path.startswith(("src/", "include/", "bench/", "cmake/"))
+            and not ISA_DERIVED.search(text)
+        ):
+            isas = sorted(set(ISA_NAME.findall(text)))
+            if len(isas) >= 3:
+                found[("isa-list", path)] = (
+                    f"names the ISAs {', '.join(isas)}: derive the list from kernel_isas.def (MHA_KERNEL_ISA)"
+                )
+        if cpp:
+            mine = layer_index(path)
+            for name in INCLUDE.findall(text):
+                target = resolve(path, name, names)
+                if target is None or mine is None:
+                    continue
+                theirs = layer_index(target)
+                if theirs is not None and theirs > mine:
+                    found[("layers", path, target)] = (
+                        f'includes "{name}" of {LAYERS[theirs][0]}, above its own layer ({LAYERS[mine][0]}): '
+                        "includes point down"
+                    )
+                elif backend_of(path) and backend_of(target) and backend_of(path) != backend_of(target):
+                    found[("layers", path, target)] = (
+                        f'includes "{name}", the {backend_of(target)} backend\'s: a backend reaches the kernels '
+                        "and the driver, not another backend"
+                    )
+    return found
+
+
+def main() -> int:
+    found = findings(tracked())
+    failed = False
+    for key, why in sorted(found.items()):
+        where = f"{key[1]}" + (f" -> {key[2]}" if len(key) > 2 else "")
+        if key in KNOWN:
+            print(f"check-structure: known: {where}: {key[0]}: {why} (to do: {KNOWN[key]})")
+        else:
+            failed = True
+            print(f"check-structure: FAILED: {where}: {key[0]}: {why}", file=sys.stderr)
+    for key in sorted(set(KNOWN) - set(found)):
+        failed = True
+        print(
+            f"check-structure: FAILED: {' -> '.join(key[1:])}: {key[0]} holds now: remove it from KNOWN in "
+            "scripts/check-structure.py",
+            file=sys.stderr,
+        )
+    known = len(set(KNOWN) & set(found))
+    print(f"check-structure: {'FAILED' if failed else 'passed'} ({known} known findings to remove)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

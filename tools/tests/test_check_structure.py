@@ -1,0 +1,76 @@
+"""scripts/check-structure.py, the house's rules: each rule finds its violation in a small tree
+and passes the same tree without it (scripts/test.sh runs the script over the real tree)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check-structure.py"
+spec = importlib.util.spec_from_file_location("check_structure", SCRIPT)
+check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(check)
+
+
+def tree(tmp_path: Path, files: dict[str, str]) -> dict[tuple[str, ...], str]:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return check.findings(sorted(files), tmp_path)
+
+
+def test_a_long_file_is_found(tmp_path):
+    found = tree(tmp_path, {"src/core/long.cpp": "int x;\n" * 601, "src/core/short.cpp": "int x;\n" * 600})
+    assert list(found) == [("lines", "src/core/long.cpp")]
+    assert "601 lines, over 600" in found[("lines", "src/core/long.cpp")]
+
+
+@pytest.mark.parametrize("intrinsic", ["_mm256_fmadd_ps(a, b, c)", "__m512 x;", "_tile_zero(0);"])
+def test_an_intrinsic_outside_arch_is_found(tmp_path, intrinsic):
+    found = tree(
+        tmp_path,
+        {
+            "src/kernels/micro/k.hpp": f"void f() {{\n  {intrinsic}\n}}\n",
+            "src/kernels/arch/x86_64/a.hpp": f"void g() {{ {intrinsic} }}\n",
+            "src/kernels/micro/names.hpp": "int gemm_tile_rows = 48; // not an intrinsic\n",
+        },
+    )
+    assert list(found) == [("intrinsics", "src/kernels/micro/k.hpp")]
+    assert found[("intrinsics", "src/kernels/micro/k.hpp")].startswith("line 2: ")
+
+
+def test_an_isa_list_outside_the_derived_files_is_found(tmp_path):
+    found = tree(
+        tmp_path,
+        {
+            "src/core/list.cpp": 'const char* isas[] = {"sse2", "avx2", "avx512"};\n',
+            "src/core/derived.cpp": '#define MHA_KERNEL_ISA(n) #n,\nconst char* all[] = {\n#include "kernel_isas.def"\n};'
+            "\n// sse2 avx2 avx512\n",
+            "src/core/two.cpp": 'bool wide(const char* i) { return i == "avx2" || i == "avx512"; }\n',
+        },
+    )
+    assert list(found) == [("isa-list", "src/core/list.cpp")]
+
+
+def test_an_include_that_points_up_or_sideways_is_found(tmp_path):
+    found = tree(
+        tmp_path,
+        {
+            "include/mha/error.hpp": "",
+            "src/driver/args.hpp": '#include "mha/error.hpp"\n',  # down: fine
+            "src/kernels/micro/k.hpp": '#include "driver/args.hpp"\n',  # up
+            "src/backends/tbb/t.cpp": '#include "mha/backends/xsimd.hpp"\n#include "driver/args.hpp"\n',
+            "include/mha/backends/xsimd.hpp": '#include "mha/error.hpp"\n',
+            "src/core/plan.cpp": '#include "mha/backends/xsimd.hpp"\n#include "generated.hpp"\n',
+        },
+    )
+    assert sorted(found) == [
+        ("layers", "src/backends/tbb/t.cpp", "include/mha/backends/xsimd.hpp"),  # another backend's
+        ("layers", "src/kernels/micro/k.hpp", "src/driver/args.hpp"),
+    ]
+    assert (
+        "of the driver, above its own layer (micro-kernels)"
+        in found[("layers", "src/kernels/micro/k.hpp", "src/driver/args.hpp")]
+    )
