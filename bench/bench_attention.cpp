@@ -144,8 +144,8 @@ void bm_xsimd(benchmark::State& state, shape s, int threads, std::int64_t key_ti
   args.head_dim = s.head_dim;
   args.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   args.bf16 = bf16;
-  const mha::detail::attention_layout layout =
-      kernels.layout(s.seq_len, s.seq_len, s.head_dim, key_tile);
+  const mha::detail::attention_layout layout = kernels.layout(
+      {.seq_len = s.seq_len, .keys = s.seq_len, .head_dim = s.head_dim, .key_tile = key_tile});
   state.SetLabel(text("key tile ", std::min(layout.key_tile, s.seq_len), ", ", kernels.arch_name));
   run(state, s, o, threads, peak_for(mha::xsimd_default_isa(), bf16), bf16 ? 1.0 / 64 : 1e-5, [&] {
     mha::detail::run_in({.threads = threads},

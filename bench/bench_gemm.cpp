@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "common/buffer.hpp"
 #include "core/bf16.hpp"
 #include "core/text.hpp"
-#include "driver/buffer.hpp"
 #include "kernel_timing.hpp"
 #include "kernels/isa_kernels.hpp"
 #include "mha/backends/xsimd.hpp"

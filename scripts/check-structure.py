@@ -48,6 +48,9 @@ LAYERS = [
             for name in ("bf16", "int8", "text", "checks", "feature_probes", "philox", "dropout")
         ],
     ),
+    # What the driver, the backends and the kernels all pass: an attention call's arguments,
+    # aligned buffers.
+    ("common types", ["src/common/"]),
     # What the kernels are called with and through: argument structs, the kernel-set table.
     (
         "the kernels' interface",
@@ -103,36 +106,9 @@ KNOWN: dict[tuple[str, ...], str] = {
     ("isa-list", "bench/bench_attention.cpp"): "derive from kernel_isas.def",
     (
         "layers",
-        "src/kernels/attention.hpp",
-        "src/driver/attention_args.hpp",
-    ): "the argument structs in a bottom layer",
-    (
-        "layers",
-        "src/kernels/gemm.hpp",
-        "src/driver/attention_args.hpp",
-    ): "the argument structs in a bottom layer",
-    ("layers", "src/kernels/gemm.hpp", "src/driver/buffer.hpp"): "buffers in a bottom layer",
-    (
-        "layers",
-        "src/kernels/isa_kernels.hpp",
-        "src/driver/attention_args.hpp",
-    ): "the argument structs in a bottom layer",
-    (
-        "layers",
-        "src/kernels/isa_kernels.hpp",
-        "include/mha/backends/xsimd.hpp",
-    ): "xsimd's public functions in the backend",
-    (
-        "layers",
         "src/kernels/xsimd_kernel_set.hpp",
         "src/driver/driver.hpp",
     ): "the kernel set's contract below the driver",
-    ("layers", "src/kernels/attention.hpp", "src/driver/buffer.hpp"): "buffers in a bottom layer",
-    (
-        "layers",
-        "src/backends/tbb/tbb_backend.cpp",
-        "include/mha/backends/xsimd.hpp",
-    ): "tbb reaches the kernels, not xsimd's header",
 }
 
 

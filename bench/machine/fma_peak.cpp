@@ -8,7 +8,7 @@
 #include "fma_peak_kernels.hpp"
 
 #if MHA_PEAK_AMX
-#include "mha/backends/xsimd.hpp"
+#include "kernels/isa_kernels.hpp"
 #endif
 
 namespace mha_bench {
@@ -132,7 +132,7 @@ fma_peak measure_fma_peak(int threads, int trials) {
   }
 #endif
 #if MHA_PEAK_AMX
-  if (std::ranges::count(mha::xsimd_supported_isas(), mha::isa::amx) > 0)
+  if (std::ranges::count(mha::detail::runnable_isas(), mha::isa::amx) > 0)
     peak.bf16_tile = measure({"amx", detail::bf16_tile_rounds_amx}, peak.threads, trials);
 #endif
   return peak;

@@ -1,6 +1,6 @@
 // The AMX tile-product peak loop (TDPBF16PS on tiles that stay in their registers: the tile
 // unit's rate, no loads; compile flags: bench/CMakeLists.txt). Run only where the xsimd kernels
-// may use AMX (mha::xsimd_supported_isas() lists it: Linux has granted this process the tiles).
+// may use AMX (the kernels' runnable_isas() lists it: Linux has granted this process the tiles).
 #include <immintrin.h>
 
 #include <cstdint>

@@ -18,9 +18,9 @@
 #include <string_view>
 #include <type_traits>
 
+#include "common/attention_args.hpp"
 #include "core/checks.hpp"
 #include "core/text.hpp"
-#include "driver/attention_args.hpp"
 #include "driver/kv_cache_access.hpp"
 #include "mha/backend.hpp"
 #include "mha/error.hpp"

@@ -8,9 +8,9 @@
 #include <optional>
 #include <vector>
 
+#include "common/attention_args.hpp"
+#include "common/buffer.hpp"
 #include "core/checks.hpp"
-#include "driver/attention_args.hpp"
-#include "driver/buffer.hpp"
 #include "driver/kv_cache_access.hpp"
 #include "driver/rope.hpp"
 #include "mha/backend.hpp"

@@ -7,8 +7,8 @@
 #include <string_view>
 #include <utility>
 
+#include "common/attention_args.hpp"
 #include "core/int8.hpp"
-#include "driver/attention_args.hpp"
 #include "mha/kv_cache.hpp"
 
 namespace mha::detail {

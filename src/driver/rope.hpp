@@ -9,7 +9,7 @@
 #include <shared_mutex>
 #include <vector>
 
-#include "driver/attention_args.hpp"
+#include "common/attention_args.hpp"
 
 namespace mha::detail {
 

@@ -177,10 +177,9 @@ void pack_head(const isa_kernels& kernels, const attention_args& args,
   }
 }
 
-attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys, std::int64_t head_dim,
-                                     std::int64_t key_tile, std::int64_t kv_rows,
-                                     std::int64_t group, bool bf16_operands,
-                                     bool int8_codes) const noexcept {
+attention_layout isa_kernels::layout(const attention_request& r) const noexcept {
+  const auto [seq_len, keys, head_dim, key_tile, kv_rows, group, bf16_operands, int8_codes,
+              in_place] = r;
   attention_layout l;
   l.int8 = int8_codes;
   l.bf16 = bf16_operands && !int8_codes;
@@ -203,6 +202,7 @@ attention_layout isa_kernels::layout(std::int64_t seq_len, std::int64_t keys, st
   l.key_tile = round_up(std::max<std::int64_t>(key_tile, 1), l.key_step);
   l.score_cols = std::min(l.key_tile, round_up(keys, l.key_step));
   l.acc_cols = round_up(head_dim, l.values.nr);
+  l.direct = in_place && l.block_rows <= direct_rows;
   return l;
 }
 
@@ -232,12 +232,18 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
   for (std::int64_t b = 0; b < args.batch; ++b) keys = std::max(keys, this->keys(b));
   const bool split = args.seq_len <= split_rows && keys > split_keys;
   if (key_tile == 0) key_tile = split ? decode_key_tile : default_key_tile;
-  layout_ = kernels.layout(args.seq_len, keys, args.head_dim, key_tile,
-                           args.cache ? args.cache->capacity : 0, args.kv_group, args.bf16,
-                           args.cache && args.cache->format == precision::int8);
-  layout_.direct = args.heads_in_place && args.cache == nullptr &&
-                   (!args.bf16 || args.bf16_operands()) && !args.dropout.active() &&
-                   layout_.block_rows <= direct_rows;
+  layout_ = kernels.layout({
+      .seq_len = args.seq_len,
+      .keys = keys,
+      .head_dim = args.head_dim,
+      .key_tile = key_tile,
+      .kv_rows = args.cache ? args.cache->capacity : 0,
+      .group = args.kv_group,
+      .bf16_operands = args.bf16,
+      .int8_codes = args.cache && args.cache->format == precision::int8,
+      .in_place = args.heads_in_place && args.cache == nullptr &&
+                  (!args.bf16 || args.bf16_operands()) && !args.dropout.active(),
+  });
   if (split) {
     chunks_ = (keys + split_keys - 1) / split_keys;
     per_head_ = chunks_;
@@ -338,8 +344,12 @@ void attention(const isa_kernels& kernels, const attention_args& args, std::int6
 std::int64_t cache_head_bytes(const isa_kernels& kernels, std::int64_t capacity,
                               std::int64_t head_dim, bool bf16_operands, precision kv) noexcept {
   return kernels
-      .layout(1, capacity, head_dim, default_key_tile, capacity, 1, bf16_operands,
-              kv == precision::int8)
+      .layout({.seq_len = 1,
+               .keys = capacity,
+               .head_dim = head_dim,
+               .kv_rows = capacity,
+               .bf16_operands = bf16_operands,
+               .int8_codes = kv == precision::int8})
       .head_bytes();
 }
 

@@ -12,8 +12,8 @@
 
 #include <cstdint>
 
-#include "driver/attention_args.hpp"
-#include "driver/buffer.hpp"
+#include "common/attention_args.hpp"
+#include "common/buffer.hpp"
 #include "kernels/gemm.hpp"
 
 namespace mha::detail {
@@ -61,6 +61,24 @@ struct attention_scratch {
   float* query_scales;        // int8: block_rows: each row's scale of its 16-bit integers
   std::int32_t* query_codes;  // int8: block_rows x pairs(head_dim): those integers in pairs
   float* value_offsets;       // int8: block_rows: one key tile's sum of P times the values' offsets
+};
+
+// What an attention geometry is asked for (isa_kernels::layout), one field per fact.
+struct attention_request {
+  std::int64_t seq_len = 0;  // query positions per head
+  std::int64_t keys = 0;     // the most key rows any sequence attends over
+  std::int64_t head_dim = 0;
+  std::int64_t key_tile = default_key_tile;  // keys per online-softmax step, rounded up to the
+                                             // key step; keys or more: one step over whole rows
+  std::int64_t kv_rows = 0;    // room per packed head: 0 = keys (heads packed per call); a KV
+                               // cache's capacity (its bf16 V panels then stay the narrowest)
+  std::int64_t group = 1;      // query heads per K/V head, stacked in a block's rows
+  bool bf16_operands = false;  // K^T, V and P as bf16 pairs (ignored with int8_codes)
+  bool int8_codes = false;     // the heads of an int8 KV cache
+  // K and V may be read where they lie (attention_args::heads_in_place, no cache, no dropout,
+  // operands in the compute precision): the layout then reads them so (direct) when a block
+  // stacks at most direct_rows rows.
+  bool in_place = false;
 };
 
 // The geometry of the attention kernel on one ISA for one call: panel widths, the query-row

@@ -1,7 +1,7 @@
-// Which ISA's kernels run: the table per ISA, what this CPU runs, the default choice
-// (MHA_XSIMD_ISA or the best), and the public ISA functions of mha/backends/xsimd.hpp, which the
-// xsimd and tbb backends share. The architecture's own part (its rows, what they ask of the CPU)
-// is in kernels/arch/<arch>/. Compiled with the baseline flags.
+// Which ISA's kernels run: the table per ISA, what this CPU runs, and the one dispatched to
+// (MHA_XSIMD_ISA or the best), which the xsimd and tbb backends share (xsimd's public
+// xsimd_supported_isas and xsimd_default_isa return them). The architecture's own part (its rows,
+// what they ask of the CPU) is in kernels/arch/<arch>/. Compiled with the baseline flags.
 #include "kernels/dispatch.hpp"
 
 #include <algorithm>
@@ -62,7 +62,7 @@ const kernel_isa* row_of(mha::isa which) noexcept {
 
 const isa_kernels& kernels_for(mha::isa which) noexcept {
   const kernel_isa* row = row_of(which);
-  MHA_EXPECTS(row != nullptr && "kernels_for: an isa without kernels (see xsimd_supported_isas)");
+  MHA_EXPECTS(row != nullptr && "kernels_for: an isa without kernels (see runnable_isas)");
   return *(row != nullptr ? row : &std::end(kernel_isas)[-1])->kernels();
 }
 
@@ -108,7 +108,7 @@ std::string detail::isa_names(const std::vector<mha::isa>& isas) {
   return names;
 }
 
-std::vector<mha::isa> xsimd_supported_isas() {
+std::vector<mha::isa> detail::runnable_isas() {
   std::vector<mha::isa> isas;
   for (mha::isa i : detail::kernel_isa_list()) {
     if (detail::cpu_runs(i)) isas.push_back(i);
@@ -116,7 +116,7 @@ std::vector<mha::isa> xsimd_supported_isas() {
   return isas;
 }
 
-mha::isa xsimd_default_isa() {
+mha::isa detail::dispatched_isa() {
   const char* env = std::getenv("MHA_XSIMD_ISA");
   if (env == nullptr || *env == '\0') return detail::best_isa();
   const std::string_view wanted(env);
@@ -130,7 +130,7 @@ mha::isa xsimd_default_isa() {
   if (!detail::cpu_runs(*named)) {
     throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted,
                                 "', which this CPU does not support", detail::refusal_note(*named),
-                                "; it supports ", detail::isa_names(xsimd_supported_isas())));
+                                "; it supports ", detail::isa_names(detail::runnable_isas())));
   }
   return *named;
 }

@@ -15,8 +15,8 @@
 
 #include <cstdint>
 
-#include "driver/attention_args.hpp"
-#include "driver/buffer.hpp"
+#include "common/attention_args.hpp"
+#include "common/buffer.hpp"
 
 namespace mha::detail {
 

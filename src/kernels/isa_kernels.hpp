@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "driver/attention_args.hpp"
+#include "common/attention_args.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/gemm.hpp"
-#include "mha/backends/xsimd.hpp"
+#include "mha/isa.hpp"
 
 namespace mha::detail {
 
@@ -66,19 +66,17 @@ struct isa_kernels {
   int panel_width(std::int64_t n) const noexcept;
   // The tile whose panel width is nr (one of tiles[]).
   tile_shape tile_for(int nr) const noexcept;
-  // The attention geometry of seq_len query positions of `group` query heads per K/V head over
-  // at most `keys` key rows, in packed heads with room for kv_rows keys (0: keys, heads packed
-  // per call; a cache passes its capacity, and its bf16 V panels stay the narrowest); key_tile is
-  // rounded up to a multiple of scores.nr and the lanes (default_key_tile: the measured fused
-  // kernel; keys or more: the unfused one); int8_codes: heads of an int8 cache (bf16_operands
-  // is then ignored).
-  attention_layout layout(std::int64_t seq_len, std::int64_t keys, std::int64_t head_dim,
-                          std::int64_t key_tile = default_key_tile, std::int64_t kv_rows = 0,
-                          std::int64_t group = 1, bool bf16_operands = false,
-                          bool int8_codes = false) const noexcept;
+  // The attention geometry `request` asks for (attention_request says what each field means).
+  attention_layout layout(const attention_request& request) const noexcept;
 };
 
-// The kernels of `which` (one of xsimd_supported_isas()).
+// The ISAs this CPU runs, of kernel_isas.def's rows, best first.
+std::vector<mha::isa> runnable_isas();
+// The ISA the kernels dispatch to: MHA_XSIMD_ISA when set (invalid_argument when it names no row
+// or one this CPU does not run), else the best runnable. Read at each call.
+mha::isa dispatched_isa();
+
+// The kernels of `which` (one of runnable_isas()).
 const isa_kernels& kernels_for(mha::isa which) noexcept;
 
 // Every ISA the kernels are built for (the architecture's kernel_isas.def), best first.

@@ -97,7 +97,7 @@ static_assert(kernel_set<xsimd_kernel_set<isa::sse2>>);
 
 // A driver plan over Set<isa>, the kernel-set template instantiated for the ISA chosen at run
 // time (Set<Isa> must be a kernel set for each row of kernel_isas.def (kernels/arch/<arch>/);
-// `which` is one of them, xsimd_supported_isas() being what callers pass).
+// `which` is one of them, runnable_isas() being what callers pass).
 template <template <mha::isa> class Set>
 std::unique_ptr<plan> make_isa_plan(mha::isa which, const config& cfg, formulation form,
                                     const weights& w, std::string_view backend_name) {

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "backends/onednn/primitive_cache.hpp"
-#include "driver/attention_args.hpp"
-#include "driver/buffer.hpp"
+#include "common/attention_args.hpp"
+#include "common/buffer.hpp"
 
 namespace mha::detail {
 

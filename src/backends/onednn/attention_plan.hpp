@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "driver/attention_args.hpp"
+#include "common/attention_args.hpp"
 
 namespace mha::detail {
 

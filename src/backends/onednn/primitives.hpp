@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "backends/onednn/attention_plan.hpp"
-#include "driver/buffer.hpp"
+#include "common/buffer.hpp"
 #include "mha/weights.hpp"
 
 namespace mha::detail {

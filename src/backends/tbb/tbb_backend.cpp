@@ -11,7 +11,6 @@
 #include "core/text.hpp"
 #include "kernels/xsimd_kernel_set.hpp"
 #include "mha/backends/tbb.hpp"
-#include "mha/backends/xsimd.hpp"
 
 namespace mha {
 namespace {
@@ -75,9 +74,9 @@ class tbb_impl final : public backend {
   std::string description() const override {
     return detail::text("oneTBB ", TBB_VERSION_MAJOR, ".", TBB_VERSION_MINOR, " (",
                         detail::default_threads(), " threads) over ",
-                        detail::kernels_description(xsimd_default_isa()));
+                        detail::kernels_description(detail::dispatched_isa()));
   }
-  mha::isa isa() const override { return xsimd_default_isa(); }
+  mha::isa isa() const override { return detail::dispatched_isa(); }
   // What the kernel set computes: grouped K/V heads, decode and bf16 (every ISA alike).
   support supports(const problem& p) const override {
     return detail::driver_support<tbb_kernel_set<isa::sse2>>(p);
@@ -89,18 +88,18 @@ class tbb_impl final : public backend {
  private:
   std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
                                   const weights& w) const override {
-    return detail::make_isa_plan<tbb_kernel_set>(xsimd_default_isa(), cfg, form, w, name());
+    return detail::make_isa_plan<tbb_kernel_set>(detail::dispatched_isa(), cfg, form, w, name());
   }
   void attend(const detail::attention_args& args, const run_options& options) const override {
     detail::run_in(options, [&] {
-      detail::parallel_attention(detail::kernels_for(xsimd_default_isa()), args);
+      detail::parallel_attention(detail::kernels_for(detail::dispatched_isa()), args);
     });
   }
   // An attention cache: a plan's, in the layout of the kernels of the ISA in use.
   std::int64_t attention_cache_head_bytes(std::int64_t capacity, std::int64_t head_dim,
                                           precision kv, precision compute) const noexcept override {
-    return detail::cache_head_bytes(detail::kernels_for(xsimd_default_isa()), capacity, head_dim,
-                                    compute == precision::bf16, kv);
+    return detail::cache_head_bytes(detail::kernels_for(detail::dispatched_isa()), capacity,
+                                    head_dim, compute == precision::bf16, kv);
   }
 };
 

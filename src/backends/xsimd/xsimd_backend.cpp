@@ -58,6 +58,10 @@ const backend& xsimd_backend() {
   return instance;
 }
 
+std::vector<mha::isa> xsimd_supported_isas() { return detail::runnable_isas(); }
+
+mha::isa xsimd_default_isa() { return detail::dispatched_isa(); }
+
 const backend& xsimd_backend(mha::isa which) {
   // One instance per row of kernel_isas.def (kernels/arch/<arch>/).
   static const xsimd_impl pinned[] = {
