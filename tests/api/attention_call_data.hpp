@@ -15,11 +15,13 @@
 #include "mha/mha.hpp"
 #include "support.hpp"
 
-namespace mha_test {
+// The tests' names, brought into each test file with one using-directive.
+namespace mha_test::attention_call {
 
 using mha::attention_mask;
 using mha::causal_alignment;
 using mha::heads_view;
+using mha_test::expect_error;
 
 constexpr float minus_inf = -std::numeric_limits<float>::infinity();
 
@@ -223,4 +225,4 @@ struct default_views {
   }
 };
 
-}  // namespace mha_test
+}  // namespace mha_test::attention_call

@@ -15,7 +15,11 @@
 #include "reference.hpp"
 #include "support.hpp"
 
-namespace mha_test {
+// The tests' names, brought into each test file with one using-directive.
+namespace mha_test::decode_calls {
+
+using mha::formulation;
+using mha_test::shape;
 
 // Rows [first, first + count) of every sequence of a (batch, seq_len, width) tensor.
 inline std::vector<float> rows_of(const std::vector<float>& t, std::int64_t batch,
@@ -137,4 +141,4 @@ inline void expect_cache_bytes(const mha::kv_cache& cache, const mha::config& cf
             static_cast<std::size_t>(batch * heads * (2 * up(capacity) * up(hd) + 16)) * 4);
 }
 
-}  // namespace mha_test
+}  // namespace mha_test::decode_calls

@@ -15,14 +15,7 @@
 
 namespace {
 
-using mha::attention_mask;
-using mha::causal_alignment;
-using mha::heads_view;
-using mha_test::call_case;
-using mha_test::call_data;
-using mha_test::default_views;
-using mha_test::expect_error;
-using mha_test::minus_inf;
+using namespace mha_test::attention_call;
 
 // bf16 operands and causal bottom_right with a boolean mask, head_dim 64: at these (rows, keys)
 // read in place (one row), packed, split over key chunks, with rows that see no key.

@@ -12,14 +12,7 @@
 
 namespace {
 
-using mha::attention_mask;
-using mha::causal_alignment;
-using mha::heads_view;
-using mha_test::call_case;
-using mha_test::call_data;
-using mha_test::default_views;
-using mha_test::expect_error;
-using mha_test::minus_inf;
+using namespace mha_test::attention_call;
 
 // Finite mask values of any size give SDPA's result, in one key tile or split over key chunks
 // (5000 keys, merged by their maxima): a row whose keys are all at float32's lowest value

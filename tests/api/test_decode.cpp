@@ -29,15 +29,7 @@
 
 namespace {
 
-using mha::formulation;
-using mha_test::expect_cache_bytes;
-using mha_test::for_each_call;
-using mha_test::full_forward;
-using mha_test::incremental;
-using mha_test::matches_calls;
-using mha_test::rows_of;
-using mha_test::same_rows;
-using mha_test::shape;
+using namespace mha_test::decode_calls;
 using param = mha_test::conformance_param;
 
 mha::problem decode_problem(const shape& s, formulation form) {

@@ -25,15 +25,7 @@
 
 namespace {
 
-using mha::formulation;
-using mha_test::expect_cache_bytes;
-using mha_test::for_each_call;
-using mha_test::full_forward;
-using mha_test::incremental;
-using mha_test::matches_calls;
-using mha_test::rows_of;
-using mha_test::same_rows;
-using mha_test::shape;
+using namespace mha_test::decode_calls;
 
 // Long caches: a decode call of few rows over more than 2048 keys splits them into chunks on the
 // SIMD backends (src/kernels/attention.hpp, split-KV). Sequence 0 crosses a chunk boundary inside a
