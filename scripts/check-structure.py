@@ -84,11 +84,6 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 KNOWN: dict[tuple[str, ...], str] = {
     ("lines", "src/kernels/micro/attention_kernel.hpp"): "one type per attention path in its own file",
     ("intrinsics", "src/kernels/micro/kernels_amx.cpp"): "the AMX tile kernels into arch/x86_64",
-    ("intrinsics", "src/kernels/micro/dpbf16_dot.hpp"): "vdpbf16ps behind an arch/ primitive",
-    (
-        "intrinsics",
-        "src/kernels/micro/softmax_kernel.hpp",
-    ): "the AVX-512 exp2 behind a primitive every arch defines",
     ("intrinsics", "bench/machine/fma_peak_amx.cpp"): "the peak loops beside the kernels in arch/",
     ("intrinsics", "bench/machine/fma_peak_avx512bf16.cpp"): "the peak loops beside the kernels in arch/",
     ("isa-list", "src/core/isa.cpp"): "the public ISA names derived from kernel_isas.def",

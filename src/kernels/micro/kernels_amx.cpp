@@ -10,8 +10,8 @@
 #include <utility>
 
 #define MHA_SIMD_ISA_NAMESPACE amx
+#include "dpbf16_dot.hpp"  // kernels/arch/x86_64/
 #include "kernels/micro/avx512_tiles.hpp"
-#include "kernels/micro/dpbf16_dot.hpp"
 #include "kernels/micro/isa_table.hpp"
 
 namespace mha::detail {

@@ -40,9 +40,9 @@ template <class Arch>
 // [-1/2, 1/2], 2^f by Cephes exp2f's polynomial (relative error below 2e-7), times 2^k. Exactly
 // 0 below -125 (where 2^k would leave the normal range) and for -inf; NaN stays NaN. Cheaper
 // than xsimd::exp, which also handles overflow and multiplies by log2(e) (the queries carry that
-// factor here; measurements: docs/design.md §5.1).
-// AVX-512 takes f with vreduceps beside k, and the product and the cutoff in one zero-masked
-// vscalefps: 11 vector operations where the integer route below takes 14, the same bits.
+// factor here; measurements: docs/design.md §5.1). Where the arch has vscalefps (has_scalef:
+// AVX-512) it splits x and applies 2^k (arch_simd.hpp's exp2_by_scalef); elsewhere 2^k is added
+// to the exponent bits.
 template <class Arch>
 xsimd::batch<float, Arch> exp2_nonpositive(xsimd::batch<float, Arch> x) noexcept {
   using batch = xsimd::batch<float, Arch>;
@@ -55,14 +55,8 @@ xsimd::batch<float, Arch> exp2_nonpositive(xsimd::batch<float, Arch> x) noexcept
     p = fused_fma(p, f, batch(6.931472028550421e-1f));
     return fused_fma(p, f, batch(1.0f));
   };
-  if constexpr (batch::size == 16) {
-#ifdef __AVX512F__
-    constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    const __m512 k = _mm512_roundscale_ps(x, nearest), f = _mm512_reduce_ps(x, nearest);
-    // Lanes not below -125 (NaN included: unordered compares true) keep p 2^k; the rest are 0.
-    const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
-    return batch(_mm512_maskz_scalef_ps(kept, polynomial(batch(f)), k));
-#endif
+  if constexpr (has_scalef<Arch>) {
+    return exp2_by_scalef<Arch>(x, polynomial);
   } else {
     using int_batch = xsimd::batch<std::int32_t, Arch>;
     const batch k = xsimd::nearbyint(x);
@@ -71,26 +65,6 @@ xsimd::batch<float, Arch> exp2_nonpositive(xsimd::batch<float, Arch> x) noexcept
         xsimd::bitwise_cast<batch>(xsimd::bitwise_cast<int_batch>(polynomial(x - k)) + exponent);
     return xsimd::select(x < batch(-125.0f), batch(0.0f), scaled);
   }
-}
-
-// 2^x for x <= 0 to the accuracy of a weight rounded to bf16 next (AVX-512 only): relative error
-// below 7.5e-5 (2^-13.7, 1/22 of the rounding's own u = 2^-9), from a degree-3 polynomial on
-// f = x - floor(x) in [0, 1) (a least-maximum-relative-error fit), the power floor(x) applied by
-// vscalefps itself, which reads floor(x) from x: 7 vector operations where exp2_nonpositive
-// takes 11. The same cutoff (exactly 0 below -125 and for -inf; NaN stays NaN).
-template <class Arch>
-xsimd::batch<float, Arch> exp2_for_bf16(xsimd::batch<float, Arch> x) noexcept {
-  static_assert(xsimd::batch<float, Arch>::size == 16, "AVX-512 builds only");
-#ifdef __AVX512F__
-  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(7.80240310e-2f), f, _mm512_set1_ps(2.26067073e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.95833992e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.99925126e-1f));
-  const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
-  return _mm512_maskz_scalef_ps(kept, p, x);
-#else
-  return x;  // never instantiated there (the static_assert): this only lets those builds parse
-#endif
 }
 
 // The weights of the batch of x at j: 2^(c x[j + i] + minus_shift), exp2_for_bf16's (ForBf16)

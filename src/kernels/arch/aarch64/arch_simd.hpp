@@ -78,4 +78,21 @@ xsimd::batch<float, Arch> add_pair_products(xsimd::batch<float, Arch> acc,
   return vreinterpretq_f32_s32(vaddq_s32(vreinterpretq_s32_f32(acc), products));
 }
 
+// No vscalefps here: exp2_nonpositive takes the integer route (exp2_by_scalef is x86's).
+template <class Arch>
+inline constexpr bool has_scalef = false;
+
+template <class Arch, class Polynomial>
+xsimd::batch<float, Arch> exp2_by_scalef(xsimd::batch<float, Arch> x, Polynomial) noexcept {
+  static_assert(has_scalef<Arch>, "AVX-512 builds only");
+  return x;
+}
+
+// The bf16 softmax's 2^x is AVX-512's (the AMX rows'): no aarch64 row instantiates it.
+template <class Arch>
+xsimd::batch<float, Arch> exp2_for_bf16(xsimd::batch<float, Arch> x) noexcept {
+  static_assert(xsimd::batch<float, Arch>::size == 16, "AVX-512 builds only");
+  return x;
+}
+
 }  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE

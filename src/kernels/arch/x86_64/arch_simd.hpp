@@ -165,4 +165,49 @@ xsimd::batch<float, Arch> add_pair_products(xsimd::batch<float, Arch> acc,
   }
 }
 
+// Whether batches of Arch have vscalefps (AVX-512's 16 lanes), which exp2_by_scalef uses.
+template <class Arch>
+inline constexpr bool has_scalef = xsimd::batch<float, Arch>::size == 16;
+
+// 2^x for x <= 0 as polynomial(f) 2^k, x = k + f, k the nearest integer (f in [-1/2, 1/2]),
+// where has_scalef: f by vreduceps beside k, the product and the cutoff in one zero-masked
+// vscalefps (11 vector operations with exp2_nonpositive's polynomial where the integer route of
+// narrower batches takes 14, the same bits). Exactly 0 below -125 and for -inf; NaN stays NaN.
+template <class Arch, class Polynomial>
+xsimd::batch<float, Arch> exp2_by_scalef(xsimd::batch<float, Arch> x,
+                                         Polynomial polynomial) noexcept {
+  static_assert(has_scalef<Arch>, "AVX-512 builds only");
+#ifdef __AVX512F__
+  using batch = xsimd::batch<float, Arch>;
+  constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512 k = _mm512_roundscale_ps(x, nearest), f = _mm512_reduce_ps(x, nearest);
+  // Lanes not below -125 (NaN included: unordered compares true) keep p 2^k; the rest are 0.
+  const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
+  return batch(_mm512_maskz_scalef_ps(kept, polynomial(batch(f)), k));
+#else
+  (void)polynomial;
+  return x;  // never instantiated there (the static_assert): this only lets those builds parse
+#endif
+}
+
+// 2^x for x <= 0 to the accuracy of a weight rounded to bf16 next (AVX-512 only): relative error
+// below 7.5e-5 (2^-13.7, 1/22 of the rounding's own u = 2^-9), from a degree-3 polynomial on
+// f = x - floor(x) in [0, 1) (a least-maximum-relative-error fit), the power floor(x) applied by
+// vscalefps itself, which reads floor(x) from x: 7 vector operations where exp2_nonpositive
+// takes 11. The same cutoff (exactly 0 below -125 and for -inf; NaN stays NaN).
+template <class Arch>
+xsimd::batch<float, Arch> exp2_for_bf16(xsimd::batch<float, Arch> x) noexcept {
+  static_assert(xsimd::batch<float, Arch>::size == 16, "AVX-512 builds only");
+#ifdef __AVX512F__
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(7.80240310e-2f), f, _mm512_set1_ps(2.26067073e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.95833992e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.99925126e-1f));
+  const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_NLT_UQ);
+  return _mm512_maskz_scalef_ps(kept, p, x);
+#else
+  return x;  // never instantiated there (the static_assert): this only lets those builds parse
+#endif
+}
+
 }  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE
