@@ -19,7 +19,6 @@ entry that no longer occurs fails (remove it from KNOWN: the list only shrinks).
 
 from __future__ import annotations
 
-import fnmatch
 import re
 import subprocess
 import sys
@@ -126,7 +125,8 @@ def layer_index(path: str) -> int | None:
 
 def resolve(including: str, name: str, files: set[str]) -> str | None:
     """The tracked file `#include "name"` in `including` reads (its own folder, then src/,
-    include/, then the arch folders for kernel_isas.def and arch_*.hpp); None if generated."""
+    include/, tests/, bench/); None for a generated header or one found on a target's own
+    include path (arch/<arch>/'s arch_simd.hpp, kernel_isas.def), which the layers leave alone."""
     here = str(Path(including).parent / name)
     for candidate in (here, f"src/{name}", f"include/{name}", f"tests/{name}", f"bench/{name}"):
         if candidate in files:
