@@ -115,3 +115,10 @@ def test_a_synthetic_fill_gives_every_cache_the_same_context(tmp_path):
     assert fp32["decode_logits_error"] <= 1e-5 and fp32["top1_agreement"] == 1
     assert bf16["logits_steps"] == int8["logits_steps"] == 3
     assert 0 < bf16["decode_logits_error"] <= 1e-2 and 0 < int8["decode_logits_error"] <= 2e-2
+
+
+def test_a_negative_layer_count_is_refused_by_name(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        models_bench.main([*ARGS, "--layers", "-1", "--out", str(tmp_path / "m.json")])
+    assert "--layers -1: expected 0 (all) or a positive number of layers" in capsys.readouterr().err
+    assert not (tmp_path / "m.json").exists()

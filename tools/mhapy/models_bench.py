@@ -37,6 +37,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from .busy_threads import BusyThreads
+
 MODELS = {
     # GPT-2 small's shape (124M parameters).
     "gpt2": dict(kind="gpt2", n_embd=768, n_head=12, n_layer=12, vocab_size=50257, n_positions=2048),
@@ -189,56 +191,6 @@ def check(model: Any, implementation: str, dtype: Any) -> str | None:
     return None if err <= bound else f"logits differ from sdpa's by {err:.3g} (bound {bound:.3g})"
 
 
-class BusyThreads:
-    """Counts this process's running threads (state R in /proc/self/task/*/stat), the sampler's
-    own aside, every `period` seconds while it is entered: a spinning OpenMP worker counts as
-    busy, a sleeping one not. mean and most over the samples (0 where /proc has no tasks)."""
-
-    def __init__(self, period: float = 0.002) -> None:
-        import threading
-
-        self.period, self.samples, self._stop = period, [], threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        import os
-        import threading
-
-        me = str(threading.get_native_id())
-        while not self._stop.wait(self.period):
-            busy = 0
-            try:
-                tasks = os.listdir("/proc/self/task")
-            except OSError:
-                return
-            for task in tasks:
-                if task == me:
-                    continue
-                try:
-                    with open(f"/proc/self/task/{task}/stat", encoding="ascii", errors="replace") as f:
-                        state = f.read().rsplit(")", 1)[1].split()[0]
-                except (OSError, IndexError):
-                    continue
-                busy += state == "R"
-            self.samples.append(busy)
-
-    def __enter__(self) -> BusyThreads:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    @property
-    def mean(self) -> float:
-        return sum(self.samples) / len(self.samples) if self.samples else 0.0
-
-    @property
-    def most(self) -> int:
-        return max(self.samples, default=0)
-
-
 def filled_synthetically(model: Any, implementation: str, batch: int, tokens: int, capacity: int) -> Any:
     """A cache holding `tokens` tokens per sequence of random keys and values (seed 4, N(0, 1);
     the same for every implementation's cache), as the implementation's cache_for or a
@@ -271,10 +223,11 @@ def filled_synthetically(model: Any, implementation: str, batch: int, tokens: in
 
 
 def start(model: Any, implementation: str, batch: int, prefill: int, capacity: int, fill: str) -> tuple:
-    """The cache after `prefill` tokens and the logits predicting the first new token (batch, 1,
-    vocab), and the time to the first token in s. fill "prefill": the model's prefill of a random
-    prompt, as generate() runs it (the logits of the last position only); "synthetic": the cache
-    filled_synthetically, then one decode step on a random token (no time to first token: None)."""
+    """The cache after `prefill` tokens, the logits predicting the next token (batch, 1, vocab),
+    the tokens per sequence the cache then holds, and the time to the first token in s. fill
+    "prefill": the model's prefill of a random prompt, as generate() runs it (the logits of the
+    last position only); "synthetic": the cache filled_synthetically, then one decode step on a
+    random token (prefill + 1 tokens held; no time to first token: None)."""
     import torch
 
     model.set_attn_implementation(attention_of(implementation))
@@ -286,7 +239,7 @@ def start(model: Any, implementation: str, batch: int, prefill: int, capacity: i
             past_key_values=past,
             use_cache=True,
         )
-        return out.past_key_values, out.logits[:, -1:], None
+        return out.past_key_values, out.logits[:, -1:], prefill + 1, None
     ids = prompt(model, batch, prefill)
     begin = time.perf_counter()
     # Random tokens, none of them padding: a mask of ones.
@@ -297,7 +250,7 @@ def start(model: Any, implementation: str, batch: int, prefill: int, capacity: i
         use_cache=True,
         logits_to_keep=1,
     )
-    return out.past_key_values, out.logits[:, -1:], time.perf_counter() - begin
+    return out.past_key_values, out.logits[:, -1:], prefill, time.perf_counter() - begin
 
 
 def steps(model: Any, past: Any, logits: Any, seen: int, count: int, feed: Any = None) -> Any:
@@ -331,10 +284,10 @@ def measure(model: Any, implementation: str, batch: int, prefill: int, decode: i
 
     clock = {"attention": 0.0, "calls": 0}
     with timed_attention(model, attention_of(implementation), clock), torch.no_grad():
-        past, logits, ttft = start(model, implementation, batch, prefill, prefill + decode, fill)
+        past, logits, seen, ttft = start(model, implementation, batch, prefill, prefill + decode, fill)
         prefill_attention, prefill_calls = clock["attention"], clock["calls"]
         begin = time.perf_counter()
-        steps(model, past, logits, prefill + (fill == "synthetic"), decode - 1)
+        steps(model, past, logits, seen, decode - 1)
         decode_s = max(time.perf_counter() - begin, 1e-9)
     decode_attention = clock["attention"] - prefill_attention
     decode_calls = max(clock["calls"] - prefill_calls, 1)
@@ -363,9 +316,9 @@ def busy_threads(model: Any, implementation: str, batch: int, prefill: int, deco
     import torch
 
     with torch.no_grad():
-        past, logits, _ = start(model, implementation, batch, prefill, prefill + decode, fill)
+        past, logits, seen, _ = start(model, implementation, batch, prefill, prefill + decode, fill)
         with BusyThreads() as busy:
-            steps(model, past, logits, prefill + (fill == "synthetic"), decode - 1)
+            steps(model, past, logits, seen, decode - 1)
     return dict(decode_busy_threads=busy.mean, decode_busy_threads_most=busy.most)
 
 
@@ -375,8 +328,8 @@ def sdpa_reference(model: Any, batch: int, prefill: int, count: int, fill: str) 
     import torch
 
     with torch.no_grad():
-        past, first, _ = start(model, "sdpa", batch, prefill, prefill + count, fill)
-        later = steps(model, past, first, prefill + (fill == "synthetic"), count - 1)
+        past, first, seen, _ = start(model, "sdpa", batch, prefill, prefill + count, fill)
+        later = steps(model, past, first, seen, count - 1)
     want = torch.cat([first, later], dim=1)
     return want.argmax(-1), want
 
@@ -395,8 +348,8 @@ def logits_error(
     tokens, want = reference
     count = want.shape[1]
     with torch.no_grad():
-        past, first, _ = start(model, implementation, tokens.shape[0], prefill, prefill + count, fill)
-        later = steps(model, past, first, prefill + (fill == "synthetic"), count - 1, feed=tokens)
+        past, first, seen, _ = start(model, implementation, tokens.shape[0], prefill, prefill + count, fill)
+        later = steps(model, past, first, seen, count - 1, feed=tokens)
     got = torch.cat([first, later], dim=1)
     errors = ((got - want).abs().amax(dim=(0, 2)) / want.abs().amax(dim=(0, 2))).double().tolist()
     return dict(
@@ -510,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", required=True, help="the JSON file to write")
     args = parser.parse_args(argv)
+    if args.layers < 0:
+        parser.error(f"--layers {args.layers}: expected 0 (all) or a positive number of layers")
 
     import os
 
