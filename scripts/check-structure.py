@@ -81,8 +81,6 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 # Findings present when each rule came in, with what removes them. Keys: (rule, file[, target]).
 KNOWN: dict[tuple[str, ...], str] = {
-    ("lines", "src/kernels/micro/attention_kernel.hpp"): "one type per attention path in its own file",
-    ("intrinsics", "src/kernels/micro/kernels_amx.cpp"): "the AMX tile kernels into arch/x86_64",
     ("intrinsics", "bench/machine/fma_peak_amx.cpp"): "the peak loops beside the kernels in arch/",
     ("intrinsics", "bench/machine/fma_peak_avx512bf16.cpp"): "the peak loops beside the kernels in arch/",
     ("isa-list", "src/core/isa.cpp"): "the public ISA names derived from kernel_isas.def",

@@ -38,21 +38,21 @@ namespace {
 
 // The rows of kernel_isas.def (kernels/arch/<arch>/), best first: each ISA's table and whether this
 // CPU runs it.
-struct kernel_isa {
+struct isa_row {
   mha::isa isa;
   const isa_kernels* (*kernels)() noexcept;
   bool (*runs)() noexcept;
 };
 
-constexpr kernel_isa kernel_isas[] = {
+constexpr isa_row isa_rows[] = {
 #define MHA_KERNEL_ISA(name, arch, flags, runs) \
   {isa::name, &name##_kernels, []() noexcept -> bool { return runs; }},
 #include "kernel_isas.def"
 #undef MHA_KERNEL_ISA
 };
 
-const kernel_isa* row_of(mha::isa which) noexcept {
-  for (const kernel_isa& row : kernel_isas) {
+const isa_row* row_of(mha::isa which) noexcept {
+  for (const isa_row& row : isa_rows) {
     if (row.isa == which) return &row;
   }
   return nullptr;
@@ -61,29 +61,29 @@ const kernel_isa* row_of(mha::isa which) noexcept {
 }  // namespace
 
 const isa_kernels& kernels_for(mha::isa which) noexcept {
-  const kernel_isa* row = row_of(which);
+  const isa_row* row = row_of(which);
   MHA_EXPECTS(row != nullptr && "kernels_for: an isa without kernels (see runnable_isas)");
-  return *(row != nullptr ? row : &std::end(kernel_isas)[-1])->kernels();
+  return *(row != nullptr ? row : &std::end(isa_rows)[-1])->kernels();
 }
 
 bool cpu_runs(mha::isa which) noexcept {
-  const kernel_isa* row = row_of(which);
+  const isa_row* row = row_of(which);
   return row != nullptr && row->runs();
 }
 
 mha::isa best_isa() noexcept {
   static const mha::isa best = [] {
-    for (const kernel_isa& row : kernel_isas) {
+    for (const isa_row& row : isa_rows) {
       if (row.runs()) return row.isa;
     }
-    return std::end(kernel_isas)[-1].isa;  // the baseline's row always runs
+    return std::end(isa_rows)[-1].isa;  // the baseline's row always runs
   }();
   return best;
 }
 
-std::vector<mha::isa> kernel_isa_list() {
+std::vector<mha::isa> built_isas() {
   std::vector<mha::isa> isas;
-  for (const kernel_isa& row : kernel_isas) isas.push_back(row.isa);
+  for (const isa_row& row : isa_rows) isas.push_back(row.isa);
   return isas;
 }
 
@@ -110,7 +110,7 @@ std::string detail::isa_names(const std::vector<mha::isa>& isas) {
 
 std::vector<mha::isa> detail::runnable_isas() {
   std::vector<mha::isa> isas;
-  for (mha::isa i : detail::kernel_isa_list()) {
+  for (mha::isa i : detail::built_isas()) {
     if (detail::cpu_runs(i)) isas.push_back(i);
   }
   return isas;
@@ -121,7 +121,7 @@ mha::isa detail::dispatched_isa() {
   if (env == nullptr || *env == '\0') return detail::best_isa();
   const std::string_view wanted(env);
   const std::optional<mha::isa> named = parse_isa(wanted);
-  const std::vector<mha::isa> kernels = detail::kernel_isa_list();
+  const std::vector<mha::isa> kernels = detail::built_isas();
   if (!named || std::ranges::find(kernels, *named) == kernels.end()) {
     throw invalid_argument(text("xsimd: MHA_XSIMD_ISA is '", wanted, "'",
                                 named ? detail::refusal_note(*named) : "", ", expected one of ",

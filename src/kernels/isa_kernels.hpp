@@ -80,7 +80,7 @@ mha::isa dispatched_isa();
 const isa_kernels& kernels_for(mha::isa which) noexcept;
 
 // Every ISA the kernels are built for (the architecture's kernel_isas.def), best first.
-std::vector<mha::isa> kernel_isa_list();
+std::vector<mha::isa> built_isas();
 
 // Whether this CPU (and OS) runs the kernels of `which` (false for an isa without kernels): its
 // row's `runs` in its kernel_isas.def (kernels/arch/<arch>/), the whole x86-64 level its

@@ -74,7 +74,7 @@ const backend& xsimd_backend(mha::isa which) {
   if (found == std::end(pinned)) {
     throw invalid_argument(text("xsimd: no kernels for ", to_string(which),
                                 detail::refusal_note(which), "; xsimd has ",
-                                detail::isa_names(detail::kernel_isa_list())));
+                                detail::isa_names(detail::built_isas())));
   }
   if (!detail::cpu_runs(which)) {
     throw invalid_argument(text("xsimd: this CPU does not support ", to_string(which),

@@ -1,5 +1,5 @@
 // Internal: the products of an int8 KV cache's codes (docs/design.md §1.7), per ISA (included by
-// micro/attention_kernel.hpp; see micro/micro_kernel.hpp for how it is compiled).
+// micro/attention_block.hpp; see micro/micro_kernel.hpp for how it is compiled).
 //
 // Q K^T multiplies codes as integers: each query row is quantised to 16-bit integers (one scale
 // per row), K^T's codes are stored in pairs along head_dim (code_pair: dimensions 2i and 2i + 1
@@ -22,7 +22,7 @@ namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
 // code_dot: fma_dot with B a panel of 8-bit codes, each widened to fp32 as it is loaded: the
 // products are fp32 FMAs of exact integers; the codes' scales and offsets are applied around the
-// micro-kernel (attention_block). P V of an int8 cache.
+// micro-kernel (micro/attention_codes.hpp). P V of an int8 cache.
 struct code_dot : fma_dot {
   using b_unit = std::uint8_t;  // A stays fp32 (fma_dot::unit)
   template <class Arch>
@@ -40,7 +40,7 @@ using query_pair = std::int32_t;
 // of code_pairs (pairs(head_dim) rows of nr keys); each step adds, per key, q_2i c_2i + q_2i+1
 // c_2i+1 to a 32-bit integer sum. The micro-kernel's accumulators are float batches: here they
 // hold the sums' bits (they start at 0.0f, whose bits are the integer 0, and are only added to
-// and stored), which attention_block converts after the micro-kernel. Exact while
+// and stored), which code_scales::key_scores converts after the micro-kernel. Exact while
 // head_dim * max|q| * 255 < 2^31 (query_code_limit).
 struct code_pair_dot {
   using unit = query_pair;

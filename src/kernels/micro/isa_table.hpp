@@ -21,7 +21,7 @@ void to_pairs(const float* a, std::int64_t rows, std::int64_t k, std::int64_t ld
 }
 
 template <class Arch, class Tiles, class PairDot = widen_dot>
-const isa_kernels* kernels_of(mha::isa which) noexcept {
+const isa_kernels* isa_table(mha::isa which) noexcept {
   static const isa_kernels table{which,
                                  Arch::name(),
                                  static_cast<int>(xsimd::batch<float, Arch>::size),

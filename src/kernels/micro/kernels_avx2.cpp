@@ -13,7 +13,7 @@ using tiles = tile_list<tile<xsimd::fma3<xsimd::avx2>, 6, 2>, tile<xsimd::fma3<x
 }  // namespace avx2
 
 const isa_kernels* avx2_kernels() noexcept {
-  return avx2::kernels_of<xsimd::fma3<xsimd::avx2>, avx2::tiles>(isa::avx2);
+  return avx2::isa_table<xsimd::fma3<xsimd::avx2>, avx2::tiles>(isa::avx2);
 }
 
 }  // namespace mha::detail

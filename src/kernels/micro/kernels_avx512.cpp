@@ -7,7 +7,7 @@
 namespace mha::detail {
 
 const isa_kernels* avx512_kernels() noexcept {
-  return avx512::kernels_of<xsimd::avx512bw, avx512::avx512_tiles>(isa::avx512);
+  return avx512::isa_table<xsimd::avx512bw, avx512::avx512_tiles>(isa::avx512);
 }
 
 }  // namespace mha::detail

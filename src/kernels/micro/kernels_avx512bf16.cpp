@@ -10,7 +10,7 @@
 namespace mha::detail {
 
 const isa_kernels* avx512bf16_kernels() noexcept {
-  return avx512bf16::kernels_of<xsimd::avx512bw, avx512bf16::avx512_tiles, avx512bf16::dpbf16_dot>(
+  return avx512bf16::isa_table<xsimd::avx512bw, avx512bf16::avx512_tiles, avx512bf16::dpbf16_dot>(
       isa::avx512bf16);
 }
 

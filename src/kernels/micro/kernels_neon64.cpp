@@ -16,7 +16,7 @@ using tiles = tile_list<tile<xsimd::neon64, 6, 4>, tile<xsimd::neon64, 12, 2>>;
 }  // namespace neon64
 
 const isa_kernels* neon64_kernels() noexcept {
-  return neon64::kernels_of<xsimd::neon64, neon64::tiles>(isa::neon64);
+  return neon64::isa_table<xsimd::neon64, neon64::tiles>(isa::neon64);
 }
 
 }  // namespace mha::detail

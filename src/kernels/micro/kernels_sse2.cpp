@@ -13,7 +13,7 @@ using tiles = tile_list<tile<xsimd::sse2, 6, 2>, tile<xsimd::sse2, 12, 1>>;
 }  // namespace sse2
 
 const isa_kernels* sse2_kernels() noexcept {
-  return sse2::kernels_of<xsimd::sse2, sse2::tiles>(isa::sse2);
+  return sse2::isa_table<xsimd::sse2, sse2::tiles>(isa::sse2);
 }
 
 }  // namespace mha::detail
