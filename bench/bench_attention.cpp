@@ -18,7 +18,7 @@
 // Counters: GFLOPS on causal pairs, 4 B H head_dim P with P = T (T + 1) / 2 (docs/design.md §3),
 // and pct_peak against threads x the measured FP32 FMA peak of one core, of the ISA the kernel
 // runs.
-//   bench_attention [--isa avx512|avx2|sse2] [--benchmark_filter=...] [google benchmark flags]
+//   bench_attention [--isa NAME] [--benchmark_filter=...] [google benchmark flags]
 // --isa caps the xsimd kernels and oneDNN to the same ISA (kernel_timing.hpp).
 #include <benchmark/benchmark.h>
 

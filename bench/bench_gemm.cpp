@@ -6,7 +6,7 @@
 // in prepare(). Before timing, 64 sampled entries of C are checked against a double dot product.
 // Counters: GFLOPS (2MNK per second) and pct_peak against the FP32 FMA peak of one core, of the
 // ISA the kernel runs (mha::fma_peak_of).
-//   bench_gemm [--isa avx512|avx2|sse2] [--benchmark_filter=...] [google benchmark flags]
+//   bench_gemm [--isa NAME] [--benchmark_filter=...] [google benchmark flags]
 // --isa runs the xsimd kernels of that ISA only and caps oneDNN to the same (kernel_timing.hpp).
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>

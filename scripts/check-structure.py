@@ -48,7 +48,7 @@ LAYERS = [
         ],
     ),
     # What the driver, the backends and the kernels all pass: an attention call's arguments,
-    # aligned buffers.
+    # aligned buffers, the kernel set's concept.
     ("common types", ["src/common/"]),
     # What the kernels are called with and through: argument structs, the kernel-set table.
     (
@@ -89,18 +89,9 @@ KNOWN: dict[tuple[str, ...], str] = {
         "isa-list",
         "src/backends/onednn/onednn_backend.cpp",
     ): "names its own (oneDNN's) ISA caps: derive or rename",
-    ("isa-list", "src/kernels/micro/micro_kernel.hpp"): "derive from kernel_isas.def",
     ("isa-list", "bench/machine/fma_peak.hpp"): "the peak loops' list derived from kernel_isas.def",
     ("isa-list", "bench/machine/fma_peak.cpp"): "the peak loops' list derived from kernel_isas.def",
-    ("isa-list", "bench/machine/machine_context.hpp"): "derive from kernel_isas.def",
     ("isa-list", "bench/kernel_timing.hpp"): "derive from kernel_isas.def",
-    ("isa-list", "bench/bench_gemm.cpp"): "derive from kernel_isas.def",
-    ("isa-list", "bench/bench_attention.cpp"): "derive from kernel_isas.def",
-    (
-        "layers",
-        "src/kernels/xsimd_kernel_set.hpp",
-        "src/driver/driver.hpp",
-    ): "the kernel set's contract below the driver",
 }
 
 

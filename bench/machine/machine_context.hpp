@@ -28,8 +28,8 @@ void add_bandwidth_context(const stream_read& bandwidth);
 
 // What each backend dispatched to and which peak its figures are read against
 // (mha_backend_<name>_isa, mha_backend_<name>_peak_isa), the ISA family the SIMD backends ran
-// under (mha_dispatch: "avx512", "avx2", "sse2", "mixed (...)", or "scalar" with none) and the
-// environment variables that capped it (mha_isa_overrides).
+// under (mha_dispatch: an ISA as mha::to_string names it, "mixed (...)", or "scalar" with none)
+// and the environment variables that capped it (mha_isa_overrides).
 void add_dispatch_context(std::span<const mha::backend* const> backends);
 
 // "MHA_XSIMD_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2": the ISA caps set in the environment, "" if none.

@@ -1,17 +1,12 @@
 // Internal: the SIMD kernels of one ISA as a kernel set of the shared drivers
-// (driver/driver.hpp), single-threaded: the xsimd backend's; the tbb backend derives its
+// (common/kernel_set.hpp), single-threaded: the xsimd backend's; the tbb backend derives its
 // parallel set from it.
 #pragma once
 
-#include <cassert>
-#include <memory>
 #include <optional>
-#include <string_view>
 
-#include "core/text.hpp"
-#include "driver/driver.hpp"
+#include "common/kernel_set.hpp"
 #include "kernels/isa_kernels.hpp"
-#include "mha/error.hpp"
 #include "mha/weights.hpp"
 
 namespace mha::detail {
@@ -94,23 +89,5 @@ class xsimd_kernel_set : public sequential_execution {
   scratch_pool_of<bf16_pair> pairs_;  // x as bf16 pairs, per concurrent caller
 };
 static_assert(kernel_set<xsimd_kernel_set<isa::sse2>>);
-
-// A driver plan over Set<isa>, the kernel-set template instantiated for the ISA chosen at run
-// time (Set<Isa> must be a kernel set for each row of kernel_isas.def (kernels/arch/<arch>/);
-// `which` is one of them, runnable_isas() being what callers pass).
-template <template <mha::isa> class Set>
-std::unique_ptr<plan> make_isa_plan(mha::isa which, const config& cfg, formulation form,
-                                    const weights& w, std::string_view backend_name) {
-  switch (which) {
-#define MHA_KERNEL_ISA(name, ...) \
-  case isa::name:                 \
-    return std::make_unique<driver_plan<Set<isa::name>>>(cfg, form, w, backend_name);
-#include "kernel_isas.def"
-#undef MHA_KERNEL_ISA
-    default:
-      break;
-  }
-  throw invalid_argument(text(backend_name, ": no kernels for ", to_string(which)));
-}
 
 }  // namespace mha::detail

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/text.hpp"
+#include "driver/isa_plan.hpp"
 #include "kernels/xsimd_kernel_set.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"

@@ -1,7 +1,7 @@
 // Internal: the register-tiled micro-kernel of every SIMD kernel, a template over the xsimd
 // arch and the tile. Included (through micro/isa_table.hpp) only by the per-ISA translation
-// units (micro/kernels_avx512.cpp, ...), each compiled with its own -march, after defining
-// MHA_SIMD_ISA_NAMESPACE (avx512, avx2, sse2).
+// units (micro/kernels_<name>.cpp, one per row of kernels/arch/<arch>/kernel_isas.def), each
+// compiled with its row's flags, after defining MHA_SIMD_ISA_NAMESPACE (the row's name).
 //
 // ODR: as Highway does per target, everything here lives in a namespace of its own per ISA.
 // A function emitted by two translation units under one name (an inline helper, or a template
