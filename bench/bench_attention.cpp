@@ -189,15 +189,9 @@ void bm_onednn(benchmark::State& state, shape s, int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::optional<mha_bench::fma_peak> measured = mha_bench::initialize(&argc, argv);
+  std::optional<mha_bench::fma_peak> measured = mha_bench::initialize(&argc, argv, "OpenMP");
   if (!measured) return 1;
   peaks = *measured;
-  benchmark::AddCustomContext("xsimd", mha::xsimd_backend().description());
-#if MHA_BENCH_ONEDNN
-  const dnnl_version_t* v = dnnl_version();
-  benchmark::AddCustomContext("onednn", text(v->major, ".", v->minor, ".", v->patch, ", OpenMP, ",
-                                             mha::onednn_backend().description()));
-#endif
 
   std::vector<int> thread_counts = {1, 2};
   if (mha::detail::default_threads() > 2) thread_counts.push_back(mha::detail::default_threads());

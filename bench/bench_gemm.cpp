@@ -203,17 +203,13 @@ void bm_openblas(benchmark::State& state, shape s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::optional<mha_bench::fma_peak> measured = mha_bench::initialize(&argc, argv);
-  if (!measured) return 1;
-  peaks = *measured;
-  benchmark::AddCustomContext("xsimd", mha::xsimd_backend().description());
 #if MHA_BENCH_ONEDNN
   omp_set_num_threads(1);  // oneDNN runs on OpenMP here (docs/dependencies.md §2)
-  const dnnl_version_t* v = dnnl_version();
-  benchmark::AddCustomContext(
-      "onednn", mha::detail::text(v->major, ".", v->minor, ".", v->patch, ", 1 OpenMP thread, ",
-                                  mha::to_string(mha::onednn_backend().isa())));
 #endif
+  std::optional<mha_bench::fma_peak> measured =
+      mha_bench::initialize(&argc, argv, "1 OpenMP thread");
+  if (!measured) return 1;
+  peaks = *measured;
   if (openblas::get().sgemm != nullptr)
     benchmark::AddCustomContext("openblas", openblas::get().config + ", 1 thread");
 

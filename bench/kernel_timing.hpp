@@ -12,8 +12,16 @@
 #include <string>
 #include <string_view>
 
+#include "core/text.hpp"
 #include "machine/fma_peak.hpp"
 #include "machine/machine_context.hpp"
+#include "mha/backends/xsimd.hpp"
+
+#if MHA_BENCH_ONEDNN
+#include <dnnl.h>
+
+#include "mha/backends/onednn.hpp"
+#endif
 
 namespace mha_bench {
 
@@ -21,8 +29,11 @@ namespace mha_bench {
 // kernels (MHA_XSIMD_ISA, which the tbb framework follows) and oneDNN (ONEDNN_MAX_CPU_ISA
 // AVX512_CORE, AVX2 or SSE41) before either is first used, so both sides of a comparison run
 // the same instruction set. Then Google Benchmark's flags (an unknown one is reported), the
-// machine context and the FMA peak of every ISA. nullopt, after saying why, on a bad flag.
-inline std::optional<fma_peak> initialize(int* argc, char** argv) {
+// machine context, what the kernels compared are (xsimd's description; oneDNN's version, its
+// threading as `onednn_threading` says, and its description) and the FMA peak of every ISA.
+// nullopt, after saying why, on a bad flag.
+inline std::optional<fma_peak> initialize(int* argc, char** argv,
+                                          [[maybe_unused]] std::string_view onednn_threading) {
   std::string isa;
   int kept = 1;
   for (int i = 1; i < *argc; ++i) {
@@ -52,6 +63,13 @@ inline std::optional<fma_peak> initialize(int* argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(*argc, argv)) return std::nullopt;
   add_machine_context();
   benchmark::AddCustomContext("mha_isa_overrides", isa_overrides());
+  benchmark::AddCustomContext("xsimd", mha::xsimd_backend().description());
+#if MHA_BENCH_ONEDNN
+  const dnnl_version_t* v = dnnl_version();
+  benchmark::AddCustomContext(
+      "onednn", mha::detail::text(v->major, ".", v->minor, ".", v->patch, ", ", onednn_threading,
+                                  ", ", mha::onednn_backend().description()));
+#endif
   fma_peak peak = measure_fma_peak(1);
   add_peak_context(peak);
   return peak;

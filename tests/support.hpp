@@ -86,6 +86,17 @@ inline auto conformance_params() {
 }
 std::string conformance_param_name(const testing::TestParamInfo<conformance_param>& info);
 
+// The parameter of the suites over every backend case x formulation (decode, dropout, bf16's
+// per-backend checks), their generator, and the test names they carry ("xsimd_avx2_wrapper").
+using backend_form_param = std::tuple<backend_case, mha::formulation>;
+inline auto backend_form_params() {
+  return testing::Combine(testing::ValuesIn(backend_cases()),
+                          testing::ValuesIn(mha::formulations()));
+}
+inline std::string backend_form_name(const testing::TestParamInfo<backend_form_param>& info) {
+  return std::get<0>(info.param).label + "_" + std::string(mha::to_string(std::get<1>(info.param)));
+}
+
 // Whether the documentation says `b` computes p (docs/design.md §2.3 lists what each backend
 // does beyond fp32 multi-head attention): a backend that declines a problem it claims fails the
 // suites; one that declines an unclaimed problem is skipped with its reason.

@@ -80,8 +80,7 @@ INSTANTIATE_TEST_SUITE_P(All, Bf16, mha_test::conformance_params(),
 
 // A bf16 plan's cache holds bf16: half an fp32 plan's bytes; a generation loop through it gives
 // the full forward's rows, bit for bit on the backends whose decode shares their kernels.
-class Bf16Decode : public testing::TestWithParam<std::tuple<mha_test::backend_case, formulation>> {
-};
+class Bf16Decode : public testing::TestWithParam<mha_test::backend_form_param> {};
 
 // Grouped K/V heads with head_dim 16 and 8 (a full forward packs a head of fewer than 16
 // dimensions into wider V panels than its cache holds: AMX runs its P V on tiles), and one K/V
@@ -135,13 +134,8 @@ TEST_P(Bf16Decode, CacheHoldsBf16AndTokensEqualTheFullForward) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, Bf16Decode,
-                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          testing::ValuesIn(mha::formulations())),
-                         [](const auto& p) {
-                           return std::get<0>(p.param).label + "_" +
-                                  std::string(mha::to_string(std::get<1>(p.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(All, Bf16Decode, mha_test::backend_form_params(),
+                         mha_test::backend_form_name);
 
 #if MHA_WITH_TBB
 // The parallel bf16 kernels are the xsimd ones on pieces: every thread count gives the xsimd

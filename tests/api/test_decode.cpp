@@ -85,8 +85,7 @@ INSTANTIATE_TEST_SUITE_P(All, Decode, mha_test::conformance_params(),
                          mha_test::conformance_param_name);
 
 // The rest runs on each backend that decodes, split-weight and wrapper, on one small module.
-class DecodeBackend
-    : public testing::TestWithParam<std::tuple<mha_test::backend_case, formulation>> {
+class DecodeBackend : public testing::TestWithParam<mha_test::backend_form_param> {
  protected:
   static constexpr std::int64_t batch = 3, seq_len = 12;
   const mha::config cfg{.d_in = 16, .d_out = 24, .n_heads = 4, .context_length = seq_len};
@@ -350,12 +349,7 @@ TEST_P(DecodeBackend, CacheHeldByACallRefusesAnother) {
   EXPECT_TRUE(same_rows(backend(), sequence(ys, 0, 1, cfg.d_out), expected(0, 2, 1)));
 }
 
-INSTANTIATE_TEST_SUITE_P(All, DecodeBackend,
-                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          testing::ValuesIn(mha::formulations())),
-                         [](const auto& p) {
-                           return std::get<0>(p.param).label + "_" +
-                                  std::string(mha::to_string(std::get<1>(p.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(All, DecodeBackend, mha_test::backend_form_params(),
+                         mha_test::backend_form_name);
 
 }  // namespace

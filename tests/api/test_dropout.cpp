@@ -69,8 +69,7 @@ TEST(DropoutMask, EveryCoordinateMatters) {
   EXPECT_EQ(base, row(d, 0, 0, 0));
 }
 
-class Dropout
-    : public testing::TestWithParam<std::tuple<mha_test::backend_case, mha::formulation>> {
+class Dropout : public testing::TestWithParam<mha_test::backend_form_param> {
  protected:
   static constexpr std::int64_t batch = 2, t = 24;
   mha::config cfg(float p) const {
@@ -113,12 +112,7 @@ TEST_P(Dropout, MatchesReferenceInTrainingMode) {
             1e-5 * mha_test::max_abs(expected));
 }
 
-INSTANTIATE_TEST_SUITE_P(All, Dropout,
-                         testing::Combine(testing::ValuesIn(mha_test::backend_cases()),
-                                          testing::ValuesIn(mha::formulations())),
-                         [](const auto& p) {
-                           return std::get<0>(p.param).label + "_" +
-                                  std::string(mha::to_string(std::get<1>(p.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(All, Dropout, mha_test::backend_form_params(),
+                         mha_test::backend_form_name);
 
 }  // namespace
