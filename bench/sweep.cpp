@@ -1,118 +1,15 @@
+// The series algebra (overrides, the expansion into points and cases, the shapes as JSON, the
+// filter); the presets are in presets.cpp, sharding and the budget in shards.cpp.
 #include "sweep.hpp"
 
 #include <algorithm>
-#include <array>
-#include <charconv>
-#include <cmath>
 #include <cstdio>
-#include <numeric>
 #include <regex>
 
 #include "mha/error.hpp"
-#include "progress.hpp"
 
 namespace mha_bench {
 namespace {
-
-// GPT-2 small: the anchor shape of docs/design.md §5 and of the backend targets.
-constexpr std::int64_t gpt2_d_model = 768, gpt2_heads = 12, gpt2_context = 1024;
-
-constexpr std::array<std::string_view, 7> names = {"quick",  "heads", "seq", "threads",
-                                                   "decode", "cores", "full"};
-
-std::vector<int> one_and_all(int hardware_threads) {
-  if (hardware_threads == 1) return {1};
-  return {1, hardware_threads};
-}
-
-std::vector<int> one_to_all(int hardware_threads) {
-  std::vector<int> t;
-  for (int n = 1; n <= hardware_threads; ++n) t.push_back(n);
-  return t;
-}
-
-// H in the heads preset: divisors of 768 from 1 to 96, so both series have whole head_dims
-// (down to 8 at d_model 768; up to d_model 6144 at head_dim 64).
-const std::vector<std::int64_t> heads_axis = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96};
-
-std::vector<series> quick(int hw) {
-  // A first look in about a minute: split vs wrapper at five head counts of a GPT-2-wide
-  // module (head_dim 768 down to 8, short sequence so the naive backend fits its budget), and
-  // GPT-2 small at its full context, where backends differ most.
-  return {{"quick_heads", {1}, {128}, {1, 4, 12, 48, 96}, {gpt2_d_model}, 0, one_and_all(hw)},
-          {"gpt2_small", {1}, {gpt2_context}, {gpt2_heads}, {gpt2_d_model}, 0, one_and_all(hw)}};
-}
-
-std::vector<series> heads(int hw) {
-  // Grouped-query attention at the fixed width: multi-head, groups of 4 and 8, multi-query, at
-  // the H of the axis that 8 divides.
-  series grouped{"heads_kv",     {4}, {256},          {8, 16, 24, 32, 48, 64, 96},
-                 {gpt2_d_model}, 0,   one_and_all(hw)};
-  grouped.kv_groups = {1, 4, 8, 0};
-  return {{"heads_d_model", {4}, {256}, heads_axis, {gpt2_d_model}, 0, one_and_all(hw)},
-          {"heads_head_dim", {1}, {128}, heads_axis, {}, 64, one_and_all(hw)},
-          grouped};
-}
-
-std::vector<series> seq(int hw) {
-  return {{"seq",
-           {1},
-           {64, 128, 256, 512, 1024, 2048, 4096},
-           {gpt2_heads},
-           {gpt2_d_model},
-           0,
-           one_and_all(hw)}};
-}
-
-std::vector<series> threads(int hw) {
-  return {{"threads", {1}, {gpt2_context}, {gpt2_heads}, {gpt2_d_model}, 0, one_to_all(hw)}};
-}
-
-std::vector<series> decode(int hw) {
-  // Generation: one new token per sequence over a cache of `past` tokens, GPT-2 small's width,
-  // from a short prompt to a long context, for one sequence and for continuous batches.
-  series s{"decode", {1, 8, 32}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, one_and_all(hw)};
-  s.past = {128, 512, 2048, 8192, 32768};
-  // The same step with 3 K/V heads (groups of 4, 4x fewer cache bytes) and 1 (multi-query).
-  series grouped{"decode_kv", {1, 8}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, one_and_all(hw)};
-  grouped.kv_heads = {3, 1};
-  grouped.past = {2048, 8192, 32768};
-  // The KV cache's precisions (docs/design.md §1.7): fp32 and bf16 plans, each with its own
-  // cache and with an int8 one, for one sequence over a long context and a batch over a
-  // middle one (the fp32 points are the decode series').
-  series cache{"decode_cache", {1, 32}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, one_and_all(hw)};
-  cache.past = {2048, 8192};
-  cache.precisions = {mha::precision::fp32, mha::precision::bf16};
-  cache.kv_precisions = {mha::precision::fp32, mha::precision::bf16, mha::precision::int8};
-  // Long contexts: one sequence over 32k and 128k cached tokens in each cache precision (the
-  // fp32 cache of 128k tokens is 805 MB: it fits where mha runs).
-  series long_context = cache;
-  long_context.name = "decode_long";
-  long_context.batch = {1};
-  long_context.past = {32768, 131072};
-  // A Llama-3-8B-like step (d_model 4096, 32 query heads of 128 dimensions over 8 K/V heads):
-  // the 4 query heads of a K/V head read its cache together (on AMX, a tile's rows), fp32 and
-  // bf16 plans with their own caches.
-  series llama{"decode_gqa", {1, 8}, {1}, {32}, {4096}, 0, one_and_all(hw)};
-  llama.kv_heads = {8};
-  llama.past = {8192};
-  llama.precisions = {mha::precision::fp32, mha::precision::bf16};
-  return {s, grouped, cache, long_context, llama};
-}
-
-std::vector<series> cores(int hw) {
-  // Scaling past two cores: GPT-2 small's prefill for one sequence and four (a larger grid of
-  // tasks), and decode over 8192 cached tokens for 1, 8 and 32 sequences (one sequence has 12
-  // heads of work: only the split over keys feeds more threads) and with 3 K/V heads.
-  const std::vector<int> t = doubling_to_all(hw);
-  series prefill{"cores_prefill", {1, 4}, {gpt2_context}, {gpt2_heads}, {gpt2_d_model}, 0, t};
-  series step{"cores_decode", {1, 8, 32}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, t};
-  step.past = {8192};
-  series grouped{"cores_decode_kv", {1, 8}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, t};
-  grouped.kv_heads = {3};
-  grouped.past = {8192};
-  return {prefill, step, grouped};
-}
 
 template <class T>
 void require_positive(std::span<const T> values, std::string_view series_name,
@@ -150,20 +47,7 @@ std::optional<std::string> cache_left_out(mha::precision cache, mha::precision p
   return std::nullopt;
 }
 
-std::string format_seconds(double s) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.3g", s);
-  return buffer;
-}
-
 }  // namespace
-
-std::vector<int> doubling_to_all(int hardware_threads) {
-  std::vector<int> t;
-  for (int n = 1; n < hardware_threads; n *= 2) t.push_back(n);
-  t.push_back(hardware_threads);
-  return t;
-}
 
 std::string join(std::span<const std::string> parts, std::string_view separator) {
   std::string joined;
@@ -228,31 +112,6 @@ std::string to_string(const series& s) {
     text += " kv_precision=" + join(names, ",");
   }
   return text + " threads=" + list(s.threads);
-}
-
-std::span<const std::string_view> preset_names() noexcept { return names; }
-
-std::vector<series> preset(std::string_view name, int hardware_threads) {
-  if (hardware_threads < 1) {
-    throw mha::invalid_argument("mha_bench: hardware_threads (" + std::to_string(hardware_threads) +
-                                ") must be >= 1");
-  }
-  if (name == "quick") return quick(hardware_threads);
-  if (name == "heads") return heads(hardware_threads);
-  if (name == "seq") return seq(hardware_threads);
-  if (name == "threads") return threads(hardware_threads);
-  if (name == "decode") return decode(hardware_threads);
-  if (name == "cores") return cores(hardware_threads);
-  if (name == "full") {
-    std::vector<series> all;
-    for (auto part : {quick, heads, seq, threads, decode, cores}) {
-      for (series& s : part(hardware_threads)) all.push_back(std::move(s));
-    }
-    return all;
-  }
-  throw mha::invalid_argument("mha_bench: unknown preset '" + std::string(name) +
-                              "'; expected one of " +
-                              join(std::vector<std::string>(names.begin(), names.end()), ", "));
 }
 
 std::vector<series> apply(std::vector<series> list, const overrides& o) {
@@ -479,116 +338,6 @@ bool filter_selects(std::string_view filter, std::string_view name) {
     throw mha::invalid_argument("mha_bench: --benchmark_filter '" + std::string(filter) +
                                 "' is not a valid regular expression: " + e.what());
   }
-}
-
-shard parse_shard(std::string_view text) {
-  const auto bad = [&]() -> shard {
-    throw mha::invalid_argument("mha_bench: --shard '" + std::string(text) +
-                                "': expected I/N with 1 <= I <= N, e.g. 2/4");
-  };
-  const std::size_t slash = text.find('/');
-  if (slash == std::string_view::npos) return bad();
-  const auto number = [&](std::string_view part, int& value) {
-    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
-    return !part.empty() && ec == std::errc() && end == part.data() + part.size();
-  };
-  shard s;
-  if (!number(text.substr(0, slash), s.index) || !number(text.substr(slash + 1), s.count) ||
-      s.count < 1 || s.index < 1 || s.index > s.count) {
-    return bad();
-  }
-  return s;
-}
-
-std::string to_string(shard s) { return std::to_string(s.index) + "/" + std::to_string(s.count); }
-
-std::int64_t shard_cost(const bench_case& c) {
-  // A nominal machine: the partition must not depend on the one it is computed on.
-  constexpr double nominal_gflops_per_thread = 10.0, nominal_min_time = 0.5;
-  const double run = mha::flops(c.problem) * 1e-9 / (nominal_gflops_per_thread * c.threads);
-  return std::llround(expected_wall_seconds(run, nominal_min_time, 1) * 1e6);
-}
-
-std::vector<int> assign_shards(std::span<const bench_case> cases, int count) {
-  if (count < 1) {
-    throw mha::invalid_argument("mha_bench: a selection cannot be split into " +
-                                std::to_string(count) + " shards");
-  }
-  std::vector<std::string> names;
-  std::vector<std::int64_t> costs;
-  for (const bench_case& c : cases) {
-    names.push_back(c.name());
-    costs.push_back(shard_cost(c));
-  }
-  std::vector<std::size_t> order(cases.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  // Longest first, then by name: the greedy "least loaded shard" rule balances best that way.
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    if (costs[a] != costs[b]) return costs[a] > costs[b];
-    return names[a] < names[b];
-  });
-  std::vector<std::int64_t> load(static_cast<std::size_t>(count), 0);
-  std::vector<int> assignment(cases.size(), 0);
-  for (std::size_t i : order) {
-    const auto least = std::min_element(load.begin(), load.end());  // the first of equals
-    assignment[i] = static_cast<int>(least - load.begin());
-    *least += costs[i];
-  }
-  return assignment;
-}
-
-std::vector<bench_case> cases_of_shard(std::span<const bench_case> cases, shard s) {
-  const std::vector<int> assignment = assign_shards(cases, s.count);
-  std::vector<bench_case> out;
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    if (assignment[i] == s.index - 1) out.push_back(cases[i]);
-  }
-  return out;
-}
-
-std::string selection_fingerprint(std::span<const bench_case> cases) {
-  std::vector<std::string> names;
-  for (const bench_case& c : cases) names.push_back(c.name());
-  std::sort(names.begin(), names.end());
-  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a 64
-  const auto add = [&](unsigned char byte) {
-    hash ^= byte;
-    hash *= 1099511628211ull;
-  };
-  for (const std::string& name : names) {
-    for (char ch : name) add(static_cast<unsigned char>(ch));
-    add('\n');
-  }
-  char buffer[17];
-  std::snprintf(buffer, sizeof buffer, "%016llx", static_cast<unsigned long long>(hash));
-  return buffer;
-}
-
-expansion shard_points(const expansion& e, std::span<const bench_case> cases, shard s) {
-  const std::vector<int> assignment = assign_shards(cases, s.count);
-  std::vector<bench_case> mine, earlier;
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    if (assignment[i] == s.index - 1) mine.push_back(cases[i]);
-    if (assignment[i] < s.index - 1) earlier.push_back(cases[i]);
-  }
-  expansion out = covered_points(e, mine);
-  const expansion taken = covered_points(e, earlier);
-  std::erase_if(out.points, [&](const sweep_point& p) {
-    return std::ranges::any_of(taken.points, [&](const sweep_point& q) {
-      return q.problem == p.problem && q.threads == p.threads;
-    });
-  });
-  return out;
-}
-
-double estimated_seconds(const bench_case& c, double gflops_one_thread) {
-  return mha::flops(c.problem) * 1e-9 / (gflops_one_thread * c.threads);
-}
-
-std::optional<std::string> budget_skip_reason(double seconds, double budget_seconds) {
-  if (budget_seconds <= 0 || seconds <= budget_seconds) return std::nullopt;
-  return "over budget: estimated " + format_seconds(seconds) + " s per forward pass > --budget " +
-         format_seconds(budget_seconds) + " s";
 }
 
 }  // namespace mha_bench

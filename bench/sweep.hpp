@@ -1,8 +1,9 @@
 // mha_bench: what a sweep measures. Presets expand into series of shapes (each an mha::problem
 // whose formulation the cases choose), shapes into benchmark cases (backend x formulation x
 // shape x thread count), and slow cases are skipped when their estimated time exceeds the
-// budget. Pure functions over plain data: no timing, no
-// Google Benchmark, so all of it is unit-tested (tests/bench/).
+// budget. Pure functions over plain data: no timing, no Google Benchmark, so all of it is
+// unit-tested (tests/bench/). Defined by job: presets.cpp (the presets), sweep.cpp (the series
+// algebra, the expansion, the shapes as JSON, the filter), shards.cpp (sharding, the budget).
 #pragma once
 
 #include <cstdint>
