@@ -17,15 +17,6 @@
 #include "mha/weights.hpp"
 
 namespace mha {
-namespace detail {
-struct attention_args;
-// mha::attention's way to backend::attend (src/core/attention.cpp).
-void attend(const backend& backend, const attention_args& args, const run_options& options);
-// mha::make_attention_cache's way to backend::attention_cache_head_bytes.
-std::int64_t attention_cache_head_bytes(const backend& backend, std::int64_t capacity,
-                                        std::int64_t head_dim, precision kv, precision compute);
-}  // namespace detail
-
 // A prepared module: weights split or packed the way one backend wants them, primitives built.
 // Immutable after prepare(): run() is const and safe to call from several threads at once.
 class plan {
@@ -152,20 +143,6 @@ class backend {
   // Called by prepare() once cfg and w are validated.
   virtual std::unique_ptr<plan> make_plan(const config& cfg, formulation form,
                                           const weights& w) const = 0;
-  // mha::attention's kernel call, once it has validated its arguments and cut them into calls
-  // whose query rows stand at the end of their keys (detail::attention_args, bf16 set there,
-  // bf16 operands in q16, k16 and v16);
-  // only called when supports_attention accepted the precision. The default throws
-  // mha::unsupported.
-  virtual void attend(const detail::attention_args& args, const run_options& options) const;
-  friend void detail::attend(const backend&, const detail::attention_args&, const run_options&);
-  // Bytes of one (sequence, K/V head) of an attention cache (mha::make_attention_cache) of
-  // `capacity` tokens of head_dim, kept in `kv` and computed in `compute`, in the layout attend()
-  // reads: the layout of its kernels now (isa()). 0, the default, where attend() takes no cache.
-  virtual std::int64_t attention_cache_head_bytes(std::int64_t capacity, std::int64_t head_dim,
-                                                  precision kv, precision compute) const noexcept;
-  friend std::int64_t detail::attention_cache_head_bytes(const backend&, std::int64_t, std::int64_t,
-                                                         precision, precision);
 };
 
 }  // namespace mha

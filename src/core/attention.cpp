@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "common/attention_args.hpp"
+#include "common/attention_calls.hpp"
 #include "core/checks.hpp"
 #include "core/text.hpp"
 #include "driver/kv_cache_access.hpp"
@@ -498,27 +499,24 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
 
 void detail::attend(const backend& backend, const attention_args& args,
                     const run_options& options) {
-  backend.attend(args, options);
+  const auto* calls = dynamic_cast<const attention_calls*>(&backend);
+  if (calls == nullptr) {
+    throw unsupported(
+        text(backend.name(), ": the attention call (mha::attention) is not implemented"));
+  }
+  calls->attend(args, options);
 }
 
 std::int64_t detail::attention_cache_head_bytes(const backend& backend, std::int64_t capacity,
                                                 std::int64_t head_dim, precision kv,
                                                 precision compute) {
-  return backend.attention_cache_head_bytes(capacity, head_dim, kv, compute);
-}
-
-std::int64_t backend::attention_cache_head_bytes(std::int64_t, std::int64_t, precision,
-                                                 precision) const noexcept {
-  return 0;
+  const auto* calls = dynamic_cast<const attention_calls*>(&backend);
+  return calls ? calls->attention_cache_head_bytes(capacity, head_dim, kv, compute) : 0;
 }
 
 support backend::supports_attention(precision) const {
   return support::no(text("the attention call (mha::attention) is not implemented on ", name(),
                           "; xsimd, tbb and naive run it"));
-}
-
-void backend::attend(const detail::attention_args&, const run_options&) const {
-  throw unsupported(text(name(), ": the attention call (mha::attention) is not implemented"));
 }
 
 }  // namespace mha

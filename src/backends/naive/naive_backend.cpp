@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/attention_calls.hpp"
 #include "core/bf16.hpp"
 #include "core/checks.hpp"
 #include "core/int8.hpp"
@@ -239,7 +240,7 @@ class naive_kernels : public detail::sequential_execution {
 };
 static_assert(detail::kernel_set<naive_kernels>);
 
-struct naive_impl final : backend {
+struct naive_impl final : backend, detail::attention_calls {
   std::string_view name() const noexcept override { return "naive"; }
   std::string description() const override {
     return "reference loops, single-threaded, float accumulation";

@@ -8,6 +8,7 @@
 
 #include "backends/tbb/parallel.hpp"
 #include "backends/tbb/task_trace.hpp"
+#include "common/attention_calls.hpp"
 #include "core/text.hpp"
 #include "driver/isa_plan.hpp"
 #include "kernels/xsimd_kernel_set.hpp"
@@ -69,7 +70,7 @@ class tbb_kernel_set : public detail::xsimd_kernel_set<Isa> {
 };
 static_assert(detail::kernel_set<tbb_kernel_set<isa::sse2>>);
 
-class tbb_impl final : public backend {
+class tbb_impl final : public backend, public detail::attention_calls {
  public:
   std::string_view name() const noexcept override { return "tbb"; }
   std::string description() const override {

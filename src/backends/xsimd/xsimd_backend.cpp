@@ -5,6 +5,7 @@
 #include <iterator>
 #include <optional>
 
+#include "common/attention_calls.hpp"
 #include "core/text.hpp"
 #include "driver/isa_plan.hpp"
 #include "kernels/xsimd_kernel_set.hpp"
@@ -16,7 +17,7 @@ namespace {
 
 using detail::text;
 
-class xsimd_impl final : public backend {
+class xsimd_impl final : public backend, public detail::attention_calls {
  public:
   // pinned: the ISA this instance always uses; nullopt follows xsimd_default_isa().
   explicit xsimd_impl(std::optional<mha::isa> pinned) : pinned_(pinned) {}
