@@ -252,8 +252,9 @@ struct attention_block {
   // sum move on, scratch.rescale gets 2^(m - m') per row. Each row's weights are zeroed past its
   // own keys up to what P V reads for any row block it can be in (`use`). With a mask, a row
   // whose keys so far are all at -inf has the running max -inf, weights 0 and sum 0 (its max
-  // moves nothing until a key counts). weighted(r, p, len) then sees each row's weights
-  // (len <= 0: none), before their zeros past its keys and their pairs.
+  // moves nothing until a key counts). weighted(r, p, len) then sees each row's fp32 weights
+  // (len <= 0: none), before their zeros past its keys and their pairs (never with
+  // use.pairs_only, which stores no fp32 weight).
   template <class F>
   void softmax(std::int64_t j0, std::int64_t j1, weights_use use, F&& weighted) const noexcept {
     constexpr std::int64_t lanes = xsimd::batch<float, Arch>::size;

@@ -1,7 +1,8 @@
 // Internal: the AMX tile primitives of the AMX kernels (micro/kernels_amx.cpp, its only includer,
-// after micro/micro_kernel.hpp): the tile configuration and its per-thread state, and the tile
-// products, C kept in tiles over one k. GCC 12 offers AMX only as intrinsics, wrapped here with
-// the architecture's other primitives (arch_simd.hpp). Per-ISA code: see micro/micro_kernel.hpp.
+// after defining MHA_SIMD_ISA_NAMESPACE): the tile configuration and its per-thread state, and the
+// tile products, C kept in tiles over one k. GCC 12 offers AMX only as intrinsics, wrapped here
+// with the architecture's other primitives (arch_simd.hpp). Per-ISA code: see
+// micro/micro_kernel.hpp.
 #pragma once
 
 #include <immintrin.h>

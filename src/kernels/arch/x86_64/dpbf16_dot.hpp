@@ -1,7 +1,8 @@
 // Internal: the product of bf16 pairs by AVX512_BF16's vdpbf16ps, for the translation units
 // built with it (micro/kernels_avx512bf16.cpp, micro/kernels_amx.cpp), which include it after
-// micro/micro_kernel.hpp. xsimd 8.1 has no bf16 type, so the intrinsics are wrapped here, with
-// the architecture's other primitives (arch_simd.hpp). Per-ISA code: see micro/micro_kernel.hpp.
+// defining MHA_SIMD_ISA_NAMESPACE. xsimd 8.1 has no bf16 type, so the intrinsics are wrapped here,
+// with the architecture's other primitives (arch_simd.hpp). Per-ISA code: see
+// micro/micro_kernel.hpp.
 #pragma once
 
 #include <immintrin.h>
