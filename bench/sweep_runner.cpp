@@ -17,7 +17,7 @@ double decode_bytes(const mha::problem& p) {
   const auto element_bytes = [](mha::precision q) { return q == mha::precision::fp32 ? 4.0 : 2.0; };
   const mha::precision cache = p.cache_precision();
   const double row_bytes = cache == mha::precision::int8
-                               ? static_cast<double>(c.head_dim()) + 2 * sizeof(float)
+                               ? static_cast<double>(c.head_dim()) + 4
                                : static_cast<double>(c.head_dim()) * element_bytes(cache);
   const double rows = 2.0 * p.batch * (p.past + p.seq_len) * cache_heads;
   return weights * element_bytes(c.precision) + rows * row_bytes;

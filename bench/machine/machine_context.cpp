@@ -56,7 +56,7 @@ void add_machine_context() {
   // The result files' schema version: tools/mhapy/schema.py (SCHEMA_VERSION) says what each
   // version's context holds, and upgrades older files for the report; the two agree
   // (tests/bench/bench_smoke.py).
-  benchmark::AddCustomContext("mha_schema_version", "2");
+  benchmark::AddCustomContext("mha_schema_version", "3");
   benchmark::AddCustomContext("mha_version", MHA_VERSION);
   benchmark::AddCustomContext("mha_cpu_model", cpu_model());
   benchmark::AddCustomContext("mha_cpu_isa", cpu_features());

@@ -53,8 +53,8 @@ class kv_cache {
   // offset per token and K/V head).
   mha::precision precision() const noexcept { return precision_; }
   // The storage, allocated (and zeroed) once when the cache is made: 2 * batch * capacity *
-  // heads * (head_dim * the element's bytes: 4 for fp32, 2 for bf16, 1 for int8; int8 adds 8
-  // bytes of scale and offset per row), plus the padding of the backend's layout (the SIMD
+  // heads * (head_dim * the element's bytes: 4 for fp32, 2 for bf16, 1 for int8; int8 adds 4
+  // bytes of scale and zero per row), plus the padding of the backend's layout (the SIMD
   // backends round head_dim up to their panel width, e.g. 17 to 24).
   std::size_t bytes() const noexcept { return static_cast<std::size_t>(bytes_); }
 

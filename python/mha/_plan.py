@@ -327,7 +327,7 @@ class Plan:
     def make_cache(self, batch: int, capacity: int, precision: str | None = None) -> Cache:
         """An empty KV cache for `batch` sequences of up to `capacity` tokens (<= the context
         length), its memory allocated now, keeping keys and values in `precision` (None: the
-        plan's; "int8": 8-bit codes with a scale and offset per row). It belongs to this plan."""
+        plan's; "int8": 8-bit codes with a scale and zero per row). It belongs to this plan."""
         if self._no_decode:
             raise Unsupported(f"mha: {self._no_decode}")
         batch, capacity = _count("batch", batch, -(2**63)), _count("capacity", capacity, -(2**63))

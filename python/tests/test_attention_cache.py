@@ -28,10 +28,16 @@ def sdpa_over(q, keys, values):
     return F.scaled_dot_product_attention(q.double(), k, v, attn_mask=allowed)
 
 
+# An int8 code's largest error over its row's largest magnitude: half a step of 2/254 rounded up
+# to bf16 (docs/design.md §1.7; int8_element_error in src/core/int8.hpp).
+CODE_ERROR = (1 + 1 / 128) / 254
+
+
 def int8_bound(head_dim):
-    """The int8 codes' bound for inputs in [-1, 1] (docs/design.md §1.8): half a code's step is at
-    most 1/255, a score moves by sqrt(D)/255, the result by 1/255 + 2 (exp(2 sqrt(D)/255) - 1)."""
-    return 1 / 255 + 2 * (math.exp(2 * math.sqrt(head_dim) / 255) - 1)
+    """The int8 codes' bound for inputs in [-1, 1] (docs/design.md §1.7): a code is within
+    CODE_ERROR of its element, a score moves by sqrt(D) CODE_ERROR, the result by CODE_ERROR +
+    2 (exp(2 sqrt(D) CODE_ERROR) - 1)."""
+    return CODE_ERROR + 2 * (math.exp(2 * math.sqrt(head_dim) * CODE_ERROR) - 1)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -2,22 +2,46 @@
 // quantises with these, so "a key in an int8 cache" means one thing everywhere.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
+#include "core/bf16.hpp"
+
 namespace mha::detail {
 
-// A row x of n floats as n codes c in [0, 255] and x_d ~ offset + scale * c_d: offset is the
-// row's smallest element and scale its range / 255 (asymmetric, so a row whose values are not
-// centred on zero still uses all 256 codes). The smallest element is exact, every other within
-// scale / 2 (plus a float rounding); a constant row (scale 0) is exact. A row holding a NaN or
-// an Inf gets scale and offset NaN, so what reads it reads NaN, as it would the row itself.
+// A row x of n floats as n codes c in [0, 255] and one 32-bit word: x_d ~ scale (zero + c_d),
+// scale a bf16 (the word's low half), zero an int16 (its high half). Asymmetric (offset =
+// scale zero near the row's smallest element), so a row whose values are not centred on zero
+// still uses all 256 codes; 4 bytes a row rather than an fp32 scale and offset's 8, so a row of
+// head_dim 64 takes 68 bytes, 0.53 of its bf16 size. scale (zero + c) and scale zero are exact
+// in fp32 (8 significant bits times at most 16), so every reader sees the same offset.
+//
+// scale is the smallest bf16 at or above max(range / 254, |min| / 32767) and zero =
+// floor(min / scale): the offset lies less than a step below the smallest element, so the
+// largest still fits in code 255 (hence 254 steps), and |zero| <= 32768. Every element is then
+// within scale / 2 of its value (plus a float rounding): at most int8_element_error of the
+// row's largest magnitude. An all-zero row is exact; a row whose elements all lie below 2^-111
+// in magnitude (a scale below the smallest normal float) reads as zeros; a row holding a NaN or
+// an Inf, or an element of magnitude 2^127 or more (whose steps could pass the largest float),
+// gets a NaN scale, so what reads it reads NaN, as it would the row itself.
 struct int8_row {
-  float scale, offset;
+  std::uint32_t word = 0;
+
+  float scale() const noexcept { return from_bf16(static_cast<bf16>(word)); }
+  float zero() const noexcept {
+    return static_cast<float>(static_cast<std::int16_t>(static_cast<std::uint16_t>(word >> 16)));
+  }
+  float offset() const noexcept { return scale() * zero(); }
 };
 
-// The scale and offset of the row x[0, n), n >= 1.
+// An element's largest error over its row's largest magnitude: half a step of at most
+// 2 max|x| / 254, the step rounded up to bf16 (7 stored mantissa bits).
+constexpr double int8_element_error = (1.0 + 1.0 / 128.0) / 254.0;
+
+// The scale and zero of the row x[0, n), n >= 1.
 inline int8_row row_scale(const float* x, std::int64_t n) noexcept {
   float lo = x[0], hi = x[0];
   bool finite = true;
@@ -26,23 +50,24 @@ inline int8_row row_scale(const float* x, std::int64_t n) noexcept {
     lo = x[d] < lo ? x[d] : lo;
     hi = x[d] > hi ? x[d] : hi;
   }
-  const float scale = (hi - lo) / 255.0f;
-  // A range past the largest float is not a row's either.
-  if (!finite || !std::isfinite(scale)) {
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    return {nan, nan};
-  }
-  return {scale, lo};
+  if (!finite || !(std::max(-lo, hi) < 0x1p127f)) return {0x7fc0u};  // a NaN scale, zero 0
+  const float wanted = std::max((hi - lo) / 254.0f, std::abs(lo) / 32767.0f);
+  if (!(wanted >= std::numeric_limits<float>::min())) return {0u};
+  // wanted is positive and finite: adding all but one unit of its low half carries into the
+  // bf16 above it unless the low half is already zero.
+  const std::uint32_t scale_bits = (std::bit_cast<std::uint32_t>(wanted) + 0xffffu) >> 16;
+  const auto zero =
+      static_cast<std::int16_t>(std::floor(lo / from_bf16(static_cast<bf16>(scale_bits))));
+  return {scale_bits | std::uint32_t{static_cast<std::uint16_t>(zero)} << 16};
 }
 
 // The codes of one row's elements (code(x) for each), from its int8_row.
 class int8_encoder {
  public:
   explicit int8_encoder(int8_row row) noexcept
-      // A scale too small to invert (a range below 255 * 2^-128) maps the row to its offset;
-      // a NaN row's codes are 0.
-      : offset_(std::isfinite(row.offset) ? row.offset : 0.0f),
-        inverse_(row.scale > 0.0f && std::isfinite(1.0f / row.scale) ? 1.0f / row.scale : 0.0f) {}
+      // A NaN row's codes are 0.
+      : offset_(std::isfinite(row.offset()) ? row.offset() : 0.0f),
+        inverse_(row.scale() > 0.0f ? 1.0f / row.scale() : 0.0f) {}
 
   std::uint8_t operator()(float x) const noexcept {
     const float c = std::nearbyint((x - offset_) * inverse_);  // ties to even
@@ -53,12 +78,12 @@ class int8_encoder {
   float offset_, inverse_;
 };
 
-// The value a code stands for.
+// The value a code stands for (exact: scale (zero + c)).
 inline float dequantize(std::uint8_t code, int8_row row) noexcept {
-  return row.offset + row.scale * static_cast<float>(code);
+  return row.scale() * (row.zero() + static_cast<float>(code));
 }
 
-// Row x[0, n) into codes[0, n); returns its scale and offset.
+// Row x[0, n) into codes[0, n); returns its scale and zero.
 inline int8_row quantize_row(const float* x, std::int64_t n, std::uint8_t* codes) noexcept {
   const int8_row row = row_scale(x, n);
   const int8_encoder code(row);

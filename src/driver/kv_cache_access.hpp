@@ -84,7 +84,7 @@ inline std::int64_t int8_head_bytes(std::int64_t capacity, std::int64_t head_dim
   return int8_codes_bytes(capacity, head_dim) +
          2 * capacity * static_cast<std::int64_t>(sizeof(int8_row));
 }
-// The scale and offset of key row 0 of K/V head g of sequence b; value row 0's are `capacity`
+// The scale and zero of key row 0 of K/V head g of sequence b; value row 0's are `capacity`
 // after it.
 inline int8_row* int8_rows(const kv_store& c, std::int64_t head_dim, std::int64_t b,
                            std::int64_t g) noexcept {

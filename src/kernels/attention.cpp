@@ -34,10 +34,10 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
   const float *k = args.k.row(b, g, 0), *v = args.v.row(b, g, 0);
   if (l.int8) {
     // Codes in the panels' places (K^T in pairs along head_dim, as code_pair_dot reads them;
-    // (j, d) of V at panel d / nr, row j, column d % nr), each row's scale and offset in the
+    // (j, d) of V at panel d / nr, row j, column d % nr), each row's scale and zero in the
     // arrays after them.
     std::uint8_t* codes = static_cast<std::uint8_t*>(head);
-    float* scales = reinterpret_cast<float*>(codes + l.scales_offset());
+    int8_row* scales = reinterpret_cast<int8_row*>(codes + l.scales_offset());
     const std::int64_t rows = l.key_rows(), kr = l.scores.nr, vr = l.values.nr;
     const std::int64_t key_panel = 2 * pairs(l.head_dim) * kr;  // bytes of a K^T panel
     for (std::int64_t j = j0; j < j1; ++j) {
@@ -54,10 +54,8 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
       std::uint8_t* row = codes + l.values_offset() + j * vr;
       for (std::int64_t d = 0; d < l.head_dim; ++d)
         row[d / vr * l.kv_rows * vr + d % vr] = value_code(value[d]);
-      scales[j] = ks.scale;
-      scales[rows + j] = ks.offset;
-      scales[2 * rows + j] = vs.scale;
-      scales[3 * rows + j] = vs.offset;
+      scales[j] = ks;
+      scales[rows + j] = vs;
     }
   } else if (l.bf16) {
     bf16_pair* units = static_cast<bf16_pair*>(head);
@@ -95,12 +93,13 @@ std::int64_t attention_layout::scales_offset() const noexcept {
 
 std::int64_t attention_layout::head_bytes() const noexcept {
   // Floats and bf16 pairs are both 4 bytes.
-  return int8 ? scales_offset() + 4 * key_rows() * 4 : head_units() * 4;
+  return int8 ? scales_offset() + 2 * key_rows() * std::int64_t{sizeof(int8_row)}
+              : head_units() * 4;
 }
 
 std::int64_t attention_layout::key_bytes() const noexcept {
   const std::int64_t elements = head_dim + round_up(head_dim, values.nr);
-  if (int8) return elements + 4 * 4;
+  if (int8) return elements + 2 * std::int64_t{sizeof(int8_row)};
   return (bf16 ? 2 : 4) * elements;
 }
 
@@ -116,8 +115,10 @@ std::int64_t attention_layout::scratch_floats() const noexcept {
   const std::int64_t pair_parts = bf16 ? round_up(block_rows * pairs(head_dim), line_floats) +
                                              round_up(block_rows * pairs(score_cols), line_floats)
                                        : 0;
-  const std::int64_t code_parts =
-      int8 ? 3 * row_floats + round_up(block_rows * pairs(head_dim), line_floats) : 0;
+  const std::int64_t code_parts = int8 ? 3 * row_floats +
+                                             round_up(block_rows * pairs(head_dim), line_floats) +
+                                             2 * round_up(score_cols, line_floats)
+                                       : 0;
   return round_up(block_rows * head_dim, line_floats) + score_floats() +
          round_up(block_rows * acc_cols, line_floats) + 3 * row_floats +
          round_up(score_cols, line_floats) + pair_parts + code_parts;
@@ -143,8 +144,11 @@ attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept
     parts.query_sums = parts.dropout + round_up(score_cols, line_floats);
     parts.value_offsets = parts.query_sums + row_floats;
     parts.query_scales = parts.value_offsets + row_floats;
+    parts.tile_value_scales = parts.query_scales + row_floats;
+    parts.tile_value_offsets = parts.tile_value_scales + round_up(score_cols, line_floats);
     // 32-bit integers in float storage the fp32 parts never touch.
-    parts.query_codes = reinterpret_cast<std::int32_t*>(parts.query_scales + row_floats);
+    parts.query_codes = reinterpret_cast<std::int32_t*>(parts.tile_value_offsets +
+                                                        round_up(score_cols, line_floats));
   }
   return parts;
 }

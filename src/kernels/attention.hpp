@@ -61,6 +61,8 @@ struct attention_scratch {
   float* query_scales;        // int8: block_rows: each row's scale of its 16-bit integers
   std::int32_t* query_codes;  // int8: block_rows x pairs(head_dim): those integers in pairs
   float* value_offsets;       // int8: block_rows: one key tile's sum of P times the values' offsets
+  float* tile_value_scales;   // int8: score_cols: the values' scales of the key tile's keys
+  float* tile_value_offsets;  // int8: score_cols: their offsets
 };
 
 // What an attention geometry is asked for (isa_kernels::layout), one field per fact.
@@ -91,7 +93,7 @@ struct attention_request {
 struct attention_layout {
   tile_shape scores, values;  // micro-kernels of S = Q K^T and of O = P V
   bool bf16 = false;          // operands in bf16 pairs (docs/design.md §1.5), else fp32
-  // K and V as 8-bit codes with a scale and an offset per key (an int8 KV cache, §1.7), read
+  // K and V as 8-bit codes with a scale and a zero per key (an int8 KV cache, §1.7), read
   // with fp32 queries and weights (never bf16 pairs: bf16 is then false).
   bool int8 = false;
   // K and V read where they lie in attention_args (row-major rows of head_dim), not packed:
@@ -122,8 +124,8 @@ struct attention_layout {
   // int8: in bytes, K^T codes (head_dim, kv_rows) in panels of scores.nr at the start (pairs
   // along head_dim: a panel row holds two codes of each of its keys, dimensions 2i and 2i + 1),
   // V codes (kv_rows, head_dim) in panels of values.nr at values_offset(), then from
-  // scales_offset() four arrays of key_rows() floats: the keys' scales, their offsets, the values'
-  // scales, their offsets (core/int8.hpp).
+  // scales_offset() two arrays of key_rows() int8_row words (a scale and a zero each,
+  // core/int8.hpp): the keys', then the values'.
   std::int64_t head_units() const noexcept;
   std::int64_t values_offset() const noexcept;
   std::int64_t scales_offset() const noexcept;
@@ -131,7 +133,7 @@ struct attention_layout {
   // The bytes of a packed head.
   std::int64_t head_bytes() const noexcept;
   // The bytes one key adds to a packed head: its key and value (head_dim padded to values.nr),
-  // and with int8 their scales and offsets.
+  // and with int8 their scales and zeros.
   std::int64_t key_bytes() const noexcept;
   // One query block's scratch in floats: O(block_rows * (score_cols + head_dim)), independent
   // of the keys once keys >= key_tile.

@@ -247,9 +247,10 @@ double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span
   const double q = largest(w.query), k = largest(w.key), v = largest(w.value);
   // The codes' error in a score, plus the SIMD kernels' 16-bit queries' (docs/design.md §1.7).
   const double limit = mha::detail::query_code_limit(cfg.head_dim());
+  const double code = mha::detail::int8_element_error;
   const double delta =
-      std::sqrt(static_cast<double>(cfg.head_dim())) * q * k * (1.0 / 255.0 + 1.0 / limit);
-  const double heads = v * (std::expm1(2.0 * delta) * (1.0 + 1.0 / 255.0) + 1.0 / 255.0);
+      std::sqrt(static_cast<double>(cfg.head_dim())) * q * k * (code + 1.0 / limit);
+  const double heads = v * (std::expm1(2.0 * delta) * (1.0 + code) + code);
   double rows_sum = 1.0;
   if (cfg.out_proj) {
     rows_sum = 0.0;

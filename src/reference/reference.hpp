@@ -49,10 +49,11 @@ double max_abs_score(const mha::config& cfg, const mha::weights& w, std::span<co
                      std::int64_t batch, std::int64_t seq_len);
 
 // The bound of an int8 KV cache (docs/design.md §1.7) on y of `cfg` against forward(): codes
-// move each cached element by at most max|k| / 255 (max|v| / 255), a score by at most
-// delta = sqrt(head_dim) max|q| max|k| / 255 (the softmax scale 1 / sqrt(head_dim) times
-// head_dim products), each weight by a factor within exp(+-2 delta), so the heads' outputs by at
-// most max|v| ((e^(2 delta) - 1)(1 + 1/255) + 1/255), and y by out_proj's largest row sum of
+// move each cached element by at most e max|k| (e max|v|; e = int8_element_error, about
+// 1/252), a score by at most delta = sqrt(head_dim) max|q| max|k| e (the softmax scale
+// 1 / sqrt(head_dim) times head_dim products; plus the 16-bit queries' share), each weight by a
+// factor within exp(+-2 delta), so the heads' outputs by at most
+// max|v| ((e^(2 delta) - 1)(1 + e) + e), and y by out_proj's largest row sum of
 // |W| times that. max|q|, max|k|, max|v| are the projections' over the first `rows` rows of x
 // (rows x d_in: every token whose keys and values are cached; times sqrt 2 with RoPE, which
 // mixes pairs). Plus the fp32 function's own rounding, 1e-5 max_y (max_y: max|y| of forward()).

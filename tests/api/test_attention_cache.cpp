@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/int8.hpp"
 #include "mha/mha.hpp"
 #include "mha_testing.hpp"
 #include "support.hpp"
@@ -116,12 +117,13 @@ step_error step(const mha::backend& backend, const mha::backend& reference_backe
 }
 
 // The worst error of an int8 cache's call over inputs in [-1, 1] (docs/design.md §1.7): a code
-// is within half a step (range / 255 / 2 <= 1/255) of its element, so a score moves by at most
-// scale * sum|q_d| / 255 = sqrt(D) / 255, a softmax weight by the factor exp(2 that) - 1 of
-// itself, and the result by 1/255 (the values') + 2 (exp(2 sqrt(D) / 255) - 1) max|v|.
+// is within e = int8_element_error (about 1/252) of its element, so a score moves by at most
+// sum|q_d| e = sqrt(D) e, a softmax weight by the factor exp(2 that) - 1 of itself, and the
+// result by e (the values') + 2 (exp(2 sqrt(D) e) - 1) max|v|.
 double int8_bound(std::int64_t head_dim) {
-  const double score = std::sqrt(static_cast<double>(head_dim)) / 255.0;
-  return 1.0 / 255.0 + 2.0 * (std::exp(2.0 * score) - 1.0);
+  const double e = mha::detail::int8_element_error;
+  const double score = std::sqrt(static_cast<double>(head_dim)) * e;
+  return e + 2.0 * (std::exp(2.0 * score) - 1.0);
 }
 
 class AttentionCache : public testing::TestWithParam<mha_test::backend_case> {};

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "core/int8.hpp"
@@ -23,42 +24,80 @@ using mha::precision;
 
 // ---- one row's codes ----
 
-TEST(Int8Row, SmallestIsExactOthersWithinHalfAStepAndAConstantRowIsExact) {
-  const std::vector<float> x = mha_test::random_floats(64, 3, 5.0f);
+// Every element within half a step of its value (plus a float rounding), the step the smallest
+// bf16 at or above max(range / 254, |min| / 32767), so within int8_element_error of the row's
+// largest magnitude; the offset less than a step below the smallest element.
+void expect_row_within_its_bound(const std::vector<float>& x) {
   std::vector<std::uint8_t> codes(x.size());
-  const mha::detail::int8_row row = mha::detail::quantize_row(x.data(), 64, codes.data());
+  const mha::detail::int8_row row =
+      mha::detail::quantize_row(x.data(), static_cast<std::int64_t>(x.size()), codes.data());
   const auto [lo, hi] = std::minmax_element(x.begin(), x.end());
-  EXPECT_EQ(row.offset, *lo);
-  EXPECT_FLOAT_EQ(row.scale, (*hi - *lo) / 255.0f);
+  const float wanted = std::max((*hi - *lo) / 254.0f, std::abs(*lo) / 32767.0f);
+  const float step = row.scale(), below = std::nextafter(step, 0.0f);
+  ASSERT_GE(step, wanted);
+  EXPECT_LT(mha::detail::round_bf16(below) == below ? below : 0.0f, wanted)
+      << "a smaller bf16 step would do";
+  EXPECT_LE(row.offset(), *lo);
+  EXPECT_LT(*lo - row.offset(), step);
+  const double largest = std::max(-double{*lo}, double{*hi});
   for (std::size_t d = 0; d < x.size(); ++d) {
     const float back = mha::detail::dequantize(codes[d], row);
-    EXPECT_LE(std::abs(back - x[d]), row.scale * (0.5f + 1e-4f)) << d;
-    if (x[d] == *lo) {
-      EXPECT_EQ(back, x[d]);
-    }
+    EXPECT_LE(std::abs(back - x[d]), step * (0.5f + 1e-4f)) << d;
+    EXPECT_LE(std::abs(back - x[d]), mha::detail::int8_element_error * largest) << d;
   }
-  EXPECT_EQ(codes[static_cast<std::size_t>(hi - x.begin())], 255);
-
-  const std::vector<float> constant(17, -2.75f);
-  std::vector<std::uint8_t> zero(17, 9);
-  const mha::detail::int8_row flat = mha::detail::quantize_row(constant.data(), 17, zero.data());
-  EXPECT_EQ(flat.scale, 0.0f);
-  for (std::uint8_t c : zero) EXPECT_EQ(mha::detail::dequantize(c, flat), -2.75f);
 }
 
-TEST(Int8Row, ANonFiniteElementMakesTheRowNan) {
-  for (const float bad :
-       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+TEST(Int8Row, EveryElementWithinHalfAStepOfTheSmallestBf16StepThatCoversTheRow) {
+  expect_row_within_its_bound(mha_test::random_floats(64, 3, 5.0f));
+  // Rows from tiny to huge, centred and far from zero (the zero's 16 bits then set the step).
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> exponent(-100.0f, 100.0f), shift(-3.0f, 3.0f);
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<float> x =
+        mha_test::random_floats(1 + i % 130, static_cast<std::uint32_t>(i), 1.0f);
+    const float magnitude = std::exp2(exponent(rng)),
+                centre = magnitude * std::exp2(10.0f * shift(rng));
+    for (float& e : x) e = centre * (i % 2 == 0 ? 1.0f : -1.0f) + magnitude * e;
+    expect_row_within_its_bound(x);
+  }
+}
+
+TEST(Int8Row, ARowUsesEveryCodeWhenItsZeroFitsAndZerosAreExact) {
+  const std::vector<float> x = mha_test::random_floats(64, 5, 2.0f);
+  std::vector<std::uint8_t> codes(x.size());
+  mha::detail::quantize_row(x.data(), 64, codes.data());
+  const auto [lo, hi] = std::minmax_element(codes.begin(), codes.end());
+  EXPECT_LE(*lo, 1);  // the offset is less than a step below the smallest element
+  EXPECT_GE(*hi, 254);
+
+  const std::vector<float> zeros(17, 0.0f);
+  std::vector<std::uint8_t> zero_codes(17, 9);
+  const mha::detail::int8_row flat = mha::detail::quantize_row(zeros.data(), 17, zero_codes.data());
+  EXPECT_EQ(flat.word, 0u);
+  for (std::uint8_t c : zero_codes) EXPECT_EQ(mha::detail::dequantize(c, flat), 0.0f);
+  // Below 2^-111 the step would not be a normal float: the row reads as zeros.
+  const std::vector<float> tiny(5, 0x1p-115f);
+  std::vector<std::uint8_t> tiny_codes(5);
+  const mha::detail::int8_row none = mha::detail::quantize_row(tiny.data(), 5, tiny_codes.data());
+  for (std::uint8_t c : tiny_codes) EXPECT_EQ(mha::detail::dequantize(c, none), 0.0f);
+}
+
+TEST(Int8Row, ANonFiniteOrHugeElementMakesTheRowNan) {
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::infinity(), -0x1p127f}) {
     std::vector<float> x(8, 1.0f);
     x[3] = bad;
     std::vector<std::uint8_t> codes(8);
     const mha::detail::int8_row row = mha::detail::quantize_row(x.data(), 8, codes.data());
-    EXPECT_TRUE(std::isnan(mha::detail::dequantize(codes[0], row)));
+    EXPECT_TRUE(std::isnan(mha::detail::dequantize(codes[0], row))) << bad;
+    EXPECT_TRUE(std::isnan(row.offset())) << bad;
   }
-  // A range past the largest float.
-  const float big[] = {-3e38f, 3e38f};
-  std::uint8_t codes[2];
-  EXPECT_TRUE(std::isnan(mha::detail::quantize_row(big, 2, codes).scale));
+  // Just below 2^127 the row is kept, and its steps stay finite.
+  const std::vector<float> big{-0x1.fffffep126f, 0x1.fffffep126f};
+  std::vector<std::uint8_t> codes(2);
+  const mha::detail::int8_row row = mha::detail::quantize_row(big.data(), 2, codes.data());
+  EXPECT_TRUE(std::isfinite(mha::detail::dequantize(codes[0], row)));
+  EXPECT_TRUE(std::isfinite(mha::detail::dequantize(codes[1], row)));
 }
 
 // ---- through a plan ----
@@ -271,9 +310,12 @@ TEST(Int8CacheSupport, ACacheHoldsCodesAndSaysItsPrecision) {
     const mha::kv_cache cache = p->make_cache(3, 4096, precision::int8);
     EXPECT_EQ(cache.precision(), precision::int8);
     EXPECT_EQ(p->make_cache(3, 4096).precision(), precision::fp32);
-    const std::size_t codes = 2 * 3 * 4096 * 2 * 64, scales = 2 * 3 * 4096 * 2 * 8;
+    // K and V of 3 sequences, 4096 tokens, 2 heads: 64 codes and one 4-byte word a row.
+    const std::size_t codes = 2 * 3 * 4096 * 2 * 64, scales = 2 * 3 * 4096 * 2 * 4;
     EXPECT_GE(cache.bytes(), codes + scales) << b.label;
     EXPECT_LE(cache.bytes(), codes + scales + 3 * 2 * 64 * 3) << b.label;  // lines of padding
+    // 68 of a bf16 row's 128 bytes.
+    EXPECT_LE(static_cast<double>(cache.bytes()), 0.54 * (2 * 3 * 4096 * 2 * 64 * 2)) << b.label;
   }
 }
 

@@ -255,24 +255,30 @@ def element_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-def cache_row_bytes(s: Shape) -> int:
+# Bytes an int8 row keeps beyond its codes: mha's one 32-bit word, a bf16 scale and an int16 zero
+# (docs/design.md §1.7). A peer's 8-bit cache may keep more (OpenVINO: an fp32 scale and zero
+# point, 8): the functions below take its count.
+INT8_SCALE_BYTES = 4
+
+
+def cache_row_bytes(s: Shape, scale_bytes: int = INT8_SCALE_BYTES) -> int:
     """Bytes of one cached key or value row (head_dim elements) in s's cache precision: 4 or 2 per
-    element, or for int8 one code per element and a float32 scale and offset per row
-    (docs/design.md §1.7)."""
+    element, or for int8 one code per element and `scale_bytes` per row."""
     cache = s.kv_precision or s.precision
-    return s.head_dim + 8 if cache == "int8" else s.head_dim * element_bytes(cache)
+    return s.head_dim + scale_bytes if cache == "int8" else s.head_dim * element_bytes(cache)
 
 
-def cache_bytes(s: Shape, formulation: str, capacity: int) -> int:
+def cache_bytes(s: Shape, formulation: str, capacity: int, scale_bytes: int = INT8_SCALE_BYTES) -> int:
     """The stated size of s's KV cache of `capacity` tokens for s.batch sequences, without its
     layout's padding: 2 · B · capacity · H_kv rows of cache_row_bytes (docs/design.md §1.4)."""
-    return 2 * s.batch * capacity * cache_heads(s, formulation) * cache_row_bytes(s)
+    return 2 * s.batch * capacity * cache_heads(s, formulation) * cache_row_bytes(s, scale_bytes)
 
 
-def decode_bytes(s: Shape, formulation: str) -> int:
+def decode_bytes(s: Shape, formulation: str, scale_bytes: int = INT8_SCALE_BYTES) -> int:
     """The least an incremental call reads (mha_bench's `bytes_min`): every weight once in the
     plan's precision (Q, and K, V for each cached head; out_proj when present) and the cached
     and new tokens' keys and values once in the cache's."""
     heads = cache_heads(s, formulation)
     weights = s.d_in * (s.d_out + 2 * heads * s.head_dim) + (s.d_out * s.d_out if s.out_proj else 0)
-    return element_bytes(s.precision) * weights + cache_bytes(s, formulation, s.past + s.seq_len)
+    cached = cache_bytes(s, formulation, s.past + s.seq_len, scale_bytes)
+    return element_bytes(s.precision) * weights + cached

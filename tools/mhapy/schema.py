@@ -9,7 +9,7 @@ tests/bench/bench_smoke.py checks that mha_bench writes every one.
 
 from __future__ import annotations
 
-from .problem import Shape, decode_bytes, flops
+from .problem import INT8_SCALE_BYTES, Shape, decode_bytes, flops
 
 # Counters restating the benchmark's shape, with the Shape field each holds. (`past` is 0 on a
 # full forward pass; grouped K/V heads and the precision are in the name only.)
@@ -65,7 +65,11 @@ STREAM_TRIALS = "mha_stream_read_trials_one_core"
 #      file may lack mha_peers.
 #   2  every mha_bench file has mha_dispatch and mha_fma_peak_gflops_{one_core,all_cores}_<isa>
 #      for mha_fma_peak_isa; every peers' file mha_peers.
-SCHEMA_VERSION = 2
+#   3  bytes_min of a step over an int8 cache counts mha's rows as head_dim + 4 bytes (a bf16
+#      scale and an int16 zero; head_dim + 8 before, when mha kept two fp32) and OpenVINO's u8
+#      rows as head_dim + 8. Each file's counters stand for the cache it measured, so a file of
+#      version 2 reads as it is.
+SCHEMA_VERSION = 3
 SCHEMA_VERSION_KEY = "mha_schema_version"
 
 # Keys every mha_bench result file's context has (per-backend and per-ISA keys aside).
@@ -122,13 +126,16 @@ def shape_counters(shape: Shape, threads: int) -> dict[str, int]:
     return counters | {THREADS_COUNTER: threads}
 
 
-def counters(shape: Shape, formulation: str, threads: int, seconds: float) -> dict[str, float]:
+def counters(
+    shape: Shape, formulation: str, threads: int, seconds: float, scale_bytes: int = INT8_SCALE_BYTES
+) -> dict[str, float]:
     """Every counter of one repetition that took `seconds`, as mha_bench writes them (without
     its check counters); an incremental call's (past > 0) with bytes_min and GBps_min, which
-    depend on the formulation (the wrapper caches every head's keys and values)."""
+    depend on the formulation (the wrapper caches every head's keys and values) and, with an
+    int8 cache, on the bytes its rows keep beyond their codes (problem.INT8_SCALE_BYTES for mha's)."""
     rates = {GFLOPS: flops(shape) / seconds * 1e-9, TOKENS_PER_S: shape.batch * shape.seq_len / seconds}
     if shape.is_decode:
-        bytes_min = decode_bytes(shape, formulation)
+        bytes_min = decode_bytes(shape, formulation, scale_bytes)
         rates |= {BYTES_MIN: bytes_min, GBPS_MIN: bytes_min / seconds * 1e-9}
     return rates | shape_counters(shape, threads)
 

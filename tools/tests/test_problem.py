@@ -68,11 +68,13 @@ def test_bytes_follow_the_plan_and_cache_precisions():
     s = Shape(2, 1, 3, 4, 2, past=5)
     bf16 = dataclasses.replace(s, precision="bf16")
     assert decode_bytes(bf16, "split_weight") == 2 * 52 + 2 * 96
-    # int8: per row head_dim codes and a float32 scale and offset, whatever the plan.
+    # int8: per row head_dim codes and one 4-byte word (a bf16 scale, an int16 zero), whatever
+    # the plan; a peer's rows may keep more (OpenVINO's: two fp32).
     for plan, weight_bytes in (("fp32", 4), ("bf16", 2)):
         int8 = dataclasses.replace(s, precision=plan, kv_precision="int8")
-        assert cache_bytes(int8, "split_weight", 6) == 48 * (2 + 8)
-        assert decode_bytes(int8, "split_weight") == weight_bytes * 52 + 48 * (2 + 8)
+        assert cache_bytes(int8, "split_weight", 6) == 48 * (2 + 4)
+        assert decode_bytes(int8, "split_weight") == weight_bytes * 52 + 48 * (2 + 4)
+        assert decode_bytes(int8, "split_weight", scale_bytes=8) == weight_bytes * 52 + 48 * (2 + 8)
     # GPT-2 small's step over 8k: 59.8 MB with an fp32 cache, 29.9 MB bf16/bf16.
     gpt2 = Shape(1, 1, 768, 768, 12, past=8192)
     assert round(decode_bytes(gpt2, "split_weight") / 1e6, 1) == 59.8

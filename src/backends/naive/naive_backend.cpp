@@ -168,7 +168,7 @@ class naive_kernels : public detail::sequential_execution {
                        std::transform(row, row + a.head_dim, to, detail::from_bf16);
                      });
     } else {
-      // int8: each element is offset + scale * code, in fp32 (§1.7): K, V and the weights are
+      // int8: each element is scale * (zero + code), in fp32 (§1.7): K, V and the weights are
       // not rounded to bf16; the queries are, in a bf16 plan, as its operands are.
       cache::append_int8(a);
       const auto keys = cache::keys<std::uint8_t>(*a.cache, a.head_dim),

@@ -2,17 +2,20 @@
 // around the packed path's micro-kernels (micro/attention_packed.hpp). Per-ISA code: see
 // micro/micro_kernel.hpp for how it is compiled.
 //
-// The cache holds K and V as codes c with k = offset + scale c per key. Each query row (of a bf16
+// The cache holds K and V as codes c with k = offset + scale c per key (a scale and a zero per
+// key in one word: offset = scale zero, core/int8.hpp). Each query row (of a bf16
 // plan: rounded to bf16 first) is quantised to 16-bit integers q ~ qscale qi
 // (attention_block::scale_queries), and its integer products with the code pairs of K^T are
 // summed exactly (code_pair_dot); each score is then qscale scale_j (qi . c_j) + offset_j sum(q)
 // (key_scores). P V (code_dot) is sum_j (p_j scale_j) c_j + sum_j p_j offset_j: fp32 weights
-// times the values' scales (value_weights) meet widened codes, and each output row then gains
-// the second sum (add_value_offsets).
+// times the values' scales (value_weights, from the key tile's scales and offsets unpacked once:
+// unpack_values) meet widened codes, and each output row then gains the second sum
+// (add_value_offsets).
 #pragma once
 
 #include <cstdint>
 
+#include "core/int8.hpp"
 #include "kernels/micro/code_dot.hpp"
 #include "kernels/micro/micro_kernel.hpp"
 
@@ -20,15 +23,26 @@ namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
 template <class Arch>
 struct code_scales {
-  // The keys' scales, their offsets, the values' scales, their offsets: key_rows floats each,
-  // one after the other (attention_layout::scales_offset()).
-  const float* scales;
+  // The keys' int8_row words, then the values': key_rows each (attention_layout::scales_offset()).
+  const int8_row* rows;
   std::int64_t key_rows;
 
-  const float* key_scale() const noexcept { return scales; }
-  const float* key_offset() const noexcept { return scales + key_rows; }
-  const float* value_scale() const noexcept { return scales + 2 * key_rows; }
-  const float* value_offset() const noexcept { return scales + 3 * key_rows; }
+  const int8_row* key_rows_at(std::int64_t j) const noexcept { return rows + j; }
+  const int8_row* value_rows_at(std::int64_t j) const noexcept { return rows + key_rows + j; }
+
+  // The scales and offsets of a batch of rows' words: the low half's bf16 (shifted up to a
+  // float's top bits), times the high half's int16 (shifted down with its sign): exact.
+  template <class A>
+  struct factors {
+    xsimd::batch<float, A> scale, offset;
+  };
+  template <class A>
+  static factors<A> unpack(const int8_row* at) noexcept {
+    using words = xsimd::batch<std::int32_t, A>;
+    const words w = words::load_unaligned(reinterpret_cast<const std::int32_t*>(at));
+    const auto scale = xsimd::bitwise_cast<xsimd::batch<float, A>>(w << 16);
+    return {scale, scale * xsimd::to_float(w >> 16)};
+  }
 
   // The R x nr tile of integer sums qi . c_j at `tile` (R rows of stride ld, keys [j, j + nr), as
   // code_pair_dot left them) into the scores q . k_j = qscale scale_j (qi . c_j) + offset_j
@@ -40,34 +54,47 @@ struct code_scales {
     using words = xsimd::batch<std::int32_t, typename T::arch>;
     constexpr std::int64_t lanes = batch::size;
     for (int c = 0; c < T::nv; ++c) {
-      const batch scale = batch::load_unaligned(key_scale() + j + c * lanes),
-                  offset = batch::load_unaligned(key_offset() + j + c * lanes);
+      const factors<typename T::arch> key = unpack<typename T::arch>(key_rows_at(j + c * lanes));
       for (int rr = 0; rr < R; ++rr) {
         float* x = tile + rr * ld + c * lanes;
         const batch sums =
             xsimd::to_float(words::load_unaligned(reinterpret_cast<const std::int32_t*>(x)));
-        fused_fma(sums, batch(query_scales[rr]) * scale, batch(query_sums[rr]) * offset)
+        fused_fma(sums, batch(query_scales[rr]) * key.scale, batch(query_sums[rr]) * key.offset)
             .store_unaligned(x);
       }
     }
   }
 
-  // A row's weights p of keys [j0, j0 + len) times their values' scales (what multiplies the
-  // codes); returns sum_j p_j offset_j (what every element of the output row gains).
-  float value_weights(float* p, std::int64_t j0, std::int64_t len) const noexcept {
+  // The values' scales and offsets of keys [j0, j1) into scale and offset from index 0, whole
+  // batches (the words and the key tile's scratch have room for them): unpacked once a key tile,
+  // for every row's value_weights.
+  void unpack_values(std::int64_t j0, std::int64_t j1, float* scale, float* offset) const noexcept {
+    constexpr std::int64_t lanes = xsimd::batch<float, Arch>::size;
+    for (std::int64_t j = 0; j < j1 - j0; j += lanes) {
+      const factors<Arch> value = unpack<Arch>(value_rows_at(j0 + j));
+      value.scale.store_unaligned(scale + j);
+      value.offset.store_unaligned(offset + j);
+    }
+  }
+
+  // A row's weights p of a key tile's first len keys times their values' scales (what multiplies
+  // the codes), from unpack_values' scale and offset; returns sum_j p_j offset_j (what every
+  // element of the output row gains).
+  static float value_weights(float* p, const float* scale, const float* offset,
+                             std::int64_t len) noexcept {
     using batch = xsimd::batch<float, Arch>;
     constexpr std::int64_t lanes = batch::size;
     batch sum(0.0f);
     std::int64_t j = 0;
     for (; j + lanes <= len; j += lanes) {
       const batch w = batch::load_unaligned(p + j);
-      sum = fused_fma(w, batch::load_unaligned(value_offset() + j0 + j), sum);
-      (w * batch::load_unaligned(value_scale() + j0 + j)).store_unaligned(p + j);
+      sum = fused_fma(w, batch::load_unaligned(offset + j), sum);
+      (w * batch::load_unaligned(scale + j)).store_unaligned(p + j);
     }
     float total = xsimd::hadd(sum);
     for (; j < len; ++j) {
-      total += p[j] * value_offset()[j0 + j];
-      p[j] *= value_scale()[j0 + j];
+      total += p[j] * offset[j];
+      p[j] *= scale[j];
     }
     return total;
   }

@@ -39,7 +39,7 @@ void attention_rows(const attention_args& args, const attention_layout& layout,
     const packed_attention<Arch, Tiles, code_dot, code_pair_dot> path{
         block_of<Arch, code_dot, code_pair_dot>(args, layout, task, scratch),
         reinterpret_cast<const code_pair*>(head), values,
-        reinterpret_cast<const float*>(head + layout.scales_offset())};
+        reinterpret_cast<const int8_row*>(head + layout.scales_offset())};
     path.run();
   } else if (layout.bf16 && layout.direct) {
     direct_attention<Arch, PairDot>{block_of<Arch, PairDot>(args, layout, task, scratch)}.run();

@@ -51,8 +51,8 @@ struct packed_attention : attention_block<Arch, Dot, ScoreDot> {
 
   const key_unit* kt;   // packed K^T: head_dim x layout.kv_rows in panels of layout.scores.nr
   const panel_unit* v;  // packed V: layout.kv_rows x head_dim in panels of layout.values.nr
-  // int8: the codes' scales and offsets (code_scales::scales); nullptr otherwise.
-  const float* scales;
+  // int8: the codes' scales and zeros (code_scales::rows); nullptr otherwise.
+  const int8_row* scales;
 
   code_scales<Arch> code_terms() const noexcept { return {scales, layout.key_rows()}; }
 
@@ -67,12 +67,17 @@ struct packed_attention : attention_block<Arch, Dot, ScoreDot> {
       with_tile(Tiles{}, layout.scores.nr, [&](auto tile) { scores(tile, j0, j1); });
       if (args.mask.active()) this->mask_scores(j0, j1);
       // int8: the weights times the values' scales, and the offsets' share of each row.
+      if constexpr (codes) {
+        code_terms().unpack_values(j0, j1, scratch.tile_value_scales, scratch.tile_value_offsets);
+      }
       this->softmax(j0, j1, use,
                     [&]([[maybe_unused]] std::int64_t r, [[maybe_unused]] float* p,
                         [[maybe_unused]] std::int64_t len) {
                       if constexpr (codes) {
-                        scratch.value_offsets[r] =
-                            len > 0 ? code_terms().value_weights(p, j0, len) : 0.0f;
+                        scratch.value_offsets[r] = len > 0 ? code_scales<Arch>::value_weights(
+                                                                 p, scratch.tile_value_scales,
+                                                                 scratch.tile_value_offsets, len)
+                                                           : 0.0f;
                       }
                     });
       with_tile(Tiles{}, layout.values.nr, [&](auto tile) { values(tile, j0, j1); });

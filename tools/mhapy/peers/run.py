@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import inputs, oracle, schema
-from ..problem import ProblemError, Shape, flops, parse_shape
+from ..problem import INT8_SCALE_BYTES, ProblemError, Shape, flops, parse_shape
 from .adapter import Call, Peer, Unavailable, Variant
 
 # The libraries, each a module of this package (its file name is the library's name).
@@ -168,8 +168,16 @@ def tolerance(s: Shape, call: Call, rows: oracle.Rows) -> float:
 
 # A peer's KV cache formats (Call.kv_cache_precision, as the libraries name them) as mha's
 # cache precisions: what its decode step reads per cached element (u8 and i8 carry a scale and
-# zero point per token and head, as mha's int8 does).
+# zero point per token and head, as mha's int8 does, but in two fp32: OpenVINO's
+# attn_quantkv keeps them beside the codes).
 CACHE_PRECISIONS = {"f32": "fp32", "bf16": "bf16", "f16": "bf16", "u8": "int8", "i8": "int8"}
+PEER_INT8_SCALE_BYTES = 8
+
+
+def int8_scale_bytes(backend: str) -> int:
+    """What a row of `backend`'s 8-bit cache keeps beyond its codes: mha's word from Python,
+    another library's two fp32."""
+    return INT8_SCALE_BYTES if backend.startswith(schema.MHA_FROM_PYTHON_PREFIX) else PEER_INT8_SCALE_BYTES
 
 
 def cache_shape(s: Shape, call: Call) -> Shape:
@@ -232,16 +240,25 @@ def bench_name(variant: Variant, s: Shape, threads: int) -> str:
 
 
 def entries(
-    name: str, family: int, s: Shape, threads: int, iterations: int, runs, label: str, check: dict
+    name: str,
+    family: int,
+    s: Shape,
+    threads: int,
+    iterations: int,
+    runs,
+    label: str,
+    check: dict,
+    scale_bytes: int = INT8_SCALE_BYTES,
 ) -> list[dict]:
-    """Iteration entries (one per repetition) and mean/median/stddev/cv aggregates, in ms."""
+    """Iteration entries (one per repetition) and mean/median/stddev/cv aggregates, in ms;
+    scale_bytes: what an int8 cache's row keeps beyond its codes (schema.counters)."""
     base = {"name": name, "family_index": family, "per_family_instance_index": 0, "run_name": name}
     formulation = name.split("/")[2]
     out = [
         base
         | {"run_type": "iteration", "repetitions": len(runs), "repetition_index": i, "iterations": iterations}
         | {"real_time": real * 1e3, "cpu_time": cpu * 1e3, "time_unit": "ms", "threads": 1}
-        | schema.counters(s, formulation, threads, real)
+        | schema.counters(s, formulation, threads, real, scale_bytes)
         | check
         | {"label": label}
         for i, (real, cpu) in enumerate(runs)
@@ -360,7 +377,15 @@ class Sweep:
                     f"{len(rows.rows)} rows (float64 oracle, mha_bench's inputs); {variant.what}{cache}"
                 )
                 self.benchmarks += entries(
-                    name, family, cache_shape(s, call), n, iterations, runs, label, check
+                    name,
+                    family,
+                    cache_shape(s, call),
+                    n,
+                    iterations,
+                    runs,
+                    label,
+                    check,
+                    int8_scale_bytes(variant.backend),
                 )
                 self.progress(f"{name}: {statistics.median(r for r, _ in runs) * 1e3:.3f} ms")
             except Exception as e:  # a peer's own failure is an entry, not the end of the run

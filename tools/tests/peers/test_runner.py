@@ -178,6 +178,11 @@ def test_a_decode_step_counts_the_bytes_of_the_cache_the_peer_kept():
         assert shape == dataclasses.replace(s, kv_precision=mha_name)
     u8 = run.cache_shape(s, SimpleNamespace(kv_cache_precision="u8"))
     assert decode_bytes(u8, "fused_qkv") < decode_bytes(s, "fused_qkv") / 2
+    # OpenVINO's u8 rows keep an fp32 scale and zero point; mha's from Python one 4-byte word.
+    assert run.int8_scale_bytes("openvino_u8kv") == 8 and run.int8_scale_bytes("py_tbb") == 4
+    name = "mha/openvino_u8kv/fused_qkv/shape/threads:1/real_time"
+    step = run.entries(name, 0, u8, 1, 1, [(1e-3, 1e-3)], "", {}, run.int8_scale_bytes("openvino_u8kv"))
+    assert step[0]["bytes_min"] == decode_bytes(u8, "fused_qkv", scale_bytes=8)
     # A forward pass reads no cache: its shape stays as it is.
     forward = parse_shape("b1/t9/din8/dout8/h2".split("/"))
     assert run.cache_shape(forward, SimpleNamespace(kv_cache_precision="u8")) == forward
