@@ -166,6 +166,11 @@ std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale)
   return v;
 }
 
+shape_inputs inputs_of(const mha::config& cfg, const shape& s, float input_scale) {
+  return {mha::weights::random(cfg, 1234),
+          random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 99, input_scale)};
+}
+
 std::vector<float> forward(const mha::backend& backend, mha::formulation form,
                            const mha::config& cfg, const mha::weights& w,
                            const std::vector<float>& x, std::int64_t batch, std::int64_t seq_len,

@@ -114,6 +114,15 @@ std::optional<std::string> declined(const backend_case& b, const mha::problem& p
 // n floats uniform in [-scale, scale), reproducible from seed.
 std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale = 1.0f);
 
+// The inputs of the suites over backend x formulation x shape: cfg's random weights (seed 1234)
+// and s's x (batch, seq_len, d_in) uniform in [-input_scale, input_scale) (seed 99; x10 puts
+// the scores well away from 0, which exercises the softmax's max subtraction).
+struct shape_inputs {
+  mha::weights w;
+  std::vector<float> x;
+};
+shape_inputs inputs_of(const mha::config& cfg, const shape& s, float input_scale = 10.0f);
+
 // Prepares `form` on `backend` and runs x (batch, seq_len, d_in) through it.
 std::vector<float> forward(const mha::backend& backend, mha::formulation form,
                            const mha::config& cfg, const mha::weights& w,

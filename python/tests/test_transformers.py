@@ -18,33 +18,28 @@ VOCAB = 96
 
 def config(kind):
     small = dict(vocab_size=VOCAB, max_position_embeddings=128)
+    # Llama and Qwen2: 4 query heads over 2 K/V heads.
+    grouped = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        **small,
+    )
     if kind == "gpt2":
         return transformers.GPT2Config(n_embd=64, n_head=4, n_layer=2, vocab_size=VOCAB, n_positions=128)
     if kind == "llama":
-        return transformers.LlamaConfig(
-            hidden_size=64,
-            intermediate_size=128,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            num_hidden_layers=2,
-            rope_scaling={
-                "rope_type": "llama3",
-                "factor": 8.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 32,
-            },
-            **small,
-        )
+        llama3 = {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        }
+        return transformers.LlamaConfig(rope_scaling=llama3, **grouped)
     if kind == "qwen2":
-        return transformers.Qwen2Config(
-            hidden_size=64,
-            intermediate_size=128,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            num_hidden_layers=2,
-            **small,
-        )
+        return transformers.Qwen2Config(**grouped)
     return transformers.BertConfig(
         hidden_size=64, intermediate_size=128, num_attention_heads=4, num_hidden_layers=2, **small
     )

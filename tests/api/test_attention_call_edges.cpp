@@ -13,6 +13,7 @@
 namespace {
 
 using namespace mha_test::attention_call;
+using mha::invalid_argument;
 
 // Finite mask values of any size give SDPA's result, in one key tile or split over key chunks
 // (5000 keys, merged by their maxima): a row whose keys are all at float32's lowest value
@@ -107,10 +108,8 @@ TEST(AttentionCall, EmptyShapesGiveSdpasAnswer) {
 TEST(AttentionCall, OutOverlappingTheMaskOrItselfIsRefused) {
   const mha::backend& backend = mha::naive_backend();
   default_views views;
-  const call_case& c = views.c;
-  call_data& data = views.data;
+  auto& [c, data] = views;
   const auto& [q, k, v, out] = views.operands();
-  using mha::invalid_argument;
   // A (1, 1, rows, keys) float mask in out's last elements.
   mha::attention_options o;
   o.mask = {attention_mask::kind::additive,
@@ -162,10 +161,8 @@ TEST(AttentionCall, OutOverlappingTheMaskOrItselfIsRefused) {
 TEST(AttentionCall, BadArgumentsAreNamed) {
   const mha::backend& backend = mha::naive_backend();
   default_views views;
-  const call_case& c = views.c;
-  call_data& data = views.data;
+  auto& [c, data] = views;
   const auto& [q, k, v, out] = views.operands();
-  using mha::invalid_argument;
   auto k3 = k;
   k3.heads = 3;
   expect_error<invalid_argument>([&] { mha::attention(backend, q, k3, k3, out); },

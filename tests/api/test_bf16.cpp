@@ -42,9 +42,7 @@ TEST_P(Bf16, MatchesTheOracleOnRoundedOperands) {
   const mha::config cfg = bf16_config(s);
   if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, s.seq_len}))
     GTEST_SKIP() << *why;
-  const mha::weights w = mha::weights::random(cfg, 1234);
-  const std::vector<float> x =
-      mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 99, 10.0f);
+  const auto [w, x] = mha_test::inputs_of(cfg, s);
   const std::vector<float> y =
       mha_test::forward(*backend.backend, form, cfg, w, x, s.batch, s.seq_len);
   const std::vector<double> expected = mha_reference::forward(cfg, w, x, s.batch, s.seq_len);
@@ -61,10 +59,8 @@ TEST_P(Bf16, StaysWithinTheStatedBoundOfFp32) {
   if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, s.seq_len}))
     GTEST_SKIP() << *why;
   const mha::config fp32 = s.config();
-  const mha::weights w = mha::weights::random(cfg, 1234);
   for (const float input_scale : {1.0f, 10.0f}) {
-    const std::vector<float> x = mha_test::random_floats(
-        static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 99, input_scale);
+    const auto [w, x] = mha_test::inputs_of(cfg, s, input_scale);
     const std::vector<float> y =
         mha_test::forward(*backend.backend, form, cfg, w, x, s.batch, s.seq_len);
     const std::vector<double> expected = mha_reference::forward(fp32, w, x, s.batch, s.seq_len);

@@ -22,11 +22,7 @@ TEST_P(Conformance, MatchesDoubleReference) {
   const mha::config cfg = s.config();
   if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, s.seq_len}))
     GTEST_SKIP() << *why;
-  const mha::weights w = mha::weights::random(cfg, 1234);
-  // Inputs x10: scores well away from 0 exercise the softmax's max subtraction.
-  const std::vector<float> x =
-      mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 99, 10.0f);
-
+  const auto [w, x] = mha_test::inputs_of(cfg, s);
   const std::vector<float> y =
       mha_test::forward(*backend.backend, form, cfg, w, x, s.batch, s.seq_len);
   const std::vector<double> expected = mha_reference::forward(cfg, w, x, s.batch, s.seq_len);

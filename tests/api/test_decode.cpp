@@ -42,9 +42,7 @@ TEST_P(Decode, PrefillThenTokensEqualsFullForward) {
   const auto& [backend, form, s] = GetParam();
   const mha::config cfg = s.config();
   if (const auto why = mha_test::declined(backend, decode_problem(s, form))) GTEST_SKIP() << *why;
-  const mha::weights w = mha::weights::random(cfg, 1234);
-  const std::vector<float> x =
-      mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 99, 10.0f);
+  const auto [w, x] = mha_test::inputs_of(cfg, s);
   const auto p = backend.backend->prepare(cfg, form, w);
   mha::kv_cache cache = p->make_cache(s.batch, s.seq_len);
   expect_cache_bytes(cache, cfg, s.batch, s.seq_len);

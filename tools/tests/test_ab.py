@@ -14,17 +14,17 @@ S = Shape(4, 256, 768, 768, 12)
 FIVE = (0.97, 0.99, 1.0, 1.01, 1.03)
 
 
+def results(path, benchmarks):
+    """The ResultSet of one file holding `benchmarks`."""
+    return load([write(path, benchmarks)])
+
+
 def pair(tmp_path, before_s, after_s, before_spread=FIVE, after_spread=FIVE, backend="xsimd"):
-    before = load(
-        [
-            write(
-                tmp_path / "before.json",
-                entries(backend, "split_weight", S, 1, before_s, spread=before_spread),
-            )
-        ]
+    before = results(
+        tmp_path / "before.json", entries(backend, "split_weight", S, 1, before_s, spread=before_spread)
     )
-    after = load(
-        [write(tmp_path / "after.json", entries(backend, "split_weight", S, 1, after_s, spread=after_spread))]
+    after = results(
+        tmp_path / "after.json", entries(backend, "split_weight", S, 1, after_s, spread=after_spread)
     )
     return before, after
 
@@ -94,25 +94,17 @@ def test_single_repetition_has_no_noise_verdict(tmp_path):
 
 def test_unmatched_benchmarks_and_geomean(tmp_path):
     other = Shape(1, 128, 64, 64, 1)
-    before = load(
-        [
-            write(
-                tmp_path / "b.json",
-                entries("naive", "wrapper", S, 1, 1.0)
-                + entries("naive", "wrapper", other, 1, 1.0)
-                + entries("onednn", "wrapper", S, 1, 1.0),
-            )
-        ]
+    before = results(
+        tmp_path / "b.json",
+        entries("naive", "wrapper", S, 1, 1.0)
+        + entries("naive", "wrapper", other, 1, 1.0)
+        + entries("onednn", "wrapper", S, 1, 1.0),
     )
-    after = load(
-        [
-            write(
-                tmp_path / "a.json",
-                entries("naive", "wrapper", S, 1, 2.0)
-                + entries("naive", "wrapper", other, 1, 0.5)
-                + entries("tbb", "wrapper", S, 1, 1.0),
-            )
-        ]
+    after = results(
+        tmp_path / "a.json",
+        entries("naive", "wrapper", S, 1, 2.0)
+        + entries("naive", "wrapper", other, 1, 0.5)
+        + entries("tbb", "wrapper", S, 1, 1.0),
     )
     comparisons, only_before, only_after = ab.compare(before, after)
     assert [c.key for c in comparisons] == sorted(
