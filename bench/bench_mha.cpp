@@ -5,7 +5,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +22,7 @@
 #include "mha/error.hpp"
 #include "mha/registry.hpp"
 #include "mha_testing.hpp"
+#include "printed.hpp"
 #include "progress.hpp"
 #include "reference.hpp"
 #include "sweep.hpp"
@@ -88,12 +88,6 @@ void measure_peak_entry(benchmark::State& state, const std::string& isa) {
   }
   state.counters["GFLOPS"] = *std::max_element(trials.begin(), trials.end());
   state.counters["GFLOPS_min"] = *std::min_element(trials.begin(), trials.end());
-}
-
-std::string fixed(double value, const char* format) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, format, value);
-  return buffer;
 }
 
 // ---- The steps of a sweep, in the order run_sweep takes them ----
@@ -264,8 +258,8 @@ yardsticks measure_yardsticks(int hardware_threads, std::ostream* log) {
   if (log) {
     // "mha_bench: <what> 117.4 GFLOP/s on one core, 228.5 on 2 threads"
     const auto line = [&](const std::string& what, const isa_peak& p) {
-      *log << "mha_bench: " << what << " " << fixed(p.gflops_one_core, "%.1f")
-           << " GFLOP/s on one core, " << fixed(p.gflops_all_cores, "%.1f") << " on "
+      *log << "mha_bench: " << what << " " << printed("%.1f", p.gflops_one_core)
+           << " GFLOP/s on one core, " << printed("%.1f", p.gflops_all_cores) << " on "
            << y.peak.threads << " threads" << std::endl;
     };
     for (const isa_peak& p : y.peak.by_isa) line("FMA peak (" + p.isa + ")", p);
@@ -275,8 +269,8 @@ yardsticks measure_yardsticks(int hardware_threads, std::ostream* log) {
   if (log) *log << "mha_bench: measuring the streaming-read bandwidth..." << std::endl;
   y.bandwidth = measure_stream_read(hardware_threads);
   if (log) {
-    *log << "mha_bench: streaming read " << fixed(y.bandwidth.gbps_one_core, "%.1f")
-         << " GB/s on one core, " << fixed(y.bandwidth.gbps_all_cores, "%.1f") << " on "
+    *log << "mha_bench: streaming read " << printed("%.1f", y.bandwidth.gbps_one_core)
+         << " GB/s on one core, " << printed("%.1f", y.bandwidth.gbps_all_cores) << " on "
          << y.bandwidth.threads << " threads" << std::endl;
   }
   return y;
@@ -310,7 +304,7 @@ estimates estimate_cases(const command_line& cmd, std::span<const bench_case> ca
     double total = 0;
     for (double x : e.expected) total += x;
     *log << "mha_bench: preset " << cmd.opt.preset << ", " << cases.size() << " benchmarks ("
-         << e.over_budget << " over the " << fixed(cmd.opt.budget_seconds, "%g")
+         << e.over_budget << " over the " << printed("%g", cmd.opt.budget_seconds)
          << " s budget), about " << format_duration(total) << std::endl;
   }
   return e;
@@ -372,9 +366,9 @@ void add_sweep_context(const command_line& cmd, const sweep_shapes& sweep, const
   for (const auto& [key, rate] : e.rates) {
     benchmark::AddCustomContext("mha_probe_gflops_" + backend_names[key.first] + "_" +
                                     std::string(mha::to_string(key.second)),
-                                fixed(rate, "%.2f"));
+                                printed("%.2f", rate));
   }
-  benchmark::AddCustomContext("mha_budget_s", fixed(opt.budget_seconds, "%g"));
+  benchmark::AddCustomContext("mha_budget_s", printed("%g", opt.budget_seconds));
   benchmark::AddCustomContext("mha_over_budget", std::to_string(e.over_budget));
   benchmark::AddCustomContext(
       "mha_check",
@@ -384,9 +378,9 @@ void add_sweep_context(const command_line& cmd, const sweep_shapes& sweep, const
       "(mha_check_tolerance_bf16 for bf16: the oracle then rounds as the module does; with an "
       "int8 KV cache plus that cache's derived bound, mha_reference::int8_cache_bound, over "
       "max|reference|)");
-  benchmark::AddCustomContext("mha_check_tolerance", fixed(opt.tolerance, "%g"));
+  benchmark::AddCustomContext("mha_check_tolerance", printed("%g", opt.tolerance));
   benchmark::AddCustomContext("mha_check_tolerance_bf16",
-                              fixed(std::max(opt.tolerance, mha_reference::bf16_bound), "%g"));
+                              printed("%g", std::max(opt.tolerance, mha_reference::bf16_bound)));
   benchmark::AddCustomContext("mha_command", join(cmd.raw, " "));
   benchmark::AddCustomContext("mha_shard", to_string(opt.shard));
   benchmark::AddCustomContext("mha_selection", part.selection);

@@ -8,19 +8,12 @@
 #include <vector>
 
 #include "mha/error.hpp"
+#include "printed.hpp"
 #include "progress.hpp"
 #include "sweep.hpp"
 
 namespace mha_bench {
-namespace {
-
-std::string format_seconds(double s) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.3g", s);
-  return buffer;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 shard parse_shard(std::string_view text) {
   const auto bad = [&]() -> shard {
@@ -128,8 +121,8 @@ double estimated_seconds(const bench_case& c, double gflops_one_thread) {
 
 std::optional<std::string> budget_skip_reason(double seconds, double budget_seconds) {
   if (budget_seconds <= 0 || seconds <= budget_seconds) return std::nullopt;
-  return "over budget: estimated " + format_seconds(seconds) + " s per forward pass > --budget " +
-         format_seconds(budget_seconds) + " s";
+  return "over budget: estimated " + printed("%.3g", seconds) + " s per forward pass > --budget " +
+         printed("%.3g", budget_seconds) + " s";
 }
 
 }  // namespace mha_bench

@@ -2,7 +2,6 @@
 
 #include <benchmark/benchmark.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
@@ -15,6 +14,7 @@
 #include "build_info.hpp"
 #include "machine_cpu.hpp"
 #include "mha/build_config.hpp"
+#include "printed.hpp"
 #include "sweep.hpp"
 
 namespace mha_bench {
@@ -44,11 +44,7 @@ std::string compiler() {
 #endif
 }
 
-std::string gflops(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1f", value);
-  return buffer;
-}
+std::string gflops(double value) { return printed("%.1f", value); }
 
 }  // namespace
 
@@ -101,11 +97,7 @@ void add_peak_context(const fma_peak& peak) {
 }
 
 void add_bandwidth_context(const stream_read& bandwidth) {
-  const auto gbps = [](double v) {
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, "%.2f", v);
-    return std::string(buffer);
-  };
+  const auto gbps = [](double v) { return printed("%.2f", v); };
   benchmark::AddCustomContext("mha_stream_read_gbps_one_core", gbps(bandwidth.gbps_one_core));
   benchmark::AddCustomContext("mha_stream_read_gbps_all_cores", gbps(bandwidth.gbps_all_cores));
   benchmark::AddCustomContext("mha_stream_read_threads", std::to_string(bandwidth.threads));
