@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from .json_file import read_json
 
 NS = 1e-9
 
@@ -178,12 +179,7 @@ def _number(value, what: str, path: str) -> float:
 def load(path: str | Path) -> TraceFile:
     """A file `mha_bench --trace` wrote. Raises TraceError naming what is wrong with it."""
     name = str(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise TraceError(f"{name}: {e.strerror}") from e
-    except json.JSONDecodeError as e:
-        raise TraceError(f"{name}: not JSON ({e})") from e
+    data = read_json(path, TraceError)
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("context"), dict)

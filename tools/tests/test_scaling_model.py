@@ -135,7 +135,7 @@ def test_a_trace_file_loads_and_bad_ones_say_what_is_wrong(tmp_path):
         bad.write_text(json.dumps(data))
         with pytest.raises(model.TraceError, match=message):
             model.load(bad)
-    with pytest.raises(model.TraceError, match="not JSON"):
+    with pytest.raises(model.TraceError, match="junk.json: not valid JSON"):
         (tmp_path / "junk.json").write_text("{")
         model.load(tmp_path / "junk.json")
 

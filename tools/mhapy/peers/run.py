@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import inputs, oracle, schema
+from ..json_file import read_json
 from ..problem import INT8_SCALE_BYTES, ProblemError, Shape, flops, parse_shape
 from .adapter import Call, Peer, Unavailable, Variant
 
@@ -103,12 +104,7 @@ def check_against_mha_bench(s: Shape, item: dict, where: str) -> None:
 
 
 def shapes_from_file(path: str) -> list[Job]:
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise UsageError(f"--shapes {path}: cannot read ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"--shapes {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    doc = read_json(path, UsageError, f"--shapes {path}")
     items = doc.get("shapes") if isinstance(doc, dict) else doc
     if not isinstance(items, list):
         raise UsageError(f'--shapes {path}: expected a list of shapes (or {{"shapes": [...]}})')

@@ -4,13 +4,12 @@ several."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 import statistics
 from pathlib import Path
 
 from .. import schema
+from ..json_file import read_json
 from ..problem import ProblemError, check_formulation, parse_shape
 from .results import (
     Failure,
@@ -106,19 +105,7 @@ def _run_name(entry: dict) -> str:
 def _load_document(path: Path) -> dict:
     """A result file, plain or gzip-compressed (name ending in .gz: how committed reports keep
     their inputs small)."""
-    try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                doc = json.load(f)
-        else:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-    except gzip.BadGzipFile:
-        raise ReportError(f"{path}: named .gz but not gzip-compressed") from None
-    except OSError as e:
-        raise ReportError(f"{path}: cannot read ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise ReportError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    doc = read_json(path, ReportError)
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise ReportError(f"{path}: expected a Google Benchmark JSON object with a 'benchmarks' list")
     if not isinstance(doc.get("context", {}), dict):
