@@ -107,9 +107,15 @@ bool claims(const backend_case& b, const mha::problem& p);
 // not onednn, whose decode primitives have other shapes and reduction orders.
 bool decodes_bitwise(const mha::backend& b);
 
-// When b declines p: the reason, to skip the test with (`if (auto why = declined(b, p))
-// GTEST_SKIP() << *why;`), after failing the test when b claims p. nullopt when b computes p.
+// When b declines p: the reason, to skip the test with (MHA_TEST_SKIP_IF_DECLINED), after
+// failing the test when b claims p. nullopt when b computes p.
 std::optional<std::string> declined(const backend_case& b, const mha::problem& p);
+
+// Skips the running test, saying why, where declined(b, p) says b declines p. A macro because
+// GTEST_SKIP returns from the test body; the problem is __VA_ARGS__ so that a braced problem's
+// commas pass through.
+#define MHA_TEST_SKIP_IF_DECLINED(b, ...) \
+  if (const auto declined_why = mha_test::declined(b, __VA_ARGS__)) GTEST_SKIP() << *declined_why
 
 // n floats uniform in [-scale, scale), reproducible from seed.
 std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale = 1.0f);

@@ -16,8 +16,9 @@
 
 namespace mha::detail {
 
-// One ISA's kernels. All entries are noexcept, allocate nothing and may run concurrently on
-// disjoint outputs.
+// One ISA's kernels. Each entry's contract, one fact a line: what it reads, writes and requires,
+// and what its result depends on. Every entry is noexcept, allocates nothing and may run
+// concurrently with any other on disjoint outputs.
 struct isa_kernels {
   mha::isa isa;           // which of mha::isa (sse2, avx2, avx512, avx512bf16 or amx)
   const char* arch_name;  // xsimd's name of the widest arch used: "avx512bw", "fma3+avx2", ...
@@ -26,34 +27,44 @@ struct isa_kernels {
   const tile_shape* tiles;
   int tile_count;
 
-  // C rows [row_begin, row_end) x column panels [panel_begin, panel_end) of C = A B + bias;
-  // g.b.nr must be one of tiles[].nr. Rows and panels of C outside the range are untouched.
+  // gemm: C = A B + bias, one range of C.
+  //   reads:    A's rows [row_begin, row_end), B's packed panels [panel_begin, panel_end), bias
+  //   writes:   those rows x panels of C; C outside the range untouched
+  //   requires: g.b.nr one of tiles[].nr
   void (*gemm)(const gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
                std::int64_t panel_begin, std::int64_t panel_end) noexcept;
-  // Rows of A (rows, k), row r at a + r * lda, rounded to bf16 in pairs: (rows, pairs(k))
-  // at dst, the missing odd k zero (gemm.hpp).
+  // to_pairs: rows of A rounded to bf16 pairs (gemm.hpp).
+  //   reads:    A (rows, k), row r at a + r * lda
+  //   writes:   dst (rows, pairs(k)), the missing odd k zero
   void (*to_pairs)(const float* a, std::int64_t rows, std::int64_t k, std::int64_t lda,
                    bf16_pair* dst) noexcept;
   // pack_pair_block (gemm.hpp), the same words, vectorised: how attention packs K^T and V.
   pair_block_packer pack_pairs;
-  // The same over bf16 pairs (A converted, B packed as pairs: gemm.hpp), sums in fp32.
+  // pair_gemm: gemm over bf16 pairs (A converted, B packed as pairs: gemm.hpp), sums in fp32;
+  // the same reads, writes and requirement.
   void (*pair_gemm)(const pair_gemm_args& g, std::int64_t row_begin, std::int64_t row_end,
                     std::int64_t panel_begin, std::int64_t panel_end) noexcept;
-  // Query positions [row_begin, row_end) of the query heads of K/V head (task.b, task.g),
-  // row_end - row_begin <= layout.block_positions, stacked position-major (attention_layout),
-  // over keys [task.key_begin, task.key_end) of the packed head task.head:
-  // out rows = dropout(softmax(scale Q K^T + causal mask)) V, fused over key tiles of
-  // layout.key_tile (online softmax; no row of scores is ever whole unless one tile covers
-  // it), or the chunk's partial softmax into task.partial; `scratch` is
-  // layout.scratch_floats() floats owned by the caller. A row's result depends on the key tile
-  // and the keys' range, never on the block or on other rows.
+  // attention_rows: dropout(softmax(scale Q K^T + mask)) V for one block of query rows, fused
+  // over key tiles of layout.key_tile (online softmax: no row of scores is ever whole unless
+  // one tile covers it).
+  //   reads:    query positions [task.row_begin, task.row_end) of the query heads of K/V head
+  //             (task.b, task.g) in args, stacked position-major (attention_layout); keys
+  //             [task.key_begin, task.key_end) of the packed head task.head (args' own K and V
+  //             where layout.direct)
+  //   writes:   those rows of args.out, or with task.partial the chunk's partial softmax there
+  //   requires: task.row_end - task.row_begin <= layout.block_positions; scratch holds
+  //             layout.scratch_floats() floats, the caller's, not shared
+  //   depends:  on the key tile and the keys' range; never on the block or on other rows
   void (*attention_rows)(const attention_args& args, const attention_layout& layout,
                          const attention_task& task, float* scratch) noexcept;
-  // Softmax pieces over a row with room for n rounded up to `lanes` floats: the largest of
-  // x[0, n) (n >= 1; the padding is read and ignored; with NaNs in x, some element or NaN), and
-  // x[j] = 2^(scale x[j] - shift) in place for j < n (scale x[j] <= shift; exactly 0 below
-  // shift - 125; NaN stays NaN; relative error below 2e-7), the padding set to 0, returning the
-  // sum. scale 1 is x[j] - shift exactly.
+  // row_max and exp2_sum: softmax pieces over a row x[0, n).
+  //   requires: n >= 1; x has room for n rounded up to `lanes` floats; exp2_sum: scale x[j] <=
+  //             shift
+  //   row_max:  returns the largest of x[0, n) (the padding is read and ignored; with NaNs in
+  //             x, some element or NaN)
+  //   exp2_sum: writes x[j] = 2^(scale x[j] - shift) in place for j < n (exactly 0 below
+  //             shift - 125; NaN stays NaN; relative error below 2e-7; scale 1 takes
+  //             x[j] - shift exactly) and the padding 0; returns their sum
   float (*row_max)(const float* x, std::int64_t n) noexcept;
   float (*exp2_sum)(float* x, std::int64_t n, float shift, float scale) noexcept;
   // The narrowest V panel whose P V of bf16 pairs runs as tile products (AMX: 16 columns; 0

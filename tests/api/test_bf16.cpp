@@ -40,8 +40,7 @@ class Bf16 : public testing::TestWithParam<param> {};
 TEST_P(Bf16, MatchesTheOracleOnRoundedOperands) {
   const auto& [backend, form, s] = GetParam();
   const mha::config cfg = bf16_config(s);
-  if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, s.seq_len}))
-    GTEST_SKIP() << *why;
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, s.seq_len});
   const auto [w, x] = mha_test::inputs_of(cfg, s);
   const std::vector<float> y =
       mha_test::forward(*backend.backend, form, cfg, w, x, s.batch, s.seq_len);
@@ -56,8 +55,7 @@ TEST_P(Bf16, MatchesTheOracleOnRoundedOperands) {
 TEST_P(Bf16, StaysWithinTheStatedBoundOfFp32) {
   const auto& [backend, form, s] = GetParam();
   const mha::config cfg = bf16_config(s);
-  if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, s.seq_len}))
-    GTEST_SKIP() << *why;
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, s.seq_len});
   const mha::config fp32 = s.config();
   for (const float input_scale : {1.0f, 10.0f}) {
     const auto [w, x] = mha_test::inputs_of(cfg, s, input_scale);
@@ -89,8 +87,7 @@ TEST_P(Bf16Decode, CacheHoldsBf16AndTokensEqualTheFullForward) {
     SCOPED_TRACE(testing::Message() << "heads " << heads << ", kv heads " << kv_heads);
     const shape s{2, 40, 24, 64, heads, true, true, true, kv_heads, 10000.0};
     const mha::config cfg = bf16_config(s);
-    if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, 1, 8}))
-      GTEST_SKIP() << *why;
+    MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, 1, 8});
     const mha::weights w = mha::weights::random(cfg, 5);
     const std::vector<float> x =
         mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 6, 2.0f);

@@ -20,8 +20,7 @@ class Conformance : public testing::TestWithParam<param> {};
 TEST_P(Conformance, MatchesDoubleReference) {
   const auto& [backend, form, s] = GetParam();
   const mha::config cfg = s.config();
-  if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, s.seq_len}))
-    GTEST_SKIP() << *why;
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, s.seq_len});
   const auto [w, x] = mha_test::inputs_of(cfg, s);
   const std::vector<float> y =
       mha_test::forward(*backend.backend, form, cfg, w, x, s.batch, s.seq_len);

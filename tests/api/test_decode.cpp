@@ -41,7 +41,7 @@ class Decode : public testing::TestWithParam<param> {};
 TEST_P(Decode, PrefillThenTokensEqualsFullForward) {
   const auto& [backend, form, s] = GetParam();
   const mha::config cfg = s.config();
-  if (const auto why = mha_test::declined(backend, decode_problem(s, form))) GTEST_SKIP() << *why;
+  MHA_TEST_SKIP_IF_DECLINED(backend, decode_problem(s, form));
   const auto [w, x] = mha_test::inputs_of(cfg, s);
   const auto p = backend.backend->prepare(cfg, form, w);
   mha::kv_cache cache = p->make_cache(s.batch, s.seq_len);
@@ -66,7 +66,7 @@ TEST_P(Decode, DropoutMatchesFullForward) {
   const auto& [backend, form, s] = GetParam();
   mha::config cfg = s.config();
   cfg.dropout = 0.25;
-  if (const auto why = mha_test::declined(backend, decode_problem(s, form))) GTEST_SKIP() << *why;
+  MHA_TEST_SKIP_IF_DECLINED(backend, decode_problem(s, form));
   const mha::weights w = mha::weights::random(cfg, 7);
   const std::vector<float> x =
       mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 5);
@@ -92,8 +92,7 @@ class DecodeBackend : public testing::TestWithParam<mha_test::backend_form_param
 
   void SetUp() override {
     const auto& [backend, form] = GetParam();
-    if (const auto why = mha_test::declined(backend, {cfg, form, batch, 1, 4}))
-      GTEST_SKIP() << *why;
+    MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, batch, 1, 4});
     plan_ = backend.backend->prepare(cfg, form, mha::weights::random(cfg, 3));
     x_ = mha_test::random_floats(static_cast<std::size_t>(batch * seq_len * cfg.d_in), 11, 4.0f);
     full_.resize(static_cast<std::size_t>(batch * seq_len * cfg.d_out));

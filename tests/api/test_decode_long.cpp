@@ -67,8 +67,7 @@ class DecodeLongCache
 TEST_P(DecodeLongCache, SplitKeysMatchTheFullForwardAndEveryThreadCount) {
   const mha_test::backend_case& backend = std::get<0>(GetParam());
   const formulation form = std::get<1>(GetParam());
-  if (const auto why = mha_test::declined(backend, {cfg, form, batch, 1, 4100}))
-    GTEST_SKIP() << *why;
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, batch, 1, 4100});
   const auto p = backend.backend->prepare(cfg, form, mha::weights::random(cfg, 5));
   const std::vector<float> x =
       mha_test::random_floats(static_cast<std::size_t>(batch * seq_len * cfg.d_in), 17, 3.0f);

@@ -175,8 +175,7 @@ TEST_P(Int8Cache, DecodeMatchesTheNaiveReferenceAndItsBound) {
   const auto& [backend, form, plan_precision] = GetParam();
   const mha_test::shape& s = decode_shape;
   const mha::config cfg = config_of(s, plan_precision);
-  if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, 1, 8, precision::int8}))
-    GTEST_SKIP() << *why;
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, 1, 8, precision::int8});
   const mha::weights w = mha::weights::random(cfg, 5);
   const std::vector<float> x =
       mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 6, 2.0f);
@@ -211,8 +210,7 @@ TEST_P(Int8Cache, OneRowPerHeadMatchesTheNaiveReference) {
   for (const mha_test::shape& s : {mha_test::shape{2, 24, 16, 44, 2, true, true, true, 0, 0.0},
                                    mha_test::shape{1, 24, 16, 18, 3, true, false, true, 0, 0.0}}) {
     const mha::config cfg = config_of(s, plan_precision);
-    if (const auto why = mha_test::declined(backend, {cfg, form, s.batch, 1, 8, precision::int8}))
-      GTEST_SKIP() << *why;
+    MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, 1, 8, precision::int8});
     const mha::weights w = mha::weights::random(cfg, 7);
     const std::vector<float> x =
         mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 3, 2.0f);
@@ -233,8 +231,7 @@ TEST_P(Int8Cache, AnOutlierChannelStaysWithinTheBound) {
   const mha_test::shape s{1, 48, 32, 64, 4, true, false, true, 0, 0.0};
   if (plan_precision != precision::fp32) GTEST_SKIP() << "the fp32 plan covers it";
   const mha::config cfg = s.config();
-  if (const auto why = mha_test::declined(backend, {cfg, form, 1, 1, 8, precision::int8}))
-    GTEST_SKIP() << *why;
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, 1, 1, 8, precision::int8});
   mha::weights w = mha::weights::random(cfg, 9);
   for (std::int64_t h = 0; h < cfg.kv_heads(); ++h) {
     for (std::int64_t i = 0; i < cfg.d_in; ++i) {
@@ -257,8 +254,7 @@ TEST_P(Int8Cache, NonFiniteTokensReachOnlyTheRowsThatSeeThem) {
   const auto& [backend, form, plan_precision] = GetParam();
   const mha_test::shape s{1, 16, 8, 16, 2, true, false, true, 0, 0.0};
   const mha::config cfg = config_of(s, plan_precision);
-  if (const auto why = mha_test::declined(backend, {cfg, form, 1, 1, 8, precision::int8}))
-    GTEST_SKIP() << *why;
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, 1, 1, 8, precision::int8});
   const auto p = backend.backend->prepare(cfg, form, mha::weights::random(cfg, 2));
   std::vector<float> x = mha_test::random_floats(static_cast<std::size_t>(16 * 8), 4, 1.0f);
   x[10 * 8 + 3] = std::numeric_limits<float>::quiet_NaN();

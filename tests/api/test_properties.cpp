@@ -213,8 +213,7 @@ TEST_P(Properties, Bf16InfiniteLateValueReachesOnlyTheRowsThatSeeIt) {
   for (const std::int64_t heads : {2, 1}) {
     mha::config cfg = make_config(16, 64, heads, t);
     cfg.precision = mha::precision::bf16;
-    if (const auto why = mha_test::declined(std::get<0>(GetParam()), {cfg, form(), 1, t}))
-      GTEST_SKIP() << *why;
+    MHA_TEST_SKIP_IF_DECLINED(std::get<0>(GetParam()), {cfg, form(), 1, t});
     mha::weights w = mha::weights::random(cfg, 31);
     for (std::int64_t o = 0; o < cfg.d_out; ++o) {
       w.query.weight[o * cfg.d_in + feature] = 0.0f;

@@ -146,7 +146,7 @@ class GoldenIncremental : public testing::TestWithParam<io_param> {};
 TEST_P(GoldenIncremental, MatchesPyTorch) {
   const auto& [backend, form, c] = GetParam();
   const loaded_case l = load_case(c);
-  if (const auto why = mha_test::declined(backend, decode_problem(l, form))) GTEST_SKIP() << *why;
+  MHA_TEST_SKIP_IF_DECLINED(backend, decode_problem(l, form));
   const auto plan = backend.backend->prepare(l.m.cfg, form, l.m.w);
   mha::kv_cache cache = plan->make_cache(l.batch, l.tokens);
   const std::int64_t d_in = l.m.cfg.d_in, d_out = l.m.cfg.d_out;
