@@ -23,10 +23,10 @@ namespace mha::detail {
 // floor(min / scale): the offset lies less than a step below the smallest element, so the
 // largest still fits in code 255 (hence 254 steps), and |zero| <= 32768. Every element is then
 // within scale / 2 of its value (plus a float rounding): at most int8_element_error of the
-// row's largest magnitude. An all-zero row is exact; a row whose elements all lie below 2^-111
-// in magnitude (a scale below the smallest normal float) reads as zeros; a row holding a NaN or
-// an Inf, or an element of magnitude 2^127 or more (whose steps could pass the largest float),
-// gets a NaN scale, so what reads it reads NaN, as it would the row itself.
+// row's largest magnitude. An all-zero row is exact; a row whose scale would be below the
+// smallest normal float (its elements all within about 2^-111 of zero) reads as zeros; a row
+// holding a NaN, an Inf or an element of magnitude 2^127 or more (whose steps could pass the
+// largest float) gets a NaN scale, so what reads it reads NaN, as it would the row itself.
 struct int8_row {
   std::uint32_t word = 0;
 
