@@ -13,7 +13,6 @@
 #include "sweep.hpp"
 
 namespace mha_bench {
-namespace {}  // namespace
 
 shard parse_shard(std::string_view text) {
   const auto bad = [&]() -> shard {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -33,10 +34,12 @@ void expect_row_within_its_bound(const std::vector<float>& x) {
       mha::detail::quantize_row(x.data(), static_cast<std::int64_t>(x.size()), codes.data());
   const auto [lo, hi] = std::minmax_element(x.begin(), x.end());
   const float wanted = std::max((*hi - *lo) / 254.0f, std::abs(*lo) / 32767.0f);
-  const float step = row.scale(), below = std::nextafter(step, 0.0f);
+  const float step = row.scale();
   ASSERT_GE(step, wanted);
-  EXPECT_LT(mha::detail::round_bf16(below) == below ? below : 0.0f, wanted)
-      << "a smaller bf16 step would do";
+  ASSERT_EQ(mha::detail::round_bf16(step), step);
+  // The bf16 just below the step (one unit less in its top half) would not cover the row.
+  const float below = std::bit_cast<float>(std::bit_cast<std::uint32_t>(step) - 0x10000u);
+  EXPECT_LT(below, wanted) << "a smaller bf16 step would do";
   EXPECT_LE(row.offset(), *lo);
   EXPECT_LT(*lo - row.offset(), step);
   const double largest = std::max(-double{*lo}, double{*hi});
