@@ -5,12 +5,14 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/text.hpp"
 #include "machine/fma_peak.hpp"
@@ -25,13 +27,13 @@
 
 namespace mha_bench {
 
-// `--isa avx512|avx2|sse2` (or `--isa=...`) taken out of argv: it caps this process's xsimd
-// kernels (MHA_XSIMD_ISA, which the tbb framework follows) and oneDNN (ONEDNN_MAX_CPU_ISA
-// AVX512_CORE, AVX2 or SSE41) before either is first used, so both sides of a comparison run
-// the same instruction set. Then Google Benchmark's flags (an unknown one is reported), the
-// machine context, what the kernels compared are (xsimd's description; oneDNN's version, its
-// threading as `onednn_threading` says, and its description) and the FMA peak of every ISA.
-// nullopt, after saying why, on a bad flag.
+// `--isa NAME` (or `--isa=NAME`) taken out of argv, NAME one of the ISAs this CPU runs the xsimd
+// kernels on (mha::xsimd_supported_isas): it caps this process's xsimd kernels (MHA_XSIMD_ISA,
+// which the tbb framework follows) and oneDNN (ONEDNN_MAX_CPU_ISA: mha::onednn_isa_cap) before
+// either is first used, so both sides of a comparison run the same instruction set. Then Google
+// Benchmark's flags (an unknown one is reported), the machine context, what the kernels compared
+// are (xsimd's description; oneDNN's version, its threading as `onednn_threading` says, and its
+// description) and the FMA peak of every ISA. nullopt, after saying why, on a bad flag.
 inline std::optional<fma_peak> initialize(int* argc, char** argv,
                                           [[maybe_unused]] std::string_view onednn_threading) {
   std::string isa;
@@ -48,16 +50,19 @@ inline std::optional<fma_peak> initialize(int* argc, char** argv,
   }
   *argc = kept;
   if (!isa.empty()) {
-    const char* onednn = isa == "avx512" ? "AVX512_CORE"
-                         : isa == "avx2" ? "AVX2"
-                         : isa == "sse2" ? "SSE41"
-                                         : nullptr;
-    if (onednn == nullptr) {
-      std::cerr << argv[0] << ": --isa '" << isa << "': expected avx512, avx2 or sse2\n";
+    const std::vector<mha::isa> built = mha::xsimd_supported_isas();
+    const std::optional<mha::isa> capped = mha::parse_isa(isa);
+    if (!capped || std::ranges::count(built, *capped) == 0) {
+      std::cerr << argv[0] << ": --isa '" << isa << "': expected one of";
+      for (mha::isa i : built) std::cerr << ' ' << mha::to_string(i);
+      std::cerr << " (the ISAs this CPU runs the xsimd kernels on)\n";
       return std::nullopt;
     }
     setenv("MHA_XSIMD_ISA", isa.c_str(), 1);
-    setenv("ONEDNN_MAX_CPU_ISA", onednn, 1);
+#if MHA_BENCH_ONEDNN
+    if (const std::optional<std::string_view> cap = mha::onednn_isa_cap(*capped))
+      setenv("ONEDNN_MAX_CPU_ISA", std::string(*cap).c_str(), 1);
+#endif
   }
   benchmark::Initialize(argc, argv);
   if (benchmark::ReportUnrecognizedArguments(*argc, argv)) return std::nullopt;

@@ -7,7 +7,7 @@
 
 #include "fma_peak_kernels.hpp"
 
-#if MHA_PEAK_AMX
+#if MHA_PEAK_KERNELS
 #include "kernels/isa_kernels.hpp"
 #endif
 
@@ -21,19 +21,23 @@ struct isa_kernel {
   kernel run;
 };
 
-// Loops this CPU can run, widest first. The portable loop runs everywhere: it is the yardstick
-// of SSE2 and scalar kernels. aarch64's NEON (with FMA) is its baseline: every aarch64 CPU runs
-// the neon loop.
+// The FMA loops this CPU runs, widest first: per FMA class (mha::fma_peak_of) the loop of the
+// best ISA of that class the kernels are built for and this CPU runs (isa_kernels::fma_rounds,
+// one per row of kernel_isas.def), then the bench's own portable loop where no such ISA is of
+// class "portable" (aarch64: the yardstick of scalar kernels; a build without the SIMD kernels
+// measures it alone).
 std::vector<isa_kernel> supported_kernels() {
   std::vector<isa_kernel> list;
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("x86-64-v4")) list.push_back({"avx512", detail::fma_rounds_avx512});
-  if (__builtin_cpu_supports("x86-64-v3")) list.push_back({"avx2", detail::fma_rounds_avx2});
-#elif defined(__aarch64__)
-  list.push_back({"neon", detail::fma_rounds_neon});
+  const auto listed = [&](std::string_view name) {
+    return std::ranges::any_of(list, [&](const isa_kernel& k) { return k.name == name; });
+  };
+#if MHA_PEAK_KERNELS
+  for (mha::isa i : mha::detail::runnable_isas()) {
+    if (!listed(mha::fma_peak_of(i)))
+      list.push_back({mha::fma_peak_of(i), mha::detail::kernels_for(i).fma_rounds});
+  }
 #endif
-  list.push_back({"portable", detail::fma_rounds_portable});
+  if (!listed("portable")) list.push_back({"portable", detail::fma_rounds_portable});
   return list;
 }
 
@@ -125,15 +129,15 @@ fma_peak measure_fma_peak(int threads, int trials) {
   peak.threads = std::max(1, threads);
   for (const isa_kernel& k : supported_kernels())
     peak.by_isa.push_back(measure(k, peak.threads, trials));
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16")) {
-    peak.bf16_dot =
-        measure({"avx512bf16", detail::bf16_dot_rounds_avx512bf16}, peak.threads, trials);
+#if MHA_PEAK_KERNELS
+  // The bf16 peaks: of each kind (bf16_peak_isa_for), the loop of the best ISA that has it.
+  for (mha::isa i : mha::detail::runnable_isas()) {
+    const kernel loop = mha::detail::kernels_for(i).bf16_rounds;
+    if (loop == nullptr) continue;
+    std::optional<isa_peak>& kind =
+        bf16_peak_isa_for(i) == "bf16_tile" ? peak.bf16_tile : peak.bf16_dot;
+    if (!kind) kind = measure({mha::to_string(i), loop}, peak.threads, trials);
   }
-#endif
-#if MHA_PEAK_AMX
-  if (std::ranges::count(mha::detail::runnable_isas(), mha::isa::amx) > 0)
-    peak.bf16_tile = measure({"amx", detail::bf16_tile_rounds_amx}, peak.threads, trials);
 #endif
   return peak;
 }

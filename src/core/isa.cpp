@@ -1,23 +1,31 @@
 #include "mha/isa.hpp"
 
-#include <array>
 #include <iterator>
 
 namespace mha {
 namespace {
 
-// One name per isa, in the enum's order: the only table of ISA names in mha.
-constexpr std::array<std::string_view, 8> names = {"scalar", "sse2",       "sse41", "avx2",
-                                                   "avx512", "avx512bf16", "amx",   "neon64"};
-static_assert(names.size() == std::size(all_isas), "every isa has one name");
-static_assert(static_cast<std::size_t>(isa::neon64) + 1 == names.size(),
-              "all_isas ends with neon64");
+// Each isa's row of mha/isas.def, in the enum's order.
+struct row {
+  std::string_view name, fma_peak;
+};
+constexpr row rows[] = {
+#define MHA_ISA(name, fma_peak, native_bf16) {#name, fma_peak},
+#include "mha/isas.def"
+#undef MHA_ISA
+};
+static_assert(std::size(rows) == std::size(all_isas), "every isa has one row");
+
+const row* row_of(isa i) noexcept {
+  const auto index = static_cast<std::size_t>(i);
+  return index < std::size(rows) ? &rows[index] : nullptr;
+}
 
 }  // namespace
 
 std::string_view to_string(isa i) noexcept {
-  const auto index = static_cast<std::size_t>(i);
-  return index < names.size() ? names[index] : "unknown";
+  const row* r = row_of(i);
+  return r != nullptr ? r->name : "unknown";
 }
 
 std::optional<isa> parse_isa(std::string_view name) noexcept {
@@ -28,21 +36,8 @@ std::optional<isa> parse_isa(std::string_view name) noexcept {
 }
 
 std::string_view fma_peak_of(isa i) noexcept {
-  switch (i) {
-    case isa::avx512:
-    case isa::avx512bf16:
-    case isa::amx:
-      return "avx512";
-    case isa::avx2:
-      return "avx2";
-    case isa::neon64:
-      return "neon";
-    case isa::scalar:
-    case isa::sse2:
-    case isa::sse41:
-      break;
-  }
-  return "portable";
+  const row* r = row_of(i);
+  return r != nullptr ? r->fma_peak : "portable";
 }
 
 }  // namespace mha

@@ -16,11 +16,14 @@
 
 namespace mha::detail {
 
+// A peak loop of isa_kernels (fma_rounds, bf16_rounds).
+using peak_loop = double (*)(std::int64_t rounds, float* sink) noexcept;
+
 // One ISA's kernels. Each entry's contract, one fact a line: what it reads, writes and requires,
 // and what its result depends on. Every entry is noexcept, allocates nothing and may run
 // concurrently with any other on disjoint outputs.
 struct isa_kernels {
-  mha::isa isa;           // which of mha::isa (sse2, avx2, avx512, avx512bf16 or amx)
+  mha::isa isa;           // which of mha::isa: its row of kernel_isas.def
   const char* arch_name;  // xsimd's name of the widest arch used: "avx512bw", "fma3+avx2", ...
   int lanes;              // floats per widest register
   // The micro-kernels' tile shapes, widest panel first.
@@ -67,6 +70,16 @@ struct isa_kernels {
   //             x[j] - shift exactly) and the padding 0; returns their sum
   float (*row_max)(const float* x, std::int64_t n) noexcept;
   float (*exp2_sum)(float* x, std::int64_t n, float shift, float scale) noexcept;
+  // fma_rounds and bf16_rounds: the peak loops that figures on this ISA are read against
+  // (bench/machine/fma_peak.cpp times them; micro/peak_loops.hpp).
+  //   fma_rounds:  `rounds` rounds of independent FP32 FMA chains on full-width registers (a
+  //                multiply and an add where the ISA has no FMA)
+  //   bf16_rounds: the same with its native bf16 pair products (vdpbf16ps; AMX: tile products
+  //                on registers loaded once); nullptr where bf16 pairs are widened to FP32 FMAs
+  //   writes:      a value of the accumulators at *sink (so no loop can be removed)
+  //   returns:     the FLOPs done (a product and a sum: 2)
+  peak_loop fma_rounds;
+  peak_loop bf16_rounds;
   // The narrowest V panel whose P V of bf16 pairs runs as tile products (AMX: 16 columns; 0
   // where there are none): a bf16 attention's narrower heads, packed per call (not a cache's),
   // take panels this wide (zero padded), so that their P V runs on tiles rather than vectors.
@@ -115,7 +128,7 @@ mha::isa best_isa() noexcept;
 // "xsimd <version>, <arch>, <lanes> lanes": what the kernels of `which` run on, for backends'
 // descriptions.
 std::string kernels_description(mha::isa which);
-// "avx512, avx2, sse2": ISA names for messages.
+// The ISAs' names (to_string), comma-separated, for messages.
 std::string isa_names(const std::vector<mha::isa>& isas);
 
 }  // namespace mha::detail

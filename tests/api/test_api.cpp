@@ -55,6 +55,27 @@ TEST(Formulation, NamesRoundTrip) {
   EXPECT_EQ(mha::to_string(mha::formulation::split_weight), "split_weight");
 }
 
+// mha/isas.def's rows: every isa has a distinct name that parses back, an FMA peak class of the
+// bench's loops, and native bf16 exactly where its figures are read against a bf16 peak.
+TEST(Isa, RowsNameEveryIsaOnce) {
+  std::set<std::string_view> names;
+  for (mha::isa i : mha::all_isas) {
+    const std::string_view name = mha::to_string(i);
+    EXPECT_TRUE(names.insert(name).second) << name;
+    EXPECT_EQ(mha::parse_isa(name), i) << name;
+    EXPECT_TRUE(std::set<std::string_view>({"portable", "avx2", "avx512", "neon"})
+                    .count(mha::fma_peak_of(i)))
+        << name << ": " << mha::fma_peak_of(i);
+  }
+  EXPECT_EQ(mha::to_string(mha::isa::avx512bf16), "avx512bf16");
+  EXPECT_EQ(mha::fma_peak_of(mha::isa::sse2), "portable");
+  EXPECT_EQ(mha::fma_peak_of(mha::isa::amx), "avx512");
+  EXPECT_TRUE(mha::native_bf16(mha::isa::amx));
+  EXPECT_FALSE(mha::native_bf16(mha::isa::avx512));
+  EXPECT_EQ(mha::parse_isa("avx-512"), std::nullopt);
+  EXPECT_EQ(mha::to_string(static_cast<mha::isa>(std::size(mha::all_isas))), "unknown");
+}
+
 TEST(Problem, CanonicalString) {
   mha::problem p;
   p.cfg = {.d_in = 768, .d_out = 768, .n_heads = 12, .context_length = 1024};

@@ -49,9 +49,14 @@ def test_an_isa_list_outside_the_derived_files_is_found(tmp_path):
             "src/core/derived.cpp": '#define MHA_KERNEL_ISA(n) #n,\nconst char* all[] = {\n#include "kernel_isas.def"\n};'
             "\n// sse2 avx2 avx512\n",
             "src/core/two.cpp": 'bool wide(const char* i) { return i == "avx2" || i == "avx512"; }\n',
+            "include/mha/public.hpp": '#define MHA_ISA(n, p, b) n,\nenum class isa {\n#include "mha/isas.def"\n};'
+            "\n// sse2 avx2 avx512\n",
+            "src/core/mentions.cpp": "// the rows of kernel_isas.def: sse2, avx2, avx512\n",
+            "src/backends/onednn/onednn_backend.cpp": "// oneDNN's avx2, avx512 and amx\n",
         },
     )
-    assert list(found) == [("isa-list", "src/core/list.cpp")]
+    # Naming the row file in a comment is not deriving from it.
+    assert sorted(found) == [("isa-list", "src/core/list.cpp"), ("isa-list", "src/core/mentions.cpp")]
 
 
 def test_an_include_that_points_up_or_sideways_is_found(tmp_path):

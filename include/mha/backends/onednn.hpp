@@ -1,7 +1,11 @@
 // mha::onednn: oneDNN's matmul, softmax and reorder primitives (link mha::onednn).
 #pragma once
 
+#include <optional>
+#include <string_view>
+
 #include "mha/backend.hpp"
+#include "mha/isa.hpp"
 
 namespace mha {
 
@@ -56,5 +60,11 @@ inline constexpr double onednn_thread_tolerance = 32.0 / (1 << 23);
 // thread count on this machine now (its effective ISA, after any ONEDNN_MAX_CPU_ISA cap, is
 // avx512_core or up). Decode calls never are (above).
 bool onednn_thread_count_bitwise();
+
+// The ONEDNN_MAX_CPU_ISA value that caps oneDNN at the instruction set `which` (oneDNN's
+// spelling: "AVX2" for isa::avx2), so that a comparison runs mha's kernels and oneDNN's on the
+// same one; the SSE4.1 cap for the x86-64 baseline, whose FMA-less class oneDNN's lowest kernels
+// share; nullopt for an isa oneDNN has no cap of (scalar, aarch64's).
+std::optional<std::string_view> onednn_isa_cap(isa which);
 
 }  // namespace mha

@@ -140,6 +140,26 @@ bool onednn_thread_count_bitwise() {
   }
 }
 
+std::optional<std::string_view> onednn_isa_cap(isa which) {
+  switch (which) {
+    case isa::sse2:
+    case isa::sse41:
+      return "SSE41";
+    case isa::avx2:
+      return "AVX2";
+    case isa::avx512:
+      return "AVX512_CORE";
+    case isa::avx512bf16:
+      return "AVX512_CORE_BF16";
+    case isa::amx:
+      return "AVX512_CORE_AMX";
+    case isa::scalar:
+    case isa::neon64:
+      break;
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 // p as the oneDNN plan it must be, with (batch, seq_len) in its range; `caller` names the

@@ -7,6 +7,7 @@
 #include "kernels/micro/attention_kernel.hpp"
 #include "kernels/micro/gemm_kernel.hpp"
 #include "kernels/micro/pack_kernel.hpp"
+#include "kernels/micro/peak_loops.hpp"
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
@@ -33,7 +34,9 @@ const isa_kernels* isa_table(mha::isa which) noexcept {
                                  &gemm<Arch, Tiles, PairDot>,
                                  &attention_rows<Arch, Tiles, PairDot>,
                                  &row_max<Arch>,
-                                 &exp2_sum<Arch>};
+                                 &exp2_sum<Arch>,
+                                 &fma_rounds<Arch>,
+                                 bf16_peak_loop<Arch, PairDot>()};
   return &table;
 }
 

@@ -35,6 +35,10 @@ struct tile_dot : dpbf16_dot {
   static constexpr int tile_pairs = amx::tile_pairs;
   // Two row tiles: the scores' blocks of 32 rows take tile_block's 2 x 2 arrangement.
   static constexpr int pair_rows = 2 * tile_rows;
+  // The bf16 peak of these kernels: the tile unit's (isa_kernels::bf16_rounds).
+  static double peak_rounds(std::int64_t rounds, float* sink) noexcept {
+    return register_tile_rounds(rounds, sink);
+  }
   // C (rows, nr) = [C +] A (rows, k units) B (a panel's k rows), nr a multiple of 16 up to 32:
   // tile_product for up to 16 rows; 32 rows over whole steps of k (no tail) as tile_block<2>,
   // each A and B tile loaded serving two products. Both sum each element over k in the same

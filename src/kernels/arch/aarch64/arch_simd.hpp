@@ -13,6 +13,11 @@
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
+// Independent FMA chains that keep the vector units busy (micro/peak_loops.hpp): Arm's Neoverse
+// V1 and V2 start 4 NEON FMAs per cycle with a latency of 4, so 16 in flight saturate them; 24
+// leave margin and, with the two operands, fit NEON's 32 registers.
+inline constexpr int peak_chains = 24;
+
 static_assert(std::is_same_v<xsimd::default_arch, xsimd::neon64>,
               "the aarch64 primitives are for NEON's 4-float batches (xsimd::neon64)");
 

@@ -124,6 +124,48 @@ void tile_product(tile_state& state, int rows, std::int64_t k, const bf16_pair* 
   if constexpr (Halves == 2) _tile_stored(1, c + tile_cols, c_stride);
 }
 
+// The tile unit's own rate, the peak that tile kernels are read against (tile_dot::peak_rounds,
+// isa_kernels::bf16_rounds): `rounds` rounds of 4 TDPBF16PS on tiles that stay in their
+// registers (C in tmm0-3, A in tmm4-5, B in tmm6-7, every one 16 rows of 64 bytes: no loads in
+// the loop), C's first element at *sink; returns the FLOPs done. The configuration is released
+// after, as every kernel entry releases it.
+inline double register_tile_rounds(std::int64_t rounds, float* sink) noexcept {
+  tile_config config;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = static_cast<std::uint8_t>(tile_rows);
+    config.colsb[t] = static_cast<std::uint16_t>(tile_cols * sizeof(float));
+  }
+  // A: bf16 1.0 in every half; B: bf16 2^-10: each product adds 2^-10, so the sums stay normal
+  // and finite for any realistic number of rounds.
+  alignas(64) static std::uint32_t a[tile_rows * tile_pairs], b[tile_pairs * tile_cols];
+  alignas(64) float c[tile_rows * tile_cols];
+  for (int i = 0; i < tile_rows * tile_pairs; ++i) {
+    a[i] = 0x3f803f80u;
+    b[i] = 0x3a803a80u;
+  }
+  constexpr long stride = 64;
+  _tile_loadconfig(&config);
+  _tile_loadd(4, a, stride);
+  _tile_loadd(5, a, stride);
+  _tile_loadd(6, b, stride);
+  _tile_loadd(7, b, stride);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (std::int64_t r = 0; r < rounds; ++r) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, stride);
+  _tile_release();
+  *sink = c[0];
+  // Per product 16 x 16 outputs of 16 pairs each: 2 multiplications and 2 additions a pair.
+  return 4.0 * tile_rows * tile_cols * tile_pairs * 4 * static_cast<double>(rounds);
+}
+
 // The tile GEMM's arrangement: every register 16 rows of 64 bytes; C of a block of up to 32 rows
 // x 32 columns in up to four (tmm0 rows 0-15 x columns 0-15, tmm1 rows 0-15 x 16-31, tmm2 and
 // tmm3 rows 16-31), the A tiles of its two row strips in tmm4 and tmm5, B's two column halves

@@ -12,6 +12,11 @@
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
+// Independent FMA chains that keep the vector units busy (micro/peak_loops.hpp): Zen4 and recent
+// Intel cores start 2 FMAs per cycle with a latency of 4, so 8 in flight saturate them; 12 leave
+// margin and, with the two operands, fit AVX2's 16 registers.
+inline constexpr int peak_chains = 12;
+
 // a * b + c rounded once, on every arch with FMA. xsimd 8.1 has no AVX-512 kernel for fma: its
 // generic a * b + c became vfmadd only where GCC contracted it (Release did; the sanitizer
 // builds, whose spills split the product from the sum, did not, and rounded twice), so AVX-512
