@@ -171,8 +171,12 @@ def timed_attention(model: Any, implementation: str, clock: dict) -> Iterator[No
 
 
 def check(model: Any, implementation: str, dtype: Any) -> str | None:
-    """None when the implementation's logits on a short prompt agree with sdpa's (through its own
-    cache for mha_int8 / mha_bf16: 2e-2 / 1e-2 of the largest in fp32), else why not."""
+    """None when the implementation's logits on a short prompt agree with sdpa's (fp32: within
+    1e-4 of the largest; through its own cache for mha_int8 / mha_bf16 within 5e-2 / 2e-2), else
+    why not. The quantised caches' gate catches a broken cache (an error the size of the logits),
+    not their rounding, which grows with the layers it passes (random weights, 48 tokens: 2.3e-2
+    of the largest logit for int8 through Llama-1B's 16 layers) and which --logits-steps
+    measures."""
     import torch
 
     ids = torch.randint(0, model.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(1))
@@ -186,7 +190,7 @@ def check(model: Any, implementation: str, dtype: Any) -> str | None:
             ids, attention_mask=keep, past_key_values=cache, use_cache=cache is not None
         ).logits.double()
     err, scale = (got - want).abs().max().item(), want.abs().max().item()
-    fp32 = {"mha_int8": 2e-2, "mha_bf16": 1e-2}.get(implementation, 1e-4)
+    fp32 = {"mha_int8": 5e-2, "mha_bf16": 2e-2}.get(implementation, 1e-4)
     bound = (fp32 if dtype == torch.float32 else 2.0**-5) * scale
     return None if err <= bound else f"logits differ from sdpa's by {err:.3g} (bound {bound:.3g})"
 
@@ -195,7 +199,9 @@ def filled_synthetically(model: Any, implementation: str, batch: int, tokens: in
     """A cache holding `tokens` tokens per sequence of random keys and values (seed 4, N(0, 1);
     the same for every implementation's cache), as the implementation's cache_for or a
     DynamicCache: a long context without a prefill's cost. mha's caches take them through mha's
-    attention function (a call of `tokens` random query rows, untimed), as a prefill does."""
+    attention function (a call of `tokens` random query rows, untimed), as a prefill does; the
+    queries have one head per K/V head (grouped heads of one: the cache appends the same keys and
+    values for any query heads, at a fraction of the work, a quarter for Llama's 32 over 8)."""
     import torch
     import transformers
 
@@ -217,7 +223,7 @@ def filled_synthetically(model: Any, implementation: str, batch: int, tokens: in
         k, v = (torch.randn(batch, kv_heads, tokens, head_dim, generator=g).to(dtype) for _ in "kv")
         k, v = cache.update(k, v, layer, positions)
         if implementation in CACHED:  # mha's cache: appended by mha's attention function
-            q = torch.randn(batch, heads, tokens, head_dim, generator=queries).to(dtype)
+            q = torch.randn(batch, kv_heads, tokens, head_dim, generator=queries).to(dtype)
             mha.transformers.attention_forward(None, q, k, v, None, is_causal=True)
     return cache
 
