@@ -16,36 +16,44 @@ namespace mha::detail {
 // A kernel set: what a backend built on the driver supplies. An object the plan owns,
 // constructed from the module's config before the weights are packed (so it may keep per-plan
 // state: built primitives, the precision); its members are const and safe to call from
-// concurrent runs. Stateless sets write them as static members.
+// concurrent runs. Stateless sets write them as static members. Each member's contract, one
+// fact a line:
 template <class K>
 concept kernel_set = std::constructible_from<K, const mha::config&> &&
     requires(const K& k, const linear_weights& w, const typename K::packed_linear& p,
              const float* x, std::int64_t rows, float* y, const attention_args& a,
              const run_options& options) {
-  // One nn.Linear in the kernels' layout.
+  // pack: one nn.Linear in the kernels' layout.
+  //   reads:    w's weight (out, in) and bias
+  //   returns:  the packed_linear linear() takes, owning its storage
   { k.pack(w) } -> std::same_as<typename K::packed_linear>;
-  // y (rows, out) = x (rows, in) W^T + b; x and y contiguous row-major.
+  // linear: y = x W^T + b.
+  //   reads:    x (rows, in), contiguous row-major; p
+  //   writes:   y (rows, out), contiguous row-major
   k.linear(p, x, rows, y);
-  // Attention over args (with args.cache: the new keys and values appended, then attention over
-  // the cache).
+  // attention: the function of attention_args (common/attention_args.hpp).
+  //   reads:    a.q, a.k, a.v (or their bf16 forms), a.mask; with a.cache, the tokens it holds
+  //   writes:   a.out (or a.out16); with a.cache, this call's keys and values after each
+  //             sequence's held tokens (the lengths are the caller's to advance, after)
   k.attention(a);
-  // f() in the execution context options ask for (a thread arena), and f(i) for i < n in any
-  // order or concurrently (sequential_execution is the single-thread answer).
+  // run and for_each: the set's execution (sequential_execution is the single-thread one).
+  //   run:      f() in the execution context `options` asks for (a thread arena, an executor)
+  //   for_each: f(i) for every i < n, in any order or concurrently
   k.run(options, [] {});
   k.for_each(rows, [](std::int64_t) {});
 };
-// Optional members, each declaring what the set computes (driver_support):
-//   project_heads(p, x, batch, seq_len, heads, y) -> std::optional<head_view<const float>>: the
-//     projection of x (batch * seq_len rows) into y in a layout the set prefers, as a (batch,
-//     heads, seq_len, out / heads) view; nullopt, writing nothing, where it has none (the driver
-//     then projects with linear() into (rows, out) row-major, seen through strides);
-//   static constexpr bool grouped_kv: attention() handles attention_args::kv_group > 1;
+// Optional members, each declaring what the set computes (driver_support), one a line:
+//   project_heads(p, x, batch, seq_len, heads, y) -> std::optional<head_view<const float>>:
+//     the projection of x (batch * seq_len rows) into y in a layout the set prefers, seen as
+//     (batch, heads, seq_len, out / heads); nullopt, writing nothing, where it has none (the
+//     driver then projects with linear() into (rows, out) row-major, seen through strides)
+//   static constexpr bool grouped_kv: attention() handles attention_args::kv_group > 1
 //   static constexpr bool bf16: the set computes config::precision bf16 (docs/design.md §1.5),
-//     rounding packed weights and every product's operands itself;
+//     rounding packed weights and every product's operands itself
 //   cache_head_bytes(capacity, head_dim, kv) -> std::int64_t: decode; the bytes of one
 //     (sequence, K/V head) of a cache in the set's layout, attention() then taking
-//     attention_args::cache;
-//   static constexpr bool int8_cache: attention() also reads and appends an int8 cache (§1.7).
+//     attention_args::cache
+//   static constexpr bool int8_cache: attention() also reads and appends an int8 cache (§1.7)
 
 struct sequential_execution {
   template <class F>
