@@ -50,11 +50,11 @@ inline std::optional<fma_peak> initialize(int* argc, char** argv,
   }
   *argc = kept;
   if (!isa.empty()) {
-    const std::vector<mha::isa> built = mha::xsimd_supported_isas();
+    const std::vector<mha::isa> runnable = mha::xsimd_supported_isas();
     const std::optional<mha::isa> capped = mha::parse_isa(isa);
-    if (!capped || std::ranges::count(built, *capped) == 0) {
+    if (!capped || std::ranges::count(runnable, *capped) == 0) {
       std::cerr << argv[0] << ": --isa '" << isa << "': expected one of";
-      for (mha::isa i : built) std::cerr << ' ' << mha::to_string(i);
+      for (mha::isa i : runnable) std::cerr << ' ' << mha::to_string(i);
       std::cerr << " (the ISAs this CPU runs the xsimd kernels on)\n";
       return std::nullopt;
     }

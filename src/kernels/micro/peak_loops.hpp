@@ -12,9 +12,24 @@
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
-// isa_kernels::fma_rounds: peak_chains (arch_simd.hpp) independent chains acc = acc * a + b per
-// round on full-width batches of Arch, by fused_fma: one FMA instruction a chain where the arch
-// has FMA, a multiply and an add where it has none (SSE2).
+// peak_chains (arch_simd.hpp) independent accumulators, acc[c] = first + 0.001 c, each replaced
+// by step(acc[c]) `rounds` times; their sum at *sink (so no chain can be removed).
+template <class Batch, class Step>
+void run_chains(std::int64_t rounds, float first, Step step, float* sink) noexcept {
+  Batch acc[peak_chains];
+  for (int c = 0; c < peak_chains; ++c) acc[c] = Batch(first + 0.001f * static_cast<float>(c));
+  for (std::int64_t r = 0; r < rounds; ++r) {
+#pragma GCC unroll 24
+    for (int c = 0; c < peak_chains; ++c) acc[c] = step(acc[c]);
+  }
+  Batch sum = acc[0];
+  for (int c = 1; c < peak_chains; ++c) sum += acc[c];
+  *sink = xsimd::hadd(sum);
+}
+
+// isa_kernels::fma_rounds: run_chains of acc * a + b on full-width batches of Arch, by
+// fused_fma: one FMA instruction a chain where the arch has FMA, a multiply and an add where it
+// has none (SSE2).
 template <class Arch>
 double fma_rounds(std::int64_t rounds, float* sink) noexcept {
   using batch = xsimd::batch<float, Arch>;
@@ -22,23 +37,16 @@ double fma_rounds(std::int64_t rounds, float* sink) noexcept {
   // the fixed point 1 of acc * a + b).
   volatile float opaque_one = 1.0f;
   const float one = opaque_one;
-  batch acc[peak_chains];
-  for (int c = 0; c < peak_chains; ++c) acc[c] = batch(one + 0.001f * static_cast<float>(c));
   // acc converges to 1: no overflow, no denormals, whatever the number of rounds.
   const batch a(one * 0.999999f), b(one * 1e-6f);
-  for (std::int64_t r = 0; r < rounds; ++r) {
-#pragma GCC unroll 24
-    for (int c = 0; c < peak_chains; ++c) acc[c] = fused_fma(acc[c], a, b);
-  }
-  batch sum = acc[0];
-  for (int c = 1; c < peak_chains; ++c) sum += acc[c];
-  *sink = xsimd::hadd(sum);
+  run_chains<batch>(
+      rounds, one, [&](batch acc) { return fused_fma(acc, a, b); }, sink);
   return 2.0 * static_cast<double>(batch::size) * peak_chains * static_cast<double>(rounds);
 }
 
 // isa_kernels::bf16_rounds of a PairDot that multiplies pairs natively (AVX512_BF16's
-// dpbf16_dot): the same chains, each a PairDot::dot of a pair batch by another (2 products and 2
-// additions per lane).
+// dpbf16_dot): run_chains of PairDot::dot of a pair batch by another (2 products and 2 additions
+// per lane).
 template <class Arch, class PairDot>
 double pair_dot_rounds(std::int64_t rounds, float* sink) noexcept {
   using batch = xsimd::batch<float, Arch>;
@@ -47,15 +55,8 @@ double pair_dot_rounds(std::int64_t rounds, float* sink) noexcept {
   // accumulators stay normal and finite for any realistic number of rounds.
   volatile std::uint32_t opaque_ones = 0x3f803f80u;
   const pairs a(opaque_ones), b(opaque_ones - 0x05000500u);
-  batch acc[peak_chains];
-  for (int c = 0; c < peak_chains; ++c) acc[c] = batch(0.001f * static_cast<float>(c));
-  for (std::int64_t r = 0; r < rounds; ++r) {
-#pragma GCC unroll 24
-    for (int c = 0; c < peak_chains; ++c) acc[c] = PairDot::dot(acc[c], a, b);
-  }
-  batch sum = acc[0];
-  for (int c = 1; c < peak_chains; ++c) sum += acc[c];
-  *sink = xsimd::hadd(sum);
+  run_chains<batch>(
+      rounds, 0.0f, [&](batch acc) { return PairDot::dot(acc, a, b); }, sink);
   return 4.0 * static_cast<double>(batch::size) * peak_chains * static_cast<double>(rounds);
 }
 
