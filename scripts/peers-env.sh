@@ -6,6 +6,10 @@
 # environment already holds what the requirements pin.
 #
 #   scripts/peers-env.sh          prints what it installed, then "peers-env: ready: <python>"
+#   scripts/peers-env.sh optimum  the same for the whole-model peer's own environment:
+#                                 tools/peers-optimum-requirements.txt in build/peers-optimum-venv
+#                                 (MHA_OPTIMUM_VENV), OpenVINO through optimum-intel, whose
+#                                 releases require an older transformers than the peers pin
 #
 # PyTorch: `pip install torch==2.13.0` takes a CPU build where one lies on the machine (this
 # kind of machine has one); elsewhere PyPI's torch is the CUDA build, gigabytes of nvidia-*
@@ -25,8 +29,20 @@
 # they then say SKIPPED, as scripts/test.sh announces.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-venv=${MHA_PEERS_VENV:-$root/build/peers-venv}
-requirements=$root/tools/peers-requirements.txt
+case ${1:-} in
+  "")
+    venv=${MHA_PEERS_VENV:-$root/build/peers-venv}
+    requirements=$root/tools/peers-requirements.txt
+    ;;
+  optimum)
+    venv=${MHA_OPTIMUM_VENV:-$root/build/peers-optimum-venv}
+    requirements=$root/tools/peers-optimum-requirements.txt
+    ;;
+  *)
+    echo "peers-env: unknown environment '$1': expected none (the peers') or 'optimum'" >&2
+    exit 2
+    ;;
+esac
 name=peers-env
 
 fail() {
@@ -90,6 +106,12 @@ echo "$name: installing into $venv: $(tr '\n' ' ' <<<"$packages")"
 # each ("Location ... is ignored"), which says nothing about the install.
 # shellcheck disable=SC2086
 "${pip[@]}" install "${index[@]}" -q $packages 2> >(grep -v '^WARNING: Location' >&2) || fail "pip install failed (above)"
+# PyPI's torchvision (which optimum-intel requires) is built for PyPI's torch: beside the CPU
+# build its operators fail to register ("operator torchvision::nms does not exist") and every
+# transformers import that touches it fails. Nothing measured here uses it: it goes.
+if [[ $packages == *torch==* ]] && "${pip[@]}" show -q torchvision >/dev/null 2>&1; then
+  "${pip[@]}" uninstall -y -q torchvision || fail "could not remove PyPI's torchvision (above)"
+fi
 echo "$name: installed: $("${pip[@]}" list --format=freeze 2>/dev/null | grep -iE "^($(tr '\n' '|' <<<"$packages" | sed -E 's/==[^|]*//g; s/\|$//'))==" | tr '\n' ' ')"
 printf '%s' "$left_out" >"$partial/mha-peers-left-out"
 made_for >"$partial/mha-peers-requirements.txt"

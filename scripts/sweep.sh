@@ -14,7 +14,8 @@
 # When the environment cannot be made, the sweep says why and goes on without peers.
 # --with-models also times whole Hugging Face models (random weights) on attn_implementation
 # "eager", "sdpa" and mha's (its own KV cache in int8 and bf16 too: python -m mhapy.models_bench,
-# in the peers' environment), writing
+# in the peers' environment) and on OpenVINO through optimum-intel (in its own environment,
+# scripts/peers-env.sh optimum; without it those rows say why they were not run), writing
 # results/<...>-models.json and the report's "Whole models" section; --models-args passes it
 # flags (default: GPT-2 small and a Llama-1B shape, prefill 1024 + 128 decoded tokens, batch 1
 # and 8, one thread and all, fp32 and bf16: hours on 2 cores; e.g. --models-args "--models gpt2
@@ -211,9 +212,13 @@ if ((with_models)); then
     echo "sweep.sh: --with-models: the Python package did not build (above)" >&2
   else
     models_out=${out%.json}-models.json
+    # OpenVINO's environment: where it cannot be made (nothing is then there), models_bench
+    # records its rows as not run, saying so.
+    optimum_log=$("$root/scripts/peers-env.sh" optimum 2>&1) || echo "$optimum_log" >&2
+    optimum_python=${MHA_OPTIMUM_VENV:-$root/build/peers-optimum-venv}/bin/python
     # shellcheck disable=SC2086  # --models-args is a list of flags
     if PYTHONPATH=$root/tools:$(dirname "$bench")/../python "${env_log##*ready: }" -m mhapy.models_bench \
-      --out "$models_out" $models_flags; then
+      --openvino-python "$optimum_python" --out "$models_out" $models_flags; then
       models_report=(--models "$models_out")
       echo "sweep.sh: wrote ${models_out#"$root"/}"
     else

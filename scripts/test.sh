@@ -32,6 +32,9 @@ jobs=$(nproc)
 # The peers' environment (PyTorch, OpenVINO, ONNX Runtime) for their tests; without it those
 # tests say SKIPPED and why, and the rest runs.
 "$root/scripts/peers-env.sh" || echo "test.sh: the peers' tests will be skipped (above: why)"
+# OpenVINO through optimum-intel, the whole-model peer, in its own environment (it needs an older
+# transformers); without it, its test in the models bench's says SKIPPED.
+"$root/scripts/peers-env.sh" optimum || echo "test.sh: the optimum-intel test will be skipped (above: why)"
 
 # The Python package's extension, for the peers' environment's Python, where it has nanobind
 # (scripts/peers-env.sh puts an environment there only once complete). Without one, the

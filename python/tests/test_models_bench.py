@@ -26,6 +26,10 @@ ARGS += [
     "--logits-steps",
     "3",
 ]
+# PyTorch's and mha's implementations; OpenVINO's (a process of its own environment) have tests
+# of their own below.
+IN_PROCESS = ["eager", "sdpa", "sdpa_static", "mha", "mha_tbb", "mha_int8", "mha_bf16"]
+ARGS += ["--attention", ",".join(IN_PROCESS)]
 
 
 def run(tmp_path, part="models"):
@@ -36,18 +40,12 @@ def run(tmp_path, part="models"):
 
 def test_every_implementation_is_timed(tmp_path):
     records = run(tmp_path)
-    assert [r["attention"] for r in records] == [
-        "eager",
-        "sdpa",
-        "sdpa_static",
-        "mha",
-        "mha_tbb",
-        "mha_int8",
-        "mha_bf16",
-    ]
+    assert [r["attention"] for r in records] == IN_PROCESS
     for r in records:
         assert "error" not in r
         assert r["cache_bytes"] > 0
+        # The process's peak over the round holds at least the model's weights and its cache.
+        assert r["peak_rss_bytes"] > r["cache_bytes"]
         if r["attention"].startswith("mha"):  # the decode logits against sdpa's
             assert r["logits_steps"] == 3 and 0 <= r["decode_logits_error_median"] <= r["decode_logits_error"]
             assert r["decode_logits_error"] <= (2e-2 if r["attention"] == "mha_int8" else 1e-2)
@@ -122,3 +120,60 @@ def test_a_negative_layer_count_is_refused_by_name(tmp_path, capsys):
         models_bench.main([*ARGS, "--layers", "-1", "--out", str(tmp_path / "m.json")])
     assert "--layers -1: expected 0 (all) or a positive number of layers" in capsys.readouterr().err
     assert not (tmp_path / "m.json").exists()
+
+
+# -- OpenVINO through optimum-intel, in its own environment --------------------------------------
+
+
+def openvino_run(tmp_path, *extra):
+    out = tmp_path / "models.json"
+    argv = [
+        *ARGS[:-2],
+        "--attention",
+        "sdpa,mha_int8,openvino,openvino_u8",
+        *extra,
+    ]  # ARGS ends with IN_PROCESS
+    assert models_bench.main([*argv, "--out", str(out)]) == 0
+    return {r["attention"]: r for r in json.loads(out.read_text())["models"]}
+
+
+def test_openvino_without_its_environment_is_said_not_run(tmp_path):
+    records = openvino_run(tmp_path, "--openvino-python", str(tmp_path / "no-such-python"))
+    for name in ("openvino", "openvino_u8"):
+        assert records[name]["error"].startswith("not run: no optimum-intel environment: ")
+        assert "scripts/peers-env.sh optimum makes it" in records[name]["error"]
+        assert "decode_tokens_per_s" not in records[name]
+    assert "error" not in records["sdpa"] and "error" not in records["mha_int8"]
+
+
+def test_openvino_needs_a_prefill(tmp_path):
+    records = openvino_run(tmp_path, "--fill", "synthetic")
+    assert "filled only by a prefill" in records["openvino"]["error"]
+    assert "error" not in records["mha_int8"]
+
+
+@pytest.mark.skipif(
+    not __import__("pathlib").Path(models_bench.DEFAULT_PYTHON).is_file(),
+    reason="no optimum-intel environment (scripts/peers-env.sh optimum makes it)",
+)
+def test_openvino_through_optimum_intel_is_checked_and_timed(tmp_path):
+    """The tiny model exported by optimum-intel: its logits checked against sdpa's, timed, the
+    precisions it reports recorded, its cache's bytes computed from them (u8: head_dim + 8
+    bytes a row against f16's or f32's), the decode logits compared as mha's are."""
+    records = openvino_run(tmp_path)
+    tiny = models_bench.MODELS["tiny"]
+    head_dim = tiny["hidden_size"] // tiny["num_attention_heads"]
+    # 2 layers x K and V x batch 2 x 2 K/V heads x 19 tokens (16 + 3 decode steps) rows.
+    rows = 2 * 2 * 2 * tiny["num_key_value_heads"] * 19
+    for name in ("openvino", "openvino_u8"):
+        r = records[name]
+        assert "error" not in r, r["error"]
+        assert r["ttft_s"] > 0 and r["decode_tokens_per_s"] > 0 and r["peak_rss_bytes"] > 0
+        assert r["openvino_threads"] == 1 and r["openvino_inference_precision"] in ("f32", "bf16", "f16")
+        assert r["logits_steps"] == 3 and 0 <= r["top1_agreement"] <= 1
+        assert r["decode_logits_error"] <= 5e-2
+        assert "decode_attention_share" not in r
+    u8 = records["openvino_u8"]
+    assert u8["openvino_kv_precision"] == "u8" and u8["cache_bytes"] == rows * (head_dim + 8)
+    element = {"f32": 4, "f16": 2, "bf16": 2, "u8": 1}[records["openvino"]["openvino_kv_precision"]]
+    assert records["openvino"]["cache_bytes"] == rows * head_dim * element + (8 * rows if element == 1 else 0)

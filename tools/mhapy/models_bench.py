@@ -22,8 +22,13 @@ timed. Writes JSON (one record per case), which
 bf16, "sdpa_static" is sdpa through transformers' StaticCache (preallocated, no concatenation);
 each case records the bytes its cache holds, and for mha's implementations the decode steps'
 logits against sdpa's over --logits-steps steps (the error and the top-1 agreement).
-OpenVINO through optimum-intel, the end-to-end peer for whole models, is not run: its newest
-release (2.2.0) requires transformers < 5.6 and fails to import beside the peers' pinned 5.23.
+"openvino" and "openvino_u8" are OpenVINO through optimum-intel, the path CPU users of Hugging
+Face models take: the same weights exported (from a folder the bench saves) to a stateful model
+whose KV cache lives inside it, in the precision OpenVINO picks on this CPU / in u8; it runs in
+its own environment (scripts/peers-env.sh optimum; --openvino-python) as a subprocess
+(mhapy.models_openvino), needs --fill prefill (its cache cannot be filled from outside) and
+records the precisions it reports. Every case records the process's peak RSS over its round
+(the model's weights included; OpenVINO's in its own process).
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from .busy_threads import BusyThreads
+from .between_ops import between_ops
+from .models_openvino import DEFAULT_PYTHON, OpenVinoRuns
+from .models_openvino import IMPLEMENTATIONS as OPENVINO
+from .peak_rss import peak_rss_bytes, reset_peak_rss
 
 MODELS = {
     # GPT-2 small's shape (124M parameters).
@@ -79,7 +88,9 @@ MODELS = {
 # (mha.transformers.MhaCache) instead of transformers' DynamicCache.
 # "sdpa_static" is sdpa with transformers' StaticCache (preallocated, written in place: no
 # concatenation per step), the strongest of transformers' own caches for a long decode.
-IMPLEMENTATIONS = ("eager", "sdpa", "sdpa_static", "mha", "mha_tbb", "mha_int8", "mha_bf16")
+# "openvino" and "openvino_u8": OpenVINO through optimum-intel with its KV cache in the
+# precision it picks on this CPU / in u8 (mhapy.models_openvino).
+IMPLEMENTATIONS = ("eager", "sdpa", "sdpa_static", "mha", "mha_tbb", "mha_int8", "mha_bf16", *OPENVINO)
 CACHED = {"mha_int8": "int8", "mha_bf16": "bf16"}
 # GPT-2 small with 16k positions (random weights): a long context on a small model.
 MODELS["gpt2_16k"] = dict(MODELS["gpt2"], n_positions=16384)
@@ -170,10 +181,10 @@ def timed_attention(model: Any, implementation: str, clock: dict) -> Iterator[No
         mapping[implementation] = saved
 
 
-def check(model: Any, implementation: str, dtype: Any) -> str | None:
+def check(model: Any, implementation: str, dtype: Any, openvino: OpenVinoRuns | None = None) -> str | None:
     """None when the implementation's logits on a short prompt agree with sdpa's (fp32: within
-    1e-4 of the largest; through its own cache for mha_int8 / mha_bf16 within 5e-2 / 2e-2), else
-    why not. The quantised caches' gate catches a broken cache (an error the size of the logits),
+    1e-4 of the largest; through its own cache for mha_int8 / mha_bf16 within 5e-2 / 2e-2, OpenVINO
+    within 2e-2, 5e-2 for its u8 cache), else why not. The quantised caches' gate catches a broken cache (an error the size of the logits),
     not their rounding, which grows with the layers it passes (random weights, 48 tokens: 2.3e-2
     of the largest logit for int8 through Llama-1B's 16 layers) and which --logits-steps
     measures."""
@@ -184,13 +195,19 @@ def check(model: Any, implementation: str, dtype: Any) -> str | None:
     with torch.no_grad():
         model.set_attn_implementation("sdpa")
         want = model(ids, attention_mask=keep).logits.double()
-        model.set_attn_implementation(attention_of(implementation))
-        cache = cache_for(model, implementation, ids.shape[1])
-        got = model(
-            ids, attention_mask=keep, past_key_values=cache, use_cache=cache is not None
-        ).logits.double()
+        if implementation in OPENVINO:
+            assert openvino is not None
+            got = openvino.prefill_logits(implementation, ids).double()
+        else:
+            model.set_attn_implementation(attention_of(implementation))
+            cache = cache_for(model, implementation, ids.shape[1])
+            got = model(
+                ids, attention_mask=keep, past_key_values=cache, use_cache=cache is not None
+            ).logits.double()
     err, scale = (got - want).abs().max().item(), want.abs().max().item()
-    fp32 = {"mha_int8": 5e-2, "mha_bf16": 2e-2}.get(implementation, 1e-4)
+    fp32 = {"mha_int8": 5e-2, "mha_bf16": 2e-2, "openvino": 2e-2, "openvino_u8": 5e-2}.get(
+        implementation, 1e-4
+    )
     bound = (fp32 if dtype == torch.float32 else 2.0**-5) * scale
     return None if err <= bound else f"logits differ from sdpa's by {err:.3g} (bound {bound:.3g})"
 
@@ -280,14 +297,27 @@ def steps(model: Any, past: Any, logits: Any, seen: int, count: int, feed: Any =
     return torch.cat(got, dim=1) if got else logits[:, :0]
 
 
-def measure(model: Any, implementation: str, batch: int, prefill: int, decode: int, fill: str) -> dict:
+def measure(
+    model: Any,
+    implementation: str,
+    batch: int,
+    prefill: int,
+    decode: int,
+    fill: str,
+    openvino: OpenVinoRuns | None = None,
+) -> dict:
     """One round: start() (the time to the first token where fill is "prefill"), then `decode` -
     1 greedy steps through that cache, timed together (generate()'s steps without its
     bookkeeping, and no subtraction of a separately timed prefill, which a long prompt's noise
     would swamp); the attention's share of each and a decode step's attention call in ms; the
-    cache's bytes."""
+    cache's bytes; the process's peak RSS over the round. OpenVINO's: the same steps in its
+    process, without the attention's share (its attention is inside the compiled model)."""
     import torch
 
+    if implementation in OPENVINO:
+        assert openvino is not None and fill == "prefill"
+        return openvino.measure(implementation, prompt(model, batch, prefill), decode - 1)
+    reset_peak_rss()
     clock = {"attention": 0.0, "calls": 0}
     with timed_attention(model, attention_of(implementation), clock), torch.no_grad():
         past, logits, seen, ttft = start(model, implementation, batch, prefill, prefill + decode, fill)
@@ -302,6 +332,7 @@ def measure(model: Any, implementation: str, batch: int, prefill: int, decode: i
         decode_attention_share=min(decode_attention / decode_s, 1.0),
         decode_attention_ms=1e3 * decode_attention / decode_calls,
         cache_bytes=cache_bytes(past),
+        peak_rss_bytes=peak_rss_bytes(),
     )
     if ttft is not None:
         timed.update(ttft_s=ttft, prefill_attention_share=prefill_attention / ttft)
@@ -316,11 +347,22 @@ def prompt(model: Any, batch: int, prefill: int) -> Any:
     )
 
 
-def busy_threads(model: Any, implementation: str, batch: int, prefill: int, decode: int, fill: str) -> dict:
+def busy_threads(
+    model: Any,
+    implementation: str,
+    batch: int,
+    prefill: int,
+    decode: int,
+    fill: str,
+    openvino: OpenVinoRuns | None = None,
+) -> dict:
     """The threads busy during a decode of its own (`decode` - 1 steps after start()), untimed
     (the sampler takes the GIL and a core): their mean and most at once."""
     import torch
 
+    if implementation in OPENVINO:
+        assert openvino is not None
+        return openvino.busy(implementation, prompt(model, batch, prefill), decode - 1)
     with torch.no_grad():
         past, logits, seen, _ = start(model, implementation, batch, prefill, prefill + decode, fill)
         with BusyThreads() as busy:
@@ -341,7 +383,12 @@ def sdpa_reference(model: Any, batch: int, prefill: int, count: int, fill: str) 
 
 
 def logits_error(
-    model: Any, implementation: str, reference: tuple[Any, Any], prefill: int, fill: str
+    model: Any,
+    implementation: str,
+    reference: tuple[Any, Any],
+    prefill: int,
+    fill: str,
+    openvino: OpenVinoRuns | None = None,
 ) -> dict:
     """The decode steps' logits against sdpa's (sdpa_reference's tokens and logits), sdpa's greedy
     tokens fed to both (teacher forcing): each step's largest logit error over its largest logit
@@ -353,10 +400,18 @@ def logits_error(
 
     tokens, want = reference
     count = want.shape[1]
-    with torch.no_grad():
-        past, first, seen, _ = start(model, implementation, tokens.shape[0], prefill, prefill + count, fill)
-        later = steps(model, past, first, seen, count - 1, feed=tokens)
-    got = torch.cat([first, later], dim=1)
+    if implementation in OPENVINO:
+        assert openvino is not None
+        got = openvino.decode_logits(
+            implementation, prompt(model, tokens.shape[0], prefill), tokens[:, : count - 1]
+        )
+    else:
+        with torch.no_grad():
+            past, first, seen, _ = start(
+                model, implementation, tokens.shape[0], prefill, prefill + count, fill
+            )
+            later = steps(model, past, first, seen, count - 1, feed=tokens)
+        got = torch.cat([first, later], dim=1)
     errors = ((got - want).abs().amax(dim=(0, 2)) / want.abs().amax(dim=(0, 2))).double().tolist()
     return dict(
         decode_logits_error=max(errors),
@@ -371,60 +426,6 @@ def medians(rounds: list[dict]) -> dict:
     import statistics
 
     return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
-
-
-def between_ops(implementations: list[str], keys: int, iterations: int, rounds: int) -> list[dict]:
-    """One decode step's attention (GPT-2's: 12 heads of 64, one query over `keys` cached keys,
-    fp32) between two torch ops, as a model runs it: x @ W (768 x 768) before and after, in a
-    loop of `iterations` steps per implementation, at the threads torch has, taken in `rounds`
-    slices of every implementation in turn (a drift of the machine's speed meets them all
-    alike). Per implementation, the median step and the median attention call alone, in ms: a
-    runtime that spins between parallel regions shows here."""
-    import statistics
-
-    import torch
-    import torch.nn.functional as F
-
-    import mha
-
-    g = torch.Generator().manual_seed(3)
-    w = torch.randn(768, 768, generator=g) / 28
-    start_x = torch.randn(1, 768, generator=g)
-    k, v = torch.randn(1, 12, keys, 64, generator=g), torch.randn(1, 12, keys, 64, generator=g)
-    threads = torch.get_num_threads()
-    attend = {
-        "sdpa": lambda q: F.scaled_dot_product_attention(q, k, v),
-        "mha": lambda q: mha.attention(q, k, v, threads=threads),
-        "mha_tbb": lambda q: mha.attention(q, k, v, threads=threads, executor="tbb"),
-    }
-    steps: dict[str, list[float]] = {impl: [] for impl in implementations}
-    calls: dict[str, list[float]] = {impl: [] for impl in implementations}
-    per_round = max(1, iterations // max(1, rounds))
-    with torch.no_grad():
-        for _ in range(max(1, rounds)):
-            for impl in implementations:
-                x = start_x
-                for i in range(per_round + 10):  # the first 10 of each slice warm up
-                    start = time.perf_counter()
-                    q = (x @ w).view(1, 12, 1, 64)
-                    before = time.perf_counter()
-                    o = attend[impl](q)
-                    after = time.perf_counter()
-                    x = o.reshape(1, 768) @ w
-                    end = time.perf_counter()
-                    if i >= 10:
-                        steps[impl].append(end - start)
-                        calls[impl].append(after - before)
-    return [
-        dict(
-            attention=impl,
-            threads=threads,
-            keys=keys,
-            step_ms=1e3 * statistics.median(steps[impl]),
-            attention_ms=1e3 * statistics.median(calls[impl]),
-        )
-        for impl in implementations
-    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -467,6 +468,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--layers", type=int, default=0, metavar="N", help="the models' first N layers only (0: all)"
     )
+    parser.add_argument(
+        "--openvino-python",
+        default=DEFAULT_PYTHON,
+        metavar="PYTHON",
+        help="the Python of the optimum-intel environment that runs openvino and openvino_u8 (scripts/peers-env.sh "
+        "optimum makes it; default: $MHA_OPTIMUM_PYTHON or its place in build/)",
+    )
     parser.add_argument("--out", required=True, help="the JSON file to write")
     args = parser.parse_args(argv)
     if args.layers < 0:
@@ -491,7 +499,23 @@ def main(argv: list[str] | None = None) -> int:
         for dtype_name in args.dtypes.split(","):
             dtype = getattr(torch, dtype_name)
             model = build(name, dtype, args.layers)
-            verdicts = {impl: check(model, impl, dtype) for impl in args.attention.split(",")}
+            openvino, declined = None, ""
+            if any(impl in OPENVINO for impl in args.attention.split(",")):
+                if args.fill != "prefill":
+                    declined = (
+                        "not run: OpenVINO's cache lives inside its compiled model, filled only by a prefill"
+                    )
+                else:
+                    try:
+                        openvino = OpenVinoRuns(model, args.openvino_python)
+                    except RuntimeError as e:
+                        declined = f"not run: {e}"
+            verdicts = {
+                impl: (declined or check(model, impl, dtype, openvino))
+                if impl in OPENVINO
+                else check(model, impl, dtype)
+                for impl in args.attention.split(",")
+            }
             for threads in (int(t) for t in args.threads.split(",")):
                 torch.set_num_threads(threads or os.cpu_count() or 1)
                 for batch in (int(b) for b in args.batches.split(",")):
@@ -502,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
                     for _ in range(args.repetitions):
                         for impl in timed:
                             rounds[impl].append(
-                                measure(model, impl, batch, args.prefill, args.decode, args.fill)
+                                measure(model, impl, batch, args.prefill, args.decode, args.fill, openvino)
                             )
                     reference = None
                     for impl in args.attention.split(","):
@@ -523,16 +547,24 @@ def main(argv: list[str] | None = None) -> int:
                         else:
                             record.update(medians(rounds[impl]), rounds=args.repetitions)
                             record.update(
-                                busy_threads(model, impl, batch, args.prefill, args.decode, args.fill)
+                                busy_threads(
+                                    model, impl, batch, args.prefill, args.decode, args.fill, openvino
+                                )
                             )
-                            if args.logits_steps and impl.startswith("mha"):
+                            if openvino is not None and impl in OPENVINO:
+                                record.update(openvino.reported(impl))
+                            if args.logits_steps and (impl.startswith("mha") or impl in OPENVINO):
                                 if reference is None:  # one sdpa reference for the case's implementations
                                     reference = sdpa_reference(
                                         model, batch, args.prefill, args.logits_steps, args.fill
                                     )
-                                record.update(logits_error(model, impl, reference, args.prefill, args.fill))
+                                record.update(
+                                    logits_error(model, impl, reference, args.prefill, args.fill, openvino)
+                                )
                         records.append(record)
                         print(json.dumps(record), flush=True)
+            if openvino is not None:
+                openvino.close()
     calls = []
     if args.between_ops:
         for threads in (int(t) for t in args.threads.split(",")):

@@ -118,3 +118,24 @@ def test_cache_bytes_and_what_a_cache_does_to_the_logits(tmp_path):
     assert "| 2.0 |" in text and "| 1.0 |" in text  # cache MiB
     assert "### The KV cache's precision in the model" in text
     assert "| mha_int8 | 3.00e-03 | 1.00e-03 | 98.4% |" in text
+
+
+def test_openvino_rows_are_said_against_sdpa_and_mhas_caches(tmp_path):
+    """OpenVINO's rows (no attention share of their own) in the table, with the precisions it
+    reported, and said plainly when it decodes faster than mha's cache."""
+    ov = dict(openvino_kv_precision="f16", openvino_inference_precision="f32", peak_rss_bytes=600 * 2**20)
+    models = [
+        record("sdpa", 1.0, 20.0, peak_rss_bytes=500 * 2**20),
+        record("mha_int8", 0.9, 30.0),
+        {k: v for k, v in record("openvino", 0.5, 40.0, **ov).items() if not k.endswith("attention_share")},
+        record("openvino_u8", 0, 0, error="not run: no optimum-intel environment: x does not exist"),
+    ]
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"models": models}))
+    text = document.to_markdown(whole_models.section(whole_models.load([path])))
+    assert (
+        "openvino (OpenVINO through optimum-intel, its KV cache f16, inference f32): decode 2.00x sdpa's rate, "
+        "time to first token 2.00x sdpa's speed; mha_int8 decodes at 0.75x its rate (**OpenVINO is faster**)"
+    ) in text
+    assert "| 600 | 2.00x / 2.00x |" in text  # peak RSS MiB, then vs sdpa
+    assert "not timed: not run: no optimum-intel environment" in text

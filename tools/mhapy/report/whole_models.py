@@ -37,18 +37,45 @@ def load(paths: list[str | Path]) -> list[dict]:
     return records
 
 
-def _baseline(records: list[dict], r: dict) -> dict | None:
+def _baseline(records: list[dict], r: dict, attention: str = "sdpa") -> dict | None:
+    """The timed record of `attention` in r's case, if any."""
     return next(
         (
             s
             for s in records
-            if s["attention"] == "sdpa"
+            if s["attention"] == attention
             and "error" not in s
             and all(s[k] == r[k] for k in _CASE)
             and all(s.get(k) == r.get(k) for k in ("fill", "layers"))
         ),
         None,
     )
+
+
+def _against_openvino(records: list[dict], r: dict) -> str:
+    """OpenVINO's row said against sdpa's and mha's own caches' in its case: who decodes faster,
+    plainly."""
+    base = _baseline(records, r)
+    said = (
+        f"{r['model']} {r['dtype']}"
+        + (f" ({r['layers']} layers)" if "layers" in r else "")
+        + f", batch {r['batch']}, {r['threads']} thread(s), {r['attention']} (OpenVINO through optimum-intel, its KV "
+        f"cache {r.get('openvino_kv_precision', '?')}, inference {r.get('openvino_inference_precision', '?')}): "
+    )
+    if base is not None:
+        said += f"decode {r['decode_tokens_per_s'] / base['decode_tokens_per_s']:.2f}x sdpa's rate"
+        if "ttft_s" in r and "ttft_s" in base:
+            said += f", time to first token {base['ttft_s'] / r['ttft_s']:.2f}x sdpa's speed"
+    versus = []
+    for mine in ("mha_int8", "mha_bf16"):
+        m = _baseline(records, r, mine)
+        if m is not None:
+            ratio = m["decode_tokens_per_s"] / r["decode_tokens_per_s"]
+            versus.append(
+                f"{mine} decodes at {ratio:.2f}x its rate"
+                + (" (**OpenVINO is faster**)" if ratio < 0.97 else "")
+            )
+    return said + ("; " if base is not None and versus else "") + "; ".join(versus)
 
 
 def _busy(r: dict) -> str:
@@ -76,8 +103,10 @@ def section(records: list[dict]) -> list[Block]:
             r["attention"],
         ]
         if "error" in r:
-            rows.append(case + [f"not timed: {r['error']}", "", "", "", "", "", "", ""])
+            rows.append(case + [f"not timed: {r['error']}", "", "", "", "", "", "", "", ""])
             continue
+        if r["attention"].startswith("openvino"):
+            answer.append(_against_openvino(records, r))
         base = _baseline(records, r)
         versus = ""
         # A cache filled synthetically (models_bench --fill synthetic) has no time to first token.
@@ -118,12 +147,13 @@ def section(records: list[dict]) -> list[Block]:
             case
             + [
                 f"{r['ttft_s']:.3f}" if "ttft_s" in r else "–",
-                f"{r['prefill_attention_share']:.0%}" if "ttft_s" in r else "",
+                f"{r['prefill_attention_share']:.0%}" if "prefill_attention_share" in r else "",
                 f"{r['decode_tokens_per_s']:.1f}",
-                f"{r['decode_attention_share']:.0%}",
+                f"{r['decode_attention_share']:.0%}" if "decode_attention_share" in r else "",
                 f"{r['decode_attention_ms']:.3f}" if "decode_attention_ms" in r else "",
                 _busy(r),
                 f"{r['cache_bytes'] / 2**20:.1f}" if "cache_bytes" in r else "",
+                f"{r['peak_rss_bytes'] / 2**20:.0f}" if "peak_rss_bytes" in r else "",
                 versus,
             ]
         )
@@ -142,6 +172,10 @@ def section(records: list[dict]) -> list[Block]:
                 "of each spent inside the attention function, a decode step's attention call in ms and the threads "
                 "busy during decode (sampled from /proc/self/task: mean, and most at once). 'mha' runs on the executor "
                 "mha picks (inside PyTorch, PyTorch's own OpenMP workers), 'mha_tbb' on mha's own oneTBB workers. "
+                "'openvino' is OpenVINO through optimum-intel (the same weights exported, its KV cache inside the "
+                "compiled model in the precision it picks; 'openvino_u8' in u8), in a process of its own, whose "
+                "cache MiB are computed from the precision it reports and whose attention has no time of its own. "
+                "'peak RSS' is the process's peak resident memory over a round, the model's weights included. "
                 "Each implementation's logits were checked against sdpa's first. 'vs sdpa' is sdpa's time over this "
                 "one's (prefill / decode): above 1 is faster."
             ),
@@ -161,10 +195,11 @@ def section(records: list[dict]) -> list[Block]:
                     "attn ms",
                     "busy threads",
                     "cache MiB",
+                    "peak RSS MiB",
                     "vs sdpa",
                 ],
                 rows,
-                {2, 3, 6, 7, 8, 9, 10, 12},
+                {2, 3, 6, 7, 8, 9, 10, 12, 13},
             ),
         ]
         + _logits_section(records)
@@ -196,7 +231,8 @@ def _logits_section(records: list[dict]) -> list[Block]:
             "The decode steps' logits against sdpa's with sdpa's greedy tokens fed to both: each step's largest "
             "logit error over its largest logit (the worst step and the median one), and the share of steps "
             "and sequences whose top-1 token is sdpa's. 'mha' reads transformers' cache; 'mha_int8' and "
-            "'mha_bf16' their own (mha.transformers.MhaCache)."
+            "'mha_bf16' their own (mha.transformers.MhaCache); 'openvino' and 'openvino_u8' OpenVINO's, inside "
+            "its compiled model."
         ),
         Table(
             ["model", "dtype", "batch", "tokens", "attention", "worst step", "median step", "top-1 as sdpa"],
