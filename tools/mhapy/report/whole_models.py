@@ -59,7 +59,7 @@ def _against_openvino(records: list[dict], r: dict) -> str:
     said = (
         f"{r['model']} {r['dtype']}"
         + (f" ({r['layers']} layers)" if "layers" in r else "")
-        + f", batch {r['batch']}, {r['threads']} thread(s), {r['attention']} (OpenVINO through optimum-intel, its KV "
+        + f", batch {r['batch']}, {r['prefill']} tokens, {r['threads']} thread(s), {r['attention']} (OpenVINO through optimum-intel, its KV "
         f"cache {r.get('openvino_kv_precision', '?')}, inference {r.get('openvino_inference_precision', '?')}): "
     )
     if base is not None:
@@ -138,7 +138,7 @@ def section(records: list[dict]) -> list[Block]:
                 answer.append(
                     f"{r['model']} {r['dtype']}"
                     + (f" ({r['layers']} layers)" if "layers" in r else "")
-                    + f", batch {r['batch']}, {r['threads']} thread(s)"
+                    + f", batch {r['batch']}, {r['prefill']} tokens, {r['threads']} thread(s)"
                     + ("" if r["attention"] == "mha" else f", {r['attention']}")
                     + (f": time to first token {ttft:.2f}x sdpa's speed, decode" if prefilled else ": decode")
                     + f" {rate:.2f}x ({verdict}); {shares}{calls}"
