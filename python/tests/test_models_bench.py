@@ -146,6 +146,14 @@ def test_openvino_without_its_environment_is_said_not_run(tmp_path):
     assert "error" not in records["sdpa"] and "error" not in records["mha_int8"]
 
 
+def test_openvino_whose_process_fails_is_said_not_run(tmp_path):
+    # A "Python" that exits at once: the export's request finds the process gone.
+    records = openvino_run(tmp_path, "--openvino-python", "/bin/false")
+    for name in ("openvino", "openvino_u8"):
+        assert records[name]["error"] == "not run: the OpenVINO process exited (1) on load (its stderr above)"
+    assert "error" not in records["mha_int8"]
+
+
 def test_openvino_needs_a_prefill(tmp_path):
     records = openvino_run(tmp_path, "--fill", "synthetic")
     assert "filled only by a prefill" in records["openvino"]["error"]

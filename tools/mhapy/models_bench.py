@@ -510,12 +510,16 @@ def main(argv: list[str] | None = None) -> int:
                         openvino = OpenVinoRuns(model, args.openvino_python)
                     except RuntimeError as e:
                         declined = f"not run: {e}"
-            verdicts = {
-                impl: (declined or check(model, impl, dtype, openvino))
-                if impl in OPENVINO
-                else check(model, impl, dtype)
-                for impl in args.attention.split(",")
-            }
+
+            def verdict(impl: str) -> str | None:
+                if impl not in OPENVINO:
+                    return check(model, impl, dtype)
+                try:  # OpenVINO's compile or run failing in its process: its rows say so
+                    return declined or check(model, impl, dtype, openvino)
+                except RuntimeError as e:
+                    return f"not run: {e}"
+
+            verdicts = {impl: verdict(impl) for impl in args.attention.split(",")}
             for threads in (int(t) for t in args.threads.split(",")):
                 torch.set_num_threads(threads or os.cpu_count() or 1)
                 for batch in (int(b) for b in args.batches.split(",")):
