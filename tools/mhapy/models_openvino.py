@@ -56,23 +56,24 @@ DEFAULT_PYTHON = os.environ.get("MHA_OPTIMUM_PYTHON") or str(
 )
 
 
-def cache_bytes(config: dict, batch: int, tokens: int, precision: str, group: int) -> int:
-    """The bytes of a KV cache of `tokens` tokens per sequence in `precision` (OpenVINO's name:
-    "u8", "f16", ...): 2 (K and V) x layers x batch x K/V heads x tokens rows of head_dim
-    elements, plus, for 8-bit and 4-bit codes, a scale and a zero point (f32) per group of
-    `group` elements of a row (0: one group per row)."""
+def cache_bytes(config: dict, batch: int, tokens: int, parts: list[tuple[str, int]]) -> int:
+    """The bytes of a KV cache of `tokens` tokens per sequence: layers x batch x K/V heads x
+    tokens rows of head_dim elements for each of K and V, `parts` their (precision, group):
+    OpenVINO's precision name ("u8", "f16", ...) and, for 8-bit and 4-bit codes, the elements
+    that share a scale and a zero point (f32 each; 0: the whole row)."""
     layers = config.get("num_hidden_layers") or config["n_layer"]
     heads = config.get("num_attention_heads") or config["n_head"]
     kv_heads = config.get("num_key_value_heads") or heads
     hidden = config.get("hidden_size") or config["n_embd"]
     head_dim = config.get("head_dim") or hidden // heads
-    if precision not in _ELEMENT_BYTES:
-        raise ValueError(f"KV cache precision {precision!r}: expected one of {', '.join(_ELEMENT_BYTES)}")
-    row = head_dim * _ELEMENT_BYTES[precision]
-    if _ELEMENT_BYTES[precision] <= 1:
-        groups = -(-head_dim // group) if group else 1
-        row += 8 * groups
-    return int(2 * layers * batch * kv_heads * tokens * row)
+    row = 0.0
+    for precision, group in parts:
+        if precision not in _ELEMENT_BYTES:
+            raise ValueError(f"KV cache precision {precision!r}: expected one of {', '.join(_ELEMENT_BYTES)}")
+        row += head_dim * _ELEMENT_BYTES[precision]
+        if _ELEMENT_BYTES[precision] <= 1:
+            row += 8 * (-(-head_dim // group) if group else 1)
+    return int(layers * batch * kv_heads * tokens * row)
 
 
 def _precision_name(value: Any) -> str:
@@ -176,8 +177,7 @@ class Server:
         reply = {
             "ttft_s": ttft,
             "peak_rss_bytes": peak_rss_bytes(),
-            # K's half and V's: cache_bytes counts both in one precision.
-            "cache_bytes": sum(cache_bytes(self.config, batch, seen, *part) for part in self.kv) // 2,
+            "cache_bytes": cache_bytes(self.config, batch, seen, self.kv),
         }
         if steps:
             reply["decode_tokens_per_s"] = batch * steps / decode_s
@@ -227,7 +227,7 @@ class OpenVinoRuns:
         )
         self.compiled: tuple = ()
         self.precisions: dict = {}
-        self.exported = self._ask(op="load", folder=self.folder.name)
+        self._ask(op="load", folder=self.folder.name)
 
     def _ask(self, **request: Any) -> dict:
         assert self.process.stdin and self.process.stdout

@@ -17,15 +17,19 @@ LLAMA = dict(num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8
 def test_cache_bytes_per_precision():
     # GPT-2 small, B1, 4096 tokens: 2 x 12 layers x 12 heads x 4096 rows of 64.
     rows = 2 * 12 * 12 * 4096
-    assert models_openvino.cache_bytes(GPT2, 1, 4096, "f32", 0) == rows * 64 * 4
-    assert models_openvino.cache_bytes(GPT2, 1, 4096, "f16", 0) == rows * 64 * 2
+    assert models_openvino.cache_bytes(GPT2, 1, 4096, [("f32", 0)] * 2) == rows * 64 * 4
+    assert models_openvino.cache_bytes(GPT2, 1, 4096, [("f16", 0)] * 2) == rows * 64 * 2
     # u8: a scale and a zero point (f32) per row, or per group of a row.
-    assert models_openvino.cache_bytes(GPT2, 1, 4096, "u8", 0) == rows * (64 + 8)
-    assert models_openvino.cache_bytes(GPT2, 1, 4096, "u8", 32) == rows * (64 + 16)
+    assert models_openvino.cache_bytes(GPT2, 1, 4096, [("u8", 0)] * 2) == rows * (64 + 8)
+    assert models_openvino.cache_bytes(GPT2, 1, 4096, [("u8", 32)] * 2) == rows * (64 + 16)
+    # K and V in precisions of their own: each half its own rows.
+    assert models_openvino.cache_bytes(GPT2, 1, 4096, [("u8", 0), ("f16", 0)]) == rows // 2 * (
+        64 + 8 + 64 * 2
+    )
     # Llama-1B's shape: grouped heads, 8 K/V heads of 64, B8.
-    assert models_openvino.cache_bytes(LLAMA, 8, 100, "bf16", 0) == 2 * 16 * 8 * 8 * 100 * 64 * 2
+    assert models_openvino.cache_bytes(LLAMA, 8, 100, [("bf16", 0)] * 2) == 2 * 16 * 8 * 8 * 100 * 64 * 2
     with pytest.raises(ValueError, match="KV cache precision 'f64': expected one of f32, f16"):
-        models_openvino.cache_bytes(GPT2, 1, 1, "f64", 0)
+        models_openvino.cache_bytes(GPT2, 1, 1, [("f64", 0)] * 2)
 
 
 def test_a_failed_request_is_answered_and_the_server_goes_on():
