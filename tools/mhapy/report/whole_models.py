@@ -52,15 +52,22 @@ def _baseline(records: list[dict], r: dict, attention: str = "sdpa") -> dict | N
     )
 
 
+def _case_said(r: dict) -> str:
+    """r's case in words: model, precision, layers, batch, tokens and threads."""
+    return (
+        f"{r['model']} {r['dtype']}"
+        + (f" ({r['layers']} layers)" if "layers" in r else "")
+        + f", batch {r['batch']}, {r['prefill']} tokens, {r['threads']} thread(s)"
+    )
+
+
 def _against_openvino(records: list[dict], r: dict) -> str:
     """OpenVINO's row said against sdpa's and mha's own caches' in its case: who decodes faster,
     plainly."""
     base = _baseline(records, r)
     said = (
-        f"{r['model']} {r['dtype']}"
-        + (f" ({r['layers']} layers)" if "layers" in r else "")
-        + f", batch {r['batch']}, {r['prefill']} tokens, {r['threads']} thread(s), {r['attention']} (OpenVINO through optimum-intel, its KV "
-        f"cache {r.get('openvino_kv_precision', '?')}, inference {r.get('openvino_inference_precision', '?')}): "
+        _case_said(r) + f", {r['attention']} (OpenVINO through optimum-intel, its KV cache "
+        f"{r.get('openvino_kv_precision', '?')}, inference {r.get('openvino_inference_precision', '?')}): "
     )
     if base is not None:
         said += f"decode {r['decode_tokens_per_s'] / base['decode_tokens_per_s']:.2f}x sdpa's rate"
@@ -136,9 +143,7 @@ def section(records: list[dict]) -> list[Block]:
                     f"{base['decode_attention_share']:.0%}; the cache filled synthetically)"
                 )
                 answer.append(
-                    f"{r['model']} {r['dtype']}"
-                    + (f" ({r['layers']} layers)" if "layers" in r else "")
-                    + f", batch {r['batch']}, {r['prefill']} tokens, {r['threads']} thread(s)"
+                    _case_said(r)
                     + ("" if r["attention"] == "mha" else f", {r['attention']}")
                     + (f": time to first token {ttft:.2f}x sdpa's speed, decode" if prefilled else ": decode")
                     + f" {rate:.2f}x ({verdict}); {shares}{calls}"
