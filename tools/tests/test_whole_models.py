@@ -56,6 +56,31 @@ def test_files(tmp_path):
         whole_models.load([tmp_path / "missing.json"])
 
 
+def test_repeated_runs_are_each_against_their_own_sdpa(tmp_path):
+    # Two runs of one case on a noisy machine: each mha row against its own run's sdpa, named by file.
+    between = [dict(attention="sdpa", threads=2, keys=1024, step_ms=0.5, attention_ms=0.2)]
+    paths = []
+    for name, sdpa, step in (("run1.json", 20.0, 0.4), ("run2.json", 10.0, 0.25)):
+        path = tmp_path / name
+        path.write_text(
+            json.dumps(
+                {
+                    "models": [record("sdpa", 1.0, sdpa), record("mha", 1.0, 11.0)],
+                    "between_ops": between + [dict(between[0], attention="mha", step_ms=step)],
+                }
+            )
+        )
+        paths.append(path)
+    text = document.to_markdown(whole_models.section(whole_models.load(paths)))
+    assert "1 thread(s) (run1.json): time to first token 1.00x sdpa's speed, decode 0.55x" in text
+    assert "1 thread(s) (run2.json): time to first token 1.00x sdpa's speed, decode 1.10x" in text
+    assert "| gpt2 (run2.json) | float32 | 1 | 1 | 1024+128 | mha |" in text
+    assert "| 2 | 1024 | mha (run1.json) | 0.400 | 0.200 | 1.25x |" in text
+    assert "| 2 | 1024 | mha (run2.json) | 0.250 | 0.200 | 2.00x |" in text
+    # One file: no file names.
+    assert "(run1.json)" not in document.to_markdown(whole_models.section(whole_models.load(paths[:1])))
+
+
 def test_the_report_takes_models_files(tmp_path):
     from mhapy.report import cli
     from test_report import small_run

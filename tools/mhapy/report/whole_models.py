@@ -20,7 +20,9 @@ _BETWEEN = ("attention", "threads", "keys", "step_ms", "attention_ms")
 
 def load(paths: list[str | Path]) -> list[dict]:
     """The records of models_bench JSON files, in file order: the whole models', then (marked
-    kind "between_ops") the decode attention call between two torch ops."""
+    kind "between_ops") the decode attention call between two torch ops. From several files,
+    each record names its file ("run"): repeated runs of a case are each compared with their own
+    run's sdpa, never with another run's."""
     records: list[dict] = []
     for path in paths:
         try:
@@ -33,7 +35,8 @@ def load(paths: list[str | Path]) -> list[dict]:
             missing = [k for k in keys if k not in r]
             if missing:
                 raise ModelsError(f"{path}: a record lacks {', '.join(missing)}")
-        records += found + [dict(r, kind="between_ops") for r in between]
+        run = {"run": Path(path).name} if len(paths) > 1 else {}
+        records += [dict(r, **run) for r in found] + [dict(r, kind="between_ops", **run) for r in between]
     return records
 
 
@@ -46,7 +49,7 @@ def _baseline(records: list[dict], r: dict, attention: str = "sdpa") -> dict | N
             if s["attention"] == attention
             and "error" not in s
             and all(s[k] == r[k] for k in _CASE)
-            and all(s.get(k) == r.get(k) for k in ("fill", "layers"))
+            and all(s.get(k) == r.get(k) for k in ("fill", "layers", "run"))
         ),
         None,
     )
@@ -58,7 +61,13 @@ def _case_said(r: dict) -> str:
         f"{r['model']} {r['dtype']}"
         + (f" ({r['layers']} layers)" if "layers" in r else "")
         + f", batch {r['batch']}, {r['prefill']} tokens, {r['threads']} thread(s)"
+        + _run(r)
     )
+
+
+def _run(r: dict) -> str:
+    """The file a record came from, where several were merged ("" else)."""
+    return f" ({r['run']})" if "run" in r else ""
 
 
 def _against_openvino(records: list[dict], r: dict) -> str:
@@ -102,7 +111,7 @@ def section(records: list[dict]) -> list[Block]:
     rows, answer = [], []
     for r in records:
         case = [
-            r["model"] + (f", {r['layers']} layers" if "layers" in r else ""),
+            r["model"] + (f", {r['layers']} layers" if "layers" in r else "") + _run(r),
             r["dtype"],
             str(r["batch"]),
             str(r["threads"]),
@@ -219,7 +228,7 @@ def _logits_section(records: list[dict]) -> list[Block]:
         return []
     rows = [
         [
-            r["model"],
+            r["model"] + _run(r),
             r["dtype"],
             str(r["batch"]),
             f"{r['prefill']}+{r['logits_steps']}",
@@ -257,7 +266,8 @@ def _between_section(records: list[dict]) -> list[Block]:
             (
                 s
                 for s in records
-                if s["attention"] == "sdpa" and (s["threads"], s["keys"]) == (r["threads"], r["keys"])
+                if s["attention"] == "sdpa"
+                and (s["threads"], s["keys"], s.get("run")) == (r["threads"], r["keys"], r.get("run"))
             ),
             None,
         )
@@ -266,7 +276,7 @@ def _between_section(records: list[dict]) -> list[Block]:
             [
                 str(r["threads"]),
                 str(r["keys"]),
-                r["attention"],
+                r["attention"] + _run(r),
                 f"{r['step_ms']:.3f}",
                 f"{r['attention_ms']:.3f}",
                 versus,
