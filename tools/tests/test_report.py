@@ -218,7 +218,9 @@ def test_rerun_removes_figures_the_new_data_no_longer_has(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--out", "x"], "give result files, or --ab BEFORE AFTER"),
+        (["--out", "x"], "give result files, --models files, or --ab BEFORE AFTER"),
+        (["--ab", "a", "b", "c.json", "--out", "x"], "no other result or --models files"),
+        (["--models", "m.json", "--trace", "t.json", "--out", "x"], "--trace goes with result files"),
         (["a.json", "--peak-1core", "-3", "--out", "x"], "--peak-1core -3.0: expected a positive"),
         (["--ab", "a", "b", "--alpha", "2", "--out", "x"], "--alpha 2.0: expected a value in"),
     ],

@@ -95,6 +95,17 @@ def test_the_report_takes_models_files(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     assert cli.main([str(small_run(tmp_path)), "--models", str(bad), "--out", str(out)]) == 1
+    # Whole models alone (a models_bench run without a sweep): notes and the section, no appendix.
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Read me\n\nOn a lent machine.\n")
+    alone = tmp_path / "alone"
+    assert cli.main(["--models", str(models), "--notes", str(notes), "--out", str(alone)]) == 0
+    text = (alone / "report.md").read_text()
+    assert "from `models.json` (whole models only" in text and "On a lent machine." in text
+    assert "decode 1.05x (no slower than sdpa)" in text and "## Appendix" not in text
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"models": []}))
+    assert cli.main(["--models", str(empty), "--out", str(alone)]) == 1
 
 
 def test_per_call_times_busy_threads_and_calls_between_torch_ops(tmp_path):

@@ -94,17 +94,33 @@ def _replace_outputs(staging: Path, out: Path) -> None:
         shutil.move(str(new), out / new.name)
 
 
+def _notes(args: argparse.Namespace) -> str:
+    try:
+        return args.notes.read_text(encoding="utf-8") if args.notes else ""
+    except OSError as e:
+        raise ReportError(f"--notes {args.notes}: {e.strerror}") from e
+
+
+def _models(args: argparse.Namespace) -> list[dict]:
+    try:
+        return whole_models.load(args.models)
+    except whole_models.ModelsError as e:
+        raise ReportError(f"--models {e}") from e
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if bool(args.ab) == bool(args.results):
-        _parser().error("give result files, or --ab BEFORE AFTER (not both)")
+    if args.ab and (args.results or args.models):
+        _parser().error("--ab BEFORE AFTER compares two result files: no other result or --models files")
+    if not (args.ab or args.results or args.models):
+        _parser().error("give result files, --models files, or --ab BEFORE AFTER")
+    if args.trace and not args.results:
+        _parser().error("--trace goes with result files")
     for value, flag in ((args.peak_1core, "--peak-1core"), (args.peak_all, "--peak-all")):
         if value is not None and not value > 0:
             _parser().error(f"{flag} {value}: expected a positive GFLOP/s figure")
     if not args.socket_bandwidth > 0:
         _parser().error(f"--socket-bandwidth {args.socket_bandwidth}: expected a positive GB/s figure")
-    if args.ab and args.trace:
-        _parser().error("--trace goes with result files, not with --ab")
     if not 0 < args.alpha < 1:
         _parser().error(f"--alpha {args.alpha}: expected a value in (0, 1)")
     out = Path(args.out)
@@ -115,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.ab:
             before, after = (loading.load([path]) for path in args.ab)
             ab.generate(before, after, tuple(args.ab), staging, args.alpha, not args.no_scipy, args.html)
+        elif not args.results:  # whole models only: a run of mhapy.models_bench without a sweep
+            report.generate_models(_models(args), args.models, staging, args.title, _notes(args), args.html)
         else:
             machines = loading.load_machines(args.results, args.best_run)
             if not any(r.measurements or r.failures for r in machines):
@@ -124,20 +142,13 @@ def main(argv: list[str] | None = None) -> int:
                 for problem in results.shard_problems(r):
                     print(f"mhapy.report: warning: {r.machine_label()}: {problem}", file=sys.stderr)
             peaks = [find_peaks(r, args.peak_1core, args.peak_all) for r in machines]
-            try:
-                notes = args.notes.read_text(encoding="utf-8") if args.notes else ""
-            except OSError as e:
-                raise ReportError(f"--notes {args.notes}: {e.strerror}") from e
+            notes = _notes(args)
             try:
                 traces = tuple(scaling_model.load(path) for path in args.trace)
             except scaling_model.TraceError as e:
                 raise ReportError(f"--trace {e}") from e
             model = report.ModelInputs(traces, args.socket_bandwidth)
-            try:
-                models = whole_models.load(args.models)
-            except whole_models.ModelsError as e:
-                raise ReportError(f"--models {e}") from e
-            report.generate(machines, peaks, staging, args.title, notes, model, args.html, models)
+            report.generate(machines, peaks, staging, args.title, notes, model, args.html, _models(args))
         _replace_outputs(staging, out)
     except ReportError as e:
         print(f"mhapy.report: {e}", file=sys.stderr)
