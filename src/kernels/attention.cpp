@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "core/checks.hpp"
 #include "core/int8.hpp"
@@ -229,6 +230,20 @@ void attention_workspace::run(const isa_kernels& kernels, const attention_args& 
   kernels.attention_rows(args, layout_, task, scratch_.data());
 }
 
+bool attention_workspace::reuse_for(const attention_layout& layout) noexcept {
+  if (head_.size() > 0 || pair_head_.size() > 0 ||
+      scratch_.size() < static_cast<std::size_t>(layout.scratch_floats()))
+    return false;
+  layout_ = layout;
+  return true;
+}
+
+attention_workspace& thread_workspace(const attention_layout& layout) {
+  thread_local std::optional<attention_workspace> kept;
+  if (!kept || !kept->reuse_for(layout)) kept.emplace(layout, false);
+  return *kept;
+}
+
 attention_schedule::attention_schedule(const isa_kernels& kernels, const attention_args& args,
                                        std::int64_t key_tile)
     : kernels_(kernels), args_(args) {
@@ -340,7 +355,9 @@ void attention_schedule::merge(std::int64_t i) const noexcept {
 void attention(const isa_kernels& kernels, const attention_args& args, std::int64_t key_tile) {
   const attention_schedule schedule(kernels, args, key_tile);
   for (std::int64_t i = 0; i < schedule.appends(); ++i) schedule.append(i);
-  attention_workspace workspace(schedule.layout(), schedule.packs_heads());
+  std::optional<attention_workspace> packing;
+  if (schedule.packs_heads()) packing.emplace(schedule.layout(), true);
+  attention_workspace& workspace = packing ? *packing : thread_workspace(schedule.layout());
   for (std::int64_t i = 0; i < schedule.tasks(); ++i) schedule.run(i, workspace);
   for (std::int64_t i = 0; i < schedule.merges(); ++i) schedule.merge(i);
 }

@@ -180,12 +180,25 @@ class attention_workspace {
   // task.g) unless they are the ones packed last (task.head is ignored then).
   void run(const isa_kernels& kernels, const attention_args& args, attention_task task) noexcept;
 
+  // Takes `layout` for a next call that packs no heads, where its scratch is large enough;
+  // false (and unchanged) where not, or where this workspace packs heads.
+  bool reuse_for(const attention_layout& layout) noexcept;
+
  private:
   attention_layout layout_;
   float_buffer head_, scratch_;          // head_: one packed head (fp32 units)
   aligned_buffer<bf16_pair> pair_head_;  // ... in a bf16 layout
   std::int64_t packed_ = -1;             // b * kv_heads + g of the packed head, -1 before the first
 };
+
+// The calling thread's workspace for a call that packs no heads (attention_schedule::packs_heads
+// false: decode steps, calls on a cache or reading K and V in place) with `layout`: kept for the
+// thread's next calls, remade only when one needs more scratch (O(tile), never a head), so that
+// such a call makes no workspace per thread: a decode step's call is tens of microseconds, and
+// making and freeing a workspace per taking part thread was a visible part of it. Valid until
+// the thread's next call of this function: take it for one call's tasks, which run on a thread
+// one after another. Throws std::bad_alloc.
+attention_workspace& thread_workspace(const attention_layout& layout);
 
 // One attention call as phases of independent steps, for a sequential or a parallel loop:
 //   appends():  with a cache, (b, g) pairs whose new keys and values go into the cache;

@@ -181,21 +181,28 @@ void parallel_attention(const isa_kernels& kernels, const attention_args& args,
       schedule.append(i);
     });
   }
-  // One workspace per thread that takes part (a TBB worker's or an executor's), made on its
-  // first task.
-  tbb::enumerable_thread_specific<attention_workspace> workspaces(schedule.layout(),
-                                                                  schedule.packs_heads());
   {
-    // Tasks head-major, blocks of a head consecutive: a thread running a stretch of them packs
-    // each head once.
     const phase_scope phase(phase_kind::attention, cached);
-    for_ranges(schedule.tasks(), [&](std::int64_t begin, std::int64_t end) {
-      attention_workspace& workspace = workspaces.local();
+    const auto run = [&](std::int64_t begin, std::int64_t end, attention_workspace& workspace) {
       for (std::int64_t i = begin; i != end; ++i) {
         const task_scope task;
         schedule.run(i, workspace);
       }
-    });
+    };
+    if (schedule.packs_heads()) {
+      // One workspace per thread that takes part (a TBB worker's or an executor's), made on its
+      // first task. Tasks head-major, blocks of a head consecutive: a thread running a stretch
+      // of them packs each head once.
+      tbb::enumerable_thread_specific<attention_workspace> workspaces(schedule.layout(), true);
+      for_ranges(schedule.tasks(), [&](std::int64_t begin, std::int64_t end) {
+        run(begin, end, workspaces.local());
+      });
+    } else {
+      // Only scratch: each thread's own, kept across calls.
+      for_ranges(schedule.tasks(), [&](std::int64_t begin, std::int64_t end) {
+        run(begin, end, thread_workspace(schedule.layout()));
+      });
+    }
   }
   if (schedule.merges() == 0) return;
   const phase_scope phase(phase_kind::attention_merge, 0);

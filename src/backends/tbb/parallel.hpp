@@ -74,8 +74,9 @@ void parallel_gemm(const isa_kernels& kernels, const head_major_gemm& g);
 
 // detail::attention (same arguments, same results) with each phase of its attention_schedule
 // in parallel: the cache appends per (b, K/V head), the tasks per (b, h, query block or key
-// chunk), each thread with its own attention_workspace (O(tile) scratch plus, without a cache,
-// one packed head), the split's merges per (b, h). Throws std::bad_alloc.
+// chunk), each thread on its own attention_workspace (its thread_workspace, kept across calls,
+// where the call packs no heads; else one per call: O(tile) scratch plus one packed head), the
+// split's merges per (b, h). Throws std::bad_alloc.
 void parallel_attention(const isa_kernels& kernels, const attention_args& args,
                         std::int64_t key_tile = 0);
 
