@@ -154,6 +154,33 @@ def test_openvino_whose_process_fails_is_said_not_run(tmp_path):
     assert "error" not in records["mha_int8"]
 
 
+def test_openvino_failing_while_timed_is_said_not_run(tmp_path, monkeypatch):
+    # A process that passes its check (sdpa's own logits) and dies on its first timed round: its
+    # rows say so, the other implementations are timed, the bench ends.
+    class DiesWhenTimed:
+        def __init__(self, model, python):
+            self.model = model
+
+        def prefill_logits(self, implementation, ids):
+            self.model.set_attn_implementation("sdpa")
+            return self.model(ids, attention_mask=torch.ones_like(ids)).logits
+
+        def measure(self, implementation, prompt, steps):
+            raise RuntimeError("the OpenVINO process exited (-9) on run (its stderr above)")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(models_bench, "OpenVinoRuns", DiesWhenTimed)
+    records = openvino_run(tmp_path)
+    for name in ("openvino", "openvino_u8"):
+        assert records[name]["error"] == (
+            "not run: OpenVINO failed while timed: the OpenVINO process exited (-9) on run (its stderr above)"
+        )
+        assert "decode_tokens_per_s" not in records[name]
+    assert records["mha_int8"]["decode_tokens_per_s"] > 0 and "error" not in records["sdpa"]
+
+
 def test_openvino_needs_a_prefill(tmp_path):
     records = openvino_run(tmp_path, "--fill", "synthetic")
     assert "filled only by a prefill" in records["openvino"]["error"]

@@ -47,6 +47,7 @@ from .between_ops import between_ops
 from .models_openvino import DEFAULT_PYTHON, OpenVinoRuns
 from .models_openvino import IMPLEMENTATIONS as OPENVINO
 from .peak_rss import peak_rss_bytes, reset_peak_rss
+from .timed_attention import timed_attention
 
 MODELS = {
     # GPT-2 small's shape (124M parameters).
@@ -144,41 +145,6 @@ def build(name: str, dtype: Any, layers: int = 0) -> Any:
         cfg, attn_implementation="sdpa", dtype=torch.float32
     )
     return model.to(dtype).eval()
-
-
-@contextlib.contextmanager
-def timed_attention(model: Any, implementation: str, clock: dict) -> Iterator[None]:
-    """Adds the seconds spent inside the attention function to clock["attention"], and its
-    calls to clock["calls"]."""
-    import transformers
-
-    def wrap(f):
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return f(*args, **kwargs)
-            finally:
-                clock["attention"] += time.perf_counter() - start
-                clock["calls"] += 1
-
-        return timed
-
-    mapping = transformers.AttentionInterface._global_mapping
-    if implementation == "eager":  # the model's own module-level function, looked up per call
-        module = sys.modules[type(model).__module__]
-        saved = module.eager_attention_forward
-        module.eager_attention_forward = wrap(saved)
-        try:
-            yield
-        finally:
-            module.eager_attention_forward = saved
-        return
-    saved = mapping[implementation]
-    mapping[implementation] = wrap(saved)
-    try:
-        yield
-    finally:
-        mapping[implementation] = saved
 
 
 def check(model: Any, implementation: str, dtype: Any, openvino: OpenVinoRuns | None = None) -> str | None:
@@ -428,6 +394,18 @@ def medians(rounds: list[dict]) -> dict:
     return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
 
 
+@contextlib.contextmanager
+def openvino_failure(implementation: str, failed: dict[str, str]) -> Iterator[None]:
+    """OpenVINO's process failing (a RuntimeError from its client) while `implementation` is
+    timed or sampled: recorded in `failed` (its rows say so, the rest of the bench goes on)."""
+    try:
+        yield
+    except RuntimeError as e:
+        if implementation not in OPENVINO:
+            raise
+        failed[implementation] = f"not run: OpenVINO failed while timed: {e}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mhapy.models_bench", description=__doc__.split("\n\n")[0]
@@ -520,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
                     return f"not run: {e}"
 
             verdicts = {impl: verdict(impl) for impl in args.attention.split(",")}
+            # OpenVINO's implementations whose process failed after their check, and how.
+            failed: dict[str, str] = {}
             for threads in (int(t) for t in args.threads.split(",")):
                 torch.set_num_threads(threads or os.cpu_count() or 1)
                 for batch in (int(b) for b in args.batches.split(",")):
@@ -528,13 +508,16 @@ def main(argv: list[str] | None = None) -> int:
                     # meets them all alike.
                     rounds: dict[str, list[dict]] = {impl: [] for impl in timed}
                     for _ in range(args.repetitions):
-                        for impl in timed:
-                            rounds[impl].append(
-                                measure(model, impl, batch, args.prefill, args.decode, args.fill, openvino)
-                            )
+                        for impl in [impl for impl in timed if not failed.get(impl)]:
+                            with openvino_failure(impl, failed):
+                                rounds[impl].append(
+                                    measure(
+                                        model, impl, batch, args.prefill, args.decode, args.fill, openvino
+                                    )
+                                )
                     reference = None
                     for impl in args.attention.split(","):
-                        record = dict(
+                        case = dict(
                             model=name,
                             dtype=dtype_name,
                             batch=batch,
@@ -546,25 +529,31 @@ def main(argv: list[str] | None = None) -> int:
                             layers=model.config.num_hidden_layers,
                             cpu=cpu,
                         )
-                        if verdicts[impl]:
-                            record["error"] = verdicts[impl]
+                        record = dict(case)
+                        if verdicts[impl] or failed.get(impl):
+                            record["error"] = verdicts[impl] or failed[impl]
                         else:
                             record.update(medians(rounds[impl]), rounds=args.repetitions)
-                            record.update(
-                                busy_threads(
-                                    model, impl, batch, args.prefill, args.decode, args.fill, openvino
-                                )
-                            )
-                            if openvino is not None and impl in OPENVINO:
-                                record.update(openvino.reported(impl))
-                            if args.logits_steps and (impl.startswith("mha") or impl in OPENVINO):
-                                if reference is None:  # one sdpa reference for the case's implementations
-                                    reference = sdpa_reference(
-                                        model, batch, args.prefill, args.logits_steps, args.fill
-                                    )
+                            with openvino_failure(impl, failed):
                                 record.update(
-                                    logits_error(model, impl, reference, args.prefill, args.fill, openvino)
+                                    busy_threads(
+                                        model, impl, batch, args.prefill, args.decode, args.fill, openvino
+                                    )
                                 )
+                                if openvino is not None and impl in OPENVINO:
+                                    record.update(openvino.reported(impl))
+                                if args.logits_steps and (impl.startswith("mha") or impl in OPENVINO):
+                                    if reference is None:  # one sdpa reference for the case's implementations
+                                        reference = sdpa_reference(
+                                            model, batch, args.prefill, args.logits_steps, args.fill
+                                        )
+                                    record.update(
+                                        logits_error(
+                                            model, impl, reference, args.prefill, args.fill, openvino
+                                        )
+                                    )
+                            if failed.get(impl):  # its rounds are not kept: it did not finish
+                                record = dict(case, error=failed[impl])
                         records.append(record)
                         print(json.dumps(record), flush=True)
             if openvino is not None:

@@ -298,7 +298,8 @@ class OpenVinoRuns:
 
     def close(self) -> None:
         if self.process.stdin:
-            self.process.stdin.close()
+            with contextlib.suppress(BrokenPipeError):  # a server that has exited
+                self.process.stdin.close()
         self.process.wait()
         self.folder.cleanup()
 
