@@ -92,6 +92,12 @@ def emulation_warning(results: ResultSet) -> list:
     ]
 
 
+def _notes(notes: str) -> list:
+    """The run's written analysis (Markdown: see document.parse_notes) under its heading; none
+    where there is none."""
+    return [Heading(2, "Notes on this run")] + document.parse_notes(notes, 3) if notes.strip() else []
+
+
 def _machine_blocks(
     results: ResultSet,
     peaks: Peaks,
@@ -112,8 +118,7 @@ def _machine_blocks(
     blocks += _answer(results, heads, kv=kv) if answer else []
     blocks += peer_ranking.section(results, folder, prefix)
     blocks += overview.summary(results)
-    if notes.strip():
-        blocks += [Heading(2, "Notes on this run")] + document.parse_notes(notes, 3)
+    blocks += _notes(notes)
     absent = []
     if forward.measurements:
         blocks += _forward_blocks(forward, heads, seqs, peaks, folder, prefix, absent, kv)
@@ -277,8 +282,7 @@ def build(
     for r in machines:
         blocks += [Para(f"**{r.machine_label()}**:"), Bullets(linking.answer_bullets(r))]
     blocks += cross_machine.section(machines)
-    if notes.strip():
-        blocks += [Heading(2, "Notes on this run")] + document.parse_notes(notes, 3)
+    blocks += _notes(notes)
     appendices: list = []
     used: set[str] = set()
     for i, (r, p) in enumerate(zip(machines, peaks)):
@@ -332,8 +336,7 @@ def generate_models(
             + " (whole models only: no benchmark sweep, so no backend answer, peaks or machine appendix)."
         ),
     ]
-    if notes.strip():
-        blocks += [Heading(2, "Notes on this run")] + document.parse_notes(notes, 3)
+    blocks += _notes(notes)
     blocks += whole_models.section(models)
     document.write(blocks, title, folder, with_html)
     return blocks
