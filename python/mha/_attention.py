@@ -108,6 +108,22 @@ def attention(
         )
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(query, torch.Tensor):
+        if attn_mask is None:  # the plain call, read in C++; None: not plain, the general path's
+            result = _mha._attention_tensors(
+                query,
+                key,
+                value,
+                out,
+                bool(is_causal),
+                causal_alignment == "bottom_right",
+                scale,
+                bool(enable_gqa),
+                backend,
+                threads,
+                executor,
+            )
+            if result is not None:
+                return result
         return _torch_attention(
             torch,
             query,
@@ -336,11 +352,12 @@ def _run(
 def _torch_attention(
     torch, query, key, value, mask, is_causal, scale, enable_gqa, alignment, backend, threads, executor, out
 ):
-    # Lean on purpose: a decode step of a small model calls this once per layer (docs/python.md
-    # states the overhead). Tensors reach the library as NumPy views of their memory (.numpy()
-    # shares it, strides and all), which nanobind reads faster than through DLPack; the result
-    # is a NumPy array's memory (np.empty is 10x cheaper than torch.empty). What .numpy() cannot
-    # read (sparse, meta, torch.func's wrappers) is named where it fails, off this path.
+    # The general path: every call the C++ reader (_mha._attention_tensors) leaves, a mask's, 3-d
+    # operands', a strided last dimension's, a subclass's, and those it refuses. Tensors reach
+    # the library as NumPy views of their memory (.numpy() shares it, strides and all, ~2 us a
+    # tensor), which nanobind reads faster than through DLPack; the result is a NumPy array's
+    # memory (np.empty is 10x cheaper than torch.empty). What .numpy() cannot read (sparse, meta,
+    # torch.func's wrappers) is named where it fails.
     ts = (query, key, value)
     grad = torch.is_grad_enabled()
     for name, t in zip(("query", "key", "value"), ts):

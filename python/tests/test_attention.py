@@ -180,3 +180,86 @@ def test_the_transformers_module_names_its_requirement():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode != 0
     assert "mha.transformers needs PyTorch and Hugging Face transformers 5" in run.stderr
+
+
+# -- the plain call, read in C++ without NumPy ----------------------------------------------------
+
+
+def _plain_cases():
+    """(name, call arguments) of calls the C++ reader takes: 4-d CPU tensors, float32 or bfloat16,
+    last dimension contiguous, no mask."""
+    q, k, v = operands(rows=7, keys=40, d=32)
+    qt, kt, vt = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    yield "fp32 grouped heads", dict(query=q, key=k, value=v, enable_gqa=True)
+    yield (
+        "causal bottom-right",
+        dict(query=q, key=k, value=v, enable_gqa=True, is_causal=True, causal_alignment="bottom_right"),
+    )
+    yield (
+        "bf16 decode",
+        dict(query=q[:, :, :1].bfloat16(), key=k.bfloat16(), value=v.bfloat16(), enable_gqa=True, scale=0.3),
+    )
+    yield (
+        "strided, out=",
+        dict(query=qt, key=kt, value=vt, enable_gqa=True, out=torch.empty(2, 7, 4, 32).transpose(1, 2)),
+    )
+    yield "requires grad, no_grad", dict(query=q.clone().requires_grad_(), key=k, value=v, enable_gqa=True)
+
+
+@pytest.mark.parametrize("case", [name for name, _ in _plain_cases()])
+def test_plain_calls_are_read_in_cpp_with_the_general_paths_bits(case, monkeypatch):
+    args = dict(_plain_cases())[case]
+
+    def run():
+        if args.get("out") is not None:
+            args["out"].zero_()
+        with torch.no_grad():
+            result = mha.attention(**args)
+        if args.get("out") is not None:
+            assert result is args["out"]
+        return result.clone()
+
+    with monkeypatch.context() as m:  # the plain path only: the general one fails the test
+        m.setattr(mha._attention, "_torch_attention", lambda *a: pytest.fail("took the general path"))
+        plain = run()
+    with monkeypatch.context() as m:  # the general path only
+        m.setattr(mha._attention._mha, "_attention_tensors", lambda *a: None)
+        general = run()
+    assert plain.dtype == args["query"].dtype and (args.get("out") is not None or plain.is_contiguous())
+    assert torch.equal(plain, general)
+    want = (
+        sdpa(
+            *(args[n].detach() for n in ("query", "key", "value")),
+            **{n: args[n] for n in ("is_causal", "enable_gqa", "scale") if n in args},
+        )
+        if args.get("causal_alignment") is None
+        else None
+    )
+    if want is not None:
+        close(plain, want, atol=2e-5 if plain.dtype == torch.float32 else 2**-6)
+
+
+def test_calls_the_cpp_reader_refuses_take_the_general_path(monkeypatch):
+    q, k, v = operands(h=2, kv=2)
+    want = sdpa(q, k, v)
+    general = []
+    torch_attention = mha._attention._torch_attention
+    monkeypatch.setattr(
+        mha._attention, "_torch_attention", lambda *a: general.append(1) or torch_attention(*a)
+    )
+    last_strided = q.transpose(2, 3).contiguous().transpose(2, 3)
+    for what, call in {
+        "a Tensor subclass": lambda: mha.attention(torch.nn.Parameter(q, requires_grad=False), k, v),
+        "3-d operands": lambda: torch.stack([mha.attention(q[b], k[b], v[b]) for b in range(2)]),
+        "the negative bit": lambda: -mha.attention(torch._neg_view(q), -k, -v),
+        "a strided last dimension": lambda: mha.attention(last_strided, k, v),
+        "a mask": lambda: mha.attention(q, k, v, attn_mask=torch.ones(5, 9, dtype=torch.bool)),
+        "an out of a strided last dimension": lambda: mha.attention(
+            q, k, v, out=torch.empty(2, 2, 16, 5).transpose(2, 3)
+        ),
+    }.items():
+        general.clear()
+        close(call(), want)
+        assert general, f"{what}: the call did not take the general path"
+    with pytest.raises(mha.InvalidArgument, match="query is a tensor inside a torch.func transform"):
+        torch.func.vmap(lambda a: mha.attention(a, a, a))(torch.stack([q, q]))

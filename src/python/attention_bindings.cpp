@@ -85,6 +85,25 @@ mha::attention_mask mask_of(const Array& m, mha::attention_mask::kind kind) {
           s.shape[3], s.stride[0], s.stride[1], s.stride[2]};
 }
 
+// A call's options as the package passes them.
+mha::attention_options call_options(bool causal, bool bottom_right, std::optional<float> scale,
+                                    bool bf16, int threads,
+                                    const std::optional<std::string>& executor) {
+  mha::attention_options o;
+  o.causal = causal;
+  o.alignment =
+      bottom_right ? mha::causal_alignment::bottom_right : mha::causal_alignment::top_left;
+  o.scale = scale;
+  o.precision = bf16 ? mha::precision::bf16 : mha::precision::fp32;
+  o.threads = threads;
+  o.executor = executor_named(executor);
+  return o;
+}
+
+const mha::backend& backend_named(const std::optional<std::string>& backend) {
+  return backend ? mha::require_backend(*backend) : mha::default_backend();
+}
+
 // q, k and v of Input: float32 (computed in fp32, or in bf16 when `bf16`) into float32, or
 // bfloat16's words (always bf16) into bfloat16's words.
 template <class Input, class Output>
@@ -94,17 +113,10 @@ void attention_call(const Input& q, const Input& k, const Input& v, const Output
                     std::optional<float> scale, bool bf16,
                     const std::optional<std::string>& backend, int threads,
                     const std::optional<std::string>& executor) {
-  mha::attention_options o;
-  o.causal = causal;
-  o.alignment =
-      bottom_right ? mha::causal_alignment::bottom_right : mha::causal_alignment::top_left;
-  o.scale = scale;
-  o.precision = bf16 ? mha::precision::bf16 : mha::precision::fp32;
-  o.threads = threads;
-  o.executor = executor_named(executor);
+  mha::attention_options o = call_options(causal, bottom_right, scale, bf16, threads, executor);
   if (additive) o.mask = mask_of(*additive, mha::attention_mask::kind::additive);
   if (boolean) o.mask = mask_of(*boolean, mha::attention_mask::kind::boolean);
-  const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
+  const mha::backend& b = backend_named(backend);
   if constexpr (std::is_same_v<Input, bf16_heads_input>) {
     const auto qv = bf16_heads_of(q, "query"), kv = bf16_heads_of(k, "key"),
                vv = bf16_heads_of(v, "value");
@@ -119,9 +131,188 @@ void attention_call(const Input& q, const Input& k, const Input& v, const Output
   }
 }
 
+// The plain call from PyTorch, read without NumPy (a tensor's .numpy() costs ~2 us, a decode
+// step makes one call per layer): the torch objects it compares against, looked up once (torch
+// is loaded: the caller passed its tensors) and kept for the process's life.
+struct torch_objects {
+  PyObject *tensor, *float32, *bfloat16, *strided, *empty_like, *contiguous_format;
+  PyObject *is_grad_enabled, *memory_format_keyword, *is_cpu, *requires_grad, *dtype, *layout,
+      *shape, *stride, *data_ptr, *is_neg;
+};
+
+const torch_objects& torch_api() {
+  static const torch_objects* api = [] {
+    const nb::module_ torch = nb::module_::import_("torch");
+    const auto keep = [&](const char* name) {
+      return nb::object(torch.attr(name)).release().ptr();
+    };
+    const auto name = [](const char* s) { return PyUnicode_InternFromString(s); };
+    return new torch_objects{
+        keep("Tensor"),          keep("float32"),
+        keep("bfloat16"),        keep("strided"),
+        keep("empty_like"),      keep("contiguous_format"),
+        keep("is_grad_enabled"), nb::make_tuple("memory_format").release().ptr(),
+        name("is_cpu"),          name("requires_grad"),
+        name("dtype"),           name("layout"),
+        name("shape"),           name("stride"),
+        name("data_ptr"),        name("is_neg")};
+  }();
+  return *api;
+}
+
+// A tensor as the plain call reads it: a torch.Tensor (not a subclass: those may redefine what
+// a call on them means) in CPU memory, strided, float32 or bfloat16 without the negative bit,
+// 4-d with no empty dimension, the last contiguous.
+struct plain_tensor {
+  void* data = nullptr;
+  std::int64_t shape[4] = {}, stride[4] = {};
+  bool bf16 = false, requires_grad = false;
+};
+
+// An attribute's (or a method's result's) new reference; nullptr with the error cleared.
+PyObject* get(PyObject* t, PyObject* name, bool call = false) {
+  PyObject* r = call ? PyObject_CallMethodNoArgs(t, name) : PyObject_GetAttr(t, name);
+  if (r == nullptr) PyErr_Clear();
+  return r;
+}
+
+bool is_object(PyObject* t, PyObject* name, PyObject* expected, bool call = false) {
+  PyObject* r = get(t, name, call);
+  Py_XDECREF(r);
+  return r == expected;
+}
+
+// A 4-tuple of ints (torch.Size, or stride()'s tuple) into v; false on anything else.
+bool four_ints(PyObject* tuple, std::int64_t (&v)[4]) {
+  if (tuple == nullptr || !PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != 4) return false;
+  for (Py_ssize_t i = 0; i < 4; ++i) {
+    v[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
+    if (v[i] == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  return true;
+}
+
+std::optional<plain_tensor> plain(PyObject* t, const torch_objects& torch) {
+  if (Py_TYPE(t) != reinterpret_cast<PyTypeObject*>(torch.tensor)) return std::nullopt;
+  if (!is_object(t, torch.is_cpu, Py_True) || !is_object(t, torch.layout, torch.strided) ||
+      !is_object(t, torch.is_neg, Py_False, true)) {
+    return std::nullopt;
+  }
+  plain_tensor p;
+  PyObject* dtype = get(t, torch.dtype);
+  Py_XDECREF(dtype);
+  if (dtype != torch.float32 && dtype != torch.bfloat16) return std::nullopt;
+  p.bf16 = dtype == torch.bfloat16;
+  PyObject* grad = get(t, torch.requires_grad);
+  Py_XDECREF(grad);
+  if (grad != Py_False && grad != Py_True) return std::nullopt;
+  p.requires_grad = grad == Py_True;
+  PyObject* shape = get(t, torch.shape);
+  PyObject* stride = get(t, torch.stride, true);
+  const bool read = four_ints(shape, p.shape) && four_ints(stride, p.stride);
+  Py_XDECREF(shape);
+  Py_XDECREF(stride);
+  if (!read || (p.shape[3] > 1 && p.stride[3] != 1)) return std::nullopt;
+  for (const std::int64_t n : p.shape) {
+    if (n <= 0) return std::nullopt;
+  }
+  PyObject* data = get(t, torch.data_ptr, true);
+  if (data == nullptr) return std::nullopt;  // no storage (torch.func's wrappers)
+  p.data = PyLong_AsVoidPtr(data);
+  Py_DECREF(data);
+  if (p.data == nullptr) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return p;
+}
+
+template <class T>
+mha::heads_view<T> view_of(const plain_tensor& p) {
+  return {static_cast<T*>(p.data),
+          p.shape[0],
+          p.shape[1],
+          p.shape[2],
+          p.shape[3],
+          p.stride[0],
+          p.stride[1],
+          p.stride[2]};
+}
+
+// A new contiguous tensor of the query's shape and dtype:
+// torch.empty_like(query, memory_format=torch.contiguous_format); nullptr with the error cleared.
+PyObject* empty_like(PyObject* query, const torch_objects& torch) {
+  PyObject* args[] = {query, torch.contiguous_format};
+  PyObject* r = PyObject_Vectorcall(torch.empty_like, args, 1, torch.memory_format_keyword);
+  if (r == nullptr) PyErr_Clear();
+  return r;
+}
+
+// mha.attention's call on PyTorch tensors without a mask: the result (`out`, or a new
+// contiguous tensor of the query's dtype), or None where the call is not the plain one (a tensor
+// plain() refuses, dtypes or shapes that differ, a tensor that requires grad with autograd on,
+// a new tensor that is not plain): the package's general path then makes the call, or names
+// what it refuses, with the same results.
+nb::object tensor_attention(nb::handle query, nb::handle key, nb::handle value, nb::handle out,
+                            bool causal, bool bottom_right, std::optional<float> scale,
+                            bool enable_gqa, const std::optional<std::string>& backend, int threads,
+                            const std::optional<std::string>& executor) {
+  const torch_objects& torch = torch_api();
+  const auto q = plain(query.ptr(), torch), k = plain(key.ptr(), torch),
+             v = plain(value.ptr(), torch);
+  if (!q || !k || !v || k->bf16 != q->bf16 || v->bf16 != q->bf16) return nb::none();
+  for (int i = 0; i < 4; ++i) {
+    if (k->shape[i] != v->shape[i]) return nb::none();
+  }
+  if (k->shape[0] != q->shape[0] || k->shape[3] != q->shape[3] ||
+      (k->shape[1] != q->shape[1] && !(enable_gqa && q->shape[1] % k->shape[1] == 0))) {
+    return nb::none();
+  }
+  nb::object result = out.is_none() ? nb::steal(empty_like(query.ptr(), torch)) : nb::borrow(out);
+  if (!result.is_valid()) return nb::none();
+  const auto o = plain(result.ptr(), torch);
+  if (!o || o->bf16 != q->bf16) return nb::none();
+  for (int i = 0; i < 4; ++i) {
+    if (o->shape[i] != q->shape[i]) return nb::none();
+  }
+  if (q->requires_grad || k->requires_grad || v->requires_grad || o->requires_grad) {
+    // With autograd on, the general path refuses the call (naming the tensor); under no_grad
+    // it reads and writes them as here.
+    PyObject* on = PyObject_CallNoArgs(torch.is_grad_enabled);
+    if (on == nullptr) PyErr_Clear();
+    Py_XDECREF(on);
+    if (on != Py_False) return nb::none();
+  }
+  const mha::attention_options options =
+      call_options(causal, bottom_right, scale, q->bf16, threads, executor);
+  const mha::backend& b = backend_named(backend);
+  if (q->bf16) {
+    using in = const mha::bfloat16;
+    const auto qv = view_of<in>(*q), kv = view_of<in>(*k), vv = view_of<in>(*v);
+    const auto ov = view_of<mha::bfloat16>(*o);
+    nb::gil_scoped_release unlocked;
+    mha::attention(b, qv, kv, vv, ov, options);
+  } else {
+    const auto qv = view_of<const float>(*q), kv = view_of<const float>(*k),
+               vv = view_of<const float>(*v);
+    const auto ov = view_of<float>(*o);
+    nb::gil_scoped_release unlocked;
+    mha::attention(b, qv, kv, vv, ov, options);
+  }
+  return result;
+}
+
 }  // namespace
 
 void mha_python::bind_attention(nb::module_& m) {
+  // mha.attention's plain call on PyTorch tensors (no mask), or None: the package's general
+  // path below then takes it.
+  m.def("_attention_tensors", &tensor_attention, "query"_a, "key"_a, "value"_a, "out"_a.none(),
+        "causal"_a, "bottom_right"_a, "scale"_a.none(), "enable_gqa"_a, "backend"_a.none(),
+        "threads"_a, "executor"_a.none());
   // mha.attention's call (python/mha/_attention.py checks and shapes its arguments first).
   m.def("_attention", &attention_call<heads_input, heads_output>, "q"_a, "k"_a, "v"_a, "out"_a,
         "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a, "scale"_a.none(),
