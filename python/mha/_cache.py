@@ -132,6 +132,24 @@ def attend(
         )
     torch = sys.modules.get("torch")
     is_tensor = torch is not None and isinstance(query, torch.Tensor)
+    if is_tensor:  # the plain call, read in C++; None: not plain, the general path's
+        result = _mha._attention_tensors_over_cache(
+            query,
+            key,
+            value,
+            cache._cache,
+            bool(is_causal),
+            alignment == "bottom_right",
+            scale,
+            cache.precision == "bf16",
+            bool(enable_gqa),
+            cache.backend,
+            threads,
+            executor,
+            first_sequence,
+        )
+        if result is not None:
+            return result
     arrays = [
         _operand(torch, is_tensor, name, t) for name, t in (("query", query), ("key", key), ("value", value))
     ]

@@ -135,3 +135,47 @@ def test_what_a_call_over_a_cache_refuses():
         mha.AttentionCache(1, 2**70, 1, 8)
     with pytest.raises(mha.Unsupported, match="onednn"):
         mha.AttentionCache(1, 4, 1, 8, backend="onednn")
+
+
+@pytest.mark.parametrize("kv", ["fp32", "bf16", "int8"])
+def test_plain_cache_calls_are_read_in_cpp_with_the_general_paths_bits(kv, monkeypatch):
+    """A prefill and decode steps through two caches alike, one by the C++ reader (float32 tensors,
+    K and V in (B, T, H, D) buffers seen as (B, H, T, D)), one by the general path: the same
+    bits, the same lengths; bfloat16 tokens and a causal top-left prefill take the general path."""
+    caches = [mha.AttentionCache(2, 16, 2, 16, kv=kv) for _ in range(2)]
+    g = torch.Generator().manual_seed(9)
+    steps = [(4, "bottom_right"), (1, "top_left"), (1, "bottom_right"), (3, "bottom_right")]
+    tokens = [[torch.randn(2, h, t, 16, generator=g) for h in (4, 2, 2)] for t, _ in steps]
+    tokens = [(q, k.transpose(1, 2).contiguous().transpose(1, 2), v) for q, k, v in tokens]
+    results = []
+    for cache, plain in zip(caches, (True, False)):
+        with monkeypatch.context() as m:
+            if plain:
+                m.setattr(mha._cache, "_operand", lambda *a: pytest.fail("took the general path"))
+            else:
+                m.setattr(mha._cache._mha, "_attention_tensors_over_cache", lambda *a: None)
+            results.append(
+                [
+                    mha.attention(
+                        q, k, v, is_causal=True, causal_alignment=align, enable_gqa=True, cache=cache
+                    )
+                    for (q, k, v), (_, align) in zip(tokens, steps)
+                ]
+            )
+    for plain, general in zip(*results):
+        assert plain.dtype == torch.float32 and plain.is_contiguous()
+        assert torch.equal(plain, general)
+    assert caches[0].lengths == caches[1].lengths == [9, 9]
+    general = []
+    operand = mha._cache._operand
+    monkeypatch.setattr(mha._cache, "_operand", lambda *a: general.append(1) or operand(*a))
+    q, k, v = (t[:, :, :1] for t in tokens[0])
+    assert mha.attention(
+        q.bfloat16(), k.bfloat16(), v.bfloat16(), enable_gqa=True, cache=caches[0]
+    ).dtype == (torch.bfloat16)
+    assert general, "bfloat16 tokens did not take the general path"
+    caches[0].reset()
+    general.clear()
+    q, k, v = tokens[0]
+    mha.attention(q, k, v, is_causal=True, enable_gqa=True, cache=caches[0])  # top-left, nothing held
+    assert general and caches[0].lengths == [4, 4]

@@ -251,32 +251,35 @@ PyObject* empty_like(PyObject* query, const torch_objects& torch) {
   return r;
 }
 
-// mha.attention's call on PyTorch tensors without a mask: the result (`out`, or a new
-// contiguous tensor of the query's dtype), or None where the call is not the plain one (a tensor
-// plain() refuses, dtypes or shapes that differ, a tensor that requires grad with autograd on,
-// a new tensor that is not plain): the package's general path then makes the call, or names
-// what it refuses, with the same results.
-nb::object tensor_attention(nb::handle query, nb::handle key, nb::handle value, nb::handle out,
-                            bool causal, bool bottom_right, std::optional<float> scale,
-                            bool enable_gqa, const std::optional<std::string>& backend, int threads,
-                            const std::optional<std::string>& executor) {
+// The plain call's operands and result: q, k and v plain() and of one dtype, of the shapes
+// the package's _check_heads takes (query (B, H, L, D), key and value (B, H_kv, S, D), H_kv
+// == H or dividing it with enable_gqa); the result `out` (None: a new contiguous tensor of the
+// query's shape and dtype), plain() and of the query's shape and dtype; with autograd on, no
+// tensor that requires grad. nullopt where any of that does not hold.
+struct plain_call {
+  plain_tensor q, k, v, out;
+  nb::object result;
+};
+
+std::optional<plain_call> plain_call_of(nb::handle query, nb::handle key, nb::handle value,
+                                        nb::handle out, bool enable_gqa) {
   const torch_objects& torch = torch_api();
   const auto q = plain(query.ptr(), torch), k = plain(key.ptr(), torch),
              v = plain(value.ptr(), torch);
-  if (!q || !k || !v || k->bf16 != q->bf16 || v->bf16 != q->bf16) return nb::none();
+  if (!q || !k || !v || k->bf16 != q->bf16 || v->bf16 != q->bf16) return std::nullopt;
   for (int i = 0; i < 4; ++i) {
-    if (k->shape[i] != v->shape[i]) return nb::none();
+    if (k->shape[i] != v->shape[i]) return std::nullopt;
   }
   if (k->shape[0] != q->shape[0] || k->shape[3] != q->shape[3] ||
       (k->shape[1] != q->shape[1] && !(enable_gqa && q->shape[1] % k->shape[1] == 0))) {
-    return nb::none();
+    return std::nullopt;
   }
   nb::object result = out.is_none() ? nb::steal(empty_like(query.ptr(), torch)) : nb::borrow(out);
-  if (!result.is_valid()) return nb::none();
+  if (!result.is_valid()) return std::nullopt;
   const auto o = plain(result.ptr(), torch);
-  if (!o || o->bf16 != q->bf16) return nb::none();
+  if (!o || o->bf16 != q->bf16) return std::nullopt;
   for (int i = 0; i < 4; ++i) {
-    if (o->shape[i] != q->shape[i]) return nb::none();
+    if (o->shape[i] != q->shape[i]) return std::nullopt;
   }
   if (q->requires_grad || k->requires_grad || v->requires_grad || o->requires_grad) {
     // With autograd on, the general path refuses the call (naming the tensor); under no_grad
@@ -284,25 +287,67 @@ nb::object tensor_attention(nb::handle query, nb::handle key, nb::handle value, 
     PyObject* on = PyObject_CallNoArgs(torch.is_grad_enabled);
     if (on == nullptr) PyErr_Clear();
     Py_XDECREF(on);
-    if (on != Py_False) return nb::none();
+    if (on != Py_False) return std::nullopt;
+  }
+  return plain_call{*q, *k, *v, *o, std::move(result)};
+}
+
+// mha.attention's call on PyTorch tensors without a mask: the result (`out`, or a new
+// contiguous tensor of the query's dtype), or None where the call is not plain (plain_call_of):
+// the package's general path then makes the call, or names what it refuses, with the same
+// results.
+nb::object tensor_attention(nb::handle query, nb::handle key, nb::handle value, nb::handle out,
+                            bool causal, bool bottom_right, std::optional<float> scale,
+                            bool enable_gqa, const std::optional<std::string>& backend, int threads,
+                            const std::optional<std::string>& executor) {
+  const auto call = plain_call_of(query, key, value, out, enable_gqa);
+  if (!call) return nb::none();
+  const bool bf16 = call->q.bf16;
+  const mha::attention_options options =
+      call_options(causal, bottom_right, scale, bf16, threads, executor);
+  const mha::backend& b = backend_named(backend);
+  if (bf16) {
+    using in = const mha::bfloat16;
+    const auto q = view_of<in>(call->q), k = view_of<in>(call->k), v = view_of<in>(call->v);
+    const auto o = view_of<mha::bfloat16>(call->out);
+    nb::gil_scoped_release unlocked;
+    mha::attention(b, q, k, v, o, options);
+  } else {
+    const auto q = view_of<const float>(call->q), k = view_of<const float>(call->k),
+               v = view_of<const float>(call->v);
+    const auto o = view_of<float>(call->out);
+    nb::gil_scoped_release unlocked;
+    mha::attention(b, q, k, v, o, options);
+  }
+  return call->result;
+}
+
+// The same over an mha.AttentionCache (mha.attention(..., cache=)): float32 tensors only (the
+// cache's call takes float32 new tokens: the general path copies bfloat16 ones), causal over
+// what each sequence holds; a causal top-left call of several rows is the general path's (it
+// refuses one over a cache that holds tokens). The result a new float32 tensor, or None.
+nb::object tensor_attention_over_cache(nb::handle query, nb::handle key, nb::handle value,
+                                       mha::kv_cache& cache, bool causal, bool bottom_right,
+                                       std::optional<float> scale, bool bf16, bool enable_gqa,
+                                       const std::optional<std::string>& backend, int threads,
+                                       const std::optional<std::string>& executor,
+                                       int_arg first_sequence) {
+  const auto call = plain_call_of(query, key, value, nb::none(), enable_gqa);
+  if (!call || call->q.bf16 || (causal && !bottom_right && call->q.shape[2] > 1)) {
+    return nb::none();
   }
   const mha::attention_options options =
-      call_options(causal, bottom_right, scale, q->bf16, threads, executor);
+      call_options(causal, bottom_right, scale, bf16, threads, executor);
+  const std::int64_t first = first_sequence.get("mha.attention", "first_sequence");
   const mha::backend& b = backend_named(backend);
-  if (q->bf16) {
-    using in = const mha::bfloat16;
-    const auto qv = view_of<in>(*q), kv = view_of<in>(*k), vv = view_of<in>(*v);
-    const auto ov = view_of<mha::bfloat16>(*o);
+  const auto q = view_of<const float>(call->q), k = view_of<const float>(call->k),
+             v = view_of<const float>(call->v);
+  const auto o = view_of<float>(call->out);
+  {
     nb::gil_scoped_release unlocked;
-    mha::attention(b, qv, kv, vv, ov, options);
-  } else {
-    const auto qv = view_of<const float>(*q), kv = view_of<const float>(*k),
-               vv = view_of<const float>(*v);
-    const auto ov = view_of<float>(*o);
-    nb::gil_scoped_release unlocked;
-    mha::attention(b, qv, kv, vv, ov, options);
+    mha::attention(b, q, k, v, cache, o, options, first);
   }
-  return result;
+  return call->result;
 }
 
 }  // namespace
@@ -313,6 +358,9 @@ void mha_python::bind_attention(nb::module_& m) {
   m.def("_attention_tensors", &tensor_attention, "query"_a, "key"_a, "value"_a, "out"_a.none(),
         "causal"_a, "bottom_right"_a, "scale"_a.none(), "enable_gqa"_a, "backend"_a.none(),
         "threads"_a, "executor"_a.none());
+  m.def("_attention_tensors_over_cache", &tensor_attention_over_cache, "query"_a, "key"_a,
+        "value"_a, "cache"_a, "causal"_a, "bottom_right"_a, "scale"_a.none(), "bf16"_a,
+        "enable_gqa"_a, "backend"_a.none(), "threads"_a, "executor"_a.none(), "first_sequence"_a);
   // mha.attention's call (python/mha/_attention.py checks and shapes its arguments first).
   m.def("_attention", &attention_call<heads_input, heads_output>, "q"_a, "k"_a, "v"_a, "out"_a,
         "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a, "scale"_a.none(),
