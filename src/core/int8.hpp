@@ -61,6 +61,16 @@ inline int8_row row_scale(const float* x, std::int64_t n) noexcept {
   return {scale_bits | std::uint32_t{static_cast<std::uint16_t>(zero)} << 16};
 }
 
+// x rounded to an integer, ties to even, as std::nearbyint in the default rounding mode, where
+// |x| < 2^22, and inline (nearbyint and lrint are calls into libm without -ffast-math, a visible
+// part of a decode step's append): past 1.5 * 2^23 a float has no fraction bits, so the sum
+// rounds x, and the difference is exact. Beyond 2^22 the result stays beyond 2^22 in magnitude,
+// of x's sign (NaN stays NaN): callers clamp such values as they would nearbyint's.
+inline float round_ties_even(float x) noexcept {
+  constexpr float shift = 12582912.0f;  // 1.5 * 2^23
+  return (x + shift) - shift;
+}
+
 // The codes of one row's elements (code(x) for each), from its int8_row.
 class int8_encoder {
  public:
@@ -70,7 +80,7 @@ class int8_encoder {
         inverse_(row.scale() > 0.0f ? 1.0f / row.scale() : 0.0f) {}
 
   std::uint8_t operator()(float x) const noexcept {
-    const float c = std::nearbyint((x - offset_) * inverse_);  // ties to even
+    const float c = round_ties_even((x - offset_) * inverse_);
     return static_cast<std::uint8_t>(!(c >= 0.0f) ? 0.0f : c > 255.0f ? 255.0f : c);
   }
 

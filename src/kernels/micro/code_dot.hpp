@@ -112,7 +112,10 @@ void code_pair_row(std::int64_t du, const query_pair* a, const code_pair* panel,
 // product would make it).
 inline float quantize_query(const float* q, std::int64_t head_dim, query_pair* pairs_out) noexcept {
   float largest = 0.0f;
-  for (std::int64_t d = 0; d < head_dim; ++d) largest = std::fmax(largest, std::fabs(q[d]));
+  for (std::int64_t d = 0; d < head_dim; ++d) {
+    const float magnitude = std::fabs(q[d]);
+    largest = magnitude > largest ? magnitude : largest;  // std::fmax's: a NaN is passed over
+  }
   bool finite = std::isfinite(largest);
   for (std::int64_t d = 0; d < head_dim; ++d) finite = finite && !std::isnan(q[d]);
   const std::int32_t limit = query_code_limit(head_dim);
@@ -120,10 +123,12 @@ inline float quantize_query(const float* q, std::int64_t head_dim, query_pair* p
   const float inverse = finite && largest > 0.0f ? static_cast<float>(limit) / largest : 0.0f;
   const auto code = [&](std::int64_t d) -> std::uint32_t {
     if (d >= head_dim) return 0;
-    const long c = std::lrint(q[d] * inverse);  // |c| <= limit up to a rounding: clamp
-    return static_cast<std::uint16_t>(static_cast<std::int16_t>(c > limit    ? limit
-                                                                : c < -limit ? -limit
-                                                                             : c));
+    // |c| <= limit up to a rounding: clamped; NaN (a NaN or an Inf times 0) to -limit.
+    const float r = round_ties_even(q[d] * inverse);
+    const float c = r > static_cast<float>(limit)        ? static_cast<float>(limit)
+                    : !(r >= -static_cast<float>(limit)) ? -static_cast<float>(limit)
+                                                         : r;
+    return static_cast<std::uint16_t>(static_cast<std::int16_t>(c));
   };
   for (std::int64_t p = 0; 2 * p < head_dim; ++p) {
     pairs_out[p] = static_cast<query_pair>(code(2 * p) | code(2 * p + 1) << 16);
