@@ -140,23 +140,26 @@ struct torch_objects {
       *shape, *stride, *data_ptr, *is_neg;
 };
 
+const torch_objects* make_torch_objects() {
+  const nb::module_ torch = nb::module_::import_("torch");
+  const auto keep = [&](const char* name) { return nb::object(torch.attr(name)).release().ptr(); };
+  const auto name = [](const char* s) { return PyUnicode_InternFromString(s); };
+  return new torch_objects{keep("Tensor"),          keep("float32"),
+                           keep("bfloat16"),        keep("strided"),
+                           keep("empty_like"),      keep("contiguous_format"),
+                           keep("is_grad_enabled"), nb::make_tuple("memory_format").release().ptr(),
+                           name("is_cpu"),          name("requires_grad"),
+                           name("dtype"),           name("layout"),
+                           name("shape"),           name("stride"),
+                           name("data_ptr"),        name("is_neg")};
+}
+
 const torch_objects& torch_api() {
-  static const torch_objects* api = [] {
-    const nb::module_ torch = nb::module_::import_("torch");
-    const auto keep = [&](const char* name) {
-      return nb::object(torch.attr(name)).release().ptr();
-    };
-    const auto name = [](const char* s) { return PyUnicode_InternFromString(s); };
-    return new torch_objects{
-        keep("Tensor"),          keep("float32"),
-        keep("bfloat16"),        keep("strided"),
-        keep("empty_like"),      keep("contiguous_format"),
-        keep("is_grad_enabled"), nb::make_tuple("memory_format").release().ptr(),
-        name("is_cpu"),          name("requires_grad"),
-        name("dtype"),           name("layout"),
-        name("shape"),           name("stride"),
-        name("data_ptr"),        name("is_neg")};
-  }();
+  // Made under the GIL, not behind a function-local static's guard: a thread waiting on that
+  // guard while holding the GIL would deadlock with one that makes the objects and waits for the
+  // GIL. Two threads may both make them (if the import lets the GIL go): one copy then leaks.
+  static const torch_objects* api = nullptr;
+  if (api == nullptr) api = make_torch_objects();
   return *api;
 }
 
