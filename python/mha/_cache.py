@@ -132,7 +132,9 @@ def attend(
         )
     torch = sys.modules.get("torch")
     is_tensor = torch is not None and isinstance(query, torch.Tensor)
-    if is_tensor:  # the plain call, read in C++; None: not plain, the general path's
+    # The plain call, read in C++ (float32 only: bfloat16 tokens are the general path's, which
+    # copies them to float32); None: not plain, the general path's.
+    if is_tensor and query.dtype == torch.float32:
         result = _mha._attention_tensors_over_cache(
             query,
             key,
