@@ -1,6 +1,7 @@
 """The command end to end: report folder, figures, tables, absent sections, A/B, bad input."""
 
 import re
+from pathlib import Path
 
 import pytest
 from conftest import CONTEXT, HEADS, entries, heads_run, run_module, skipped, write
@@ -299,6 +300,25 @@ def test_notes_keep_a_list_under_a_paragraph_line_and_a_table():
         document.Bullets(["one, wrapped", "two"]),
         document.Heading(3, "Figures"),
         document.Table(["shape", "1", "2 threads"], [["B1", "67.9", "33.6"]], {1, 2}),
+    ]
+
+
+def test_notes_keep_fenced_code_line_for_line():
+    text = "Run:\n\n```\npython -m x --a 1 \\\n    --b 2\n\nsecond\n```\nAfter it.\n"
+    blocks = document.parse_notes(text, 3)
+    assert blocks == [
+        document.Para("Run:"),
+        document.Code("python -m x --a 1 \\\n    --b 2\n\nsecond"),
+        document.Para("After it."),
+    ]
+    assert "```\npython -m x --a 1 \\\n    --b 2\n\nsecond\n```" in document.to_markdown(blocks)
+    assert "<pre><code>python -m x --a 1 \\\n    --b 2" in document.to_html(blocks, "t", Path("."))
+    # Indented by 4 spaces after a blank line: the same.
+    indented = document.parse_notes("Run:\n\n    python -m x \\\n        --b 2\n\n    second\n\nAfter it.", 3)
+    assert indented == [
+        document.Para("Run:"),
+        document.Code("python -m x \\\n    --b 2\n\nsecond"),
+        document.Para("After it."),
     ]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import html
 import re
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,13 @@ class Bullets:
 
 
 @dataclass
+class Code:
+    """Lines shown as written (a command to repeat a run), in a fixed-width font."""
+
+    text: str
+
+
+@dataclass
 class Table:
     headers: list[str]
     rows: list[list[str]]
@@ -44,17 +52,37 @@ class Figure:
     caption: str
 
 
-Block = Heading | Para | Bullets | Table | Figure
+Block = Heading | Para | Bullets | Code | Table | Figure
 
 
 def parse_notes(text: str, top_level: int) -> list[Block]:
     """Blocks of a notes file, in the subset of Markdown the renderers share: blank-line
     separated paragraphs, "- " bullet lists (as in CommonMark, a list may start right under a
     paragraph's line; an item's wrapped lines continue it), "|" tables (a header row, then the
-    "|---|" row whose "---:" cells mark numeric columns, then the rows), and "#" headings (level
-    shifted so that "#" becomes top_level). Inline `code` and **bold** pass through."""
+    "|---|" row whose "---:" cells mark numeric columns, then the rows), "#" headings (level
+    shifted so that "#" becomes top_level) and code, fenced by lines of "```" or indented by 4
+    spaces after a blank line, kept line for line. Inline `code` and **bold** pass through."""
     blocks: list[Block] = []
-    for chunk in re.split(r"\n\s*\n", text.strip()):
+    # Fenced code first: its lines, blank ones included, are not the paragraphs' to reflow.
+    for i, part in enumerate(re.split(r"^```[^\n]*\n", text.strip() + "\n", flags=re.MULTILINE)):
+        if i % 2:
+            blocks.append(Code(part.rstrip("\n")))
+        else:
+            blocks += _prose_blocks(part, top_level)
+    return blocks
+
+
+def _prose_blocks(text: str, top_level: int) -> list[Block]:
+    blocks: list[Block] = []
+    for chunk in re.split(r"\n\s*\n", text.strip("\n")):
+        lines = [line for line in chunk.splitlines() if line.strip()]
+        if lines and all(line.startswith(("    ", "\t")) for line in lines):
+            code = textwrap.dedent(chunk)
+            if blocks and isinstance(blocks[-1], Code):  # a blank line inside the code
+                blocks[-1].text += "\n\n" + code
+            else:
+                blocks.append(Code(code))
+            continue
         # Runs of lines of one kind: heading (one line each), table, bullets or paragraph.
         runs: list[tuple[str, list[str]]] = []
         for line in (line.strip() for line in chunk.splitlines() if line.strip()):
@@ -109,6 +137,8 @@ def to_markdown(blocks: list[Block], svg: bool = False) -> str:
             out.append(b.text)
         elif isinstance(b, Bullets):
             out.append("\n".join(f"- {item}" for item in b.items))
+        elif isinstance(b, Code):
+            out.append(f"```\n{b.text}\n```")
         elif isinstance(b, Table):
             align = ["---:" if i in b.numeric else "---" for i in range(len(b.headers))]
             lines = [
@@ -157,6 +187,8 @@ def to_html(blocks: list[Block], title: str, folder: Path) -> str:
             out.append(f"<p>{_inline_html(b.text)}</p>")
         elif isinstance(b, Bullets):
             out.append("<ul>" + "".join(f"<li>{_inline_html(i)}</li>" for i in b.items) + "</ul>")
+        elif isinstance(b, Code):
+            out.append(f"<pre><code>{html.escape(b.text, quote=False)}</code></pre>")
         elif isinstance(b, Table):
             head = "".join(f"<th>{_inline_html(h)}</th>" for h in b.headers)
             body = "".join(
