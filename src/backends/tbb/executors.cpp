@@ -28,6 +28,11 @@ class serial final : public executor {
 // query blocks), on a team of the call's threads. Inside a parallel region (a nested grid: the
 // wrapper's heads each run a GEMM) the tasks run in the calling thread: the team is busy with
 // the outer grid; so do a one-thread call's (no region to open).
+// The team stays the call's threads when the grid has fewer tasks (a decode step's 12 heads on
+// 16 threads): inside PyTorch a smaller team leaves PyTorch's surplus workers out of it, and its
+// next region, the model's next op on every thread, pays to bring them back. On a 16-vCPU Xeon a
+// team of min(threads, tasks) made a decode call alone 6% shorter, and inside GPT-2 its calls
+// 9-23% longer and the decode 15-30% slower (report xeon-amx-16core-decode-2026-11-27).
 class openmp final : public executor {
  public:
   void parallel_for(std::int64_t n, int threads,
