@@ -51,6 +51,7 @@ def test_every_implementation_is_timed(tmp_path):
             assert r["decode_logits_error"] <= (2e-2 if r["attention"] == "mha_int8" else 1e-2)
             assert 0 <= r["top1_agreement"] <= 1
         assert r["ttft_s"] > 0 and r["decode_tokens_per_s"] > 0
+        assert r["decode_tokens_per_s_rounds"] == [pytest.approx(r["decode_tokens_per_s"])]
         assert 0 < r["prefill_attention_share"] < 1 and 0 < r["decode_attention_share"] <= 1
         assert r["decode_attention_ms"] > 0
         assert 0 <= r["decode_busy_threads"] <= r["decode_busy_threads_most"]

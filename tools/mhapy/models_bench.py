@@ -11,12 +11,12 @@ same random keys and values, a long context without a prefill's cost, and times 
 and the decode rate (--decode tokens greedily after it, step by step through
 transformers' own cache, the steps timed together), the share of each in
 the attention function (timed around it) and a decode step's attention call in ms, the medians
-of --repetitions rounds that take every implementation in turn; and the threads busy during
-decode (sampled from /proc/self/task in a decode of its own). "mha" runs on the executor mha
-picks (inside PyTorch: PyTorch's own OpenMP workers), "mha_tbb" on mha's own oneTBB workers, as
-"mha" did before. Each implementation's logits on a short prompt are first checked against
-"sdpa"'s (fp32: 1e-4 of the largest; bf16: 2^-5) and a failing one is recorded as such, not
-timed. Writes JSON (one record per case), which
+of --repetitions rounds that take every implementation in turn (and each round's decode rate);
+and the threads busy during decode (sampled from /proc/self/task in a decode of its own).
+"mha" runs on the executor mha picks (inside PyTorch: PyTorch's own OpenMP workers), "mha_tbb"
+on mha's own oneTBB workers, as "mha" did before. Each implementation's logits on a short
+prompt are first checked against "sdpa"'s (fp32: 1e-4 of the largest; bf16: 2^-5) and a failing
+one is recorded as such, not timed. Writes JSON (one record per case), which
 `python3 -m mhapy.report ... --models FILE` turns into the report's "Whole models" section.
 "mha_int8" and "mha_bf16" decode through mha's own KV cache (mha.transformers.MhaCache) in int8 /
 bf16, "sdpa_static" is sdpa through transformers' StaticCache (preallocated, no concatenation);
@@ -388,10 +388,13 @@ def logits_error(
 
 
 def medians(rounds: list[dict]) -> dict:
-    """Each measure's median over the rounds."""
+    """Each measure's median over the rounds, and every round's decode rate (the spread a
+    median hides: this kind of machine moves 10-20% between rounds)."""
     import statistics
 
-    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    got = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    got["decode_tokens_per_s_rounds"] = [r["decode_tokens_per_s"] for r in rounds]
+    return got
 
 
 @contextlib.contextmanager
