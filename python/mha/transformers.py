@@ -115,9 +115,24 @@ def _attention_function(backend: str | None, threads: int | None, executor: str 
             return layer.attend(
                 query, key, value, attention_mask, causal, scaling, backend, threads_now, executor
             )
-        causal = query.shape[2] > 1 and attention_mask is None and causal
+        b, h, rows, d = query.shape
+        if rows == 1:
+            # A decode step: (B, H, 1, D) and its transpose (B, 1, H, D) are one contiguous layout,
+            # so mha's own result is transformers', with no buffer made here (a few us a call).
+            result = attention(
+                query,
+                key,
+                value,
+                attention_mask,
+                scale=scaling,
+                enable_gqa=True,
+                backend=backend,
+                threads=threads_now,
+                executor=executor,
+            )
+            return result.transpose(1, 2), None
         options = dict(
-            is_causal=causal,
+            is_causal=attention_mask is None and causal,
             scale=scaling,
             enable_gqa=True,
             backend=backend,
@@ -125,7 +140,6 @@ def _attention_function(backend: str | None, threads: int | None, executor: str 
             executor=executor,
         )
         # Written straight into the (B, L, H, D) result.
-        b, h, rows, d = query.shape
         if query.dtype == torch.bfloat16:
             out = torch.from_numpy(np.empty((b, rows, h, d), np.int16)).view(torch.bfloat16)
         else:

@@ -171,6 +171,29 @@ def test_what_it_cannot_compute_is_named(folders):
         )
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mask", [False, True])
+def test_a_decode_step_returns_the_layout_transformers_reshapes(dtype, mask):
+    """One query row per sequence: the result is (B, 1, H, D), contiguous (transformers' reshape
+    then views it), with SDPA's values; with a boolean mask (a padded batch's step) as well."""
+    generator = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, 8, n, 32, generator=generator).to(dtype) for n in (1, 9, 9))
+    k, v = k[:, :4], v[:, :4]  # grouped: 8 query heads over 4
+    attention_mask = None
+    if mask:
+        attention_mask = torch.ones(2, 1, 1, 9, dtype=torch.bool)
+        attention_mask[1, ..., :3] = False  # the second sequence's 3 padding tokens
+    module = torch.nn.Module()
+    got, weights = mha.transformers.attention_forward(module, q, k, v, attention_mask, scaling=0.2)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), attn_mask=attention_mask, scale=0.2, enable_gqa=True
+    ).transpose(1, 2)
+    assert weights is None and got.dtype == dtype and got.shape == (2, 1, 8, 32)
+    assert got.is_contiguous() and got.reshape(2, 1, -1).data_ptr() == got.data_ptr()
+    err, scale = max_error(got, want)
+    assert err <= (2.0**-7 if dtype == torch.bfloat16 else 1e-6) * scale
+
+
 def test_register_under_another_name_with_settings(folders):
     """Another name with its own backend; "mha" keeps its settings."""
     mapping = transformers.AttentionInterface._global_mapping
