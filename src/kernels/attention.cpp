@@ -41,20 +41,44 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
     int8_row* scales = reinterpret_cast<int8_row*>(codes + l.scales_offset());
     const std::int64_t rows = l.key_rows(), kr = l.scores.nr, vr = l.values.nr;
     const std::int64_t key_panel = 2 * pairs(l.head_dim) * kr;  // bytes of a K^T panel
+    // Each row's codes a chunk at a time into `chunk` (contiguous floats to contiguous bytes, a
+    // loop the compiler vectorises), then into their places: K^T two bytes per pair row, V a
+    // panel's width at a time. Element by element with d / 2, d % 2, d / vr and d % vr (divisions
+    // by values known only here) it took 9.6 us of a 12-head decode step's 55 (Zen3).
+    const std::int64_t value_panel = l.kv_rows * vr;  // bytes of a V panel
+    constexpr std::int64_t chunk_codes = 64;          // even: a K^T pair never straddles two chunks
+    std::uint8_t chunk[chunk_codes];
     for (std::int64_t j = j0; j < j1; ++j) {
       const float* key = k + (j - j0) * args.k.row_stride;  // row j - j0 of the new keys
       const int8_row ks = row_scale(key, l.head_dim);
       const int8_encoder key_code(ks);
       // Element (d, j) of K^T: panel j / kr, pair row d / 2, key j % kr, byte d % 2.
       std::uint8_t* column = codes + j / kr * key_panel + 2 * (j % kr);
-      for (std::int64_t d = 0; d < l.head_dim; ++d)
-        column[d / 2 * 2 * kr + d % 2] = key_code(key[d]);
+      for (std::int64_t d0 = 0; d0 < l.head_dim; d0 += chunk_codes) {
+        const std::int64_t n = std::min(chunk_codes, l.head_dim - d0);
+        key_code(key + d0, n, chunk);
+        for (std::int64_t c = 0; c < n; c += 2, column += 2 * kr) {
+          column[0] = chunk[c];
+          if (c + 1 < n) column[1] = chunk[c + 1];
+        }
+      }
+      // Element (j, d) of V: panel d / vr, row j, column d % vr.
       const float* value = v + (j - j0) * args.v.row_stride;
       const int8_row vs = row_scale(value, l.head_dim);
       const int8_encoder value_code(vs);
       std::uint8_t* row = codes + l.values_offset() + j * vr;
-      for (std::int64_t d = 0; d < l.head_dim; ++d)
-        row[d / vr * l.kv_rows * vr + d % vr] = value_code(value[d]);
+      std::int64_t column_in_panel = 0;
+      for (std::int64_t d0 = 0; d0 < l.head_dim; d0 += chunk_codes) {
+        const std::int64_t n = std::min(chunk_codes, l.head_dim - d0);
+        value_code(value + d0, n, chunk);
+        for (std::int64_t c = 0; c < n; ++c) {
+          row[column_in_panel] = chunk[c];
+          if (++column_in_panel == vr) {
+            column_in_panel = 0;
+            row += value_panel;
+          }
+        }
+      }
       scales[j] = ks;
       scales[rows + j] = vs;
     }

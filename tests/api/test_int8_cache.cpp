@@ -205,13 +205,15 @@ TEST_P(Int8Cache, DecodeMatchesTheNaiveReferenceAndItsBound) {
   RecordProperty("error_over_bound", std::to_string(error / bound));
 }
 
-// One query row per K/V head (no grouped heads), head_dims whose pairs (11 and 3) are not a
+// One query row per K/V head (no grouped heads), head_dims whose pairs (11, 3 and 41) are not a
 // multiple of the integer kernel's accumulator chains: a decode step's scores read K^T as one
-// stream (code_pair_row), its remainder pairs too; the same function as naive's.
+// stream (code_pair_row), its remainder pairs too; the same function as naive's. Head_dim 81 is
+// odd (its last pair half empty) and longer than the append's chunks of 64 codes.
 TEST_P(Int8Cache, OneRowPerHeadMatchesTheNaiveReference) {
   const auto& [backend, form, plan_precision] = GetParam();
   for (const mha_test::shape& s : {mha_test::shape{2, 24, 16, 44, 2, true, true, true, 0, 0.0},
-                                   mha_test::shape{1, 24, 16, 18, 3, true, false, true, 0, 0.0}}) {
+                                   mha_test::shape{1, 24, 16, 18, 3, true, false, true, 0, 0.0},
+                                   mha_test::shape{1, 24, 16, 162, 2, true, false, true, 0, 0.0}}) {
     const mha::config cfg = config_of(s, plan_precision);
     MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, 1, 8, precision::int8});
     const mha::weights w = mha::weights::random(cfg, 7);
