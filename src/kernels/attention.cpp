@@ -34,9 +34,8 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
   MHA_EXPECTS(!args.bf16_operands());  // a cache takes float keys and values
   const float *k = args.k.row(b, g, 0), *v = args.v.row(b, g, 0);
   if (l.int8) {
-    // Codes in the panels' places (K^T in pairs along head_dim, as code_pair_dot reads them;
-    // (j, d) of V at panel d / nr, row j, column d % nr), each row's scale and zero in the
-    // arrays after them.
+    // Codes in the panels' places (K^T in pairs along head_dim, V in pairs along keys, as
+    // code_pair_dot reads them), each row's scale and zero in the arrays after them.
     std::uint8_t* codes = static_cast<std::uint8_t*>(head);
     int8_row* scales = reinterpret_cast<int8_row*>(codes + l.scales_offset());
     const std::int64_t rows = l.key_rows(), kr = l.scores.nr, vr = l.values.nr;
@@ -45,8 +44,8 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
     // loop the compiler vectorises), then into their places: K^T two bytes per pair row, V a
     // panel's width at a time. Element by element with d / 2, d % 2, d / vr and d % vr (divisions
     // by values known only here) it took 9.6 us of a 12-head decode step's 55 (Zen3).
-    const std::int64_t value_panel = l.kv_rows * vr;  // bytes of a V panel
-    constexpr std::int64_t chunk_codes = 64;          // even: a K^T pair never straddles two chunks
+    const std::int64_t value_panel = 2 * pairs(l.kv_rows) * vr;  // bytes of a V panel
+    constexpr std::int64_t chunk_codes = 64;  // even: a K^T pair never straddles two chunks
     std::uint8_t chunk[chunk_codes];
     for (std::int64_t j = j0; j < j1; ++j) {
       const float* key = k + (j - j0) * args.k.row_stride;  // row j - j0 of the new keys
@@ -62,17 +61,17 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
           if (c + 1 < n) column[1] = chunk[c + 1];
         }
       }
-      // Element (j, d) of V: panel d / vr, row j, column d % vr.
+      // Element (j, d) of V: panel d / vr, pair row j / 2, column d % vr, byte j % 2.
       const float* value = v + (j - j0) * args.v.row_stride;
       const int8_row vs = row_scale(value, l.head_dim);
       const int8_encoder value_code(vs);
-      std::uint8_t* row = codes + l.values_offset() + j * vr;
+      std::uint8_t* row = codes + l.values_offset() + j / 2 * 2 * vr + j % 2;
       std::int64_t column_in_panel = 0;
       for (std::int64_t d0 = 0; d0 < l.head_dim; d0 += chunk_codes) {
         const std::int64_t n = std::min(chunk_codes, l.head_dim - d0);
         value_code(value + d0, n, chunk);
         for (std::int64_t c = 0; c < n; ++c) {
-          row[column_in_panel] = chunk[c];
+          row[2 * column_in_panel] = chunk[c];
           if (++column_in_panel == vr) {
             column_in_panel = 0;
             row += value_panel;
@@ -113,7 +112,7 @@ std::int64_t attention_layout::head_units() const noexcept {
 }
 
 std::int64_t attention_layout::scales_offset() const noexcept {
-  return round_up(values_offset() + kv_rows * round_up(head_dim, values.nr), line_bytes);
+  return round_up(values_offset() + 2 * pairs(kv_rows) * round_up(head_dim, values.nr), line_bytes);
 }
 
 std::int64_t attention_layout::head_bytes() const noexcept {
@@ -126,6 +125,10 @@ std::int64_t attention_layout::key_bytes() const noexcept {
   const std::int64_t elements = head_dim + round_up(head_dim, values.nr);
   if (int8) return elements + 2 * std::int64_t{sizeof(int8_row)};
   return (bf16 ? 2 : 4) * elements;
+}
+
+std::int64_t attention_layout::weight_chunks() const noexcept {
+  return (score_cols + weight_chunk_keys - 1) / weight_chunk_keys;
 }
 
 std::int64_t attention_layout::score_floats() const noexcept {
@@ -142,7 +145,9 @@ std::int64_t attention_layout::scratch_floats() const noexcept {
                                        : 0;
   const std::int64_t code_parts = int8 ? 3 * row_floats +
                                              round_up(block_rows * pairs(head_dim), line_floats) +
-                                             2 * round_up(score_cols, line_floats)
+                                             2 * round_up(score_cols, line_floats) +
+                                             round_up(block_rows * pairs(score_cols), line_floats) +
+                                             round_up(block_rows * weight_chunks(), line_floats)
                                        : 0;
   return round_up(block_rows * head_dim, line_floats) + score_floats() +
          round_up(block_rows * acc_cols, line_floats) + 3 * row_floats +
@@ -172,8 +177,11 @@ attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept
     parts.tile_value_scales = parts.query_scales + row_floats;
     parts.tile_value_offsets = parts.tile_value_scales + round_up(score_cols, line_floats);
     // 32-bit integers in float storage the fp32 parts never touch.
-    parts.query_codes = reinterpret_cast<std::int32_t*>(parts.tile_value_offsets +
-                                                        round_up(score_cols, line_floats));
+    float* codes_start = parts.tile_value_offsets + round_up(score_cols, line_floats);
+    parts.query_codes = reinterpret_cast<std::int32_t*>(codes_start);
+    float* weights_start = codes_start + round_up(block_rows * pairs(head_dim), line_floats);
+    parts.weight_codes = reinterpret_cast<std::int32_t*>(weights_start);
+    parts.weight_scales = weights_start + round_up(block_rows * pairs(score_cols), line_floats);
   }
   return parts;
 }

@@ -63,6 +63,9 @@ struct attention_scratch {
   float* value_offsets;       // int8: block_rows: one key tile's sum of P times the values' offsets
   float* tile_value_scales;   // int8: score_cols: the values' scales of the key tile's keys
   float* tile_value_offsets;  // int8: score_cols: their offsets
+  std::int32_t* weight_codes;  // int8: block_rows x pairs(score_cols): P times the values'
+                               // scales as 16-bit integers in pairs of keys
+  float* weight_scales;        // int8: block_rows x weight_chunks(): each chunk's scale of them
 };
 
 // What an attention geometry is asked for (isa_kernels::layout), one field per fact.
@@ -123,8 +126,9 @@ struct attention_layout {
   // V (kv_rows, head_dim) in panels of values.nr at values_offset() (bf16: pairs along keys).
   // int8: in bytes, K^T codes (head_dim, kv_rows) in panels of scores.nr at the start (pairs
   // along head_dim: a panel row holds two codes of each of its keys, dimensions 2i and 2i + 1),
-  // V codes (kv_rows, head_dim) in panels of values.nr at values_offset(), then from
-  // scales_offset() two arrays of key_rows() int8_row words (a scale and a zero each,
+  // V codes (kv_rows, head_dim) in panels of values.nr at values_offset() (pairs along keys: a
+  // panel row holds two codes of each of its dimensions, keys 2i and 2i + 1, as bf16's V), then
+  // from scales_offset() two arrays of key_rows() int8_row words (a scale and a zero each,
   // core/int8.hpp): the keys', then the values'.
   std::int64_t head_units() const noexcept;
   std::int64_t values_offset() const noexcept;
@@ -138,6 +142,8 @@ struct attention_layout {
   // One query block's scratch in floats: O(block_rows * (score_cols + head_dim)), independent
   // of the keys once keys >= key_tile.
   std::int64_t scratch_floats() const noexcept;
+  // int8: the chunks of weight_chunk_keys keys (core/int8.hpp) a key tile's weights come in.
+  std::int64_t weight_chunks() const noexcept;
   // Its scores part (attention_scratch::scores).
   std::int64_t score_floats() const noexcept;
   // Carves `scratch` (scratch_floats() floats, 64-byte aligned) into its parts, each aligned

@@ -230,8 +230,17 @@ std::vector<double> attention_row(const attention_shape& shape, std::span<const 
   return out;
 }
 
-double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
-                        std::int64_t rows, double max_y) {
+namespace {
+
+// What an int8 cache's bounds read of a module over the first `rows` rows of x: the largest
+// query, key and value (times sqrt 2 with RoPE, which mixes pairs) and out_proj's largest row
+// sum of |W| (1 without out_proj).
+struct int8_bound_terms {
+  double q, k, v, rows_sum;
+};
+
+int8_bound_terms int8_terms(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
+                            std::int64_t rows) {
   const auto largest = [&](const mha::linear_weights& l) {
     double m = 0.0;
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -244,13 +253,6 @@ double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span
     }
     return cfg.rope_base != 0.0 ? std::sqrt(2.0) * m : m;
   };
-  const double q = largest(w.query), k = largest(w.key), v = largest(w.value);
-  // The codes' error in a score, plus the SIMD kernels' 16-bit queries' (docs/design.md §1.7).
-  const double limit = mha::detail::query_code_limit(cfg.head_dim());
-  const double code = mha::detail::int8_element_error;
-  const double delta =
-      std::sqrt(static_cast<double>(cfg.head_dim())) * q * k * (code + 1.0 / limit);
-  const double heads = v * (std::expm1(2.0 * delta) * (1.0 + code) + code);
   double rows_sum = 1.0;
   if (cfg.out_proj) {
     rows_sum = 0.0;
@@ -261,6 +263,33 @@ double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span
       rows_sum = std::max(rows_sum, sum);
     }
   }
+  return {largest(w.query), largest(w.key), largest(w.value), rows_sum};
+}
+
+}  // namespace
+
+double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
+                        std::int64_t rows, double max_y) {
+  const auto [q, k, v, rows_sum] = int8_terms(cfg, w, x, rows);
+  // The codes' error in a score, plus the SIMD kernels' 16-bit queries'; in an output, the
+  // values' codes' plus their 16-bit weights' (docs/design.md §1.7).
+  const double limit = mha::detail::query_code_limit(cfg.head_dim());
+  const double code = mha::detail::int8_element_error;
+  const double delta =
+      std::sqrt(static_cast<double>(cfg.head_dim())) * q * k * (code + 1.0 / limit);
+  const double heads = v * (std::expm1(2.0 * delta) * (1.0 + code) + mha::detail::int8_value_error);
+  return rows_sum * heads + 1e-5 * max_y;
+}
+
+double int8_kernels_bound(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
+                          std::int64_t rows, double max_y) {
+  const auto [q, k, v, rows_sum] = int8_terms(cfg, w, x, rows);
+  // The 16-bit queries' share of a score, and the 16-bit weights' of an output.
+  const double limit = mha::detail::query_code_limit(cfg.head_dim());
+  const double code = mha::detail::int8_element_error;
+  const double delta = std::sqrt(static_cast<double>(cfg.head_dim())) * q * k / limit;
+  const double heads =
+      v * (std::expm1(2.0 * delta) * (1.0 + code) + mha::detail::int8_value_error - code);
   return rows_sum * heads + 1e-5 * max_y;
 }
 

@@ -53,13 +53,23 @@ double max_abs_score(const mha::config& cfg, const mha::weights& w, std::span<co
 // 1/252), a score by at most delta = sqrt(head_dim) max|q| max|k| e (the softmax scale
 // 1 / sqrt(head_dim) times head_dim products; plus the 16-bit queries' share), each weight by a
 // factor within exp(+-2 delta), so the heads' outputs by at most
-// max|v| ((e^(2 delta) - 1)(1 + e) + e), and y by out_proj's largest row sum of
+// max|v| ((e^(2 delta) - 1)(1 + e) + e_v) (e_v = int8_value_error: the values' codes and the
+// SIMD kernels' 16-bit weights, 1.25 e), and y by out_proj's largest row sum of
 // |W| times that. max|q|, max|k|, max|v| are the projections' over the first `rows` rows of x
 // (rows x d_in: every token whose keys and values are cached; times sqrt 2 with RoPE, which
 // mixes pairs). Plus the fp32 function's own rounding, 1e-5 max_y (max_y: max|y| of forward()).
 // Absolute, like max|y - y*|.
 double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
                         std::int64_t rows, double max_y);
+
+// The bound of the SIMD kernels' int8 arithmetic against the naive backend's, which widens each
+// code to its value and computes the function of those in fp32: the SIMD kernels' 16-bit queries
+// move a score by at most delta_q = sqrt(head_dim) max|q| max|k| / query_code_limit, and their
+// 16-bit weights an output by at most (int8_value_error - int8_element_error) max|v|, so y by at
+// most out_proj's largest row sum of |W| times max|v| ((e^(2 delta_q) - 1)(1 + e) +
+// int8_value_error - e), plus 1e-5 max_y of fp32 rounding (docs/design.md §1.7). Absolute.
+double int8_kernels_bound(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
+                          std::int64_t rows, double max_y);
 
 // The attention core alone (no projections), for checking attention kernels: q, k, v and the
 // result are (batch, heads, seq_len, head_dim), dense row-major.

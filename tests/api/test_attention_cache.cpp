@@ -119,11 +119,23 @@ step_error step(const mha::backend& backend, const mha::backend& reference_backe
 // The worst error of an int8 cache's call over inputs in [-1, 1] (docs/design.md §1.7): a code
 // is within e = int8_element_error (about 1/252) of its element, so a score moves by at most
 // sum|q_d| e = sqrt(D) e, a softmax weight by the factor exp(2 that) - 1 of itself, and the
-// result by e (the values') + 2 (exp(2 sqrt(D) e) - 1) max|v|.
+// result by int8_value_error (the values' codes and their 16-bit weights', 1.25 e) +
+// 2 (exp(2 sqrt(D) e) - 1) max|v|.
 double int8_bound(std::int64_t head_dim) {
   const double e = mha::detail::int8_element_error;
   const double score = std::sqrt(static_cast<double>(head_dim)) * e;
-  return e + 2.0 * (std::exp(2.0 * score) - 1.0);
+  return mha::detail::int8_value_error + 2.0 * (std::exp(2.0 * score) - 1.0);
+}
+
+// The SIMD kernels' int8 arithmetic against naive's over inputs in [-1, 1] (docs/design.md §1.7,
+// reference.hpp's int8_kernels_bound): 16-bit queries move a score by at most
+// sqrt(D) / query_code_limit, 16-bit weights the result by int8_value_error - e; plus 2e-5 of
+// fp32 rounding.
+double int8_kernels_tolerance(std::int64_t head_dim) {
+  const double e = mha::detail::int8_element_error;
+  const double score =
+      std::sqrt(static_cast<double>(head_dim)) / mha::detail::query_code_limit(head_dim);
+  return 2e-5 + std::expm1(2.0 * score) * (1.0 + e) + mha::detail::int8_value_error - e;
 }
 
 class AttentionCache : public testing::TestWithParam<mha_test::backend_case> {};
@@ -221,9 +233,54 @@ TEST_P(AttentionCache, Int8StaysWithinItsCodesBoundAndMatchesTheNaiveReference) 
         call(*GetParam().backend, a, out_a);
         call(mha::naive_backend(), b, out_b);
         EXPECT_LE(mha_test::max_abs_diff(out_a, out_b),
-                  compute == precision::bf16 ? 1.0 / 128 : 2e-5)
+                  compute == precision::bf16 ? 1.0 / 128 : int8_kernels_tolerance(d))
             << "head_dim " << d << ", " << t << " tokens";
       }
+    }
+  }
+}
+
+// The SIMD kernels' 16-bit weights come in chunks of weight_chunk_keys keys, each with its own
+// scale (code_scales::value_weights). Value rows whose magnitude doubles every 16 tokens give
+// neighbouring chunks largest weights 4x apart, so a chunk scaled as another would be off by a
+// large share of the output, far past the kernels' bound; a causal prefill of 100 tokens (row
+// blocks whose later rows read keys the earlier ones must not) and two decode steps.
+TEST_P(AttentionCache, Int8WeightsOfEachChunkKeepTheirScale) {
+  const mha::backend& backend = *GetParam().backend;
+  for (const std::int64_t head_dim : {16, 64}) {
+    const std::int64_t batch = 1, heads = 4, kv_heads = 2, capacity = 102;
+    mha::kv_cache mine = mha::make_attention_cache(backend, batch, capacity, kv_heads, head_dim,
+                                                   precision::int8, precision::fp32);
+    mha::kv_cache naive = mha::make_attention_cache(mha::naive_backend(), batch, capacity, kv_heads,
+                                                    head_dim, precision::int8, precision::fp32);
+    stream s(cache_case{});
+    std::int64_t seen = 0;
+    for (const std::int64_t t : {100, 1, 1}) {
+      const std::int64_t d = head_dim;
+      std::vector<float> q = s.random(batch * heads * t * d),
+                         k = s.random(batch * kv_heads * t * d),
+                         v = s.random(batch * kv_heads * t * d);
+      for (std::int64_t g = 0; g < kv_heads; ++g) {
+        for (std::int64_t i = 0; i < t; ++i) {
+          const float magnitude = std::exp2(static_cast<float>(seen + i - 101) / 16.0f);
+          for (std::int64_t e = 0; e < d; ++e)
+            v[static_cast<std::size_t>((g * t + i) * d + e)] *= magnitude;
+        }
+      }
+      std::vector<float> out_a(q.size()), out_b(q.size());
+      mha::attention_options o;
+      o.causal = true;
+      const auto call = [&](const mha::backend& on, mha::kv_cache& cache, std::vector<float>& out) {
+        mha::attention(on, dense<const float>(q.data(), batch, heads, t, d),
+                       dense<const float>(k.data(), batch, kv_heads, t, d),
+                       dense<const float>(v.data(), batch, kv_heads, t, d), cache,
+                       dense(out.data(), batch, heads, t, d), o);
+      };
+      call(backend, mine, out_a);
+      call(mha::naive_backend(), naive, out_b);
+      EXPECT_LE(mha_test::max_abs_diff(out_a, out_b), int8_kernels_tolerance(d))
+          << "head_dim " << d << ", " << t << " tokens after " << seen;
+      seen += t;
     }
   }
 }

@@ -169,11 +169,21 @@ std::vector<float> first_tokens(const std::vector<float>& x, std::int64_t batch,
 
 class Int8Cache : public testing::TestWithParam<case_param> {};
 
-// The kernels compute scale_j (q . c_j) + offset_j sum(q) and sum_j (p_j scale_j) c_j +
-// sum_j p_j offset_j where naive widens each code to offset + scale c first: the same function,
-// so only fp32 rounding differs (measured at most 1.5e-6 of max|y| in fp32 plans). A bf16 plan
-// rounds the heads' outputs to bf16 before out_proj, where an fp32 difference can land on the
-// other side of a tie: the bf16 oracle's 2u (docs/design.md §1.5).
+// The SIMD kernels compute qscale scale_j (qi . c_j) + offset_j sum(q) and
+// sum_j s q_j c_j + sum_j p_j offset_j, with 16-bit queries qi and weights q_j, where naive
+// widens each code to offset + scale c first and computes in fp32: the same function within
+// int8_kernels_bound (16-bit queries and weights; fp32 rounding alone measured 1.5e-6 of
+// max|y|). A bf16 plan rounds the heads' outputs to bf16 before out_proj, where a difference can
+// land on the other side of a tie: the bf16 oracle's 2u (docs/design.md §1.5) on top.
+double naive_tolerance(const mha_test::shape& s, const mha::config& cfg, const mha::weights& w,
+                       const std::vector<float>& x, std::int64_t tokens,
+                       const std::vector<float>& expected) {
+  const std::vector<float> cached = first_tokens(x, s.batch, s.seq_len, tokens, s.d_in);
+  const double max_y = mha_test::max_abs(expected);
+  const double bf16 = cfg.precision == precision::bf16 ? mha_reference::bf16_bound * max_y : 0.0;
+  return bf16 + mha_reference::int8_kernels_bound(s.config(), w, cached, s.batch * tokens, max_y);
+}
+
 TEST_P(Int8Cache, DecodeMatchesTheNaiveReferenceAndItsBound) {
   const auto& [backend, form, plan_precision] = GetParam();
   const mha_test::shape& s = decode_shape;
@@ -188,8 +198,7 @@ TEST_P(Int8Cache, DecodeMatchesTheNaiveReferenceAndItsBound) {
   const auto reference = mha::naive_backend().prepare(cfg, form, w);
   const std::vector<float> expected =
       decode(*reference, x, s.batch, s.seq_len, 32, 20, precision::int8);
-  const double tolerance = plan_precision == precision::bf16 ? mha_reference::bf16_bound : 1e-5;
-  EXPECT_LE(mha_test::max_abs_diff(got, expected), tolerance * mha_test::max_abs(expected));
+  EXPECT_LE(mha_test::max_abs_diff(got, expected), naive_tolerance(s, cfg, w, x, 32, expected));
 
   // Against the exact function of the same tokens (the fp32 module's, in double).
   const std::vector<float> x32 = first_tokens(x, s.batch, s.seq_len, 32, s.d_in);
@@ -223,8 +232,7 @@ TEST_P(Int8Cache, OneRowPerHeadMatchesTheNaiveReference) {
                                           s.seq_len, 24, 6, precision::int8);
     const std::vector<float> expected = decode(*mha::naive_backend().prepare(cfg, form, w), x,
                                                s.batch, s.seq_len, 24, 6, precision::int8);
-    const double tolerance = plan_precision == precision::bf16 ? mha_reference::bf16_bound : 1e-5;
-    EXPECT_LE(mha_test::max_abs_diff(got, expected), tolerance * mha_test::max_abs(expected))
+    EXPECT_LE(mha_test::max_abs_diff(got, expected), naive_tolerance(s, cfg, w, x, 24, expected))
         << "head_dim " << cfg.head_dim();
   }
 }

@@ -79,18 +79,17 @@ struct weights_use {
 // Dot sets the operands' unit (micro_kernel.hpp): fp32 (fma_dot) or, for a bf16 module, bf16
 // pairs (docs/design.md §1.5): the queries, the K and V and the weights P are rounded to bf16
 // and the products summed in fp32; the scale is then applied to the scores in the softmax (Q K^T
-// of rounded Q), where fp32 folds it into the queries. ScoreDot, Q K^T's, is Dot but for an int8
-// cache (micro/attention_codes.hpp).
+// of rounded Q), where fp32 folds it into the queries; or, for an int8 cache, pairs of codes
+// on integers (code_pair_dot, micro/attention_codes.hpp).
 //
 // This type holds what every path reads; each path is a type deriving from it
 // (micro/attention_packed.hpp, attention_direct.hpp, attention_narrow.hpp) with its own run().
-template <class Arch, class Dot, class ScoreDot = Dot>
+template <class Arch, class Dot>
 struct attention_block {
   using unit = typename Dot::unit;
   using panel_unit = b_unit_t<Dot>;
-  using key_unit = b_unit_t<ScoreDot>;
   static constexpr bool pairs_of_bf16 = std::is_same_v<unit, bf16_pair>;
-  static constexpr bool codes = std::is_same_v<panel_unit, std::uint8_t>;
+  static constexpr bool codes = std::is_same_v<Dot, code_pair_dot>;
   // K^T's rows are pairs of dimensions: bf16 pairs, or pairs of codes.
   static constexpr bool key_pairs = pairs_of_bf16 || codes;
   // The AMX build's bf16 weights come from exp2_for_bf16 on every path (tiles or vectors), so
@@ -103,18 +102,21 @@ struct attention_block {
   std::int64_t rows;  // stacked rows: positions * layout.group
   attention_scratch scratch;
 
+  // V's rows are pairs of keys: bf16 pairs, or pairs of codes (and P's rows pairs of weights).
+  static constexpr bool value_pairs = pairs_of_bf16 || codes;
+
   // Units of a K^T panel row (head_dim elements) and of a V panel column (kv_rows keys).
   std::int64_t dim_units() const noexcept {
     return key_pairs ? pairs(args.head_dim) : args.head_dim;
   }
   std::int64_t value_rows() const noexcept {
-    return pairs_of_bf16 ? pairs(layout.kv_rows) : layout.kv_rows;
+    return value_pairs ? pairs(layout.kv_rows) : layout.kv_rows;
   }
   // Units of P per score row.
   std::int64_t weight_units() const noexcept {
-    return pairs_of_bf16 ? pairs(layout.score_cols) : layout.score_cols;
+    return value_pairs ? pairs(layout.score_cols) : layout.score_cols;
   }
-  const typename ScoreDot::unit* queries() const noexcept {
+  const unit* queries() const noexcept {
     if constexpr (pairs_of_bf16) {
       return scratch.query_pairs;
     } else if constexpr (codes) {
@@ -126,6 +128,8 @@ struct attention_block {
   const unit* weights() const noexcept {
     if constexpr (pairs_of_bf16) {
       return scratch.weight_pairs;
+    } else if constexpr (codes) {
+      return scratch.weight_codes;
     } else {
       return scratch.scores;
     }
@@ -252,9 +256,9 @@ struct attention_block {
   // sum move on, scratch.rescale gets 2^(m - m') per row. Each row's weights are zeroed past its
   // own keys up to what P V reads for any row block it can be in (`use`). With a mask, a row
   // whose keys so far are all at -inf has the running max -inf, weights 0 and sum 0 (its max
-  // moves nothing until a key counts). weighted(r, p, len) then sees each row's fp32 weights
-  // (len <= 0: none), before their zeros past its keys and their pairs (never with
-  // use.pairs_only, which stores no fp32 weight).
+  // moves nothing until a key counts). weighted(r, p, len, end) then sees each row's fp32
+  // weights (len <= 0: none) and the keys P V reads of the row (end), before their zeros past its
+  // keys and their pairs (never with use.pairs_only, which stores no fp32 weight).
   template <class F>
   void softmax(std::int64_t j0, std::int64_t j1, weights_use use, F&& weighted) const noexcept {
     constexpr std::int64_t lanes = xsimd::batch<float, Arch>::size;
@@ -305,7 +309,7 @@ struct attention_block {
           for (std::int64_t j = 0; j < len; ++j) p[j] *= scratch.dropout[j];
         }
       }
-      weighted(r, p, len);
+      weighted(r, p, len, end);
       // bf16 reads the weights in pairs: a pair's other half is zero too.
       const std::int64_t read = pairs_of_bf16 ? round_up(end, 2) : end;
       for (std::int64_t j = zero_from; j < read; ++j) p[j] = 0.0f;

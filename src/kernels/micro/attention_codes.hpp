@@ -7,13 +7,16 @@
 // plan: rounded to bf16 first) is quantised to 16-bit integers q ~ qscale qi
 // (attention_block::scale_queries), and its integer products with the code pairs of K^T are
 // summed exactly (code_pair_dot); each score is then qscale scale_j (qi . c_j) + offset_j sum(q)
-// (key_scores). P V (code_dot) is sum_j (p_j scale_j) c_j + sum_j p_j offset_j: fp32 weights
-// times the values' scales (value_weights, from the key tile's scales and offsets unpacked once:
-// unpack_values) meet widened codes, and each output row then gains the second sum
-// (add_value_offsets).
+// (key_scores). P V is sum_j (p_j scale_j) c_j + sum_j p_j offset_j: the weights times the
+// values' scales (value_weights, from the key tile's scales and offsets unpacked once:
+// unpack_values), quantised to 16-bit integers per chunk of keys, meet the code pairs of V in
+// exact integer sums (code_pair_dot), each chunk's converted and scaled into O (add_chunk); each
+// output row then gains the second sum (add_value_offsets).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "core/int8.hpp"
 #include "kernels/micro/code_dot.hpp"
@@ -77,11 +80,16 @@ struct code_scales {
     }
   }
 
-  // A row's weights p of a key tile's first len keys times their values' scales (what multiplies
-  // the codes), from unpack_values' scale and offset; returns sum_j p_j offset_j (what every
-  // element of the output row gains).
-  static float value_weights(float* p, const float* scale, const float* offset,
-                             std::int64_t len) noexcept {
+  // A row's weights p of a key tile's first len keys times their values' scales, w_j = p_j
+  // scale_j (what multiplies the codes; into p), from unpack_values' scale and offset, and as
+  // code_pair_dot's pairs of 16-bit integers for the keys P V reads of the row ([0, end)): per
+  // chunk of weight_chunk_keys keys w_j ~ s q_j, q_j = round(w_j / s) in [0, weight_code_limit],
+  // s the chunk's largest w over the limit (chunk_scales, one per chunk), keys from len on 0, so
+  // that P V adds nothing for keys past the row's own, however far its block reads. Returns
+  // sum_j p_j offset_j, what every element of the output row gains: NaN where a value row is
+  // read as NaN (its offset NaN), whatever its codes and weight then are.
+  static float value_weights(float* p, const float* scale, const float* offset, std::int64_t len,
+                             std::int64_t end, query_pair* codes, float* chunk_scales) noexcept {
     using batch = xsimd::batch<float, Arch>;
     constexpr std::int64_t lanes = batch::size;
     batch sum(0.0f);
@@ -96,7 +104,83 @@ struct code_scales {
       total += p[j] * offset[j];
       p[j] *= scale[j];
     }
+    for (std::int64_t c0 = 0; c0 < end; c0 += weight_chunk_keys) {
+      weight_chunk(p + c0, len - c0, pairs(end) - c0 / 2, codes + c0 / 2,
+                   chunk_scales + c0 / weight_chunk_keys);
+    }
     return total;
+  }
+
+  // One chunk of value_weights: its weights w[0, n) (none past n, whatever w holds there) as
+  // 16-bit integers, the first `words` pairs of them into codes (at most a chunk's), and the
+  // chunk's scale, by whole batches.
+  static void weight_chunk(const float* w, std::int64_t n, std::int64_t words, query_pair* codes,
+                           float* chunk_scale) noexcept {
+    using batch = xsimd::batch<float, Arch>;
+    constexpr std::int64_t lanes = batch::size, chunk = weight_chunk_keys;
+    constexpr int count = static_cast<int>(chunk / lanes);
+    static_assert(chunk % (2 * lanes) == 0, "a chunk of whole pairs of batches");
+    float tail[chunk];
+    if (n < chunk) {  // a partial chunk: its weights, then zeros
+      const std::int64_t have = n > 0 ? n : 0;
+      std::copy_n(w, have, tail);
+      std::fill(tail + have, tail + chunk, 0.0f);
+      w = tail;
+    }
+    batch x[count], largest(0.0f);
+    for (int i = 0; i < count; ++i) {
+      x[i] = batch::load_unaligned(w + i * lanes);
+      largest = xsimd::max(largest, x[i]);  // a NaN weight is passed over (see value_weights)
+    }
+    const float most = largest_lane<Arch>(largest);
+    constexpr float limit = weight_code_limit;
+    // Past 2^-113 limit / most overflows: weights below 2^-96 (of a row whose largest is 1,
+    // l >= 1) are left out, their share of the row far below an fp32 rounding.
+    const float inverse = most >= 0x1p-96f ? limit / most : 0.0f;
+    *chunk_scale = inverse > 0.0f ? most / limit : 0.0f;
+    // Rounded to the nearest integer, ties to even (core/int8.hpp's round_ties_even, by batch),
+    // at most the limit (a NaN weight: the limit).
+    constexpr float shift = 12582912.0f;  // 1.5 * 2^23
+    const auto code = [&](batch v) {
+      const batch r = (v * batch(inverse) + batch(shift)) - batch(shift);
+      return xsimd::to_int(xsimd::select(r < batch(limit), r, batch(limit)));
+    };
+    query_pair pairs_out[chunk / 2];
+    query_pair* out = words >= chunk / 2 ? codes : pairs_out;
+    for (int i = 0; i < count; i += 2) {
+      narrow_pairs<Arch>(code(x[i]), code(x[i + 1])).store_unaligned(out + i * lanes / 2);
+    }
+    if (out != codes) std::copy_n(pairs_out, words > 0 ? words : 0, codes);
+  }
+
+  // O (R rows of NV batches at o, row stride ldo) = start (a micro-kernel's start policy over
+  // o: start_bias{nullptr}, start_scaled or start_sum) + each row's chunk scale (chunk_scales,
+  // row stride scales_stride) times the chunk's integer sums (code_pair_dot's: R rows of NV
+  // batches at sums, row stride lds).
+  template <class T, int R, int NV, class Start>
+  static void add_chunk(const float* sums, std::int64_t lds, const float* chunk_scales,
+                        std::int64_t scales_stride, float* o, std::int64_t ldo,
+                        const Start& start) noexcept {
+    using batch = typename T::batch;
+    using words = xsimd::batch<std::int32_t, typename T::arch>;
+    constexpr int lanes = static_cast<int>(batch::size);
+    batch acc[R][NV];
+    start(acc);
+#pragma GCC unroll 32
+    for (int r = 0; r < R; ++r) {
+      const batch s(chunk_scales[r * scales_stride]);
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) {
+        const words integers = words::load_unaligned(
+            reinterpret_cast<const std::int32_t*>(sums + r * lds + v * lanes));
+        acc[r][v] = fused_fma(s, xsimd::to_float(integers), acc[r][v]);
+      }
+    }
+#pragma GCC unroll 32
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[r][v].store_unaligned(o + r * ldo + v * lanes);
+    }
   }
 
   // The R output rows of one V panel's nr columns at o (stride ld) gain their rows' sums of

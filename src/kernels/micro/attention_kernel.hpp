@@ -14,15 +14,14 @@
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
 // The paths, by the layout's unit and where K and V are read:
-//   int8 codes      packed_attention over code_pair_dot (Q K^T) and code_dot (P V): a cache's
+//   int8 codes      packed_attention over code_pair_dot (Q K^T and P V on integers): a cache's
 //   bf16 pairs      direct_attention (a direct layout), else packed_attention over PairDot, its
 //                   products on tiles where PairDot has them (tile_path)
 //   fp32            narrow_attention (head_dim <= 8, no mask or dropout; packed or direct),
 //                   else direct_attention (a direct layout), else packed_attention
-template <class Arch, class Dot, class ScoreDot = Dot>
-attention_block<Arch, Dot, ScoreDot> block_of(const attention_args& args,
-                                              const attention_layout& layout,
-                                              const attention_task& task, float* scratch) noexcept {
+template <class Arch, class Dot>
+attention_block<Arch, Dot> block_of(const attention_args& args, const attention_layout& layout,
+                                    const attention_task& task, float* scratch) noexcept {
   return {args, layout, task, (task.row_end - task.row_begin) * layout.group,
           layout.scratch_parts(scratch)};
 }
@@ -36,9 +35,9 @@ void attention_rows(const attention_args& args, const attention_layout& layout,
   const std::uint8_t* values = head ? head + unit_bytes * layout.values_offset() : nullptr;
   if (layout.int8) {
     MHA_EXPECTS(!layout.direct);  // only a cache holds codes
-    const packed_attention<Arch, Tiles, code_dot, code_pair_dot> path{
-        block_of<Arch, code_dot, code_pair_dot>(args, layout, task, scratch),
-        reinterpret_cast<const code_pair*>(head), values,
+    const packed_attention<Arch, Tiles, code_pair_dot> path{
+        block_of<Arch, code_pair_dot>(args, layout, task, scratch),
+        reinterpret_cast<const code_pair*>(head), reinterpret_cast<const code_pair*>(values),
         reinterpret_cast<const int8_row*>(head + layout.scales_offset())};
     path.run();
   } else if (layout.bf16 && layout.direct) {

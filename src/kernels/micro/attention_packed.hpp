@@ -5,6 +5,7 @@
 // how it is compiled.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -38,19 +39,19 @@ void for_panel_groups(std::int64_t p, std::int64_t panels, F&& f) noexcept {
 
 // Per key tile: the scores (Q K^T), the mask, the softmax, then O = O * rescale + P V, O in
 // scratch.accumulators; out at the end (attention_block).
-template <class Arch, class Tiles, class Dot, class ScoreDot = Dot>
-struct packed_attention : attention_block<Arch, Dot, ScoreDot> {
-  using block = attention_block<Arch, Dot, ScoreDot>;
+template <class Arch, class Tiles, class Dot>
+struct packed_attention : attention_block<Arch, Dot> {
+  using block = attention_block<Arch, Dot>;
   using arch = Arch;
   using dot = Dot;
   using block::args, block::layout, block::task, block::rows, block::scratch;
   using block::dim_units, block::value_rows, block::weight_units, block::queries, block::weights;
   using block::pairs_of_bf16, block::codes, block::bf16_weights;
   using block::rows_end, block::row_keys;
-  using typename block::panel_unit, typename block::key_unit;
+  using typename block::panel_unit;
 
-  const key_unit* kt;   // packed K^T: head_dim x layout.kv_rows in panels of layout.scores.nr
-  const panel_unit* v;  // packed V: layout.kv_rows x head_dim in panels of layout.values.nr
+  const panel_unit* kt;  // packed K^T: head_dim x layout.kv_rows in panels of layout.scores.nr
+  const panel_unit* v;   // packed V: layout.kv_rows x head_dim in panels of layout.values.nr
   // int8: the codes' scales and zeros (code_scales::rows); nullptr otherwise.
   const int8_row* scales;
 
@@ -66,21 +67,28 @@ struct packed_attention : attention_block<Arch, Dot, ScoreDot> {
       const std::int64_t j1 = j0 + layout.key_tile < key_end ? j0 + layout.key_tile : key_end;
       with_tile(Tiles{}, layout.scores.nr, [&](auto tile) { scores(tile, j0, j1); });
       if (args.mask.active()) this->mask_scores(j0, j1);
-      // int8: the weights times the values' scales, and the offsets' share of each row.
+      // int8: the weights times the values' scales as 16-bit integers, and the offsets' share
+      // of each row.
       if constexpr (codes) {
         code_terms().unpack_values(j0, j1, scratch.tile_value_scales, scratch.tile_value_offsets);
       }
       this->softmax(j0, j1, use,
                     [&]([[maybe_unused]] std::int64_t r, [[maybe_unused]] float* p,
-                        [[maybe_unused]] std::int64_t len) {
+                        [[maybe_unused]] std::int64_t len, [[maybe_unused]] std::int64_t end) {
                       if constexpr (codes) {
-                        scratch.value_offsets[r] = len > 0 ? code_scales<Arch>::value_weights(
-                                                                 p, scratch.tile_value_scales,
-                                                                 scratch.tile_value_offsets, len)
-                                                           : 0.0f;
+                        scratch.value_offsets[r] = code_scales<Arch>::value_weights(
+                            p, scratch.tile_value_scales, scratch.tile_value_offsets, len, end,
+                            scratch.weight_codes + r * this->weight_units(),
+                            scratch.weight_scales + r * layout.weight_chunks());
                       }
                     });
-      with_tile(Tiles{}, layout.values.nr, [&](auto tile) { values(tile, j0, j1); });
+      with_tile(Tiles{}, layout.values.nr, [&](auto tile) {
+        if constexpr (codes) {
+          code_values<decltype(tile)>(j0, j1);
+        } else {
+          values(tile, j0, j1);
+        }
+      });
     }
     this->store();
   }
@@ -153,8 +161,8 @@ struct packed_attention : attention_block<Arch, Dot, ScoreDot> {
     const std::int64_t du = dim_units();
     float* tile = scratch.scores + r * layout.score_cols + p * T::nr;
     // Panel j0 / nr + p, each du * nr units.
-    panels_kernel<T, R, P, ScoreDot>(du, queries() + r * du, du, kt + j0 * du + p * du * T::nr,
-                                     du * T::nr, tile, layout.score_cols, start_bias<T>{nullptr});
+    panels_kernel<T, R, P, Dot>(du, queries() + r * du, du, kt + j0 * du + p * du * T::nr,
+                                du * T::nr, tile, layout.score_cols, start_bias<T>{nullptr});
     if constexpr (codes) {
       for (int q = 0; q < P; ++q) {
         code_terms().template key_scores<T>(scratch.query_scales + r, scratch.query_sums + r, R,
@@ -213,10 +221,6 @@ struct packed_attention : attention_block<Arch, Dot, ScoreDot> {
         }
         for (int q = 0; q < P; ++q) {
           if (done < kc) diagonal<T>(r, R, j0, done, j1, panel + q * stride, o + q * T::nr);
-          if constexpr (codes) {
-            code_scales<Arch>::template add_value_offsets<T>(scratch.value_offsets + r, R,
-                                                             o + q * T::nr, layout.acc_cols);
-          }
         }
       };
       // A row block too short to hide the FMA latency takes several panels at once.
@@ -224,15 +228,62 @@ struct packed_attention : attention_block<Arch, Dot, ScoreDot> {
     });
   }
 
+  // int8: O = O * rescale + P V[j0, j1) on integers (O = P V on the first tile). Each row block
+  // takes every key any of its rows attends to (kc): a row's weight codes are 0 past its own
+  // keys (code_scales::value_weights), so nothing is added for them, and the codes being
+  // integers, not even 0 * NaN; no diagonal row by row. The keys go in chunks of
+  // weight_chunk_keys, each chunk's integer sums (code_pair_dot over its pairs of keys) scaled
+  // by the rows' chunk scales into O (add_chunk); then each row gains its sum of p_j offset_j.
+  template <class T>
+  void code_values(std::int64_t j0, std::int64_t j1) const noexcept {
+    const std::int64_t panels = layout.acc_cols / T::nr, wu = this->weight_units();
+    const std::int64_t chunks = layout.weight_chunks(), stride = value_rows() * T::nr;
+    for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
+      const std::int64_t kc = block_keys(r, r + R, j0, j1).kc;
+      if (kc <= 0) return;  // no keys here for these rows: rescale is 1, nothing to add
+      constexpr int block_rows = decltype(R)::value;
+      const auto add = [&]<int P>(std::integral_constant<int, P>, std::int64_t p) {
+        constexpr int nv = P * T::nv, cols = P * T::nr;
+        float sums[block_rows * cols];
+        // Panels [p, p + P)'s pair rows from key j0 (even: a key tile is a multiple of the lanes).
+        const panel_unit* panel = v + p * stride + j0 / 2 * T::nr;
+        float* o = scratch.accumulators + r * layout.acc_cols + p * T::nr;
+        const std::int64_t ldo = layout.acc_cols;
+        for (std::int64_t c0 = 0; c0 < kc; c0 += weight_chunk_keys) {
+          const std::int64_t units = pairs(std::min(weight_chunk_keys, kc - c0));
+          panels_kernel<T, block_rows, P, Dot>(units, weights() + r * wu + c0 / 2, wu,
+                                               panel + c0 / 2 * T::nr, stride, sums, cols,
+                                               start_bias<T>{nullptr});
+          const float* s = scratch.weight_scales + r * chunks + c0 / weight_chunk_keys;
+          using terms = code_scales<Arch>;
+          if (c0 > 0) {
+            terms::template add_chunk<T, block_rows, nv>(sums, cols, s, chunks, o, ldo,
+                                                         start_sum<T>{o, ldo});
+          } else if (j0 == task.key_begin) {
+            terms::template add_chunk<T, block_rows, nv>(sums, cols, s, chunks, o, ldo,
+                                                         start_bias<T>{nullptr});
+          } else {
+            terms::template add_chunk<T, block_rows, nv>(
+                sums, cols, s, chunks, o, ldo, start_scaled<T>{o, ldo, scratch.rescale + r});
+          }
+        }
+        for (int q = 0; q < P; ++q) {
+          code_scales<Arch>::template add_value_offsets<T>(scratch.value_offsets + r, block_rows,
+                                                           o + q * T::nr, ldo);
+        }
+      };
+      // A row block too short to hide the latency takes several panels at once.
+      for_panel_groups<panels_for<T, block_rows>>(0, panels, add);
+    });
+  }
+
   // Row k (key j0 + k) of a V panel as floats, batch c of the tile: fp32 as is, bf16 widened
-  // from its half of the pair, codes widened.
+  // from its half of the pair.
   template <class T>
   static typename T::batch value_row(const panel_unit* panel, std::int64_t k, int c) noexcept {
     using batch = typename T::batch;
     constexpr std::int64_t lanes = batch::size;
-    if constexpr (codes) {
-      return widen_codes<typename T::arch>(panel + k * T::nr + c * lanes);
-    } else if constexpr (pairs_of_bf16) {
+    if constexpr (pairs_of_bf16) {
       using words = xsimd::batch<std::uint32_t, typename T::arch>;
       const auto h = widen(words::load_unaligned(panel + k / 2 * T::nr + c * lanes));
       return k % 2 == 0 ? h.even : h.odd;

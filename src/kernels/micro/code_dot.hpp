@@ -1,13 +1,15 @@
 // Internal: the products of an int8 KV cache's codes (docs/design.md §1.7), per ISA (included by
 // micro/attention_block.hpp; see micro/micro_kernel.hpp for how it is compiled).
 //
-// Q K^T multiplies codes as integers: each query row is quantised to 16-bit integers (one scale
-// per row), K^T's codes are stored in pairs along head_dim (code_pair: dimensions 2i and 2i + 1
-// of one key), and one vpmaddwd per batch of keys takes a pair of products per key into 32-bit
-// sums (vpdpwssd, which adds them in the same instruction, where the CPU has AVX512_VNNI): half
-// the instructions of widening each code to fp32 for an FMA, and exact. P V keeps fp32 weights
-// (code_dot: the codes widened to fp32 as they are loaded), which a 16-bit quantisation could not
-// keep within the scheme's error over thousands of keys.
+// Both products multiply codes as integers. Q K^T: each query row is quantised to 16-bit
+// integers (one scale per row), K^T's codes are stored in pairs along head_dim (code_pair:
+// dimensions 2i and 2i + 1 of one key), and one vpmaddwd per batch of keys takes a pair of
+// products per key into 32-bit sums (vpdpwssd, which adds them in the same instruction, where the
+// CPU has AVX512_VNNI): half the instructions of widening each code to fp32 for an FMA, and
+// exact. P V: each row's weights times the values' scales are quantised to 16-bit integers per
+// chunk of weight_chunk_keys keys (code_scales::value_weights), V's codes are stored in pairs
+// along keys (keys 2i and 2i + 1 of one dimension), and the same step takes a pair of keys per
+// dimension; each chunk's sums are converted once (code_scales::add_chunk).
 #pragma once
 
 #include <cmath>
@@ -20,28 +22,19 @@
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
-// code_dot: fma_dot with B a panel of 8-bit codes, each widened to fp32 as it is loaded: the
-// products are fp32 FMAs of exact integers; the codes' scales and offsets are applied around the
-// micro-kernel (micro/attention_codes.hpp). P V of an int8 cache.
-struct code_dot : fma_dot {
-  using b_unit = std::uint8_t;  // A stays fp32 (fma_dot::unit)
-  template <class Arch>
-  static xsimd::batch<float, Arch> load_b(const std::uint8_t* p) noexcept {
-    return widen_codes<Arch>(p);
-  }
-};
-
-// Two codes of one key (dimensions 2i and 2i + 1; the first in the low byte), and two 16-bit
-// integers of one query row (the same dimensions; the first in the low half).
+// Two codes (the first in the low byte): of one key, dimensions 2i and 2i + 1 (K^T), or of one
+// dimension, keys 2i and 2i + 1 (V); and two 16-bit integers of one row of the other operand
+// (a query row's dimensions, or a weight row's keys; the first in the low half).
 using code_pair = std::uint16_t;
 using query_pair = std::int32_t;
 
-// code_pair_dot: Q K^T of an int8 cache on integers. A is a query row as query_pairs, B a panel
-// of code_pairs (pairs(head_dim) rows of nr keys); each step adds, per key, q_2i c_2i + q_2i+1
-// c_2i+1 to a 32-bit integer sum. The micro-kernel's accumulators are float batches: here they
-// hold the sums' bits (they start at 0.0f, whose bits are the integer 0, and are only added to
-// and stored), which code_scales::key_scores converts after the micro-kernel. Exact while
-// head_dim * max|q| * 255 < 2^31 (query_code_limit).
+// code_pair_dot: Q K^T and P V of an int8 cache on integers. A is a row of query_pairs (a query
+// row's, or a weight row's), B a panel of code_pairs (pairs(head_dim) rows of nr keys, or pairs of
+// keys rows of nr dimensions); each step adds, per column, a_2i c_2i + a_2i+1 c_2i+1 to a 32-bit
+// integer sum. The micro-kernel's accumulators are float batches: here they hold the sums' bits
+// (they start at 0.0f, whose bits are the integer 0, and are only added to and stored), which
+// code_scales converts after the micro-kernel (key_scores, add_chunk). Exact while the sums stay
+// below 2^31: head_dim * max|q| * 255 (query_code_limit), weight_chunk_keys * 32767 * 255.
 struct code_pair_dot {
   using unit = query_pair;
   using b_unit = code_pair;
@@ -60,7 +53,9 @@ struct code_pair_dot {
   template <class Arch>
   static xsimd::batch<float, Arch> dot(xsimd::batch<float, Arch> acc, words<Arch> a,
                                        words<Arch> b) noexcept {
-    return add_pair_products<Arch>(acc, a, b);
+    using floats = xsimd::batch<float, Arch>;
+    return xsimd::bitwise_cast<floats>(
+        add_pair_products<Arch>(xsimd::bitwise_cast<words<Arch>>(acc), a, b));
   }
 };
 
@@ -74,13 +69,12 @@ template <class T>
 void code_pair_row(std::int64_t du, const query_pair* a, const code_pair* panel,
                    float* c) noexcept {
   using arch = typename T::arch;
-  using batch = typename T::batch;
   using words = code_pair_dot::words<arch>;
-  constexpr int nv = T::nv, nr = T::nr, lanes = static_cast<int>(batch::size);
+  constexpr int nv = T::nv, nr = T::nr, lanes = static_cast<int>(words::size);
   constexpr int chains = nv >= 4 ? 2 : 8 / nv;
-  batch acc[chains][nv];
+  words acc[chains][nv];
   for (auto& chain : acc)
-    for (batch& x : chain) x = batch(0.0f);
+    for (words& x : chain) x = words(0);
   std::int64_t kk = 0;
   for (; kk + chains <= du; kk += chains) {
 #pragma GCC unroll 8
@@ -88,7 +82,7 @@ void code_pair_row(std::int64_t du, const query_pair* a, const code_pair* panel,
       const words q = code_pair_dot::broadcast_a<arch>(a[kk + h]);
 #pragma GCC unroll 8
       for (int v = 0; v < nv; ++v) {
-        acc[h][v] = code_pair_dot::dot(
+        acc[h][v] = add_pair_products<arch>(
             acc[h][v], q, code_pair_dot::load_b<arch>(panel + (kk + h) * nr + v * lanes));
       }
     }
@@ -96,13 +90,13 @@ void code_pair_row(std::int64_t du, const query_pair* a, const code_pair* panel,
   for (; kk < du; ++kk) {
     const words q = code_pair_dot::broadcast_a<arch>(a[kk]);
     for (int v = 0; v < nv; ++v)
-      acc[0][v] = code_pair_dot::dot(acc[0][v], q,
-                                     code_pair_dot::load_b<arch>(panel + kk * nr + v * lanes));
+      acc[0][v] = add_pair_products<arch>(acc[0][v], q,
+                                          code_pair_dot::load_b<arch>(panel + kk * nr + v * lanes));
   }
   for (int v = 0; v < nv; ++v) {
-    words sum = xsimd::bitwise_cast<words>(acc[0][v]);
-    for (int h = 1; h < chains; ++h) sum += xsimd::bitwise_cast<words>(acc[h][v]);
-    xsimd::bitwise_cast<batch>(sum).store_unaligned(c + v * lanes);
+    words sum = acc[0][v];
+    for (int h = 1; h < chains; ++h) sum += acc[h][v];
+    sum.store_unaligned(reinterpret_cast<std::int32_t*>(c + v * lanes));
   }
 }
 

@@ -16,7 +16,7 @@
 #include <xsimd/xsimd.hpp>
 
 // The architecture's vector primitives (kernels/arch/<arch>/): fused_fma, gather_floats,
-// lane_sums, largest_lane, widen_codes, code_words, add_pair_products.
+// lane_sums, largest_lane, code_words, narrow_pairs, add_pair_products.
 #include "arch_simd.hpp"
 #include "core/checks.hpp"
 #include "kernels/gemm.hpp"

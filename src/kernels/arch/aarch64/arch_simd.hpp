@@ -55,32 +55,32 @@ float largest_lane(xsimd::batch<float, Arch> m) noexcept {
   return vmaxvq_f32(m);
 }
 
-// 4 8-bit codes at p as a float batch (exact: 0 to 255): widened twice (uxtl), then ucvtf.
-template <class Arch>
-xsimd::batch<float, Arch> widen_codes(const std::uint8_t* p) noexcept {
-  std::uint32_t word;
-  std::memcpy(&word, p, sizeof word);
-  const uint16x8_t halves = vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(word)));
-  return vcvtq_f32_u32(vmovl_u16(vget_low_u16(halves)));
-}
-
-// 4 keys' code pairs (two bytes each) as 8 16-bit integers (zero-extended bytes).
+// 4 code pairs (two bytes each: of a key in K^T, of a dimension in V) as 8 16-bit integers
+// (zero-extended bytes).
 template <class Arch>
 xsimd::batch<std::int32_t, Arch> code_words(const std::uint16_t* p) noexcept {
   return vreinterpretq_s32_u16(vmovl_u8(vld1_u8(reinterpret_cast<const std::uint8_t*>(p))));
 }
 
-// acc (32-bit integer sums in float batches' bits) plus, per 32-bit lane, the sum of the
-// products of its two 16-bit halves in a and b: the widening products of the low and high halves
-// (smull, smull2), their neighbours added pairwise (addp), as x86's vpmaddwd adds them.
+// The 8 32-bit integers of a then b, each in [-32768, 32767], as 16-bit integers in order (xtn,
+// xtn2): 32-bit lane i holds integers 2i (low half) and 2i + 1.
 template <class Arch>
-xsimd::batch<float, Arch> add_pair_products(xsimd::batch<float, Arch> acc,
-                                            xsimd::batch<std::int32_t, Arch> a,
-                                            xsimd::batch<std::int32_t, Arch> b) noexcept {
+xsimd::batch<std::int32_t, Arch> narrow_pairs(xsimd::batch<std::int32_t, Arch> a,
+                                              xsimd::batch<std::int32_t, Arch> b) noexcept {
+  return xsimd::batch<std::int32_t, Arch>(vreinterpretq_s32_s16(vmovn_high_s32(vmovn_s32(a), b)));
+}
+
+// acc (32-bit integer sums) plus, per 32-bit lane, the sum of the products of its two 16-bit
+// halves in a and b: the widening products of the low and high halves (smull, smull2), their
+// neighbours added pairwise (addp), as x86's vpmaddwd adds them.
+template <class Arch>
+xsimd::batch<std::int32_t, Arch> add_pair_products(xsimd::batch<std::int32_t, Arch> acc,
+                                                   xsimd::batch<std::int32_t, Arch> a,
+                                                   xsimd::batch<std::int32_t, Arch> b) noexcept {
   const int16x8_t a16 = vreinterpretq_s16_s32(a), b16 = vreinterpretq_s16_s32(b);
   const int32x4_t products =
       vpaddq_s32(vmull_s16(vget_low_s16(a16), vget_low_s16(b16)), vmull_high_s16(a16, b16));
-  return vreinterpretq_f32_s32(vaddq_s32(vreinterpretq_s32_f32(acc), products));
+  return xsimd::batch<std::int32_t, Arch>(vaddq_s32(acc, products));
 }
 
 // No vscalefps here: exp2_nonpositive takes the integer route (exp2_by_scalef is x86's).

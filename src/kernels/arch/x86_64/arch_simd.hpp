@@ -96,35 +96,8 @@ float largest_lane(xsimd::batch<float, Arch> m) noexcept {
   return _mm_cvtss_f32(q);
 }
 
-// lanes 8-bit codes at p as a float batch (exact: 0 to 255), by the widest widening load the
-// batch's width has (vpmovzxbd, then vcvtdq2ps; SSE2 unpacks with zeros).
-template <class Arch>
-xsimd::batch<float, Arch> widen_codes(const std::uint8_t* p) noexcept {
-  using batch = xsimd::batch<float, Arch>;
-  // (Batches of 16 and 8 floats exist only in the translation units built with AVX-512 and
-  // AVX2, which alone declare those intrinsics.)
-  if constexpr (batch::size == 16) {
-#ifdef __AVX512F__
-    return batch(_mm512_cvtepi32_ps(
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
-#endif
-  } else if constexpr (batch::size == 8) {
-#ifdef __AVX2__
-    return batch(_mm256_cvtepi32_ps(
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
-#endif
-  } else {
-    static_assert(batch::size == 4, "widen_codes: a batch of 4, 8 or 16 floats");
-    std::int32_t word;
-    std::memcpy(&word, p, sizeof word);
-    const __m128i zero = _mm_setzero_si128();
-    return batch(_mm_cvtepi32_ps(
-        _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(word), zero), zero)));
-  }
-}
-
-// lanes keys' code pairs (two bytes each) as 2 * lanes 16-bit integers (zero-extended bytes):
-// code_pair_dot's B (micro/code_dot.hpp).
+// lanes code pairs (two bytes each: of a key in K^T, of a dimension in V) as 2 * lanes 16-bit
+// integers (zero-extended bytes): code_pair_dot's B (micro/code_dot.hpp).
 template <class Arch>
 xsimd::batch<std::int32_t, Arch> code_words(const std::uint16_t* p) noexcept {
   using words = xsimd::batch<std::int32_t, Arch>;
@@ -143,30 +116,51 @@ xsimd::batch<std::int32_t, Arch> code_words(const std::uint16_t* p) noexcept {
   }
 }
 
-// acc (32-bit integer sums in float batches' bits) plus, per 32-bit lane, the sum of the
-// products of its two 16-bit halves in a and b: vpmaddwd (vpdpwssd where the build has
-// AVX512_VNNI), code_pair_dot's step (micro/code_dot.hpp).
+// The 2 * lanes 32-bit integers of a then b, each in [-32768, 32767], as 16-bit integers in
+// order: 32-bit lane i holds integers 2i (low half) and 2i + 1, as a row of query_pairs
+// (micro/code_dot.hpp). vpackssdw packs within 128-bit lanes, so the wider batches put the
+// quarters (AVX2) or eighths (AVX-512) back in order.
 template <class Arch>
-xsimd::batch<float, Arch> add_pair_products(xsimd::batch<float, Arch> acc,
-                                            xsimd::batch<std::int32_t, Arch> a,
-                                            xsimd::batch<std::int32_t, Arch> b) noexcept {
-  using batch = xsimd::batch<float, Arch>;
-  if constexpr (batch::size == 16) {
-#ifdef __AVX512F__
-    const __m512i sum = _mm512_castps_si512(acc);
-#ifdef __AVX512VNNI__
-    return batch(_mm512_castsi512_ps(_mm512_dpwssd_epi32(sum, a, b)));
-#else
-    return batch(_mm512_castsi512_ps(_mm512_add_epi32(sum, _mm512_madd_epi16(a, b))));
+xsimd::batch<std::int32_t, Arch> narrow_pairs(xsimd::batch<std::int32_t, Arch> a,
+                                              xsimd::batch<std::int32_t, Arch> b) noexcept {
+  using words = xsimd::batch<std::int32_t, Arch>;
+  if constexpr (words::size == 16) {
+#ifdef __AVX512BW__
+    const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    return words(_mm512_permutexvar_epi64(order, _mm512_packs_epi32(a, b)));
 #endif
-#endif
-  } else if constexpr (batch::size == 8) {
+  } else if constexpr (words::size == 8) {
 #ifdef __AVX2__
-    return batch(
-        _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(acc), _mm256_madd_epi16(a, b))));
+    return words(_mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8));
 #endif
   } else {
-    return batch(_mm_castsi128_ps(_mm_add_epi32(_mm_castps_si128(acc), _mm_madd_epi16(a, b))));
+    static_assert(words::size == 4, "narrow_pairs: a batch of 4, 8 or 16 lanes");
+    return words(_mm_packs_epi32(a, b));
+  }
+}
+
+// acc (32-bit integer sums) plus, per 32-bit lane, the sum of the products of its two 16-bit
+// halves in a and b: vpmaddwd (vpdpwssd where the build has AVX512_VNNI), code_pair_dot's step
+// (micro/code_dot.hpp).
+template <class Arch>
+xsimd::batch<std::int32_t, Arch> add_pair_products(xsimd::batch<std::int32_t, Arch> acc,
+                                                   xsimd::batch<std::int32_t, Arch> a,
+                                                   xsimd::batch<std::int32_t, Arch> b) noexcept {
+  using words = xsimd::batch<std::int32_t, Arch>;
+  if constexpr (words::size == 16) {
+#ifdef __AVX512F__
+#ifdef __AVX512VNNI__
+    return words(_mm512_dpwssd_epi32(acc, a, b));
+#else
+    return words(_mm512_add_epi32(acc, _mm512_madd_epi16(a, b)));
+#endif
+#endif
+  } else if constexpr (words::size == 8) {
+#ifdef __AVX2__
+    return words(_mm256_add_epi32(acc, _mm256_madd_epi16(a, b)));
+#endif
+  } else {
+    return words(_mm_add_epi32(acc, _mm_madd_epi16(a, b)));
   }
 }
 
