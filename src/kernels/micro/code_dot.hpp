@@ -60,30 +60,35 @@ struct code_pair_dot {
 };
 
 // One query row's integer sums over a panel of code pairs (code_pair_dot's product for a row
-// block of one): the panel's du pair rows in memory order, split over `chains` accumulators by
-// pair row (integer sums: any order gives the same bits) so that one panel at a time hides the
-// dot's latency. The micro-kernel instead takes several panels side by side for that, which
-// reads as many interleaved streams of one panel's length (2 KiB at head_dim 64), too short for
-// the hardware prefetcher; this reads K^T as one stream.
+// block of one): the panel's du pair rows in memory order, a step of `step` pair rows at a time.
+// Where add_pair_products adds in place (pair_products_in_place: vpdpwssd), the step's rows go to
+// as many accumulators, so that one panel at a time hides its latency; elsewhere the add is a
+// chain of one cycle and each column keeps one accumulator, the step's products summed first (GCC
+// keeps a register move per accumulator and pair row when a column has several, as many
+// instructions again as the adds). Integer sums: any order gives the same bits. The micro-kernel
+// instead takes several panels side by side to hide the latency, which reads as many interleaved
+// streams of one panel's length (2 KiB at head_dim 64), too short for the hardware prefetcher;
+// this reads K^T as one stream.
 template <class T>
 void code_pair_row(std::int64_t du, const query_pair* a, const code_pair* panel,
                    float* c) noexcept {
   using arch = typename T::arch;
   using words = code_pair_dot::words<arch>;
   constexpr int nv = T::nv, nr = T::nr, lanes = static_cast<int>(words::size);
-  constexpr int chains = nv >= 4 ? 2 : 8 / nv;
+  constexpr int step = nv >= 4 ? 2 : 8 / nv;
+  constexpr int chains = pair_products_in_place<arch> ? step : 1;
   words acc[chains][nv];
   for (auto& chain : acc)
     for (words& x : chain) x = words(0);
   std::int64_t kk = 0;
-  for (; kk + chains <= du; kk += chains) {
+  for (; kk + step <= du; kk += step) {
 #pragma GCC unroll 8
-    for (int h = 0; h < chains; ++h) {
+    for (int h = 0; h < step; ++h) {
       const words q = code_pair_dot::broadcast_a<arch>(a[kk + h]);
 #pragma GCC unroll 8
       for (int v = 0; v < nv; ++v) {
-        acc[h][v] = add_pair_products<arch>(
-            acc[h][v], q, code_pair_dot::load_b<arch>(panel + (kk + h) * nr + v * lanes));
+        acc[h % chains][v] = add_pair_products<arch>(
+            acc[h % chains][v], q, code_pair_dot::load_b<arch>(panel + (kk + h) * nr + v * lanes));
       }
     }
   }

@@ -16,7 +16,7 @@
 #include <xsimd/xsimd.hpp>
 
 // The architecture's vector primitives (kernels/arch/<arch>/): fused_fma, gather_floats,
-// lane_sums, largest_lane, code_words, narrow_pairs, add_pair_products.
+// lane_sums, largest_lane, code_words, narrow_pairs, add_pair_products, pair_products_in_place.
 #include "arch_simd.hpp"
 #include "core/checks.hpp"
 #include "kernels/gemm.hpp"

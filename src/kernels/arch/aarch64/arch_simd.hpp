@@ -83,6 +83,10 @@ xsimd::batch<std::int32_t, Arch> add_pair_products(xsimd::batch<std::int32_t, Ar
   return xsimd::batch<std::int32_t, Arch>(vaddq_s32(acc, products));
 }
 
+// add_pair_products is products then an add (vaddq_s32), never in place (see x86_64's).
+template <class Arch>
+inline constexpr bool pair_products_in_place = false;
+
 // No vscalefps here: exp2_nonpositive takes the integer route (exp2_by_scalef is x86's).
 template <class Arch>
 inline constexpr bool has_scalef = false;

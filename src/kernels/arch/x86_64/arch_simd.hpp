@@ -164,6 +164,17 @@ xsimd::batch<std::int32_t, Arch> add_pair_products(xsimd::batch<std::int32_t, Ar
   }
 }
 
+// Whether add_pair_products is one instruction that adds into acc (vpdpwssd: acc is a chain of
+// its latency, so code_pair_row keeps several accumulators) or a product then an add (the add a
+// chain of one cycle: one accumulator, the products of a step summed first).
+template <class Arch>
+inline constexpr bool pair_products_in_place =
+#ifdef __AVX512VNNI__
+    xsimd::batch<std::int32_t, Arch>::size == 16;
+#else
+    false;
+#endif
+
 // Whether batches of Arch have vscalefps (AVX-512's 16 lanes), which exp2_by_scalef uses.
 template <class Arch>
 inline constexpr bool has_scalef = xsimd::batch<float, Arch>::size == 16;
