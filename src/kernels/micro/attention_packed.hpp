@@ -118,8 +118,7 @@ struct packed_attention : attention_block<Arch, Dot> {
   // scratch.scores. Panels outer, micro-blocks inner: a (head_dim, nr) panel of K^T stays in L1.
   // A row block too short to hide the FMA latency on its own (a decode step's one row) takes
   // panels_for<T, R> panels at once (for_panel_groups); an int8 cache's one row instead takes one
-  // panel at a time over several integer accumulators (code_pair_row), so that K^T's codes are
-  // one stream.
+  // panel at a time on integer accumulators (code_pair_row), so that K^T's codes are one stream.
   template <class T>
   void scores(T, std::int64_t j0, std::int64_t j1) const noexcept {
     if constexpr (tile_products<Dot>) {
