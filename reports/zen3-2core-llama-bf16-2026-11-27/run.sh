@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole Llama-3.2-1B shape (16 layers) with bf16 weights over the context grid at batch 1 and 8,
-# 2 threads (and batch 1 over 16k on one): sdpa (DynamicCache, StaticCache) and mha's int8 and bf16 caches, every cache filled
-# synthetically (a bf16 prefill of thousands of tokens takes minutes a layer on this AVX2 VM).
+# 2 threads (and batch 1 over 16k on one): sdpa (DynamicCache, StaticCache) and mha's int8 and bf16
+# caches, every cache filled synthetically (a bf16 prefill of thousands of tokens takes minutes a
+# layer on this AVX2 VM).
 # From the repository root, with the test build's Python package:
 # reports/zen3-2core-llama-bf16-2026-11-27/run.sh
 set -euo pipefail

@@ -63,12 +63,11 @@ struct code_pair_dot {
 // block of one): the panel's du pair rows in memory order, a step of `step` pair rows at a time.
 // Where add_pair_products adds in place (pair_products_in_place: vpdpwssd), the step's rows go to
 // as many accumulators, so that one panel at a time hides its latency; elsewhere the add is a
-// chain of one cycle and each column keeps one accumulator, the step's products summed first (GCC
-// keeps a register move per accumulator and pair row when a column has several, as many
-// instructions again as the adds). Integer sums: any order gives the same bits. The micro-kernel
-// instead takes several panels side by side to hide the latency, which reads as many interleaved
-// streams of one panel's length (2 KiB at head_dim 64), too short for the hardware prefetcher;
-// this reads K^T as one stream.
+// chain of one cycle and each column keeps one accumulator, the step's products summed first
+// (where a column has several, GCC keeps a register move beside each add, and a spill). Integer
+// sums: any order gives the same bits. The micro-kernel instead takes several panels side by side
+// to hide the latency, which reads as many interleaved streams of one panel's length (2 KiB at
+// head_dim 64), too short for the hardware prefetcher; this reads K^T as one stream.
 template <class T>
 void code_pair_row(std::int64_t du, const query_pair* a, const code_pair* panel,
                    float* c) noexcept {
