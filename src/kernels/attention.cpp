@@ -145,7 +145,6 @@ std::int64_t attention_layout::scratch_floats() const noexcept {
                                        : 0;
   const std::int64_t code_parts = int8 ? 3 * row_floats +
                                              round_up(block_rows * pairs(head_dim), line_floats) +
-                                             2 * round_up(score_cols, line_floats) +
                                              round_up(block_rows * pairs(score_cols), line_floats) +
                                              round_up(block_rows * weight_chunks(), line_floats)
                                        : 0;
@@ -174,10 +173,8 @@ attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept
     parts.query_sums = parts.dropout + round_up(score_cols, line_floats);
     parts.value_offsets = parts.query_sums + row_floats;
     parts.query_scales = parts.value_offsets + row_floats;
-    parts.tile_value_scales = parts.query_scales + row_floats;
-    parts.tile_value_offsets = parts.tile_value_scales + round_up(score_cols, line_floats);
     // 32-bit integers in float storage the fp32 parts never touch.
-    float* codes_start = parts.tile_value_offsets + round_up(score_cols, line_floats);
+    float* codes_start = parts.query_scales + row_floats;
     parts.query_codes = reinterpret_cast<std::int32_t*>(codes_start);
     float* weights_start = codes_start + round_up(block_rows * pairs(head_dim), line_floats);
     parts.weight_codes = reinterpret_cast<std::int32_t*>(weights_start);

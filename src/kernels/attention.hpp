@@ -51,7 +51,8 @@ struct attention_scratch {
   bf16_pair* query_pairs;     // bf16: block_rows x pairs(head_dim): the queries as pairs
   bf16_pair* weight_pairs;    // bf16: block_rows x pairs(score_cols): P as pairs
   float* scores;              // block_rows x score_cols: one key tile's scores, then weights
-                              // (the narrow-head kernel: a register of rows per key)
+                              // (an int8 cache's: scores only; the narrow-head kernel: a
+                              // register of rows per key)
   float* accumulators;        // block_rows x acc_cols: the output rows before dividing by row_sum
   float* row_max;             // block_rows: running max of each row's scores
   float* row_sum;             // block_rows: running sum of exp(score - row_max), undropped
@@ -61,8 +62,6 @@ struct attention_scratch {
   float* query_scales;        // int8: block_rows: each row's scale of its 16-bit integers
   std::int32_t* query_codes;  // int8: block_rows x pairs(head_dim): those integers in pairs
   float* value_offsets;       // int8: block_rows: one key tile's sum of P times the values' offsets
-  float* tile_value_scales;   // int8: score_cols: the values' scales of the key tile's keys
-  float* tile_value_offsets;  // int8: score_cols: their offsets
   std::int32_t* weight_codes;  // int8: block_rows x pairs(score_cols): P times the values'
                                // scales as 16-bit integers in pairs of keys
   float* weight_scales;        // int8: block_rows x weight_chunks(): each chunk's scale of them

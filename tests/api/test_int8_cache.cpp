@@ -131,10 +131,11 @@ mha::config config_of(const mha_test::shape& s, precision p) {
 }
 
 // The tokens [0, tokens) of x (batch, s.seq_len, d_in) fed through a cache of `kv`: a prefill of
-// `prefill` tokens, then one at a time; the outputs (batch, tokens, d_out).
+// `prefill` tokens, then one at a time, each call run with `options`; the outputs (batch, tokens,
+// d_out).
 std::vector<float> decode(const mha::plan& p, const std::vector<float>& x, std::int64_t batch,
                           std::int64_t seq_len, std::int64_t tokens, std::int64_t prefill,
-                          std::optional<precision> kv, int threads = 0) {
+                          std::optional<precision> kv, const mha::run_options& options = {}) {
   const mha::config& cfg = p.config();
   mha::kv_cache cache = p.make_cache(batch, tokens, kv);
   std::vector<float> got(static_cast<std::size_t>(batch * tokens * cfg.d_out));
@@ -145,8 +146,7 @@ std::vector<float> decode(const mha::plan& p, const std::vector<float>& x, std::
       const auto from = x.begin() + (b * seq_len + at) * cfg.d_in;
       xs.insert(xs.end(), from, from + t * cfg.d_in);
     }
-    p.run({xs.data(), batch, t, cfg.d_in}, {ys.data(), batch, t, cfg.d_out}, cache,
-          {.threads = threads});
+    p.run({xs.data(), batch, t, cfg.d_in}, {ys.data(), batch, t, cfg.d_out}, cache, options);
     for (std::int64_t b = 0; b < batch; ++b) {
       std::copy_n(ys.begin() + b * t * cfg.d_out, t * cfg.d_out,
                   got.begin() + (b * tokens + at) * cfg.d_out);
@@ -237,6 +237,34 @@ TEST_P(Int8Cache, OneRowPerHeadMatchesTheNaiveReference) {
   }
 }
 
+// Training mode through an int8 cache: the SIMD kernels apply dropout's multipliers to the
+// weights as they are made and quantised (code_scales::value_weights), naive to the weights of
+// the widened rows; the same function (the multipliers are keyed on absolute positions). A kept
+// weight is scaled by 1 / (1 - p), so the kernels' bound grows by that factor; leaving the
+// multipliers out moves the outputs by more than twice that.
+TEST_P(Int8Cache, DropoutMatchesTheNaiveReference) {
+  const auto& [backend, form, plan_precision] = GetParam();
+  const mha_test::shape& s = decode_shape;
+  mha::config cfg = config_of(s, plan_precision);
+  cfg.dropout = 0.25f;
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, 1, 8, precision::int8});
+  const mha::weights w = mha::weights::random(cfg, 5);
+  const std::vector<float> x =
+      mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 6, 2.0f);
+  const mha::run_options training{.training = true, .seed = 42};
+  const std::vector<float> got = decode(*backend.backend->prepare(cfg, form, w), x, s.batch,
+                                        s.seq_len, 32, 20, precision::int8, training);
+  const std::vector<float> expected = decode(*mha::naive_backend().prepare(cfg, form, w), x,
+                                             s.batch, s.seq_len, 32, 20, precision::int8, training);
+  const double tolerance = naive_tolerance(s, cfg, w, x, 32, expected) / (1.0 - cfg.dropout);
+  EXPECT_LE(mha_test::max_abs_diff(got, expected), tolerance);
+  // Dropout is applied: kernels that left it out (the inference outputs, within the tolerance)
+  // would fail the check above.
+  const std::vector<float> inference = decode(*mha::naive_backend().prepare(cfg, form, w), x,
+                                              s.batch, s.seq_len, 32, 20, precision::int8);
+  EXPECT_GT(mha_test::max_abs_diff(inference, expected), 2.0 * tolerance);
+}
+
 // An outlier channel: key and value channel 0 of every head 50 times the rest (the pattern of
 // trained LLMs' keys), which coarsens every other channel's codes; still within the bound.
 TEST_P(Int8Cache, AnOutlierChannelStaysWithinTheBound) {
@@ -299,11 +327,13 @@ TEST(Int8CacheLong, SplitKeysAreBitwiseForEveryThreadCountAndWithinTheBound) {
     if (mha_test::declined(b, {cfg, formulation::split_weight, 1, 1, 4100, precision::int8}))
       continue;
     const auto p = b.backend->prepare(cfg, formulation::split_weight, w);
-    const std::vector<float> one = decode(*p, x, 1, s.seq_len, s.seq_len, 4190, precision::int8, 1);
+    const std::vector<float> one =
+        decode(*p, x, 1, s.seq_len, s.seq_len, 4190, precision::int8, {.threads = 1});
     EXPECT_LE(mha_test::max_abs_diff(one, exact), bound) << b.label;
     if (b.backend->max_threads() == 1) continue;
     for (int threads : {2, 3}) {
-      EXPECT_EQ(decode(*p, x, 1, s.seq_len, s.seq_len, 4190, precision::int8, threads), one)
+      EXPECT_EQ(decode(*p, x, 1, s.seq_len, s.seq_len, 4190, precision::int8, {.threads = threads}),
+                one)
           << b.label << ", " << threads << " threads";
     }
   }

@@ -256,11 +256,16 @@ struct attention_block {
   // sum move on, scratch.rescale gets 2^(m - m') per row. Each row's weights are zeroed past its
   // own keys up to what P V reads for any row block it can be in (`use`). With a mask, a row
   // whose keys so far are all at -inf has the running max -inf, weights 0 and sum 0 (its max
-  // moves nothing until a key counts). weighted(r, p, len, end) then sees each row's fp32
-  // weights (len <= 0: none) and the keys P V reads of the row (end), before their zeros past its
-  // keys and their pairs (never with use.pairs_only, which stores no fp32 weight).
+  // moves nothing until a key counts). An int8 cache's rows are made by
+  // code_weights(r, p, len, end, shift, scale, multipliers) instead, which returns their sum:
+  // row r's weights 2^(scale p_j - shift) of its first len scores p (len <= 0: none), times
+  // dropout's multipliers (nullptr: none), for the keys P V reads of the row ([0, end)), in
+  // whatever form its P V reads (code_scales::value_weights: 16-bit integers, no fp32 weight).
+  void softmax(std::int64_t j0, std::int64_t j1, weights_use use) const noexcept {
+    softmax(j0, j1, use, [](auto&&...) { return 0.0f; });
+  }
   template <class F>
-  void softmax(std::int64_t j0, std::int64_t j1, weights_use use, F&& weighted) const noexcept {
+  void softmax(std::int64_t j0, std::int64_t j1, weights_use use, F&& code_weights) const noexcept {
     constexpr std::int64_t lanes = xsimd::batch<float, Arch>::size;
     constexpr float minus_inf = -std::numeric_limits<float>::infinity();
     const bool first = j0 == task.key_begin, masked = args.mask.active();
@@ -296,6 +301,24 @@ struct attention_block {
           continue;
         }
       }
+      if constexpr (codes) {
+        std::pair<float, float> exponent{0.0f, 1.0f};
+        const float* multipliers = nullptr;
+        if (len > 0) {
+          const float max = masked && scratch.row_max[r] == minus_inf ? 0.0f : scratch.row_max[r];
+          exponent = exponent_of(p, len, max);
+          if (args.dropout.active()) {
+            dropout_multipliers(args.dropout, args.first_batch + task.b, args.first_head + head(r),
+                                task.past + pos(r), j0, j0 + len, scratch.dropout);
+            multipliers = scratch.dropout;
+          }
+        }
+        const float sum =
+            code_weights(r, p, len, end, exponent.first, exponent.second, multipliers);
+        if (len > 0)
+          scratch.row_sum[r] = first ? sum : scratch.row_sum[r] * scratch.rescale[r] + sum;
+        continue;
+      }
       std::int64_t zero_from = 0;
       if (len > 0) {
         const float max = masked && scratch.row_max[r] == minus_inf ? 0.0f : scratch.row_max[r];
@@ -309,7 +332,6 @@ struct attention_block {
           for (std::int64_t j = 0; j < len; ++j) p[j] *= scratch.dropout[j];
         }
       }
-      weighted(r, p, len, end);
       // bf16 reads the weights in pairs: a pair's other half is zero too.
       const std::int64_t read = pairs_of_bf16 ? round_up(end, 2) : end;
       for (std::int64_t j = zero_from; j < read; ++j) p[j] = 0.0f;

@@ -8,19 +8,21 @@
 // (attention_block::scale_queries), and its integer products with the code pairs of K^T are
 // summed exactly (code_pair_dot); each score is then qscale scale_j (qi . c_j) + offset_j sum(q)
 // (key_scores). P V is sum_j (p_j scale_j) c_j + sum_j p_j offset_j: the weights times the
-// values' scales (value_weights, from the key tile's scales and offsets unpacked once:
-// unpack_values), quantised to 16-bit integers per chunk of keys, meet the code pairs of V in
-// exact integer sums (code_pair_dot), each chunk's converted and scaled into O (add_chunk); each
-// output row then gains the second sum (add_value_offsets).
+// values' scales (value_weights, made with the softmax's exponentials in one pass), quantised to
+// 16-bit integers per chunk of keys, meet the code pairs of V in exact integer sums
+// (code_pair_dot), each chunk's converted and scaled into O (add_chunk); each output row then
+// gains the second sum (add_value_offsets).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/int8.hpp"
 #include "kernels/micro/code_dot.hpp"
 #include "kernels/micro/micro_kernel.hpp"
+#include "kernels/micro/softmax_kernel.hpp"
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
@@ -68,70 +70,73 @@ struct code_scales {
     }
   }
 
-  // The values' scales and offsets of keys [j0, j1) into scale and offset from index 0, whole
-  // batches (the words and the key tile's scratch have room for them): unpacked once a key tile,
-  // for every row's value_weights.
-  void unpack_values(std::int64_t j0, std::int64_t j1, float* scale, float* offset) const noexcept {
-    constexpr std::int64_t lanes = xsimd::batch<float, Arch>::size;
-    for (std::int64_t j = 0; j < j1 - j0; j += lanes) {
-      const factors<Arch> value = unpack<Arch>(value_rows_at(j0 + j));
-      value.scale.store_unaligned(scale + j);
-      value.offset.store_unaligned(offset + j);
-    }
-  }
+  // What one row's weights of a key tile give the softmax and P V (value_weights).
+  struct row_weights {
+    float sum;      // sum_j p_j, undropped: the row's share of the softmax's denominator
+    float offsets;  // sum_j p_j m_j offset_j: what every element of its output row gains
+  };
 
-  // A row's weights p of a key tile's first len keys times their values' scales, w_j = p_j
-  // scale_j (what multiplies the codes; into p), from unpack_values' scale and offset, and as
+  // One row's weights of a key tile (keys from j0), made and quantised in one pass, in
+  // registers: the weights p_j = 2^(scale x_j - shift) of its first len scores x (exp2_sum's, the
+  // same bits; len <= 0: none), times dropout's multipliers m_j where there are any (nullptr:
+  // none), times their values' scales (unpacked as they are read), w_j = p_j m_j scale_j, as
   // code_pair_dot's pairs of 16-bit integers for the keys P V reads of the row ([0, end)): per
   // chunk of weight_chunk_keys keys w_j ~ s q_j, q_j = round(w_j / s) in [0, weight_code_limit],
   // s the chunk's largest w over the limit (chunk_scales, one per chunk), keys from len on 0, so
-  // that P V adds nothing for keys past the row's own, however far its block reads. Returns
-  // sum_j p_j offset_j, what every element of the output row gains: NaN where a value row is
-  // read as NaN (its offset NaN), whatever its codes and weight then are.
-  static float value_weights(float* p, const float* scale, const float* offset, std::int64_t len,
-                             std::int64_t end, query_pair* codes, float* chunk_scales) noexcept {
-    using batch = xsimd::batch<float, Arch>;
-    constexpr std::int64_t lanes = batch::size;
-    batch sum(0.0f);
-    std::int64_t j = 0;
-    for (; j + lanes <= len; j += lanes) {
-      const batch w = batch::load_unaligned(p + j);
-      sum = fused_fma(w, batch::load_unaligned(offset + j), sum);
-      (w * batch::load_unaligned(scale + j)).store_unaligned(p + j);
-    }
-    float total = xsimd::hadd(sum);
-    for (; j < len; ++j) {
-      total += p[j] * offset[j];
-      p[j] *= scale[j];
-    }
-    for (std::int64_t c0 = 0; c0 < end; c0 += weight_chunk_keys) {
-      weight_chunk(p + c0, len - c0, pairs(end) - c0 / 2, codes + c0 / 2,
-                   chunk_scales + c0 / weight_chunk_keys);
-    }
-    return total;
-  }
-
-  // One chunk of value_weights: its weights w[0, n) (none past n, whatever w holds there) as
-  // 16-bit integers, the first `words` pairs of them into codes (at most a chunk's), and the
-  // chunk's scale, by whole batches.
-  static void weight_chunk(const float* w, std::int64_t n, std::int64_t words, query_pair* codes,
-                           float* chunk_scale) noexcept {
+  // that P V adds nothing for keys past the row's own, however far its block reads. No fp32
+  // weight is stored: P V reads only the codes. The offsets' sum is NaN where a value row is read
+  // as NaN (its offset NaN), whatever its codes and weight then are.
+  row_weights value_weights(const float* x, std::int64_t j0, std::int64_t len, std::int64_t end,
+                            float shift, float scale, const float* multipliers, query_pair* codes,
+                            float* chunk_scales) const noexcept {
     using batch = xsimd::batch<float, Arch>;
     constexpr std::int64_t lanes = batch::size, chunk = weight_chunk_keys;
     constexpr int count = static_cast<int>(chunk / lanes);
     static_assert(chunk % (2 * lanes) == 0, "a chunk of whole pairs of batches");
-    float tail[chunk];
-    if (n < chunk) {  // a partial chunk: its weights, then zeros
-      const std::int64_t have = n > 0 ? n : 0;
-      std::copy_n(w, have, tail);
-      std::fill(tail + have, tail + chunk, 0.0f);
-      w = tail;
-    }
-    batch x[count], largest(0.0f);
-    for (int i = 0; i < count; ++i) {
-      x[i] = batch::load_unaligned(w + i * lanes);
-      largest = xsimd::max(largest, x[i]);  // a NaN weight is passed over (see value_weights)
-    }
+    const batch minus_shift(-shift), c(scale), zero(0.0f);
+    const int8_row* words = value_rows_at(j0);  // in a register: no reload after each store
+    batch sum(0.0f), offsets(0.0f);
+    // The chunk from key c0; Whole: all of its keys within len (no lane past it).
+    const auto weigh = [&]<bool Whole>(std::integral_constant<bool, Whole>, std::int64_t c0) {
+      batch w[count], largest(0.0f);
+#pragma GCC unroll 16
+      for (int i = 0; i < count; ++i) {
+        const std::int64_t j = c0 + i * lanes;
+        w[i] = zero;
+        if (!Whole && j >= len) continue;
+        const batch p = exp2_batch<Arch, false>(x, j, len, c, minus_shift);
+        sum += p;  // in key order, as exp2_sum adds them
+        batch kept = multipliers != nullptr ? p * batch::load_unaligned(multipliers + j) : p;
+        factors<Arch> value = unpack<Arch>(words + j);
+        if (!Whole && j + lanes > len) {  // the lanes past len: no weight, no offset
+          const auto inside = lane_index<Arch>() < batch(static_cast<float>(len - j));
+          kept = xsimd::select(inside, kept, zero);
+          value = {xsimd::select(inside, value.scale, zero),
+                   xsimd::select(inside, value.offset, zero)};
+        }
+        offsets = fused_fma(kept, value.offset, offsets);
+        w[i] = kept * value.scale;
+        largest = xsimd::max(largest, w[i]);  // a NaN weight is passed over (its offset is NaN)
+      }
+      quantize_chunk(w, largest, pairs(end) - c0 / 2, codes + c0 / 2,
+                     chunk_scales + c0 / weight_chunk_keys);
+    };
+    std::int64_t c0 = 0;
+    for (; c0 + chunk <= len && c0 + chunk <= end; c0 += chunk) weigh(std::true_type{}, c0);
+    for (; c0 < end; c0 += chunk) weigh(std::false_type{}, c0);
+    return {xsimd::hadd(sum), xsimd::hadd(offsets)};
+  }
+
+  // One chunk of value_weights: its weights w (largest: their lanes' largest, a NaN passed over)
+  // as 16-bit integers, the first `words` pairs of them into codes (at most a chunk's), and the
+  // chunk's scale.
+  static void quantize_chunk(
+      const xsimd::batch<float, Arch> (&w)[weight_chunk_keys / xsimd::batch<float, Arch>::size],
+      xsimd::batch<float, Arch> largest, std::int64_t words, query_pair* codes,
+      float* chunk_scale) noexcept {
+    using batch = xsimd::batch<float, Arch>;
+    constexpr std::int64_t lanes = batch::size, chunk = weight_chunk_keys;
+    constexpr int count = static_cast<int>(chunk / lanes);
     const float most = largest_lane<Arch>(largest);
     constexpr float limit = weight_code_limit;
     // Past 2^-113 limit / most overflows: weights below 2^-96 (of a row whose largest is 1,
@@ -148,7 +153,7 @@ struct code_scales {
     query_pair pairs_out[chunk / 2];
     query_pair* out = words >= chunk / 2 ? codes : pairs_out;
     for (int i = 0; i < count; i += 2) {
-      narrow_pairs<Arch>(code(x[i]), code(x[i + 1])).store_unaligned(out + i * lanes / 2);
+      narrow_pairs<Arch>(code(w[i]), code(w[i + 1])).store_unaligned(out + i * lanes / 2);
     }
     if (out != codes) std::copy_n(pairs_out, words > 0 ? words : 0, codes);
   }

@@ -35,7 +35,7 @@ struct direct_attention : attention_block<Arch, Dot> {
       scores(j0, j1);
       if (args.mask.active()) this->mask_scores(j0, j1);
       // Each row reads its own keys' weights only, as floats.
-      this->softmax(j0, j1, weights_use{}, [](std::int64_t, float*, std::int64_t, std::int64_t) {});
+      this->softmax(j0, j1, weights_use{});
       values(j0, j1);
     }
     if constexpr (pairs_of_bf16) order();

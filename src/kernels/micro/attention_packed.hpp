@@ -67,21 +67,22 @@ struct packed_attention : attention_block<Arch, Dot> {
       const std::int64_t j1 = j0 + layout.key_tile < key_end ? j0 + layout.key_tile : key_end;
       with_tile(Tiles{}, layout.scores.nr, [&](auto tile) { scores(tile, j0, j1); });
       if (args.mask.active()) this->mask_scores(j0, j1);
-      // int8: the weights times the values' scales as 16-bit integers, and the offsets' share
-      // of each row.
       if constexpr (codes) {
-        code_terms().unpack_values(j0, j1, scratch.tile_value_scales, scratch.tile_value_offsets);
-      }
-      this->softmax(j0, j1, use,
-                    [&]([[maybe_unused]] std::int64_t r, [[maybe_unused]] float* p,
-                        [[maybe_unused]] std::int64_t len, [[maybe_unused]] std::int64_t end) {
-                      if constexpr (codes) {
-                        scratch.value_offsets[r] = code_scales<Arch>::value_weights(
-                            p, scratch.tile_value_scales, scratch.tile_value_offsets, len, end,
+        // int8: the weights times the values' scales as 16-bit integers, and the offsets' share
+        // of each row, made with the exponentials.
+        this->softmax(j0, j1, use,
+                      [&](std::int64_t r, const float* p, std::int64_t len, std::int64_t end,
+                          float shift, float scale, const float* multipliers) {
+                        const auto made = code_terms().value_weights(
+                            p, j0, len, end, shift, scale, multipliers,
                             scratch.weight_codes + r * this->weight_units(),
                             scratch.weight_scales + r * layout.weight_chunks());
-                      }
-                    });
+                        scratch.value_offsets[r] = made.offsets;
+                        return made.sum;
+                      });
+      } else {
+        this->softmax(j0, j1, use);
+      }
       with_tile(Tiles{}, layout.values.nr, [&](auto tile) {
         if constexpr (codes) {
           code_values<decltype(tile)>(j0, j1);
