@@ -288,48 +288,33 @@ struct attention_block {
       const std::int64_t block_end = rows_end(r, last);
       const std::int64_t end = (block_end < j1 ? block_end : j1) - j0;
       float* p = scratch.scores + r * layout.score_cols;
+      const std::int64_t keys = len > 0 ? len : 0;
+      // The weights 2^(scale x - shift) at the running max (0 for a row whose keys so far are all
+      // at -inf); the sum of a row with keys here moves on.
+      const float max =
+          keys == 0 || (masked && scratch.row_max[r] == minus_inf) ? 0.0f : scratch.row_max[r];
+      const auto [shift, scale] = exponent_of(p, keys, max);
+      const auto add_sum = [&](float sum) {
+        if (keys > 0)
+          scratch.row_sum[r] = first ? sum : scratch.row_sum[r] * scratch.rescale[r] + sum;
+      };
       if constexpr (bf16_weights) {
         if (use.pairs_only) {
-          const float max =
-              len <= 0 || (masked && scratch.row_max[r] == minus_inf) ? 0.0f : scratch.row_max[r];
-          const auto [shift, scale] = exponent_of(p, len > 0 ? len : 0, max);
-          const float sum =
-              exp2_sum_pairs<Arch, Dot>(p, len > 0 ? len : 0, shift, scale,
-                                        scratch.weight_pairs + r * weight_units(), pairs(end));
-          if (len > 0)
-            scratch.row_sum[r] = first ? sum : scratch.row_sum[r] * scratch.rescale[r] + sum;
+          add_sum(exp2_sum_pairs<Arch, Dot>(p, keys, shift, scale,
+                                            scratch.weight_pairs + r * weight_units(), pairs(end)));
           continue;
         }
       }
       if constexpr (codes) {
-        std::pair<float, float> exponent{0.0f, 1.0f};
-        const float* multipliers = nullptr;
-        if (len > 0) {
-          const float max = masked && scratch.row_max[r] == minus_inf ? 0.0f : scratch.row_max[r];
-          exponent = exponent_of(p, len, max);
-          if (args.dropout.active()) {
-            dropout_multipliers(args.dropout, args.first_batch + task.b, args.first_head + head(r),
-                                task.past + pos(r), j0, j0 + len, scratch.dropout);
-            multipliers = scratch.dropout;
-          }
-        }
-        const float sum =
-            code_weights(r, p, len, end, exponent.first, exponent.second, multipliers);
-        if (len > 0)
-          scratch.row_sum[r] = first ? sum : scratch.row_sum[r] * scratch.rescale[r] + sum;
+        add_sum(code_weights(r, p, len, end, shift, scale, dropout_of(r, j0, keys)));
         continue;
       }
       std::int64_t zero_from = 0;
-      if (len > 0) {
-        const float max = masked && scratch.row_max[r] == minus_inf ? 0.0f : scratch.row_max[r];
-        const auto [shift, scale] = exponent_of(p, len, max);
-        const float sum = exp2_sum<Arch, bf16_weights>(p, len, shift, scale);
-        scratch.row_sum[r] = first ? sum : scratch.row_sum[r] * scratch.rescale[r] + sum;
-        zero_from = (len + lanes - 1) / lanes * lanes;  // exp2_sum zeroed up to here
-        if (args.dropout.active()) {
-          dropout_multipliers(args.dropout, args.first_batch + task.b, args.first_head + head(r),
-                              task.past + pos(r), j0, j0 + len, scratch.dropout);
-          for (std::int64_t j = 0; j < len; ++j) p[j] *= scratch.dropout[j];
+      if (keys > 0) {
+        add_sum(exp2_sum<Arch, bf16_weights>(p, keys, shift, scale));
+        zero_from = (keys + lanes - 1) / lanes * lanes;  // exp2_sum zeroed up to here
+        if (const float* multipliers = dropout_of(r, j0, keys)) {
+          for (std::int64_t j = 0; j < keys; ++j) p[j] *= multipliers[j];
         }
       }
       // bf16 reads the weights in pairs: a pair's other half is zero too.
@@ -339,6 +324,15 @@ struct attention_block {
         if (use.pairs) Dot::to_pairs(p, read, scratch.weight_pairs + r * weight_units());
       }
     }
+  }
+
+  // Row r's dropout multipliers of keys [j0, j0 + n) in scratch.dropout, or nullptr where
+  // dropout is off or there are no keys.
+  const float* dropout_of(std::int64_t r, std::int64_t j0, std::int64_t n) const noexcept {
+    if (!args.dropout.active() || n <= 0) return nullptr;
+    dropout_multipliers(args.dropout, args.first_batch + task.b, args.first_head + head(r),
+                        task.past + pos(r), j0, j0 + n, scratch.dropout);
+    return scratch.dropout;
   }
 
   // out = O / l; or, for a split's chunk, O, m and l per row (a row that sees no key of the
