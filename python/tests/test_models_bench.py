@@ -116,6 +116,32 @@ def test_a_synthetic_fill_gives_every_cache_the_same_context(tmp_path):
     assert 0 < bf16["decode_logits_error"] <= 1e-2 and 0 < int8["decode_logits_error"] <= 2e-2
 
 
+def test_profiled_steps_say_where_a_decode_step_goes(tmp_path):
+    """--profile-steps: each in-process implementation's steps under torch.profiler, the attention
+    function's whole time apart (sdpa's own ops inside it, not beside it) and the ops outside it."""
+    out = tmp_path / "models.json"
+    argv = [*ARGS[:-2], "--attention", "sdpa,mha,mha_int8", "--logits-steps", "0", "--profile-steps", "2"]
+    assert models_bench.main([*argv, "--out", str(out)]) == 0
+    records = json.loads(out.read_text())["models"]
+    assert [r["attention"] for r in records] == ["sdpa", "mha", "mha_int8"]
+    for r in records:
+        profile = r["decode_profile"]
+        ms = profile["ms"]
+        assert profile["steps"] == 2 and profile["step_ms"] > 0
+        assert ms["attention function"] > 0 and ms["aten::mm"] > 0 and min(ms.values()) >= 0
+        assert sum(ms.values()) == pytest.approx(profile["step_ms"], rel=1e-6)
+        # The attention's own ops are inside its time, never beside it.
+        assert not any("scaled_dot_product" in name for name in ms)
+    sdpa, mha_fp32 = (r["decode_profile"]["ms"] for r in records[:2])
+    assert set(sdpa) & set(mha_fp32) >= {"aten::mm", "aten::embedding"}  # the model's own ops, named alike
+
+
+def test_a_negative_profile_step_count_is_refused_by_name(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        models_bench.main([*ARGS, "--profile-steps", "-2", "--out", str(tmp_path / "m.json")])
+    assert "--profile-steps -2: expected 0 (none) or a positive number of steps" in capsys.readouterr().err
+
+
 def test_a_negative_layer_count_is_refused_by_name(tmp_path, capsys):
     with pytest.raises(SystemExit):
         models_bench.main([*ARGS, "--layers", "-1", "--out", str(tmp_path / "m.json")])

@@ -22,7 +22,6 @@ from test_report import table_after
 
 from mhapy.problem import Shape, cache_bytes, decode_bytes, flops
 from mhapy.report import cli
-from mhapy.report.loading import load
 from mhapy.report.series import mha_heads_series
 from mhapy.report.wording import fmt_time
 

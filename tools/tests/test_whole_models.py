@@ -175,3 +175,26 @@ def test_openvino_rows_are_said_against_sdpa_and_mhas_caches(tmp_path):
     ) in text
     assert "| 600 | 2.00x / 2.00x |" in text  # peak RSS MiB, then vs sdpa
     assert "not timed: not run: no optimum-intel environment" in text
+
+
+def test_where_a_decode_step_goes_per_op():
+    """--profile-steps: a table of ms a step per op and implementation (the longest ops by name,
+    the rest summed), and the op where mha's step differs most from sdpa's."""
+
+    def profiled(attention, step, **ms):
+        return record(attention, 1.0, 20.0, decode_profile={"steps": 4, "step_ms": step, "ms": ms})
+
+    names = {f"aten::op{i}": 0.01 * i for i in range(1, 15)}  # more than the table names
+    sdpa = profiled("sdpa", 3.0, **{"attention function": 0.4, "aten::addmm": 1.2, **names})
+    mha = profiled("mha", 3.5, **{"attention function": 0.3, "aten::addmm": 1.8, **names})
+    text = document.to_markdown(whole_models.section([sdpa, mha, record("eager", 2.0, 10.0)]))
+    assert "### Where a decode step's time goes" in text
+    assert (
+        "4 steps profiled: mha +0.500 ms a step against sdpa, its largest difference in 'aten::addmm' (+0.600 ms)"
+        in text
+    )
+    assert "| step (profiled) | 3.000 | 3.500 |" in text
+    assert "| aten::addmm | 1.200 | 1.800 |" in text and "| attention function | 0.400 | 0.300 |" in text
+    # Twelve rows by name: addmm, the attention function and op14..op5; op4..op1 summed.
+    assert "| aten::op5 |" in text and "| aten::op4 |" not in text
+    assert "| other ops | 0.100 | 0.100 |" in text

@@ -217,6 +217,7 @@ def section(records: list[dict]) -> list[Block]:
             ),
         ]
         + _logits_section(records)
+        + _profile_section(records)
         + _between_section(between)
     )
 
@@ -254,6 +255,62 @@ def _logits_section(records: list[dict]) -> list[Block]:
             {2, 5, 6, 7},
         ),
     ]
+
+
+# The ops a profile table names (the longest in any of its implementations); the rest are summed.
+_PROFILE_ROWS = 12
+
+
+def _profile_section(records: list[dict]) -> list[Block]:
+    """Where a decode step's time goes (models_bench --profile-steps), per case: ms a step per op
+    and implementation, and in words each implementation's step against sdpa's and the op where
+    they differ most."""
+    profiled = [r for r in records if "decode_profile" in r]
+    if not profiled:
+        return []
+    blocks: list[Block] = [
+        Heading(3, "Where a decode step's time goes"),
+        Para(
+            "Decode steps run under torch.profiler after the timed rounds (slower than theirs by the "
+            "profiler's cost, alike for every implementation): the milliseconds a step spent in the attention "
+            "function (all of it), in each other PyTorch op by its own time (its children's apart), the "
+            f"{_PROFILE_ROWS} longest in any implementation by name and the rest summed as 'other ops', and "
+            "outside every op (Python, transformers' own code)."
+        ),
+    ]
+    cases: dict[tuple, list[dict]] = {}
+    for r in profiled:
+        key = tuple(r[k] for k in _CASE) + tuple(r.get(k) for k in ("fill", "layers", "run"))
+        cases.setdefault(key, []).append(r)
+    for case in cases.values():
+        base = next((r for r in case if r["attention"] == "sdpa"), case[0])
+        ms = [r["decode_profile"]["ms"] for r in case]
+        longest = {n: max(m.get(n, 0.0) for m in ms) for m in ms for n in m}
+        names = sorted(longest, key=lambda n: -longest[n])[:_PROFILE_ROWS]
+        rows = [["step (profiled)"] + [f"{r['decode_profile']['step_ms']:.3f}" for r in case]]
+        rows += [[n] + [f"{m.get(n, 0.0):.3f}" for m in ms] for n in names]
+        rows.append(["other ops"] + [f"{sum(v for n, v in m.items() if n not in names):.3f}" for m in ms])
+        said = []
+        for r in case:
+            if r is base:
+                continue
+            mine, theirs = r["decode_profile"]["ms"], base["decode_profile"]["ms"]
+            diff = {n: mine.get(n, 0.0) - theirs.get(n, 0.0) for n in mine.keys() | theirs.keys()}
+            most = max(sorted(diff), key=lambda n: abs(diff[n]))
+            step = r["decode_profile"]["step_ms"] - base["decode_profile"]["step_ms"]
+            said.append(
+                f"{r['attention']} {step:+.3f} ms a step against {base['attention']}, its largest "
+                f"difference in '{most}' ({diff[most]:+.3f} ms)"
+            )
+        blocks += [
+            Para(
+                _case_said(base)
+                + f", {base['decode_profile']['steps']} steps profiled"
+                + (": " + "; ".join(said) if said else "")
+            ),
+            Table(["ms a step"] + [r["attention"] for r in case], rows, set(range(1, len(case) + 1))),
+        ]
+    return blocks
 
 
 def _between_section(records: list[dict]) -> list[Block]:
