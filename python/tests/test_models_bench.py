@@ -28,7 +28,7 @@ ARGS += [
 ]
 # PyTorch's and mha's implementations; OpenVINO's (a process of its own environment) have tests
 # of their own below.
-IN_PROCESS = ["eager", "sdpa", "sdpa_static", "mha", "mha_tbb", "mha_int8", "mha_bf16"]
+IN_PROCESS = ["eager", "sdpa", "sdpa_static", "mha", "mha_tbb", "mha_fp32", "mha_int8", "mha_bf16"]
 ARGS += ["--attention", ",".join(IN_PROCESS)]
 
 
@@ -92,7 +92,7 @@ def test_a_synthetic_fill_gives_every_cache_the_same_context(tmp_path):
     argv = [
         *ARGS,
         "--attention",
-        "sdpa,sdpa_static,mha,mha_bf16,mha_int8",
+        "sdpa,sdpa_static,mha,mha_fp32,mha_bf16,mha_int8",
         "--fill",
         "synthetic",
         "--layers",
@@ -100,11 +100,18 @@ def test_a_synthetic_fill_gives_every_cache_the_same_context(tmp_path):
     ]
     assert models_bench.main([*argv, "--out", str(out)]) == 0
     records = json.loads(out.read_text())["models"]
-    assert [r["attention"] for r in records] == ["sdpa", "sdpa_static", "mha", "mha_bf16", "mha_int8"]
+    assert [r["attention"] for r in records] == [
+        "sdpa",
+        "sdpa_static",
+        "mha",
+        "mha_fp32",
+        "mha_bf16",
+        "mha_int8",
+    ]
     for r in records:
         assert (r["fill"], r["layers"], r["prefill"]) == ("synthetic", 2, 16)
         assert "ttft_s" not in r and r["decode_tokens_per_s"] > 0
-    sdpa, static, fp32, bf16, int8 = records
+    sdpa, static, fp32, own_fp32, bf16, int8 = records
     # 2 layers of 16 + 4 tokens of 2 K/V heads of 16 per sequence, fp32, keys and values: a
     # DynamicCache's bytes.
     assert sdpa["cache_bytes"] == 2 * (2 * 2 * 20 * 16 * 4 * 2)
@@ -112,6 +119,8 @@ def test_a_synthetic_fill_gives_every_cache_the_same_context(tmp_path):
     # The same context in every layer of every cache: mha's decode logits are sdpa's (bf16 and
     # int8: within their bounds, the tiny model's logits being small).
     assert fp32["decode_logits_error"] <= 1e-5 and fp32["top1_agreement"] == 1
+    assert own_fp32["decode_logits_error"] <= 1e-5 and own_fp32["top1_agreement"] == 1
+    assert int8["cache_bytes"] < bf16["cache_bytes"] < sdpa["cache_bytes"] <= own_fp32["cache_bytes"]
     assert bf16["logits_steps"] == int8["logits_steps"] == 3
     assert 0 < bf16["decode_logits_error"] <= 1e-2 and 0 < int8["decode_logits_error"] <= 2e-2
 

@@ -43,14 +43,25 @@ MODELS = {
 }
 # "mha" is mha's attention on the executor it picks (inside PyTorch: PyTorch's own OpenMP
 # workers); "mha_tbb" the same on mha's own oneTBB workers (what "mha" ran on before), beside it;
-# "mha_int8" and "mha_bf16" mha's attention with its own KV cache in int8 / bf16
-# (mha.transformers.MhaCache) instead of transformers' DynamicCache.
+# "mha_fp32", "mha_int8" and "mha_bf16" mha's attention with its own KV cache in fp32 / int8 /
+# bf16 (mha.transformers.MhaCache, appended in place) instead of transformers' DynamicCache
+# (concatenated into new tensors at each step): mha_fp32 against mha is the cache alone.
 # "sdpa_static" is sdpa with transformers' StaticCache (preallocated, written in place: no
 # concatenation per step), the strongest of transformers' own caches for a long decode.
 # "openvino" and "openvino_u8": OpenVINO through optimum-intel with its KV cache in the
 # precision it picks on this CPU / in u8 (mhapy.models_openvino).
-IMPLEMENTATIONS = ("eager", "sdpa", "sdpa_static", "mha", "mha_tbb", "mha_int8", "mha_bf16", *OPENVINO)
-CACHED = {"mha_int8": "int8", "mha_bf16": "bf16"}
+IMPLEMENTATIONS = (
+    "eager",
+    "sdpa",
+    "sdpa_static",
+    "mha",
+    "mha_tbb",
+    "mha_fp32",
+    "mha_int8",
+    "mha_bf16",
+    *OPENVINO,
+)
+CACHED = {"mha_fp32": "fp32", "mha_int8": "int8", "mha_bf16": "bf16"}
 # GPT-2 small with 16k positions (random weights): a long context on a small model.
 MODELS["gpt2_16k"] = dict(MODELS["gpt2"], n_positions=16384)
 
@@ -63,7 +74,7 @@ def attention_of(implementation: str) -> str:
 
 
 def cache_for(model: Any, implementation: str, capacity: int) -> Any:
-    """The KV cache an implementation decodes through: an MhaCache for mha_int8 / mha_bf16, a
+    """The KV cache an implementation decodes through: an MhaCache for mha_fp32 / mha_int8 / mha_bf16, a
     StaticCache for sdpa_static, else None (transformers' DynamicCache)."""
     if implementation == "sdpa_static":
         import transformers

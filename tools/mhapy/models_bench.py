@@ -18,8 +18,8 @@ on mha's own oneTBB workers, as "mha" did before. Each implementation's logits o
 prompt are first checked against "sdpa"'s (fp32: 1e-4 of the largest; bf16: 2^-5) and a failing
 one is recorded as such, not timed. Writes JSON (one record per case), which
 `python3 -m mhapy.report ... --models FILE` turns into the report's "Whole models" section.
-"mha_int8" and "mha_bf16" decode through mha's own KV cache (mha.transformers.MhaCache) in int8 /
-bf16, "sdpa_static" is sdpa through transformers' StaticCache (preallocated, no concatenation);
+"mha_fp32", "mha_int8" and "mha_bf16" decode through mha's own KV cache (mha.transformers.MhaCache,
+appended in place) in fp32 / int8 / bf16, "sdpa_static" is sdpa through transformers' StaticCache (preallocated, no concatenation);
 each case records the bytes its cache holds, and for mha's implementations the decode steps'
 logits against sdpa's over --logits-steps steps (the error and the top-1 agreement).
 "openvino" and "openvino_u8" are OpenVINO through optimum-intel, the path CPU users of Hugging
@@ -65,7 +65,7 @@ from .timed_attention import labelled_attention, timed_attention
 
 def check(model: Any, implementation: str, dtype: Any, openvino: OpenVinoRuns | None = None) -> str | None:
     """None when the implementation's logits on a short prompt agree with sdpa's (fp32: within
-    1e-4 of the largest; through its own cache for mha_int8 / mha_bf16 within 5e-2 / 2e-2, OpenVINO
+    1e-4 of the largest, mha_fp32 through its own cache too; mha_int8 / mha_bf16 within 5e-2 / 2e-2, OpenVINO
     within 2e-2, 5e-2 for its u8 cache; a bf16 model within 2^-5, plus 5e-2 for an 8-bit cache),
     else why not. The quantised caches' gate catches a broken cache (an error the size of the logits),
     not their rounding, which grows with the layers it passes (random weights, 48 tokens: 2.3e-2

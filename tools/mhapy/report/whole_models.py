@@ -131,7 +131,7 @@ def section(records: list[dict]) -> list[Block]:
             ttft = base["ttft_s"] / r["ttft_s"] if prefilled else None
             rate = r["decode_tokens_per_s"] / base["decode_tokens_per_s"]
             versus = f"{ttft:.2f}x / {rate:.2f}x" if prefilled else f"– / {rate:.2f}x"
-            if r["attention"] in ("mha", "mha_int8", "mha_bf16"):
+            if r["attention"] in ("mha", "mha_fp32", "mha_int8", "mha_bf16"):
                 verdict = (
                     "no slower than sdpa"
                     if rate >= 0.97 and (ttft is None or ttft >= 0.97)
@@ -181,8 +181,8 @@ def section(records: list[dict]) -> list[Block]:
                 + ", ".join(cpus)
                 + "): the time to the first token (a "
                 "prefill; where the tokens say 'synthetic', every cache was filled with the same random keys and "
-                "values instead, and no first token was timed) and the decode rate through transformers' own cache (mha_int8 and mha_bf16: through "
-                "mha's, in int8 / bf16, whose bytes 'cache MiB' gives beside the others'), the medians of rounds that take every implementation in turn, and the share "
+                "values instead, and no first token was timed) and the decode rate through transformers' own cache (mha_fp32, mha_int8 and mha_bf16: "
+                "through mha's, appended in place, in fp32 / int8 / bf16, whose bytes 'cache MiB' gives beside the others'), the medians of rounds that take every implementation in turn, and the share "
                 "of each spent inside the attention function, a decode step's attention call in ms and the threads "
                 "busy during decode (sampled from /proc/self/task: mean, and most at once). 'mha' runs on the executor "
                 "mha picks (inside PyTorch, PyTorch's own OpenMP workers), 'mha_tbb' on mha's own oneTBB workers. "
@@ -245,8 +245,8 @@ def _logits_section(records: list[dict]) -> list[Block]:
         Para(
             "The decode steps' logits against sdpa's with sdpa's greedy tokens fed to both: each step's largest "
             "logit error over its largest logit (the worst step and the median one), and the share of steps "
-            "and sequences whose top-1 token is sdpa's. 'mha' reads transformers' cache; 'mha_int8' and "
-            "'mha_bf16' their own (mha.transformers.MhaCache); 'openvino' and 'openvino_u8' OpenVINO's, inside "
+            "and sequences whose top-1 token is sdpa's. 'mha' reads transformers' cache; 'mha_fp32', 'mha_int8' "
+            "and 'mha_bf16' their own (mha.transformers.MhaCache); 'openvino' and 'openvino_u8' OpenVINO's, inside "
             "its compiled model."
         ),
         Table(
