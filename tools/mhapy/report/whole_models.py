@@ -40,16 +40,18 @@ def load(paths: list[str | Path]) -> list[dict]:
     return records
 
 
+def _case_key(r: dict) -> tuple:
+    """What makes r's case: its _CASE values, how its cache was filled, its layers and its file."""
+    return tuple(r[k] for k in _CASE) + tuple(r.get(k) for k in ("fill", "layers", "run"))
+
+
 def _baseline(records: list[dict], r: dict, attention: str = "sdpa") -> dict | None:
     """The timed record of `attention` in r's case, if any."""
     return next(
         (
             s
             for s in records
-            if s["attention"] == attention
-            and "error" not in s
-            and all(s[k] == r[k] for k in _CASE)
-            and all(s.get(k) == r.get(k) for k in ("fill", "layers", "run"))
+            if s["attention"] == attention and "error" not in s and _case_key(s) == _case_key(r)
         ),
         None,
     )
@@ -280,13 +282,12 @@ def _profile_section(records: list[dict]) -> list[Block]:
     ]
     cases: dict[tuple, list[dict]] = {}
     for r in profiled:
-        key = tuple(r[k] for k in _CASE) + tuple(r.get(k) for k in ("fill", "layers", "run"))
-        cases.setdefault(key, []).append(r)
+        cases.setdefault(_case_key(r), []).append(r)
     for case in cases.values():
         base = next((r for r in case if r["attention"] == "sdpa"), case[0])
         ms = [r["decode_profile"]["ms"] for r in case]
-        longest = {n: max(m.get(n, 0.0) for m in ms) for m in ms for n in m}
-        names = sorted(longest, key=lambda n: -longest[n])[:_PROFILE_ROWS]
+        longest = {n: max(m.get(n, 0.0) for m in ms) for n in set().union(*ms)}
+        names = sorted(longest, key=lambda n: (-longest[n], n))[:_PROFILE_ROWS]
         rows = [["step (profiled)"] + [f"{r['decode_profile']['step_ms']:.3f}" for r in case]]
         rows += [[n] + [f"{m.get(n, 0.0):.3f}" for m in ms] for n in names]
         rows.append(["other ops"] + [f"{sum(v for n, v in m.items() if n not in names):.3f}" for m in ms])
