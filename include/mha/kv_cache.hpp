@@ -35,7 +35,7 @@ struct kv_cache_access;
 // starts meanwhile (on another thread) throws mha::invalid_argument naming the concurrent use and
 // changes nothing, so that nothing is ever written past the capacity; concurrent runs need one
 // cache each (they may share the plan). Reading lengths() while a run holds it is a data race.
-// Movable (not while held), not copyable.
+// Movable (not while held); copied only on purpose, by copy().
 class kv_cache {
  public:
   kv_cache(kv_cache&&) noexcept = default;
@@ -68,6 +68,10 @@ class kv_cache {
   // tokens speculative decoding rejected or of a benchmark's step. The kept tokens' keys and
   // values are unchanged (a rotary embedding is applied by absolute position when stored).
   void truncate(std::int64_t b, std::int64_t length);
+  // A new cache holding the same tokens, for the same plan (or backend's attention calls): a
+  // prompt's cache copied once per continuation. Its storage is allocated and copied now (the
+  // whole capacity); held by the copy as a call holds the cache (a concurrent call throws).
+  kv_cache copy() const;
 
   // An attention cache's (make_attention_cache; a plan's cache has none): the backend and ISA
   // whose kernels' layout it holds, head_dim and the attention's precision (fp32 or bf16).
@@ -103,13 +107,13 @@ class kv_cache {
   // before either reads a length.
   class claim {
    public:
-    claim(kv_cache& cache, std::string_view where);
+    claim(const kv_cache& cache, std::string_view where);
     ~claim();
     claim(const claim&) = delete;
     claim& operator=(const claim&) = delete;
 
    private:
-    kv_cache& cache_;
+    const kv_cache& cache_;
   };
 
   const plan* owner_;  // nullptr for an attention cache
@@ -117,7 +121,7 @@ class kv_cache {
   mha::precision precision_;
   std::int64_t capacity_, heads_, head_bytes_, bytes_;
   std::vector<std::int64_t> lengths_;
-  use_flag in_use_;
+  mutable use_flag in_use_;
   // Raw storage (64-byte aligned; a storage of 2 MiB or more 2 MiB-aligned, on huge pages where
   // Linux grants them) in which each kernel set keeps elements of its own type.
   std::unique_ptr<std::byte[], aligned_delete> data_;

@@ -491,6 +491,7 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
     a.scale = scale;
     a.bf16 = owner.precision == precision::bf16;
     a.cache = &store;
+    if (store.format == precision::int8) detail::check_int8_range(where, a);
     detail::attend(backend, a,
                    run_options{.threads = options.threads, .executor = options.executor});
     kv_cache_access::grow(cache, tokens, first_sequence, q.batch);

@@ -111,7 +111,7 @@ kv_cache::kv_cache(const plan* owner, mha::precision precision, std::int64_t bat
   std::memset(data_.get(), 0, static_cast<std::size_t>(bytes_));
 }
 
-kv_cache::claim::claim(kv_cache& cache, std::string_view where) : cache_(cache) {
+kv_cache::claim::claim(const kv_cache& cache, std::string_view where) : cache_(cache) {
   if (cache.in_use_.held.exchange(true, std::memory_order_acquire)) {
     throw invalid_argument(text(where,
                                 ": the kv_cache is in use by another call (on another thread); "
@@ -153,6 +153,15 @@ void kv_cache::truncate(std::int64_t b, std::int64_t length) {
                                 " must be in [0, ", held, "], the tokens it holds"));
   }
   lengths_[static_cast<std::size_t>(b)] = length;
+}
+
+kv_cache kv_cache::copy() const {
+  const claim held(*this, "kv_cache: copy");
+  kv_cache made(owner_, precision_, batch(), capacity_, heads_, head_bytes_);
+  made.attention_ = attention_;
+  made.lengths_ = lengths_;
+  std::memcpy(made.data_.get(), data_.get(), static_cast<std::size_t>(bytes_));
+  return made;
 }
 
 std::int64_t plan::cache_head_bytes(std::int64_t, mha::precision) const noexcept { return 0; }

@@ -126,6 +126,7 @@ class driver_plan final : public plan {
         const kv_store store = kv_cache_access::store(*cache);
         args.cache = &store;
         rotate(views, x, [&](std::int64_t b) { return store.lengths[b]; });
+        if (store.format == precision::int8) check_int8_range(backend_name(), args);
         kernels_.attention(args);
       } else {
         rotate(views, x, [](std::int64_t) { return std::int64_t{0}; });

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string_view>
 #include <utility>
 
 #include "common/attention_args.hpp"
 #include "core/int8.hpp"
+#include "core/text.hpp"
+#include "mha/error.hpp"
 #include "mha/kv_cache.hpp"
 
 namespace mha::detail {
@@ -50,6 +53,33 @@ struct kv_cache_access {
       c.lengths_[static_cast<std::size_t>(b)] += n;
   }
 };
+
+// Refuses, before anything is appended, the new keys or values (a.k, a.v) of a call into an
+// int8 cache that the format cannot hold: a finite element of magnitude 2^127 or more, whose
+// row's 254 steps would pass float's range (int8_row reads such a row as NaN, and a NaN out of
+// finite inputs is no answer). NaN and Inf pass: they propagate as IEEE arithmetic does
+// (docs/design.md §1.2, §1.7). mha::invalid_argument names `where`, the element and the range.
+inline void check_int8_range(std::string_view where, const attention_args& a) {
+  const auto check = [&](const head_view<const float>& t, const char* name) {
+    for (std::int64_t b = 0; b < a.batch; ++b) {
+      for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
+        for (std::int64_t i = 0; i < a.seq_len; ++i) {
+          const float* row = t.row(b, g, i);
+          const auto beyond = [](float x) { return std::abs(x) >= 0x1p127f && std::isfinite(x); };
+          const float* found = std::find_if(row, row + a.head_dim, beyond);
+          if (found == row + a.head_dim) continue;
+          throw invalid_argument(
+              text(where, ": ", name, " (sequence ", b, ", K/V head ", g, ", token ", i,
+                   ", element ", found - row, ") is ", *found,
+                   ": an int8 cache holds finite values of magnitude below 2^127 (1.7014118e38); "
+                   "keep such a model's cache in fp32 or bf16"));
+        }
+      }
+    }
+  };
+  check(a.k, "a key");
+  check(a.v, "a value");
+}
 
 // The row-major layout: per (sequence, K/V head), `capacity` key rows of head_dim elements of T
 // (float; std::uint16_t holding bf16 in a bf16 plan), then as many value rows. A decode step

@@ -285,6 +285,75 @@ TEST_P(AttentionCache, Int8WeightsOfEachChunkKeepTheirScale) {
   }
 }
 
+// Values at the ends of float's range: a chunk's weights w = p scale_j then lie far below 2^-96
+// (values of 2^-100 have scales near 2^-107), where the SIMD kernels' 16-bit weights once dropped
+// every weight (their chunk's scale 0) while each value's offset was still added: a relative
+// error of 2 where naive's is 0.0055. Every magnitude stays within the kernels' bound of naive,
+// relative to the values' magnitude.
+TEST_P(AttentionCache, Int8ValuesOfEveryMagnitudeKeepTheKernelsBound) {
+  const mha::backend& backend = *GetParam().backend;
+  const std::int64_t batch = 1, heads = 2, kv_heads = 1, d = 16, t = 40;
+  for (const float magnitude : {0x1p-110f, 0x1p-100f, 0x1p-88f, 0x1p-60f, 0x1p60f, 0x1p120f}) {
+    mha::kv_cache mine =
+        mha::make_attention_cache(backend, batch, t, kv_heads, d, precision::int8, precision::fp32);
+    mha::kv_cache naive = mha::make_attention_cache(mha::naive_backend(), batch, t, kv_heads, d,
+                                                    precision::int8, precision::fp32);
+    stream s(cache_case{});
+    std::vector<float> q = s.random(batch * heads * t * d), k = s.random(batch * kv_heads * t * d),
+                       v = s.random(batch * kv_heads * t * d);
+    for (float& e : v) e *= magnitude;
+    std::vector<float> out_a(q.size()), out_b(q.size());
+    mha::attention_options o;
+    o.causal = true;
+    const auto call = [&](const mha::backend& on, mha::kv_cache& cache, std::vector<float>& out) {
+      mha::attention(on, dense<const float>(q.data(), batch, heads, t, d),
+                     dense<const float>(k.data(), batch, kv_heads, t, d),
+                     dense<const float>(v.data(), batch, kv_heads, t, d), cache,
+                     dense(out.data(), batch, heads, t, d), o);
+    };
+    call(backend, mine, out_a);
+    call(mha::naive_backend(), naive, out_b);
+    double error = 0;
+    for (std::size_t i = 0; i < out_a.size(); ++i)
+      error = std::max(error, std::abs(double{out_a[i]} - out_b[i]) / magnitude);
+    EXPECT_LE(error, int8_kernels_tolerance(d)) << "values of magnitude " << magnitude;
+  }
+}
+
+// A copy (kv_cache::copy) holds the same tokens in storage of its own: the same next step gives
+// the same bits in both, and each grows and resets apart; a plan's cache copies too.
+TEST_P(AttentionCache, ACopyHoldsTheSameTokensApart) {
+  for (const precision kv : {precision::fp32, precision::int8}) {
+    cache_case c;
+    c.kv = kv;
+    stream s(c);
+    mha::kv_cache cache = mha::make_attention_cache(*GetParam().backend, c.batch, c.capacity,
+                                                    c.kv_heads, c.head_dim, c.kv, c.compute);
+    step(*GetParam().backend, *GetParam().backend, cache, s, 5);
+    mha::kv_cache twin = cache.copy();
+    EXPECT_EQ(twin.lengths(), cache.lengths());
+    EXPECT_EQ(twin.bytes(), cache.bytes());
+    stream again = s;  // the same next numbers for both
+    const step_error a = step(*GetParam().backend, *GetParam().backend, cache, s, 1);
+    const step_error b = step(*GetParam().backend, *GetParam().backend, twin, again, 1);
+    EXPECT_EQ(a.error, b.error);
+    twin.reset(0);
+    EXPECT_EQ(cache.length(0), 6);
+    EXPECT_EQ(twin.length(0), 0);
+  }
+  const mha::config cfg = mha_test::shape{1, 4, 8, 16, 2}.config();
+  const auto p = mha::naive_backend().prepare(cfg, mha::formulation::split_weight,
+                                              mha::weights::random(cfg, 1));
+  mha::kv_cache made = p->make_cache(1, 4);
+  std::vector<float> x(8, 0.25f), y(16);
+  p->run({x.data(), 1, 1, 8}, {y.data(), 1, 1, 16}, made);
+  mha::kv_cache twin = made.copy();
+  std::vector<float> y_twin(16);
+  p->run({x.data(), 1, 1, 8}, {y.data(), 1, 1, 16}, made);
+  p->run({x.data(), 1, 1, 8}, {y_twin.data(), 1, 1, 16}, twin);
+  EXPECT_EQ(y, y_twin);
+}
+
 TEST_P(AttentionCache, SequencesOfOneCacheAreCalledApartOrTogether) {
   // A padded batch's prefill: each sequence alone (its own length), then steps of all three and
   // of the last two; untouched sequences keep their lengths.

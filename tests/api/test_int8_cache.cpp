@@ -307,6 +307,37 @@ TEST_P(Int8Cache, NonFiniteTokensReachOnlyTheRowsThatSeeThem) {
   }
 }
 
+// A key of magnitude 2^127 or more (here exactly 2^127: x's element 0 through a key weight of 1,
+// read by no query or value) has no int8 row (its steps would pass float's range, read as NaN):
+// the run is refused naming the element, the cache unchanged; 2^126 is held and computed finite.
+TEST_P(Int8Cache, KeysPastTheFormatsRangeAreRefusedByName) {
+  const auto& [backend, form, plan_precision] = GetParam();
+  const mha_test::shape s{1, 2, 8, 16, 2, true, false, true, 0, 0.0};
+  const mha::config cfg = config_of(s, plan_precision);
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, 1, 1, 8, precision::int8});
+  mha::weights w = mha::weights::random(cfg, 3);
+  std::fill(w.key.weight.begin(), w.key.weight.end(), 0.0f);
+  w.key.weight[0] = 1.0f;  // key element 0 of head 0 is x's element 0, which nothing else reads
+  for (mha::linear_weights* other : {&w.query, &w.value}) {
+    for (std::int64_t r = 0; r < other->out; ++r) other->weight[r * other->in] = 0.0f;
+  }
+  const auto p = backend.backend->prepare(cfg, form, w);
+  mha::kv_cache cache = p->make_cache(1, 2, precision::int8);
+  std::vector<float> x(16, 0.5f), y(2 * 16);
+  x[0] = 0x1p127f;
+  mha_test::expect_error<mha::invalid_argument>(
+      [&] {
+        p->run({x.data(), 1, 2, 8}, {y.data(), 1, 2, 16}, cache);
+      },
+      {"a key (sequence 0, K/V head 0, token 0, element 0) is 1.7014118e+38",
+       "an int8 cache holds finite values of magnitude below 2^127"});
+  EXPECT_EQ(cache.length(0), 0);
+  x[0] = 0x1p126f;
+  p->run({x.data(), 1, 2, 8}, {y.data(), 1, 2, 16}, cache);
+  EXPECT_EQ(cache.length(0), 2);
+  for (const float e : y) EXPECT_TRUE(std::isfinite(e));
+}
+
 INSTANTIATE_TEST_SUITE_P(All, Int8Cache, testing::ValuesIn(case_params()), [](const auto& p) {
   return p.param.backend.label + "_" + std::string(mha::to_string(p.param.form)) + "_" +
          std::string(mha::to_string(p.param.plan));

@@ -43,7 +43,8 @@ const executor& serial_executor();
 // OpenMP's worksharing on the runtime this process has loaded (GCC's libgomp; PyTorch's wheel
 // ships one of the same soname, so inside PyTorch its workers run mha's tasks and no second pool
 // starts), a team of run_options::threads (0: omp_get_max_threads(), the calling thread's
-// setting, which torch.set_num_threads sets). A nested grid runs in the calling task's thread.
+// setting, which torch.set_num_threads sets), at most the larger of that setting and the cores
+// (omp_get_num_procs()). A nested grid runs in the calling task's thread.
 // nullptr where the build has no OpenMP (MHA_WITH_OPENMP 0: CMake found none).
 const executor* openmp_executor() noexcept;
 

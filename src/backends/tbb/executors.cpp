@@ -1,6 +1,7 @@
 // The executors mha offers besides oneTBB (mha/backends/tbb.hpp): serial, and OpenMP where the
 // build has it (MHA_WITH_OPENMP: this file compiled with OpenMP, the library linked to the
 // compiler's runtime).
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -33,6 +34,9 @@ class serial final : public executor {
 // next region, the model's next op on every thread, pays to bring them back. On a 16-vCPU Xeon a
 // team of min(threads, tasks) made a decode call alone 6% shorter, and inside GPT-2 its calls
 // 9-23% longer and the decode 15-30% slower (report xeon-amx-16core-decode-2026-11-27).
+// A team is at most the larger of the cores and the thread's setting (omp_get_max_threads:
+// torch.set_num_threads's), as oneTBB's arenas are at most its cores: libgomp starts every
+// thread a team asks for and keeps them, so threads = 1024 on 2 cores left 1024 threads behind.
 class openmp final : public executor {
  public:
   void parallel_for(std::int64_t n, int threads,
@@ -41,7 +45,8 @@ class openmp final : public executor {
       for (std::int64_t i = 0; i < n; ++i) task(i);
       return;
     }
-    const int team = threads > 0 ? threads : omp_get_max_threads();
+    const int most = std::max(omp_get_num_procs(), omp_get_max_threads());
+    const int team = threads > 0 ? std::min(threads, most) : omp_get_max_threads();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(team)
     for (std::int64_t i = 0; i < n; ++i) task(i);
   }

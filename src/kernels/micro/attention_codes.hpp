@@ -139,15 +139,22 @@ struct code_scales {
     constexpr int count = static_cast<int>(chunk / lanes);
     const float most = largest_lane<Arch>(largest);
     constexpr float limit = weight_code_limit;
-    // Past 2^-113 limit / most overflows: weights below 2^-96 (of a row whose largest is 1,
-    // l >= 1) are left out, their share of the row far below an fp32 rounding.
-    const float inverse = most >= 0x1p-96f ? limit / most : 0.0f;
+    // w / s = w limit / most. limit / most overflows below most = 2^-113, and a chunk's largest
+    // weight is that small whenever its values are (w = p scale, the values' scale about
+    // max|v| / 127: values of 2^-88 and below), so such a chunk is lifted by 2^64 first: exact
+    // (a power of two, every w then normal or zero), so its codes are the codes its weights
+    // would have without the overflow. Every other chunk's lift is 1 (the same bits as without
+    // it); only s = most / limit, applied once the chunk's sums are made, is of the true scale.
+    // A chunk without weight (most 0, or NaN: a NaN weight is passed over) adds nothing.
+    const bool tiny = most < 0x1p-64f;
+    const float lift = tiny ? 0x1p64f : 1.0f;
+    const float inverse = most > 0.0f ? limit / (most * lift) : 0.0f;
     *chunk_scale = inverse > 0.0f ? most / limit : 0.0f;
     // Rounded to the nearest integer, ties to even (core/int8.hpp's round_ties_even, by batch),
     // at most the limit (a NaN weight: the limit).
     constexpr float shift = 12582912.0f;  // 1.5 * 2^23
     const auto code = [&](batch v) {
-      const batch r = (v * batch(inverse) + batch(shift)) - batch(shift);
+      const batch r = (v * batch(lift) * batch(inverse) + batch(shift)) - batch(shift);
       return xsimd::to_int(xsimd::select(r < batch(limit), r, batch(limit)));
     };
     query_pair pairs_out[chunk / 2];
