@@ -44,7 +44,8 @@ def attention(
     operands rounded to bf16 and sums in fp32) or float32 NumPy arrays, all of one kind, any
     strides: a tensor whose last dimension is contiguous is read where it lies, float32 or
     bfloat16 (a (B, L, H, D) buffer's transpose(1, 2) too); other views (a strided last
-    dimension, NumPy's negative or unaligned strides, torch's negative bit) are copied first.
+    dimension, NumPy's negative or unaligned strides, torch's negative bit, keys or values
+    expanded along the key dimension with stride 0) are copied first.
     attn_mask: of the query's kind, boolean (True attends) or additive float (float32, or the
     query's dtype: what SDPA takes; integer masks are refused as SDPA refuses them),
     broadcastable to (B, H, L, S) as SDPA's; with is_causal too, both apply (SDPA refuses the
@@ -58,8 +59,10 @@ def attention(
     all cores, at most MAX_THREADS); executor, who runs tbb's parallel work: "tbb", "openmp",
     "serial", or None (PyTorch's OpenMP pool with torch.get_num_threads() threads where PyTorch
     is loaded, else oneTBB: mha.default_executor() says which and why). out: where to write
-    (the result's shape, float32, or bfloat16 for bfloat16 inputs; writable, not requiring grad;
-    any strides: written in place where the last dimension is contiguous, else through a copy).
+    (the result's shape, float32, or bfloat16 for bfloat16 inputs; writable, not requiring grad,
+    not an inference tensor outside inference mode; any strides: written in place where the last
+    dimension is contiguous, else through a copy; its version counter bumped, as torch's in-place
+    operations do, so that autograd sees the write).
     The GIL is released while it runs. Returns out, or a new tensor or array of the query's kind
     and dtype. With cache (an mha.AttentionCache): key and value (B, H_kv, T, D) are each
     sequence's next T tokens', appended to it, and query (B, H, T, D) attends over all the
@@ -142,7 +145,10 @@ def attention(
     arrays = [
         _numpy_operand(torch, name, t) for name, t in (("query", query), ("key", key), ("value", value))
     ]
-    q, k, v = (t if _in_place(t) else np.ascontiguousarray(t) for t in _batched(arrays))
+    q, k, v = (
+        t if _in_place(t) and not (i and _expanded_keys(t.shape, t.strides)) else np.ascontiguousarray(t)
+        for i, t in enumerate(_batched(arrays))
+    )
     _check_heads(q.shape, k.shape, v.shape, enable_gqa)
     result_shape = tuple(query.shape[:-1]) + (q.shape[-1],)
     target = None
@@ -267,6 +273,13 @@ def _check_heads(q: Any, k: Any, v: Any, enable_gqa: bool) -> None:
         )
 
 
+def _expanded_keys(shape: Any, strides: Any) -> bool:
+    """Whether a 4-d key or value tensor's (or array's) keys share memory: a key dimension
+    expanded with stride 0, which the library refuses (its work would not be bounded by the memory
+    behind it) and the package therefore copies, as SDPA computes it."""
+    return len(shape) == 4 and shape[2] > 1 and strides[2] == 0
+
+
 def _batched(ts: list) -> list:
     """(H, L, D) operands as (1, H, L, D); 4-D ones as they are; others refused naming the rank."""
     ranks = {t.ndim for t in ts}
@@ -378,12 +391,16 @@ def _torch_attention(
     bf16 = dtype == torch.bfloat16
     q, k, v = ts if query.dim() == 4 and key.dim() == 4 and value.dim() == 4 else _batched(ts)
     _check_heads(q.shape, k.shape, v.shape, enable_gqa)
-    # Read where they lie (bfloat16 as its 16-bit words), unless their last dimension is strided.
+    # Read where they lie (bfloat16 as its 16-bit words), unless their last dimension is strided
+    # (or a key dimension expanded: copied, as the library refuses keys that share memory).
     qa = _memory(torch, q, bf16, "query")
     ka = _memory(torch, k, bf16, "key")
     va = _memory(torch, v, bf16, "value")
     result_shape = (*query.shape[:-1], q.shape[-1])
     target = None if out is None else _torch_out(torch, out, bf16, result_shape, grad)
+    # Every tensor's memory held for the call: another thread's set_() on one of them frees its
+    # old storage only once the call is done (the NumPy views hold the tensors, not their memory).
+    held = [t.untyped_storage() for t in (query, key, value) + (() if out is None else (out,))]
     direct = target is not None
     if not direct:
         target = np.empty(qa.shape, np.int16 if bf16 else np.float32)
@@ -392,8 +409,14 @@ def _torch_attention(
         additive, boolean = _torch_mask(
             torch, mask, dtype, (qa.shape[0], qa.shape[1], qa.shape[2], ka.shape[2])
         )
+    if mask is not None:
+        held.append(mask.untyped_storage())
     _run(qa, ka, va, target, additive, boolean, is_causal, alignment, scale, bf16, backend, threads, executor)
+    del held
     if direct:
+        # Written in place, as torch's own in-place operations: its version counter bumped, so that
+        # autograd refuses a backward() through a tensor it saved and mha then overwrote.
+        torch.autograd.graph.increment_version(out)
         return out
     result = torch.from_numpy(target)
     if bf16:
@@ -416,6 +439,12 @@ def _torch_out(torch: Any, out: Any, bf16: bool, shape: tuple, grad: bool) -> An
     elif out.dtype == want and tuple(out.shape) == shape:
         if not out.is_cpu:
             raise InvalidArgument(f"mha.attention: out is on {out.device}, expected the CPU")
+        if out.is_inference() and not torch.is_inference_mode_enabled():
+            raise InvalidArgument(
+                "mha.attention: out is an inference tensor (made under torch.inference_mode()) and the "
+                "call is outside inference mode, where torch refuses in-place writes to one: pass "
+                "out.clone(), or call under torch.inference_mode()"
+            )
         if grad and out.requires_grad:
             raise InvalidArgument(
                 "mha.attention: out requires grad: mha writes it in place, outside autograd (torch "
@@ -478,10 +507,12 @@ def _torch_mask(torch: Any, mask: Any, dtype: Any, full_shape: tuple) -> tuple[A
 
 def _memory(torch: Any, t: Any, bf16: bool, name: str = "the tensor") -> Any:
     """A tensor's memory as a NumPy array (an input copied only when its last dimension is
-    strided, or its negative bit set): float32 as it is, bfloat16 as int16 words (NumPy has no
-    bfloat16)."""
+    strided, its negative bit set, or it is the key or value and its key dimension expanded):
+    float32 as it is, bfloat16 as int16 words (NumPy has no bfloat16)."""
     try:
-        if t.stride(-1) != 1 and t.shape[-1] > 1:
+        if (t.stride(-1) != 1 and t.shape[-1] > 1) or (
+            name in ("key", "value") and _expanded_keys(t.shape, t.stride())
+        ):
             t = t.contiguous()
         if t.requires_grad:  # under no_grad (the caller refuses it otherwise)
             t = t.detach()

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _mha
-from ._attention import _check_heads, _describe, _in_place, _mixed, _numpy_operand
+from ._attention import _check_heads, _describe, _expanded_keys, _in_place, _mixed, _numpy_operand
 from ._mha import InvalidArgument, Unsupported
 
 _KV = ("fp32", "bf16", "int8")
@@ -91,6 +91,29 @@ class AttentionCache:
         """Keeps the first `length` tokens of sequence b."""
         self._cache.truncate(b, length)
 
+    def __deepcopy__(self, memo: dict) -> AttentionCache:
+        """A new cache holding the same tokens (its storage copied): a prompt's cache reused by
+        several continuations, as transformers' copy.deepcopy(prompt_cache) pattern does."""
+        made = object.__new__(AttentionCache)
+        made._cache = self._cache.__deepcopy__(memo)
+        made.backend, made.kv_heads, made.head_dim, made.precision = (
+            self.backend,
+            self.kv_heads,
+            self.head_dim,
+            self.precision,
+        )
+        return made
+
+    def __copy__(self) -> AttentionCache:
+        """As deepcopy: a copy sharing the storage would let each append into the other's tokens."""
+        return self.__deepcopy__({})
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            "mha.AttentionCache cannot be pickled: it holds its tokens in the layout of this "
+            "process's kernels (backend and ISA); copy.deepcopy(cache) copies it"
+        )
+
     def __repr__(self) -> str:
         return (
             f"mha.AttentionCache(batch={self.batch}, capacity={self.capacity}, kv_heads={self.kv_heads}, "
@@ -152,6 +175,13 @@ def attend(
         )
         if result is not None:
             return result
+    if is_tensor:
+        dtypes = [getattr(t, "dtype", None) for t in (query, key, value)]
+        if dtypes[1:] != dtypes[:1] * 2 and all(isinstance(t, torch.Tensor) for t in (key, value)):
+            raise InvalidArgument(
+                f"{where}: query, key and value have dtypes {dtypes[0]}, {dtypes[1]}, {dtypes[2]}: "
+                "expected all float32 or all bfloat16"
+            )
     arrays = [
         _operand(torch, is_tensor, name, t) for name, t in (("query", query), ("key", key), ("value", value))
     ]
@@ -174,6 +204,8 @@ def attend(
             "the queries stand after what it holds; pass causal_alignment='bottom_right'"
         )
     result = np.empty(q.shape, np.float32)
+    # The tensors' memory held for the call (another thread's set_() frees it only afterwards).
+    held = [t.untyped_storage() for t in (query, key, value)] if is_tensor else []
     _mha._attention_over_cache(
         q,
         k,
@@ -188,6 +220,7 @@ def attend(
         executor,
         first_sequence,
     )
+    del held
     if not is_tensor:
         return result
     return torch.from_numpy(result).to(query.dtype)
@@ -207,8 +240,13 @@ def _operand(torch: Any, is_tensor: bool, name: str, t: Any) -> np.ndarray:
         if t.dtype not in (torch.float32, torch.bfloat16):
             raise InvalidArgument(f"{where}: {name} has dtype {t.dtype}, expected float32 or bfloat16")
         t = t.detach()
-        if t.dtype != torch.float32 or (t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1):
+        if (
+            t.dtype != torch.float32
+            or (t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1)
+            or (name != "query" and _expanded_keys(t.shape, t.stride()))
+        ):
             t = t.to(torch.float32).contiguous()
         return t.numpy()
     t = _numpy_operand(torch, name, t)
-    return t if _in_place(t) else np.ascontiguousarray(t)
+    keep = _in_place(t) and not (name != "query" and _expanded_keys(t.shape, t.strides))
+    return t if keep else np.ascontiguousarray(t)

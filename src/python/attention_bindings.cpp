@@ -136,22 +136,37 @@ void attention_call(const Input& q, const Input& k, const Input& v, const Output
 // is loaded: the caller passed its tensors) and kept for the process's life.
 struct torch_objects {
   PyObject *tensor, *float32, *bfloat16, *strided, *empty_like, *contiguous_format;
-  PyObject *is_grad_enabled, *memory_format_keyword, *is_cpu, *requires_grad, *dtype, *layout,
-      *shape, *stride, *data_ptr, *is_neg;
+  PyObject *is_grad_enabled, *is_inference_mode_enabled, *increment_version;
+  PyObject *memory_format_keyword, *is_cpu, *requires_grad, *dtype, *layout, *shape, *stride,
+      *data_ptr, *is_neg, *is_inference, *untyped_storage;
 };
 
 const torch_objects* make_torch_objects() {
   const nb::module_ torch = nb::module_::import_("torch");
   const auto keep = [&](const char* name) { return nb::object(torch.attr(name)).release().ptr(); };
   const auto name = [](const char* s) { return PyUnicode_InternFromString(s); };
-  return new torch_objects{keep("Tensor"),          keep("float32"),
-                           keep("bfloat16"),        keep("strided"),
-                           keep("empty_like"),      keep("contiguous_format"),
-                           keep("is_grad_enabled"), nb::make_tuple("memory_format").release().ptr(),
-                           name("is_cpu"),          name("requires_grad"),
-                           name("dtype"),           name("layout"),
-                           name("shape"),           name("stride"),
-                           name("data_ptr"),        name("is_neg")};
+  // torch._C._increment_version(tensors): what torch.autograd.graph.increment_version calls.
+  PyObject* increment = nb::object(torch.attr("_C").attr("_increment_version")).release().ptr();
+  return new torch_objects{keep("Tensor"),
+                           keep("float32"),
+                           keep("bfloat16"),
+                           keep("strided"),
+                           keep("empty_like"),
+                           keep("contiguous_format"),
+                           keep("is_grad_enabled"),
+                           keep("is_inference_mode_enabled"),
+                           increment,
+                           nb::make_tuple("memory_format").release().ptr(),
+                           name("is_cpu"),
+                           name("requires_grad"),
+                           name("dtype"),
+                           name("layout"),
+                           name("shape"),
+                           name("stride"),
+                           name("data_ptr"),
+                           name("is_neg"),
+                           name("is_inference"),
+                           name("untyped_storage")};
 }
 
 const torch_objects& torch_api() {
@@ -165,11 +180,14 @@ const torch_objects& torch_api() {
 
 // A tensor as the plain call reads it: a torch.Tensor (not a subclass: those may redefine what
 // a call on them means) in CPU memory, strided, float32 or bfloat16 without the negative bit,
-// 4-d with no empty dimension, the last contiguous.
+// 4-d with no empty dimension, the last contiguous. `storage` holds its memory for the call: a
+// tensor another thread set_()s to other memory meanwhile frees its old storage only once the
+// call has let go of it.
 struct plain_tensor {
   void* data = nullptr;
   std::int64_t shape[4] = {}, stride[4] = {};
   bool bf16 = false, requires_grad = false;
+  nb::object storage;
 };
 
 // An attribute's (or a method's result's) new reference; nullptr with the error cleared.
@@ -222,8 +240,11 @@ std::optional<plain_tensor> plain(PyObject* t, const torch_objects& torch) {
   for (const std::int64_t n : p.shape) {
     if (n <= 0) return std::nullopt;
   }
+  // The storage before the pointer into it: both read under the GIL, so no set_() between them.
+  p.storage = nb::steal(get(t, torch.untyped_storage, true));
+  if (!p.storage.is_valid()) return std::nullopt;  // no storage (torch.func's wrappers)
   PyObject* data = get(t, torch.data_ptr, true);
-  if (data == nullptr) return std::nullopt;  // no storage (torch.func's wrappers)
+  if (data == nullptr) return std::nullopt;
   p.data = PyLong_AsVoidPtr(data);
   Py_DECREF(data);
   if (p.data == nullptr) {
@@ -256,12 +277,16 @@ PyObject* empty_like(PyObject* query, const torch_objects& torch) {
 
 // The plain call's operands and result: q, k and v plain() and of one dtype, of the shapes
 // the package's _check_heads takes (query (B, H, L, D), key and value (B, H_kv, S, D), H_kv
-// == H or dividing it with enable_gqa); the result `out` (None: a new contiguous tensor of the
-// query's shape and dtype), plain() and of the query's shape and dtype; with autograd on, no
-// tensor that requires grad. nullopt where any of that does not hold.
+// == H or dividing it with enable_gqa), each key its own row (a key dimension expanded with
+// stride 0 is the general path's, which copies it); the result `out` (None: a new contiguous
+// tensor of the query's shape and dtype), plain() and of the query's shape and dtype, not an
+// inference tensor outside inference mode (torch refuses to write one there: the general path
+// names it); with autograd on, no tensor that requires grad. nullopt where any of that does not
+// hold. `given` says the caller passed out: its version counter is bumped once written.
 struct plain_call {
   plain_tensor q, k, v, out;
   nb::object result;
+  bool given = false;
 };
 
 std::optional<plain_call> plain_call_of(nb::handle query, nb::handle key, nb::handle value,
@@ -273,6 +298,7 @@ std::optional<plain_call> plain_call_of(nb::handle query, nb::handle key, nb::ha
   for (int i = 0; i < 4; ++i) {
     if (k->shape[i] != v->shape[i]) return std::nullopt;
   }
+  if (k->shape[2] > 1 && (k->stride[2] == 0 || v->stride[2] == 0)) return std::nullopt;
   if (k->shape[0] != q->shape[0] || k->shape[3] != q->shape[3] ||
       (k->shape[1] != q->shape[1] && !(enable_gqa && q->shape[1] % k->shape[1] == 0))) {
     return std::nullopt;
@@ -292,7 +318,26 @@ std::optional<plain_call> plain_call_of(nb::handle query, nb::handle key, nb::ha
     Py_XDECREF(on);
     if (on != Py_False) return std::nullopt;
   }
-  return plain_call{*q, *k, *v, *o, std::move(result)};
+  const bool given = !out.is_none();
+  if (given && is_object(out.ptr(), torch.is_inference, Py_True, true)) {
+    PyObject* on = PyObject_CallNoArgs(torch.is_inference_mode_enabled);
+    if (on == nullptr) PyErr_Clear();
+    Py_XDECREF(on);
+    if (on != Py_True) return std::nullopt;
+  }
+  return plain_call{*q, *k, *v, *o, std::move(result), given};
+}
+
+// out's version counter bumped, as torch's own in-place operations do, so that autograd refuses
+// a backward() through a tensor it saved and mha then overwrote.
+void written(const plain_call& call) {
+  if (!call.given) return;
+  PyObject* written_tensors = PyTuple_Pack(1, call.result.ptr());
+  if (written_tensors == nullptr) throw nb::python_error();
+  PyObject* r = PyObject_CallOneArg(torch_api().increment_version, written_tensors);
+  Py_DECREF(written_tensors);
+  if (r == nullptr) throw nb::python_error();
+  Py_DECREF(r);
 }
 
 // mha.attention's call on PyTorch tensors without a mask: the result (`out`, or a new
@@ -322,6 +367,7 @@ nb::object tensor_attention(nb::handle query, nb::handle key, nb::handle value, 
     nb::gil_scoped_release unlocked;
     mha::attention(b, q, k, v, o, options);
   }
+  written(*call);
   return call->result;
 }
 

@@ -318,6 +318,18 @@ NB_MODULE(_mha, m) {
                        length.get("mha.Cache.truncate", "length"));
           },
           "b"_a, "length"_a)
+      // copy.copy and copy.deepcopy: a new cache holding the same tokens (a prompt's cache
+      // reused by several continuations); no cache shares another's storage.
+      .def("__copy__", &mha::kv_cache::copy)
+      .def(
+          "__deepcopy__", [](const mha::kv_cache& c, nb::handle) { return c.copy(); }, "memo"_a)
+      // pickle: refused by name (its bytes are the layout of this process's kernels and ISA).
+      .def("__reduce_ex__",
+           [](const mha::kv_cache&, nb::handle) -> nb::object {
+             throw nb::type_error(
+                 "mha.Cache cannot be pickled: it holds its tokens in the layout of this "
+                 "process's kernels (backend and ISA); copy.deepcopy(cache) copies it");
+           })
       .def("__repr__", [](const mha::kv_cache& c) {
         std::string lengths;
         for (std::int64_t n : c.lengths())
