@@ -415,6 +415,12 @@ class Plan:
             or out.requires_grad
         ):
             raise _out_error(out, f"a contiguous {want} CPU torch.Tensor not requiring grad")
+        if out is not None and out.is_inference() and not torch.is_inference_mode_enabled():
+            raise InvalidArgument(
+                "mha: out is an inference tensor (made under torch.inference_mode()) and the call is "
+                "outside inference mode, where torch refuses in-place writes to one: pass out.clone(), "
+                "or call under torch.inference_mode()"
+            )
         x = x.detach()
         if bf16:
             y = torch.empty(shape, dtype=torch.float32)
@@ -422,9 +428,15 @@ class Plan:
             if out is None:
                 return y.to(torch.bfloat16)
             return out.copy_(y)
+        # x's memory (and out's) held for the call: another thread's set_() frees it only after.
+        held = [x.untyped_storage()]
         if out is None:
             out = torch.empty(shape, dtype=torch.float32)
+        else:
+            held.append(out.untyped_storage())
         self._run(x, out, cache, on)
+        if len(held) > 1:  # the caller's out, written in place: autograd sees the write
+            torch.autograd.graph.increment_version(out)
         return out
 
     def _run(self, x: Any, out: Any, cache: Cache | None, on: tuple[str | None, int]) -> None:

@@ -47,7 +47,9 @@ def gpt2(attn="mha", seed=0):
 # up by the implementation's name): loading one of them on "mha" never calls mha.
 UNROUTED = {
     "BloomForCausalLM": lambda: transformers.BloomConfig(hidden_size=32, n_layer=1, n_head=4),
-    "XGLMForCausalLM": lambda: transformers.XGLMConfig(d_model=32, num_layers=1, attention_heads=4, ffn_dim=64),
+    "XGLMForCausalLM": lambda: transformers.XGLMConfig(
+        d_model=32, num_layers=1, attention_heads=4, ffn_dim=64
+    ),
     "MptForCausalLM": lambda: transformers.MptConfig(d_model=32, n_heads=4, n_layers=1, max_seq_len=64),
     "FalconForCausalLM": lambda: transformers.FalconConfig(
         hidden_size=32, num_attention_heads=4, num_hidden_layers=1
@@ -129,7 +131,9 @@ def test_keywords_that_change_the_function_are_refused_by_name():
     with torch.no_grad():
         want = forward(module, q, k, v, None, is_causal=True)[0]
         # What a model passes that leaves the function as the mask says: computed.
-        got = forward(module, q, k, v, None, is_causal=True, position_ids=torch.arange(3), sliding_window=None)[0]
+        got = forward(
+            module, q, k, v, None, is_causal=True, position_ids=torch.arange(3), sliding_window=None
+        )[0]
         close(got, want.double())
         for name, value, says in (
             ("indices", torch.zeros(1, 3, 2, dtype=torch.long), "sparse attention over selected keys"),
@@ -257,6 +261,29 @@ def test_an_inference_tensor_as_out_outside_inference_mode_is_refused(masked):
     with torch.inference_mode():
         mha.attention(q, k, v, mask, out=out)  # inside inference mode, as torch allows
     close(out, sdpa(q, k, v, attn_mask=mask))
+
+
+def test_a_plans_out_is_a_write_autograd_sees():
+    cfg = mha.Config(d_in=8, d_out=8, n_heads=2, context_length=8)
+    rng = np.random.default_rng(0)
+    weights = {
+        f"{name}.weight": rng.uniform(-0.3, 0.3, (8, 8)).astype(np.float32)
+        for name in ("W_query", "W_key", "W_value", "out_proj")
+    }
+    weights["out_proj.bias"] = np.zeros(8, np.float32)
+    plan = mha.Plan(cfg, weights)
+    x = torch.randn(1, 4, 8)
+    w = torch.randn(1, 4, 8, requires_grad=True)
+    saved = torch.randn(1, 4, 8)  # mul saves it for w's gradient
+    product = (w * saved).sum()
+    plan(x, out=saved)
+    close(saved, plan(x).double(), atol=0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        product.backward()
+    with torch.inference_mode():
+        out = torch.empty(1, 4, 8)
+    with pytest.raises(mha.InvalidArgument, match="out is an inference tensor"):
+        plan(x, out=out)
 
 
 # -- 15, 16. one dtype rule with a cache; keys expanded along the key dimension ----------------------
