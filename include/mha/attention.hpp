@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 
 #include "mha/config.hpp"
 #include "mha/kv_cache.hpp"
@@ -67,6 +68,19 @@ struct attention_options {
   mha::precision precision = mha::precision::fp32;
   int threads = 0;                          // as run_options::threads
   const mha::executor* executor = nullptr;  // as run_options::executor
+  // The models' extensions of the function (docs/design.md §1.9), each off by default:
+  //   window   a sliding window, with causal: the query at position p sees the keys j with
+  //            p - window < j <= p (window keys, its own included: transformers' sliding_window,
+  //            Mistral's and Gemma's); 0: none. Keys outside a row's window are never read, so a
+  //            call costs O(L window), not O(L S).
+  //   softcap  logit soft-capping: each score s (after scale) becomes softcap tanh(s / softcap)
+  //            before the mask (Gemma 2's attn_logit_softcapping); 0: none.
+  //   sinks    one logit per query head (H of them) that joins the softmax's denominator of
+  //            each of its rows and adds no value (gpt-oss's sinks, transformers' s_aux): row
+  //            weights e^(s_j - m) / (e^(sink - m) + sum_k e^(s_k - m)); empty: none.
+  std::int64_t window = 0;
+  float softcap = 0.0f;
+  std::span<const float> sinks;
 };
 
 // out[b, h] = softmax(scale q[b, h] k[b, g]^T + mask[b, h] + causal) v[b, g], g = h / (heads /

@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import Any
 
 import numpy as np
 
 from . import _executor, _mha
+from ._arguments import (
+    _FLOAT32_MAX,
+    _NO_EXTENSIONS,
+    MAX_THREADS,
+    _batched,
+    _check_heads,
+    _describe,
+    _expanded_keys,
+    _extensions,
+    _in_place,
+    _mixed,
+    _numpy_mask,
+    _numpy_operand,
+    _scale,
+    _threads,
+)
 from ._mha import InvalidArgument, Unsupported
 
 _ALIGNMENTS = ("top_left", "bottom_right")
-# The most worker threads a call takes (include/mha/run_options.hpp's max_run_threads).
-MAX_THREADS: int = _mha.max_run_threads
-# float32's largest value: the kernels scale the scores in float32.
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def attention(
@@ -35,6 +46,9 @@ def attention(
     out: Any = None,
     cache: Any = None,
     first_sequence: int = 0,
+    window: int | None = None,
+    softcap: float | None = None,
+    sinks: Any = None,
 ) -> Any:
     """softmax(scale q k^T + attn_mask [+ causal]) v, with F.scaled_dot_product_attention's
     arguments and meaning, on mha's fused kernels (no (L, S) scores on xsimd and tbb).
@@ -68,7 +82,13 @@ def attention(
     sequence's next T tokens', appended to it, and query (B, H, T, D) attends over all the
     sequence then holds, causal (query i after the cache's tokens); no attn_mask or out; the
     call's B sequences are the cache's first_sequence .. first_sequence + B - 1 (docs/python.md
-    "A KV cache for attention calls")."""
+    "A KV cache for attention calls"). What models add to the function (SDPA has none of them;
+    docs/python.md "Windows, soft-caps and sinks"): window, a sliding window with is_causal (the
+    query at position p sees keys p - window < j <= p, transformers' sliding_window; keys outside
+    are never read; None or 0: none); softcap, each scaled score s becomes softcap tanh(s /
+    softcap) before the mask (Gemma 2; None or 0: none); sinks, one logit per query head (a 1-d
+    tensor or array of H) that joins each row's softmax denominator and adds no value (gpt-oss's;
+    None: none)."""
     if dropout_p != 0.0:
         raise Unsupported(
             f"mha.attention: dropout_p={dropout_p!r}: dropout is not implemented (inference only)"
@@ -86,6 +106,9 @@ def attention(
             f"mha.attention: backend {backend!r} must be a name of mha.backends() (a str), or None"
         )
     executor, threads = _executor.resolve(executor, threads)
+    more = _NO_EXTENSIONS if window is None and softcap is None and sinks is None else None
+    if more is None:
+        more = _extensions(window, softcap, sinks)
     if cache is not None:
         from . import _cache
 
@@ -104,6 +127,7 @@ def attention(
             executor,
             out,
             first_sequence,
+            more,
         )
     if first_sequence != 0:
         raise InvalidArgument(
@@ -124,6 +148,7 @@ def attention(
                 backend,
                 threads,
                 executor,
+                *more,
             )
             if result is not None:
                 return result
@@ -141,6 +166,7 @@ def attention(
             threads,
             executor,
             out,
+            more,
         )
     arrays = [
         _numpy_operand(torch, name, t) for name, t in (("query", query), ("key", key), ("value", value))
@@ -184,6 +210,7 @@ def attention(
         backend,
         threads,
         executor,
+        more,
     )
     if out is None:
         return result.reshape(result_shape)
@@ -192,158 +219,11 @@ def attention(
     return out
 
 
-def _describe(t: Any) -> str:
-    shape = getattr(t, "shape", None)
-    dtype = getattr(t, "dtype", None)
-    return f"{type(t).__name__}" + (
-        f" of shape {tuple(shape)} and dtype {dtype}" if shape is not None else ""
-    )
-
-
-def _mixed(kind: str, name: str, t: Any) -> InvalidArgument:
-    """The error for an argument that is not of the query's kind (`kind`): of the other framework,
-    or neither (a list: named by its type)."""
-    if isinstance(t, np.ndarray):
-        other = "a NumPy array"
-    elif type(t).__module__.startswith("torch"):
-        other = "a torch.Tensor"
-    else:
-        other = f"a {_describe(t)}"
-    return InvalidArgument(
-        f"mha.attention: query is {kind} and {name} {other}: pass all of one kind "
-        "(PyTorch tensors or NumPy arrays)"
-    )
-
-
-def _scale(scale: Any) -> float:
-    """scale as a float: a real number, a NumPy scalar, or a 0-d array or tensor holding one,
-    within float32's range (the kernels scale in float32; NaN and inf are the library's to
-    refuse)."""
-    value = None
-    if isinstance(scale, (int, float, np.integer, np.floating)):
-        value = float(scale)
-    elif getattr(scale, "ndim", None) == 0 and hasattr(scale, "item"):
-        try:
-            item = scale.item()
-        except (RuntimeError, TypeError, ValueError):  # a meta-device tensor: no value
-            item = None
-        if isinstance(item, (int, float)):
-            value = float(item)
-    if value is None:
-        raise InvalidArgument(
-            f"mha.attention: scale {scale!r} must be a real number (a float, a NumPy scalar, or a 0-d "
-            "array or CPU tensor), or None"
-        )
-    if math.isfinite(value) and abs(value) > _FLOAT32_MAX:
-        raise InvalidArgument(
-            f"mha.attention: scale ({value!r}) is beyond float32's range (|scale| <= {_FLOAT32_MAX:.8g}): "
-            "mha scales the scores in float32"
-        )
-    return value
-
-
-def _threads(where: str, threads: Any) -> int:
-    """threads as an int in [0, MAX_THREADS] (0: all cores), else InvalidArgument naming it."""
-    if (
-        not isinstance(threads, (int, np.integer))
-        or isinstance(threads, bool)
-        or not 0 <= threads <= MAX_THREADS
-    ):
-        raise InvalidArgument(
-            f"{where}: threads ({threads!r}) must be an integer in [0, {MAX_THREADS}] (0: all cores)"
-        )
-    return int(threads)
-
-
-def _check_heads(q: Any, k: Any, v: Any, enable_gqa: bool) -> None:
-    """Shapes (tuples or torch.Size) of 4-D operands."""
-    if k != v or k[0] != q[0] or k[3] != q[3]:
-        raise InvalidArgument(
-            f"mha.attention: query {tuple(q)}, key {tuple(k)} and value {tuple(v)}: expected query "
-            "(B, H, L, D) and key, value (B, H_kv, S, D) of the same B and D"
-        )
-    if q[1] != k[1] and not (enable_gqa and q[1] % k[1] == 0):
-        raise InvalidArgument(
-            f"mha.attention: query has {q[1]} heads and key {k[1]}: "
-            + (
-                "the query heads must be a multiple of the key heads"
-                if enable_gqa
-                else "pass enable_gqa=True for grouped-query attention (as SDPA)"
-            )
-        )
-
-
-def _expanded_keys(shape: Any, strides: Any) -> bool:
-    """Whether a 4-d key or value tensor's (or array's) keys share memory: a key dimension
-    expanded with stride 0, which the library refuses (its work would not be bounded by the memory
-    behind it) and the package therefore copies, as SDPA computes it."""
-    return len(shape) == 4 and shape[2] > 1 and strides[2] == 0
-
-
-def _batched(ts: list) -> list:
-    """(H, L, D) operands as (1, H, L, D); 4-D ones as they are; others refused naming the rank."""
-    ranks = {t.ndim for t in ts}
-    if len(ranks) != 1 or ranks.pop() not in (3, 4):
-        raise InvalidArgument(
-            "mha.attention: query, key and value are of shapes "
-            + ", ".join(str(tuple(t.shape)) for t in ts)
-            + ": expected (B, H, L, D) or (H, L, D), all of one rank"
-        )
-    return [t[None] if t.ndim == 3 else t for t in ts]
-
-
-def _numpy_operand(torch: Any, name: str, t: Any) -> np.ndarray:
-    if not isinstance(t, np.ndarray):
-        if name != "query" and torch is not None and isinstance(t, torch.Tensor):
-            raise _mixed("a NumPy array", name, t)
-        raise InvalidArgument(
-            f"mha.attention: {name} is a {_describe(t)}, expected a PyTorch tensor or a NumPy array"
-        )
-    if t.dtype != np.float32:
-        raise InvalidArgument(f"mha.attention: {name} has dtype {t.dtype}, expected float32")
-    return t
-
-
-def _in_place(a: np.ndarray) -> bool:
-    """Whether the library reads (or writes) a NumPy array where it lies: aligned, every stride
-    non-negative (a multiple of the element's size: aligned says so), the last contiguous."""
-    strides = a.strides
-    return (
-        a.flags.aligned and (a.shape[-1] <= 1 or strides[-1] == a.itemsize) and all(s >= 0 for s in strides)
-    )
-
-
-def _numpy_mask(torch: Any, mask: Any, b: int, h: int, rows: int, keys: int) -> tuple[Any, Any]:
-    if mask is None:
-        return None, None
-    if not isinstance(mask, np.ndarray):
-        if torch is not None and isinstance(mask, torch.Tensor):
-            raise _mixed("a NumPy array", "attn_mask", mask)
-        raise InvalidArgument(
-            f"mha.attention: attn_mask is a {_describe(mask)}, expected a NumPy array as query is"
-        )
-    if mask.dtype != np.bool_ and mask.dtype != np.float32:
-        raise InvalidArgument(
-            f"mha.attention: attn_mask has dtype {mask.dtype}: expected bool (True attends) or "
-            "float32 (added to the scores), the masks SDPA takes for a float32 query"
-        )
-    try:
-        full = np.broadcast_to(mask, (b, h, rows, keys))
-    except ValueError:
-        raise InvalidArgument(
-            f"mha.attention: attn_mask of shape {mask.shape} does not broadcast to (B, H, L, S) = "
-            f"{(b, h, rows, keys)}"
-        ) from None
-    if not _in_place(full):
-        full = np.ascontiguousarray(full)
-    return (None, full) if full.dtype == np.bool_ else (full, None)
-
-
 def _run(
-    q, k, v, out, additive, boolean, is_causal, alignment, scale, bf16, backend, threads, executor
+    q, k, v, out, additive, boolean, is_causal, alignment, scale, bf16, backend, threads, executor, more
 ) -> None:
     """q, k and v: float32 arrays (computed in bf16 when bf16) and out float32, or all int16
-    arrays holding bfloat16; scale, backend and threads checked."""
+    arrays holding bfloat16; scale, backend and threads checked; more: _extensions'."""
     call = _mha._attention_bf16 if q.dtype == np.int16 else _mha._attention
     call(
         q,
@@ -359,11 +239,25 @@ def _run(
         backend,
         threads,
         executor,
+        *more,
     )
 
 
 def _torch_attention(
-    torch, query, key, value, mask, is_causal, scale, enable_gqa, alignment, backend, threads, executor, out
+    torch,
+    query,
+    key,
+    value,
+    mask,
+    is_causal,
+    scale,
+    enable_gqa,
+    alignment,
+    backend,
+    threads,
+    executor,
+    out,
+    more,
 ):
     # The general path: every call the C++ reader (_mha._attention_tensors) leaves, a mask's, 3-d
     # operands', a strided last dimension's, a subclass's, and those it refuses. Tensors reach
@@ -411,7 +305,22 @@ def _torch_attention(
         )
     if mask is not None:
         held.append(mask.untyped_storage())
-    _run(qa, ka, va, target, additive, boolean, is_causal, alignment, scale, bf16, backend, threads, executor)
+    _run(
+        qa,
+        ka,
+        va,
+        target,
+        additive,
+        boolean,
+        is_causal,
+        alignment,
+        scale,
+        bf16,
+        backend,
+        threads,
+        executor,
+        more,
+    )
     del held
     if direct:
         # Written in place, as torch's own in-place operations: its version counter bumped, so that

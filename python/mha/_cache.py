@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _mha
-from ._attention import _check_heads, _describe, _expanded_keys, _in_place, _mixed, _numpy_operand
+from ._arguments import _check_heads, _describe, _expanded_keys, _in_place, _mixed, _numpy_operand
 from ._mha import InvalidArgument, Unsupported
 
 _KV = ("fp32", "bf16", "int8")
@@ -137,8 +137,10 @@ def attend(
     executor: str | None,
     out: Any,
     first_sequence: int,
+    more: tuple,
 ) -> Any:
-    """mha.attention with cache= (its arguments already checked but for these)."""
+    """mha.attention with cache= (its arguments already checked but for these; more: the
+    window, soft-cap and sinks, as _arguments._extensions makes them)."""
     where = "mha.attention"
     if not isinstance(cache, AttentionCache):
         raise InvalidArgument(f"{where}: cache is a {_describe(cache)}, expected an mha.AttentionCache")
@@ -172,6 +174,7 @@ def attend(
             threads,
             executor,
             first_sequence,
+            *more,
         )
         if result is not None:
             return result
@@ -219,6 +222,7 @@ def attend(
         threads,
         executor,
         first_sequence,
+        *more,
     )
     del held
     if not is_tensor:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import _executor, _mha
-from ._attention import _threads
+from ._arguments import _threads
 from ._mha import Backend, Cache, Config, InvalidArgument, Unsupported
 
 _FORMULATIONS = ("wrapper", "split_weight", "fused_qkv")

@@ -102,8 +102,10 @@ class MhaCacheLayer(CacheLayerMixin):
         backend: str | None,
         threads: int,
         executor: str | None,
+        more: dict[str, Any],
     ) -> tuple[torch.Tensor, None]:
-        """The attention function's call: key and value the new tokens update() handed it."""
+        """The attention function's call: key and value the new tokens update() handed it; more:
+        the call's window, softcap and sinks (mha.attention's keywords)."""
         rows = query.shape[2]
         if not causal and rows > 1:
             raise Unsupported(
@@ -122,6 +124,7 @@ class MhaCacheLayer(CacheLayerMixin):
             threads=threads,
             executor=executor,
             cache=self.cache,
+            **more,
         )
         # This call's rows of padding, per sequence: its prefill's first ones.
         skip = [min(rows, max(0, pad - self.seen)) for pad in pads]

@@ -13,9 +13,11 @@ than one token without a mask, top-left as SDPA's), grouped K/V heads read witho
 them. What it cannot compute is an error naming it, never a silent fallback: attention dropout
 (training mode with a dropout above 0), gradients (autograd enabled with query, key or value
 requiring grad, in training or in eval mode: run under torch.no_grad() or
-torch.inference_mode(), as generate() does), attention weights (output_attentions), logit
-soft-capping, attention sinks, T5's position bias, sparse attention's indices, and any keyword it
-does not know to leave the function as the mask says. A model in training mode without dropout,
+torch.inference_mode(), as generate() does), attention weights (output_attentions), T5's
+position bias, sparse attention's indices, and any keyword it does not know to leave the function
+as the mask says. Sliding windows, logit soft-capping and attention sinks (sliding_window,
+softcap, s_aux) are computed (mha.attention's window, softcap, sinks); a sliding window's causal
+mask without padding is left to the window (_mask). A model in training mode without dropout,
 under no_grad, is computed. A model whose attention does not go through transformers' attention
 interface (its own code would never call mha) is refused when it is loaded on mha's name.
 
@@ -43,7 +45,12 @@ from typing import Any
 try:
     import torch
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import (
+        AttentionMaskInterface,
+        _ignore_causal_mask_sdpa,
+        prepare_padding_mask,
+        sdpa_mask,
+    )
     from transformers.modeling_utils import PreTrainedModel
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(
@@ -54,37 +61,39 @@ except ImportError as e:  # pragma: no cover - the message is the point
 import numpy as np
 
 from . import _mha
-from ._attention import MAX_THREADS, _threads, attention
+from ._arguments import MAX_THREADS, _threads
+from ._attention import attention
 from ._executor import EXECUTORS
 from ._mha import InvalidArgument, Unsupported
-from ._transformers_cache import MhaCache, MhaCacheLayer, _taken
+from ._transformers_cache import MhaCache, _taken
 
 __all__ = ["MhaCache", "attention_forward", "register"]
 
 # What the function cannot compute, by the keyword transformers passes it under.
 _REFUSED = {
-    "softcap": "logit soft-capping (softcap)",
-    "s_aux": "attention sinks (s_aux)",
-    "sinks": "attention sinks",
     "position_bias": "a position bias added to the scores (T5's position_bias)",
     "indices": "sparse attention over selected keys (indices)",
     "block_indices": "sparse attention over selected key blocks (block_indices)",
     "cache": "a paged cache (continuous batching)",
 }
-# The keywords transformers' attention modules pass that leave the function as the mask and the
-# causal flag define it (the mask carries packed sequences and sliding windows; the rest are
-# positions, flash-attention bookkeeping and what the model is asked to return). Any other keyword
-# with a value is refused by name: a keyword mha does not know may change the function (as
-# sparse models' indices did, silently, before they were named here).
+# The keywords transformers' attention modules pass that mha computes: the function's extensions
+# (sliding_window, softcap, s_aux or sinks: mha.attention's window, softcap and sinks), and those
+# that leave the function as the mask and the causal flag define it (the mask carries packed
+# sequences; the rest are positions, flash-attention bookkeeping and what the model is asked to
+# return). Any other keyword with a value is refused by name: a keyword mha does not know may
+# change the function (as sparse models' indices did, silently, before they were named here).
 _FUNCTION_KEPT = frozenset(
     {
+        "sliding_window",
+        "softcap",
+        "s_aux",
+        "sinks",
         "position_ids",
         "cu_seq_lens_q",
         "cu_seq_lens_k",
         "max_length_q",
         "max_length_k",
         "seq_idx",
-        "sliding_window",
         "output_attentions",
         "output_hidden_states",
         "output_router_logits",
@@ -155,12 +164,32 @@ def _attention_function(backend: str | None, threads: int | None, executor: str 
             )
         causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
         threads_now = min(torch.get_num_threads(), MAX_THREADS) if threads is None else threads
+        # The window is the attention's own where there is no mask (_mask leaves a sliding
+        # window's causal mask to it); a mask carries the window itself.
+        window = kwargs.get("sliding_window") if attention_mask is None else None
+        more = dict(
+            window=window,
+            softcap=kwargs.get("softcap"),
+            sinks=kwargs.get("s_aux", kwargs.get("sinks")),
+        )
         if layer is not None:  # the new tokens of an MhaCache: appended and attended there
             return layer.attend(
-                query, key, value, attention_mask, causal, scaling, backend, threads_now, executor
+                query, key, value, attention_mask, causal, scaling, backend, threads_now, executor, more
             )
-        b, h, rows, d = query.shape
-        if rows == 1:
+        rows = query.shape[2]
+        if window:  # a causal window without a mask; a decode row's sees every key but those past it
+            options = dict(
+                is_causal=True,
+                causal_alignment="bottom_right" if rows == 1 else _alignment(module, rows, key.shape[2]),
+                scale=scaling,
+                enable_gqa=True,
+                backend=backend,
+                threads=threads_now,
+                executor=executor,
+                **more,
+            )
+            return _into_result(query, key, value, None, options)
+        if rows == 1 and more["softcap"] is None and more["sinks"] is None:
             # A decode step: (B, H, 1, D) and its transpose (B, 1, H, D) are one contiguous layout,
             # so mha's own result is transformers', with no buffer made here (a few us a call).
             # The keywords spelled out, not the prefill's options dict: making and unpacking it
@@ -178,23 +207,96 @@ def _attention_function(backend: str | None, threads: int | None, executor: str 
             )
             return result.transpose(1, 2), None
         options = dict(
-            is_causal=attention_mask is None and causal,
+            is_causal=attention_mask is None and causal and rows > 1,
             causal_alignment=_alignment(module, rows, key.shape[2]),
             scale=scaling,
             enable_gqa=True,
             backend=backend,
             threads=threads_now,
             executor=executor,
+            softcap=more["softcap"],
+            sinks=more["sinks"],
         )
-        # Written straight into the (B, L, H, D) result.
-        if query.dtype == torch.bfloat16:
-            out = torch.from_numpy(np.empty((b, rows, h, d), np.int16)).view(torch.bfloat16)
-        else:
-            out = torch.from_numpy(np.empty((b, rows, h, d), np.float32))
-        attention(query, key, value, attention_mask, out=out.transpose(1, 2), **options)
-        return out, None
+        return _into_result(query, key, value, attention_mask, options)
 
     return attention_forward
+
+
+def _into_result(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Any, options: dict[str, Any]
+) -> tuple[torch.Tensor, None]:
+    """mha.attention with `options`, written straight into the (B, L, H, D) result transformers
+    reshapes."""
+    b, h, rows, d = query.shape
+    if query.dtype == torch.bfloat16:
+        out = torch.from_numpy(np.empty((b, rows, h, d), np.int16)).view(torch.bfloat16)
+    else:
+        out = torch.from_numpy(np.empty((b, rows, h, d), np.float32))
+    attention(query, key, value, mask, out=out.transpose(1, 2), **options)
+    return out, None
+
+
+def _mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    mask_function: Any = None,
+    attention_mask: torch.Tensor | None = None,
+    local_size: int | None = None,
+    allow_is_causal_skip: bool = True,
+    **kwargs: Any,
+) -> torch.Tensor | None:
+    """The masks registered for mha's names: sdpa_mask's, but a sliding window's causal mask over
+    keys without padding is None, as a plain causal one is: the attention function then computes
+    the window itself from the sliding_window keyword transformers passes every windowed layer's
+    attention (as flash attention needs it), reading O(L w) keys rather than an L x S mask over all
+    of them. Any other pattern with a local size (chunked attention, a bidirectional window) is
+    sdpa_mask's, materialised."""
+    if (
+        local_size is not None
+        and allow_is_causal_skip
+        and _sliding_causal(mask_function, local_size)
+        and _ignore_causal_mask_sdpa(
+            prepare_padding_mask(attention_mask, kv_length, kv_offset),
+            q_length,
+            kv_length,
+            q_offset,
+            kv_offset,
+            None,
+        )
+    ):
+        return None
+    extra = {} if mask_function is None else {"mask_function": mask_function}
+    return sdpa_mask(
+        batch_size,
+        q_length,
+        kv_length,
+        q_offset,
+        kv_offset,
+        attention_mask=attention_mask,
+        local_size=local_size,
+        allow_is_causal_skip=allow_is_causal_skip,
+        **extra,
+        **kwargs,
+    )
+
+
+def _sliding_causal(mask_function: Any, window: int) -> bool:
+    """Whether mask_function is transformers' sliding window causal mask of `window` keys: its
+    answers for the queries where a window, a chunk of that size and a bidirectional window part
+    ways (positions 0, w - 1, w, w + 1, 2w, 2w + 1 over keys 0 to 2w + 1)."""
+    if mask_function is None or not isinstance(window, int) or window < 1:
+        return False
+    q = torch.tensor([0, window - 1, window, window + 1, 2 * window, 2 * window + 1])[:, None]
+    kv = torch.arange(2 * window + 2)[None, :]
+    zero = torch.zeros((), dtype=torch.long)
+    try:
+        got = torch.as_tensor(mask_function(zero, zero, q, kv)).expand(q.shape[0], kv.shape[1])
+    except (TypeError, ValueError, RuntimeError, IndexError):  # not the window's, whatever it is
+        return False
+    return bool(torch.equal(got, (kv <= q) & (kv > q - window)))
 
 
 def _alignment(module: torch.nn.Module, rows: int, keys: int) -> str:
@@ -297,7 +399,7 @@ def _register(name: str, backend: str | None, threads: int | None, executor: str
     AttentionInterface.register(
         name, attention_forward if default else _attention_function(backend, threads, executor)
     )
-    AttentionMaskInterface.register(name, sdpa_mask)
+    AttentionMaskInterface.register(name, _mask)
     _registered.add(name)
 
 

@@ -138,8 +138,6 @@ def test_keywords_that_change_the_function_are_refused_by_name():
         for name, value, says in (
             ("indices", torch.zeros(1, 3, 2, dtype=torch.long), "sparse attention over selected keys"),
             ("block_indices", torch.zeros(1, 3, 1, dtype=torch.long), "selected key blocks"),
-            ("s_aux", torch.zeros(2), "attention sinks"),
-            ("softcap", 50.0, "soft-capping"),
             ("head_bias", torch.zeros(2), "the keyword 'head_bias', which mha does not know"),
         ):
             with pytest.raises(mha.Unsupported, match=says):

@@ -165,9 +165,12 @@ def test_what_it_cannot_compute_is_named(folders):
     model.eval()
     with pytest.raises(mha.Unsupported, match="output_attentions"), torch.no_grad():
         model(input_ids=prompts(), output_attentions=True)
-    with pytest.raises(mha.Unsupported, match="softcap"):
+    with pytest.raises(mha.Unsupported, match="position_bias"):
         mha.transformers.attention_forward(
-            model.model.layers[0].self_attn, *[torch.zeros(1, 4, 3, 16)] * 3, None, softcap=30.0
+            model.model.layers[0].self_attn,
+            *[torch.zeros(1, 4, 3, 16)] * 3,
+            None,
+            position_bias=torch.zeros(1),
         )
 
 

@@ -109,15 +109,33 @@ struct attention_args {
   // where they lie instead of packing them (attention_layout::direct). A plan's forward leaves
   // it false, so that its rows round as its decode steps over a packed cache do.
   bool heads_in_place = false;
+  // The function's extensions (docs/design.md §1.9), each off at its default:
+  //   window   a sliding window (causal only): the query at absolute position p sees the keys
+  //            p - window < j <= p, `window` keys its own included (transformers' definition);
+  //   softcap  logit soft-capping: each scaled score s becomes softcap tanh(s / softcap),
+  //            before the mask;
+  //   sinks    a logit per query head (heads of this call) that joins its rows' softmax
+  //            denominator and contributes no value (gpt-oss's sinks).
+  std::int64_t window = 0;
+  float softcap = 0.0f;
+  const float* sinks = nullptr;
 
   std::int64_t kv_heads() const noexcept { return heads / kv_group; }
   bool bf16_operands() const noexcept { return q16.data != nullptr; }
+  // Whether a row may see none of a key tile's keys though it sees later ones (a mask, or a
+  // window): the softmax then guards rows whose scores so far are all -inf.
+  bool masks_keys() const noexcept { return mask.active() || window > 0; }
   // Keys sequence b attends over.
   std::int64_t keys(std::int64_t b = 0) const noexcept {
     return (cache ? cache->lengths[b] : past) + seq_len;
   }
   // One past the last key query row i attends to (without a cache).
   std::int64_t key_end(std::int64_t i) const noexcept { return causal ? past + i + 1 : keys(); }
+  // The first key the query at absolute position `position` attends to: 0, or with a window the
+  // window's first.
+  std::int64_t window_begin(std::int64_t position) const noexcept {
+    return window > 0 && position >= window ? position - window + 1 : 0;
+  }
 };
 
 }  // namespace mha::detail

@@ -238,6 +238,41 @@ void check_operands(const heads_view<const T>& q, const heads_view<const T>& k,
   }
 }
 
+// options' window, soft-cap and sinks (docs/design.md §1.9) checked for a call of `heads` query
+// heads, causal or not, into the kernels' arguments.
+void set_extensions(const attention_options& options, std::int64_t heads, bool causal,
+                    detail::attention_args& a) {
+  if (options.window < 0) {
+    throw invalid_argument(
+        text(where, ": window (", options.window, ") must be >= 0 (0: no sliding window)"));
+  }
+  if (options.window > 0 && !causal) {
+    throw invalid_argument(text(where, ": a sliding window (", options.window,
+                                ") is causal: set causal (a window of keys on both sides is not "
+                                "implemented)"));
+  }
+  if (!(options.softcap >= 0.0f) || std::isinf(options.softcap)) {
+    throw invalid_argument(text(where, ": softcap (", options.softcap,
+                                ") must be finite and >= 0 (0: no soft-capping)"));
+  }
+  if (!options.sinks.empty()) {
+    if (static_cast<std::int64_t>(options.sinks.size()) != heads) {
+      throw invalid_argument(text(where, ": ", options.sinks.size(), " sinks for ", heads,
+                                  " query heads: expected one logit per query head"));
+    }
+    for (std::size_t h = 0; h < options.sinks.size(); ++h) {
+      const float sink = options.sinks[h];
+      if (std::isnan(sink) || sink == std::numeric_limits<float>::infinity()) {
+        throw invalid_argument(text(where, ": the sink of head ", h, " is ", sink,
+                                    ": expected a finite logit (or -inf: no sink)"));
+      }
+    }
+  }
+  a.window = options.window;
+  a.softcap = options.softcap;
+  a.sinks = options.sinks.empty() ? nullptr : options.sinks.data();
+}
+
 // The scores' factor of a call with head_dim hd, once options' scale and threads are checked.
 float checked_scale(const attention_options& options, std::int64_t hd) {
   const float scale = options.scale ? *options.scale
@@ -279,6 +314,14 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
                                 ": bfloat16 operands are computed in precision bf16 (set it)"));
   }
   const float scale = checked_scale(options, hd);
+  detail::attention_args extensions;
+  set_extensions(options, heads, options.causal, extensions);
+  if (options.window > 0 && options.alignment == causal_alignment::top_left && rows > keys) {
+    throw invalid_argument(
+        text(where, ": a sliding window with ", rows, " query rows over ", keys,
+             " keys, causal top-left: the rows past the keys would stand past "
+             "them; pass causal_alignment bottom_right, or as many rows as keys"));
+  }
   if (const support s = backend.supports_attention(options.precision); !s)
     throw unsupported(text(backend.name(), ": ", s.reason()));
   if (empty(out)) return;  // nothing to compute (SDPA's empty result)
@@ -319,6 +362,9 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
     a.scale = scale;
     a.bf16 = options.precision == precision::bf16;
     a.heads_in_place = true;
+    a.window = extensions.window;
+    a.softcap = extensions.softcap;
+    a.sinks = extensions.sinks;
     if (options.mask.type != attention_mask::kind::none) {
       const attention_mask& m = options.mask;
       a.mask = {static_cast<const std::byte*>(m.data) + r0 * m.row_stride * mask_unit, boolean,
@@ -464,6 +510,8 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
                                   " calls"));
     }
     const float scale = checked_scale(options, q.head_dim);
+    detail::attention_args a;
+    set_extensions(options, q.heads, true, a);  // a call over a cache is causal
     for (std::int64_t b = first_sequence; b < first_sequence + q.batch; ++b) {
       const std::int64_t past = cache.length(b);
       if (past + tokens > cache.capacity()) {
@@ -477,7 +525,6 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
     detail::kv_store store = kv_cache_access::store(cache);
     store.data = store.head(first_sequence, 0);
     store.lengths += first_sequence;
-    detail::attention_args a;
     a.q = {q.data, q.batch_stride, q.head_stride, q.row_stride};
     a.k = {k.data, k.batch_stride, k.head_stride, k.row_stride};
     a.v = {v.data, v.batch_stride, v.head_stride, v.row_stride};

@@ -276,9 +276,13 @@ attention_workspace& thread_workspace(const attention_layout& layout) {
 attention_schedule::attention_schedule(const isa_kernels& kernels, const attention_args& args,
                                        std::int64_t key_tile)
     : kernels_(kernels), args_(args) {
-  std::int64_t keys = 0;
-  for (std::int64_t b = 0; b < args.batch; ++b) keys = std::max(keys, this->keys(b));
-  const bool split = args.seq_len <= split_rows && keys > split_keys;
+  // The most keys a sequence holds, and the most its first query row reads (a window's).
+  std::int64_t keys = 0, span = 0;
+  for (std::int64_t b = 0; b < args.batch; ++b) {
+    keys = std::max(keys, this->keys(b));
+    span = std::max(span, this->keys(b) - args.window_begin(past(b)));
+  }
+  const bool split = args.seq_len <= split_rows && span > split_keys;
   if (key_tile == 0) key_tile = split ? decode_key_tile : default_key_tile;
   layout_ = kernels.layout({
       .seq_len = args.seq_len,
@@ -293,7 +297,7 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
                   (!args.bf16 || args.bf16_operands()) && !args.dropout.active(),
   });
   if (split) {
-    chunks_ = (keys + split_keys - 1) / split_keys;
+    chunks_ = (span + split_keys - 1) / split_keys;
     per_head_ = chunks_;
     // Per (b, g, chunk), seq_len * kv_group stacked rows: batch * heads * seq_len in all.
     partials_ = float_buffer(static_cast<std::size_t>(args.batch * args.heads * chunks_ *
@@ -314,11 +318,17 @@ void attention_schedule::append(std::int64_t i) const noexcept {
   pack_keys(kernels_, args_, layout_, b, g, past, past + args_.seq_len, args_.cache->head(b, g));
 }
 
+std::int64_t attention_schedule::first_key(std::int64_t b, std::int64_t row) const noexcept {
+  const std::int64_t first = args_.window_begin(past(b) + row);
+  return first - first % layout_.key_step;
+}
+
 std::int64_t attention_schedule::chunk_keys(std::int64_t b) const noexcept {
-  // As many chunks as split_keys makes, of equal keys up to the key step: 2049 keys are 1040 +
-  // 1009, not 2048 + a task and a merge for one key.
-  const std::int64_t chunks = (keys(b) + split_keys - 1) / split_keys;
-  return round_up((keys(b) + chunks - 1) / chunks, layout_.key_step);
+  // As many chunks as split_keys makes of the keys the rows read (from first_key), of equal
+  // keys up to the key step: 2049 keys are 1040 + 1009, not 2048 + a task and a merge for one.
+  const std::int64_t span = keys(b) - first_key(b, 0);
+  const std::int64_t chunks = (span + split_keys - 1) / split_keys;
+  return round_up((span + chunks - 1) / chunks, layout_.key_step);
 }
 
 float* attention_schedule::partial(std::int64_t b, std::int64_t g,
@@ -337,13 +347,15 @@ void attention_schedule::run(std::int64_t i, attention_workspace& workspace) con
   if (args_.cache) t.head = args_.cache->head(t.b, t.g);
   if (chunks_ > 1) {
     t.row_end = args_.seq_len;
-    t.key_begin = part * chunk_keys(t.b);
+    t.key_begin = first_key(t.b, 0) + part * chunk_keys(t.b);
     if (t.key_begin >= keys(t.b)) return;  // a shorter sequence of the batch: merge skips it
     t.key_end = std::min(t.key_begin + chunk_keys(t.b), keys(t.b));
     t.partial = partial(t.b, t.g, part);
   } else {
     t.row_begin = part * layout_.block_positions;
     t.row_end = std::min(t.row_begin + layout_.block_positions, args_.seq_len);
+    // With a window, the keys before the block's first row's window are never read: O(T w).
+    t.key_begin = first_key(t.b, t.row_begin);
     t.key_end = keys(t.b);
   }
   workspace.run(kernels_, args_, t);
@@ -354,7 +366,7 @@ void attention_schedule::merge(std::int64_t i) const noexcept {
   // (with a mask the maxima are halved: 2^(2 (m_c - m)).
   const std::int64_t b = i / args_.kv_heads(), g = i % args_.kv_heads(), hd = args_.head_dim;
   const std::int64_t group = args_.kv_group;
-  const std::int64_t chunks = (keys(b) + chunk_keys(b) - 1) / chunk_keys(b);
+  const std::int64_t chunks = (keys(b) - first_key(b, 0) + chunk_keys(b) - 1) / chunk_keys(b);
   for (std::int64_t r = 0; r < args_.seq_len * group; ++r) {
     const auto row = [&](std::int64_t c) { return partial(b, g, c) + r * (hd + 2); };
     float m = -std::numeric_limits<float>::infinity();
@@ -371,8 +383,7 @@ void attention_schedule::merge(std::int64_t i) const noexcept {
       sum += f * part[hd + 1];
       for (std::int64_t d = 0; d < hd; ++d) out[d] += f * part[d];
     }
-    // A masked row that saw no key: zeros.
-    const float inv = args_.mask.active() && sum == 0.0f ? 0.0f : 1.0f / sum;
+    const float inv = output_factor(args_, h, m, sum);
     for (std::int64_t d = 0; d < hd; ++d) out[d] *= inv;
     if (args_.out16.data) {
       bf16* to = args_.out16.row(b, h, position);

@@ -10,6 +10,7 @@
 // its keys were packed by this call or by earlier ones.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "common/attention_args.hpp"
@@ -166,6 +167,21 @@ struct attention_task {
   float* partial = nullptr;
 };
 
+// What a row's unnormalised output O is multiplied by at the end (docs/design.md §1.9): 1 / l,
+// l its softmax's sum at the running max m (both in the kernels' base-2 units, halved with a
+// mask), or with a sink s (query head h's logit, natural log) 1 / (l + e^(s - m)), taken at the
+// larger of s and m so that nothing overflows. A row that saw no key (l 0, a masked row) gives
+// zeros, with a sink too.
+inline float output_factor(const attention_args& args, std::int64_t h, float m, float l) noexcept {
+  if (args.sinks == nullptr) return args.masks_keys() && l == 0.0f ? 0.0f : 1.0f / l;
+  const float e = args.mask.exponent_scale();
+  const float sink = args.sinks[h] * 1.44269504088896341f / e;  // in m's units
+  if (l == 0.0f) return 0.0f;
+  if (sink <= m) return 1.0f / (l + std::exp2(e * (sink - m)));
+  const float down = std::exp2(e * (m - sink));  // O and l at the sink's maximum
+  return down / (l * down + 1.0f);
+}
+
 // Head (b, g) of args.k and args.v (all keys, from row 0) packed into `head`
 // (layout.head_units() units, kv_rows == keys), rounded to bf16 in a bf16 layout (never int8:
 // only a cache holds codes).
@@ -234,6 +250,9 @@ class attention_schedule {
  private:
   std::int64_t keys(std::int64_t b) const noexcept { return args_.keys(b); }
   std::int64_t past(std::int64_t b) const noexcept { return keys(b) - args_.seq_len; }
+  // The first key the query rows from position `row` of sequence b (and so every later row)
+  // attend to, rounded down to the layout's key step: 0, or with a window its first key's.
+  std::int64_t first_key(std::int64_t b, std::int64_t row) const noexcept;
   // Keys per chunk of sequence b's split (a multiple of the layout's key step).
   std::int64_t chunk_keys(std::int64_t b) const noexcept;
   float* partial(std::int64_t b, std::int64_t g, std::int64_t chunk) const noexcept;

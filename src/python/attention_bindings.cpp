@@ -85,10 +85,28 @@ mha::attention_mask mask_of(const Array& m, mha::attention_mask::kind kind) {
           s.shape[3], s.stride[0], s.stride[1], s.stride[2]};
 }
 
+// A call's sinks: one float32 logit per query head, contiguous (the package makes them so).
+using sink_array = nb::ndarray<const float, nb::ndim<1>, nb::device::cpu, nb::c_contig>;
+
+// The function's extensions as the package passes them (docs/design.md §1.9): a window (0:
+// none), a soft-cap (0: none) and the sinks (None: none); the library checks their values.
+struct extensions {
+  std::int64_t window = 0;
+  float softcap = 0.0f;
+  const std::optional<sink_array>& sinks;
+
+  void set(mha::attention_options& o) const {
+    o.window = window;
+    o.softcap = softcap;
+    if (sinks) o.sinks = {sinks->data(), sinks->shape(0)};
+  }
+};
+
 // A call's options as the package passes them.
 mha::attention_options call_options(bool causal, bool bottom_right, std::optional<float> scale,
                                     bool bf16, int threads,
-                                    const std::optional<std::string>& executor) {
+                                    const std::optional<std::string>& executor,
+                                    const extensions& more) {
   mha::attention_options o;
   o.causal = causal;
   o.alignment =
@@ -97,6 +115,7 @@ mha::attention_options call_options(bool causal, bool bottom_right, std::optiona
   o.precision = bf16 ? mha::precision::bf16 : mha::precision::fp32;
   o.threads = threads;
   o.executor = executor_named(executor);
+  more.set(o);
   return o;
 }
 
@@ -112,8 +131,10 @@ void attention_call(const Input& q, const Input& k, const Input& v, const Output
                     const std::optional<bool_mask>& boolean, bool causal, bool bottom_right,
                     std::optional<float> scale, bool bf16,
                     const std::optional<std::string>& backend, int threads,
-                    const std::optional<std::string>& executor) {
-  mha::attention_options o = call_options(causal, bottom_right, scale, bf16, threads, executor);
+                    const std::optional<std::string>& executor, std::int64_t window, float softcap,
+                    const std::optional<sink_array>& sinks) {
+  mha::attention_options o =
+      call_options(causal, bottom_right, scale, bf16, threads, executor, {window, softcap, sinks});
   if (additive) o.mask = mask_of(*additive, mha::attention_mask::kind::additive);
   if (boolean) o.mask = mask_of(*boolean, mha::attention_mask::kind::boolean);
   const mha::backend& b = backend_named(backend);
@@ -347,12 +368,13 @@ void written(const plain_call& call) {
 nb::object tensor_attention(nb::handle query, nb::handle key, nb::handle value, nb::handle out,
                             bool causal, bool bottom_right, std::optional<float> scale,
                             bool enable_gqa, const std::optional<std::string>& backend, int threads,
-                            const std::optional<std::string>& executor) {
+                            const std::optional<std::string>& executor, std::int64_t window,
+                            float softcap, const std::optional<sink_array>& sinks) {
   const auto call = plain_call_of(query, key, value, out, enable_gqa);
   if (!call) return nb::none();
   const bool bf16 = call->q.bf16;
   const mha::attention_options options =
-      call_options(causal, bottom_right, scale, bf16, threads, executor);
+      call_options(causal, bottom_right, scale, bf16, threads, executor, {window, softcap, sinks});
   const mha::backend& b = backend_named(backend);
   if (bf16) {
     using in = const mha::bfloat16;
@@ -380,13 +402,14 @@ nb::object tensor_attention_over_cache(nb::handle query, nb::handle key, nb::han
                                        std::optional<float> scale, bool bf16, bool enable_gqa,
                                        const std::optional<std::string>& backend, int threads,
                                        const std::optional<std::string>& executor,
-                                       int_arg first_sequence) {
+                                       int_arg first_sequence, std::int64_t window, float softcap,
+                                       const std::optional<sink_array>& sinks) {
   const auto call = plain_call_of(query, key, value, nb::none(), enable_gqa);
   if (!call || call->q.bf16 || (causal && !bottom_right && call->q.shape[2] > 1)) {
     return nb::none();
   }
   const mha::attention_options options =
-      call_options(causal, bottom_right, scale, bf16, threads, executor);
+      call_options(causal, bottom_right, scale, bf16, threads, executor, {window, softcap, sinks});
   const std::int64_t first = first_sequence.get("mha.attention", "first_sequence");
   const mha::backend& b = backend_named(backend);
   const auto q = view_of<const float>(call->q), k = view_of<const float>(call->k),
@@ -406,17 +429,21 @@ void mha_python::bind_attention(nb::module_& m) {
   // path below then takes it.
   m.def("_attention_tensors", &tensor_attention, "query"_a, "key"_a, "value"_a, "out"_a.none(),
         "causal"_a, "bottom_right"_a, "scale"_a.none(), "enable_gqa"_a, "backend"_a.none(),
-        "threads"_a, "executor"_a.none());
+        "threads"_a, "executor"_a.none(), "window"_a = 0, "softcap"_a = 0.0f,
+        "sinks"_a.none() = nb::none());
   m.def("_attention_tensors_over_cache", &tensor_attention_over_cache, "query"_a, "key"_a,
         "value"_a, "cache"_a, "causal"_a, "bottom_right"_a, "scale"_a.none(), "bf16"_a,
-        "enable_gqa"_a, "backend"_a.none(), "threads"_a, "executor"_a.none(), "first_sequence"_a);
+        "enable_gqa"_a, "backend"_a.none(), "threads"_a, "executor"_a.none(), "first_sequence"_a,
+        "window"_a = 0, "softcap"_a = 0.0f, "sinks"_a.none() = nb::none());
   // mha.attention's call (python/mha/_attention.py checks and shapes its arguments first).
   m.def("_attention", &attention_call<heads_input, heads_output>, "q"_a, "k"_a, "v"_a, "out"_a,
         "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a, "scale"_a.none(),
-        "bf16"_a, "backend"_a.none(), "threads"_a, "executor"_a.none());
+        "bf16"_a, "backend"_a.none(), "threads"_a, "executor"_a.none(), "window"_a = 0,
+        "softcap"_a = 0.0f, "sinks"_a.none() = nb::none());
   m.def("_attention_bf16", &attention_call<bf16_heads_input, bf16_heads_output>, "q"_a, "k"_a,
         "v"_a, "out"_a, "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a,
-        "scale"_a.none(), "bf16"_a, "backend"_a.none(), "threads"_a, "executor"_a.none());
+        "scale"_a.none(), "bf16"_a, "backend"_a.none(), "threads"_a, "executor"_a.none(),
+        "window"_a = 0, "softcap"_a = 0.0f, "sinks"_a.none() = nb::none());
   // mha.AttentionCache's cache and mha.attention's call over it (python/mha/_cache.py checks
   // the arguments first; the library names what it refuses).
   m.def(
@@ -437,14 +464,11 @@ void mha_python::bind_attention(nb::module_& m) {
       [](const heads_input& q, const heads_input& k, const heads_input& v, mha::kv_cache& cache,
          const heads_output& out, bool causal, std::optional<float> scale, bool bf16,
          const std::optional<std::string>& backend, int threads,
-         const std::optional<std::string>& executor, int_arg first_sequence) {
-        mha::attention_options o;
-        o.causal = causal;
-        o.scale = scale;
-        o.precision = bf16 ? mha::precision::bf16 : mha::precision::fp32;
+         const std::optional<std::string>& executor, int_arg first_sequence, std::int64_t window,
+         float softcap, const std::optional<sink_array>& sinks) {
+        mha::attention_options o =
+            call_options(causal, false, scale, bf16, threads, executor, {window, softcap, sinks});
         const std::int64_t first = first_sequence.get("mha.attention", "first_sequence");
-        o.threads = threads;
-        o.executor = executor_named(executor);
         const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
         const auto qv = heads_of(q, "query"), kv = heads_of(k, "key"), vv = heads_of(v, "value");
         const auto ov = heads_of(out, "out");
@@ -452,5 +476,6 @@ void mha_python::bind_attention(nb::module_& m) {
         mha::attention(b, qv, kv, vv, cache, ov, o, first);
       },
       "q"_a, "k"_a, "v"_a, "cache"_a, "out"_a, "causal"_a, "scale"_a.none(), "bf16"_a,
-      "backend"_a.none(), "threads"_a, "executor"_a.none(), "first_sequence"_a);
+      "backend"_a.none(), "threads"_a, "executor"_a.none(), "first_sequence"_a, "window"_a = 0,
+      "softcap"_a = 0.0f, "sinks"_a.none() = nb::none());
 }

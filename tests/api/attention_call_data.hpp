@@ -35,6 +35,10 @@ struct call_case {
   mha::precision precision = mha::precision::fp32;
   bool bf16_operands = false;  // q, k and v passed as bfloat16 (the values rounded to bf16)
   bool bf16_out = false;       // with bf16_operands: out in bfloat16 (widened into `out`)
+  // The extensions (docs/design.md §1.9): a sliding window, soft-capping, a sink per head.
+  std::int64_t window = 0;
+  float softcap = 0.0f;
+  bool sinks = false;
 
   std::string name() const {
     std::string n;
@@ -56,6 +60,9 @@ struct call_case {
     if (precision == mha::precision::bf16) n += "_bf16";
     if (bf16_operands) n += "_operands";
     if (bf16_out) n += "_out";
+    if (window > 0) n += "_window" + std::to_string(window);
+    if (softcap > 0.0f) n += "_softcap" + std::to_string(static_cast<int>(softcap));
+    if (sinks) n += "_sinks";
     return n;
   }
 };
@@ -64,7 +71,7 @@ struct call_case {
 // key masked), other entries masked at random (a quarter), additive values in [-2, 2].
 struct call_data {
   call_case c;
-  std::vector<float> q, k, v, out, additive;
+  std::vector<float> q, k, v, out, additive, sinks;
   std::vector<unsigned char> keep;
 
   explicit call_data(const call_case& cc, std::uint32_t seed = 7) : c(cc) {
@@ -87,6 +94,10 @@ struct call_data {
       const bool masked = quarter(rng) == 0 || i / c.keys == c.rows - 1;  // row L-1 of (0, 0)
       keep[static_cast<std::size_t>(i)] = masked ? 0 : 1;
       additive[static_cast<std::size_t>(i)] = masked ? minus_inf : 2.0f * u(rng);
+    }
+    // Sinks from below the scores to well above them (head 1's dominates its rows).
+    if (c.sinks) {
+      for (std::int64_t h = 0; h < c.heads; ++h) sinks.push_back(h == 1 ? 40.0f : 2.0f * u(rng));
     }
   }
 
@@ -116,6 +127,9 @@ struct call_data {
     o.causal = c.causal;
     o.alignment = c.alignment;
     o.precision = c.precision;
+    o.window = c.window;
+    o.softcap = c.softcap;
+    o.sinks = sinks;
     if (c.mask != attention_mask::kind::none) {
       const bool boolean = c.mask == attention_mask::kind::boolean;
       const std::int64_t mb = c.mask_per_batch ? c.batch : 1, mh = c.mask_per_head ? c.heads : 1;
@@ -173,12 +187,13 @@ struct call_data {
       for (std::int64_t h = 0; h < c.heads; ++h) {
         for (std::int64_t i = 0; i < c.rows; ++i) {
           std::vector<double> s(static_cast<std::size_t>(c.keys), -INFINITY);
-          double max = -INFINITY;
+          double max = c.sinks ? sinks[static_cast<std::size_t>(h)] : -INFINITY;
           for (std::int64_t j = 0; j < c.keys; ++j) {
             const std::int64_t limit = c.alignment == causal_alignment::top_left
                                            ? i
                                            : i + c.keys - c.rows;  // attends to j <= limit
             if (c.causal && j > limit) continue;
+            if (c.window > 0 && j <= limit - c.window) continue;
             double bias = 0.0;
             if (c.mask == attention_mask::kind::boolean && !keep[mask_index(b, h, i, j)]) continue;
             if (c.mask == attention_mask::kind::additive) bias = additive[mask_index(b, h, i, j)];
@@ -188,10 +203,14 @@ struct call_data {
               dot += operand(at(q, c.heads, c.rows, b, h, i, d)) *
                      operand(at(k, c.kv_heads, c.keys, b, h / group, j, d));
             }
-            s[j] = scale * dot + bias;
+            const double score =
+                c.softcap > 0.0f ? c.softcap * std::tanh(scale * dot / c.softcap) : scale * dot;
+            s[j] = score + bias;
             max = std::max(max, s[j]);
           }
-          double sum = 0.0;
+          double sum = c.sinks && max != -INFINITY
+                           ? std::exp(sinks[static_cast<std::size_t>(h)] - max)
+                           : 0.0;
           for (double& x : s) sum += x = x == -INFINITY ? 0.0 : std::exp(x - max);
           for (std::int64_t d = 0; d < c.head_dim; ++d) {
             double o = 0.0;

@@ -33,50 +33,57 @@ void project(const linear_weights& w, const float* x, std::int64_t rows, float* 
   }
 }
 
-// Query row i attends to keys j < a.key_end(i) (past + i + 1 causal, all keys otherwise): row i
-// of the scores has keys() columns. Masked keys never enter the arithmetic, so a NaN or Inf in a
-// later token cannot reach an earlier row (not even as 0 * NaN).
+// Query row i attends to keys a.window_begin(past + i) <= j < a.key_end(i) (past + i + 1
+// causal, all keys otherwise; a window's first key, else 0): row i of the scores has keys()
+// columns. Keys outside never enter the arithmetic, so a NaN or Inf in a later token (or one
+// that left the window) cannot reach a row (not even as 0 * NaN).
 
-// S[i][j] = scale * q_i . k_j for one head, plus the mask's value with a mask (mha::attention;
-// the causally masked entries are set by causal_mask).
+// S[i][j] = scale * q_i . k_j for one head, soft-capped (softcap tanh(s / softcap)) with a
+// soft-cap, plus the mask's value with a mask (mha::attention; the entries outside each row's
+// keys are set by outside_keys).
 void scores(const attention_args& a, std::int64_t b, std::int64_t h, std::vector<float>& s,
             bool bf16) {
   const std::int64_t n = a.keys();
   std::vector<float> mask(static_cast<std::size_t>(a.mask.active() ? n : 0));
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
     if (a.mask.active()) a.mask.row(b, h, i, 0, a.key_end(i), mask.data());
-    for (std::int64_t j = 0; j < a.key_end(i); ++j) {
+    for (std::int64_t j = a.window_begin(a.past + i); j < a.key_end(i); ++j) {
       const float* q = a.q.row(b, h, i);
       const float* k = a.k.row(b, h / a.kv_group, j);
       float dot = 0.0f;
       for (std::int64_t d = 0; d < a.head_dim; ++d)
         dot += operand(q[d], bf16) * operand(k[d], bf16);
-      s[i * n + j] =
-          a.mask.active() ? a.scale * dot + mask[static_cast<std::size_t>(j)] : a.scale * dot;
+      float score = a.scale * dot;
+      if (a.softcap > 0.0f) score = a.softcap * std::tanh(score / a.softcap);
+      s[i * n + j] = a.mask.active() ? score + mask[static_cast<std::size_t>(j)] : score;
     }
   }
 }
 
-// S[i][j] = -inf for j past query i's position: a token does not see later tokens.
-void causal_mask(const attention_args& a, std::vector<float>& s) {
+// S[i][j] = -inf for j past query i's position (a token does not see later tokens) and before
+// its window.
+void outside_keys(const attention_args& a, std::vector<float>& s) {
   const std::int64_t n = a.keys();
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
-    for (std::int64_t j = a.key_end(i); j < n; ++j)
-      s[i * n + j] = -std::numeric_limits<float>::infinity();
+    float* row = s.data() + i * n;
+    std::fill(row, row + a.window_begin(a.past + i), -std::numeric_limits<float>::infinity());
+    std::fill(row + a.key_end(i), row + n, -std::numeric_limits<float>::infinity());
   }
 }
 
 // Each row of S becomes exp(s - max), the max subtracted for stability; sums[i] gets the row's
 // sum. fp32 then divides the row by it (softmax(row)); bf16 keeps the unnormalised weights,
 // which are rounded as the operands of P V and divided after it (docs/design.md §1.5). With a
-// mask, a row whose scores are all -inf gets weights 0 and sum 0 (its output is zeros).
+// mask, a row whose scores are all -inf gets weights 0 and sum 0 (its output is zeros). A sink
+// (its head's logit, nullptr: none) joins the max and the sum, and no weight.
 void softmax_rows(std::int64_t rows, std::int64_t n, std::vector<float>& s,
-                  std::vector<float>& sums, bool bf16, bool masked) {
+                  std::vector<float>& sums, bool bf16, bool masked, const float* sink) {
   for (std::int64_t i = 0; i < rows; ++i) {
     float* row = s.data() + i * n;
     float max = *std::max_element(row, row + n);
+    if (sink != nullptr) max = std::max(max, *sink);
     if (masked && max == -std::numeric_limits<float>::infinity()) max = 0.0f;
-    float sum = 0.0f;
+    float sum = sink != nullptr ? std::exp(*sink - max) : 0.0f;
     for (std::int64_t j = 0; j < n; ++j) {
       row[j] = std::exp(row[j] - max);
       sum += row[j];
@@ -107,7 +114,7 @@ void weighted_values(const attention_args& a, std::int64_t b, std::int64_t h,
   for (std::int64_t i = 0; i < a.seq_len; ++i) {
     float* out = a.out.row(b, h, i);
     std::fill(out, out + a.head_dim, 0.0f);
-    for (std::int64_t j = 0; j < a.key_end(i); ++j) {
+    for (std::int64_t j = a.window_begin(a.past + i); j < a.key_end(i); ++j) {
       const float* v = a.v.row(b, h / a.kv_group, j);
       const float p = operand(s[i * n + j], bf16);
       for (std::int64_t d = 0; d < a.head_dim; ++d) out[d] += p * operand(v[d], bf16);
@@ -228,8 +235,9 @@ class naive_kernels : public detail::sequential_execution {
     for (std::int64_t b = 0; b < a.batch; ++b) {
       for (std::int64_t h = 0; h < a.heads; ++h) {
         scores(a, b, h, s, rounded);
-        if (a.causal) causal_mask(a, s);
-        softmax_rows(a.seq_len, a.keys(), s, sums, rounded, a.mask.active());
+        outside_keys(a, s);
+        softmax_rows(a.seq_len, a.keys(), s, sums, rounded, a.mask.active(),
+                     a.sinks ? a.sinks + h : nullptr);
         if (a.dropout.active()) dropout(a, b, h, s);
         weighted_values(a, b, h, s, sums, rounded);
       }

@@ -136,8 +136,11 @@ struct attention_block {
   }
   // The factor between a score in scratch.scores and its base-2 exponent: the queries carry it
   // in fp32, and mask_scores applies it to bf16's raw scores with a mask.
+  // A soft-capped tile's scores are made base 2 by cap_scores, so they are at scale 1 then.
   float score_scale() const noexcept {
-    return pairs_of_bf16 && !args.mask.active() ? args.scale * 1.44269504088896341f : 1.0f;
+    return pairs_of_bf16 && !args.mask.active() && args.softcap == 0.0f
+               ? args.scale * 1.44269504088896341f
+               : 1.0f;
   }
 
   // Position (relative to past) and query head of stacked row r.
@@ -216,14 +219,52 @@ struct attention_block {
     }
   }
 
+  // What the function does to a key tile's scores after Q K^T, in its order: soft-capping, the
+  // mask, the window (docs/design.md §1.9).
+  void adjust_scores(std::int64_t j0, std::int64_t j1) const noexcept {
+    if (args.softcap > 0.0f) cap_scores(j0, j1);
+    if (args.mask.active()) mask_scores(j0, j1);
+    if (args.window > 0) window_scores(j0, j1);
+  }
+
+  // Soft-capping: each row's scores of keys [j0, j1), up to its own keys, become
+  // softcap tanh(s / softcap) of their natural-log value s, written back in the units the mask
+  // and the softmax then read: base 2, halved with a mask (bf16's raw scores take their scale
+  // here, so that score_scale() is 1 and mask_scores adds to them as to fp32's).
+  void cap_scores(std::int64_t j0, std::int64_t j1) const noexcept {
+    constexpr float log2e = 1.44269504088896341f;
+    const float units = args.mask.active() ? 0.5f * log2e : log2e;  // per natural-log unit
+    const float to_natural = pairs_of_bf16 ? args.scale : 1.0f / units;
+    const float cap = args.softcap, inverse = 1.0f / cap;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t len = row_keys(r, j0, j1);
+      float* p = scratch.scores + r * layout.score_cols;
+      for (std::int64_t j = 0; j < len; ++j)
+        p[j] = units * cap * std::tanh(p[j] * to_natural * inverse);
+    }
+  }
+
+  // A window: each row's scores of the keys of [j0, j1) before its window's first are -inf (the
+  // softmax's guards then keep a row that has no key of the tile at weights 0).
+  void window_scores(std::int64_t j0, std::int64_t j1) const noexcept {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t len = row_keys(r, j0, j1);
+      const std::int64_t before = args.window_begin(task.past + pos(r)) - j0;
+      const std::int64_t n = before < len ? before : len;
+      float* p = scratch.scores + r * layout.score_cols;
+      if (n > 0) std::fill(p, p + n, -std::numeric_limits<float>::infinity());
+    }
+  }
+
   // With a mask (mha::attention): each row's scores of keys [j0, j1), up to its own keys, gain
   // the mask's values in base 2 (boolean: false sets -inf), both halved (exactly: a power of
   // two; score_mask::exponent_scale: fp32's queries carry the half); bf16's raw scores take
-  // their scale first, so that both terms meet in base 2 (the softmax then reads them at
-  // scale 1).
+  // their scale first (unless cap_scores did), so that both terms meet in base 2 (the softmax
+  // then reads them at scale 1).
   void mask_scores(std::int64_t j0, std::int64_t j1) const noexcept {
     constexpr float half_log2e = 0.5f * 1.44269504088896341f;
-    const float raw = pairs_of_bf16 ? 0.5f * args.scale * 1.44269504088896341f : 1.0f;
+    const float raw =
+        pairs_of_bf16 && args.softcap == 0.0f ? 0.5f * args.scale * 1.44269504088896341f : 1.0f;
     const score_mask& m = args.mask;
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t len = row_keys(r, j0, j1);
@@ -268,7 +309,10 @@ struct attention_block {
   void softmax(std::int64_t j0, std::int64_t j1, weights_use use, F&& code_weights) const noexcept {
     constexpr std::int64_t lanes = xsimd::batch<float, Arch>::size;
     constexpr float minus_inf = -std::numeric_limits<float>::infinity();
-    const bool first = j0 == task.key_begin, masked = args.mask.active();
+    // guarded: a row may have no key in this tile and some in later ones (a mask, a window);
+    // halved: the scores and maxima are at half their base-2 value (a mask).
+    const bool first = j0 == task.key_begin, guarded = args.masks_keys();
+    const bool halved = args.mask.active();
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t len = row_keys(r, j0, j1);
       float shift = 0.0f;  // m - m' (no change for a row without keys here)
@@ -276,10 +320,10 @@ struct attention_block {
         const float tile_max =
             score_scale() * row_max<Arch>(scratch.scores + r * layout.score_cols, len);
         const float m = first || tile_max > scratch.row_max[r] ? tile_max : scratch.row_max[r];
-        shift = first || (masked && m == minus_inf) ? 0.0f : scratch.row_max[r] - m;
+        shift = first || (guarded && m == minus_inf) ? 0.0f : scratch.row_max[r] - m;
         scratch.row_max[r] = m;
       }
-      scratch.rescale[r] = masked ? 2.0f * shift : shift;  // halved scores: 2 (m - m')
+      scratch.rescale[r] = halved ? 2.0f * shift : shift;  // halved scores: 2 (m - m')
     }
     if (!first) exp2_sum<Arch>(scratch.rescale, rows, 0.0f, 1.0f);  // 2^(m - m'), over rows
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -292,7 +336,7 @@ struct attention_block {
       // The weights 2^(scale x - shift) at the running max (0 for a row whose keys so far are all
       // at -inf); the sum of a row with keys here moves on.
       const float max =
-          keys == 0 || (masked && scratch.row_max[r] == minus_inf) ? 0.0f : scratch.row_max[r];
+          keys == 0 || (guarded && scratch.row_max[r] == minus_inf) ? 0.0f : scratch.row_max[r];
       const auto [shift, scale] = exponent_of(p, keys, max);
       const auto add_sum = [&](float sum) {
         if (keys > 0)
@@ -356,9 +400,7 @@ struct attention_block {
         }
         continue;
       }
-      // A masked row that saw no key at all: zeros (its O is 0 and its sum 0).
-      const float f =
-          args.mask.active() && scratch.row_sum[r] == 0.0f ? 0.0f : 1.0f / scratch.row_sum[r];
+      const float f = output_factor(args, head(r), scratch.row_max[r], scratch.row_sum[r]);
       if (args.out16.data != nullptr) {  // bf16 results
         bf16* out = args.out16.row(task.b, head(r), pos(r));
         for (std::int64_t d = 0; d < hd; ++d) out[d] = to_bf16(o[d] * f);

@@ -33,7 +33,7 @@ struct direct_attention : attention_block<Arch, Dot> {
     for (std::int64_t j0 = task.key_begin; j0 < key_end; j0 += layout.key_tile) {
       const std::int64_t j1 = j0 + layout.key_tile < key_end ? j0 + layout.key_tile : key_end;
       scores(j0, j1);
-      if (args.mask.active()) this->mask_scores(j0, j1);
+      this->adjust_scores(j0, j1);
       // Each row reads its own keys' weights only, as floats.
       this->softmax(j0, j1, weights_use{});
       values(j0, j1);

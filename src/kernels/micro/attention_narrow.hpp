@@ -30,7 +30,8 @@ struct narrow_attention : attention_block<Arch, fma_dot> {
   static constexpr int narrow_dims = 8;
   // Whether a call's heads take this path.
   static bool takes(const attention_args& args) noexcept {
-    return args.head_dim <= narrow_dims && !args.dropout.active() && !args.mask.active();
+    return args.head_dim <= narrow_dims && !args.dropout.active() && !args.masks_keys() &&
+           args.softcap == 0.0f && args.sinks == nullptr;
   }
 
   const float* kt;  // packed K^T (layout.scores.nr panels), nullptr in a direct block

@@ -66,7 +66,7 @@ struct packed_attention : attention_block<Arch, Dot> {
     for (std::int64_t j0 = task.key_begin; j0 < key_end; j0 += layout.key_tile) {
       const std::int64_t j1 = j0 + layout.key_tile < key_end ? j0 + layout.key_tile : key_end;
       with_tile(Tiles{}, layout.scores.nr, [&](auto tile) { scores(tile, j0, j1); });
-      if (args.mask.active()) this->mask_scores(j0, j1);
+      this->adjust_scores(j0, j1);
       if constexpr (codes) {
         // int8: the weights times the values' scales as 16-bit integers, and the offsets' share
         // of each row, made with the exponentials.

@@ -1,0 +1,224 @@
+// The attention call's extensions (docs/design.md §1.9): sliding windows, soft-capping and
+// sinks, on every backend that runs the call, against the float64 reference of
+// attention_call_data.hpp written from their definitions. Windows shorter and longer than the
+// rows, on the block path (prefill), a chunk over more keys, a decode step over keys split into
+// chunks; with masks, grouped heads, head sizes of every path, bf16; keys outside a window never
+// read; bitwise the same for every thread count; the errors they name.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attention_call_data.hpp"
+#include "mha/mha.hpp"
+#include "support.hpp"
+
+namespace {
+
+using namespace mha_test::attention_call;
+
+call_case windowed(std::int64_t rows, std::int64_t keys, std::int64_t window) {
+  call_case c;
+  c.rows = rows;
+  c.keys = keys;
+  c.window = window;
+  c.causal = true;
+  c.alignment = causal_alignment::bottom_right;
+  return c;
+}
+
+std::vector<call_case> extension_cases() {
+  std::vector<call_case> cases;
+  // Windows of 1 key, shorter than a key tile, a tile and longer; rows == keys (a prefill),
+  // a chunk over more keys, a decode step (split into chunks past 2048 keys, the window's keys
+  // alone counted).
+  for (const auto& [rows, keys] :
+       {std::pair{9, 9}, {300, 300}, {64, 1100}, {1, 37}, {1, 5000}, {5, 600}}) {
+    for (const std::int64_t window : {1, 5, 64, 257, 3000}) {
+      if (window >= keys && window != 3000) continue;
+      cases.push_back(windowed(rows, keys, window));
+    }
+  }
+  // Every head size's path (narrow, odd, registers), grouped heads, multi-query, a top-left
+  // prefill, (B, T, H, D) buffers, with a mask.
+  for (const std::int64_t head_dim : {3, 8, 64, 256}) {
+    call_case c = windowed(40, 40, 16);
+    c.head_dim = head_dim;
+    c.kv_heads = head_dim == 256 ? 1 : 2;
+    c.alignment = causal_alignment::top_left;
+    cases.push_back(c);
+  }
+  call_case c = windowed(33, 90, 20);
+  c.mask = attention_mask::kind::boolean;
+  c.transposed = true;
+  cases.push_back(c);
+  c.mask = attention_mask::kind::additive;
+  cases.push_back(c);
+  // Soft-capping (Gemma 2's 50, and a cap the scores reach), alone, with a mask, with a window.
+  for (const float cap : {50.0f, 0.5f}) {
+    c = {};
+    c.softcap = cap;
+    cases.push_back(c);
+    c.causal = true;
+    c.mask = attention_mask::kind::additive;
+    c.rows = 40;
+    c.keys = 300;
+    cases.push_back(c);
+    c = windowed(300, 300, 64);
+    c.softcap = cap;
+    cases.push_back(c);
+  }
+  // Sinks (one of them far above every score), alone, with a window, over split keys, with a
+  // mask whose row sees no key (zeros, sink or not).
+  c = {};
+  c.sinks = true;
+  cases.push_back(c);
+  c = windowed(200, 200, 30);
+  c.sinks = true;
+  cases.push_back(c);
+  c = windowed(1, 5000, 0);
+  c.sinks = true;
+  cases.push_back(c);
+  c = windowed(1, 5000, 2500);
+  c.sinks = true;
+  c.softcap = 30.0f;
+  cases.push_back(c);
+  c = {};
+  c.sinks = true;
+  c.mask = attention_mask::kind::boolean;
+  cases.push_back(c);
+  // bf16, and bf16 operands read in place (decode) or packed, with all three.
+  for (const bool operands : {false, true}) {
+    for (const auto& [rows, keys] : {std::pair{1, 700}, {70, 300}, {1, 5000}}) {
+      c = windowed(rows, keys, 100);
+      c.head_dim = 64;
+      c.precision = mha::precision::bf16;
+      c.bf16_operands = operands;
+      c.softcap = 20.0f;
+      c.sinks = true;
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+class AttentionExtensions : public testing::TestWithParam<call_case> {};
+
+// Every backend agrees with the float64 reference (bounds as the plain call's tests).
+TEST_P(AttentionExtensions, EveryBackendMatchesTheReference) {
+  const call_case c = GetParam();
+  call_data data(c);
+  const std::vector<double> want = data.reference();
+  const double bound = c.precision == mha::precision::bf16 ? 4e-3 : 2e-5;
+  int ran = 0;
+  for (const auto& [label, backend] : mha_test::backend_cases()) {
+    if (!backend->supports_attention(c.precision)) continue;
+    SCOPED_TRACE(label);
+    data.run(*backend);
+    ++ran;
+    EXPECT_LE(mha_test::max_abs_diff(data.out, want), bound);
+  }
+  EXPECT_GE(ran, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AttentionExtensions, testing::ValuesIn(extension_cases()),
+                         [](const auto& p) { return p.param.name(); });
+
+// A window is not the same function as plain causal attention once the rows pass it: the
+// reference's own check, so that the cases above prove something.
+TEST(AttentionExtensions, AWindowShorterThanTheRowsChangesTheResult) {
+  call_case c = windowed(64, 64, 16);
+  call_data with(c);
+  c.window = 0;
+  call_data without(c);
+  const std::vector<double> a = with.reference(), b = without.reference();
+  double most = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) most = std::max(most, std::fabs(a[i] - b[i]));
+  EXPECT_GT(most, 0.05);
+}
+
+// Keys a step or more before a row's window are never read: NaN there leaves every result
+// finite and the reference's (prefill blocks and a split decode step).
+TEST(AttentionExtensions, KeysBeforeTheWindowAreNeverRead) {
+  for (const auto& [rows, keys, window] :
+       {std::tuple{1, 6000, 300}, {1, 6000, 2600}, {200, 1200, 100}}) {
+    call_case c = windowed(rows, keys, window);
+    c.batch = 1;
+    call_data data(c);
+    const std::vector<double> want = data.reference();
+    // Keys every row's window starts 64 or more keys after (the first row's window start, less
+    // a key step of 64 keys).
+    const std::int64_t first_row_start = keys - rows - window + 1, margin = 64;
+    for (std::int64_t g = 0; g < c.kv_heads; ++g) {
+      for (std::int64_t j = 0; j < first_row_start - margin; ++j) {
+        for (std::int64_t d = 0; d < c.head_dim; ++d) {
+          const auto at = static_cast<std::size_t>((g * keys + j) * c.head_dim + d);
+          data.k[at] = data.v[at] = std::nanf("");
+        }
+      }
+    }
+    for (const auto& [label, backend] : mha_test::backend_cases()) {
+      if (!backend->supports_attention(c.precision)) continue;
+      SCOPED_TRACE(label + " " + c.name());
+      data.run(*backend);
+      EXPECT_LE(mha_test::max_abs_diff(data.out, want), 2e-5);
+    }
+  }
+}
+
+// A window's split decode step, sinks and soft-caps give the same bits for every thread count.
+TEST(AttentionExtensions, EveryThreadCountGivesTheSameBits) {
+  call_case c = windowed(1, 9000, 5000);
+  c.sinks = true;
+  c.softcap = 10.0f;
+  call_data data(c);
+  for (const auto& [label, backend] : mha_test::backend_cases()) {
+    if (!backend->supports_attention(c.precision) || backend->max_threads() == 1) continue;
+    SCOPED_TRACE(label);
+    data.run(*backend, 1);
+    const std::vector<float> one = data.out;
+    for (const int threads : {2, 3}) {
+      data.run(*backend, threads);
+      EXPECT_EQ(data.out, one) << threads << " threads";
+    }
+  }
+}
+
+TEST(AttentionExtensions, BadValuesAreNamed) {
+  default_views d;
+  const auto [q, k, v, out] = d.operands();
+  const auto call = [&](const mha::attention_options& o) {
+    return [&, o] { mha::attention(mha::naive_backend(), q, k, v, out, o); };
+  };
+  mha::attention_options o;
+  o.causal = true;
+  o.window = -3;
+  expect_error<mha::invalid_argument>(call(o), {"window (-3) must be >= 0"});
+  o.window = 4;
+  o.causal = false;
+  expect_error<mha::invalid_argument>(call(o), {"a sliding window (4) is causal"});
+  o.causal = true;
+  o.alignment = causal_alignment::top_left;
+  default_views rows_past_keys;
+  rows_past_keys.c.rows = 12;
+  rows_past_keys.c.keys = 5;
+  rows_past_keys.data = call_data(rows_past_keys.c);
+  const auto [q2, k2, v2, out2] = rows_past_keys.operands();
+  expect_error<mha::invalid_argument>(
+      [&] { mha::attention(mha::naive_backend(), q2, k2, v2, out2, o); },
+      {"a sliding window with 12 query rows over 5 keys, causal top-left"});
+  o = {};
+  o.softcap = -1.0f;
+  expect_error<mha::invalid_argument>(call(o), {"softcap (-1) must be finite and >= 0"});
+  o.softcap = std::numeric_limits<float>::infinity();
+  expect_error<mha::invalid_argument>(call(o), {"softcap (inf) must be finite"});
+  o = {};
+  const std::vector<float> three(3, 0.0f), nan_sink = {0.0f, std::nanf(""), 0.0f, 0.0f};
+  o.sinks = three;
+  expect_error<mha::invalid_argument>(call(o), {"3 sinks for 4 query heads"});
+  o.sinks = nan_sink;
+  expect_error<mha::invalid_argument>(call(o), {"the sink of head 1 is nan"});
+}
+
+}  // namespace
