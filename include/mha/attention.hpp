@@ -117,9 +117,15 @@ void attention(const backend& backend, heads_view<const bfloat16> q, heads_view<
 // int8 cache (codes with a scale and an offset per token and K/V head, docs/design.md §1.7) in
 // either. Throws mha::unsupported when the backend takes no cache in its attention calls (xsimd,
 // tbb and naive do), mha::invalid_argument naming a bad size or precision.
+//
+// With a window (a sliding-window layer's cache, docs/design.md §1.9), every call over the cache
+// attends over each query's last `window` keys (its options.window must be 0 or the same), and
+// the cache keeps only what they read: ring_slots(window) tokens per sequence (mha/kv_cache.hpp)
+// when that is less than the capacity, whatever the capacity. Gemma 3's fifteen sliding layers
+// of 512 keys then hold 832 tokens each at any context (kv_cache::slots()).
 kv_cache make_attention_cache(const backend& backend, std::int64_t batch, std::int64_t capacity,
                               std::int64_t kv_heads, std::int64_t head_dim, mha::precision kv,
-                              mha::precision precision);
+                              mha::precision precision, std::int64_t window = 0);
 
 // The next T tokens of each sequence of `cache` (make_attention_cache's, made by this backend):
 // appends their keys k and values v (B, H_kv, T, D) to it, then out (B, H, T, D) = attention of

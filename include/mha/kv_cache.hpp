@@ -36,6 +36,16 @@ struct kv_cache_access;
 // changes nothing, so that nothing is ever written past the capacity; concurrent runs need one
 // cache each (they may share the plan). Reading lengths() while a run holds it is a data race.
 // Movable (not while held); copied only on purpose, by copy().
+// A sliding window's ring (make_attention_cache with a window shorter than the capacity): the
+// last ring_slots(window) tokens of each sequence, key j at slot j mod slots. A call appends
+// first and then reads each query's window, so the ring has room for a call of ring_chunk
+// tokens beyond the window (and a key step's rounding, 64 keys at most): longer calls are taken
+// ring_chunk tokens at a time.
+inline constexpr std::int64_t ring_chunk = 256;
+constexpr std::int64_t ring_slots(std::int64_t window) noexcept {
+  return (window + ring_chunk + 64 + 63) / 64 * 64;
+}
+
 class kv_cache {
  public:
   kv_cache(kv_cache&&) noexcept = default;
@@ -44,6 +54,13 @@ class kv_cache {
   std::int64_t batch() const noexcept { return static_cast<std::int64_t>(lengths_.size()); }
   // Tokens each sequence may hold: at most the plan's context_length.
   std::int64_t capacity() const noexcept { return capacity_; }
+  // An attention cache's sliding window (make_attention_cache; 0: none): every call over it
+  // attends over each query's last window keys (docs/design.md §1.9).
+  std::int64_t window() const noexcept { return window_; }
+  // Tokens its storage holds per sequence: the capacity; with a window shorter than the capacity,
+  // fewer: a ring of the last ring_slots(window) tokens (docs/design.md §1.9), whatever the
+  // capacity, so that a sliding layer's cache costs its window, not the context.
+  std::int64_t slots() const noexcept { return slots_; }
   // Tokens sequence b holds (0 <= b < batch(), else mha::invalid_argument).
   std::int64_t length(std::int64_t b) const;
   // K/V heads per sequence.
@@ -66,7 +83,9 @@ class kv_cache {
   // Keeps the first `length` tokens of sequence b and forgets the rest (0 <= b < batch() and
   // 0 <= length <= length(b), else mha::invalid_argument naming them): a rollback, of the
   // tokens speculative decoding rejected or of a benchmark's step. The kept tokens' keys and
-  // values are unchanged (a rotary embedding is applied by absolute position when stored).
+  // values are unchanged (a rotary embedding is applied by absolute position when stored). A
+  // ring (slots() < capacity()) rolls back at most ring_chunk tokens: the keys a query after a
+  // deeper rollback sees have left it (refused naming both).
   void truncate(std::int64_t b, std::int64_t length);
   // A new cache holding the same tokens, for the same plan (or backend's attention calls): a
   // prompt's cache copied once per continuation. Its storage is allocated and copied now (the
@@ -120,6 +139,7 @@ class kv_cache {
   attention_owner attention_;
   mha::precision precision_;
   std::int64_t capacity_, heads_, head_bytes_, bytes_;
+  std::int64_t window_ = 0, slots_;  // slots_: capacity_, or a ring's (make_attention_cache)
   std::vector<std::int64_t> lengths_;
   mutable use_flag in_use_;
   // Raw storage (64-byte aligned; a storage of 2 MiB or more 2 MiB-aligned, on huge pages where

@@ -27,7 +27,9 @@ class AttentionCache:
     in `precision` ("fp32" or "bf16"; None: bf16 for a bf16 cache, else fp32), on `backend` (a
     name of mha.backends() whose attention calls take a cache: xsimd, tbb, naive; None: the
     default). mha.attention(q, k, v, cache=this) appends and attends. One caller at a time (a
-    second, on another thread, is refused)."""
+    second, on another thread, is refused). window: a sliding window (0: none) that every call
+    over the cache takes; the cache then keeps only each sequence's last tokens, a ring of
+    `slots` (docs/python.md "Windows, soft-caps and sinks")."""
 
     __slots__ = ("_cache", "backend", "kv_heads", "head_dim", "precision")
 
@@ -41,6 +43,7 @@ class AttentionCache:
         kv: str = "int8",
         precision: str | None = None,
         backend: str | None = None,
+        window: int = 0,
     ) -> None:
         if kv not in _KV:
             raise InvalidArgument(f"mha.AttentionCache: kv {kv!r} is not one of {', '.join(_KV)}")
@@ -54,7 +57,9 @@ class AttentionCache:
             raise InvalidArgument(
                 f"mha.AttentionCache: backend {backend!r} must be a name of mha.backends() (a str), or None"
             )
-        self._cache = _mha._make_attention_cache(backend, batch, capacity, kv_heads, head_dim, kv, precision)
+        self._cache = _mha._make_attention_cache(
+            backend, batch, capacity, kv_heads, head_dim, kv, precision, window
+        )
         self.backend: str = backend if backend is not None else _mha.default_backend().name
         self.kv_heads = int(kv_heads)
         self.head_dim = int(head_dim)
@@ -67,6 +72,16 @@ class AttentionCache:
     @property
     def capacity(self) -> int:
         return self._cache.capacity
+
+    @property
+    def window(self) -> int:
+        """The sliding window every call over the cache takes (0: none)."""
+        return self._cache.window
+
+    @property
+    def slots(self) -> int:
+        """Tokens the storage holds per sequence: the capacity, or a window's ring (fewer)."""
+        return self._cache.slots
 
     @property
     def lengths(self) -> list[int]:
@@ -118,7 +133,8 @@ class AttentionCache:
         return (
             f"mha.AttentionCache(batch={self.batch}, capacity={self.capacity}, kv_heads={self.kv_heads}, "
             f"head_dim={self.head_dim}, kv={self.kv!r}, precision={self.precision!r}, "
-            f"backend={self.backend!r}, lengths={self.lengths}, nbytes={self.nbytes})"
+            + (f"window={self.window}, slots={self.slots}, " if self.window else "")
+            + f"backend={self.backend!r}, lengths={self.lengths}, nbytes={self.nbytes})"
         )
 
 

@@ -41,16 +41,17 @@ class MhaCacheLayer(CacheLayerMixin):
     attention function, which appends them and attends over the cache in one call. A left-padded
     batch (transformers' mask: padding in front of each sequence, then causal) keeps no padding:
     each sequence's prefill is appended without it, and its rows of the result are zeros (as a
-    row that sees no key is, in mha.attention and SDPA)."""
+    row that sees no key is, in mha.attention and SDPA). A sliding layer's (window > 0) cache is
+    a ring of the window's last tokens, whatever the capacity (mha.AttentionCache's window)."""
 
     is_compileable = False
     is_croppable = True
-    is_sliding = False
     supports_early_init = False  # made from the first keys' shape
 
-    def __init__(self, capacity: int, kv: str, backend: str | None) -> None:
+    def __init__(self, capacity: int, kv: str, backend: str | None, window: int = 0) -> None:
         super().__init__()
-        self.capacity, self.kv, self.backend = capacity, kv, backend
+        self.capacity, self.kv, self.backend, self.window = capacity, kv, backend, window
+        self.is_sliding = window > 0
         self.cache: AttentionCache | None = None
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
         self.seen = 0  # tokens per sequence as transformers counts them (padding included)
@@ -70,6 +71,7 @@ class MhaCacheLayer(CacheLayerMixin):
             kv=self.kv,
             precision="bf16" if bf16 else "fp32",
             backend=self.backend,
+            window=self.window,
         )
         self.pads = [0] * batch
         self.dtype, self.device = key_states.dtype, key_states.device
@@ -141,8 +143,8 @@ class MhaCacheLayer(CacheLayerMixin):
 
     def _padding(self, mask: torch.Tensor | None, batch: int, rows: int) -> list[int]:
         """Each sequence's leading padding, read from transformers' mask for `rows` new tokens (None:
-        no padding) and checked to be exactly left padding then causal, as at the prefill; any
-        other mask refused."""
+        no padding) and checked to be exactly left padding then causal (and the layer's window), as
+        at the prefill; any other mask refused."""
         if mask is None:
             if any(self.pads):
                 raise Unsupported(
@@ -153,7 +155,8 @@ class MhaCacheLayer(CacheLayerMixin):
         keys = self.seen + rows
         refused = Unsupported(
             "mha.transformers.MhaCache: this attention mask is not left padding followed by the causal "
-            "mask (a mask over the cached keys of another kind is not implemented; use transformers' "
+            + (f"mask of a window of {self.window}" if self.window else "mask")
+            + " (a mask over the cached keys of another kind is not implemented; use transformers' "
             "DynamicCache)"
         )
         if (
@@ -164,21 +167,23 @@ class MhaCacheLayer(CacheLayerMixin):
         ):
             raise refused
         grid = mask.expand(batch, 1, rows, keys)[:, 0]
-        last = grid[:, -1]  # the last query row sees every key but the padding
-        if not bool(last.any(dim=1).all()):
-            raise refused  # a sequence of padding only
-        pads = last.to(torch.int8).argmax(dim=1)  # its first key that is not padding
+        if self.seen > 0:  # the prefill's padding, which every later mask must keep
+            pads = torch.tensor(self.pads)
+        else:  # each sequence's keys in front of the first one any row sees (a window's first row
+            # sees from there)
+            seen_any = grid.any(dim=1)
+            if not bool(seen_any.any(dim=1).all()):
+                raise refused  # a sequence of padding only
+            pads = seen_any.to(torch.int8).argmax(dim=1)
         position = torch.arange(keys)
-        allowed = (position[None, :] <= position[-rows:, None])[None] & (
-            position[None, None, :] >= pads[:, None, None]
-        )
+        seen = position[None, :] <= position[-rows:, None]
+        if self.window:
+            seen &= position[None, :] > position[-rows:, None] - self.window
+        allowed = seen[None] & (position[None, None, :] >= pads[:, None, None])
         if not torch.equal(grid, allowed):
-            raise refused
-        pads = pads.tolist()
-        if self.seen > 0 and pads != self.pads:
-            raise refused  # padding after the prefill
-        self.pads = pads
-        return pads
+            raise refused  # another mask, or padding after the prefill
+        self.pads = pads.tolist()
+        return self.pads
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.get_seq_length() + query_length, 0
@@ -239,9 +244,11 @@ class MhaCache(Cache):
     tokens per sequence (the prompt and every new token), keys and values in `kv` ("int8", the
     default: codes with a scale and an offset per token and K/V head, read in place by the decode
     kernels; "bf16"; "fp32"), on `backend` (None: the default). config: the model's (its
-    num_hidden_layers). A left-padded batch (generate()'s) keeps no padding in the cache. Not
-    implemented, and refused by name: other masks over the cached keys, beam search's reordering,
-    offloading, encoders."""
+    num_hidden_layers, and each layer's kind as transformers' caches read it: a sliding layer's
+    cache keeps its window's last tokens, Gemma 2/3's, Mistral's, Qwen2's and gpt-oss's). A
+    left-padded batch (generate()'s) keeps no padding in the cache. Not implemented, and refused by
+    name: other masks over the cached keys, beam search's reordering, offloading, encoders,
+    cross-attention, KV-shared layers, a hybrid model's other layers."""
 
     def __init__(self, config: Any, capacity: int, *, kv: str = "int8", backend: str | None = None) -> None:
         text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
@@ -257,8 +264,8 @@ class MhaCache(Cache):
         self.kv = kv
         super().__init__(
             layers=[
-                MhaCacheLayer(capacity, kv, backend) if kind == "full_attention" else DummyLayer()
-                for kind in _layer_kinds(config, text, layers)
+                DummyLayer() if window is None else MhaCacheLayer(capacity, kv, backend, window)
+                for window in _layer_windows(config, text, layers)
             ]
         )
 
@@ -280,9 +287,11 @@ class MhaCache(Cache):
         )
 
 
-def _layer_kinds(config: Any, text: Any, layers: int) -> list[str]:
-    """Each layer's kind as transformers' own caches read the config ("full_attention", or "dummy"
-    for a layer without attention), refusing by name every layer MhaCache cannot serve."""
+def _layer_windows(config: Any, text: Any, layers: int) -> list[int | None]:
+    """Each layer's window as transformers' own caches read the config (layer_types,
+    sliding_window, Mistral's window, Qwen2's max_window_layers): 0 for full attention, the window
+    of a sliding layer, None for a layer without attention; every layer MhaCache cannot serve
+    refused by name."""
     where = "mha.transformers.MhaCache"
     if getattr(config, "is_encoder_decoder", False):
         raise Unsupported(
@@ -303,21 +312,21 @@ def _layer_kinds(config: Any, text: Any, layers: int) -> list[str]:
             "values (KV-shared layers: num_kv_shared_layers, kv_sharing_modes), which MhaCache does not "
             "hand them; use DynamicCache"
         )
+    windows: list[int | None] = []
     for i, (kind, extra) in enumerate(zip(kinds, kwargs)):
-        if kind in ("full_attention", "dummy"):
-            continue
-        if kind == "sliding_attention":
+        if kind == "full_attention":
+            windows.append(0)
+        elif kind == "dummy":
+            windows.append(None)
+        elif kind == "sliding_attention" and isinstance(extra.get("sliding_window"), int):
+            windows.append(extra["sliding_window"])
+        else:
             raise Unsupported(
-                f"{where}: layer {i} attends over a sliding window of {extra.get('sliding_window')} tokens "
-                "(the config's sliding_window, layer_types), which MhaCache does not implement; use "
-                "DynamicCache"
+                f"{where}: layer {i} is of kind {kind!r} (layer_types), not attention over a KV cache "
+                "(a hybrid model's recurrent or convolutional state, chunked or sparse attention), "
+                "which MhaCache does not implement; use DynamicCache"
             )
-        raise Unsupported(
-            f"{where}: layer {i} is of kind {kind!r} (layer_types), not attention over a KV cache "
-            "(a hybrid model's recurrent or convolutional state, chunked or sparse attention), which "
-            "MhaCache does not implement; use DynamicCache"
-        )
-    return kinds
+    return windows
 
 
 def _spans(indices: list[int]) -> str:

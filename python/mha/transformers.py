@@ -33,8 +33,9 @@ MhaCache(model.config, capacity, kv="int8") is transformers' Cache kept in mha's
 (mha.AttentionCache per layer; int8 codes read in place by the decode kernels), for
 model.generate(..., past_key_values=MhaCache(...)) on a model loaded with attn_implementation="mha";
 left-padded batches keep no padding in it; other masks, beam search, offloading, another batch
-size, and what the config says it cannot keep (cross-attention, KV-shared layers, sliding
-windows, a hybrid model's other layers) are refused by name; copy.deepcopy copies it.
+size, and what the config says it cannot keep (cross-attention, KV-shared layers, a hybrid
+model's other layers) are refused by name; a sliding layer keeps its window's ring; copy.deepcopy
+copies it.
 Importing this module without transformers installed raises ImportError saying so.
 """
 

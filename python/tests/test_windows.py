@@ -84,15 +84,22 @@ def test_bfloat16_operands_within_bf16s_bound():
 
 
 @pytest.mark.parametrize("kv", ["fp32", "bf16", "int8"])
-def test_a_window_over_a_cache_reads_the_window_of_each_step(kv):
-    q, k, v = operands(40, 40, d=32)
-    cache = mha.AttentionCache(2, 64, 2, 32, kv=kv)
-    options = dict(is_causal=True, causal_alignment="bottom_right", enable_gqa=True, window=8, cache=cache)
-    rows = [mha.attention(q[:, :, :20], k[:, :, :20], v[:, :, :20], **options)]
-    for t in range(20, 40):  # one token at a time, past the window
+def test_a_windows_cache_is_a_ring_read_in_key_order(kv):
+    """A cache made with a window keeps a ring of ring_slots(8) = 384 tokens (its capacity is
+    2048): a prefill of 400 (longer than the ring) and 30 steps round it, each its window."""
+    q, k, v = operands(430, 430, d=32)
+    cache = mha.AttentionCache(2, 2048, 2, 32, kv=kv, window=8)
+    assert (cache.window, cache.slots) == (8, 384) and "window=8, slots=384" in repr(cache)
+    assert cache.nbytes < mha.AttentionCache(2, 2048, 2, 32, kv=kv).nbytes / 4
+    options = dict(is_causal=True, causal_alignment="bottom_right", enable_gqa=True, cache=cache)
+    rows = [mha.attention(q[:, :, :400], k[:, :, :400], v[:, :, :400], **options)]
+    for t in range(400, 430):  # one token at a time, round the ring
         rows.append(mha.attention(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], **options))
-    want = reference(q, k, v, window=8)
-    close(torch.cat(rows, 2), want, atol={"fp32": 2e-5, "bf16": 3e-2, "int8": 5e-2}[kv])
+    close(
+        torch.cat(rows, 2), reference(q, k, v, window=8), atol={"fp32": 2e-5, "bf16": 3e-2, "int8": 5e-2}[kv]
+    )
+    with pytest.raises(mha.InvalidArgument, match="window 5, and the kv_cache was made for a window of 8"):
+        mha.attention(q[:, :, :1], k[:, :, :1], v[:, :, :1], window=5, **options)
 
 
 def test_bad_extensions_are_named():
@@ -132,7 +139,11 @@ def tiny(kind):
     )
     if kind == "gemma2":  # every other layer slides; soft-capped logits
         return transformers.Gemma2Config(
-            num_hidden_layers=2, head_dim=16, attn_logit_softcapping=5.0, final_logit_softcapping=None, **common
+            num_hidden_layers=2,
+            head_dim=16,
+            attn_logit_softcapping=5.0,
+            final_logit_softcapping=None,
+            **common,
         )
     if kind == "gemma3":  # sliding layers beside a full one, one K/V head
         return transformers.Gemma3TextConfig(
@@ -216,5 +227,66 @@ def test_a_chunked_attention_mask_is_not_taken_for_a_window():
     from transformers.masking_utils import chunked_causal_mask_function, sliding_window_causal_mask_function
 
     assert mha.transformers._sliding_causal(sliding_window_causal_mask_function(8), 8)
-    assert not mha.transformers._sliding_causal(chunked_causal_mask_function(8, torch.zeros(1, dtype=torch.long)), 8)
+    assert not mha.transformers._sliding_causal(
+        chunked_causal_mask_function(8, torch.zeros(1, dtype=torch.long)), 8
+    )
     assert not mha.transformers._sliding_causal(sliding_window_causal_mask_function(9), 8)
+
+
+# -- MhaCache: sliding layers keep their window's ring ------------------------------------------------
+
+
+@pytest.mark.parametrize("kv", ["fp32", "bf16", "int8"])
+def test_an_mha_cache_serves_sliding_layers_past_their_ring(model, kv):
+    """A padded batch whose prompt passes a sliding layer's ring (ring_slots(8) = 384 tokens),
+    then 12 greedy tokens: fp32 the same tokens as eager with transformers' cache; bf16 and int8
+    the first step's logits within their caches' rounding."""
+    ids = torch.randint(0, VOCAB, (2, 400), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0
+    kwargs = dict(attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        want_tokens = model.generate(ids, **kwargs)
+        want = model(input_ids=ids, attention_mask=mask).logits[:, -1]
+    model.set_attn_implementation("mha")
+    try:
+        cache = mha.transformers.MhaCache(model.config, 2048, kv=kv)
+        with torch.no_grad():
+            got = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits[
+                :, -1
+            ]
+            cache = mha.transformers.MhaCache(model.config, 2048, kv=kv)
+            got_tokens = model.generate(ids, past_key_values=cache, **kwargs)
+    finally:
+        model.set_attn_implementation("eager")
+    layer_types = getattr(model.config, "layer_types", None) or ["sliding_attention"] * len(cache.layers)
+    slots = [layer.cache.slots for layer in cache.layers]
+    assert slots == [384 if t == "sliding_attention" else 2048 for t in layer_types]
+    if kv == "fp32":
+        close(got, want.double(), atol=1e-4)
+        assert torch.equal(got_tokens, want_tokens)
+    else:
+        scale = want.abs().max().item()
+        assert (got - want).abs().max().item() <= (2e-2 if kv == "bf16" else 5e-2) * scale
+
+
+def test_gemma3s_cache_holds_its_full_layers_and_windows():
+    """Gemma 3 270M's layer pattern at 32k positions: 3 full layers of 32,768 tokens and 15 rings
+    of its 512-key window (832 tokens), in int8 (head_dim 256, one K/V head)."""
+    cfg = transformers.Gemma3TextConfig(
+        num_hidden_layers=18,
+        sliding_window=512,
+        layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 3,
+        num_key_value_heads=1,
+        head_dim=256,
+        vocab_size=VOCAB,
+    )
+    cache = mha.transformers.MhaCache(cfg, 32768, kv="int8")
+    for layer in cache.layers:
+        layer.lazy_initialization(torch.zeros(1, 1, 1, 256), torch.zeros(1, 1, 1, 256))
+    assert [layer.cache.slots for layer in cache.layers].count(832) == 15
+    full = mha.AttentionCache(1, 32768, 1, 256, kv="int8").nbytes
+    ring = mha.AttentionCache(1, 32768, 1, 256, kv="int8", window=512).nbytes
+    assert cache.nbytes == 3 * full + 15 * ring
+    assert cache.nbytes < 0.21 * 18 * full  # about a fifth of every layer at 32k

@@ -33,15 +33,21 @@ struct head_view {
 // `capacity` tokens, holding elements of `format`: the plan's precision (fp32 floats, or bf16 in
 // the set's own unit), or int8 codes with a scale and an offset per token (§1.7); lengths[b]
 // tokens of sequence b held before the current call.
+//
+// A ring (a sliding window's cache, mha::ring_slots): `capacity` slots hold each sequence's last
+// tokens, key j (its position) at slot j mod capacity; the lengths count every token fed.
 struct kv_store {
   std::byte* data = nullptr;
   std::int64_t heads = 0, head_bytes = 0, capacity = 0;
   const std::int64_t* lengths = nullptr;
   precision format = precision::fp32;
+  bool ring = false;
 
   std::byte* head(std::int64_t b, std::int64_t g) const noexcept {
     return data + (b * heads + g) * head_bytes;
   }
+  // The slot of key j.
+  std::int64_t slot(std::int64_t j) const noexcept { return ring ? j % capacity : j; }
 };
 
 // An additive mask on the scores of a call without a cache (mha::attention, SDPA's attn_mask):

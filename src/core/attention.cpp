@@ -416,8 +416,12 @@ void attention(const backend& backend, heads_view<const bfloat16> q, heads_view<
 
 kv_cache make_attention_cache(const backend& backend, std::int64_t batch, std::int64_t capacity,
                               std::int64_t kv_heads, std::int64_t head_dim, precision kv,
-                              precision compute) {
+                              precision compute, std::int64_t window) {
   constexpr std::string_view made = "mha::make_attention_cache";
+  if (window < 0) {
+    throw invalid_argument(
+        text(made, ": window (", window, ") must be >= 0 (0: no sliding window)"));
+  }
   if (kv != precision::fp32 && kv != precision::bf16 && kv != precision::int8) {
     throw invalid_argument(text(made, ": unknown KV cache precision value ", static_cast<int>(kv),
                                 "; expected fp32, bf16 or int8"));
@@ -438,11 +442,13 @@ kv_cache make_attention_cache(const backend& backend, std::int64_t batch, std::i
   }
   if (const support s = backend.supports_attention(compute); !s)
     throw unsupported(text(backend.name(), ": ", s.reason()));
+  // A window shorter than the capacity keeps a ring of its last tokens (docs/design.md §1.9).
+  const std::int64_t slots =
+      window > 0 && ring_slots(window) < capacity ? ring_slots(window) : capacity;
   // The nominal size first, so that the layout's own arithmetic cannot overflow.
-  detail::check_byte_count(made, "kv cache", {2, batch, capacity, kv_heads, head_dim},
-                           sizeof(float));
+  detail::check_byte_count(made, "kv cache", {2, batch, slots, kv_heads, head_dim}, sizeof(float));
   const std::int64_t head_bytes =
-      detail::attention_cache_head_bytes(backend, capacity, head_dim, kv, compute);
+      detail::attention_cache_head_bytes(backend, slots, head_dim, kv, compute);
   if (head_bytes == 0) {
     throw unsupported(
         text(backend.name(), ": its attention calls take no KV cache (xsimd, tbb and naive do)"));
@@ -450,8 +456,8 @@ kv_cache make_attention_cache(const backend& backend, std::int64_t batch, std::i
   detail::check_byte_count(made, "kv cache", {batch, kv_heads, head_bytes}, 1);
   const kv_cache::attention_owner owner{&backend, backend.isa(), head_dim, compute};
   try {
-    return detail::kv_cache_access::make_attention(owner, kv, batch, capacity, kv_heads,
-                                                   head_bytes);
+    return detail::kv_cache_access::make_attention(owner, kv, batch, capacity, kv_heads, head_bytes,
+                                                   window, slots);
   } catch (const std::bad_alloc&) {
     throw error(text(made, ": a kv cache of ", batch, " sequences of capacity ", capacity,
                      " needs ", batch * kv_heads * head_bytes,
@@ -510,8 +516,17 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
                                   " calls"));
     }
     const float scale = checked_scale(options, q.head_dim);
+    if (options.window != 0 && options.window != cache.window()) {
+      throw invalid_argument(text(where, ": window ", options.window,
+                                  ", and the kv_cache was made ",
+                                  cache.window() > 0 ? text("for a window of ", cache.window())
+                                                     : std::string("without a window"),
+                                  ": a cache's calls take its window (0: say nothing)"));
+    }
     detail::attention_args a;
-    set_extensions(options, q.heads, true, a);  // a call over a cache is causal
+    attention_options with_window = options;
+    with_window.window = cache.window();
+    set_extensions(with_window, q.heads, true, a);  // a call over a cache is causal
     for (std::int64_t b = first_sequence; b < first_sequence + q.batch; ++b) {
       const std::int64_t past = cache.length(b);
       if (past + tokens > cache.capacity()) {
@@ -539,9 +554,20 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
     a.bf16 = owner.precision == precision::bf16;
     a.cache = &store;
     if (store.format == precision::int8) detail::check_int8_range(where, a);
-    detail::attend(backend, a,
-                   run_options{.threads = options.threads, .executor = options.executor});
-    kv_cache_access::grow(cache, tokens, first_sequence, q.batch);
+    // A ring holds a call of at most ring_chunk tokens beyond its window: a longer one is taken
+    // that many at a time, each appended and attended before the next.
+    const std::int64_t step = store.ring ? ring_chunk : tokens;
+    for (std::int64_t r0 = 0; r0 < tokens; r0 += step) {
+      detail::attention_args part = a;
+      part.seq_len = std::min(step, tokens - r0);
+      part.q.data = a.q.row(0, 0, r0);
+      part.k.data = a.k.row(0, 0, r0);
+      part.v.data = a.v.row(0, 0, r0);
+      part.out.data = a.out.row(0, 0, r0);
+      detail::attend(backend, part,
+                     run_options{.threads = options.threads, .executor = options.executor});
+      kv_cache_access::grow(cache, part.seq_len, first_sequence, q.batch);
+    }
   });
 }
 

@@ -97,6 +97,7 @@ kv_cache::kv_cache(const plan* owner, mha::precision precision, std::int64_t bat
       heads_(heads),
       head_bytes_(head_bytes),
       bytes_(batch * heads * head_bytes),
+      slots_(capacity),
       lengths_(static_cast<std::size_t>(batch), 0),
       data_(static_cast<std::byte*>(::operator new (static_cast<std::size_t>(bytes_),
                                                     std::align_val_t{storage_alignment(bytes_)})),
@@ -152,6 +153,12 @@ void kv_cache::truncate(std::int64_t b, std::int64_t length) {
     throw invalid_argument(text("kv_cache: truncate to length ", length, " of sequence ", b,
                                 " must be in [0, ", held, "], the tokens it holds"));
   }
+  if (slots_ < capacity_ && held - length > ring_chunk && length > 0) {
+    throw invalid_argument(text("kv_cache: truncate sequence ", b, " from ", held, " to ", length,
+                                " tokens: its sliding window's ring (window ", window_, ") keeps ",
+                                ring_chunk,
+                                " tokens past the window, so at most that many can be taken back"));
+  }
   lengths_[static_cast<std::size_t>(b)] = length;
 }
 
@@ -159,6 +166,8 @@ kv_cache kv_cache::copy() const {
   const claim held(*this, "kv_cache: copy");
   kv_cache made(owner_, precision_, batch(), capacity_, heads_, head_bytes_);
   made.attention_ = attention_;
+  made.window_ = window_;
+  made.slots_ = slots_;
   made.lengths_ = lengths_;
   std::memcpy(made.data_.get(), data_.get(), static_cast<std::size_t>(bytes_));
   return made;

@@ -18,7 +18,8 @@ namespace mha::detail {
 
 struct kv_cache_access {
   static kv_store store(kv_cache& c) noexcept {
-    return {c.data_.get(), c.heads_, c.head_bytes_, c.capacity_, c.lengths_.data(), c.precision_};
+    return {c.data_.get(),     c.heads_,     c.head_bytes_,         c.slots_,
+            c.lengths_.data(), c.precision_, c.slots_ < c.capacity_};
   }
   // mha_testing::hold_zero_tokens (src/testing/mha_testing.hpp), for benchmarks.
   static void hold_zero_tokens(kv_cache& c, std::int64_t n) noexcept {
@@ -37,11 +38,15 @@ struct kv_cache_access {
   }
   // mha::make_attention_cache's cache: `heads` K/V heads of head_bytes in the layout of
   // `owner.made_by`'s kernels for owner.isa.
+  // With a window: its ring of `slots` tokens when that is fewer than the capacity (head_bytes
+  // then for the slots).
   static kv_cache make_attention(const kv_cache::attention_owner& owner, precision format,
                                  std::int64_t batch, std::int64_t capacity, std::int64_t heads,
-                                 std::int64_t head_bytes) {
+                                 std::int64_t head_bytes, std::int64_t window, std::int64_t slots) {
     kv_cache c(nullptr, format, batch, capacity, heads, head_bytes);
     c.attention_ = owner;
+    c.window_ = window;
+    c.slots_ = slots;
     return c;
   }
   static const kv_cache::attention_owner& attention_owner(const kv_cache& c) noexcept {
@@ -121,8 +126,8 @@ inline int8_row* int8_rows(const kv_store& c, std::int64_t head_dim, std::int64_
   return reinterpret_cast<int8_row*>(c.head(b, g) + int8_codes_bytes(c.capacity, head_dim));
 }
 
-// Appends a cached call's new keys and values (a.k, a.v) after each sequence's length, each
-// element converted by to_element (identity for float, to_bf16 for bf16).
+// Appends a cached call's new keys and values (a.k, a.v) after each sequence's length (a ring:
+// at their slots), each element converted by to_element (identity for float, to_bf16 for bf16).
 template <class T, class Convert>
 void append(const attention_args& a, Convert to_element) noexcept {
   const head_view<T> k = keys<T>(*a.cache, a.head_dim), v = values<T>(*a.cache, a.head_dim);
@@ -130,9 +135,10 @@ void append(const attention_args& a, Convert to_element) noexcept {
     const std::int64_t past = a.cache->lengths[b];
     for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
       for (std::int64_t i = 0; i < a.seq_len; ++i) {
-        std::transform(a.k.row(b, g, i), a.k.row(b, g, i) + a.head_dim, k.row(b, g, past + i),
+        const std::int64_t slot = a.cache->slot(past + i);
+        std::transform(a.k.row(b, g, i), a.k.row(b, g, i) + a.head_dim, k.row(b, g, slot),
                        to_element);
-        std::transform(a.v.row(b, g, i), a.v.row(b, g, i) + a.head_dim, v.row(b, g, past + i),
+        std::transform(a.v.row(b, g, i), a.v.row(b, g, i) + a.head_dim, v.row(b, g, slot),
                        to_element);
       }
     }
@@ -150,9 +156,10 @@ inline void append_int8(const attention_args& a) noexcept {
     for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
       int8_row* rows = int8_rows(*a.cache, a.head_dim, b, g);
       for (std::int64_t i = 0; i < a.seq_len; ++i) {
-        rows[past + i] = quantize_row(a.k.row(b, g, i), a.head_dim, k.row(b, g, past + i));
-        rows[a.cache->capacity + past + i] =
-            quantize_row(a.v.row(b, g, i), a.head_dim, v.row(b, g, past + i));
+        const std::int64_t slot = a.cache->slot(past + i);
+        rows[slot] = quantize_row(a.k.row(b, g, i), a.head_dim, k.row(b, g, slot));
+        rows[a.cache->capacity + slot] =
+            quantize_row(a.v.row(b, g, i), a.head_dim, v.row(b, g, slot));
       }
     }
   }
@@ -175,7 +182,7 @@ inline attention_args sequence(const attention_args& a, std::int64_t b,
   one.v = v;
   return one;
 }
-// ... over the cache's own float rows.
+// ... over the cache's own float rows (not a ring's: its rows are not in key order).
 inline attention_args sequence(const attention_args& a, std::int64_t b) noexcept {
   const head_view<float> k = keys<float>(*a.cache, a.head_dim),
                          v = values<float>(*a.cache, a.head_dim);

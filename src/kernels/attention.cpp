@@ -296,16 +296,15 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
       .in_place = args.heads_in_place && args.cache == nullptr &&
                   (!args.bf16 || args.bf16_operands()) && !args.dropout.active(),
   });
-  if (split) {
-    chunks_ = (span + split_keys - 1) / split_keys;
-    per_head_ = chunks_;
-    // Per (b, g, chunk), seq_len * kv_group stacked rows: batch * heads * seq_len in all.
-    partials_ = float_buffer(static_cast<std::size_t>(args.batch * args.heads * chunks_ *
-                                                      args.seq_len * (args.head_dim + 2)));
+  if (args.cache && args.cache->ring) pieces_ = 2;
+  if (split) chunks_ = (span + split_keys - 1) / split_keys;
+  per_head_ = (split ? chunks_ : layout_.blocks()) * pieces_;
+  if (merges() > 0) {
+    // Per (b, g, chunk, piece), seq_len * kv_group stacked rows: batch * heads * seq_len in all.
+    partials_ = float_buffer(static_cast<std::size_t>(
+        args.batch * args.heads * partials_per_head() * args.seq_len * (args.head_dim + 2)));
     if (args.out16.data != nullptr)
       merged_ = float_buffer(static_cast<std::size_t>(merges() * args.head_dim));
-  } else {
-    per_head_ = layout_.blocks();
   }
 }
 
@@ -315,7 +314,22 @@ std::int64_t attention_schedule::appends() const noexcept {
 
 void attention_schedule::append(std::int64_t i) const noexcept {
   const std::int64_t b = i / args_.kv_heads(), g = i % args_.kv_heads(), past = this->past(b);
-  pack_keys(kernels_, args_, layout_, b, g, past, past + args_.seq_len, args_.cache->head(b, g));
+  const kv_store& cache = *args_.cache;
+  if (!cache.ring) {
+    pack_keys(kernels_, args_, layout_, b, g, past, past + args_.seq_len, cache.head(b, g));
+    return;
+  }
+  // A ring: the new keys at their slots, in two runs where they pass its end (a call holds
+  // fewer keys than the ring: mha::ring_chunk).
+  const std::int64_t first = cache.slot(past);
+  const std::int64_t before_end = std::min(args_.seq_len, cache.capacity - first);
+  pack_keys(kernels_, args_, layout_, b, g, first, first + before_end, cache.head(b, g));
+  if (before_end < args_.seq_len) {
+    attention_args rest = args_;  // the keys from row before_end on
+    rest.k.data = args_.k.row(0, 0, before_end);
+    rest.v.data = args_.v.row(0, 0, before_end);
+    pack_keys(kernels_, rest, layout_, b, g, 0, args_.seq_len - before_end, cache.head(b, g));
+  }
 }
 
 std::int64_t attention_schedule::first_key(std::int64_t b, std::int64_t row) const noexcept {
@@ -334,12 +348,12 @@ std::int64_t attention_schedule::chunk_keys(std::int64_t b) const noexcept {
 float* attention_schedule::partial(std::int64_t b, std::int64_t g,
                                    std::int64_t chunk) const noexcept {
   const std::int64_t stacked = args_.seq_len * args_.kv_group;  // rows per (b, g)
-  return partials_.data() +
-         ((b * args_.kv_heads() + g) * chunks_ + chunk) * stacked * (args_.head_dim + 2);
+  return partials_.data() + ((b * args_.kv_heads() + g) * partials_per_head() + chunk) * stacked *
+                                (args_.head_dim + 2);
 }
 
 void attention_schedule::run(std::int64_t i, attention_workspace& workspace) const noexcept {
-  const std::int64_t head = i / per_head_, part = i % per_head_;
+  const std::int64_t head = i / per_head_, part = (i % per_head_) / pieces_, piece = i % pieces_;
   attention_task t;
   t.b = head / args_.kv_heads();
   t.g = head % args_.kv_heads();
@@ -348,17 +362,44 @@ void attention_schedule::run(std::int64_t i, attention_workspace& workspace) con
   if (chunks_ > 1) {
     t.row_end = args_.seq_len;
     t.key_begin = first_key(t.b, 0) + part * chunk_keys(t.b);
-    if (t.key_begin >= keys(t.b)) return;  // a shorter sequence of the batch: merge skips it
     t.key_end = std::min(t.key_begin + chunk_keys(t.b), keys(t.b));
-    t.partial = partial(t.b, t.g, part);
+    t.partial = partial(t.b, t.g, part * pieces_ + piece);
   } else {
     t.row_begin = part * layout_.block_positions;
     t.row_end = std::min(t.row_begin + layout_.block_positions, args_.seq_len);
     // With a window, the keys before the block's first row's window are never read: O(T w).
     t.key_begin = first_key(t.b, t.row_begin);
     t.key_end = keys(t.b);
+    if (pieces_ > 1) t.partial = partial(t.b, t.g, piece);
+  }
+  if (pieces_ > 1) {
+    // A ring: this piece of the keys, before the wrap that follows key_begin or after it, in
+    // slots with the positions shifted by its base.
+    const std::int64_t slots = args_.cache->capacity;
+    MHA_EXPECTS(t.key_begin >= t.key_end || t.key_begin >= keys(t.b) - slots);
+    const std::int64_t wrap = (t.key_begin / slots + 1) * slots;
+    const std::int64_t base = piece == 0 ? wrap - slots : wrap;
+    if (piece == 1) t.key_begin = std::max(t.key_begin, wrap);
+    if (piece == 0) t.key_end = std::min(t.key_end, wrap);
+    t.key_begin -= base;
+    t.key_end -= base;
+    t.past -= base;
+  }
+  if (t.key_begin >= t.key_end) {  // no key here (a shorter sequence's chunk, an empty piece)
+    if (t.partial != nullptr) empty_partial(t);
+    return;
   }
   workspace.run(kernels_, args_, t);
+}
+
+void attention_schedule::empty_partial(const attention_task& t) const noexcept {
+  const std::int64_t hd = args_.head_dim;
+  for (std::int64_t r = t.row_begin * args_.kv_group; r < t.row_end * args_.kv_group; ++r) {
+    float* part = t.partial + r * (hd + 2);
+    std::fill(part, part + hd, 0.0f);
+    part[hd] = -std::numeric_limits<float>::infinity();
+    part[hd + 1] = 0.0f;
+  }
 }
 
 void attention_schedule::merge(std::int64_t i) const noexcept {
@@ -366,7 +407,7 @@ void attention_schedule::merge(std::int64_t i) const noexcept {
   // (with a mask the maxima are halved: 2^(2 (m_c - m)).
   const std::int64_t b = i / args_.kv_heads(), g = i % args_.kv_heads(), hd = args_.head_dim;
   const std::int64_t group = args_.kv_group;
-  const std::int64_t chunks = (keys(b) - first_key(b, 0) + chunk_keys(b) - 1) / chunk_keys(b);
+  const std::int64_t chunks = partials_per_head();
   for (std::int64_t r = 0; r < args_.seq_len * group; ++r) {
     const auto row = [&](std::int64_t c) { return partial(b, g, c) + r * (hd + 2); };
     float m = -std::numeric_limits<float>::infinity();

@@ -244,7 +244,9 @@ class attention_schedule {
   std::int64_t tasks() const noexcept { return args_.batch * args_.kv_heads() * per_head_; }
   // Task i on the calling thread's workspace (made with layout() and packs_heads()).
   void run(std::int64_t i, attention_workspace& workspace) const noexcept;
-  std::int64_t merges() const noexcept { return chunks_ > 1 ? args_.batch * args_.kv_heads() : 0; }
+  std::int64_t merges() const noexcept {
+    return chunks_ > 1 || pieces_ > 1 ? args_.batch * args_.kv_heads() : 0;
+  }
   void merge(std::int64_t i) const noexcept;
 
  private:
@@ -256,13 +258,23 @@ class attention_schedule {
   // Keys per chunk of sequence b's split (a multiple of the layout's key step).
   std::int64_t chunk_keys(std::int64_t b) const noexcept;
   float* partial(std::int64_t b, std::int64_t g, std::int64_t chunk) const noexcept;
+  // Partial results per (b, g): chunks times pieces.
+  std::int64_t partials_per_head() const noexcept { return chunks_ * pieces_; }
+  // Task t's rows of its partial result: zeros, a maximum of -inf and a sum of 0 (it has no key).
+  void empty_partial(const attention_task& t) const noexcept;
 
   const isa_kernels& kernels_;
   const attention_args& args_;
   attention_layout layout_;
-  std::int64_t chunks_ = 1;    // key chunks per head (1: no split)
-  std::int64_t per_head_ = 1;  // tasks per K/V head: query blocks, or chunks
-  // With a split: per (b, g, chunk), seq_len * group rows of head_dim + 2 floats, written by tasks.
+  std::int64_t chunks_ = 1;  // key chunks per head (1: no split)
+  // A ring (kv_store::ring): each task's keys in at most two pieces, before and after the
+  // ring's wrap (a multiple of its slots), each over the slots in key order with the rows'
+  // positions shifted by the piece's base (its first key's slot is its position - base), and
+  // merged as a split's chunks are. 1 otherwise.
+  std::int64_t pieces_ = 1;
+  std::int64_t per_head_ = 1;  // tasks per K/V head: query blocks, or chunks, times pieces_
+  // With a split or a ring: per (b, g, chunk or block, piece), seq_len * group rows of head_dim
+  // + 2 floats, written by tasks (a block's tasks its own rows).
   mutable float_buffer partials_;
   // With bf16 results (attention_args::out16): one fp32 row per merge, rounded when done.
   mutable float_buffer merged_;

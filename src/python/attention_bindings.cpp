@@ -449,16 +449,17 @@ void mha_python::bind_attention(nb::module_& m) {
   m.def(
       "_make_attention_cache",
       [](const std::optional<std::string>& backend, int_arg batch, int_arg capacity,
-         int_arg kv_heads, int_arg head_dim, std::string_view kv, std::string_view precision) {
+         int_arg kv_heads, int_arg head_dim, std::string_view kv, std::string_view precision,
+         int_arg window) {
         constexpr std::string_view where = "mha.AttentionCache";
         const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
         return mha::make_attention_cache(
             b, batch.get(where, "batch"), capacity.get(where, "capacity"),
             kv_heads.get(where, "kv_heads"), head_dim.get(where, "head_dim"),
-            mha::parse_precision(kv), mha::parse_precision(precision));
+            mha::parse_precision(kv), mha::parse_precision(precision), window.get(where, "window"));
       },
       "backend"_a.none(), "batch"_a, "capacity"_a, "kv_heads"_a, "head_dim"_a, "kv"_a,
-      "precision"_a);
+      "precision"_a, "window"_a);
   m.def(
       "_attention_over_cache",
       [](const heads_input& q, const heads_input& k, const heads_input& v, mha::kv_cache& cache,

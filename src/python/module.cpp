@@ -296,6 +296,8 @@ NB_MODULE(_mha, m) {
   nb::class_<mha::kv_cache>(m, "Cache")
       .def_prop_ro("batch", &mha::kv_cache::batch)
       .def_prop_ro("capacity", &mha::kv_cache::capacity)
+      .def_prop_ro("window", &mha::kv_cache::window)
+      .def_prop_ro("slots", &mha::kv_cache::slots)
       .def_prop_ro("lengths", &mha::kv_cache::lengths)
       .def_prop_ro(
           "precision",

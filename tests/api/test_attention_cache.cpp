@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/int8.hpp"
+#include "int8_bounds.hpp"
 #include "mha/mha.hpp"
 #include "mha_testing.hpp"
 #include "support.hpp"
@@ -24,6 +25,8 @@ namespace {
 using mha::heads_view;
 using mha::precision;
 using mha_test::expect_error;
+using mha_test::int8_bound;
+using mha_test::int8_kernels_tolerance;
 
 struct cache_case {
   std::int64_t batch = 2, heads = 4, kv_heads = 2, head_dim = 16, capacity = 24;
@@ -114,28 +117,6 @@ step_error step(const mha::backend& backend, const mha::backend& reference_backe
     EXPECT_EQ(cache.length(b), after);
   }
   return e;
-}
-
-// The worst error of an int8 cache's call over inputs in [-1, 1] (docs/design.md §1.7): a code
-// is within e = int8_element_error (about 1/252) of its element, so a score moves by at most
-// sum|q_d| e = sqrt(D) e, a softmax weight by the factor exp(2 that) - 1 of itself, and the
-// result by int8_value_error (the values' codes and their 16-bit weights', 1.25 e) +
-// 2 (exp(2 sqrt(D) e) - 1) max|v|.
-double int8_bound(std::int64_t head_dim) {
-  const double e = mha::detail::int8_element_error;
-  const double score = std::sqrt(static_cast<double>(head_dim)) * e;
-  return mha::detail::int8_value_error + 2.0 * (std::exp(2.0 * score) - 1.0);
-}
-
-// The SIMD kernels' int8 arithmetic against naive's over inputs in [-1, 1] (docs/design.md §1.7,
-// reference.hpp's int8_kernels_bound): 16-bit queries move a score by at most
-// sqrt(D) / query_code_limit, 16-bit weights the result by int8_value_error - e; plus 2e-5 of
-// fp32 rounding.
-double int8_kernels_tolerance(std::int64_t head_dim) {
-  const double e = mha::detail::int8_element_error;
-  const double score =
-      std::sqrt(static_cast<double>(head_dim)) / mha::detail::query_code_limit(head_dim);
-  return 2e-5 + std::expm1(2.0 * score) * (1.0 + e) + mha::detail::int8_value_error - e;
 }
 
 class AttentionCache : public testing::TestWithParam<mha_test::backend_case> {};

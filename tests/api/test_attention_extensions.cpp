@@ -7,16 +7,26 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "attention_call_data.hpp"
+#include "int8_bounds.hpp"
 #include "mha/mha.hpp"
 #include "support.hpp"
 
 namespace {
 
 using namespace mha_test::attention_call;
+using mha::precision;
+using mha_test::int8_bound;
+using mha_test::int8_kernels_tolerance;
+
+template <class T>
+heads_view<T> dense(T* data, std::int64_t b, std::int64_t h, std::int64_t t, std::int64_t d) {
+  return heads_view<T>::dense(data, b, h, t, d);
+}
 
 call_case windowed(std::int64_t rows, std::int64_t keys, std::int64_t window) {
   call_case c;
@@ -182,6 +192,120 @@ TEST(AttentionExtensions, EveryThreadCountGivesTheSameBits) {
       data.run(*backend, threads);
       EXPECT_EQ(data.out, one) << threads << " threads";
     }
+  }
+}
+
+// A sliding window's cache (make_attention_cache with a window): a ring of ring_slots(window)
+// tokens per sequence, whatever the capacity, read in key order. A prefill longer than the ring
+// (taken ring_chunk tokens at a time), single steps that wrap it several times, a chunk, a
+// rollback; each call against the windowed call over every key the sequence has seen (fp32:
+// rounding; bf16: its step; int8: the naive backend's ring within the kernels' bound).
+void ring_stream(const mha::backend& backend) {
+  const std::int64_t batch = 2, heads = 4, kv_heads = 2, d = 16, window = 40, capacity = 5000;
+  for (const precision kv : {precision::fp32, precision::bf16, precision::int8}) {
+    const precision compute = kv == precision::bf16 ? precision::bf16 : precision::fp32;
+    mha::kv_cache cache =
+        mha::make_attention_cache(backend, batch, capacity, kv_heads, d, kv, compute, window);
+    mha::kv_cache naive = mha::make_attention_cache(mha::naive_backend(), batch, capacity, kv_heads,
+                                                    d, kv, compute, window);
+    EXPECT_EQ(cache.window(), window);
+    EXPECT_EQ(cache.slots(), mha::ring_slots(window));
+    EXPECT_LT(cache.bytes(), static_cast<std::size_t>(2 * batch * kv_heads * capacity * d));
+    std::mt19937 rng(11);
+    std::int64_t fed = 0;
+    const auto random = [&](std::int64_t n) {
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      std::vector<float> t(static_cast<std::size_t>(n));
+      for (float& x : t) x = u(rng);
+      return t;
+    };
+    std::vector<std::vector<float>> keys(batch), values(batch);  // (H_kv, seen, D) per sequence
+    const auto call = [&](std::int64_t t) {
+      std::vector<float> q = random(batch * heads * t * d), k = random(batch * kv_heads * t * d),
+                         v = random(batch * kv_heads * t * d);
+      std::vector<float> out(q.size()), out_naive(q.size());
+      mha::attention_options o;
+      o.causal = true;
+      o.precision = compute;
+      mha::attention(backend, dense<const float>(q.data(), batch, heads, t, d),
+                     dense<const float>(k.data(), batch, kv_heads, t, d),
+                     dense<const float>(v.data(), batch, kv_heads, t, d), cache,
+                     dense(out.data(), batch, heads, t, d), o);
+      mha::attention(mha::naive_backend(), dense<const float>(q.data(), batch, heads, t, d),
+                     dense<const float>(k.data(), batch, kv_heads, t, d),
+                     dense<const float>(v.data(), batch, kv_heads, t, d), naive,
+                     dense(out_naive.data(), batch, heads, t, d), o);
+      double error = 0.0, naive_error = 0.0;
+      for (std::int64_t b = 0; b < batch; ++b) {
+        const std::int64_t before = cache.length(b) - t, after = before + t;
+        std::vector<float> all_k(static_cast<std::size_t>(kv_heads * after * d)),
+            all_v(all_k.size());
+        for (std::int64_t g = 0; g < kv_heads; ++g) {
+          for (std::int64_t j = 0; j < after; ++j) {
+            const bool is_new = j >= before;
+            const auto at = static_cast<std::size_t>(((b * kv_heads + g) * t + (j - before)) * d);
+            const float* from_k = is_new ? &k[at] : &keys[b][(g * before + j) * d];
+            const float* from_v = is_new ? &v[at] : &values[b][(g * before + j) * d];
+            std::copy(from_k, from_k + d, &all_k[(g * after + j) * d]);
+            std::copy(from_v, from_v + d, &all_v[(g * after + j) * d]);
+          }
+        }
+        keys[b] = all_k;
+        values[b] = all_v;
+        std::vector<float> want(static_cast<std::size_t>(heads * t * d));
+        o.alignment = mha::causal_alignment::bottom_right;
+        o.window = window;
+        mha::attention(mha::naive_backend(),
+                       dense<const float>(&q[b * heads * t * d], 1, heads, t, d),
+                       dense<const float>(all_k.data(), 1, kv_heads, after, d),
+                       dense<const float>(all_v.data(), 1, kv_heads, after, d),
+                       dense(want.data(), 1, heads, t, d), o);
+        o.window = 0;
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          const std::size_t at = static_cast<std::size_t>(b * heads * t * d) + i;
+          error = std::max(error, std::abs(double{out[at]} - want[i]));
+          naive_error = std::max(naive_error, std::abs(double{out[at]} - out_naive[at]));
+        }
+      }
+      if (kv == precision::int8) {
+        EXPECT_LE(naive_error, int8_kernels_tolerance(d)) << t << " tokens after " << fed;
+        EXPECT_LE(error, int8_bound(d)) << t << " tokens";
+      } else {
+        EXPECT_LE(error, kv == precision::bf16 ? 1.0 / 128 : 2e-6) << t << " tokens";
+      }
+      fed += t;
+    };
+    call(700);  // past the ring (384 slots) and ring_chunk: taken 256 tokens at a time
+    for (int i = 0; i < 300; ++i) call(1);  // around the ring and past it
+    call(5);
+    for (mha::kv_cache* c : {&cache, &naive}) {
+      for (std::int64_t b = 0; b < batch; ++b) c->truncate(b, c->length(b) - 3);
+    }
+    for (std::int64_t b = 0; b < batch; ++b) {  // the stream forgets them too
+      const std::int64_t kept = cache.length(b);
+      std::vector<float> k_kept, v_kept;
+      for (std::int64_t g = 0; g < kv_heads; ++g) {
+        const std::int64_t seen = static_cast<std::int64_t>(keys[b].size()) / (kv_heads * d);
+        k_kept.insert(k_kept.end(), keys[b].begin() + g * seen * d,
+                      keys[b].begin() + (g * seen + kept) * d);
+        v_kept.insert(v_kept.end(), values[b].begin() + g * seen * d,
+                      values[b].begin() + (g * seen + kept) * d);
+      }
+      keys[b] = k_kept;
+      values[b] = v_kept;
+    }
+    call(1);
+    call(4);
+    expect_error<mha::invalid_argument>([&] { cache.truncate(0, cache.length(0) - 300); },
+                                        {"at most that many can be taken back"});
+  }
+}
+
+TEST(AttentionExtensions, AWindowsRingMatchesTheWindowedCallOverEveryKey) {
+  for (const auto& [label, on] : mha_test::backend_cases()) {
+    if (!on->supports_attention(precision::fp32)) continue;
+    SCOPED_TRACE(label);
+    ring_stream(*on);
   }
 }
 

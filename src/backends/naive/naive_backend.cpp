@@ -161,17 +161,26 @@ class naive_kernels : public detail::sequential_execution {
     namespace cache = detail::row_major_cache;
     if (a.cache == nullptr) {
       attend(a, bf16_);
-    } else if (a.cache->format == precision::fp32) {
+    } else if (a.cache->format == precision::fp32 && !a.cache->ring) {
       cache::append(a);
       for (std::int64_t b = 0; b < a.batch; ++b) attend(cache::sequence(a, b), bf16_);
+    } else if (a.cache->format == precision::fp32) {  // a ring: its rows read in key order
+      cache::append(a);
+      const auto keys = cache::keys<float>(*a.cache, a.head_dim),
+                 values = cache::values<float>(*a.cache, a.head_dim);
+      attend_widened(a, bf16_,
+                     [&](std::int64_t b, std::int64_t g, std::int64_t slot, bool value, float* to) {
+                       const float* row = (value ? values : keys).row(b, g, slot);
+                       std::copy(row, row + a.head_dim, to);
+                     });
     } else if (a.cache->format == precision::bf16) {
       // The cache holds bf16; each sequence's rows are widened to float for the loops.
       cache::append<detail::bf16>(a, detail::to_bf16);
       const auto keys = cache::keys<detail::bf16>(*a.cache, a.head_dim),
                  values = cache::values<detail::bf16>(*a.cache, a.head_dim);
       attend_widened(a, bf16_,
-                     [&](std::int64_t b, std::int64_t g, std::int64_t j, bool value, float* to) {
-                       const detail::bf16* row = (value ? values : keys).row(b, g, j);
+                     [&](std::int64_t b, std::int64_t g, std::int64_t slot, bool value, float* to) {
+                       const detail::bf16* row = (value ? values : keys).row(b, g, slot);
                        std::transform(row, row + a.head_dim, to, detail::from_bf16);
                      });
     } else {
@@ -197,10 +206,10 @@ class naive_kernels : public detail::sequential_execution {
         rounded.q = to;
       }
       attend_widened(rounded, false,
-                     [&](std::int64_t b, std::int64_t g, std::int64_t j, bool value, float* to) {
-                       const std::uint8_t* codes = (value ? values : keys).row(b, g, j);
+                     [&](std::int64_t b, std::int64_t g, std::int64_t slot, bool value, float* to) {
+                       const std::uint8_t* codes = (value ? values : keys).row(b, g, slot);
                        const detail::int8_row row = cache::int8_rows(
-                           *a.cache, a.head_dim, b, g)[value ? a.cache->capacity + j : j];
+                           *a.cache, a.head_dim, b, g)[value ? a.cache->capacity + slot : slot];
                        for (std::int64_t d = 0; d < a.head_dim; ++d)
                          to[d] = detail::dequantize(codes[d], row);
                      });
@@ -209,18 +218,21 @@ class naive_kernels : public detail::sequential_execution {
 
  private:
   // Attention over a cache after the append: each sequence's keys and values widened to float
-  // rows by row(b, g, j, value, to) (key row j, or value row j when `value`), then attended as
-  // a full forward with past = the sequence's length.
+  // rows by row(b, g, slot, value, to) (the key row in `slot`, or the value row when `value`),
+  // key j from slot(j), then attended as a full forward with past = the sequence's length. A
+  // ring holds only its last keys: the earlier ones, which no window reaches, stay zeros.
   template <class Widen>
   static void attend_widened(const attention_args& a, bool rounded, Widen row) {
     namespace cache = detail::row_major_cache;
     for (std::int64_t b = 0; b < a.batch; ++b) {
       const std::int64_t n = a.keys(b), hd = a.head_dim;
+      const std::int64_t first =
+          a.cache->ring ? std::max<std::int64_t>(0, n - a.cache->capacity) : 0;
       std::vector<float> k(static_cast<std::size_t>(a.kv_heads() * n * hd)), v(k.size());
       for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
-        for (std::int64_t j = 0; j < n; ++j) {
-          row(b, g, j, false, k.data() + (g * n + j) * hd);
-          row(b, g, j, true, v.data() + (g * n + j) * hd);
+        for (std::int64_t j = first; j < n; ++j) {
+          row(b, g, a.cache->slot(j), false, k.data() + (g * n + j) * hd);
+          row(b, g, a.cache->slot(j), true, v.data() + (g * n + j) * hd);
         }
       }
       attend(cache::sequence(a, b, {k.data(), 0, n * hd, hd}, {v.data(), 0, n * hd, hd}), rounded);
