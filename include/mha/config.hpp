@@ -76,6 +76,10 @@ struct config {
   // after projection, in the rotate-half convention of Hugging Face's Llama.
   double rope_base = 0.0;
   mha::rope_scaling rope_scaling = {};  // with rope_base != 0 only
+  // A sliding window (docs/design.md §1.9), causal only: token i attends to tokens
+  // i - window < j <= i, its last `window` (its own included); 0 for every earlier token.
+  // Mistral's and Qwen2's sliding layers (mha::io reads it from config.json).
+  std::int64_t window = 0;
 
   // d_out / n_heads; 0 when n_heads is not positive (validate() rejects such a config).
   constexpr std::int64_t head_dim() const noexcept { return n_heads > 0 ? d_out / n_heads : 0; }
@@ -91,7 +95,8 @@ void validate(const config& cfg);
 
 // "d_in=768 d_out=768 n_heads=12 context_length=1024 causal=1 qkv_bias=0 out_proj=1 dropout=0",
 // followed by " out_proj_bias=0", " n_kv_heads=K", " rope_base=B", " rope_scaling=" and the
-// spelling of rope_scaling_name, and " precision=bf16" when they are not the defaults.
+// spelling of rope_scaling_name, " window=W", and " precision=bf16" when they are not the
+// defaults.
 std::string to_string(const config& cfg);
 
 // The rotary embedding's scaling as the canonical problem string spells it (include/mha/

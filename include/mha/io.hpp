@@ -231,8 +231,8 @@ struct model_config {
   std::string dtype;  // config.json's dtype (torch_dtype in older ones), "" when absent
   // Keys each query sees under the model's own attention in the layer asked for, when that is a
   // sliding window (Mistral's sliding_window, Qwen2's layers past max_window_layers): the last
-  // `window` keys, the query's own included; 0 when every earlier key. mha computes full
-  // attention, which is the same function for sequences of up to `window` tokens.
+  // `window` keys, the query's own included; 0 when every earlier key. cfg.window says the same:
+  // mha computes it (docs/design.md §1.9).
   std::int64_t window = 0;
   std::string window_key;  // the key that sets it: "sliding_window"
 };

@@ -31,10 +31,11 @@ struct problem {
 // The canonical problem string: the grammar every problem name follows (benchmark names,
 // result files, the report, the peers; docs/design.md and bench/README.md point here):
 //   <formulation>/b<B>/t<T>[/past<P>]/din<d_in>/dout<d_out>/h<H>[/kvh<K>][/rope<base>]
-//   [/rope_<scaling>][/noncausal][/qkv_bias][/no_out_proj][/no_out_bias][/<precision>][/kv_<precision>]
+//   [/rope_<scaling>][/w<W>][/noncausal][/qkv_bias][/no_out_proj][/no_out_bias][/<precision>]
+//   [/kv_<precision>]
 // with the bracketed parts only when not the default: past 0, kv_heads() == n_heads, no rotary
 // embedding (rope_base 0), no rotary scaling (<scaling> as mha::rope_scaling_name spells it:
-// linear4, llama3_8_1_4_8192), causal, no qkv bias, out_proj, out_proj with its bias (no_out_bias
+// linear4, llama3_8_1_4_8192), no sliding window (config::window 0), causal, no qkv bias, out_proj, out_proj with its bias (no_out_bias
 // only with an out_proj), precision fp32 (<precision> is its name: bf16), a cache in the plan's
 // precision (kv_int8; kv_fp32 or kv_bf16 only when it differs from the plan's). Counts are decimal
 // digits; the base is a decimal number, written in std::to_chars' shortest form:

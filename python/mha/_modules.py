@@ -29,6 +29,7 @@ class Description:
     rope_base: float | None = None
     rope_scaling: RopeScaling | None = None
     dropout: float = 0.0
+    window: int = 0  # a sliding layer's window (config.json's sliding_window), computed
     batch_first: bool = True  # nn.MultiheadAttention's
     context_source: str = ""  # where context_length comes from, for messages
     extra: dict[str, Any] = field(default_factory=dict)
@@ -126,6 +127,7 @@ def _from_block(kind: str, state: dict[str, Any], block: dict[str, Any], dropout
         rope_base=c.rope_base or None,
         rope_scaling=c.rope_scaling if c.rope_scaling.kind != "none" else None,
         dropout=dropout,
+        window=c.window,
         context_source=block["context_source"],
     )
 

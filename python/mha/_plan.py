@@ -42,6 +42,7 @@ def _config_with(cfg: Config, **changes: Any) -> Config:
             "precision",
             "rope_base",
             "rope_scaling",
+            "window",
         )
     }
     fields.update(changes)
@@ -308,6 +309,7 @@ class Plan:
             causal=d.causal if causal is None else causal,
             dropout=d.dropout,
             rope_scaling=d.rope_scaling,
+            window=d.window or None,
         )
         return cls._of(finished, backend, formulation, threads, d.context_source)
 
@@ -455,7 +457,7 @@ class Plan:
 
 def _finish(module: Any, precision: str, **changes: Any) -> Any:
     """The loaded module with what the caller says of it that the weights do not: its precision,
-    and each of `changes` not None (causal, dropout, rope_scaling)."""
+    and each of `changes` not None (causal, dropout, rope_scaling, window)."""
     if module.config.context_length == 0:
         raise InvalidArgument(
             "mha: the weights record no context length (no causal mask buffer or metadata): pass context_length="

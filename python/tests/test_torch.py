@@ -206,7 +206,7 @@ def test_unknown_modules_are_refused_by_name():
 def test_hugging_face_configs_are_read_as_mha_reads_config_json():
     """A live module's config goes through the same list of keys as a model folder's
     config.json: what changes the attention and mha does not compute is refused naming the key;
-    a sliding window bounds the context, with the key named when an input is longer."""
+    a sliding window is computed (the plan's config.window), past its length too."""
     from transformers.models.gpt2 import modeling_gpt2
     from transformers.models.mistral import modeling_mistral
     from transformers.models.qwen3 import modeling_qwen3
@@ -231,20 +231,14 @@ def test_hugging_face_configs_are_read_as_mha_reads_config_json():
     mistral._attn_implementation = "eager"
     module = modeling_mistral.MistralAttention(mistral, layer_idx=0).eval()
     plan = mha.Plan.from_module(module)
-    assert plan.config.context_length == 6
-    with pytest.raises(
-        mha.InvalidArgument,
-        match=r"x's tokens 7 is more than the plan's context_length 6 \(.*sliding_window \(6",
-    ):
-        plan(torch.randn(1, 7, D))
-    with pytest.raises(mha.Unsupported, match="context_length 16 exceeds config.json's sliding_window"):
-        mha.Plan.from_module(module, context_length=16)
-    # Up to the window, the module's own output (its window masks nothing yet).
-    x = torch.randn(2, 6, D)
+    assert (plan.config.context_length, plan.config.window) == (C, 6)
+    # Past the window, the module's own output with its sliding-window mask.
+    x = torch.randn(2, 20, D)
     rope = transformers.models.mistral.modeling_mistral.MistralRotaryEmbedding(mistral)
+    i, j = torch.arange(20)[:, None], torch.arange(20)[None, :]
     with torch.no_grad():
-        cos, sin = rope(x, torch.arange(6).unsqueeze(0))
-        mask = torch.full((6, 6), -torch.inf).triu(1).view(1, 1, 6, 6)
+        cos, sin = rope(x, torch.arange(20).unsqueeze(0))
+        mask = torch.zeros(20, 20).masked_fill((j > i) | (j <= i - 6), -torch.inf).view(1, 1, 20, 20)
         want = module(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
     close(plan(x), want)
 

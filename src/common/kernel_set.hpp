@@ -54,6 +54,7 @@ concept kernel_set = std::constructible_from<K, const mha::config&> &&
 //     (sequence, K/V head) of a cache in the set's layout, attention() then taking
 //     attention_args::cache
 //   static constexpr bool int8_cache: attention() also reads and appends an int8 cache (§1.7)
+//   static constexpr bool windows: attention() computes attention_args::window (§1.9)
 
 struct sequential_execution {
   template <class F>
@@ -83,6 +84,10 @@ template <class K>
 inline constexpr bool set_computes_bf16 = requires {
   requires K::bf16;
 };
+template <class K>
+inline constexpr bool set_windows = requires {
+  requires K::windows;
+};
 
 // backend::supports() of a backend built on kernel set K: what K declares it computes (the
 // driver itself gives every set the three formulations, rotary embedding and an out_proj
@@ -92,7 +97,8 @@ support driver_support(const problem& p) {
   return supports_axes(p, {.grouped_kv = set_groups_kv<K>,
                            .decode = set_decodes<K>,
                            .bf16 = set_computes_bf16<K>,
-                           .int8_cache = set_caches_int8<K>});
+                           .int8_cache = set_caches_int8<K>,
+                           .windows = set_windows<K>});
 }
 
 }  // namespace mha::detail

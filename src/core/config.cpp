@@ -150,6 +150,14 @@ void check_config(const config& cfg, std::string_view where) {
     }
   }
   check_rope_scaling(cfg, where);
+  if (cfg.window < 0) {
+    throw invalid_argument(
+        text(where, ": window (", cfg.window, ") must be >= 0 (0: no sliding window)"));
+  }
+  if (cfg.window > 0 && !cfg.causal) {
+    throw invalid_argument(text(where, ": a sliding window (window ", cfg.window,
+                                ") is causal: a non-causal module takes none"));
+  }
   // Written so that NaN fails too.
   if (!(cfg.dropout >= 0.0f && cfg.dropout < 1.0f)) {
     throw invalid_argument(text(where, ": dropout (", cfg.dropout, ") must be in [0, 1)"));
@@ -173,6 +181,7 @@ std::string to_string(const config& cfg) {
       cfg.rope_scaling.kind != rope_scaling::type::none
           ? detail::text(" rope_scaling=", rope_scaling_name(cfg.rope_scaling))
           : std::string(),
+      cfg.window > 0 ? detail::text(" window=", cfg.window) : std::string(),
       cfg.precision != precision::fp32 ? detail::text(" precision=", to_string(cfg.precision))
                                        : std::string());
 }

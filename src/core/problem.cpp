@@ -110,6 +110,8 @@ constexpr part parts[] = {
        if (scaling) p.cfg.rope_scaling = *scaling;
        return scaling.has_value();
      }},
+    {"w", "w<W>", false, [](const problem& p) { return value_if(p.cfg.window != 0, p.cfg.window); },
+     [](std::string_view v, problem& p) { return read_count(v, p.cfg.window); }},
     {"noncausal", "noncausal", false, [](const problem& p) { return flag_if(!p.cfg.causal); },
      [](std::string_view v, problem& p) { return read_flag(v, p.cfg.causal, false); }},
     {"qkv_bias", "qkv_bias", false, [](const problem& p) { return flag_if(p.cfg.qkv_bias); },

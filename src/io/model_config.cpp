@@ -358,18 +358,9 @@ block_context context_of(const model_config& m, std::int64_t layer, std::int64_t
     throw invalid_argument(text(where, ": ", asker, " ", asked, " exceeds config.json's ",
                                 positions, " ", m.cfg.context_length));
   }
-  block_context c{asked > 0 ? asked : m.cfg.context_length,
-                  asked > 0 ? std::string(asker) : text("config.json's ", positions)};
-  // A sliding window of W keys is full causal attention for sequences of up to W tokens.
-  if (m.window > 0 && c.length > m.window) {
-    const std::string window = text(
-        "config.json's ", m.window_key, " (", m.window, ": layer ", layer, " of this ",
-        m.model_type, " model attends to its last ", m.window,
-        " keys only; mha computes full causal attention, the same up to ", m.window, " tokens)");
-    if (asked > 0) throw unsupported(text(where, ": ", asker, " ", asked, " exceeds ", window));
-    c = {m.window, window};
-  }
-  return c;
+  (void)layer;  // a sliding layer's window is computed (config::window): no cap at it
+  return {asked > 0 ? asked : m.cfg.context_length,
+          asked > 0 ? std::string(asker) : text("config.json's ", positions)};
 }
 
 }  // namespace mha::io::detail
@@ -390,6 +381,7 @@ model_config parse_model_config(std::string_view json_text, std::string_view sou
   }
   detail::model_json m = detail::read_model_json(top, source);
   m.config.window = m.windows.of(layer);
+  m.config.cfg.window = m.config.window;
   if (m.config.window > 0) m.config.window_key = m.windows.key;
   return std::move(m.config);
 }

@@ -57,13 +57,11 @@ struct model_json {
 // `top` (config.json's object, `source` naming it) read as parse_model_config documents.
 model_json read_model_json(const nlohmann::json& top, std::string_view source);
 
-// The context length of layer `layer`'s block of a model `m` says (its window the layer's) for
-// a caller asking for `asked` tokens (0: as many as the model takes): `asked`, else
-// max_position_embeddings, and never past a sliding window, where full attention stops being
-// the model's. With where it comes from, for messages. `asker` names who asked ("the
-// context_length option (--context-length)"); asking past max_position_embeddings is an
-// mha::invalid_argument, past the window an mha::unsupported naming its key, both prefixed by
-// `where`.
+// The context length of layer `layer`'s block of a model `m` says for a caller asking for
+// `asked` tokens (0: as many as the model takes): `asked`, else max_position_embeddings (a
+// sliding layer's window is computed, config::window, so it caps nothing). With where it comes
+// from, for messages. `asker` names who asked ("the context_length option (--context-length)");
+// asking past max_position_embeddings is an mha::invalid_argument prefixed by `where`.
 struct block_context {
   std::int64_t length;
   std::string source;

@@ -210,7 +210,7 @@ NB_MODULE(_mha, m) {
           [](mha::config* c, int_arg d_in, int_arg d_out, int_arg n_heads, int_arg context_length,
              bool causal, bool qkv_bias, bool out_proj, bool out_proj_bias, float dropout,
              int_arg n_kv_heads, std::string_view precision, double rope_base,
-             const mha::rope_scaling& scaling) {
+             const mha::rope_scaling& scaling, int_arg window) {
             constexpr std::string_view where = "mha.Config";
             mha::config cfg;
             cfg.d_in = d_in.get(where, "d_in");
@@ -226,13 +226,14 @@ NB_MODULE(_mha, m) {
             cfg.precision = mha::parse_precision(precision);
             cfg.rope_base = rope_base;
             cfg.rope_scaling = scaling;
+            cfg.window = window.get(where, "window");
             mha::validate(cfg);
             new (c) mha::config(cfg);
           },
           "d_in"_a, "d_out"_a, "n_heads"_a, "context_length"_a, nb::kw_only(), "causal"_a = true,
           "qkv_bias"_a = false, "out_proj"_a = true, "out_proj_bias"_a = true, "dropout"_a = 0.0f,
           "n_kv_heads"_a = nb::int_(0), "precision"_a = "fp32", "rope_base"_a = 0.0,
-          "rope_scaling"_a = mha::rope_scaling{})
+          "rope_scaling"_a = mha::rope_scaling{}, "window"_a = nb::int_(0))
       .def_ro("d_in", &mha::config::d_in)
       .def_ro("d_out", &mha::config::d_out)
       .def_ro("n_heads", &mha::config::n_heads)
@@ -248,6 +249,7 @@ NB_MODULE(_mha, m) {
                    [](const mha::config& c) { return std::string(mha::to_string(c.precision)); })
       .def_ro("rope_base", &mha::config::rope_base)
       .def_ro("rope_scaling", &mha::config::rope_scaling)
+      .def_ro("window", &mha::config::window)
       .def(nb::self == nb::self)
       .def("__repr__",
            [](const mha::config& c) { return "mha.Config(" + mha::to_string(c) + ")"; });

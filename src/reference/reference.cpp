@@ -39,21 +39,22 @@ void round_operands(std::vector<double>& values, bool bf16) {
 }
 
 // One head's attention for query row i, in double: out[e] = sum_j a_j v_j[e] with
-// a = dropout(softmax_j(scale q . k_j), -inf for j > i when causal), j < keys. key(j) and
-// value(j) give row j (head_dim elements); `a` has room for `keys` weights. b, h and i key the
-// dropout mask (i is the absolute position). bf16: q, k and v are already rounded, and the
+// a = dropout(softmax_j(scale q . k_j), -inf for j > i when causal and for j <= i - window with
+// a window), j < keys. key(j) and value(j) give row j (head_dim elements); `a` has room for `keys`
+// weights. b, h and i key the dropout mask (i is the absolute position). bf16: q, k and v are already rounded, and the
 // weights are the unnormalised exp(s - max), dropped and rounded, the sum divided after (§1.5).
 template <class KeyRow, class ValueRow>
 void attend(const double* q, KeyRow key, ValueRow value, std::int64_t keys, std::int64_t hd,
             std::int64_t i, bool causal, const mha::detail::dropout_spec& drop, std::int64_t b,
-            std::int64_t h, double* a, double* out, bool bf16 = false) {
+            std::int64_t h, double* a, double* out, bool bf16 = false, std::int64_t window = 0) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   double max = -std::numeric_limits<double>::infinity();
   for (std::int64_t j = 0; j < keys; ++j) {
     const auto* k = key(j);
     double s = 0.0;
     for (std::int64_t e = 0; e < hd; ++e) s += q[e] * double{k[e]};
-    a[j] = (causal && j > i) ? -std::numeric_limits<double>::infinity() : s * scale;
+    const bool outside = (causal && j > i) || (window > 0 && j <= i - window);
+    a[j] = outside ? -std::numeric_limits<double>::infinity() : s * scale;
     max = std::max(max, a[j]);
   }
   double sum = 0.0;
@@ -166,7 +167,7 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
           return j < zero_past ? v0.data() + g * hd : v.data() + (j - zero_past) * d_kv + g * hd;
         };
         attend(q.data() + h * hd, key, value, zero_past + seq_len, hd, zero_past + i, cfg.causal,
-               drop, b, h, a.data(), context.data() + h * hd, bf16);
+               drop, b, h, a.data(), context.data() + h * hd, bf16, cfg.window);
       }
       std::vector<double> c = context;
       round_operands(c, bf16 && cfg.out_proj);
@@ -196,7 +197,8 @@ double max_abs_score(const mha::config& cfg, const mha::weights& w, std::span<co
     }
     for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
       for (std::int64_t i = 0; i < seq_len; ++i) {
-        for (std::int64_t j = 0; j < (cfg.causal ? i + 1 : seq_len); ++j) {
+        for (std::int64_t j = cfg.window > 0 ? std::max<std::int64_t>(0, i - cfg.window + 1) : 0;
+             j < (cfg.causal ? i + 1 : seq_len); ++j) {
           double s = 0.0;
           for (std::int64_t e = 0; e < hd; ++e)
             s += q[i * cfg.d_out + h * hd + e] * k[j * d_kv + h / group * hd + e];
@@ -226,7 +228,7 @@ std::vector<double> attention_row(const attention_shape& shape, std::span<const 
   attend(
       qi.data(), [&](std::int64_t j) { return k.data() + head + j * hd; },
       [&](std::int64_t j) { return v.data() + head + j * hd; }, shape.seq_len, hd, i, shape.causal,
-      {shape.dropout, shape.seed}, b, h, a.data(), out.data());
+      {shape.dropout, shape.seed}, b, h, a.data(), out.data(), false, shape.window);
   return out;
 }
 

@@ -80,10 +80,12 @@ struct attention_shape {
   // as forward() applies it in training mode; 0 = none.
   float dropout = 0.0f;
   std::uint64_t seed = 0;
+  // A sliding window (docs/design.md §1.9): -inf for j <= i - window too; 0 = none.
+  std::int64_t window = 0;
 };
 
-// Row i of head (b, h): softmax_j(q_i . k_j / sqrt(head_dim), -inf for j > i when causal),
-// dropout applied, times V; head_dim values.
+// Row i of head (b, h): softmax_j(q_i . k_j / sqrt(head_dim), -inf for j > i when causal and
+// for j <= i - window with a window), dropout applied, times V; head_dim values.
 std::vector<double> attention_row(const attention_shape& shape, std::span<const float> q,
                                   std::span<const float> k, std::span<const float> v,
                                   std::int64_t b, std::int64_t h, std::int64_t i);

@@ -14,6 +14,7 @@
 #include "attention_call_data.hpp"
 #include "int8_bounds.hpp"
 #include "mha/mha.hpp"
+#include "reference.hpp"
 #include "support.hpp"
 
 namespace {
@@ -307,6 +308,65 @@ TEST(AttentionExtensions, AWindowsRingMatchesTheWindowedCallOverEveryKey) {
     SCOPED_TRACE(label);
     ring_stream(*on);
   }
+}
+
+// A plan with a sliding window (config::window: a model folder's Mistral or Qwen2 layer): every
+// backend that computes it, in every formulation, with grouped heads and RoPE, against the
+// float64 reference over rows past the window; decoding through a cache (plain and int8) gives
+// the full forward's rows; backends without windows say so.
+TEST(AttentionExtensions, PlansWithAWindowMatchTheReference) {
+  mha_test::shape s{2, 70, 24, 32, 4, true, true, true, 2, 10000.0};
+  mha::config cfg = s.config();
+  cfg.window = 16;
+  const mha::weights w = mha::weights::random(cfg, 3);
+  const std::vector<float> x =
+      mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 5, 2.0f);
+  const std::vector<double> want = mha_reference::forward(cfg, w, x, s.batch, s.seq_len);
+  mha::config plain = cfg;
+  plain.window = 0;
+  EXPECT_GT(mha_test::max_abs_diff(std::vector<float>(want.begin(), want.end()),
+                                   mha_reference::forward(plain, w, x, s.batch, s.seq_len)),
+            1e-2);  // past the window, a different function
+  int ran = 0;
+  for (const auto& [label, backend] : mha_test::backend_cases()) {
+    for (const mha::formulation form : mha::formulations()) {
+      SCOPED_TRACE(label + " " + std::string(mha::to_string(form)));
+      if (const mha::support why = backend->supports(mha::problem{cfg, form}); !why) {
+        EXPECT_THAT(why.reason(), testing::HasSubstr("a sliding window (window 16)"));
+        continue;
+      }
+      ++ran;
+      const auto p = backend->prepare(cfg, form, w);
+      std::vector<float> y(want.size());
+      p->run({x.data(), s.batch, s.seq_len, s.d_in}, {y.data(), s.batch, s.seq_len, s.d_out});
+      EXPECT_LE(mha_test::max_abs_diff(y, want), 2e-5 * std::max(1.0, mha_test::max_abs(want)));
+      if (!backend->supports(mha::problem{cfg, form, s.batch, 1, 40})) continue;
+      for (const precision kv : {precision::fp32, precision::int8}) {
+        if (!backend->supports(mha::problem{cfg, form, s.batch, 1, 40, kv})) continue;
+        // A prefill of 40 (past the window), then one token at a time.
+        mha::kv_cache cache = p->make_cache(s.batch, s.seq_len, kv);
+        std::vector<float> got(want.size());
+        for (std::int64_t at = 0; at < s.seq_len;) {
+          const std::int64_t t = at == 0 ? 40 : 1;
+          std::vector<float> xs, ys(static_cast<std::size_t>(s.batch * t * s.d_out));
+          for (std::int64_t b = 0; b < s.batch; ++b) {
+            const auto from = x.begin() + (b * s.seq_len + at) * s.d_in;
+            xs.insert(xs.end(), from, from + t * s.d_in);
+          }
+          p->run({xs.data(), s.batch, t, s.d_in}, {ys.data(), s.batch, t, s.d_out}, cache);
+          for (std::int64_t b = 0; b < s.batch; ++b) {
+            std::copy_n(ys.begin() + b * t * s.d_out, t * s.d_out,
+                        got.begin() + (b * s.seq_len + at) * s.d_out);
+          }
+          at += t;
+        }
+        EXPECT_LE(mha_test::max_abs_diff(got, want),
+                  (kv == precision::int8 ? 5e-2 : 2e-5) * std::max(1.0, mha_test::max_abs(want)))
+            << mha::to_string(kv);
+      }
+    }
+  }
+  EXPECT_GE(ran, 3);
 }
 
 TEST(AttentionExtensions, BadValuesAreNamed) {

@@ -110,18 +110,17 @@ TEST(ModelConfig, SlidingWindowsAsTransformersSetsThem) {
       {"layer_types holds sliding_attention, but no sliding window is set"});
 }
 
-// Up to its window, a windowed layer is full causal attention: the context a caller gets stops
-// there, and asking for more is refused naming the key.
-TEST(ModelConfig, AWindowBoundsTheContext) {
+// A windowed layer computes its window (config::window): the context a caller gets is the
+// model's max_position_embeddings, not the window.
+TEST(ModelConfig, AWindowIsTheLayersConfigNotACapOnTheContext) {
   const io::model_config m =
       parsed(with(llama(), {{"model_type", "mistral"}, {"sliding_window", 4}}));
+  EXPECT_EQ(m.cfg.window, 4);
+  EXPECT_EQ(m.window, 4);
   const io::detail::block_context c = io::detail::context_of(m, 0, 0, "--context-length", "dir");
-  EXPECT_EQ(c.length, 4);
-  EXPECT_THAT(c.source, testing::HasSubstr("sliding_window (4: layer 0 of this mistral model"));
-  EXPECT_EQ(io::detail::context_of(m, 0, 3, "--context-length", "dir").length, 3);
-  expect_error<mha::unsupported>(
-      [&] { io::detail::context_of(m, 0, 5, "--context-length", "dir"); },
-      {"dir: --context-length 5 exceeds config.json's sliding_window (4"});
+  EXPECT_EQ(c.length, 64);
+  EXPECT_THAT(c.source, testing::HasSubstr("max_position_embeddings"));
+  EXPECT_EQ(io::detail::context_of(m, 0, 16, "--context-length", "dir").length, 16);
   expect_error<mha::invalid_argument>(
       [&] { io::detail::context_of(m, 0, 65, "--context-length", "dir"); },
       {"65 exceeds config.json's max_position_embeddings 64"});
@@ -193,8 +192,7 @@ TEST(ModelConfig, HeadDimTimesHeadsDoesNotOverflow) {
                                   {"config.json: is a JSON array, expected an object"});
 }
 
-// A windowed model from its folder: `mha run` computes it up to the window, refuses longer
-// inputs naming the key; so does load_model when asked for a longer context.
+// A windowed model from its folder: `mha run` and load_model compute its window (config::window).
 class ModelConfigFolder : public mha_test::scratch_test {
  protected:
   fs::path write(const std::string& name, const json& config, const mha::config& cfg) {
@@ -215,38 +213,37 @@ class ModelConfigFolder : public mha_test::scratch_test {
   std::vector<mha::weights> weights_;
 };
 
-TEST_F(ModelConfigFolder, ASlidingWindowRunsUpToItsLength) {
-  mha::config cfg{.d_in = 32, .d_out = 32, .n_heads = 8, .context_length = 4};
+// A sliding layer's folder runs its window past its length: the CLI's output is the windowed
+// plan's, which differs from full attention once the input passes the window.
+TEST_F(ModelConfigFolder, ASlidingWindowIsComputedPastItsLength) {
+  mha::config cfg{.d_in = 32, .d_out = 32, .n_heads = 8, .context_length = 64};
   cfg.n_kv_heads = 2;
   cfg.rope_base = 10000.0;
   cfg.out_proj_bias = false;
+  cfg.window = 4;
   const fs::path folder =
       write("mistral", with(llama(), {{"model_type", "mistral"}, {"sliding_window", 4}}), cfg);
-  expect_error<mha::unsupported>(
-      [&] { io::load_model(folder, 0, {.context_length = 16}); },
-      {"context_length option (--context-length) 16 exceeds", "sliding_window (4"});
   EXPECT_EQ(io::load_model(folder, 1).cfg, cfg);
 
-  for (const std::int64_t tokens : {16, 4}) {
-    io::tensor x{{1, tokens, 32},
-                 mha_test::random_floats(static_cast<std::size_t>(tokens) * 32, 3)};
-    io::write_npy(dir_ / "x.npy", x);
-    const mha_test::command_result r = mha_test::run_mha(
-        {"run", "--model", folder.string(), "--layer", "1", "--backend", "naive", "--input",
-         (dir_ / "x.npy").string(), "--output", (dir_ / "y.npy").string()});
-    if (tokens == 16) {
-      EXPECT_EQ(r.exit_code, 2) << r.output;
-      EXPECT_THAT(r.output, testing::HasSubstr("input has 16 tokens, more than context_length 4 "
-                                               "(config.json's sliding_window (4: layer 1"));
-      continue;
-    }
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    std::vector<float> y(4 * 32);
+  const std::int64_t tokens = 16;
+  io::tensor x{{1, tokens, 32}, mha_test::random_floats(static_cast<std::size_t>(tokens) * 32, 3)};
+  io::write_npy(dir_ / "x.npy", x);
+  const mha_test::command_result r = mha_test::run_mha(
+      {"run", "--model", folder.string(), "--layer", "1", "--backend", "naive", "--input",
+       (dir_ / "x.npy").string(), "--output", (dir_ / "y.npy").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<float> y(tokens * 32), full(tokens * 32);
+  const auto run = [&](const mha::config& c, std::vector<float>& out) {
     mha::require_backend("naive")
-        .prepare(cfg, mha::formulation::split_weight, weights_[1])
-        ->run({x.values.data(), 1, 4, 32}, {y.data(), 1, 4, 32});
-    EXPECT_EQ(io::read_npy(dir_ / "y.npy").values, y);
-  }
+        .prepare(c, mha::formulation::split_weight, weights_[1])
+        ->run({x.values.data(), 1, tokens, 32}, {out.data(), 1, tokens, 32});
+  };
+  run(cfg, y);
+  EXPECT_EQ(io::read_npy(dir_ / "y.npy").values, y);
+  mha::config plain = cfg;
+  plain.window = 0;
+  run(plain, full);
+  EXPECT_NE(y, full);
 }
 
 }  // namespace

@@ -48,6 +48,7 @@ class Shape:
     out_proj_bias: bool = True
     kv_precision: str = ""
     rope_scaling: str = ""
+    window: int = 0
 
     def __post_init__(self):
         if self.kv_precision == self.precision:
@@ -186,6 +187,7 @@ PARTS = (
     Part("kvh", "n_kv_heads", 0),
     Part("rope", "rope_base", 0.0, "decimal"),
     Part("rope_", "rope_scaling", "", "rope_scaling"),
+    Part("w", "window", 0),
     Part("noncausal", "causal", True, "flag"),
     Part("qkv_bias", "qkv_bias", False, "flag"),
     Part("no_out_proj", "out_proj", True, "flag"),
