@@ -79,7 +79,7 @@ def test_a_decode_stream_matches_sdpa_over_every_key_seen(backend, kv, precision
 
 
 def test_numpy_operands_and_what_the_cache_says():
-    cache = mha.AttentionCache(1, 8, 1, 64, kv="int8")
+    cache = mha.AttentionCache(1, 256, 1, 64, kv="int8")
     assert cache.kv == "int8" and cache.precision == "fp32" and cache.lengths == [0]
     rng = np.random.default_rng(1)
     q = rng.uniform(-1, 1, (1, 2, 3, 64)).astype(np.float32)
@@ -90,8 +90,8 @@ def test_numpy_operands_and_what_the_cache_says():
     text = repr(cache)
     assert "kv='int8'" in text and "lengths=[3]" in text and f"nbytes={cache.nbytes}" in text
     # The int8 cache's bytes against a bf16 one's of the same shape: codes of 64 plus a scale
-    # and an offset per row against 128 bytes a row.
-    bf16 = mha.AttentionCache(1, 8, 1, 64, kv="bf16")
+    # and an offset per row (and 64 key channel scales a head) against 128 bytes a row.
+    bf16 = mha.AttentionCache(1, 256, 1, 64, kv="bf16")
     assert cache.nbytes < 0.6 * bf16.nbytes
     cache.truncate(0, 1)
     assert cache.lengths == [1]

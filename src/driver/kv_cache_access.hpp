@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "common/attention_args.hpp"
 #include "core/int8.hpp"
@@ -60,30 +61,34 @@ struct kv_cache_access {
 };
 
 // Refuses, before anything is appended, the new keys or values (a.k, a.v) of a call into an
-// int8 cache that the format cannot hold: a finite element of magnitude 2^127 or more, whose
-// row's 254 steps would pass float's range (int8_row reads such a row as NaN, and a NaN out of
+// int8 cache that the format cannot hold: a finite value of magnitude 2^127 or more (a key of
+// 2^124: its channel scale may grow it 8 times), whose row's 254 steps would pass float's range (int8_row reads such a row as NaN, and a NaN out of
 // finite inputs is no answer). NaN and Inf pass: they propagate as IEEE arithmetic does
 // (docs/design.md §1.2, §1.7). mha::invalid_argument names `where`, the element and the range.
 inline void check_int8_range(std::string_view where, const attention_args& a) {
-  const auto check = [&](const head_view<const float>& t, const char* name) {
+  // Keys are divided by their channel scales first (key_channel_scales), at least
+  // key_channel_floor: up to 8 times their size.
+  const auto check = [&](const head_view<const float>& t, const char* name, float limit,
+                         const char* range) {
     for (std::int64_t b = 0; b < a.batch; ++b) {
       for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
         for (std::int64_t i = 0; i < a.seq_len; ++i) {
           const float* row = t.row(b, g, i);
-          const auto beyond = [](float x) { return std::abs(x) >= 0x1p127f && std::isfinite(x); };
+          const auto beyond = [&](float x) { return std::abs(x) >= limit && std::isfinite(x); };
           const float* found = std::find_if(row, row + a.head_dim, beyond);
           if (found == row + a.head_dim) continue;
-          throw invalid_argument(
-              text(where, ": ", name, " (sequence ", b, ", K/V head ", g, ", token ", i,
-                   ", element ", found - row, ") is ", *found,
-                   ": an int8 cache holds finite values of magnitude below 2^127 (1.7014118e38); "
-                   "keep such a model's cache in fp32 or bf16"));
+          throw invalid_argument(text(where, ": ", name, " (sequence ", b, ", K/V head ", g,
+                                      ", token ", i, ", element ", found - row, ") is ", *found,
+                                      ": an int8 cache holds finite ", range,
+                                      "; keep such a model's cache in fp32 or bf16"));
         }
       }
     }
   };
-  check(a.k, "a key");
-  check(a.v, "a value");
+  check(a.k, "a key", 0x1p124f,
+        "keys of magnitude below 2^124 (2.1267648e37: its channel scales grow them up to 8 "
+        "times)");
+  check(a.v, "a value", 0x1p127f, "values of magnitude below 2^127 (1.7014118e38)");
 }
 
 // The row-major layout: per (sequence, K/V head), `capacity` key rows of head_dim elements of T
@@ -111,19 +116,25 @@ head_view<T> values(const kv_store& c, std::int64_t head_dim) noexcept {
 
 // An int8 cache (docs/design.md §1.7) holds codes where the others hold elements (keys<uint8_t>
 // and values<uint8_t> read them), and after them, at a cache line, the int8_row of each of the
-// `capacity` key rows, then of as many value rows.
+// `capacity` key rows, then of as many value rows, then the head's head_dim key channel scales.
 inline std::int64_t int8_codes_bytes(std::int64_t capacity, std::int64_t head_dim) noexcept {
   return (head_bytes<std::uint8_t>(capacity, head_dim) + 63) / 64 * 64;
 }
 inline std::int64_t int8_head_bytes(std::int64_t capacity, std::int64_t head_dim) noexcept {
   return int8_codes_bytes(capacity, head_dim) +
-         2 * capacity * static_cast<std::int64_t>(sizeof(int8_row));
+         2 * capacity * static_cast<std::int64_t>(sizeof(int8_row)) +
+         head_dim * static_cast<std::int64_t>(sizeof(float));
 }
 // The scale and zero of key row 0 of K/V head g of sequence b; value row 0's are `capacity`
 // after it.
 inline int8_row* int8_rows(const kv_store& c, std::int64_t head_dim, std::int64_t b,
                            std::int64_t g) noexcept {
   return reinterpret_cast<int8_row*>(c.head(b, g) + int8_codes_bytes(c.capacity, head_dim));
+}
+// Its key channel scales (key_channel_scales).
+inline float* int8_channels(const kv_store& c, std::int64_t head_dim, std::int64_t b,
+                            std::int64_t g) noexcept {
+  return reinterpret_cast<float*>(int8_rows(c, head_dim, b, g) + 2 * c.capacity);
 }
 
 // Appends a cached call's new keys and values (a.k, a.v) after each sequence's length (a ring:
@@ -147,17 +158,25 @@ void append(const attention_args& a, Convert to_element) noexcept {
 inline void append(const attention_args& a) noexcept {
   append<float>(a, [](float x) { return x; });
 }
-// ... into an int8 cache: each row quantised (quantize_row).
-inline void append_int8(const attention_args& a) noexcept {
+// ... into an int8 cache: each row quantised (quantize_row), a key over its head's channel
+// scales (set from the sequence's first call's keys: key_channel_scales).
+inline void append_int8(const attention_args& a) {
   const head_view<std::uint8_t> k = keys<std::uint8_t>(*a.cache, a.head_dim),
                                 v = values<std::uint8_t>(*a.cache, a.head_dim);
+  std::vector<float> scaled(static_cast<std::size_t>(a.head_dim));
   for (std::int64_t b = 0; b < a.batch; ++b) {
     const std::int64_t past = a.cache->lengths[b];
     for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
       int8_row* rows = int8_rows(*a.cache, a.head_dim, b, g);
+      float* channels = int8_channels(*a.cache, a.head_dim, b, g);
+      if (past == 0) {
+        key_channel_scales(a.k.row(b, g, 0), a.seq_len, a.k.row_stride, a.head_dim, channels);
+      }
       for (std::int64_t i = 0; i < a.seq_len; ++i) {
         const std::int64_t slot = a.cache->slot(past + i);
-        rows[slot] = quantize_row(a.k.row(b, g, i), a.head_dim, k.row(b, g, slot));
+        for (std::int64_t d = 0; d < a.head_dim; ++d)
+          scaled[static_cast<std::size_t>(d)] = scaled_key(a.k.row(b, g, i), channels, d);
+        rows[slot] = quantize_row(scaled.data(), a.head_dim, k.row(b, g, slot));
         rows[a.cache->capacity + slot] =
             quantize_row(a.v.row(b, g, i), a.head_dim, v.row(b, g, slot));
       }

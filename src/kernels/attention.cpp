@@ -24,10 +24,11 @@ constexpr std::int64_t line_floats = 16, line_bytes = 64;
 constexpr std::int64_t attention_block_rows = 64;
 
 // Keys [j0, j1) of a packed head at `head` from K/V head g of sequence b of args (its rows 0,
-// 1, ... of args.k and args.v), rounded to bf16 pairs in a bf16 layout.
+// 1, ... of args.k and args.v), rounded to bf16 pairs in a bf16 layout; in an int8 layout coded
+// over the head's key channel scales, which the sequence's first keys (`first`) set.
 void pack_keys(const isa_kernels& kernels, const attention_args& args, const attention_layout& l,
-               std::int64_t b, std::int64_t g, std::int64_t j0, std::int64_t j1,
-               void* head) noexcept {
+               std::int64_t b, std::int64_t g, std::int64_t j0, std::int64_t j1, void* head,
+               bool first) noexcept {
   // K^T (head_dim, kv_rows): element (d, j) is K[j][d]. A transpose copy, and worth it: half the
   // time of the transpose-free form, dot products over head_dim with a horizontal add per score
   // (measurements: docs/design.md §5.1). V (kv_rows, head_dim) as it is.
@@ -38,6 +39,8 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
     // code_pair_dot reads them), each row's scale and zero in the arrays after them.
     std::uint8_t* codes = static_cast<std::uint8_t*>(head);
     int8_row* scales = reinterpret_cast<int8_row*>(codes + l.scales_offset());
+    float* channels = reinterpret_cast<float*>(codes + l.channels_offset());
+    if (first) key_channel_scales(k, j1 - j0, args.k.row_stride, l.head_dim, channels);
     const std::int64_t rows = l.key_rows(), kr = l.scores.nr, vr = l.values.nr;
     const std::int64_t key_panel = 2 * pairs(l.head_dim) * kr;  // bytes of a K^T panel
     // Each row's codes a chunk at a time into `chunk` (contiguous floats to contiguous bytes, a
@@ -48,14 +51,18 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
     constexpr std::int64_t chunk_codes = 64;  // even: a K^T pair never straddles two chunks
     std::uint8_t chunk[chunk_codes];
     for (std::int64_t j = j0; j < j1; ++j) {
-      const float* key = k + (j - j0) * args.k.row_stride;  // row j - j0 of the new keys
-      const int8_row ks = row_scale(key, l.head_dim);
+      // Row j - j0 of the new keys, over the channel scales (scaled_key, as they are read).
+      const float* key = k + (j - j0) * args.k.row_stride;
+      const int8_row ks =
+          row_scale([&](std::int64_t d) { return scaled_key(key, channels, d); }, l.head_dim);
       const int8_encoder key_code(ks);
       // Element (d, j) of K^T: panel j / kr, pair row d / 2, key j % kr, byte d % 2.
       std::uint8_t* column = codes + j / kr * key_panel + 2 * (j % kr);
+      float part[chunk_codes];
       for (std::int64_t d0 = 0; d0 < l.head_dim; d0 += chunk_codes) {
         const std::int64_t n = std::min(chunk_codes, l.head_dim - d0);
-        key_code(key + d0, n, chunk);
+        for (std::int64_t c = 0; c < n; ++c) part[c] = scaled_key(key, channels, d0 + c);
+        key_code(part, n, chunk);
         for (std::int64_t c = 0; c < n; c += 2, column += 2 * kr) {
           column[0] = chunk[c];
           if (c + 1 < n) column[1] = chunk[c + 1];
@@ -115,10 +122,13 @@ std::int64_t attention_layout::scales_offset() const noexcept {
   return round_up(values_offset() + 2 * pairs(kv_rows) * round_up(head_dim, values.nr), line_bytes);
 }
 
+std::int64_t attention_layout::channels_offset() const noexcept {
+  return round_up(scales_offset() + 2 * key_rows() * std::int64_t{sizeof(int8_row)}, line_bytes);
+}
+
 std::int64_t attention_layout::head_bytes() const noexcept {
   // Floats and bf16 pairs are both 4 bytes.
-  return int8 ? scales_offset() + 2 * key_rows() * std::int64_t{sizeof(int8_row)}
-              : head_units() * 4;
+  return int8 ? channels_offset() + head_dim * std::int64_t{sizeof(float)} : head_units() * 4;
 }
 
 std::int64_t attention_layout::key_bytes() const noexcept {
@@ -315,20 +325,22 @@ std::int64_t attention_schedule::appends() const noexcept {
 void attention_schedule::append(std::int64_t i) const noexcept {
   const std::int64_t b = i / args_.kv_heads(), g = i % args_.kv_heads(), past = this->past(b);
   const kv_store& cache = *args_.cache;
+  const bool first = past == 0;  // an int8 head's channel scales are set by these keys
   if (!cache.ring) {
-    pack_keys(kernels_, args_, layout_, b, g, past, past + args_.seq_len, cache.head(b, g));
+    pack_keys(kernels_, args_, layout_, b, g, past, past + args_.seq_len, cache.head(b, g), first);
     return;
   }
   // A ring: the new keys at their slots, in two runs where they pass its end (a call holds
   // fewer keys than the ring: mha::ring_chunk).
-  const std::int64_t first = cache.slot(past);
-  const std::int64_t before_end = std::min(args_.seq_len, cache.capacity - first);
-  pack_keys(kernels_, args_, layout_, b, g, first, first + before_end, cache.head(b, g));
+  const std::int64_t slot = cache.slot(past);
+  const std::int64_t before_end = std::min(args_.seq_len, cache.capacity - slot);
+  pack_keys(kernels_, args_, layout_, b, g, slot, slot + before_end, cache.head(b, g), first);
   if (before_end < args_.seq_len) {
     attention_args rest = args_;  // the keys from row before_end on
     rest.k.data = args_.k.row(0, 0, before_end);
     rest.v.data = args_.v.row(0, 0, before_end);
-    pack_keys(kernels_, rest, layout_, b, g, 0, args_.seq_len - before_end, cache.head(b, g));
+    pack_keys(kernels_, rest, layout_, b, g, 0, args_.seq_len - before_end, cache.head(b, g),
+              false);
   }
 }
 

@@ -133,6 +133,9 @@ struct attention_layout {
   std::int64_t head_units() const noexcept;
   std::int64_t values_offset() const noexcept;
   std::int64_t scales_offset() const noexcept;
+  // int8: after them, at a cache line, the head's head_dim key channel scales (core/int8.hpp's
+  // key_channel_scales: its keys are coded over them, its queries multiplied by them).
+  std::int64_t channels_offset() const noexcept;
   std::int64_t key_rows() const noexcept { return round_up(kv_rows, key_step); }
   // The bytes of a packed head.
   std::int64_t head_bytes() const noexcept;

@@ -307,9 +307,10 @@ TEST_P(Int8Cache, NonFiniteTokensReachOnlyTheRowsThatSeeThem) {
   }
 }
 
-// A key of magnitude 2^127 or more (here exactly 2^127: x's element 0 through a key weight of 1,
-// read by no query or value) has no int8 row (its steps would pass float's range, read as NaN):
-// the run is refused naming the element, the cache unchanged; 2^126 is held and computed finite.
+// A key of magnitude 2^124 or more (here exactly 2^124: x's element 0 through a key weight of 1,
+// read by no query or value) may have no int8 row once its channel scale (down to 1/8) grows it
+// (its steps would pass float's range, read as NaN): the run is refused naming the element, the
+// cache unchanged; 2^123 is held and computed finite.
 TEST_P(Int8Cache, KeysPastTheFormatsRangeAreRefusedByName) {
   const auto& [backend, form, plan_precision] = GetParam();
   const mha_test::shape s{1, 2, 8, 16, 2, true, false, true, 0, 0.0};
@@ -324,15 +325,15 @@ TEST_P(Int8Cache, KeysPastTheFormatsRangeAreRefusedByName) {
   const auto p = backend.backend->prepare(cfg, form, w);
   mha::kv_cache cache = p->make_cache(1, 2, precision::int8);
   std::vector<float> x(16, 0.5f), y(2 * 16);
-  x[0] = 0x1p127f;
+  x[0] = 0x1p124f;
   mha_test::expect_error<mha::invalid_argument>(
       [&] {
         p->run({x.data(), 1, 2, 8}, {y.data(), 1, 2, 16}, cache);
       },
-      {"a key (sequence 0, K/V head 0, token 0, element 0) is 1.7014118e+38",
-       "an int8 cache holds finite values of magnitude below 2^127"});
+      {"a key (sequence 0, K/V head 0, token 0, element 0) is 2.1267648e+37",
+       "an int8 cache holds finite keys of magnitude below 2^124"});
   EXPECT_EQ(cache.length(0), 0);
-  x[0] = 0x1p126f;
+  x[0] = 0x1p123f;
   p->run({x.data(), 1, 2, 8}, {y.data(), 1, 2, 16}, cache);
   EXPECT_EQ(cache.length(0), 2);
   for (const float e : y) EXPECT_TRUE(std::isfinite(e));
@@ -370,7 +371,8 @@ TEST(Int8CacheLong, SplitKeysAreBitwiseForEveryThreadCountAndWithinTheBound) {
   }
 }
 
-// Bytes: codes where fp32 keeps floats, plus a scale and an offset per row.
+// Bytes: codes where fp32 keeps floats, plus a scale and an offset per row, and head_dim key
+// channel scales per (sequence, K/V head).
 TEST(Int8CacheSupport, ACacheHoldsCodesAndSaysItsPrecision) {
   const mha::config cfg{.d_in = 16, .d_out = 128, .n_heads = 2, .context_length = 4096};
   const mha::weights w = mha::weights::random(cfg, 1);
@@ -380,8 +382,9 @@ TEST(Int8CacheSupport, ACacheHoldsCodesAndSaysItsPrecision) {
     const mha::kv_cache cache = p->make_cache(3, 4096, precision::int8);
     EXPECT_EQ(cache.precision(), precision::int8);
     EXPECT_EQ(p->make_cache(3, 4096).precision(), precision::fp32);
-    // K and V of 3 sequences, 4096 tokens, 2 heads: 64 codes and one 4-byte word a row.
-    const std::size_t codes = 2 * 3 * 4096 * 2 * 64, scales = 2 * 3 * 4096 * 2 * 4;
+    // K and V of 3 sequences, 4096 tokens, 2 heads: 64 codes and one 4-byte word a row; 64
+    // channel scales a head.
+    const std::size_t codes = 2 * 3 * 4096 * 2 * 64, scales = 2 * 3 * 4096 * 2 * 4 + 3 * 2 * 64 * 4;
     EXPECT_GE(cache.bytes(), codes + scales) << b.label;
     EXPECT_LE(cache.bytes(), codes + scales + 3 * 2 * 64 * 3) << b.label;  // lines of padding
     // 68 of a bf16 row's 128 bytes.

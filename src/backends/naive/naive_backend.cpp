@@ -211,8 +211,12 @@ class naive_kernels : public detail::sequential_execution {
                        const std::uint8_t* codes = (value ? values : keys).row(b, g, slot);
                        const detail::int8_row row = cache::int8_rows(
                            *a.cache, a.head_dim, b, g)[value ? a.cache->capacity + slot : slot];
-                       for (std::int64_t d = 0; d < a.head_dim; ++d)
+                       // A key back over its channel scales: s_d (k_d / s_d).
+                       const float* channels = cache::int8_channels(*a.cache, a.head_dim, b, g);
+                       for (std::int64_t d = 0; d < a.head_dim; ++d) {
                          to[d] = detail::dequantize(codes[d], row);
+                         if (!value) to[d] *= channels[d];
+                       }
                      });
     }
   }

@@ -205,10 +205,13 @@ struct attention_block {
       if constexpr (pairs_of_bf16) {
         Dot::to_pairs(row, hd, scratch.query_pairs + r * pairs(hd));
       } else if constexpr (codes) {
+        // Times the keys' channel scales (q . k = (q s) . (k / s), core/int8.hpp).
+        const float* channels = reinterpret_cast<const float*>(
+            static_cast<const std::uint8_t*>(task.head) + layout.channels_offset());
         float* scaled = scratch.queries + r * hd;
         float sum = 0.0f;
         for (std::int64_t d = 0; d < hd; ++d) {
-          scaled[d] = c * (args.bf16 ? round_bf16(row[d]) : row[d]);
+          scaled[d] = c * (args.bf16 ? round_bf16(row[d]) : row[d]) * channels[d];
           sum += scaled[d];
         }
         scratch.query_sums[r] = sum;
