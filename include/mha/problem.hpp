@@ -35,11 +35,11 @@ struct problem {
 //   [/kv_<precision>]
 // with the bracketed parts only when not the default: past 0, kv_heads() == n_heads, no rotary
 // embedding (rope_base 0), no rotary scaling (<scaling> as mha::rope_scaling_name spells it:
-// linear4, llama3_8_1_4_8192), no sliding window (config::window 0), causal, no qkv bias, out_proj, out_proj with its bias (no_out_bias
-// only with an out_proj), precision fp32 (<precision> is its name: bf16), a cache in the plan's
-// precision (kv_int8; kv_fp32 or kv_bf16 only when it differs from the plan's). Counts are decimal
-// digits; the base is a decimal number, written in std::to_chars' shortest form:
-// "split_weight/b4/t256/din768/dout768/h12",
+// linear4, llama3_8_1_4_8192), no sliding window (config::window 0), causal, no qkv bias, out_proj,
+// out_proj with its bias (no_out_bias only with an out_proj), precision fp32 (<precision> is its
+// name: bf16), a cache in the plan's precision (kv_int8; kv_fp32 or kv_bf16 only when it differs
+// from the plan's). Counts are decimal digits; the base is a decimal number, written in
+// std::to_chars' shortest form: "split_weight/b4/t256/din768/dout768/h12",
 // "fused_qkv/b1/t1/past1023/din4096/dout4096/h32/kvh8/rope5e+05/no_out_bias/bf16".
 // The parts' order, spelling and defaults are one table in src/core/problem.cpp, which
 // tools/mhapy/problem.py mirrors.

@@ -54,7 +54,7 @@ def test_backends_list_every_backend_with_what_it_declines():
     for b in mha.backends():
         assert b.description and b.isa and b.max_threads >= 1
         declines = b.declines()
-        assert set(declines) == {"grouped-query", "bf16", "decode"}
+        assert set(declines) == {"grouped-query", "bf16", "decode", "window"}
         for feature, reasons in declines.items():
             assert set(reasons) <= {"wrapper", "split_weight", "fused_qkv"}
             assert all(reasons.values()), (b.name, feature)

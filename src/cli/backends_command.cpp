@@ -27,9 +27,10 @@ int list_backends(const arguments&) {
       std::printf("%-10s   %-14s %s\n", "", feature, answer.c_str());
     }
     // mha::attention on q, k, v already projected (docs/design.md §1.8), in fp32.
+    // ... with the extensions every backend that runs it computes (§1.9).
     const mha::support call = b->supports_attention(mha::precision::fp32);
     std::printf("%-10s   %-14s %s\n", "", "attention-call",
-                call ? "yes" : ("declined: " + call.reason()).c_str());
+                call ? "yes (windows, soft-caps, sinks)" : ("declined: " + call.reason()).c_str());
   }
   return 0;
 }
@@ -44,8 +45,9 @@ const command& backends_command() {
       "Lists the backends built into this mha, best first: name, the most threads\n"
       "`mha run --threads` can use, the instruction set its kernels dispatch to on this CPU\n"
       "(after MHA_XSIMD_ISA / ONEDNN_MAX_CPU_ISA caps), and a description; under each,\n"
-      "whether it computes grouped-query attention, bf16, decode and the attention call\n"
-      "(mha::attention, Python's mha.attention), or why it declines.\n"
+      "whether it computes grouped-query attention, bf16, decode, a sliding window and the\n"
+      "attention call (mha::attention, Python's mha.attention, with its windows, soft-caps and\n"
+      "sinks), or why it declines.\n"
       "The default backend is the first, or the one the environment variable MHA_BACKEND names.\n",
       {},
       {},

@@ -14,11 +14,12 @@ namespace mha::detail {
 inline std::vector<std::pair<const char*, problem>> feature_probes() {
   problem base;
   base.cfg = {.d_in = 64, .d_out = 64, .n_heads = 8, .context_length = 16};
-  problem grouped = base, bf16 = base, decode = base;
+  problem grouped = base, bf16 = base, decode = base, window = base;
   grouped.cfg.n_kv_heads = 2;
   bf16.cfg.precision = precision::bf16;
   decode.past = 8;
-  return {{"grouped-query", grouped}, {"bf16", bf16}, {"decode", decode}};
+  window.cfg.window = 4;
+  return {{"grouped-query", grouped}, {"bf16", bf16}, {"decode", decode}, {"window", window}};
 }
 
 // A feature's answer: the formulations `b` declines it in (in formulations()' order) and why;

@@ -62,9 +62,10 @@ struct kv_cache_access {
 
 // Refuses, before anything is appended, the new keys or values (a.k, a.v) of a call into an
 // int8 cache that the format cannot hold: a finite value of magnitude 2^127 or more (a key of
-// 2^124: its channel scale may grow it 8 times), whose row's 254 steps would pass float's range (int8_row reads such a row as NaN, and a NaN out of
-// finite inputs is no answer). NaN and Inf pass: they propagate as IEEE arithmetic does
-// (docs/design.md §1.2, §1.7). mha::invalid_argument names `where`, the element and the range.
+// 2^124: its channel scale may grow it 8 times), whose row's 254 steps would pass float's range
+// (int8_row reads such a row as NaN, and a NaN out of finite inputs is no answer). NaN and Inf
+// pass: they propagate as IEEE arithmetic does (docs/design.md §1.2, §1.7). mha::invalid_argument
+// names `where`, the element and the range.
 inline void check_int8_range(std::string_view where, const attention_args& a) {
   // Keys are divided by their channel scales first (key_channel_scales), at least
   // key_channel_floor: up to 8 times their size.

@@ -41,8 +41,9 @@ void round_operands(std::vector<double>& values, bool bf16) {
 // One head's attention for query row i, in double: out[e] = sum_j a_j v_j[e] with
 // a = dropout(softmax_j(scale q . k_j), -inf for j > i when causal and for j <= i - window with
 // a window), j < keys. key(j) and value(j) give row j (head_dim elements); `a` has room for `keys`
-// weights. b, h and i key the dropout mask (i is the absolute position). bf16: q, k and v are already rounded, and the
-// weights are the unnormalised exp(s - max), dropped and rounded, the sum divided after (§1.5).
+// weights. b, h and i key the dropout mask (i is the absolute position). bf16: q, k and v are
+// already rounded, and the weights are the unnormalised exp(s - max), dropped and rounded, the sum
+// divided after (§1.5).
 template <class KeyRow, class ValueRow>
 void attend(const double* q, KeyRow key, ValueRow value, std::int64_t keys, std::int64_t hd,
             std::int64_t i, bool causal, const mha::detail::dropout_spec& drop, std::int64_t b,
