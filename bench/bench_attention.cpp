@@ -2,7 +2,8 @@
 // to hold against other CPU flash-attention kernels:
 //   out[b, h] = softmax(Q K^T / sqrt(head_dim) + causal mask) V, every (b, h),
 // Q, K, V and out (B, H, T, head_dim) dense row-major, at (B, T, H, head_dim) = (1, 1024, 12, 64),
-// (1, 4096, 12, 64), (1, 256, 96, 8), on 1 and 2 threads (and every core when more):
+// (1, 4096, 12, 64), (1, 256, 96, 8), a sliding window of 512 over (1, 8192, 12, 64) and plain
+// causal attention over (1, 512, 12, 64), on 1 and 2 threads (and every core when more):
 //   fused    the xsimd kernel with online softmax over key tiles (what the tbb and xsimd backends
 //            run), parallel over (b, h, 64-query block) tasks with the TBB framework;
 //   unfused  the same kernel with one key tile per row: each query block's whole rows of scores
@@ -59,16 +60,33 @@ double peak_for(mha::isa isa, bool bf16 = false) {
 
 struct shape {
   std::int64_t batch, seq_len, heads, head_dim;
+  std::int64_t window = 0;  // a sliding window (docs/design.md §1.9); 0: plain causal
 
-  std::string name() const { return text("b", batch, "/t", seq_len, "/h", heads, "/hd", head_dim); }
+  std::string name() const {
+    return text("b", batch, "/t", seq_len, "/h", heads, "/hd", head_dim,
+                window > 0 ? text("/w", window) : std::string());
+  }
   std::int64_t size() const { return batch * heads * seq_len * head_dim; }
+  // The pairs each row attends to, counted: T (T + 1) / 2 causal, sum_i min(i + 1, w) in a
+  // window (the O(T w) law: only the multiply-adds inside each row's window count).
   double gflop() const {
-    return 4.0 * static_cast<double>(batch * heads * head_dim) * 0.5 *
-           static_cast<double>(seq_len) * static_cast<double>(seq_len + 1) * 1e-9;
+    const double t = static_cast<double>(seq_len);
+    double pairs = 0.5 * t * (t + 1);
+    if (window > 0 && window < seq_len) {
+      const double w = static_cast<double>(window);
+      pairs = 0.5 * w * (w + 1) + (t - w) * w;
+    }
+    return 4.0 * static_cast<double>(batch * heads * head_dim) * pairs * 1e-9;
   }
 };
 
-const std::vector<shape> shapes = {{1, 1024, 12, 64}, {1, 4096, 12, 64}, {1, 256, 96, 8}};
+// GPT-2's head shape at 1k and 4k, 96 narrow heads; a window of 512 over 8k beside plain causal
+// attention over 512 (the window's rows each read as many keys as that call's last).
+const std::vector<shape> shapes = {{1, 1024, 12, 64},
+                                   {1, 4096, 12, 64},
+                                   {1, 256, 96, 8},
+                                   {1, 8192, 12, 64, 512},
+                                   {1, 512, 12, 64}};
 
 // Q, K, V uniform in [-1, 1) (K scaled up so the softmax is not flat), out, and the oracle's
 // sampled rows.
@@ -94,7 +112,8 @@ struct operands {
 // when it exceeds the tolerance (float accumulation over up to 4096 keys stays far below 1e-5;
 // bf16 operands within 2^-6 of the fp32 oracle here, docs/design.md §1.5).
 std::string check(const shape& s, const operands& o, double tolerance) {
-  const mha_reference::attention_shape a{s.batch, s.heads, s.seq_len, s.head_dim};
+  mha_reference::attention_shape a{s.batch, s.heads, s.seq_len, s.head_dim};
+  a.window = s.window;
   double error = 0.0, largest = 0.0;
   for (const std::int64_t b : {std::int64_t{0}, s.batch - 1}) {
     for (const std::int64_t h : {std::int64_t{0}, s.heads / 2, s.heads - 1}) {
@@ -144,6 +163,7 @@ void bm_xsimd(benchmark::State& state, shape s, int threads, std::int64_t key_ti
   args.head_dim = s.head_dim;
   args.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   args.bf16 = bf16;
+  args.window = s.window;
   const mha::detail::attention_layout layout = kernels.layout(
       {.seq_len = s.seq_len, .keys = s.seq_len, .head_dim = s.head_dim, .key_tile = key_tile});
   state.SetLabel(text("key tile ", std::min(layout.key_tile, s.seq_len), ", ", kernels.arch_name));
@@ -202,12 +222,13 @@ int main(int argc, char** argv) {
                                    mha::detail::default_key_tile, false)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("attention/unfused" + suffix).c_str(), bm_xsimd, s, threads,
-                                   s.seq_len, false)
-          ->UseRealTime()
-          ->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark(("attention/fused_bf16" + suffix).c_str(), bm_xsimd, s, threads,
                                    mha::detail::default_key_tile, true)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      if (s.window > 0) continue;  // the unfused form and oneDNN have no window
+      benchmark::RegisterBenchmark(("attention/unfused" + suffix).c_str(), bm_xsimd, s, threads,
+                                   s.seq_len, false)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
 #if MHA_BENCH_ONEDNN

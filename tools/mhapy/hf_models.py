@@ -29,6 +29,27 @@ MODELS = {
         },
         tie_word_embeddings=True,
     ),
+    # Gemma 3 270M's shape (its config.json): 18 layers, five sliding ones (a window of 512) then a
+    # full one, 4 query heads of 256 over one K/V head, a 262k vocabulary (tied).
+    "gemma3": dict(
+        kind="gemma3",
+        hidden_size=640,
+        intermediate_size=2048,
+        num_hidden_layers=18,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=256,
+        vocab_size=262144,
+        max_position_embeddings=32768,
+        sliding_window=512,
+        layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 3,
+        rope_parameters={
+            "full_attention": {"rope_theta": 1000000.0, "rope_type": "default"},
+            "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+        },
+        query_pre_attn_scalar=256,
+        tie_word_embeddings=True,
+    ),
     # A small one for tests and quick looks.
     "tiny": dict(
         kind="llama",
@@ -108,7 +129,14 @@ def build(name: str, dtype: Any, layers: int = 0) -> Any:
     kind = spec.pop("kind")
     if layers:
         spec["n_layer" if kind == "gpt2" else "num_hidden_layers"] = layers
-    cfg = (transformers.GPT2Config if kind == "gpt2" else transformers.LlamaConfig)(**spec)
+        if "layer_types" in spec:
+            spec["layer_types"] = spec["layer_types"][:layers]
+    configs = {
+        "gpt2": transformers.GPT2Config,
+        "llama": transformers.LlamaConfig,
+        "gemma3": transformers.Gemma3TextConfig,
+    }
+    cfg = configs[kind](**spec)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(
         cfg, attn_implementation="sdpa", dtype=torch.float32
