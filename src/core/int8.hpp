@@ -76,11 +76,12 @@ inline int8_row row_scale(const float* x, std::int64_t n) noexcept {
 // are multiplied by the same scales (q . k = (q s) . (k / s)), so that a channel whose keys are
 // far larger than the others' (the outlier channels of trained models' keys) no longer sets
 // every token's step alone. The scales are set once, from the keys of the sequence's first call
-// (its prompt): s_c = max_t |k_tc| / max_c max_t |k_tc|, at least key_channel_floor, 1 where
-// no key is finite and non-zero. A later key can then be key_channel_floor^-1 times the size
-// its channel's prompt keys were, relative to the largest channel: its step grows by that much
-// at most (the int8 bound's key_magnification). On Gemma 3 270M over real text they cut the
-// int8 cache's KL divergence against fp32 about sevenfold (docs/design.md §1.7).
+// (its prompt; the first append at all where channel_scales_set says there are none yet): s_c =
+// max_t |k_tc| / max_c max_t |k_tc|, at least key_channel_floor, 1 where no key is finite and
+// non-zero. A later key can then be key_channel_floor^-1 times the size its channel's prompt keys
+// were, relative to the largest channel: its step grows by that much at most (the int8 bound's
+// key_magnification). On Gemma 3 270M over real text they cut the int8 cache's KL divergence
+// against fp32 about sevenfold (docs/design.md §1.7).
 inline constexpr float key_channel_floor = 0.125f;
 
 // The channel scales s[0, head_dim) of the n key rows at k (row stride ld).
@@ -100,6 +101,11 @@ inline void key_channel_scales(const float* k, std::int64_t n, std::int64_t ld,
     s[d] = largest > 0.0f ? std::max(s[d] / largest, key_channel_floor) : 1.0f;
   }
 }
+
+// Whether a head's channel scales hold scales (at least key_channel_floor each), not a new
+// cache's zeros: a sequence whose tokens a benchmark held without appending them
+// (mha_testing::hold_zero_tokens) sets them at its first append.
+inline bool channel_scales_set(const float* s) noexcept { return s[0] > 0.0f; }
 
 // Element d of key row k over its channel scales s: k_d / s_d.
 inline float scaled_key(const float* k, const float* s, std::int64_t d) noexcept {

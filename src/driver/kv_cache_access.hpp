@@ -170,7 +170,7 @@ inline void append_int8(const attention_args& a) {
     for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
       int8_row* rows = int8_rows(*a.cache, a.head_dim, b, g);
       float* channels = int8_channels(*a.cache, a.head_dim, b, g);
-      if (past == 0) {
+      if (past == 0 || !channel_scales_set(channels)) {
         key_channel_scales(a.k.row(b, g, 0), a.seq_len, a.k.row_stride, a.head_dim, channels);
       }
       for (std::int64_t i = 0; i < a.seq_len; ++i) {

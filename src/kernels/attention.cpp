@@ -325,7 +325,11 @@ std::int64_t attention_schedule::appends() const noexcept {
 void attention_schedule::append(std::int64_t i) const noexcept {
   const std::int64_t b = i / args_.kv_heads(), g = i % args_.kv_heads(), past = this->past(b);
   const kv_store& cache = *args_.cache;
-  const bool first = past == 0;  // an int8 head's channel scales are set by these keys
+  // An int8 head's channel scales are set by these keys (the sequence's first, or the first
+  // appended at all: channel_scales_set).
+  const bool first =
+      past == 0 || (layout_.int8 && !channel_scales_set(reinterpret_cast<const float*>(
+                                        cache.head(b, g) + layout_.channels_offset())));
   if (!cache.ring) {
     pack_keys(kernels_, args_, layout_, b, g, past, past + args_.seq_len, cache.head(b, g), first);
     return;

@@ -64,8 +64,8 @@ TEST_F(Cli, BackendsListsTheRegistry) {
     isa_column.push_back(' ');
     EXPECT_THAT(r.output, HasSubstr(isa_column));
   }
-  // A line per backend and four feature lines under each.
-  EXPECT_EQ(lines(r.output), 1 + 5 * mha::available_backends().size());
+  // A line per backend and five feature lines under each.
+  EXPECT_EQ(lines(r.output), 1 + 6 * mha::available_backends().size());
   // Each feature line says yes or why not, as supports() does.
   for (const mha::backend* b : mha::available_backends()) {
     mha::problem bf16;
@@ -73,17 +73,26 @@ TEST_F(Cli, BackendsListsTheRegistry) {
     bf16.cfg.precision = mha::precision::bf16;
     const mha::support s = b->supports(bf16);
     const std::string answer = s ? "yes" : "declined: " + s.reason();
-    // The backend's block: its line and the four feature lines under it.
+    // The backend's block: its line and the five feature lines under it.
     const std::size_t at = r.output.find("\n" + std::string(b->name()) + " ");
     ASSERT_NE(at, std::string::npos) << b->name();
     std::size_t end = at + 1;
-    for (int line = 0; line < 5 && end != std::string::npos; ++line)
+    for (int line = 0; line < 6 && end != std::string::npos; ++line)
       end = r.output.find('\n', end + 1);
     const std::string block = r.output.substr(at + 1, end - at);
     EXPECT_THAT(block, HasSubstr("bf16           " + answer + "\n")) << b->name();
     const mha::support call = b->supports_attention(mha::precision::fp32);
+    EXPECT_THAT(
+        block,
+        HasSubstr("attention-call " +
+                  (call ? "yes (windows, soft-caps, sinks)" : "declined: " + call.reason()) + "\n"))
+        << b->name();
+    mha::problem windowed = bf16;
+    windowed.cfg.precision = mha::precision::fp32;
+    windowed.cfg.window = 4;
+    const mha::support w = b->supports(windowed);
     EXPECT_THAT(block,
-                HasSubstr("attention-call " + (call ? "yes" : "declined: " + call.reason()) + "\n"))
+                HasSubstr("window         " + (w ? "yes" : "declined: " + w.reason()) + "\n"))
         << b->name();
   }
   EXPECT_THAT(r.output, testing::ContainsRegex("naive .*\n +grouped-query +yes"));
