@@ -144,6 +144,7 @@ void print_shapes(const expansion& shapes) {
       std::cout << " precision=" << mha::to_string(c.precision);
     if (p.problem.kv_precision)
       std::cout << " kv_precision=" << mha::to_string(*p.problem.kv_precision);
+    if (c.window > 0) std::cout << " window=" << c.window;
     std::cout << " threads=" << p.threads << " series=" << join(p.series, ",") << '\n';
   }
 }

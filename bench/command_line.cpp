@@ -87,6 +87,7 @@ options parse_command_line(std::span<const std::string> args) {
       {"--kv-heads",
        [&](auto f, auto v) { o.lists.kv_heads = non_negative_list<std::int64_t>(f, v); }},
       {"--past", [&](auto f, auto v) { o.lists.past = non_negative_list<std::int64_t>(f, v); }},
+      {"--window", [&](auto f, auto v) { o.lists.window = non_negative_list<std::int64_t>(f, v); }},
       {"--precision",
        [&](auto f, auto v) {
          std::vector<mha::precision> list;
@@ -155,6 +156,8 @@ std::string usage(std::string_view program) {
          "                        seq: T = 64..4096 at GPT-2 small; threads: 1..nproc at GPT-2 "
          "small;\n"
          "                        decode: one token over 128..32768 cached tokens, B 1..32;\n"
+         "                        window: sliding windows 512 and 4096 beside causal, prefill\n"
+         "                        and decode over 4k..32k tokens;\n"
          "                        cores: prefill B1/B4 and decode over 8k at 1, 2, 4, ..., "
          "nproc threads;\n"
          "                        full: all of them\n"
@@ -168,6 +171,8 @@ std::string usage(std::string_view program) {
          "  --kv-heads, --past LIST\n"
          "                        K/V heads (0 = H; H not divisible by it is dropped) and cached\n"
          "                        tokens before each call (decode); default 0\n"
+         "  --window LIST         sliding windows (0 = plain causal attention; a window covering\n"
+         "                        every key of a shape is dropped, with a notice); default 0\n"
          "  --precision LIST      fp32,bf16 (default fp32)\n"
          "  --kv-precision LIST   the KV cache's: fp32,bf16,int8 (default: the plan's own; a\n"
          "                        float cache runs with plans of its precision only)\n"

@@ -14,8 +14,8 @@ namespace {
 // GPT-2 small: the anchor shape of docs/design.md §5 and of the backend targets.
 constexpr std::int64_t gpt2_d_model = 768, gpt2_heads = 12, gpt2_context = 1024;
 
-constexpr std::array<std::string_view, 7> names = {"quick",  "heads", "seq", "threads",
-                                                   "decode", "cores", "full"};
+constexpr std::array<std::string_view, 8> names = {"quick",  "heads",  "seq",   "threads",
+                                                   "decode", "window", "cores", "full"};
 
 std::vector<int> one_and_all(int hardware_threads) {
   if (hardware_threads == 1) return {1};
@@ -97,6 +97,20 @@ std::vector<series> decode(int hw) {
   return {s, grouped, cache, long_context, llama};
 }
 
+std::vector<series> window(int hw) {
+  // Sliding windows (docs/design.md §1.9) beside plain causal attention (window 0) at GPT-2
+  // small's width: prefill of one sequence of 4k to 32k tokens, where a window of w costs
+  // O(T w) against causal's O(T^2), and a decode step over as many cached tokens, where it reads
+  // w keys whatever the context. A window of 4,096 over 4,096 positions is causal: dropped.
+  series prefill{"window",       {1}, {4096, 8192, 16384, 32768}, {gpt2_heads}, {gpt2_d_model}, 0,
+                 one_and_all(hw)};
+  prefill.window = {0, 512, 4096};
+  series step{"window_decode", {1}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, one_and_all(hw)};
+  step.past = {4096, 8192, 16384, 32768};
+  step.window = {0, 512, 4096};
+  return {prefill, step};
+}
+
 std::vector<series> cores(int hw) {
   // Scaling past two cores: GPT-2 small's prefill for one sequence and four (a larger grid of
   // tasks), and decode over 8192 cached tokens for 1, 8 and 32 sequences (one sequence has 12
@@ -132,10 +146,11 @@ std::vector<series> preset(std::string_view name, int hardware_threads) {
   if (name == "seq") return seq(hardware_threads);
   if (name == "threads") return threads(hardware_threads);
   if (name == "decode") return decode(hardware_threads);
+  if (name == "window") return window(hardware_threads);
   if (name == "cores") return cores(hardware_threads);
   if (name == "full") {
     std::vector<series> all;
-    for (auto part : {quick, heads, seq, threads, decode, cores}) {
+    for (auto part : {quick, heads, seq, threads, decode, window, cores}) {
       for (series& s : part(hardware_threads)) all.push_back(std::move(s));
     }
     return all;

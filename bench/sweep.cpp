@@ -60,7 +60,8 @@ std::string join(std::span<const std::string> parts, std::string_view separator)
 
 mha::problem sweep_problem(std::int64_t batch, std::int64_t seq_len, std::int64_t d_model,
                            std::int64_t heads, std::int64_t kv_heads, std::int64_t past,
-                           mha::precision precision, std::optional<mha::precision> kv_precision) {
+                           mha::precision precision, std::optional<mha::precision> kv_precision,
+                           std::int64_t window) {
   mha::problem p{.cfg = {.d_in = d_model,
                          .d_out = d_model,
                          .n_heads = heads,
@@ -71,6 +72,7 @@ mha::problem sweep_problem(std::int64_t batch, std::int64_t seq_len, std::int64_
                  .past = past};
   p.cfg.n_kv_heads = kv_heads;
   p.cfg.precision = precision;
+  p.cfg.window = window;
   if (kv_precision != precision) p.kv_precision = kv_precision;
   return p;
 }
@@ -111,6 +113,7 @@ std::string to_string(const series& s) {
     for (mha::precision p : s.kv_precisions) names.emplace_back(mha::to_string(p));
     text += " kv_precision=" + join(names, ",");
   }
+  if (!s.window.empty()) text += " window=" + list(s.window);
   return text + " threads=" + list(s.threads);
 }
 
@@ -128,6 +131,7 @@ std::vector<series> apply(std::vector<series> list, const overrides& o) {
     if (o.past) s.past = *o.past;
     if (o.precisions) s.precisions = *o.precisions;
     if (o.kv_precisions) s.kv_precisions = *o.kv_precisions;
+    if (o.window) s.window = *o.window;
   }
   return list;
 }
@@ -150,6 +154,7 @@ std::string shapes_json(const expansion& e) {
       axes += ", \"precision\": \"" + std::string(mha::to_string(c.precision)) + "\"";
     if (p.kv_precision)
       axes += ", \"kv_precision\": \"" + std::string(mha::to_string(*p.kv_precision)) + "\"";
+    if (c.window > 0) axes += ", \"window\": " + std::to_string(c.window);
     char flops[32];
     std::snprintf(flops, sizeof flops, "%.17g", mha::flops(p));
     out += std::string(out.size() > 1 ? ",\n " : "\n ") + "{\"batch\": " + std::to_string(p.batch) +
@@ -187,8 +192,9 @@ expansion expand(std::span<const series> list) {
     require_positive<std::int64_t>(s.heads, s.name, "heads");
     require_positive<int>(s.threads, s.name, "threads");
     if (s.head_dim == 0) require_positive<std::int64_t>(s.d_model, s.name, "d_model");
-    for (auto [values, what] : {std::pair{&s.kv_heads, "kv_heads"},
-                                std::pair{&s.kv_groups, "kv_groups"}, std::pair{&s.past, "past"}}) {
+    for (auto [values, what] :
+         {std::pair{&s.kv_heads, "kv_heads"}, std::pair{&s.kv_groups, "kv_groups"},
+          std::pair{&s.past, "past"}, std::pair{&s.window, "window"}}) {
       for (std::int64_t v : *values) {
         if (v < 0) {
           throw mha::invalid_argument("mha_bench: " + std::string(what) + " (" + std::to_string(v) +
@@ -200,6 +206,7 @@ expansion expand(std::span<const series> list) {
       return values.empty() ? std::vector{fallback} : values;
     };
     const std::vector<std::int64_t> past_list = or_default(s.past, std::int64_t{0});
+    const std::vector<std::int64_t> window_list = or_default(s.window, std::int64_t{0});
     const std::vector<mha::precision> precision_list =
         or_default(s.precisions, mha::precision::fp32);
     // The K/V heads of H: from kv_groups when set (-g: g does not divide H), else kv_heads.
@@ -261,8 +268,18 @@ expansion expand(std::span<const series> list) {
                   for (mha::precision cache : or_default(s.kv_precisions, precision)) {
                     if (auto why = cache_left_out(cache, precision, past, s.name)) {
                       add_once(out.dropped, *why);
-                    } else {
-                      add_point(sweep_problem(b, t, d, h, kv, past, precision, cache));
+                      continue;
+                    }
+                    for (std::int64_t w : window_list) {
+                      if (w > 0 && w >= past + t) {
+                        add_once(out.dropped, "window " + std::to_string(w) + " over " +
+                                                  std::to_string(past + t) +
+                                                  " positions: it covers every key, the causal "
+                                                  "attention of window 0" +
+                                                  where);
+                        continue;
+                      }
+                      add_point(sweep_problem(b, t, d, h, kv, past, precision, cache, w));
                     }
                   }
                 }

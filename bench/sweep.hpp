@@ -22,13 +22,15 @@ namespace mha_bench {
 // (0: a full forward pass) through a module with d_in = d_out = d_model, `heads` heads and
 // kv_heads K/V heads (0: heads), in `precision`, its KV cache in `kv_precision` (nullopt or
 // `precision`: the plan's own), every other field at its default (causal, out_proj with its
-// bias, no qkv bias, no rotary embedding), context_length = past + seq_len.
+// bias, no qkv bias, no rotary embedding), context_length = past + seq_len, and a sliding
+// window of `window` keys (0: plain causal attention; docs/design.md §1.9).
 // Its formulation is split_weight: a shape stands for every formulation, and make_cases sets
 // each case's.
 mha::problem sweep_problem(std::int64_t batch, std::int64_t seq_len, std::int64_t d_model,
                            std::int64_t heads, std::int64_t kv_heads = 0, std::int64_t past = 0,
                            mha::precision precision = mha::precision::fp32,
-                           std::optional<mha::precision> kv_precision = std::nullopt);
+                           std::optional<mha::precision> kv_precision = std::nullopt,
+                           std::int64_t window = 0);
 
 // Whether a and b are the same shape: equal but perhaps for their formulations.
 bool same_shape(const mha::problem& a, const mha::problem& b) noexcept;
@@ -40,9 +42,9 @@ std::string shape_name(const mha::problem& p);
 // A family of shapes a report draws as one line: every combination of its lists. Either
 // d_model lists fixed model widths, or head_dim > 0 derives d_model = head_dim * H for each H
 // (the fixed-head_dim series of the heads preset).
-// The wave's axes (kv_heads or kv_groups, past, precisions, kv_precisions) are empty (their
-// default only) but in the decode series (past: the cached lengths; the cache's precisions) and
-// the grouped-query series of the heads and decode presets.
+// The wave's axes (kv_heads or kv_groups, past, precisions, kv_precisions, window) are empty
+// (their default only) but in the decode series (past: the cached lengths; the cache's
+// precisions), the grouped-query series of the heads and decode presets and the window preset.
 struct series {
   std::string name;  // "heads_d_model", "heads_head_dim", "seq", "threads", "quick_heads", ...
   std::vector<std::int64_t> batch, seq_len, heads, d_model;
@@ -59,6 +61,10 @@ struct series {
   // with bf16) is no combination mha keeps, and a forward pass (past 0) keeps no cache: both
   // are dropped with a notice.
   std::vector<mha::precision> kv_precisions = {};
+  // Sliding windows (docs/design.md §1.9), 0 for plain causal attention; empty: {0}. A window
+  // that covers every key of a shape (w >= past + T) is that shape's causal attention: dropped
+  // with a notice.
+  std::vector<std::int64_t> window = {};
 };
 
 // The parts separated by `separator`: join({"a", "b"}, ",") == "a,b".
@@ -67,7 +73,8 @@ std::string join(std::span<const std::string> parts, std::string_view separator)
 // "heads_head_dim: B=1 T=128 d_model=64*H H=1,2,...,96 threads=1,2".
 std::string to_string(const series& s);
 
-// "quick", "heads", "seq", "threads", "decode", "cores", "full": the names preset() accepts.
+// "quick", "heads", "seq", "threads", "decode", "window", "cores", "full": the names preset()
+// accepts.
 std::span<const std::string_view> preset_names() noexcept;
 
 // The series of a preset (bench/README.md lists them). `hardware_threads` (>= 1) sets
@@ -80,7 +87,7 @@ std::vector<series> preset(std::string_view name, int hardware_threads);
 // Command-line replacements for a preset's lists. A set field replaces that list in every
 // series; d_model replaces fixed widths only (a fixed-head_dim series keeps d_model = 64 * H).
 struct overrides {
-  std::optional<std::vector<std::int64_t>> batch, seq_len, heads, d_model, kv_heads, past;
+  std::optional<std::vector<std::int64_t>> batch, seq_len, heads, d_model, kv_heads, past, window;
   std::optional<std::vector<int>> threads;
   std::optional<std::vector<mha::precision>> precisions, kv_precisions;
 };
@@ -114,10 +121,10 @@ expansion expand(std::span<const series> list);
 // [{"batch": 1, "seq_len": 128, "d_in": 768, "d_out": 768, "n_heads": 12, "causal": true,
 //   "qkv_bias": false, "out_proj": true, "threads": [1, 2], "series": "quick_heads",
 //   "name": "b1/t128/din768/dout768/h12", "flops": 2.6e9}, ...]
-// with "n_kv_heads", "past", "precision" and "kv_precision" too when not the default; "name" is the
-// canonical problem string without its formulation, "flops" the model FLOPs of one call
-// (mha::flops). The peers time exactly the shapes mha_bench does without keeping their own preset
-// lists.
+// with "n_kv_heads", "past", "precision", "kv_precision" and "window" too when not the default;
+// "name" is the canonical problem string without its formulation, "flops" the model FLOPs of one
+// call (mha::flops). The peers time exactly the shapes mha_bench does without keeping their own
+// preset lists.
 std::string shapes_json(const expansion& e);
 
 // What make_cases needs to know about a backend.

@@ -57,7 +57,9 @@ problem parse_problem(std::string_view name);
 //   2*B*T*d_in*(d_out + 2*d_kv)       (Q, K, V projections of the T new tokens)
 // + 2*B*T*d_out*d_out                 (out_proj, when cfg.out_proj)
 // + 4*B*H*head_dim*P                  (Q K^T and A V), P the (query, key) pairs attended:
-//                                     T*past + T*(T+1)/2 causal, T*(past+T) otherwise.
+//                                     T*past + T*(T+1)/2 causal, T*(past+T) otherwise;
+//                                     with a sliding window w, the sum of min(a + 1, w) over
+//                                     the query positions a = past .. past+T-1.
 // The same count for every formulation and precision: they compute the same function.
 double flops(const problem& p) noexcept;
 

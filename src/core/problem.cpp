@@ -1,5 +1,6 @@
 #include "mha/problem.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <iterator>
 #include <optional>
@@ -207,7 +208,14 @@ double flops(const problem& p) noexcept {
   const double d_kv = static_cast<double>(p.cfg.d_kv());
   const double h = static_cast<double>(p.cfg.n_heads);
   const double hd = static_cast<double>(p.cfg.head_dim());
-  const double pairs = p.cfg.causal ? t * past + t * (t + 1) / 2 : t * (past + t);
+  double pairs = p.cfg.causal ? t * past + t * (t + 1) / 2 : t * (past + t);
+  if (p.cfg.causal && p.cfg.window > 0) {
+    // The query at position a (past <= a < past + T) attends to min(a + 1, w) keys: a + 1 up to
+    // position w - 1, w from there on.
+    const double w = static_cast<double>(p.cfg.window), end = past + t;
+    const double growing_end = std::min(end, std::max(past, w));  // positions past..w-1
+    pairs = (growing_end * (growing_end + 1) - past * (past + 1)) / 2 + w * (end - growing_end);
+  }
   double total = 2 * b * t * d_in * (d_out + 2 * d_kv) + 4 * b * h * hd * pairs;
   if (p.cfg.out_proj) total += 2 * b * t * d_out * d_out;
   return total;

@@ -192,6 +192,13 @@ TEST(Problem, FlopsCountGroupsAndCachedTokens) {
   EXPECT_EQ(mha::flops(p), 288.0 + 2 * 144.0 + 1008.0);
   p.cfg.causal = false;  // pairs 3*8 = 24
   EXPECT_EQ(mha::flops(p), 288.0 + 2 * 144.0 + 1152.0);
+  p.cfg.causal = true;
+  p.cfg.window = 2;  // positions 5, 6, 7 see 2 keys each: 6 pairs
+  EXPECT_EQ(mha::flops(p), 288.0 + 2 * 144.0 + 288.0);
+  p.past = 0;  // positions 0, 1, 2 see 1, 2, 2 keys
+  EXPECT_EQ(mha::flops(p), 288.0 + 2 * 144.0 + 240.0);
+  p.cfg.window = 3;  // as wide as the call: causal's 6 pairs
+  EXPECT_EQ(mha::flops(p), 288.0 + 2 * 144.0 + 288.0);
 }
 
 TEST(Config, KvHeadsMustDivideHeadsAndPrecisionBeNamed) {

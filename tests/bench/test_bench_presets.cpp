@@ -244,6 +244,30 @@ TEST(BenchPresets, DecodeGqaIsALlama3LikeStepOver8k) {
   EXPECT_EQ(steps, expected);
 }
 
+// Sliding windows of 512 and 4,096 beside causal attention (0), prefill over 4k to 32k tokens and a
+// decode step over as many; the window of 4,096 over 4,096 positions is causal, left out.
+TEST(BenchPresets, WindowHasWindowsBesideCausalFrom4kTo32k) {
+  std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>> prefill, decode;  // (T, past, w)
+  for (const sweep_point& p : points_of("window", 2)) {
+    const mha::problem& q = p.problem;
+    EXPECT_EQ(q, sweep_problem(1, q.seq_len, 768, 12, 0, q.past, mha::precision::fp32,
+                               mha::precision::fp32, q.cfg.window));
+    (q.past == 0 ? prefill : decode).insert({q.seq_len, q.past, q.cfg.window});
+  }
+  std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>> want_prefill, want_decode;
+  for (std::int64_t n : {4096, 8192, 16384, 32768}) {
+    for (std::int64_t w : {0, 512, 4096}) {
+      if (w != n) want_prefill.insert({n, 0, w});  // w 4096 covers every key at T 4096 ...
+      want_decode.insert({1, n, w});               // ... but not past 4096 and 1 token
+    }
+  }
+  EXPECT_EQ(prefill, want_prefill);
+  EXPECT_EQ(decode, want_decode);
+  const expansion e = mha_bench::expand(mha_bench::preset("window", 2));
+  ASSERT_EQ(e.dropped.size(), 1u);
+  EXPECT_THAT(e.dropped[0], HasSubstr("window 4096 over 4096 positions: it covers every key"));
+}
+
 TEST(BenchPresets, QuickIsAHandfulOfGpt2WideShapes) {
   std::set<std::pair<std::int64_t, std::int64_t>> shapes;  // (T, H)
   for (const sweep_point& p : points_of("quick")) {
@@ -260,11 +284,12 @@ TEST(BenchPresets, FullIsTheUnionWithoutDuplicates) {
   const auto key = [](const sweep_point& p) {
     return std::tuple(p.problem.batch, p.problem.seq_len, p.problem.cfg.d_out,
                       p.problem.cfg.n_heads, p.problem.cfg.n_kv_heads, p.problem.past,
-                      p.problem.cfg.precision, p.problem.cache_precision(), p.threads);
+                      p.problem.cfg.precision, p.problem.cache_precision(), p.problem.cfg.window,
+                      p.threads);
   };
   std::set<decltype(key(full.front()))> seen;
   for (const sweep_point& p : full) EXPECT_TRUE(seen.insert(key(p)).second) << "duplicate point";
-  for (std::string_view name : {"quick", "heads", "seq", "threads", "decode", "cores"}) {
+  for (std::string_view name : {"quick", "heads", "seq", "threads", "decode", "window", "cores"}) {
     for (const sweep_point& p : points_of(name)) EXPECT_TRUE(seen.contains(key(p))) << name;
   }
   // GPT-2 small is in the quick, seq, threads and cores presets: one point, every series named.
@@ -292,7 +317,7 @@ TEST(BenchPresets, UnknownPresetListsTheValidOnes) {
     FAIL() << "no exception";
   } catch (const mha::invalid_argument& e) {
     EXPECT_THAT(e.what(), HasSubstr("'huge'"));
-    EXPECT_THAT(e.what(), HasSubstr("quick, heads, seq, threads, decode, cores, full"));
+    EXPECT_THAT(e.what(), HasSubstr("quick, heads, seq, threads, decode, window, cores, full"));
   }
 }
 

@@ -272,10 +272,13 @@ TEST(BenchCommandLine, ParsesFlagsInBothForms) {
   EXPECT_FALSE(o.lists.kv_heads);
 
   const std::vector<std::string> axes = {"--kv-heads=0,8", "--past", "0,1023",
-                                         "--precision=fp32,bf16"};
+                                         "--precision=fp32,bf16", "--window=0,512"};
   const mha_bench::options a = mha_bench::parse_command_line(axes);
   EXPECT_THAT(*a.lists.kv_heads, ElementsAre(0, 8));
   EXPECT_THAT(*a.lists.past, ElementsAre(0, 1023));
+  EXPECT_THAT(*a.lists.window, ElementsAre(0, 512));
+  EXPECT_THROW(mha_bench::parse_command_line(std::vector<std::string>{"--window=-2"}),
+               mha::invalid_argument);
   EXPECT_THAT(*a.lists.precisions, ElementsAre(mha::precision::fp32, mha::precision::bf16));
   EXPECT_THROW(mha_bench::parse_command_line(std::vector<std::string>{"--precision=fp16"}),
                mha::invalid_argument);
@@ -325,6 +328,34 @@ TEST(BenchOverrides, KvPrecisionIsAnAxis) {
   const std::string json = mha_bench::shapes_json({{{int8, 1, {"decode_cache"}}}, {}});
   EXPECT_THAT(json, HasSubstr("\"past\": 8192, \"kv_precision\": \"int8\", \"name\": "
                               "\"b1/t1/past8192/din768/dout768/h12/kv_int8\""));
+}
+
+// Sliding windows are an axis: every series' shapes with each window (0: causal), named /w<W>,
+// "window" in the peers' shape file, FLOPs counting the window's pairs only; a window that
+// covers every key of a shape is its causal attention, dropped with a notice.
+TEST(BenchOverrides, WindowIsAnAxis) {
+  mha_bench::overrides o;
+  o.seq_len = {64, 256};
+  o.threads = {1};
+  o.window = {0, 128};
+  const expansion e = mha_bench::expand(mha_bench::apply(mha_bench::preset("threads", 1), o));
+  std::set<std::pair<std::int64_t, std::int64_t>> shapes;  // (T, w)
+  for (const sweep_point& p : e.points) shapes.insert({p.problem.seq_len, p.problem.cfg.window});
+  EXPECT_THAT(shapes, ElementsAre(std::pair{64, 0}, std::pair{256, 0}, std::pair{256, 128}));
+  EXPECT_THAT(e.dropped, ElementsAre(HasSubstr("window 128 over 64 positions: it covers every "
+                                               "key, the causal attention of window 0 (B=1 T=64")));
+  EXPECT_THAT(mha_bench::to_string(mha_bench::apply(mha_bench::preset("threads", 1), o)[0]),
+              HasSubstr(" window=0,128 "));
+  const mha::problem windowed =
+      sweep_problem(1, 256, 768, 12, 0, 0, mha::precision::fp32, std::nullopt, 128);
+  EXPECT_EQ(split_case_name(windowed, "tbb"),
+            "mha/tbb/split_weight/b1/t256/din768/dout768/h12/w128/threads:1");
+  const std::string json = mha_bench::shapes_json({{{windowed, 1, {"window"}}}, {}});
+  EXPECT_THAT(json, HasSubstr("\"window\": 128, \"name\": \"b1/t256/din768/dout768/h12/w128\""));
+  // Rows 0..127 see 1..128 keys, the 128 after them 128 each: 128*129/2 + 128*128 pairs.
+  const double causal_pairs = 256.0 * 257 / 2, window_pairs = 128.0 * 129 / 2 + 128.0 * 128;
+  EXPECT_DOUBLE_EQ(mha::flops(sweep_problem(1, 256, 768, 12)) - mha::flops(windowed),
+                   4.0 * 12 * 64 * (causal_pairs - window_pairs));
 }
 
 TEST(BenchCommandLine, RejectsBadInputNamingIt) {

@@ -69,9 +69,11 @@ def forward_rows(s: Shape, w: Weights, x: np.ndarray, rows: list[tuple[int, int]
             if s.rope_base:
                 q = rotate(q, np.array([past + t]), hd, s.rope_base)
             visible = past + t + 1 if s.causal else past + s.seq_len
+            # A sliding window (§1.9): the last `window` keys of the row's, its own included.
+            first = max(0, visible - s.window) if s.window else 0
             q = q.reshape(s.n_heads, hd)
-            k = keys[:visible].reshape(visible, s.kv_heads, hd)
-            v = vals[:visible].reshape(visible, s.kv_heads, hd)
+            k = keys[first:visible].reshape(visible - first, s.kv_heads, hd)
+            v = vals[first:visible].reshape(visible - first, s.kv_heads, hd)
             kv = np.arange(s.n_heads) // group
             scores = np.einsum("hd,jhd->hj", q, k[:, kv, :]) / np.sqrt(hd)
             max_score[r] = np.abs(scores).max()

@@ -86,11 +86,12 @@ class Shape:
         return " ".join([text] + self.extras())
 
     def extras(self, past: bool = True) -> list[str]:
-        """What label() adds after the sizes: 'past P' (unless past=False), 'kvh K', then the
-        other optional parts not at their default as names spell them ('rope<base>', flags,
-        precision)."""
+        """What label() adds after the sizes: 'past P' (unless past=False), 'kvh K', 'window W',
+        then the other optional parts not at their default as names spell them ('rope<base>',
+        flags, precision)."""
         out = [f"past {self.past}"] if self.past and past else []
         out += [f"kvh {self.n_kv_heads}"] if self.n_kv_heads else []
+        out += [f"window {self.window}"] if self.window else []
         return out + [text for part in PARTS if part.kind != "count" and (text := part.spell(self))]
 
 
@@ -231,18 +232,26 @@ def parse_shape(parts: list[str]) -> Shape:
     return Shape(**fields)
 
 
+def pairs(s: Shape) -> int:
+    """The (query, key) pairs one sequence's call attends (docs/design.md §3): each new token
+    sees the cached ones, and itself plus the earlier new ones (causal) or every new one (not
+    causal); with a sliding window, the query at position a sees min(a + 1, window) keys."""
+    if s.causal and s.window:
+        end = s.past + s.seq_len
+        growing_end = min(end, max(s.past, s.window))
+        return (growing_end * (growing_end + 1) - s.past * (s.past + 1)) // 2 + s.window * (end - growing_end)
+    new = s.seq_len * (s.seq_len + 1) // 2 if s.causal else s.seq_len * s.seq_len
+    return s.seq_len * s.past + new
+
+
 def flops(s: Shape) -> int:
     """Model FLOPs of one call (docs/design.md §3), the same for every formulation and
     precision: the count mha_bench's GFLOPS counter divides, with d_kv = kv_heads · head_dim and
     the queries attending after `past` cached tokens."""
     d_kv = s.kv_heads * s.head_dim
-    # Query-key pairs: each new token sees the cached ones, and itself plus the earlier new
-    # ones (causal) or every new one (not causal).
-    new = s.seq_len * (s.seq_len + 1) // 2 if s.causal else s.seq_len * s.seq_len
-    pairs = s.seq_len * s.past + new
     tokens = s.batch * s.seq_len
     projections = 2 * tokens * s.d_in * (s.d_out + 2 * d_kv) + (2 * tokens * s.d_out**2 if s.out_proj else 0)
-    scores_and_context = 4 * s.batch * s.n_heads * s.head_dim * pairs
+    scores_and_context = 4 * s.batch * s.n_heads * s.head_dim * pairs(s)
     return projections + scores_and_context
 
 

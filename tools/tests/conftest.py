@@ -56,6 +56,7 @@ def bench_name(backend: str, form: str, s: Shape, threads: int) -> str:
     )
     past = f"/past{s.past}" if s.past else ""
     kvh = f"/kvh{s.n_kv_heads}" if s.n_kv_heads else ""
+    kvh += f"/w{s.window}" if s.window else ""
     precision = "" if s.precision == "fp32" else f"/{s.precision}"
     precision += f"/kv_{s.kv_precision}" if s.kv_precision else ""
     return (

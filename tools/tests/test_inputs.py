@@ -66,8 +66,14 @@ def test_weights_x_and_rows_are_mha_bench_s(tmp_path, flags):
 
 @pytest.mark.parametrize(
     "flags",
-    [TINY, TINY + ["--kv-heads", "1"], TINY + ["--past", "5", "--seq", "1,2"]],
-    ids=["mha", "kvh1", "decode"],
+    [
+        TINY,
+        TINY + ["--kv-heads", "1"],
+        TINY + ["--past", "5", "--seq", "1,2"],
+        TINY + ["--window", "3"],
+        TINY + ["--past", "5", "--seq", "1,2", "--window", "2"],
+    ],
+    ids=["mha", "kvh1", "decode", "window", "decode_window"],
 )
 def test_oracle_is_mha_bench_s(tmp_path, flags):
     for problem, t, _ in dumped(tmp_path, *flags):

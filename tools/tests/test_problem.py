@@ -34,6 +34,11 @@ SMALL = Shape(1, 2, 3, 4, 2)
         (SMALL, 0, 1, 96 + 64 + 48),
         (SMALL, 0, 2, 144 + 64 + 48),  # n_kv_heads = H is multi-head attention
         (Shape(3, 2, 3, 4, 2), 0, 0, 3 * (144 + 64 + 48)),
+        # Sliding windows: position a sees min(a + 1, w) keys.
+        (Shape(1, 2, 3, 4, 2, window=1), 0, 0, 144 + 64 + 32),
+        (Shape(1, 2, 3, 4, 2, window=2), 0, 0, 144 + 64 + 48),
+        (Shape(1, 2, 3, 4, 2, window=1), 3, 0, 144 + 64 + 32),
+        (Shape(1, 2, 3, 4, 2, window=3), 3, 0, 144 + 64 + 96),
         # GPT-2 small's attention, B1 T128: the count mha_bench reports for it.
         (Shape(1, 128, 768, 768, 12), 0, 0, 629342208),
     ],

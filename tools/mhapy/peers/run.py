@@ -74,7 +74,7 @@ class Job:
 
 
 _SHAPE_FIELDS = {"batch", "seq_len", "d_in", "d_out", "n_heads", "causal", "qkv_bias", "out_proj", "past"}
-_AXES = {"n_kv_heads", "precision", "rope_base", "out_proj_bias", "kv_precision"}
+_AXES = {"n_kv_heads", "precision", "rope_base", "out_proj_bias", "kv_precision", "window"}
 _FILE_FIELDS = _SHAPE_FIELDS | _AXES | {"threads", "series", "name", "flops"}
 
 
