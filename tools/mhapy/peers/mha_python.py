@@ -96,6 +96,7 @@ class MhaPython(Peer):
             precision=s.precision,
             rope_base=s.rope_base,
             rope_scaling=self.mha.RopeScaling.from_name(s.rope_scaling),
+            window=s.window,
         )
 
     def declines(self, variant: Variant, s: Shape) -> str | None:

@@ -291,6 +291,11 @@ class OnnxRuntime(Peer):
             return f"a {s.kv_precision} KV cache: these graphs keep their past_key/past_value inputs in f32"
         if variant.backend in ("onnxruntime", "onnxruntime_mha"):
             op = "Attention" if variant.backend == "onnxruntime" else "MultiHeadAttention"
+            if s.window:
+                return (
+                    f"a sliding window ({s.window}): com.microsoft.{op} has none; onnxruntime_gqa "
+                    "computes it (local_window_size)"
+                )
             if s.n_kv_heads:
                 return (
                     f"com.microsoft.{op} has one head count for Q, K and V (no K/V head count): "
@@ -426,6 +431,10 @@ class OnnxRuntime(Peer):
         lengths = [g.input("seqlens_k", TP.INT32, [s.batch]), g.input("total_sequence_length", TP.INT32, [])]
         ins = [qkv, "", ""] + cache + lengths
         attributes = dict(num_heads=s.n_heads, kv_num_heads=s.kv_heads, causal=int(s.causal))
+        if s.window:
+            # The CPU kernel's window counts the row's own key, as §1.9's does (w - 1 fails the
+            # oracle's check by 0.0054 at w 256).
+            attributes["local_window_size"] = s.window
         if tables:
             ins += [g.constant("cos_cache", tables[0]), g.constant("sin_cache", tables[1])]
             attributes |= dict(do_rotary=1, rotary_interleaved=0)

@@ -295,6 +295,11 @@ class OpenVINO(Peer):
         self.capabilities = list(self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
     def declines(self, variant: Variant, s: Shape) -> str | None:
+        if s.window:
+            return (
+                f"a sliding window ({s.window}): OpenVINO's ScaledDotProductAttention op takes no window "
+                "(its PagedAttention does, behind a serving pipeline this bench does not drive)"
+            )
         if variant.backend == "openvino_u8kv" and s.kv_precision:
             return (
                 f"a {s.kv_precision} KV cache: openvino runs it with its cache pinned to u8 (per token and "

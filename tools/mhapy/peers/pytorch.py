@@ -1,6 +1,6 @@
 """PyTorch 2.x as a peer: the seeds' modules as written (mhapy.torch_modules), the split-weight
-module on F.scaled_dot_product_attention (SDPAMultiHeadAttention: PyTorch's flash kernel on
-CPU, grouped K/V heads, RoPE, a preallocated KV cache), torch.nn.MultiheadAttention, and
+module on F.scaled_dot_product_attention (mhapy.sdpa_module: PyTorch's flash kernel on CPU,
+grouped K/V heads, RoPE, a preallocated KV cache, sliding windows as SDPA's masked call), torch.nn.MultiheadAttention, and
 torch.compile of the SDPA module. Modules run in eval mode under torch.inference_mode();
 torch.set_num_threads(threads) before each call's first run.
 """
@@ -44,7 +44,7 @@ VARIANTS = [
         "split_weight",
         "one nn.Linear per Q/K/V, F.scaled_dot_product_attention (is_causal; enable_gqa for grouped "
         "K/V heads), RoPE rotate-half; decode: a preallocated (B, H_kv, capacity, hd) cache, SDPA "
-        "over the filled slice",
+        "over the filled slice; a sliding window: SDPA's masked call over the window's keys",
     ),
     Variant(
         "torch_nn_mha",
@@ -92,9 +92,9 @@ class PyTorch(Peer):
 
     def __init__(self, torch):
         self.torch = torch
-        from .. import torch_modules
+        from .. import sdpa_module, torch_modules
 
-        self.tm = torch_modules
+        self.tm, self.sdpa = torch_modules, sdpa_module
         self.compile_over: str | None = None
 
     # -- what each variant computes --
@@ -105,6 +105,8 @@ class PyTorch(Peer):
                 f"a {s.kv_precision} KV cache: PyTorch's decode keeps its cache as tensors in the "
                 "compute precision"
             )
+        if s.window and variant.backend != "torch_sdpa":
+            return f"a sliding window ({s.window}): torch_sdpa computes it, as SDPA's masked call"
         seeds = variant.backend in ("torch", "torch_prealloc")
         if seeds:
             if s.precision != "fp32":
@@ -174,10 +176,10 @@ class PyTorch(Peer):
         return module.eval().to(torch.float32)
 
     def sdpa_module(self, s: Shape, w: Weights, dtype, capacity: int = 0):
-        tm = self.tm
+        sdpa = self.sdpa
         positions = s.past + s.seq_len * (1 + CACHE_SLACK_CALLS)
-        rope = tm.rope_half_tables(s.head_dim, s.rope_base, positions, dtype) if s.rope_base else None
-        module = tm.SDPAMultiHeadAttention(
+        rope = sdpa.rope_half_tables(s.head_dim, s.rope_base, positions, dtype) if s.rope_base else None
+        module = sdpa.SDPAMultiHeadAttention(
             s.d_in,
             s.d_out,
             s.n_heads,
@@ -188,6 +190,7 @@ class PyTorch(Peer):
             out_proj_bias=s.out_proj_bias,
             rope=rope,
             capacity=capacity,
+            window=s.window,
         )
         self.load_block(module, w)
         return module.eval().to(dtype)

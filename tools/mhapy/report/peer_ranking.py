@@ -6,7 +6,8 @@ A path is an mha backend (its fastest formulation at each shape) or a peer libra
 fastest variant: PyTorch's best of the seeds' modules, SDPA, nn.MultiheadAttention and
 torch.compile; OpenVINO's best cache precision; ...). Shapes fall in classes that change the
 answer: forward passes with head_dim of 32 or more, with narrower heads, with grouped K/V heads;
-decode steps of one sequence, of a batch, with grouped K/V heads.
+decode steps of one sequence, of a batch, with grouped K/V heads; forward passes and decode steps
+with a sliding window (fewer peers compute one).
 """
 
 from __future__ import annotations
@@ -30,10 +31,14 @@ CLASSES = (
     "decode, B = 1",
     "decode, B > 1",
     "decode, grouped K/V heads",
+    "forward, sliding window",
+    "decode, sliding window",
 )
 
 
 def shape_class(s: Shape) -> str:
+    if s.window:
+        return CLASSES[7] if s.is_decode else CLASSES[6]
     if s.is_decode:
         if s.n_kv_heads:
             return CLASSES[5]

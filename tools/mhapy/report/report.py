@@ -7,7 +7,8 @@ A topic module holds its analysis (numbers and verdicts, as dataclasses) and the
 per-shape table), formulations (split-weight and fused-QKV against the wrapper), fused_qkv
 (fused-QKV against split-weight), throughput (GFLOP/s and % of peak), scaling (threads, and the
 tbb scaling model from a task trace),
-precision (fp32 vs bf16), decode, grouped_query (fewer K/V heads than H), peer_ranking (mha and
+precision (fp32 vs bf16), decode, grouped_query (fewer K/V heads than H), windows (sliding
+windows against causal attention and the peers' masked calls), peer_ranking (mha and
 the peers), cross_machine, overview (summary, time bars, failures) and appendix (contexts,
 peaks, peak warnings). Shared: results (loading), series, peaks, wording, figures, document.
 """
@@ -35,6 +36,7 @@ from . import (
     scaling,
     throughput,
     whole_models,
+    windows,
 )
 from .document import Bullets, Figure, Heading, Para
 from .peaks import Peaks, peak_warnings
@@ -155,6 +157,7 @@ def _machine_blocks(
             "with H K/V heads (the heads preset's series heads_kv, the decode preset's decode_kv)."
         )
     blocks += grouped
+    blocks += windows.section(results)
     trace = model.for_machine(results)
     modelled = scaling.model_section(results, trace, folder, prefix, model.socket_gbps) if trace else []
     if trace and not modelled:

@@ -63,7 +63,7 @@ def kv_group_text(group: str) -> str:
 
 def _flag_key(s: Shape) -> tuple:
     """What a series keeps fixed besides its sizes: flags, K/V heads, precision, RoPE base, the
-    KV cache's precision, past (last: past_series drops it)."""
+    KV cache's precision, the sliding window, past (last: past_series drops it)."""
     return (
         s.causal,
         s.qkv_bias,
@@ -73,6 +73,7 @@ def _flag_key(s: Shape) -> tuple:
         s.precision,
         s.rope_base,
         s.kv_precision,
+        s.window,
         s.past,
     )
 

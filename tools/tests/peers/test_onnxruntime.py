@@ -37,6 +37,9 @@ SHAPES = [
     "b2/t2/past4/din16/dout32/h2/rope10000/qkv_bias/no_out_proj",
     "b2/t3/past4/din16/dout32/h2/noncausal/qkv_bias",
     "b1/t4/din16/dout32/h2/bf16",
+    # Sliding windows shorter than the keys (onnxruntime_gqa's local_window_size).
+    "b2/t9/din32/dout64/h4/kvh2/rope10000/w3",
+    "b2/t1/past6/din16/dout32/h2/w2",
 ]
 
 
@@ -67,13 +70,14 @@ def test_two_threads_compute_it_too(backend):
 
 def test_each_variant_declines_only_what_its_operator_lacks():
     # Of SHAPES, GroupQueryAttention declines bf16 and non-causal T > 1 after a past with B > 1
-    # only; MultiHeadAttention bf16 and grouped K/V heads; Attention those and RoPE
+    # only; MultiHeadAttention bf16, grouped K/V heads and windows; Attention those and RoPE
     # (test_declines_say_why).
     declined = {b: {t for t in SHAPES if PEER.declines(VARIANTS[b], shape(t))} for b in VARIANTS}
     bf16 = {t for t in SHAPES if t.endswith("bf16")}
+    windows = {t for t in SHAPES if "/w" in t}
     assert declined["onnxruntime_gqa"] == bf16 | {"b2/t3/past4/din16/dout32/h2/noncausal/qkv_bias"}
-    assert declined["onnxruntime_mha"] == bf16 | {t for t in SHAPES if "kvh" in t}
-    assert declined["onnxruntime"] == bf16 | {t for t in SHAPES if "kvh" in t or "rope" in t}
+    assert declined["onnxruntime_mha"] == bf16 | windows | {t for t in SHAPES if "kvh" in t}
+    assert declined["onnxruntime"] == bf16 | windows | {t for t in SHAPES if "kvh" in t or "rope" in t}
 
 
 @pytest.mark.parametrize(
@@ -88,6 +92,7 @@ def test_each_variant_declines_only_what_its_operator_lacks():
         ("onnxruntime_gqa", "b1/t4/din16/dout24/h2", "head_dim a multiple of 8 (got 12)"),
         ("onnxruntime_gqa", "b1/t4/din16/dout16/h2/rope10000", "head_dim a multiple of 16 (got 8)"),
         ("onnxruntime_gqa", "b2/t3/past4/din16/dout32/h2/noncausal", "query_seqlens"),
+        ("onnxruntime_mha", "b1/t4/din16/dout32/h2/w2", "onnxruntime_gqa computes it"),
     ],
 )
 def test_declines_say_why(backend, text, reason):

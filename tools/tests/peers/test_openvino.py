@@ -198,3 +198,11 @@ def test_without_openvino_every_variant_is_unavailable_with_the_reason(monkeypat
     monkeypatch.setitem(sys.modules, "openvino", None)
     with pytest.raises(openvino.Unavailable, match="OpenVINO is not installed in this Python"):
         openvino.make_peer()
+
+
+@pytest.mark.parametrize("text", ["b1/t8/din8/dout8/h2/w2", "b1/t1/past6/din8/dout8/h2/w3"])
+def test_windows_are_declined_naming_the_operator(text):
+    for variant in VARIANTS.values():
+        assert "OpenVINO's ScaledDotProductAttention op takes no window" in PEER.declines(
+            variant, shape(text)
+        )

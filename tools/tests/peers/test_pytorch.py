@@ -1,5 +1,5 @@
 """The PyTorch adapter: every variant against the float64 oracle on tiny shapes (each axis:
-grouped K/V heads, RoPE, biases, no out_proj, d_in != d_out, bf16, decode), decode steps that
+grouped K/V heads, RoPE, biases, no out_proj, d_in != d_out, bf16, decode, sliding windows), decode steps that
 advance and rewind, and every decline with its reason. Runs in the peers' environment
 (scripts/peers-env.sh); skipped where PyTorch is not installed."""
 
@@ -30,6 +30,10 @@ SHAPES = [
     "b2/t1/past5/din16/dout16/h4/kvh1/rope10000/qkv_bias",
     "b2/t2/past5/din16/dout16/h4/kvh2/rope10000/noncausal",
     "b1/t1/past4/din8/dout8/h2/bf16",
+    # Sliding windows shorter than the keys: a forward pass, a chunk and a step after a past.
+    "b1/t9/din16/dout16/h4/kvh2/rope10000/w3",
+    "b2/t3/past6/din16/dout16/h4/qkv_bias/w4",
+    "b2/t1/past6/din8/dout12/h3/w2",
 ]
 
 
@@ -105,6 +109,8 @@ def test_decode_steps_append_and_rewind_puts_the_cache_back(backend, formulation
         ("torch_nn_mha", "fused_qkv", "b1/t4/din8/dout8/h2/no_out_proj", "always applies out_proj"),
         ("torch_nn_mha", "fused_qkv", "b1/t4/din8/dout8/h2/kvh1", "no grouped K/V heads"),
         ("torch_compile", "split_weight", "b1/t1/past3/din8/dout8/h2", "not compiled"),
+        ("torch", "split_weight", "b1/t4/din8/dout8/h2/w2", "torch_sdpa computes it"),
+        ("torch_compile", "split_weight", "b1/t4/din8/dout8/h2/w2", "masked call"),
     ],
 )
 def test_declines_say_why(backend, formulation, text, reason):
