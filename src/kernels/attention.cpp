@@ -307,7 +307,12 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
                   (!args.bf16 || args.bf16_operands()) && !args.dropout.active(),
   });
   if (args.cache && args.cache->ring) pieces_ = 2;
-  if (split) chunks_ = (span + split_keys - 1) / split_keys;
+  // As many chunks as chunk_keys makes of the longest keys a sequence's rows read: from their
+  // first key rounded down to the key step, one chunk more than the window's own keys make
+  // where the rounding passes a multiple of split_keys (a window of 4,096 over 4,097 keys).
+  for (std::int64_t b = 0; split && b < args.batch; ++b) {
+    chunks_ = std::max(chunks_, (this->keys(b) - first_key(b, 0) + split_keys - 1) / split_keys);
+  }
   per_head_ = (split ? chunks_ : layout_.blocks()) * pieces_;
   if (merges() > 0) {
     // Per (b, g, chunk, piece), seq_len * kv_group stacked rows: batch * heads * seq_len in all.

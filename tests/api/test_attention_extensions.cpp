@@ -51,6 +51,9 @@ std::vector<call_case> extension_cases() {
       cases.push_back(windowed(rows, keys, window));
     }
   }
+  // A decode step whose window's first key (1) rounds down to the key step (0), making its keys
+  // one more than the window and one more split chunk (2049 keys of 2048: 2 chunks; 4097: 3).
+  for (const std::int64_t window : {2048, 4096}) cases.push_back(windowed(1, window + 1, window));
   // Every head size's path (narrow, odd, registers), grouped heads, multi-query, a top-left
   // prefill, (B, T, H, D) buffers, with a mask.
   for (const std::int64_t head_dim : {3, 8, 64, 256}) {
