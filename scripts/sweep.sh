@@ -2,7 +2,7 @@
 # The main job: installs what is missing, builds Release, runs a benchmark preset over every
 # built backend and writes results/<host>-<date>-<time>-<preset>.json (bench/README.md: its schema).
 #
-#   scripts/sweep.sh [--preset quick|heads|seq|threads|decode|cores|full] [--with-peers [--peers LIST]]
+#   scripts/sweep.sh [--preset quick|heads|seq|threads|decode|window|cores|full] [--with-peers [--peers LIST]]
 #                    [--with-models [--models-args "ARGS"]] [--shard I/N] [--results DIR]
 #                    [--no-report] [--bench FILE] [mha_bench flags...]
 #
@@ -64,7 +64,7 @@ while (($#)); do
     --peers=*) peers=${1#*=}; shift ;;
     --benchmark_min_time=*) min_time=${1#*=}; bench_args+=("$1"); shift ;;
     --benchmark_repetitions=*) repetitions=${1#*=}; bench_args+=("$1"); shift ;;
-    --preset) preset=${2:?"--preset needs a name: quick, heads, seq, threads, decode, cores or full"}; shift 2 ;;
+    --preset) preset=${2:?"--preset needs a name: quick, heads, seq, threads, decode, window, cores or full"}; shift 2 ;;
     --preset=*) preset=${1#*=}; shift ;;
     --shard) shard=${2:?"--shard needs I/N, e.g. 1/4"}; bench_args+=("--shard=$shard"); shift 2 ;;
     --shard=*) shard=${1#*=}; bench_args+=("$1"); shift ;;

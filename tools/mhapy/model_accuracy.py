@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import meminfo
 from .hf_models import CACHED, attention_of, cache_for
 from .json_file import read_json
 from .models_bench import steps
@@ -116,12 +117,8 @@ def eager_too_big(model: Any, tokens: int) -> str | None:
     """Why eager's forward of `tokens` tokens would not fit, or None: a layer's scores and their
     softmax (fp32, heads x tokens^2 each) and its mask, against half of MemAvailable."""
     need = 4 * tokens * tokens * (2 * model.config.num_attention_heads + 1)
-    try:
-        meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-        available = int(meminfo["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
-    if need <= available // 2:
+    available = meminfo.available_bytes()
+    if available is None or need <= available // 2:
         return None
     return (
         f"skipped: eager materialises ~{need / 2**30:.1f} GiB a layer ({available / 2**30:.1f} GiB available)"

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import meminfo
 from ..inputs import Weights
 from ..problem import Shape
 from .adapter import CACHE_SLACK_CALLS, Call, Peer, Unavailable, Variant
@@ -287,6 +288,12 @@ class OnnxRuntime(Peer):
     def declines(self, variant: Variant, s: Shape) -> str | None:
         if s.precision != "fp32":
             return NO_BF16
+        # Each operator's CPU kernel keeps the (B, H, T, keys) fp32 probabilities of a call.
+        probabilities = 4 * s.batch * s.n_heads * s.seq_len * (s.past + s.seq_len)
+        if too_big := meminfo.too_big(
+            probabilities, "its CPU kernel keeps (B, H, T, keys) fp32 probabilities"
+        ):
+            return too_big
         if s.kv_precision:
             return f"a {s.kv_precision} KV cache: these graphs keep their past_key/past_value inputs in f32"
         if variant.backend in ("onnxruntime", "onnxruntime_mha"):

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from .. import meminfo
 from ..inputs import Weights
 from ..problem import Shape
 from .adapter import CACHE_SLACK_CALLS, Call, Peer, Unavailable, Variant
@@ -64,6 +65,15 @@ VARIANTS = [
 COMPILE_LIMIT_S = 300.0
 
 
+def seeds_scores_too_big(variant: Variant, s: Shape) -> str | None:
+    """Why the seeds' module would not fit in this machine's available memory, or None: it holds
+    its (B, H, T, keys) fp32 scores three times at once (scores, masked, softmax; the wrapper one
+    head's at a time), and past half of MemAvailable the run would be killed, not measured."""
+    heads = 1 if variant.formulation == "wrapper" else s.n_heads
+    need = 3 * 4 * s.batch * heads * s.seq_len * (s.past + s.seq_len)
+    return meminfo.too_big(need, f"{SEEDS} hold (B, H, T, keys) scores (torch_sdpa does not)")
+
+
 class TorchCall(Call):
     def __init__(self, torch, module, x, threads: int, step=None, rewind=None):
         self.torch, self.module, self.x, self.threads = torch, module, x, threads
@@ -108,6 +118,8 @@ class PyTorch(Peer):
         if s.window and variant.backend != "torch_sdpa":
             return f"a sliding window ({s.window}): torch_sdpa computes it, as SDPA's masked call"
         seeds = variant.backend in ("torch", "torch_prealloc")
+        if seeds and (too_big := seeds_scores_too_big(variant, s)):
+            return too_big
         if seeds:
             if s.precision != "fp32":
                 return f"{SEEDS} run in fp32 only: in bf16 they round the scores before the softmax (torch_sdpa is PyTorch's bf16 path)"

@@ -66,9 +66,7 @@ def window_rows(results: ResultSet) -> list[WindowRow]:
                 libraries.setdefault(peer_library(m.key.backend), []).append(m)
         peers = {library: _fastest(ms) for library, ms in libraries.items()}
         rows.append(WindowRow(shape, threads, best, causal, pairs(twin) / pairs(shape), peers))
-    return sorted(
-        rows, key=lambda r: (r.shape.is_decode, r.shape.past + r.shape.seq_len, r.shape, r.threads)
-    )
+    return sorted(rows, key=lambda r: (r.shape.is_decode, r.shape.past + r.shape.seq_len, r.shape, r.threads))
 
 
 def _geomean(values: list[float]) -> float:
@@ -101,7 +99,15 @@ def section(results: ResultSet) -> list:
         kind = [r for r in rows if r.shape.is_decode == decode]
         if not kind:
             continue
-        header = ["past" if decode else "T", "window", "threads", "mha (backend)", "causal twin", "speed-up", "law"]
+        header = [
+            "past" if decode else "T",
+            "window",
+            "threads",
+            "mha (backend)",
+            "causal twin",
+            "speed-up",
+            "law",
+        ]
         table = []
         for r in kind:
             cells = [
@@ -115,7 +121,9 @@ def section(results: ResultSet) -> list:
             ]
             for library in libraries:
                 peer = r.peers.get(library)
-                cells.append("–" if peer is None else f"{fmt_time(peer.median_s)} ({fmt_ratio(r.versus(library))})")
+                cells.append(
+                    "–" if peer is None else f"{fmt_time(peer.median_s)} ({fmt_ratio(r.versus(library))})"
+                )
             table.append(cells)
         name = "Decode steps (T = 1)" if decode else "Forward passes"
         blocks += [Heading(3, f"{name} with a sliding window"), Table(header + libraries, table)]

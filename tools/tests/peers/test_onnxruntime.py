@@ -242,3 +242,17 @@ def test_a_missing_library_is_unavailable(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(onnxruntime.Unavailable, match="not installed"):
         onnxruntime.make_peer()
+
+
+def test_shapes_whose_probabilities_pass_the_memory_are_declined_naming_the_bytes(monkeypatch):
+    # GroupQueryAttention keeps a (B, H, T, keys) fp32 buffer: 12.0 GiB at B1 T16k H12, 48 GiB at
+    # 32k; such a run was killed, not measured. A decode step over 32k keys holds 1.5 MiB.
+    monkeypatch.setattr(onnxruntime.meminfo, "available_bytes", lambda: 16 * 2**30)
+    reason = PEER.declines(VARIANTS["onnxruntime_gqa"], shape("b1/t16384/din768/dout768/h12/w512"))
+    assert reason == (
+        "its CPU kernel keeps (B, H, T, keys) fp32 probabilities: ~12.0 GiB at this shape, over half of "
+        "the 16.0 GiB available"
+    )
+    assert (
+        PEER.declines(VARIANTS["onnxruntime_gqa"], shape("b1/t1/past32768/din768/dout768/h12/w512")) is None
+    )

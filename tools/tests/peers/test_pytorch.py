@@ -126,3 +126,19 @@ def test_context_names_the_version_and_threads():
     context = PEER.context()
     assert context["torch_version"] == torch.__version__
     assert "set_num_threads" in context["torch_threads"]
+
+
+def test_seeds_modules_too_big_for_memory_are_declined_naming_the_bytes(monkeypatch):
+    # The seeds' split module at B1 T16k H12 holds 3 x 12 GiB of scores; a forward of 16k tokens
+    # was killed at that, not measured. The wrapper holds one head's (3 GiB); SDPA none.
+    monkeypatch.setattr(pytorch.meminfo, "available_bytes", lambda: 16 * 2**30)
+    s = parse_shape("b1/t16384/din768/dout768/h12".split("/"))
+    reason = PEER.declines(VARIANTS["torch", "split_weight"], s)
+    assert (
+        "hold (B, H, T, keys) scores (torch_sdpa does not): ~36.0 GiB at this shape, over half of the 16.0 GiB"
+        in reason
+    )
+    assert PEER.declines(VARIANTS["torch", "wrapper"], s) is None
+    assert PEER.declines(VARIANTS["torch_sdpa", "split_weight"], s) is None
+    monkeypatch.setattr(pytorch.meminfo, "available_bytes", lambda: None)  # unknown: not declined
+    assert PEER.declines(VARIANTS["torch", "split_weight"], s) is None
