@@ -307,12 +307,10 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
                   (!args.bf16 || args.bf16_operands()) && !args.dropout.active(),
   });
   if (args.cache && args.cache->ring) pieces_ = 2;
-  // As many chunks as chunk_keys makes of the longest keys a sequence's rows read: from their
-  // first key rounded down to the key step, one chunk more than the window's own keys make
-  // where the rounding passes a multiple of split_keys (a window of 4,096 over 4,097 keys).
-  for (std::int64_t b = 0; split && b < args.batch; ++b) {
-    chunks_ = std::max(chunks_, (this->keys(b) - first_key(b, 0) + split_keys - 1) / split_keys);
-  }
+  // Counted from the first key rounded down to the key step, as chunk_keys sizes them: one chunk
+  // more than the window's own keys make where the rounding passes a multiple of split_keys (a
+  // window of 4,096 over 4,097 keys).
+  for (std::int64_t b = 0; split && b < args.batch; ++b) chunks_ = std::max(chunks_, key_chunks(b));
   per_head_ = (split ? chunks_ : layout_.blocks()) * pieces_;
   if (merges() > 0) {
     // Per (b, g, chunk, piece), seq_len * kv_group stacked rows: batch * heads * seq_len in all.
@@ -358,11 +356,14 @@ std::int64_t attention_schedule::first_key(std::int64_t b, std::int64_t row) con
   return first - first % layout_.key_step;
 }
 
+std::int64_t attention_schedule::key_chunks(std::int64_t b) const noexcept {
+  return (keys(b) - first_key(b, 0) + split_keys - 1) / split_keys;
+}
+
 std::int64_t attention_schedule::chunk_keys(std::int64_t b) const noexcept {
-  // As many chunks as split_keys makes of the keys the rows read (from first_key), of equal
-  // keys up to the key step: 2049 keys are 1040 + 1009, not 2048 + a task and a merge for one.
-  const std::int64_t span = keys(b) - first_key(b, 0);
-  const std::int64_t chunks = (span + split_keys - 1) / split_keys;
+  // key_chunks of equal keys up to the key step: 2049 keys are 1040 + 1009, not 2048 + a task and
+  // a merge for one.
+  const std::int64_t span = keys(b) - first_key(b, 0), chunks = key_chunks(b);
   return round_up((span + chunks - 1) / chunks, layout_.key_step);
 }
 

@@ -258,6 +258,9 @@ class attention_schedule {
   // The first key the query rows from position `row` of sequence b (and so every later row)
   // attend to, rounded down to the layout's key step: 0, or with a window its first key's.
   std::int64_t first_key(std::int64_t b, std::int64_t row) const noexcept;
+  // The chunks of split_keys keys at most that sequence b's split makes of the keys its rows read
+  // (from first_key(b, 0)); chunks_ is the largest over the batch.
+  std::int64_t key_chunks(std::int64_t b) const noexcept;
   // Keys per chunk of sequence b's split (a multiple of the layout's key step).
   std::int64_t chunk_keys(std::int64_t b) const noexcept;
   float* partial(std::int64_t b, std::int64_t g, std::int64_t chunk) const noexcept;
