@@ -1,5 +1,6 @@
 """What this machine can still hold: the guard of the tools that would otherwise materialise
-more than fits (eager's scores in the accuracy harness, the seeds' modules among the peers)."""
+more than fits (eager's scores in the accuracy harness; the seeds' modules and ONNX Runtime's
+kernels among the peers)."""
 
 from __future__ import annotations
 

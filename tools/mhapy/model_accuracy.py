@@ -117,12 +117,7 @@ def eager_too_big(model: Any, tokens: int) -> str | None:
     """Why eager's forward of `tokens` tokens would not fit, or None: a layer's scores and their
     softmax (fp32, heads x tokens^2 each) and its mask, against half of MemAvailable."""
     need = 4 * tokens * tokens * (2 * model.config.num_attention_heads + 1)
-    available = meminfo.available_bytes()
-    if available is None or need <= available // 2:
-        return None
-    return (
-        f"skipped: eager materialises ~{need / 2**30:.1f} GiB a layer ({available / 2**30:.1f} GiB available)"
-    )
+    return meminfo.too_big(need, "skipped: eager materialises a layer's scores, softmax and mask")
 
 
 def perplexity(model: Any, ids: Any, attention: str, rows: int = 256) -> dict:

@@ -117,10 +117,9 @@ class PyTorch(Peer):
             )
         if s.window and variant.backend != "torch_sdpa":
             return f"a sliding window ({s.window}): torch_sdpa computes it, as SDPA's masked call"
-        seeds = variant.backend in ("torch", "torch_prealloc")
-        if seeds and (too_big := seeds_scores_too_big(variant, s)):
-            return too_big
-        if seeds:
+        if variant.backend in ("torch", "torch_prealloc"):
+            if too_big := seeds_scores_too_big(variant, s):
+                return too_big
             if s.precision != "fp32":
                 return f"{SEEDS} run in fp32 only: in bf16 they round the scores before the softmax (torch_sdpa is PyTorch's bf16 path)"
             if s.n_kv_heads:
