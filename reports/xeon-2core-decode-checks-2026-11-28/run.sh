@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The runs behind notes.md, on a 2-vCPU Intel Xeon VM with AMX: (1) issue 76's decode target inside
+# The runs behind notes.md, on a 2-vCPU Intel Xeon VM with AMX: (1) the decode step inside
 # Gemma 3 270M's shape (random weights, fp32) at 8k,
-# (2) issue 80's int8 / fp32 decode step ratios, (3) GPT-2's bf16 decode profile at 1 and 2 threads.
+# (2) int8 / fp32 decode step ratios, (3) GPT-2's bf16 decode profile at 1 and 2 threads.
 # mha built by scripts/test.sh (build/test and its peers' environment).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
