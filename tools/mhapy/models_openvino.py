@@ -13,9 +13,11 @@ model of 1B parameters or more in int8), then compiles it per thread count and K
 
 Requests (each reply is a JSON object; {"error": why} where a request fails):
   load      folder            export the model: {"export_s"}
-  compile   threads, kv       compile it on `threads` threads with the KV cache in kv ("" its
-                              default, else an OpenVINO element type such as "u8"): the
-                              precisions the compiled model reports
+  compile   threads, kv,      compile it on `threads` threads, computing in `precision` (the
+            precision         model's: "f32" or "bf16", as the attention peer pins it; left to
+                              OpenVINO, an fp32 model computes in bf16 where the CPU has AMX)
+                              with the KV cache in kv ("" its default, else an OpenVINO element
+                              type such as "u8"): the precisions the compiled model reports
   run       ids, steps, ...   a prefill of the token ids in the .npy file `ids` (batch, tokens),
                               timed (ttft_s), then `steps` greedy decode steps timed together
                               (decode_tokens_per_s), or steps fed the tokens of the .npy `feed`;
@@ -36,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -102,10 +105,15 @@ class Server:
         self.config = json.loads((Path(folder) / "config.json").read_text())
         return {"export_s": time.perf_counter() - begin, "stateful": bool(self.model.stateful)}
 
-    def compile(self, threads: int, kv: str) -> dict:
+    def compile(self, threads: int, kv: str, precision: str) -> dict:
         if self.model is None:
             raise RuntimeError("compile before load: no model")
-        config = {"CACHE_DIR": "", "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": int(threads)}
+        config = {
+            "CACHE_DIR": "",
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_NUM_THREADS": int(threads),
+            "INFERENCE_PRECISION_HINT": precision,
+        }
         if kv:
             config["KV_CACHE_PRECISION"] = kv
         self.model.ov_config = config
@@ -227,6 +235,7 @@ class OpenVinoRuns:
         )
         self.compiled: tuple = ()
         self.precisions: dict = {}
+        self.precision = _precision_name(str(model.dtype).removeprefix("torch."))
         self._ask(op="load", folder=self.folder.name)
 
     def _ask(self, **request: Any) -> dict:
@@ -238,8 +247,11 @@ class OpenVinoRuns:
             pass  # the server has exited: said below
         line = self.process.stdout.readline()
         if not line:
+            status = self.process.wait()
+            if status < 0:  # killed by a signal: named, since -8 (SIGFPE) or -9 (the OOM killer) say why
+                status = f"{status}, {signal.Signals(-status).name}"
             raise RuntimeError(
-                f"the OpenVINO process exited ({self.process.wait()}) on {request['op']} (its stderr above)"
+                f"the OpenVINO process exited ({status}) on {request['op']} (its stderr above)"
             )
         reply = json.loads(line)
         if "error" in reply:
@@ -251,7 +263,7 @@ class OpenVinoRuns:
 
         asked = (torch.get_num_threads(), IMPLEMENTATIONS[implementation])
         if asked != self.compiled:
-            self.precisions = self._ask(op="compile", threads=asked[0], kv=asked[1])
+            self.precisions = self._ask(op="compile", threads=asked[0], kv=asked[1], precision=self.precision)
             self.compiled = asked
 
     def _path(self, name: str) -> str:
