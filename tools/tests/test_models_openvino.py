@@ -38,7 +38,7 @@ def test_a_failed_request_is_answered_and_the_server_goes_on():
             json.dumps(r)
             for r in (
                 {"op": "dance"},
-                {"op": "compile", "threads": 1, "kv": ""},
+                {"op": "compile", "threads": 1, "kv": "", "precision": "f32"},
                 {"op": "run", "ids": "x", "steps": 1},
             )
         )
