@@ -47,14 +47,17 @@ struct rope_scaling {
 std::string_view to_string(rope_scaling::type t) noexcept;
 
 // One causal multi-head attention module, described as PyTorch's constructor arguments
-// describe it. d_out is the total over all heads; head_dim() = d_out / n_heads.
+// describe it. d_out is the total over all heads; head_dim() = d_out / n_heads; y has
+// out_width() features (d_out, or out_features after an out projection that has them).
 //
 // Valid when: d_in, d_out, n_heads, context_length >= 1; d_out % n_heads == 0;
 // n_kv_heads == 0 or it divides n_heads; 0 <= dropout < 1; precision is fp32 or bf16;
 // rope_base == 0, or rope_base > 1 and finite with an even head_dim; rope_scaling none (its
 // other fields at their defaults), or with a rotary embedding: linear with a finite factor >= 1,
 // llama3 with a finite factor >= 1, 0 < low_freq_factor < high_freq_factor (finite) and
-// original_context >= 1; every weight tensor's byte count fits in std::int64_t.
+// original_context >= 1; window >= 0 (causal only); out_features >= 0 (> 0 with out_proj only);
+// qk_norm_eps finite and > 0 with qk_norm; every weight tensor's byte count fits in
+// std::int64_t.
 // validate() checks exactly this and throws mha::invalid_argument naming the bad value.
 struct config {
   std::int64_t d_in = 0;            // features of each input token
@@ -80,6 +83,16 @@ struct config {
   // i - window < j <= i, its last `window` (its own included); 0 for every earlier token.
   // Mistral's and Qwen2's sliding layers (mha::io reads it from config.json).
   std::int64_t window = 0;
+  // The out projection's features (docs/design.md §1.10): 0 for d_out (out_proj is (d_out,
+  // d_out), the seeds' module), else out_proj is (out_features, d_out) and y has out_features
+  // columns, as in Gemma, gpt-oss and Mistral NeMo, whose n_heads * head_dim is not the model's
+  // hidden size. With out_proj only.
+  std::int64_t out_features = 0;
+  // Query and key heads RMS-normalised before the rotary embedding (docs/design.md §1.10; Gemma
+  // 3, Qwen3): each head's row x becomes x / sqrt(mean(x^2) + qk_norm_eps) * w, w the weights'
+  // q_norm or k_norm (head_dim each, shared by the heads).
+  bool qk_norm = false;
+  double qk_norm_eps = 1e-6;
 
   // d_out / n_heads; 0 when n_heads is not positive (validate() rejects such a config).
   constexpr std::int64_t head_dim() const noexcept { return n_heads > 0 ? d_out / n_heads : 0; }
@@ -87,6 +100,10 @@ struct config {
   constexpr std::int64_t kv_heads() const noexcept { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   // Rows of the K and V projections: kv_heads() * head_dim() (d_out without grouping).
   constexpr std::int64_t d_kv() const noexcept { return kv_heads() * head_dim(); }
+  // Features of each output token: out_features when the out projection has its own, else d_out.
+  constexpr std::int64_t out_width() const noexcept {
+    return out_proj && out_features > 0 ? out_features : d_out;
+  }
   bool operator==(const config&) const = default;
 };
 
@@ -95,8 +112,8 @@ void validate(const config& cfg);
 
 // "d_in=768 d_out=768 n_heads=12 context_length=1024 causal=1 qkv_bias=0 out_proj=1 dropout=0",
 // followed by " out_proj_bias=0", " n_kv_heads=K", " rope_base=B", " rope_scaling=" and the
-// spelling of rope_scaling_name, " window=W", and " precision=bf16" when they are not the
-// defaults.
+// spelling of rope_scaling_name, " window=W", " out_features=N", " qk_norm_eps=E" (with qk_norm)
+// and " precision=bf16" when they are not the defaults.
 std::string to_string(const config& cfg);
 
 // The rotary embedding's scaling as the canonical problem string spells it (include/mha/

@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mha/config.hpp"
@@ -220,7 +221,7 @@ class tensor_index;
 // embedding and causality (read_model_folder documents the keys), and the sliding window that
 // transformers applies to that layer, if any.
 struct model_config {
-  std::string model_type;  // gpt2, llama, mistral, qwen2, bert, roberta, xlm-roberta
+  std::string model_type;  // gpt2, llama, mistral, qwen2, gemma2, gemma3_text, bert, roberta, ...
   io::layout layout = layout::llama;
   std::int64_t layers = 0;  // num_hidden_layers (n_layer in GPT-2's)
   // Every block's module: d_in = d_out = hidden_size, n_heads, n_kv_heads, causal (false for
@@ -235,6 +236,9 @@ struct model_config {
   // mha computes it (docs/design.md §1.9).
   std::int64_t window = 0;
   std::string window_key;  // the key that sets it: "sliding_window"
+  // Added to the q/k norms' weights as a model folder's tensors hold them: 1 for Gemma, whose
+  // norms scale by 1 + weight (config::qk_norm's w), 0 otherwise.
+  double qk_norm_offset = 0.0;
 };
 
 // config.json's text read as read_model_folder reads it (`source` names it in messages), for
@@ -277,6 +281,10 @@ struct model_folder {
   // Per layer, its sliding window (model_config::window; 0: none), and the key that sets them.
   std::vector<std::int64_t> windows;
   std::string window_key;
+  // Per layer, its rotary embedding's base and scaling (Gemma 3's sliding layers have their own;
+  // cfg's are the full layers').
+  std::vector<std::pair<double, mha::rope_scaling>> ropes;
+  double qk_norm_offset = 0.0;  // model_config's
   // Which file holds each tensor, from the index (null for a single file).
   std::shared_ptr<const detail::tensor_index> index;
 };

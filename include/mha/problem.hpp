@@ -31,12 +31,14 @@ struct problem {
 // The canonical problem string: the grammar every problem name follows (benchmark names,
 // result files, the report, the peers; docs/design.md and bench/README.md point here):
 //   <formulation>/b<B>/t<T>[/past<P>]/din<d_in>/dout<d_out>/h<H>[/kvh<K>][/rope<base>]
-//   [/rope_<scaling>][/w<W>][/noncausal][/qkv_bias][/no_out_proj][/no_out_bias][/<precision>]
-//   [/kv_<precision>]
+//   [/rope_<scaling>][/w<W>][/noncausal][/qkv_bias][/no_out_proj][/no_out_bias][/out<N>]
+//   [/qknorm<eps>][/<precision>][/kv_<precision>]
 // with the bracketed parts only when not the default: past 0, kv_heads() == n_heads, no rotary
 // embedding (rope_base 0), no rotary scaling (<scaling> as mha::rope_scaling_name spells it:
 // linear4, llama3_8_1_4_8192), no sliding window (config::window 0), causal, no qkv bias, out_proj,
-// out_proj with its bias (no_out_bias only with an out_proj), precision fp32 (<precision> is its
+// out_proj with its bias (no_out_bias only with an out_proj), out_proj keeping d_out features
+// (out<N>: config::out_features), no q/k norms (qknorm<eps>: config::qk_norm with its epsilon,
+// a decimal number), precision fp32 (<precision> is its
 // name: bf16), a cache in the plan's precision (kv_int8; kv_fp32 or kv_bf16 only when it differs
 // from the plan's). Counts are decimal digits; the base is a decimal number, written in
 // std::to_chars' shortest form: "split_weight/b4/t256/din768/dout768/h12",
@@ -55,7 +57,7 @@ problem parse_problem(std::string_view name);
 
 // Model FLOPs of one call (docs/design.md §3), as a double, with d_kv = kv_heads * head_dim:
 //   2*B*T*d_in*(d_out + 2*d_kv)       (Q, K, V projections of the T new tokens)
-// + 2*B*T*d_out*d_out                 (out_proj, when cfg.out_proj)
+// + 2*B*T*d_out*out_width()           (out_proj, when cfg.out_proj)
 // + 4*B*H*head_dim*P                  (Q K^T and A V), P the (query, key) pairs attended:
 //                                     T*past + T*(T+1)/2 causal, T*(past+T) otherwise;
 //                                     with a sliding window w, the sum of min(a + 1, w) over

@@ -30,6 +30,7 @@ class Description:
     rope_scaling: RopeScaling | None = None
     dropout: float = 0.0
     window: int = 0  # a sliding layer's window (config.json's sliding_window), computed
+    qk_norm_eps: float | None = None  # the q/k norms' epsilon (config.json's rms_norm_eps)
     batch_first: bool = True  # nn.MultiheadAttention's
     context_source: str = ""  # where context_length comes from, for messages
     extra: dict[str, Any] = field(default_factory=dict)
@@ -128,6 +129,7 @@ def _from_block(kind: str, state: dict[str, Any], block: dict[str, Any], dropout
         rope_scaling=c.rope_scaling if c.rope_scaling.kind != "none" else None,
         dropout=dropout,
         window=c.window,
+        qk_norm_eps=c.qk_norm_eps if c.qk_norm else None,
         context_source=block["context_source"],
     )
 
@@ -154,11 +156,16 @@ def _gpt2(m: Any, context_length: int | None) -> Description:
 
 
 def _llama(m: Any, context_length: int | None) -> Description:
+    block = _hf_block(m, context_length)
     state = {
         k: v for k, v in m.state_dict().items() if k.split(".")[0] in ("q_proj", "k_proj", "v_proj", "o_proj")
     }
+    # Gemma 3's and Qwen3's q/k norms; Gemma's scale by 1 + weight (qk_norm_offset).
+    for norm in ("q_norm", "k_norm"):
+        if hasattr(m, norm):
+            state[f"{norm}.weight"] = getattr(m, norm).weight.detach() + block["qk_norm_offset"]
     dropout = float(getattr(m, "attention_dropout", 0.0))
-    return _from_block(LLAMA, state, _hf_block(m, context_length), dropout)
+    return _from_block(LLAMA, state, block, dropout)
 
 
 def _bert(m: Any, context_length: int | None) -> Description:

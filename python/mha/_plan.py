@@ -43,6 +43,9 @@ def _config_with(cfg: Config, **changes: Any) -> Config:
             "rope_base",
             "rope_scaling",
             "window",
+            "out_features",
+            "qk_norm",
+            "qk_norm_eps",
         )
     }
     fields.update(changes)
@@ -130,7 +133,17 @@ class Plan:
             _float32_tensors(weights), {}, config.n_heads, config.n_kv_heads, config.rope_base, 0, ""
         )
         loaded = module.config
-        for name in ("d_in", "d_out", "n_heads", "n_kv_heads", "qkv_bias", "out_proj", "out_proj_bias"):
+        for name in (
+            "d_in",
+            "d_out",
+            "n_heads",
+            "n_kv_heads",
+            "qkv_bias",
+            "out_proj",
+            "out_proj_bias",
+            "out_features",
+            "qk_norm",
+        ):
             if getattr(loaded, name) != getattr(config, name):
                 raise InvalidArgument(
                     f"mha: the weights give {name}={getattr(loaded, name)}, the config says "
@@ -259,7 +272,8 @@ class Plan:
         (save_pretrained's output or a cache snapshot; one safetensors file or shards): its
         config.json gives the heads, K/V heads, rotary embedding, causality and context length
         (max_position_embeddings, or a smaller context_length), and only that block's tensors
-        are read. Model types: gpt2, llama, mistral, qwen2, bert, roberta, xlm-roberta."""
+        are read. Model types: gpt2, llama, mistral, qwen2, gemma2, gemma3_text, bert, roberta,
+        xlm-roberta."""
         module = _mha._from_pretrained(
             os.fspath(path), _count("layer", layer, -(2**63)), _count("context_length", context_length)
         )
@@ -310,6 +324,7 @@ class Plan:
             dropout=d.dropout,
             rope_scaling=d.rope_scaling,
             window=d.window or None,
+            qk_norm_eps=d.qk_norm_eps,
         )
         return cls._of(finished, backend, formulation, threads, d.context_source)
 
@@ -358,7 +373,7 @@ class Plan:
         """y = the module on x: (batch, tokens, d_in), a NumPy array or a PyTorch CPU tensor,
         float32 (bfloat16 tensors for a bf16 plan: converted to float32 and back, copies).
         Read where it lies when C-contiguous, else copied into that layout first. The output
-        (batch, tokens, d_out) goes into `out` (the input's kind, float32, C-contiguous; its
+        (batch, tokens, config.out_width) goes into `out` (the input's kind, float32, C-contiguous; its
         memory is written, never a copy's), else into a new array or tensor, returned.
 
         With `cache` (make_cache's), x holds the next tokens of each sequence: their keys and
@@ -373,7 +388,7 @@ class Plan:
             if x.ndim != 3:
                 raise _rank_error("x", x.shape, self._plan.config.d_in)
             if out is None:
-                out = np.empty((x.shape[0], x.shape[1], self._plan.config.d_out), np.float32)
+                out = np.empty((x.shape[0], x.shape[1], self._plan.config.out_width), np.float32)
             elif type(out) is not np.ndarray or out.dtype != np.float32 or not out.flags.c_contiguous:
                 raise _out_error(out, "a C-contiguous float32 numpy.ndarray")
             elif not out.flags.writeable:
@@ -407,7 +422,7 @@ class Plan:
                 f"mha: x has dtype {x.dtype}, expected torch.float32"
                 + (" (or torch.bfloat16: the plan is bf16)" if self._plan.config.precision == "bf16" else "")
             )
-        shape = (x.shape[0], x.shape[1], self._plan.config.d_out)
+        shape = (x.shape[0], x.shape[1], self._plan.config.out_width)
         want = torch.bfloat16 if bf16 else torch.float32
         if out is not None and (
             not isinstance(out, torch.Tensor)

@@ -2,6 +2,7 @@
 // block lies, without reading any tensor data.
 #include <cstdio>
 #include <string>
+#include <tuple>
 
 #include "cli/arguments.hpp"
 #include "io/common.hpp"
@@ -45,12 +46,12 @@ int inspect_model(const arguments& a) {
               m.model_type.c_str(), std::string(mha::io::to_string(m.layout)).c_str(),
               static_cast<long long>(m.layers),
               m.dtype.empty() ? "not stated" : escaped(m.dtype).c_str());
-  std::printf("  attention: hidden %lld, %lld heads of %lld, %lld K/V heads, %s, %s%s\n",
-              static_cast<long long>(cfg.d_out), static_cast<long long>(cfg.n_heads),
-              static_cast<long long>(cfg.head_dim()), static_cast<long long>(cfg.kv_heads()),
-              cfg.causal ? "causal" : "not causal",
-              cfg.qkv_bias ? "Q/K/V biases" : "no Q/K/V biases",
-              cfg.out_proj_bias ? ", output bias" : ", no output bias");
+  std::printf(
+      "  attention: hidden %lld, %lld heads of %lld, %lld K/V heads, %s, %s%s%s\n",
+      static_cast<long long>(cfg.d_in), static_cast<long long>(cfg.n_heads),
+      static_cast<long long>(cfg.head_dim()), static_cast<long long>(cfg.kv_heads()),
+      cfg.causal ? "causal" : "not causal", cfg.qkv_bias ? "Q/K/V biases" : "no Q/K/V biases",
+      cfg.out_proj_bias ? ", output bias" : ", no output bias", cfg.qk_norm ? ", q/k norms" : "");
   std::printf("  rotary embedding: %s; max positions %lld\n", rope_text(cfg).c_str(),
               static_cast<long long>(cfg.context_length));
   // One line per layer: read_model_folder checked that each has its block among the tensors, so
@@ -62,11 +63,15 @@ int inspect_model(const arguments& a) {
     }
     const std::int64_t window = m.windows[static_cast<std::size_t>(layer)];
     const std::string windowed = window > 0 ? "; " + m.window_key + " " + std::to_string(window) +
-                                                  " (mha computes it for up to " +
-                                                  std::to_string(window) + " tokens)"
+                                                  " (each token attends to its last " +
+                                                  std::to_string(window) + " keys)"
                                             : "";
-    std::printf("  layer %lld: %s in %s%s\n", static_cast<long long>(layer),
-                m.block_prefix(layer).c_str(), files.c_str(), windowed.c_str());
+    // A layer rotating by its own embedding (Gemma 3's sliding layers).
+    mha::config own = cfg;
+    std::tie(own.rope_base, own.rope_scaling) = m.ropes[static_cast<std::size_t>(layer)];
+    const std::string rope = own == cfg ? "" : "; rotary embedding " + rope_text(own);
+    std::printf("  layer %lld: %s in %s%s%s\n", static_cast<long long>(layer),
+                m.block_prefix(layer).c_str(), files.c_str(), windowed.c_str(), rope.c_str());
   }
   return 0;
 }

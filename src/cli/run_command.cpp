@@ -23,7 +23,7 @@ constexpr std::int64_t int64_max = std::numeric_limits<std::int64_t>::max();
 void run_incremental(const mha::plan& plan, const std::vector<float>& x, std::vector<float>& y,
                      std::int64_t batch, std::int64_t tokens, std::int64_t prefill,
                      std::int64_t chunk, mha::precision kv, const mha::run_options& options) {
-  const std::int64_t d_in = plan.config().d_in, d_out = plan.config().d_out;
+  const std::int64_t d_in = plan.config().d_in, d_out = plan.config().out_width();
   mha::kv_cache cache = plan.make_cache(batch, tokens, kv);
   std::vector<float> xs, ys;
   for (std::int64_t at = 0; at < tokens;) {
@@ -141,14 +141,14 @@ int run_module(const arguments& a) {
 
   const auto plan = backend.prepare(cfg, form, m.w);
   std::vector<std::int64_t> y_shape = x.shape;
-  y_shape.back() = cfg.d_out;
+  y_shape.back() = cfg.out_width();
   mha::io::tensor y{y_shape,
-                    std::vector<float>(static_cast<std::size_t>(batch * tokens * cfg.d_out))};
+                    std::vector<float>(static_cast<std::size_t>(batch * tokens * cfg.out_width()))};
   if (incremental) {
     run_incremental(*plan, x.values, y.values, batch, tokens, prefill, chunk, kv, options);
   } else {
-    plan->run({x.values.data(), batch, tokens, d_in}, {y.values.data(), batch, tokens, cfg.d_out},
-              options);
+    plan->run({x.values.data(), batch, tokens, d_in},
+              {y.values.data(), batch, tokens, cfg.out_width()}, options);
   }
   mha::io::write_npy(output_path, y);
 
@@ -191,7 +191,8 @@ const command& run_command() {
       "                     (h.3.attn. in GPT-2's, model.layers.0.self_attn. in Llama's);\n"
       "                     other tensors are not read\n"
       "  --input X          float32 or float64 .npy, (batch, tokens, d_in) or (tokens, d_in)\n"
-      "  --output Y         float32 .npy, (batch, tokens, d_out) or (tokens, d_out)\n"
+      "  --output Y         float32 .npy, (batch, tokens, d_out) or (tokens, d_out); d_out\n"
+      "                     the module's output width (a model's hidden size)\n"
       "  --backend B        a name from `mha backends` (default: MHA_BACKEND, else the best)\n"
       "  --formulation F    wrapper, split_weight or fused_qkv (default split_weight); each\n"
       "                     runs weights of every layout\n"

@@ -158,12 +158,27 @@ void check_config(const config& cfg, std::string_view where) {
     throw invalid_argument(text(where, ": a sliding window (window ", cfg.window,
                                 ") is causal: a non-causal module takes none"));
   }
+  if (cfg.out_features < 0) {
+    throw invalid_argument(text(where, ": out_features (", cfg.out_features,
+                                ") must be >= 0 (0: out_proj keeps d_out features)"));
+  }
+  if (cfg.out_features > 0 && !cfg.out_proj) {
+    throw invalid_argument(
+        text(where, ": out_features (", cfg.out_features,
+             ") are the out projection's; a module without out_proj takes none"));
+  }
+  // Written so that NaN fails too.
+  if (cfg.qk_norm &&
+      !(cfg.qk_norm_eps > 0.0 && cfg.qk_norm_eps < std::numeric_limits<double>::infinity())) {
+    throw invalid_argument(
+        text(where, ": qk_norm_eps (", cfg.qk_norm_eps, ") must be finite and > 0"));
+  }
   // Written so that NaN fails too.
   if (!(cfg.dropout >= 0.0f && cfg.dropout < 1.0f)) {
     throw invalid_argument(text(where, ": dropout (", cfg.dropout, ") must be in [0, 1)"));
   }
   check_byte_count(where, "W_query.weight", {cfg.d_out, cfg.d_in}, sizeof(float));
-  check_byte_count(where, "out_proj.weight", {cfg.d_out, cfg.d_out}, sizeof(float));
+  check_byte_count(where, "out_proj.weight", {cfg.out_width(), cfg.d_out}, sizeof(float));
 }
 
 }  // namespace detail
@@ -182,6 +197,8 @@ std::string to_string(const config& cfg) {
           ? detail::text(" rope_scaling=", rope_scaling_name(cfg.rope_scaling))
           : std::string(),
       cfg.window > 0 ? detail::text(" window=", cfg.window) : std::string(),
+      cfg.out_features > 0 ? detail::text(" out_features=", cfg.out_features) : std::string(),
+      cfg.qk_norm ? detail::text(" qk_norm_eps=", cfg.qk_norm_eps) : std::string(),
       cfg.precision != precision::fp32 ? detail::text(" precision=", to_string(cfg.precision))
                                        : std::string());
 }

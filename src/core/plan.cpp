@@ -63,9 +63,10 @@ void check_run(std::string_view where, const config& cfg, tensor_view<const floa
     throw invalid_argument(text(where, ": input x is ", shape_of(x), ", its last dimension (",
                                 x.features(), ") must equal d_in (", cfg.d_in, ")"));
   }
-  if (y.batch() != x.batch() || y.seq_len() != x.seq_len() || y.features() != cfg.d_out) {
+  if (y.batch() != x.batch() || y.seq_len() != x.seq_len() || y.features() != cfg.out_width()) {
     throw invalid_argument(text(where, ": output y is ", shape_of(y), ", expected (", x.batch(),
-                                ", ", x.seq_len(), ", ", cfg.d_out, ") for input ", shape_of(x)));
+                                ", ", x.seq_len(), ", ", cfg.out_width(), ") for input ",
+                                shape_of(x)));
   }
   detail::check_byte_count(where, "input x", {x.batch(), x.seq_len(), x.features()}, sizeof(float));
   detail::check_byte_count(where, "output y", {y.batch(), y.seq_len(), y.features()},

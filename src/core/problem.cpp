@@ -123,6 +123,17 @@ constexpr part parts[] = {
     {"no_out_bias", "no_out_bias", false,
      [](const problem& p) { return flag_if(p.cfg.out_proj && !p.cfg.out_proj_bias); },
      [](std::string_view v, problem& p) { return read_flag(v, p.cfg.out_proj_bias, false); }},
+    {"out", "out<N>", false,
+     [](const problem& p) { return value_if(p.cfg.out_features != 0, p.cfg.out_features); },
+     [](std::string_view v, problem& p) { return read_count(v, p.cfg.out_features); }},
+    // The q/k norms' epsilon in its shortest round-trip digits: "qknorm1e-06".
+    {"qknorm", "qknorm<eps>", false,
+     [](const problem& p) { return value_if(p.cfg.qk_norm, p.cfg.qk_norm_eps); },
+     [](std::string_view v, problem& p) {
+       const auto eps = decimal(v);
+       if (eps) p.cfg.qk_norm = true, p.cfg.qk_norm_eps = *eps;
+       return eps.has_value();
+     }},
     {"", "fp32 or bf16", false,
      [](const problem& p) {
        return value_if(p.cfg.precision != precision::fp32, to_string(p.cfg.precision));
@@ -217,7 +228,7 @@ double flops(const problem& p) noexcept {
     pairs = (growing_end * (growing_end + 1) - past * (past + 1)) / 2 + w * (end - growing_end);
   }
   double total = 2 * b * t * d_in * (d_out + 2 * d_kv) + 4 * b * h * hd * pairs;
-  if (p.cfg.out_proj) total += 2 * b * t * d_out * d_out;
+  if (p.cfg.out_proj) total += 2 * b * t * d_out * static_cast<double>(p.cfg.out_width());
   return total;
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string_view>
+#include <utility>
 
 #include "core/checks.hpp"
 #include "core/philox.hpp"
@@ -104,7 +105,16 @@ weights weights::random(const config& cfg, std::uint64_t seed) {
   w.query = random_linear(cfg.d_out, cfg.d_in, cfg.qkv_bias, seed, 0);
   w.key = random_linear(cfg.d_kv(), cfg.d_in, cfg.qkv_bias, seed, 1);
   w.value = random_linear(cfg.d_kv(), cfg.d_in, cfg.qkv_bias, seed, 2);
-  if (cfg.out_proj) w.out_proj = random_linear(cfg.d_out, cfg.d_out, cfg.out_proj_bias, seed, 3);
+  if (cfg.out_proj) {
+    w.out_proj = random_linear(cfg.out_width(), cfg.d_out, cfg.out_proj_bias, seed, 3);
+  }
+  if (cfg.qk_norm) {
+    for (auto [norm, id] : {std::pair{&w.q_norm, 8u}, std::pair{&w.k_norm, 9u}}) {
+      norm->resize(static_cast<std::size_t>(cfg.head_dim()));
+      fill_uniform(*norm, 4, seed, id);  // U(-0.5, 0.5)
+      for (float& v : *norm) v += 1.0f;
+    }
+  }
   return w;
 }
 
@@ -120,6 +130,11 @@ head_weights weights::head(const config& cfg, std::int64_t h) const {
 weights weights::from_heads(const config& cfg, std::span<const head_weights> heads,
                             linear_weights out_proj) {
   validate(cfg);
+  if (cfg.qk_norm) {
+    throw invalid_argument(
+        "mha: from_heads takes no q/k norm weights; a config with qk_norm needs weights with "
+        "q_norm and k_norm");
+  }
   if (cfg.kv_heads() != cfg.n_heads) {
     throw invalid_argument(text("mha: from_heads stacks one K/V projection per head; n_kv_heads (",
                                 cfg.n_kv_heads, ") must equal n_heads (", cfg.n_heads,
@@ -151,10 +166,19 @@ void validate(const config& cfg, const weights& w) {
   check_linear("mha", "W_key", w.key, cfg.d_kv(), cfg.d_in, cfg.qkv_bias);
   check_linear("mha", "W_value", w.value, cfg.d_kv(), cfg.d_in, cfg.qkv_bias);
   if (cfg.out_proj) {
-    check_linear("mha", "out_proj", w.out_proj, cfg.d_out, cfg.d_out, cfg.out_proj_bias);
+    check_linear("mha", "out_proj", w.out_proj, cfg.out_width(), cfg.d_out, cfg.out_proj_bias);
   } else if (w.out_proj.out != 0 || !w.out_proj.weight.empty() || !w.out_proj.bias.empty()) {
     throw invalid_argument(text("mha: out_proj weights are present (", w.out_proj.out, " x ",
                                 w.out_proj.in, ") but the config has out_proj = false"));
+  }
+  for (auto [name, norm] : {std::pair{"q_norm", &w.q_norm}, std::pair{"k_norm", &w.k_norm}}) {
+    const std::size_t expected = cfg.qk_norm ? static_cast<std::size_t>(cfg.head_dim()) : 0;
+    if (norm->size() != expected) {
+      throw invalid_argument(cfg.qk_norm ? text("mha: ", name, ".weight holds ", norm->size(),
+                                                " elements, expected head_dim = ", expected)
+                                         : text("mha: ", name, ".weight is present (", norm->size(),
+                                                " elements) but the config has qk_norm = false"));
+    }
   }
 }
 

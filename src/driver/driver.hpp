@@ -1,8 +1,9 @@
-// Internal: the formulations (wrapper, split_weight, fused_qkv), rotary embedding and the KV
-// cache's plumbing, written once over a kernel set (the concept kernel_set below).
+// Internal: the formulations (wrapper, split_weight, fused_qkv), q/k norms, rotary embedding and
+// the KV cache's plumbing, written once over a kernel set (the concept kernel_set below).
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -44,6 +45,7 @@ class driver_plan final : public plan {
         break;
     }
     if (cfg.out_proj) out_proj_.emplace(kernels_.pack(w.out_proj));
+    if (cfg.qk_norm) norms_ = {w.q_norm, w.k_norm};
     if (cfg.rope_base != 0.0) rope_.emplace(cfg.context_length, mha::rope_frequencies(cfg));
   }
 
@@ -120,6 +122,7 @@ class driver_plan final : public plan {
       if (options.training) args.dropout = {cfg.dropout, options.seed};
 
       const qkv_views views = project(x, buf.qkv);
+      normalise(views, x);
       args.q = views.q;
       args.k = views.k;
       args.v = views.v;
@@ -210,6 +213,29 @@ class driver_plan final : public plan {
         {q, batch_stride, slice, hd}, {k, batch_stride, slice, hd}, {v, batch_stride, slice, hd}};
   }
 
+  // With qk_norm, every query and key head's rows RMS-normalised and scaled by q_norm or k_norm
+  // (docs/design.md §1.10), before the rotary embedding and before keys enter a cache.
+  void normalise(const qkv_views& views, tensor_view<const float> x) const {
+    if (!config().qk_norm) return;
+    const std::int64_t heads = config().n_heads, hd = config().head_dim();
+    const float eps = static_cast<float>(config().qk_norm_eps);
+    kernels_.for_each(heads + config().kv_heads(), [&](std::int64_t i) {
+      const bool query = i < heads;
+      const head_view<float>& view = query ? views.q : views.k;
+      const float* w = query ? norms_[0].data() : norms_[1].data();
+      for (std::int64_t b = 0; b < x.batch(); ++b) {
+        for (std::int64_t t = 0; t < x.seq_len(); ++t) {
+          float* row = view.data + b * view.batch_stride +
+                       (query ? i : i - heads) * view.head_stride + t * view.row_stride;
+          float squares = 0.0f;
+          for (std::int64_t e = 0; e < hd; ++e) squares += row[e] * row[e];
+          const float inverse = 1.0f / std::sqrt(squares / static_cast<float>(hd) + eps);
+          for (std::int64_t e = 0; e < hd; ++e) row[e] = row[e] * inverse * w[e];
+        }
+      }
+    });
+  }
+
   // With RoPE, every query and key head turned by its rows' absolute positions, row i of
   // sequence b at first(b) + i, before attention (and before keys enter a cache).
   template <class First>
@@ -232,6 +258,7 @@ class driver_plan final : public plan {
   std::vector<typename K::packed_linear> query_heads_;  // wrapper form: n_heads
   std::vector<kv_layers> kv_groups_;                    // wrapper form: kv_heads
   std::optional<typename K::packed_linear> out_proj_;
+  std::array<std::vector<float>, 2> norms_;  // qk_norm: q_norm's and k_norm's head_dim weights
   std::optional<rope_table> rope_;
   scratch_pool scratch_;
 };

@@ -6,6 +6,7 @@
 #include <array>
 #include <charconv>
 #include <optional>
+#include <utility>
 
 #include "io/common.hpp"
 
@@ -90,7 +91,8 @@ void read_qkv(tensor_map& block, std::string_view prefix, const projection_names
   w.value = take_linear(block, prefix, n.value, kv_rows, in, biases != 0, source);
 }
 
-// <name>.weight (d_out, d_out) with an optional <name>.bias, or neither (no out_proj).
+// <name>.weight (out, d_out) with an optional <name>.bias, or neither (no out_proj): out is d_out
+// or the module's out_features (config::out_features, Gemma's hidden size).
 void read_out(tensor_map& block, std::string_view prefix, std::string_view name, weights& w,
               std::string_view source) {
   const bool weight = block.contains(text(name, ".weight"));
@@ -99,7 +101,30 @@ void read_out(tensor_map& block, std::string_view prefix, std::string_view name,
     fail(source, "tensor ", printable(text(prefix, name, ".bias")), " is present without ",
          printable(text(prefix, name, ".weight")));
   }
-  if (weight) w.out_proj = take_linear(block, prefix, name, w.query.out, w.query.out, bias, source);
+  if (!weight) return;
+  const std::int64_t rows = matrix(block, prefix, text(name, ".weight"), source)[0];
+  w.out_proj = take_linear(block, prefix, name, rows, w.query.out, bias, source);
+}
+
+// The q/k norms' weights q_norm.weight and k_norm.weight (head_dim each, which the module's
+// config checks), both or neither.
+void read_norms(tensor_map& block, std::string_view prefix, weights& w, std::string_view source) {
+  const bool q = block.contains("q_norm.weight"), k = block.contains("k_norm.weight");
+  if (q != k) {
+    fail(source, "has ", printable(text(prefix, q ? "q_norm.weight" : "k_norm.weight")),
+         " without ", printable(text(prefix, q ? "k_norm.weight" : "q_norm.weight")),
+         "; expected both q/k norms or neither");
+  }
+  for (auto [name, into] :
+       {std::pair{"q_norm.weight", &w.q_norm}, std::pair{"k_norm.weight", &w.k_norm}}) {
+    if (!block.contains(name)) continue;
+    const std::vector<std::int64_t> shape = find(block, prefix, name, source).shape;
+    if (shape.size() != 1 || shape[0] < 1) {
+      fail(source, "tensor ", printable(text(prefix, name)), " has shape ", shape_text(shape),
+           ", expected (head_dim)");
+    }
+    *into = take(block, prefix, name, shape, source);
+  }
 }
 
 // The size C of the (C, C) mask buffer `name`, taken out of the block; 0 when it has none.
@@ -160,6 +185,7 @@ block_weights read_llama(tensor_map& block, std::string_view prefix, std::string
   block_weights b;
   read_qkv(block, prefix, llama_names, b.w, source);
   read_out(block, prefix, llama_names.out, b.w, source);
+  read_norms(block, prefix, b.w, source);
   // Older Hugging Face checkpoints store RoPE's inverse frequencies; the base says the same.
   block.erase("rotary_emb.inv_freq");
   check_all_used(block, prefix, layout::llama, source);
@@ -353,6 +379,11 @@ void require(bool holds, io::layout l, std::string_view what) {
   }
 }
 
+// Layouts other than llama's hold no q/k norms.
+void require_no_norms(const config& cfg, io::layout l) {
+  require(!cfg.qk_norm, l, "no q/k norms (Llama's layout holds q_norm and k_norm)");
+}
+
 void write_separate(const weights& w, const projection_names& n, tensor_map& out) {
   put(out, n.query, w.query);
   put(out, n.key, w.key);
@@ -361,22 +392,30 @@ void write_separate(const weights& w, const projection_names& n, tensor_map& out
 }
 
 void write_split(const config& cfg, const weights& w, tensor_map& out) {
+  require_no_norms(cfg, layout::split);
   write_separate(w, seeds_names, out);
   out["mask"] = causal_mask(cfg, 1.0f, false);  // triu(ones(C, C), diagonal=1)
 }
 
 void write_llama(const config&, const weights& w, tensor_map& out) {
   write_separate(w, llama_names, out);
+  if (!w.q_norm.empty()) {
+    const std::int64_t hd = static_cast<std::int64_t>(w.q_norm.size());
+    out["q_norm.weight"] = {{hd}, w.q_norm};
+    out["k_norm.weight"] = {{hd}, w.k_norm};
+  }
 }
 
 void write_bert(const config& cfg, const weights& w, tensor_map& out) {
   require(cfg.out_proj, layout::bert, "an out_proj (BertSelfOutput's dense layer)");
+  require_no_norms(cfg, layout::bert);
   write_separate(w, bert_names, out);
 }
 
 void write_wrapper(const config& cfg, const weights& w, tensor_map& out) {
   require(cfg.kv_heads() == cfg.n_heads, layout::wrapper,
           "a K/V projection per head: n_kv_heads = n_heads");
+  require_no_norms(cfg, layout::wrapper);
   const tensor mask = causal_mask(cfg, 1.0f, false);
   for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
     const head_weights hw = w.head(cfg, h);
@@ -393,7 +432,8 @@ void write_wrapper(const config& cfg, const weights& w, tensor_map& out) {
 void require_fused(const config& cfg, io::layout l) {
   require(cfg.d_in == cfg.d_out, l, "d_in = d_out");
   require(cfg.kv_heads() == cfg.n_heads, l, "n_kv_heads = n_heads");
-  require(cfg.out_proj, l, "an out_proj");
+  require(cfg.out_proj && cfg.out_features == 0, l, "an out_proj of d_out features");
+  require_no_norms(cfg, l);
 }
 
 void write_torch_mha(const config& cfg, const weights& w, tensor_map& out) {
@@ -463,7 +503,7 @@ constexpr layout_rules table[] = {
      gpt2_tensor, read_gpt2, write_gpt2, true},
     {layout::llama, "Llama's attention",
      "q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight (each with an optional .bias), "
-     "rotary_emb.inv_freq",
+     "q_norm.weight and k_norm.weight (both or neither), rotary_emb.inv_freq",
      "k_proj.weight", llama_tensor, read_llama, write_llama, true},
     {layout::bert, "BERT's attention (BertSelfAttention and BertSelfOutput's dense layer)",
      "self.query.weight, self.key.weight, self.value.weight (each with an optional .bias), "

@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <system_error>
+#include <tuple>
 #include <type_traits>
 
 #include "io/common.hpp"
@@ -252,8 +253,11 @@ model_folder read_model_folder(const fs::path& dir) {
   m.root = *root;
   check_layers(m, blocks);
   m.window_key = config.windows.key;
+  m.qk_norm_offset = config.config.qk_norm_offset;
   for (std::int64_t layer = 0; layer < m.layers; ++layer) {
-    m.windows.push_back(config.windows.of(layer));
+    const mha::config layer_cfg = config.layer_config(layer);
+    m.windows.push_back(layer_cfg.window);
+    m.ropes.emplace_back(layer_cfg.rope_base, layer_cfg.rope_scaling);
   }
   return m;
 }
@@ -276,8 +280,9 @@ loaded_module load_model(const fs::path& dir, std::int64_t layer,
                                 ": a model folder's layer gives the block's prefix; "
                                 "the prefix option (--prefix) applies to --weights"));
   }
-  // The caller's values must be the config's.
-  const config& cfg = m.cfg;
+  // The caller's values must be the layer's config's.
+  config cfg = m.cfg;
+  std::tie(cfg.rope_base, cfg.rope_scaling) = m.ropes[static_cast<std::size_t>(layer)];
   // Numbers as configs write them: 500000, not 5e+05.
   auto shown = [](auto v) {
     if constexpr (std::is_floating_point_v<decltype(v)>) {
@@ -341,10 +346,22 @@ loaded_module load_model(const fs::path& dir, std::int64_t layer,
       detail::map_state_dict(std::move(block), names, stated,
                              m.files.size() == 1 ? m.files.front().string() : dir.string(), by);
   const config& found = module.cfg;
-  if (found.d_in != cfg.d_in || found.d_out != cfg.d_out) {
-    detail::fail(config_source, "says hidden size ", cfg.d_in, ", but the block at ",
-                 printable(prefix), " maps ", found.d_in, " features to ", found.d_out);
+  if (found.d_in != cfg.d_in || found.d_out != cfg.d_out || found.out_width() != cfg.out_width()) {
+    detail::fail(config_source, "says hidden size ", cfg.d_in, " and heads of ", cfg.d_out,
+                 " features, but the block at ", printable(prefix), " maps ", found.d_in,
+                 " features to ", found.d_out, " and back to ", found.out_width());
   }
+  if (found.qk_norm != cfg.qk_norm) {
+    detail::fail(config_source, "describes a ", m.model_type, " block ",
+                 cfg.qk_norm ? "with" : "without", " q/k norms, but the tensors at ",
+                 printable(prefix), cfg.qk_norm ? " lack" : " hold",
+                 " q_norm.weight and k_norm.weight");
+  }
+  for (std::vector<float>* norm : {&module.w.q_norm, &module.w.k_norm}) {
+    for (float& v : *norm) v = static_cast<float>(v + m.qk_norm_offset);  // Gemma's 1 + weight
+  }
+  module.cfg.qk_norm_eps = cfg.qk_norm_eps;
+  module.cfg.out_features = cfg.out_features;
   if (found.qkv_bias != cfg.qkv_bias || found.out_proj_bias != cfg.out_proj_bias) {
     auto said = [](bool bias) { return bias ? "with" : "without"; };
     detail::fail(config_source, "describes a ", m.model_type, " block ", said(cfg.qkv_bias),
@@ -357,6 +374,7 @@ loaded_module load_model(const fs::path& dir, std::int64_t layer,
   }
   module.cfg.causal = cfg.causal;
   module.cfg.rope_scaling = cfg.rope_scaling;
+  module.cfg.rope_base = cfg.rope_base;
   module.cfg.window = window_of(m, layer);  // computed as a window (docs/design.md §1.9)
   module.cfg.context_length = context.length;
   module.context_source = context.source;

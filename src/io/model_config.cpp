@@ -27,6 +27,12 @@ constexpr model_type_rules encoder_rules(std::string_view type, std::string_view
   return {type,       layout::bert, "encoder.layer.", ".attention.",
           {"", root}, false,        biases::all,      windowing::none};
 }
+// Gemma's decoders: Llama's names, q/k norms in Gemma 3, every `pattern`-th layer full.
+constexpr model_type_rules gemma_rules(std::string_view type, bool qk_norm, std::int64_t pattern) {
+  return {type,   layout::llama,          "layers.",        ".self_attn.", {"", "model."},
+          true,   biases::attention_bias, windowing::gemma, true,          qk_norm,
+          pattern};
+}
 
 constexpr model_type_rules model_rules[] = {
     {"gpt2",
@@ -40,6 +46,8 @@ constexpr model_type_rules model_rules[] = {
     decoder_rules("llama", biases::attention_bias, windowing::none),
     decoder_rules("mistral", biases::none, windowing::every_layer),
     decoder_rules("qwen2", biases::qkv_only, windowing::by_layer_type),
+    gemma_rules("gemma2", false, 2),
+    gemma_rules("gemma3_text", true, 6),
     encoder_rules("bert", "bert."),
     encoder_rules("roberta", "roberta."),
     encoder_rules("xlm-roberta", "roberta."),
@@ -66,6 +74,12 @@ constexpr refused_key refused_keys[] = {
      "leaves the scores unscaled (mha scales them by 1/sqrt(head_dim))"},
     {layout::gpt2, "scale_attn_by_inverse_layer_idx", "false",
      "divides layer n's scores by n + 1 as well"},
+    // Gemma's (null in Gemma 3; Gemma 2 soft-caps at 50).
+    {layout::llama, "attn_logit_softcapping", "",
+     "soft-caps each scaled score s to c tanh(s / c) (the attention call computes it: "
+     "mha.attention(softcap=), a plan's module does not yet)"},
+    {layout::llama, "use_bidirectional_attention", "false",
+     "lets each token attend to later tokens too"},
     {layout::bert, "position_embedding_type", "\"absolute\"",
      "adds a relative position term to the scores (mha computes absolute position embeddings "
      "only)"},
@@ -244,9 +258,21 @@ window_rule read_windows(const config_reader& c, const model_type_rules& rules,
       w.size = window_size(c, "sliding_window", 4096);
       return w;
     case windowing::by_layer_type:  // Qwen2Config
+      w.size = c.boolean("use_sliding_window", false) ? window_size(c, "sliding_window", 4096) : 0;
+      break;
+    case windowing::gemma:  // Gemma2Config, Gemma3TextConfig: sliding_window = 4096 unless stated
+      w.size = window_size(c, "sliding_window", 4096);
+      if (!c.has("layer_types")) {
+        // Configs before transformers 4.53 say which layers slide by a pattern.
+        const std::string_view key =
+            c.has("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern";
+        const std::int64_t pattern = c.count(key, rules.sliding_pattern);
+        for (std::int64_t layer = 0; layer < layers; ++layer)
+          w.by_layer.push_back(w.size > 0 && (layer + 1) % pattern != 0);
+        return w;
+      }
       break;
   }
-  w.size = c.boolean("use_sliding_window", false) ? window_size(c, "sliding_window", 4096) : 0;
   if (const json* types = c.find("layer_types")) {
     if (!types->is_array() || static_cast<std::int64_t>(types->size()) != layers) {
       c.fail("layer_types", "is ", config_reader::shown(*types), ", expected a list of ", layers,
@@ -283,6 +309,16 @@ const model_type_rules& rules_of(std::string_view type, std::string_view source)
       text(source, ": model_type ", printable(type), " is not one mha reads; it knows ", known));
 }
 
+mha::config model_json::layer_config(std::int64_t layer) const {
+  mha::config cfg = config.cfg;
+  cfg.window = windows.of(layer);
+  if (cfg.window > 0 && sliding_rope.first != 0.0) {
+    cfg.rope_base = sliding_rope.first;
+    cfg.rope_scaling = sliding_rope.second;
+  }
+  return cfg;
+}
+
 std::int64_t window_rule::of(std::int64_t layer) const noexcept {
   if (!by_layer.empty()) {
     return layer < static_cast<std::int64_t>(by_layer.size()) &&
@@ -317,31 +353,71 @@ model_json read_model_json(const json& top, std::string_view source) {
   const std::int64_t heads = c.count(heads_key);
   m.layers = c.count(gpt2 ? "n_layer" : "num_hidden_layers");
   cfg.context_length = c.count(gpt2 ? "n_positions" : "max_position_embeddings");
-  cfg.d_in = cfg.d_out = hidden;
+  cfg.d_in = hidden;
   cfg.n_heads = heads;
   const std::int64_t kv_heads = c.count("num_key_value_heads", heads);
   cfg.n_kv_heads = kv_heads == heads ? 0 : kv_heads;
-  if (heads > hidden || hidden % heads != 0) {
+  if (!c.has("head_dim") && (heads > hidden || hidden % heads != 0)) {
     c.fail(heads_key, "is ", heads, ", which does not divide the hidden size ", hidden);
   }
   if (heads % kv_heads != 0) {
     c.fail("num_key_value_heads", "is ", kv_heads, ", which does not divide ", heads_key, " ",
            heads);
   }
-  std::int64_t features = 0;
+  // An inner width of its own (Gemma, Mistral NeMo: head_dim * heads is not hidden_size): the
+  // out projection maps it back to hidden_size (config::out_features).
   const std::int64_t head_dim = c.count("head_dim", hidden / heads);
-  if (__builtin_mul_overflow(head_dim, heads, &features) || features != hidden) {
-    throw unsupported(text(
-        source, ": the ", m.model_type, " model has ", heads, " heads of head_dim ", head_dim,
-        " but hidden_size ", hidden,
-        "; mha computes heads of hidden_size / num_attention_heads features (an inner width "
-        "distinct from the hidden size, as in Qwen3, Gemma and Mistral-Nemo, is not computed)"));
+  if (__builtin_mul_overflow(head_dim, heads, &cfg.d_out)) {
+    c.fail("head_dim", "is ", head_dim, ", whose product with ", heads_key, " ", heads,
+           " overflows");
+  }
+  if (cfg.d_out != hidden) cfg.out_features = hidden;
+  if (rules.gemma) {
+    // Gemma scales scores by query_pre_attn_scalar^-0.5 where mha scales by head_dim^-0.5.
+    const double scalar = c.number("query_pre_attn_scalar", 224.0);  // Gemma2Config's default
+    if (scalar != static_cast<double>(head_dim)) {
+      c.refuse("query_pre_attn_scalar", "is ", scalar, ": a ", m.model_type,
+               " model with it scales its scores by ", scalar, "^-0.5, not head_dim ", head_dim,
+               "^-0.5, which mha does not compute");
+    }
+    m.qk_norm_offset = 1.0;  // Gemma's RMS norms scale by 1 + weight
+  }
+  cfg.qk_norm = rules.qk_norm;
+  if (cfg.qk_norm) {
+    cfg.qk_norm_eps = c.number("rms_norm_eps", 1e-6);
+    if (!finite_above(cfg.qk_norm_eps, 0.0)) {
+      c.fail("rms_norm_eps", "is ", cfg.qk_norm_eps, ", expected a finite number > 0");
+    }
   }
   const bool attention_bias =
       rules.bias == biases::attention_bias && c.boolean("attention_bias", false);
   cfg.qkv_bias = rules.bias == biases::all || rules.bias == biases::qkv_only || attention_bias;
   cfg.out_proj_bias = rules.bias == biases::all || attention_bias;
-  if (rules.rope) read_rope(c, m.model_type, cfg.context_length, cfg);
+  const json* typed = c.object("rope_parameters");
+  if (rules.gemma && typed != nullptr && typed->contains("full_attention")) {
+    // transformers 5's Gemma 3: rope_parameters per layer type, each read as a model's.
+    for (const std::string_view type : {"full_attention", "sliding_attention"}) {
+      json view = top;
+      view["rope_parameters"] = typed->value(type, json::object());
+      view.erase("rope_scaling");
+      config each = cfg;
+      read_rope(config_reader(view, source), m.model_type, cfg.context_length, each);
+      if (type == "full_attention") {
+        cfg.rope_base = each.rope_base, cfg.rope_scaling = each.rope_scaling;
+      } else {
+        out.sliding_rope = {each.rope_base, each.rope_scaling};
+      }
+    }
+  } else if (rules.rope) {
+    read_rope(c, m.model_type, cfg.context_length, cfg);
+    if (rules.qk_norm) {  // Gemma 3 before transformers 5: the sliding layers' own base
+      out.sliding_rope = {c.number("rope_local_base_freq", 10000.0), {}};
+      if (!finite_above(out.sliding_rope.first, 1.0)) {
+        c.fail("rope_local_base_freq", "is ", out.sliding_rope.first,
+               ", expected a finite base > 1");
+      }
+    }
+  }
   if (rules.layout == layout::bert) cfg.causal = c.boolean("is_decoder", false);
   // What the keys above let through, a plan checks again (sizes whose bytes overflow).
   mha::detail::check_config(cfg, source);
@@ -380,8 +456,8 @@ model_config parse_model_config(std::string_view json_text, std::string_view sou
     throw invalid_argument(mha::detail::text(source, ": layer ", layer, " must be >= 0"));
   }
   detail::model_json m = detail::read_model_json(top, source);
-  m.config.window = m.windows.of(layer);
-  m.config.cfg.window = m.config.window;
+  m.config.cfg = m.layer_config(layer);
+  m.config.window = m.config.cfg.window;
   if (m.config.window > 0) m.config.window_key = m.windows.key;
   return std::move(m.config);
 }

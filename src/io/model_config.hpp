@@ -19,9 +19,10 @@ namespace mha::io::detail {
 enum class biases { all, attention_bias, qkv_only, none };
 
 // Which layers transformers gives a sliding window: none, every layer (Mistral's
-// sliding_window, 4096 when the key is absent), or by layer type (Qwen2's layer_types, or
-// use_sliding_window from max_window_layers on).
-enum class windowing { none, every_layer, by_layer_type };
+// sliding_window, 4096 when the key is absent), by layer type (Qwen2's layer_types, or
+// use_sliding_window from max_window_layers on), or by layer type always (Gemma 3's layer_types,
+// or every layer but each sliding_window_pattern-th).
+enum class windowing { none, every_layer, by_layer_type, gemma };
 
 // How a model type names its attention blocks, and what of its attention config.json states.
 struct model_type_rules {
@@ -34,6 +35,12 @@ struct model_type_rules {
   bool rope;  // configs state a rotary embedding (rope_theta / rope_parameters)
   biases bias;
   windowing windows;
+  // Gemma's attention: q/k norms scaling by 1 + weight (rms_norm_eps), scores scaled by
+  // query_pre_attn_scalar^-0.5, an inner width of its own (head_dim), and the sliding layers'
+  // own rotary embedding (rope_parameters.sliding_attention, or rope_local_base_freq).
+  bool gemma = false;
+  bool qk_norm = false;              // the blocks hold q_norm and k_norm (Gemma 3)
+  std::int64_t sliding_pattern = 0;  // windowing::gemma without layer_types: each n-th is full
 };
 
 // The rules of `type`; an mha::invalid_argument listing the known ones.
@@ -52,6 +59,10 @@ struct window_rule {
 struct model_json {
   model_config config;
   window_rule windows;
+  // The sliding layers' rotary embedding where it is their own (Gemma 3), else base 0.
+  std::pair<double, mha::rope_scaling> sliding_rope{0.0, {}};
+  // Layer `layer`'s config: config.cfg with its window and, sliding, its rotary embedding.
+  mha::config layer_config(std::int64_t layer) const;
 };
 
 // `top` (config.json's object, `source` naming it) read as parse_model_config documents.

@@ -210,7 +210,8 @@ NB_MODULE(_mha, m) {
           [](mha::config* c, int_arg d_in, int_arg d_out, int_arg n_heads, int_arg context_length,
              bool causal, bool qkv_bias, bool out_proj, bool out_proj_bias, float dropout,
              int_arg n_kv_heads, std::string_view precision, double rope_base,
-             const mha::rope_scaling& scaling, int_arg window) {
+             const mha::rope_scaling& scaling, int_arg window, int_arg out_features, bool qk_norm,
+             double qk_norm_eps) {
             constexpr std::string_view where = "mha.Config";
             mha::config cfg;
             cfg.d_in = d_in.get(where, "d_in");
@@ -227,13 +228,17 @@ NB_MODULE(_mha, m) {
             cfg.rope_base = rope_base;
             cfg.rope_scaling = scaling;
             cfg.window = window.get(where, "window");
+            cfg.out_features = out_features.get(where, "out_features");
+            cfg.qk_norm = qk_norm;
+            cfg.qk_norm_eps = qk_norm_eps;
             mha::validate(cfg);
             new (c) mha::config(cfg);
           },
           "d_in"_a, "d_out"_a, "n_heads"_a, "context_length"_a, nb::kw_only(), "causal"_a = true,
           "qkv_bias"_a = false, "out_proj"_a = true, "out_proj_bias"_a = true, "dropout"_a = 0.0f,
           "n_kv_heads"_a = nb::int_(0), "precision"_a = "fp32", "rope_base"_a = 0.0,
-          "rope_scaling"_a = mha::rope_scaling{}, "window"_a = nb::int_(0))
+          "rope_scaling"_a = mha::rope_scaling{}, "window"_a = nb::int_(0),
+          "out_features"_a = nb::int_(0), "qk_norm"_a = false, "qk_norm_eps"_a = 1e-6)
       .def_ro("d_in", &mha::config::d_in)
       .def_ro("d_out", &mha::config::d_out)
       .def_ro("n_heads", &mha::config::n_heads)
@@ -250,6 +255,10 @@ NB_MODULE(_mha, m) {
       .def_ro("rope_base", &mha::config::rope_base)
       .def_ro("rope_scaling", &mha::config::rope_scaling)
       .def_ro("window", &mha::config::window)
+      .def_ro("out_features", &mha::config::out_features)
+      .def_prop_ro("out_width", &mha::config::out_width)
+      .def_ro("qk_norm", &mha::config::qk_norm)
+      .def_ro("qk_norm_eps", &mha::config::qk_norm_eps)
       .def(nb::self == nb::self)
       .def("__repr__",
            [](const mha::config& c) { return "mha.Config(" + mha::to_string(c) + ")"; });
@@ -436,6 +445,7 @@ NB_MODULE(_mha, m) {
         cfg.context_length = context.length;
         out["config"] = cfg;
         out["context_source"] = context.source;
+        out["qk_norm_offset"] = c.qk_norm_offset;
         return out;
       },
       "text"_a, "source"_a, "layer"_a, "context_length"_a);

@@ -90,6 +90,21 @@ mha::weights parameters(const mha::weights& w, bool bf16) {
   return rounded;
 }
 
+// The q/k norm (docs/design.md §1.10) of `row`, `width` features in heads of hd, in double: each
+// head divided by its root mean square (plus eps) and scaled by `w`'s head_dim weights. No norm
+// (cfg.qk_norm false): as is.
+void normalise(double* row, std::int64_t width, const mha::config& cfg,
+               const std::vector<float>& w) {
+  if (!cfg.qk_norm) return;
+  const std::int64_t hd = cfg.head_dim();
+  for (std::int64_t head = 0; head < width; head += hd) {
+    double squares = 0.0;
+    for (std::int64_t e = 0; e < hd; ++e) squares += row[head + e] * row[head + e];
+    const double inverse = 1.0 / std::sqrt(squares / static_cast<double>(hd) + cfg.qk_norm_eps);
+    for (std::int64_t e = 0; e < hd; ++e) row[head + e] *= inverse * double{w[e]};
+  }
+}
+
 // Rotary position embedding (docs/design.md §1.6) of `row`, `width` features in heads of hd, at
 // position `pos`, in double: the pairs (e, e + hd/2) of each head turn by pos * f_e, f the
 // inverse frequencies (mha::rope_frequencies).
@@ -115,16 +130,17 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
                                  std::int64_t zero_past) {
   const bool bf16 = cfg.precision == mha::precision::bf16;
   const mha::weights w = parameters(weights, bf16);
-  const std::int64_t hd = cfg.head_dim(), d = cfg.d_out, d_kv = cfg.d_kv();
+  const std::int64_t hd = cfg.head_dim(), d = cfg.d_out, d_kv = cfg.d_kv(), width = cfg.out_width();
   const std::int64_t group = cfg.n_heads / cfg.kv_heads();  // query heads per K/V head
   const std::vector<double> frequencies = mha::rope_frequencies(cfg);
   const mha::detail::dropout_spec drop{options.training ? cfg.dropout : 0.0f, options.seed};
-  std::vector<double> result(rows.size() * static_cast<std::size_t>(d));
+  std::vector<double> result(rows.size() * static_cast<std::size_t>(width));
   std::vector<double> a(static_cast<std::size_t>(zero_past + seq_len)),
       context(static_cast<std::size_t>(d));
   // The keys and values of a token x = 0: the biases, or 0 (rotated by position with RoPE).
   const std::vector<double> zero_x(static_cast<std::size_t>(cfg.d_in), 0.0);
   std::vector<double> k0 = project(w.key, zero_x, 0, 1), v0 = project(w.value, zero_x, 0, 1);
+  normalise(k0.data(), d_kv, cfg, w.k_norm);
   std::vector<double> zero_keys;  // zero_past rows of d_kv, when RoPE makes them differ
   if (cfg.rope_base != 0.0) {
     for (std::int64_t j = 0; j < zero_past; ++j) {
@@ -143,6 +159,7 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
                            x.begin() + (b + 1) * seq_len * cfg.d_in);
     round_operands(xb, bf16);
     std::vector<double> k = project(w.key, xb, 0, seq_len), v = project(w.value, xb, 0, seq_len);
+    for (std::int64_t j = 0; j < seq_len; ++j) normalise(k.data() + j * d_kv, d_kv, cfg, w.k_norm);
     if (cfg.rope_base != 0.0) {
       for (std::int64_t j = 0; j < seq_len; ++j)
         rotate(k.data() + j * d_kv, d_kv, hd, zero_past + j, frequencies);
@@ -153,6 +170,7 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
       if (rows[r].batch != b) continue;
       const std::int64_t i = rows[r].token;
       std::vector<double> q = project(w.query, xb, i, 1);
+      normalise(q.data(), d, cfg, w.q_norm);
       if (cfg.rope_base != 0.0) rotate(q.data(), d, hd, zero_past + i, frequencies);
       round_operands(q, bf16);
       for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
@@ -173,7 +191,7 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
       std::vector<double> c = context;
       round_operands(c, bf16 && cfg.out_proj);
       const std::vector<double> y = cfg.out_proj ? project(w.out_proj, c, 0, 1) : c;
-      std::copy(y.begin(), y.end(), result.begin() + static_cast<std::ptrdiff_t>(r) * d);
+      std::copy(y.begin(), y.end(), result.begin() + static_cast<std::ptrdiff_t>(r) * width);
     }
   }
   return result;
@@ -190,6 +208,10 @@ double max_abs_score(const mha::config& cfg, const mha::weights& w, std::span<co
     const std::vector<double> xb(x.begin() + b * seq_len * cfg.d_in,
                                  x.begin() + (b + 1) * seq_len * cfg.d_in);
     std::vector<double> q = project(w.query, xb, 0, seq_len), k = project(w.key, xb, 0, seq_len);
+    for (std::int64_t i = 0; i < seq_len; ++i) {
+      normalise(q.data() + i * cfg.d_out, cfg.d_out, cfg, w.q_norm);
+      normalise(k.data() + i * d_kv, d_kv, cfg, w.k_norm);
+    }
     if (cfg.rope_base != 0.0) {
       for (std::int64_t i = 0; i < seq_len; ++i) {
         rotate(q.data() + i * cfg.d_out, cfg.d_out, hd, i, frequencies);
@@ -244,15 +266,13 @@ struct int8_bound_terms {
 
 int8_bound_terms int8_terms(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
                             std::int64_t rows) {
-  const auto largest = [&](const mha::linear_weights& l) {
+  const std::vector<double> xs(x.begin(), x.begin() + rows * cfg.d_in);
+  const auto largest = [&](const mha::linear_weights& l, const std::vector<float>* norm = nullptr) {
+    std::vector<double> y = project(l, xs, 0, rows);
     double m = 0.0;
     for (std::int64_t r = 0; r < rows; ++r) {
-      for (std::int64_t o = 0; o < l.out; ++o) {
-        double dot = l.has_bias() ? l.bias[static_cast<std::size_t>(o)] : 0.0;
-        for (std::int64_t i = 0; i < l.in; ++i)
-          dot += double{x[static_cast<std::size_t>(r * l.in + i)]} * l.weight[o * l.in + i];
-        m = std::max(m, std::abs(dot));
-      }
+      if (norm != nullptr) normalise(y.data() + r * l.out, l.out, cfg, *norm);
+      for (std::int64_t o = 0; o < l.out; ++o) m = std::max(m, std::abs(y[r * l.out + o]));
     }
     return cfg.rope_base != 0.0 ? std::sqrt(2.0) * m : m;
   };
@@ -266,7 +286,7 @@ int8_bound_terms int8_terms(const mha::config& cfg, const mha::weights& w, std::
       rows_sum = std::max(rows_sum, sum);
     }
   }
-  return {largest(w.query), largest(w.key), largest(w.value), rows_sum};
+  return {largest(w.query, &w.q_norm), largest(w.key, &w.k_norm), largest(w.value), rows_sum};
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ struct row {
   std::int64_t batch = 0, token = 0;
 };
 
-// y (batch, seq_len, d_out) for x (batch, seq_len, d_in), every row. In training mode applies
+// y (batch, seq_len, out_width()) for x (batch, seq_len, d_in), every row. In training mode applies
 // the shared dropout mask (options.seed, cfg.dropout), so it matches backends there too. With
 // cfg.precision bf16, the function of docs/design.md §1.5 computed in double: the parameters
 // and the operands of every product (x, Q, K, V, the unnormalised softmax weights P, the heads'
@@ -31,7 +31,7 @@ std::vector<double> forward(const mha::config& cfg, const mha::weights& w, std::
                             std::int64_t batch, std::int64_t seq_len,
                             const mha::run_options& options = {});
 
-// Only the requested rows: result[r * d_out + e] is y[rows[r].batch][rows[r].token][e]. Costs
+// Only the requested rows: result[r * out_width() + e] is y[rows[r].batch][rows[r].token][e]. Costs
 // O(seq_len * d_in * d_out) per distinct batch element plus O(seq_len * d_out) per row, so a few
 // rows of a large problem are cheap to check.
 // zero_past > 0: x is an incremental call's tokens after `zero_past` tokens of x = 0 (whose keys

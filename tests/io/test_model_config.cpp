@@ -180,16 +180,105 @@ TEST(ModelConfig, RopeScalingWinsOverRopeParametersAsInTransformers) {
   EXPECT_EQ(m.cfg.rope_base, 5e5);
 }
 
-// Sizes are multiplied with overflow checks: head_dim 2^62 over 8 heads is refused, never wraps
-// to the hidden size.
+// Sizes are multiplied with overflow checks: head_dim 2^62 over 8 heads is refused, never wraps.
 TEST(ModelConfig, HeadDimTimesHeadsDoesNotOverflow) {
-  expect_error<mha::unsupported>(
+  expect_error<mha::format_error>(
       [&] {
         parsed(with(llama(), {{"head_dim", std::int64_t{1} << 62}}));
       },
-      {"8 heads of head_dim 4611686018427387904 but hidden_size 32"});
+      {"head_dim is 4611686018427387904, whose product with num_attention_heads 8 overflows"});
   expect_error<mha::format_error>([&] { io::parse_model_config("[1]", "config.json"); },
                                   {"config.json: is a JSON array, expected an object"});
+}
+
+// An inner width of its own (Mistral NeMo: head_dim 128 x 32 heads over a hidden size of 5120):
+// heads of head_dim, the out projection back to hidden_size (config::out_features).
+TEST(ModelConfig, AnInnerWidthIsTheOutProjectionsInput) {
+  const mha::config cfg = parsed(with(llama(), {{"model_type", "mistral"}, {"head_dim", 6}})).cfg;
+  EXPECT_EQ(cfg.d_in, 32);
+  EXPECT_EQ(cfg.d_out, 48);
+  EXPECT_EQ(cfg.head_dim(), 6);
+  EXPECT_EQ(cfg.out_features, 32);
+  EXPECT_EQ(cfg.out_width(), 32);
+  EXPECT_EQ(parsed(llama()).cfg.out_features, 0);  // head_dim * heads = hidden_size: d_out
+}
+
+json gemma3() {
+  return {{"model_type", "gemma3_text"},
+          {"hidden_size", 40},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 1},
+          {"head_dim", 16},
+          {"num_hidden_layers", 6},
+          {"max_position_embeddings", 128},
+          {"query_pre_attn_scalar", 16},
+          {"rms_norm_eps", 1e-5},
+          {"sliding_window", 8},
+          {"attn_logit_softcapping", nullptr},
+          {"layer_types",
+           {"sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+            "sliding_attention", "full_attention"}},
+          {"rope_parameters",
+           {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}},
+            {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}}}};
+}
+
+// Gemma 3 as transformers 5 writes it: heads of head_dim back to hidden_size, q/k norms of
+// rms_norm_eps (weights 1 + w), sliding layers by layer_types with their own rotary embedding.
+TEST(ModelConfig, Gemma3sLayersAsTransformersComputesThem) {
+  const io::model_config sliding = parsed(gemma3(), 0), full = parsed(gemma3(), 5);
+  for (const io::model_config& m : {sliding, full}) {
+    EXPECT_EQ(m.cfg.d_out, 64);
+    EXPECT_EQ(m.cfg.out_features, 40);
+    EXPECT_EQ(m.cfg.kv_heads(), 1);
+    EXPECT_TRUE(m.cfg.qk_norm);
+    EXPECT_EQ(m.cfg.qk_norm_eps, 1e-5);
+    EXPECT_EQ(m.qk_norm_offset, 1.0);
+    EXPECT_FALSE(m.cfg.qkv_bias || m.cfg.out_proj_bias);
+  }
+  EXPECT_EQ(sliding.cfg.window, 8);
+  EXPECT_EQ(sliding.cfg.rope_base, 10000.0);
+  EXPECT_EQ(sliding.cfg.rope_scaling.kind, mha::rope_scaling::type::none);
+  EXPECT_EQ(full.cfg.window, 0);
+  EXPECT_EQ(full.cfg.rope_base, 1e6);
+  EXPECT_EQ(full.cfg.rope_scaling.kind, mha::rope_scaling::type::linear);
+  EXPECT_EQ(full.cfg.rope_scaling.factor, 8.0);
+  // Older configs: a pattern of sliding layers, rope_theta for the full ones and
+  // rope_local_base_freq for the sliding ones.
+  json old = gemma3();
+  old.erase("layer_types");
+  old.erase("rope_parameters");
+  old.update({{"sliding_window_pattern", 3}, {"rope_theta", 1e6}, {"rope_local_base_freq", 1e4}});
+  EXPECT_EQ(parsed(old, 1).cfg.window, 8);
+  EXPECT_EQ(parsed(old, 1).cfg.rope_base, 1e4);
+  EXPECT_EQ(parsed(old, 2).cfg.window, 0);
+  EXPECT_EQ(parsed(old, 2).cfg.rope_base, 1e6);
+  // Gemma 2: no q/k norms, every other layer sliding.
+  json gemma2 = old;
+  gemma2.update({{"model_type", "gemma2"}, {"attn_logit_softcapping", nullptr}});
+  gemma2.erase("sliding_window_pattern");
+  EXPECT_FALSE(parsed(gemma2, 0).cfg.qk_norm);
+  EXPECT_EQ(parsed(gemma2, 0).cfg.window, 8);
+  EXPECT_EQ(parsed(gemma2, 1).cfg.window, 0);
+}
+
+// What Gemma's attention does that a plan's module does not compute: refused naming the key.
+TEST(ModelConfig, GemmasKeysMhaDoesNotComputeAreRefusedByName) {
+  expect_error<mha::unsupported>(
+      [&] {
+        parsed(with(gemma3(), {{"query_pre_attn_scalar", 144}}));
+      },
+      {"query_pre_attn_scalar is 144", "gemma3_text model", "144^-0.5, not head_dim 16^-0.5"});
+  expect_error<mha::unsupported>(
+      [&] {
+        parsed(with(gemma3(), {{"model_type", "gemma2"}, {"attn_logit_softcapping", 50.0}}));
+      },
+      {"attn_logit_softcapping is 50.0", "gemma2 model", "soft-caps each scaled score"});
+  expect_error<mha::unsupported>(
+      [&] {
+        parsed(with(gemma3(), {{"use_bidirectional_attention", true}}));
+      },
+      {"use_bidirectional_attention is true", "attend to later tokens too"});
 }
 
 // A windowed model from its folder: `mha run` and load_model compute its window (config::window).
@@ -244,6 +333,40 @@ TEST_F(ModelConfigFolder, ASlidingWindowIsComputedPastItsLength) {
   plain.window = 0;
   run(plain, full);
   EXPECT_NE(y, full);
+}
+
+// A Gemma 3 folder: each layer with its own window and rotary embedding, its norms' weights read
+// as 1 + the tensors' (Gemma's RMS norm), the CLI's output the layer's plan's.
+TEST_F(ModelConfigFolder, Gemma3sLayersAreComputedWithTheirNormsWindowsAndRope) {
+  json config = gemma3();
+  config.update(
+      {{"num_hidden_layers", 2}, {"layer_types", {"sliding_attention", "full_attention"}}});
+  mha::config full = parsed(config, 1).cfg;
+  const fs::path folder = write("gemma3", config, full);
+  const io::loaded_module sliding = io::load_model(folder, 0), loaded = io::load_model(folder, 1);
+  EXPECT_EQ(loaded.cfg, full);
+  EXPECT_EQ(sliding.cfg.window, 8);
+  EXPECT_EQ(sliding.cfg.rope_base, 1e4);
+  ASSERT_EQ(loaded.w.q_norm.size(), 16u);
+  for (std::size_t e = 0; e < 16; ++e) {
+    EXPECT_EQ(loaded.w.q_norm[e], weights_[1].q_norm[e] + 1.0f);
+    EXPECT_EQ(loaded.w.k_norm[e], weights_[1].k_norm[e] + 1.0f);
+  }
+  EXPECT_EQ(loaded.w.out_proj.weight, weights_[1].out_proj.weight);
+
+  const std::int64_t tokens = 12;
+  io::tensor x{{1, tokens, 40}, mha_test::random_floats(static_cast<std::size_t>(tokens) * 40, 3)};
+  io::write_npy(dir_ / "x.npy", x);
+  const mha_test::command_result r = mha_test::run_mha(
+      {"run", "--model", folder.string(), "--layer", "0", "--backend", "naive", "--input",
+       (dir_ / "x.npy").string(), "--output", (dir_ / "y.npy").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<float> y(tokens * 40);
+  mha::require_backend("naive")
+      .prepare(sliding.cfg, mha::formulation::split_weight, sliding.w)
+      ->run({x.values.data(), 1, tokens, 40}, {y.data(), 1, tokens, 40});
+  EXPECT_EQ(io::read_npy(dir_ / "y.npy").values, y);
+  EXPECT_EQ(io::read_npy(dir_ / "y.npy").shape, (std::vector<std::int64_t>{1, tokens, 40}));
 }
 
 }  // namespace

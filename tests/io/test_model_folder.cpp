@@ -345,8 +345,8 @@ TEST_F(ModelFolder, HostileOrWrongConfigs) {
     expect_error<mha::format_error>([&] { io::read_model_folder(write_llama("bad", c)); },
                                     b.message);
   }
-  // What mha does not compute: a rope type or a partial rotary embedding, Qwen3-like heads
-  // (heads x head_dim is not the hidden size), a model type it does not know.
+  // What mha does not compute: a rope type or a partial rotary embedding, a model type it does
+  // not know.
   json yarn = llama_json();
   yarn["rope_parameters"]["rope_type"] = "yarn";
   expect_error<mha::unsupported>(
@@ -356,16 +356,19 @@ TEST_F(ModelFolder, HostileOrWrongConfigs) {
   partial["rope_parameters"]["partial_rotary_factor"] = 0.5;
   expect_error<mha::unsupported>([&] { io::read_model_folder(write_llama("partial", partial)); },
                                  {"partial_rotary_factor is 0.5"});
+  // Heads wider than the hidden size are read (config::out_features), and must be the tensors'.
   json wide = llama_json();
   wide["head_dim"] = 8;
-  expect_error<mha::unsupported>(
-      [&] { io::read_model_folder(write_llama("wide", wide)); },
-      {"llama model has 8 heads of head_dim 8 but hidden_size 32", "not computed"});
+  const fs::path wide_folder = write_llama("wide", wide);
+  EXPECT_EQ(io::read_model_folder(wide_folder).cfg.d_out, 64);
+  expect_error<mha::format_error>(
+      [&] { io::load_model(wide_folder, 0); },
+      {"says hidden size 32 and heads of 64 features", "maps 32 features to 32 and back to 32"});
   json unknown = llama_json();
   unknown["model_type"] = "qwen3";
-  expect_error<mha::unsupported>(
-      [&] { io::read_model_folder(write_llama("unknown", unknown)); },
-      {"model_type 'qwen3' is not one mha reads", "gpt2, llama, mistral, qwen2, bert"});
+  expect_error<mha::unsupported>([&] { io::read_model_folder(write_llama("unknown", unknown)); },
+                                 {"model_type 'qwen3' is not one mha reads",
+                                  "gpt2, llama, mistral, qwen2, gemma2, gemma3_text, bert"});
 
   // Size and depth capped before anything is built from them.
   const fs::path folder = write_llama("huge");

@@ -49,6 +49,8 @@ class Shape:
     kv_precision: str = ""
     rope_scaling: str = ""
     window: int = 0
+    out_features: int = 0  # out_proj's features (0: d_out), config::out_features
+    qk_norm_eps: float = 0.0  # the q/k norms' epsilon (0: no q/k norm), config::qk_norm
 
     def __post_init__(self):
         if self.kv_precision == self.precision:
@@ -193,6 +195,8 @@ PARTS = (
     Part("qkv_bias", "qkv_bias", False, "flag"),
     Part("no_out_proj", "out_proj", True, "flag"),
     Part("no_out_bias", "out_proj_bias", True, "flag"),
+    Part("out", "out_features", 0),
+    Part("qknorm", "qk_norm_eps", 0.0, "decimal"),
     Part("", "precision", "fp32", "name", PRECISIONS),
     Part("kv_", "kv_precision", "", "name", KV_PRECISIONS),
 )
@@ -250,7 +254,8 @@ def flops(s: Shape) -> int:
     the queries attending after `past` cached tokens."""
     d_kv = s.kv_heads * s.head_dim
     tokens = s.batch * s.seq_len
-    projections = 2 * tokens * s.d_in * (s.d_out + 2 * d_kv) + (2 * tokens * s.d_out**2 if s.out_proj else 0)
+    out = (s.out_features or s.d_out) if s.out_proj else 0
+    projections = 2 * tokens * s.d_in * (s.d_out + 2 * d_kv) + 2 * tokens * s.d_out * out
     scores_and_context = 4 * s.batch * s.n_heads * s.head_dim * pairs(s)
     return projections + scores_and_context
 

@@ -1,0 +1,91 @@
+"""Gemma 3's attention blocks as mha computes them (docs/design.md §1.10): a model folder's layer
+(Plan.from_pretrained, which `mha run --model` shares) and a live module (Plan.from_module)
+against transformers' own Gemma3Attention over a prompt longer than the window, its sliding and
+full layers each with their own rotary embedding, its q/k norms (1 + weight) and an inner width
+apart from the hidden size."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import mha  # noqa: E402
+
+WINDOW, TOKENS = 5, 23
+
+
+def tiny_gemma3(tmp_path):
+    """A tiny Gemma 3 with every weight random (its norms' weights too, which start at 0), saved."""
+    config = transformers.Gemma3TextConfig(
+        vocab_size=64,
+        hidden_size=48,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        sliding_window=WINDOW,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        max_position_embeddings=64,
+        rope_parameters={
+            "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        },
+        attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    model.save_pretrained(tmp_path)
+    return model
+
+
+def want(model, layer, x):
+    """transformers' Gemma3Attention of layer `layer` on x, with its own rotary embedding and a
+    causal mask (sliding: the last WINDOW keys)."""
+    kind = model.config.layer_types[layer]
+    attention = model.model.layers[layer].self_attn
+    i, j = torch.arange(TOKENS)[:, None], torch.arange(TOKENS)[None, :]
+    hidden = (j > i) | ((j <= i - WINDOW) if kind == "sliding_attention" else torch.zeros_like(j > i))
+    mask = torch.zeros(TOKENS, TOKENS).masked_fill(hidden, -torch.inf).view(1, 1, TOKENS, TOKENS)
+    with torch.no_grad():
+        cos, sin = model.model.rotary_emb(x, torch.arange(TOKENS).unsqueeze(0), kind)
+        return attention(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
+
+
+def close(got, want):
+    got, want = np.asarray(got, np.float64), want.double().numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("layer", [0, 3])
+def test_a_gemma3_folders_layer_is_transformers_attention(tmp_path, layer):
+    model = tiny_gemma3(tmp_path)
+    x = torch.randn(2, TOKENS, 48)
+    plan = mha.Plan.from_pretrained(tmp_path, layer=layer)
+    c = plan.config
+    assert (c.d_in, c.d_out, c.out_width, c.head_dim, c.qk_norm) == (48, 64, 48, 16, True)
+    assert c.qk_norm_eps == pytest.approx(model.config.rms_norm_eps)
+    assert (c.window, c.rope_base) == ((WINDOW, 1e4) if layer == 0 else (0, 1e6))
+    reference = want(model, layer, x)
+    close(plan(x), reference)
+    close(mha.Plan.from_module(model.model.layers[layer].self_attn)(x), reference)
+    assert mha.Plan.from_module(model.model.layers[layer].self_attn).config == plan.config
+
+
+def test_a_decode_through_a_cache_gives_the_forward_rows(tmp_path):
+    """Keys normalised and rotated once, as they enter the cache (fp32 and int8)."""
+    tiny_gemma3(tmp_path)
+    plan = mha.Plan.from_pretrained(tmp_path, layer=0)
+    x = torch.randn(1, TOKENS, 48)
+    full = plan(x)
+    for kv in ("fp32", "int8"):
+        cache = plan.make_cache(1, TOKENS, kv)
+        rows = [plan(x[:, :9], cache=cache)] + [plan(x[:, t : t + 1], cache=cache) for t in range(9, TOKENS)]
+        got = torch.cat(rows, dim=1)
+        tolerance = 5e-2 if kv == "int8" else 1e-5
+        assert (got - full).abs().max() <= tolerance * full.abs().max(), kv
