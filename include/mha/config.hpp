@@ -55,10 +55,10 @@ std::string_view to_string(rope_scaling::type t) noexcept;
 // rope_base == 0, or rope_base > 1 and finite with an even head_dim; rope_scaling none (its
 // other fields at their defaults), or with a rotary embedding: linear with a finite factor >= 1,
 // llama3 with a finite factor >= 1, 0 < low_freq_factor < high_freq_factor (finite) and
-// original_context >= 1; window >= 0 (causal only); out_features >= 0 (> 0 with out_proj only);
-// qk_norm_eps finite and > 0 with qk_norm; every weight tensor's byte count fits in
-// std::int64_t.
-// validate() checks exactly this and throws mha::invalid_argument naming the bad value.
+// original_context >= 1; window >= 0 (causal only); softcap finite and >= 0; out_features >= 0 (> 0
+// with out_proj only); qk_norm_eps finite and > 0 with qk_norm; every weight tensor's byte count
+// fits in std::int64_t. validate() checks exactly this and throws mha::invalid_argument naming the
+// bad value.
 struct config {
   std::int64_t d_in = 0;            // features of each input token
   std::int64_t d_out = 0;           // features of each output token (all heads together)
@@ -83,6 +83,9 @@ struct config {
   // i - window < j <= i, its last `window` (its own included); 0 for every earlier token.
   // Mistral's and Qwen2's sliding layers (mha::io reads it from config.json).
   std::int64_t window = 0;
+  // Logit soft-capping (docs/design.md §1.9; Gemma 2's attn_logit_softcapping, 50): each scaled
+  // score s becomes softcap * tanh(s / softcap) before the mask; 0 for none.
+  double softcap = 0.0;
   // The out projection's features (docs/design.md §1.10): 0 for d_out (out_proj is (d_out,
   // d_out), the seeds' module), else out_proj is (out_features, d_out) and y has out_features
   // columns, as in Gemma, gpt-oss and Mistral NeMo, whose n_heads * head_dim is not the model's
@@ -112,8 +115,8 @@ void validate(const config& cfg);
 
 // "d_in=768 d_out=768 n_heads=12 context_length=1024 causal=1 qkv_bias=0 out_proj=1 dropout=0",
 // followed by " out_proj_bias=0", " n_kv_heads=K", " rope_base=B", " rope_scaling=" and the
-// spelling of rope_scaling_name, " window=W", " out_features=N", " qk_norm_eps=E" (with qk_norm)
-// and " precision=bf16" when they are not the defaults.
+// spelling of rope_scaling_name, " window=W", " softcap=C", " out_features=N", " qk_norm_eps=E"
+// (with qk_norm) and " precision=bf16" when they are not the defaults.
 std::string to_string(const config& cfg);
 
 // The rotary embedding's scaling as the canonical problem string spells it (include/mha/

@@ -31,6 +31,7 @@ class Description:
     dropout: float = 0.0
     window: int = 0  # a sliding layer's window (config.json's sliding_window), computed
     qk_norm_eps: float | None = None  # the q/k norms' epsilon (config.json's rms_norm_eps)
+    softcap: float = 0.0  # logit soft-capping (Gemma 2's attn_logit_softcapping), computed
     batch_first: bool = True  # nn.MultiheadAttention's
     context_source: str = ""  # where context_length comes from, for messages
     extra: dict[str, Any] = field(default_factory=dict)
@@ -130,6 +131,7 @@ def _from_block(kind: str, state: dict[str, Any], block: dict[str, Any], dropout
         dropout=dropout,
         window=c.window,
         qk_norm_eps=c.qk_norm_eps if c.qk_norm else None,
+        softcap=c.softcap,
         context_source=block["context_source"],
     )
 

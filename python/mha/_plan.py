@@ -43,6 +43,7 @@ def _config_with(cfg: Config, **changes: Any) -> Config:
             "rope_base",
             "rope_scaling",
             "window",
+            "softcap",
             "out_features",
             "qk_norm",
             "qk_norm_eps",
@@ -325,6 +326,7 @@ class Plan:
             rope_scaling=d.rope_scaling,
             window=d.window or None,
             qk_norm_eps=d.qk_norm_eps,
+            softcap=d.softcap or None,
         )
         return cls._of(finished, backend, formulation, threads, d.context_source)
 

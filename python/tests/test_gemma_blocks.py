@@ -89,3 +89,47 @@ def test_a_decode_through_a_cache_gives_the_forward_rows(tmp_path):
         got = torch.cat(rows, dim=1)
         tolerance = 5e-2 if kv == "int8" else 1e-5
         assert (got - full).abs().max() <= tolerance * full.abs().max(), kv
+
+
+def test_a_gemma2_folders_layers_soft_cap_their_scores(tmp_path):
+    """Gemma 2: no q/k norms, every other layer sliding, scores soft-capped (a cap the scores
+    reach, so that it changes them)."""
+    config = transformers.Gemma2Config(
+        vocab_size=64,
+        hidden_size=48,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        sliding_window=WINDOW,
+        attn_logit_softcapping=2.0,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(1)
+    model = transformers.Gemma2ForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    model.save_pretrained(tmp_path)
+    x = torch.randn(2, TOKENS, 48)
+    for layer, window in ((0, WINDOW), (1, 0)):
+        attention = model.model.layers[layer].self_attn
+        i, j = torch.arange(TOKENS)[:, None], torch.arange(TOKENS)[None, :]
+        hidden = (j > i) | ((j <= i - window) if window else torch.zeros_like(j > i))
+        mask = torch.zeros(TOKENS, TOKENS).masked_fill(hidden, -torch.inf).view(1, 1, TOKENS, TOKENS)
+        with torch.no_grad():
+            cos, sin = model.model.rotary_emb(x, torch.arange(TOKENS).unsqueeze(0))
+            reference = attention(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
+        plan = mha.Plan.from_pretrained(tmp_path, layer=layer)
+        assert (plan.config.softcap, plan.config.window, plan.config.qk_norm) == (2.0, window, False)
+        close(plan(x), reference)
+        close(mha.Plan.from_module(attention)(x), reference)
+        # The cap changes these scores: transformers' own module without it is far off.
+        attention.attn_logit_softcapping = None
+        with torch.no_grad():
+            uncapped = attention(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
+        attention.attn_logit_softcapping = 2.0
+        assert (uncapped - reference).abs().max() > 1e-2 * reference.abs().max()

@@ -54,7 +54,8 @@ concept kernel_set = std::constructible_from<K, const mha::config&> &&
 //     (sequence, K/V head) of a cache in the set's layout, attention() then taking
 //     attention_args::cache
 //   static constexpr bool int8_cache: attention() also reads and appends an int8 cache (§1.7)
-//   static constexpr bool windows: attention() computes attention_args::window (§1.9)
+//   static constexpr bool extensions: attention() computes attention_args' window and softcap
+//     (§1.9)
 
 struct sequential_execution {
   template <class F>
@@ -85,8 +86,8 @@ inline constexpr bool set_computes_bf16 = requires {
   requires K::bf16;
 };
 template <class K>
-inline constexpr bool set_windows = requires {
-  requires K::windows;
+inline constexpr bool set_extends = requires {
+  requires K::extensions;
 };
 
 // backend::supports() of a backend built on kernel set K: what K declares it computes (the
@@ -98,7 +99,7 @@ support driver_support(const problem& p) {
                            .decode = set_decodes<K>,
                            .bf16 = set_computes_bf16<K>,
                            .int8_cache = set_caches_int8<K>,
-                           .windows = set_windows<K>});
+                           .extensions = set_extends<K>});
 }
 
 }  // namespace mha::detail

@@ -158,6 +158,11 @@ void check_config(const config& cfg, std::string_view where) {
     throw invalid_argument(text(where, ": a sliding window (window ", cfg.window,
                                 ") is causal: a non-causal module takes none"));
   }
+  // Written so that NaN fails too.
+  if (!(cfg.softcap >= 0.0 && cfg.softcap < std::numeric_limits<double>::infinity())) {
+    throw invalid_argument(
+        text(where, ": softcap (", cfg.softcap, ") must be finite and >= 0 (0: no soft-capping)"));
+  }
   if (cfg.out_features < 0) {
     throw invalid_argument(text(where, ": out_features (", cfg.out_features,
                                 ") must be >= 0 (0: out_proj keeps d_out features)"));
@@ -197,6 +202,7 @@ std::string to_string(const config& cfg) {
           ? detail::text(" rope_scaling=", rope_scaling_name(cfg.rope_scaling))
           : std::string(),
       cfg.window > 0 ? detail::text(" window=", cfg.window) : std::string(),
+      cfg.softcap > 0.0 ? detail::text(" softcap=", cfg.softcap) : std::string(),
       cfg.out_features > 0 ? detail::text(" out_features=", cfg.out_features) : std::string(),
       cfg.qk_norm ? detail::text(" qk_norm_eps=", cfg.qk_norm_eps) : std::string(),
       cfg.precision != precision::fp32 ? detail::text(" precision=", to_string(cfg.precision))

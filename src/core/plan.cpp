@@ -267,8 +267,11 @@ support detail::supports_axes(const problem& p, computed_axes axes) {
                             p.cfg.n_heads, ") is not implemented"));
   }
   if (!axes.decode && p.past != 0) return support::no(std::string(decode_declined));
-  if (!axes.windows && p.cfg.window > 0) {
+  if (!axes.extensions && p.cfg.window > 0) {
     return support::no(text("a sliding window (window ", p.cfg.window, ") is not implemented"));
+  }
+  if (!axes.extensions && p.cfg.softcap > 0.0) {
+    return support::no(text("logit soft-capping (softcap ", p.cfg.softcap, ") is not implemented"));
   }
   // The kernel sets keep a cache in their plan's precision, or (int8_cache) in int8.
   const precision kv = p.cache_precision();

@@ -113,6 +113,14 @@ constexpr part parts[] = {
      }},
     {"w", "w<W>", false, [](const problem& p) { return value_if(p.cfg.window != 0, p.cfg.window); },
      [](std::string_view v, problem& p) { return read_count(v, p.cfg.window); }},
+    // The cap in its shortest round-trip digits: "cap50".
+    {"cap", "cap<C>", false,
+     [](const problem& p) { return value_if(p.cfg.softcap != 0.0, p.cfg.softcap); },
+     [](std::string_view v, problem& p) {
+       const auto cap = decimal(v);
+       if (cap) p.cfg.softcap = *cap;
+       return cap.has_value();
+     }},
     {"noncausal", "noncausal", false, [](const problem& p) { return flag_if(!p.cfg.causal); },
      [](std::string_view v, problem& p) { return read_flag(v, p.cfg.causal, false); }},
     {"qkv_bias", "qkv_bias", false, [](const problem& p) { return flag_if(p.cfg.qkv_bias); },

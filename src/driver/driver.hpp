@@ -116,6 +116,7 @@ class driver_plan final : public plan {
       args.kv_group = cfg.n_heads / cfg.kv_heads();
       args.causal = cfg.causal;
       args.window = cfg.window;
+      args.softcap = static_cast<float>(cfg.softcap);
       args.bf16 = cfg.precision == precision::bf16;
       args.scale = 1.0f / std::sqrt(static_cast<float>(cfg.head_dim()));
       args.out = {buf.context, x.seq_len() * cfg.d_out, cfg.head_dim(), cfg.d_out};

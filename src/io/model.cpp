@@ -375,7 +375,8 @@ loaded_module load_model(const fs::path& dir, std::int64_t layer,
   module.cfg.causal = cfg.causal;
   module.cfg.rope_scaling = cfg.rope_scaling;
   module.cfg.rope_base = cfg.rope_base;
-  module.cfg.window = window_of(m, layer);  // computed as a window (docs/design.md §1.9)
+  module.cfg.window = window_of(m, layer);
+  module.cfg.softcap = cfg.softcap;  // computed as a window (docs/design.md §1.9)
   module.cfg.context_length = context.length;
   module.context_source = context.source;
   return module;

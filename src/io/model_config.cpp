@@ -27,11 +27,23 @@ constexpr model_type_rules encoder_rules(std::string_view type, std::string_view
   return {type,       layout::bert, "encoder.layer.", ".attention.",
           {"", root}, false,        biases::all,      windowing::none};
 }
-// Gemma's decoders: Llama's names, q/k norms in Gemma 3, every `pattern`-th layer full.
-constexpr model_type_rules gemma_rules(std::string_view type, bool qk_norm, std::int64_t pattern) {
-  return {type,   layout::llama,          "layers.",        ".self_attn.", {"", "model."},
-          true,   biases::attention_bias, windowing::gemma, true,          qk_norm,
-          pattern};
+// Gemma's decoders: Llama's names, q/k norms in Gemma 3, every `pattern`-th layer full, and
+// their configs' defaults (Gemma2Config soft-caps at 50, Gemma3TextConfig not).
+constexpr model_type_rules gemma_rules(std::string_view type, bool qk_norm, std::int64_t pattern,
+                                       double softcap, double query_pre_attn_scalar) {
+  return {type,
+          layout::llama,
+          "layers.",
+          ".self_attn.",
+          {"", "model."},
+          true,
+          biases::attention_bias,
+          windowing::gemma,
+          true,
+          qk_norm,
+          pattern,
+          softcap,
+          query_pre_attn_scalar};
 }
 
 constexpr model_type_rules model_rules[] = {
@@ -46,8 +58,8 @@ constexpr model_type_rules model_rules[] = {
     decoder_rules("llama", biases::attention_bias, windowing::none),
     decoder_rules("mistral", biases::none, windowing::every_layer),
     decoder_rules("qwen2", biases::qkv_only, windowing::by_layer_type),
-    gemma_rules("gemma2", false, 2),
-    gemma_rules("gemma3_text", true, 6),
+    gemma_rules("gemma2", false, 2, 50.0, 224.0),
+    gemma_rules("gemma3_text", true, 6, 0.0, 256.0),
     encoder_rules("bert", "bert."),
     encoder_rules("roberta", "roberta."),
     encoder_rules("xlm-roberta", "roberta."),
@@ -74,10 +86,6 @@ constexpr refused_key refused_keys[] = {
      "leaves the scores unscaled (mha scales them by 1/sqrt(head_dim))"},
     {layout::gpt2, "scale_attn_by_inverse_layer_idx", "false",
      "divides layer n's scores by n + 1 as well"},
-    // Gemma's (null in Gemma 3; Gemma 2 soft-caps at 50).
-    {layout::llama, "attn_logit_softcapping", "",
-     "soft-caps each scaled score s to c tanh(s / c) (the attention call computes it: "
-     "mha.attention(softcap=), a plan's module does not yet)"},
     {layout::llama, "use_bidirectional_attention", "false",
      "lets each token attend to later tokens too"},
     {layout::bert, "position_embedding_type", "\"absolute\"",
@@ -374,13 +382,19 @@ model_json read_model_json(const json& top, std::string_view source) {
   if (cfg.d_out != hidden) cfg.out_features = hidden;
   if (rules.gemma) {
     // Gemma scales scores by query_pre_attn_scalar^-0.5 where mha scales by head_dim^-0.5.
-    const double scalar = c.number("query_pre_attn_scalar", 224.0);  // Gemma2Config's default
+    const double scalar = c.number("query_pre_attn_scalar", rules.query_pre_attn_scalar);
     if (scalar != static_cast<double>(head_dim)) {
       c.refuse("query_pre_attn_scalar", "is ", scalar, ": a ", m.model_type,
                " model with it scales its scores by ", scalar, "^-0.5, not head_dim ", head_dim,
                "^-0.5, which mha does not compute");
     }
     m.qk_norm_offset = 1.0;  // Gemma's RMS norms scale by 1 + weight
+    // Soft-capping (null: none), as Gemma2Config reads it: 50 when the key is absent.
+    cfg.softcap = c.contains("attn_logit_softcapping") ? c.number("attn_logit_softcapping", 0.0)
+                                                       : rules.softcap;
+    if (!(cfg.softcap >= 0.0)) {
+      c.fail("attn_logit_softcapping", "is ", cfg.softcap, ", expected a number >= 0 or null");
+    }
   }
   cfg.qk_norm = rules.qk_norm;
   if (cfg.qk_norm) {

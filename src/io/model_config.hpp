@@ -41,6 +41,9 @@ struct model_type_rules {
   bool gemma = false;
   bool qk_norm = false;              // the blocks hold q_norm and k_norm (Gemma 3)
   std::int64_t sliding_pattern = 0;  // windowing::gemma without layer_types: each n-th is full
+  // Gemma's config defaults where a key is absent: attn_logit_softcapping (0: None) and
+  // query_pre_attn_scalar.
+  double softcap = 0.0, query_pre_attn_scalar = 0.0;
 };
 
 // The rules of `type`; an mha::invalid_argument listing the known ones.

@@ -57,7 +57,8 @@ class xsimd_kernel_set : public sequential_execution {
   }
   // ... or of int8 codes, widened in the kernel (docs/design.md §1.7).
   static constexpr bool int8_cache = true;
-  static constexpr bool windows = true;  // attention_args::window (docs/design.md §1.9)
+  // attention_args' window and softcap (docs/design.md §1.9).
+  static constexpr bool extensions = true;
 
  protected:
   // f(the GEMM arguments of x W^T + b): fp32 as it is; bf16 with x rounded to pairs in a buffer

@@ -1,6 +1,7 @@
-// The module axes of the models people run now (docs/design.md §1.10): an out projection back to
-// a width of its own (config::out_features: Gemma, gpt-oss, Mistral NeMo) and q/k norms
-// (config::qk_norm: Gemma 3, Qwen3), on every backend and formulation against the float64
+// The module axes of the models people run now (docs/design.md §1.9, §1.10): an out projection
+// back to a width of its own (config::out_features: Gemma, gpt-oss, Mistral NeMo), q/k norms
+// (config::qk_norm: Gemma 3, Qwen3) and logit soft-capping (config::softcap: Gemma 2), on every
+// backend and formulation against the float64
 // reference, forward and decoding through fp32 and int8 caches, with a sliding window, grouped
 // heads and RoPE as Gemma 3's layers have them; what makes each axis the function it claims; the
 // errors they name.
@@ -19,7 +20,8 @@ using mha::precision;
 using mha_test::expect_error;
 
 // Gemma 3's layer in small: 4 query heads over 2 K/V heads of 8, an inner width (32) apart from
-// the hidden size (24 in, 40 out, so neither is the other), q/k norms, RoPE, a window of 16.
+// the hidden size (24 in, 40 out, so neither is the other), q/k norms, RoPE, a window of 16, and
+// Gemma 2's soft-capping at a cap the scores reach.
 mha::config gemma_like() {
   mha::config cfg;
   cfg.d_in = 24;
@@ -32,6 +34,7 @@ mha::config gemma_like() {
   cfg.out_features = 40;
   cfg.qk_norm = true;
   cfg.window = 16;
+  cfg.softcap = 1.5;
   return cfg;
 }
 
@@ -54,12 +57,20 @@ TEST(ModelBlocks, EveryBackendMatchesTheReferenceForwardAndDecoding) {
       mha_test::random_floats(static_cast<std::size_t>(batch * seq_len * cfg.d_in), 5, 2.0f);
   const std::vector<double> want = mha_reference::forward(cfg, w, x, batch, seq_len);
   ASSERT_EQ(want.size(), static_cast<std::size_t>(batch * seq_len * 40));
+  mha::config uncapped = cfg;
+  uncapped.softcap = 0.0;
+  EXPECT_GT(mha_test::max_abs_diff(std::vector<float>(want.begin(), want.end()),
+                                   mha_reference::forward(uncapped, w, x, batch, seq_len)),
+            1e-2);  // the cap changes the function here
   const double scale = std::max(1.0, mha_test::max_abs(want));
   int ran = 0;
   for (const auto& [label, backend] : mha_test::backend_cases()) {
     for (const mha::formulation form : mha::formulations()) {
       SCOPED_TRACE(label + " " + std::string(mha::to_string(form)));
-      if (!backend->supports(mha::problem{cfg, form})) continue;  // oneDNN: the window
+      if (const mha::support why = backend->supports(mha::problem{cfg, form}); !why) {
+        EXPECT_THAT(why.reason(), testing::HasSubstr("is not implemented"));  // oneDNN
+        continue;
+      }
       ++ran;
       EXPECT_LE(mha_test::max_abs_diff(run(*backend, form, cfg, w, x, batch, seq_len), want),
                 2e-5 * scale);
@@ -134,6 +145,10 @@ TEST(ModelBlocks, BadValuesAreNamed) {
   expect_error<mha::invalid_argument>(
       [&] { mha::validate(cfg); }, {"out_features (40)", "a module without out_proj takes none"});
   cfg = gemma_like();
+  cfg.softcap = -1.0;
+  expect_error<mha::invalid_argument>([&] { mha::validate(cfg); },
+                                      {"softcap (-1) must be finite and >= 0"});
+  cfg = gemma_like();
   cfg.qk_norm_eps = 0.0;
   expect_error<mha::invalid_argument>([&] { mha::validate(cfg); },
                                       {"qk_norm_eps (0) must be finite and > 0"});
@@ -164,6 +179,7 @@ TEST(ModelBlocks, BadValuesAreNamed) {
 TEST(ModelBlocks, TheProblemStringSpellsBothAxes) {
   const mha::problem p{gemma_like(), mha::formulation::split_weight, 1, 70};
   const std::string name = mha::to_string(p);
+  EXPECT_THAT(name, testing::HasSubstr("/w16/cap1.5/"));
   EXPECT_THAT(name, testing::HasSubstr("/out40/qknorm1e-06"));
   EXPECT_EQ(mha::parse_problem(name).cfg, p.cfg);
   // The out projection counts out_features: 2 B T d_out out_features.

@@ -253,11 +253,16 @@ TEST(ModelConfig, Gemma3sLayersAsTransformersComputesThem) {
   EXPECT_EQ(parsed(old, 1).cfg.rope_base, 1e4);
   EXPECT_EQ(parsed(old, 2).cfg.window, 0);
   EXPECT_EQ(parsed(old, 2).cfg.rope_base, 1e6);
-  // Gemma 2: no q/k norms, every other layer sliding.
+  EXPECT_EQ(parsed(old, 1).cfg.softcap, 0.0);  // Gemma 3: none
+  // Gemma 2: no q/k norms, every other layer sliding, soft-capped at 50 unless null.
   json gemma2 = old;
-  gemma2.update({{"model_type", "gemma2"}, {"attn_logit_softcapping", nullptr}});
+  gemma2.update({{"model_type", "gemma2"}});
   gemma2.erase("sliding_window_pattern");
+  gemma2.erase("attn_logit_softcapping");
   EXPECT_FALSE(parsed(gemma2, 0).cfg.qk_norm);
+  EXPECT_EQ(parsed(gemma2, 0).cfg.softcap, 50.0);
+  EXPECT_EQ(parsed(with(gemma2, {{"attn_logit_softcapping", 30.0}}), 0).cfg.softcap, 30.0);
+  EXPECT_EQ(parsed(with(gemma2, {{"attn_logit_softcapping", nullptr}}), 0).cfg.softcap, 0.0);
   EXPECT_EQ(parsed(gemma2, 0).cfg.window, 8);
   EXPECT_EQ(parsed(gemma2, 1).cfg.window, 0);
 }
@@ -269,11 +274,11 @@ TEST(ModelConfig, GemmasKeysMhaDoesNotComputeAreRefusedByName) {
         parsed(with(gemma3(), {{"query_pre_attn_scalar", 144}}));
       },
       {"query_pre_attn_scalar is 144", "gemma3_text model", "144^-0.5, not head_dim 16^-0.5"});
-  expect_error<mha::unsupported>(
+  expect_error<mha::format_error>(
       [&] {
-        parsed(with(gemma3(), {{"model_type", "gemma2"}, {"attn_logit_softcapping", 50.0}}));
+        parsed(with(gemma3(), {{"attn_logit_softcapping", -2.0}}));
       },
-      {"attn_logit_softcapping is 50.0", "gemma2 model", "soft-caps each scaled score"});
+      {"attn_logit_softcapping is -2", "expected a number >= 0 or null"});
   expect_error<mha::unsupported>(
       [&] {
         parsed(with(gemma3(), {{"use_bidirectional_attention", true}}));

@@ -143,7 +143,7 @@ class naive_kernels : public detail::sequential_execution {
   static constexpr bool grouped_kv = true;  // each query head reads K/V head h / kv_group
   static constexpr bool bf16 = true;        // the bf16 reference (docs/design.md §1.5)
   static constexpr bool int8_cache = true;  // the int8 cache's reference (§1.7)
-  static constexpr bool windows = true;     // config::window (§1.9)
+  static constexpr bool extensions = true;  // config::window and softcap (§1.9)
   // Decode: the plain row-major cache (bf16 elements in bf16, int8 codes and their rows'
   // scales in int8); each sequence attends over its rows as a full forward with past = its
   // length would.
