@@ -86,6 +86,9 @@ struct config {
   // Logit soft-capping (docs/design.md §1.9; Gemma 2's attn_logit_softcapping, 50): each scaled
   // score s becomes softcap * tanh(s / softcap) before the mask; 0 for none.
   double softcap = 0.0;
+  // Attention sinks (docs/design.md §1.9; gpt-oss): a learned logit per query head, the weights'
+  // `sinks`, that joins each of its rows' softmax denominators and contributes no value.
+  bool sinks = false;
   // The out projection's features (docs/design.md §1.10): 0 for d_out (out_proj is (d_out,
   // d_out), the seeds' module), else out_proj is (out_features, d_out) and y has out_features
   // columns, as in Gemma, gpt-oss and Mistral NeMo, whose n_heads * head_dim is not the model's
@@ -115,8 +118,8 @@ void validate(const config& cfg);
 
 // "d_in=768 d_out=768 n_heads=12 context_length=1024 causal=1 qkv_bias=0 out_proj=1 dropout=0",
 // followed by " out_proj_bias=0", " n_kv_heads=K", " rope_base=B", " rope_scaling=" and the
-// spelling of rope_scaling_name, " window=W", " softcap=C", " out_features=N", " qk_norm_eps=E"
-// (with qk_norm) and " precision=bf16" when they are not the defaults.
+// spelling of rope_scaling_name, " window=W", " softcap=C", " sinks=1", " out_features=N", "
+// qk_norm_eps=E" (with qk_norm) and " precision=bf16" when they are not the defaults.
 std::string to_string(const config& cfg);
 
 // The rotary embedding's scaling as the canonical problem string spells it (include/mha/

@@ -32,17 +32,19 @@ struct head_weights {
 // A module's parameters in the split layout (docs/design.md §1): query is (d_out, d_in), key and
 // value are (d_kv, d_in) (d_kv = d_out unless the config groups K/V heads), out_proj is
 // (out_width(), d_out); with config::qk_norm, q_norm and k_norm hold the norms' head_dim weights
-// (else they are empty). Names match a PyTorch state_dict: W_query.weight -> query.weight,
-// out_proj.bias -> out_proj.bias, q_norm.weight -> q_norm. Plain data: copy, move and edit freely;
-// validate() checks it against a config before a backend uses it.
+// (else they are empty), and with config::sinks, sinks holds n_heads logits. Names match a PyTorch
+// state_dict: W_query.weight -> query.weight, out_proj.bias -> out_proj.bias, q_norm.weight ->
+// q_norm. Plain data: copy, move and edit freely; validate() checks it against a config before a
+// backend uses it.
 struct weights {
   linear_weights query, key, value, out_proj;
   std::vector<float> q_norm, k_norm;
+  std::vector<float> sinks;  // with config::sinks: one logit per query head (n_heads), else empty
 
   // nn.Linear's default initialisation, reproducibly: every weight and bias element drawn from
   // U(-1/sqrt(in), 1/sqrt(in)) with the counter-based generator of docs/design.md §1.1, so a seed
   // gives the same weights on every machine. Biases exist where cfg says so; q/k norm weights
-  // are drawn from U(0.5, 1.5). Validates cfg first.
+  // are drawn from U(0.5, 1.5), sinks from U(-1, 1). Validates cfg first.
   static weights random(const config& cfg, std::uint64_t seed);
 
   // Head h's weights: rows [h*head_dim, (h+1)*head_dim) of query and the rows of its K/V head

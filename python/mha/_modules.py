@@ -160,7 +160,9 @@ def _gpt2(m: Any, context_length: int | None) -> Description:
 def _llama(m: Any, context_length: int | None) -> Description:
     block = _hf_block(m, context_length)
     state = {
-        k: v for k, v in m.state_dict().items() if k.split(".")[0] in ("q_proj", "k_proj", "v_proj", "o_proj")
+        k: v
+        for k, v in m.state_dict().items()
+        if k.split(".")[0] in ("q_proj", "k_proj", "v_proj", "o_proj", "sinks")
     }
     # Gemma 3's and Qwen3's q/k norms; Gemma's scale by 1 + weight (qk_norm_offset).
     for norm in ("q_norm", "k_norm"):

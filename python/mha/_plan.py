@@ -44,6 +44,7 @@ def _config_with(cfg: Config, **changes: Any) -> Config:
             "rope_scaling",
             "window",
             "softcap",
+            "sinks",
             "out_features",
             "qk_norm",
             "qk_norm_eps",
@@ -144,6 +145,7 @@ class Plan:
             "out_proj_bias",
             "out_features",
             "qk_norm",
+            "sinks",
         ):
             if getattr(loaded, name) != getattr(config, name):
                 raise InvalidArgument(
@@ -273,7 +275,7 @@ class Plan:
         (save_pretrained's output or a cache snapshot; one safetensors file or shards): its
         config.json gives the heads, K/V heads, rotary embedding, causality and context length
         (max_position_embeddings, or a smaller context_length), and only that block's tensors
-        are read. Model types: gpt2, llama, mistral, qwen2, gemma2, gemma3_text, bert, roberta,
+        are read. Model types: gpt2, llama, mistral, qwen2, gemma2, gemma3_text, gpt_oss, bert, roberta,
         xlm-roberta."""
         module = _mha._from_pretrained(
             os.fspath(path), _count("layer", layer, -(2**63)), _count("context_length", context_length)

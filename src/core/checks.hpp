@@ -35,7 +35,7 @@ namespace mha::detail {
 struct computed_axes {
   bool grouped_kv = false, decode = false, bf16 = false;
   bool int8_cache = false;  // a KV cache of int8 with a plan of either precision (§1.7)
-  bool extensions = false;  // config::window and config::softcap (§1.9)
+  bool extensions = false;  // config::window, softcap and sinks (§1.9)
 };
 
 // backend::supports() of a backend that computes `axes`: the reason for the first axis of p it

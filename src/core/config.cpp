@@ -203,6 +203,7 @@ std::string to_string(const config& cfg) {
           : std::string(),
       cfg.window > 0 ? detail::text(" window=", cfg.window) : std::string(),
       cfg.softcap > 0.0 ? detail::text(" softcap=", cfg.softcap) : std::string(),
+      cfg.sinks ? std::string(" sinks=1") : std::string(),
       cfg.out_features > 0 ? detail::text(" out_features=", cfg.out_features) : std::string(),
       cfg.qk_norm ? detail::text(" qk_norm_eps=", cfg.qk_norm_eps) : std::string(),
       cfg.precision != precision::fp32 ? detail::text(" precision=", to_string(cfg.precision))

@@ -270,6 +270,9 @@ support detail::supports_axes(const problem& p, computed_axes axes) {
   if (!axes.extensions && p.cfg.window > 0) {
     return support::no(text("a sliding window (window ", p.cfg.window, ") is not implemented"));
   }
+  if (!axes.extensions && p.cfg.sinks) {
+    return support::no("attention sinks are not implemented");
+  }
   if (!axes.extensions && p.cfg.softcap > 0.0) {
     return support::no(text("logit soft-capping (softcap ", p.cfg.softcap, ") is not implemented"));
   }

@@ -121,6 +121,8 @@ constexpr part parts[] = {
        if (cap) p.cfg.softcap = *cap;
        return cap.has_value();
      }},
+    {"sinks", "sinks", false, [](const problem& p) { return flag_if(p.cfg.sinks); },
+     [](std::string_view v, problem& p) { return read_flag(v, p.cfg.sinks, true); }},
     {"noncausal", "noncausal", false, [](const problem& p) { return flag_if(!p.cfg.causal); },
      [](std::string_view v, problem& p) { return read_flag(v, p.cfg.causal, false); }},
     {"qkv_bias", "qkv_bias", false, [](const problem& p) { return flag_if(p.cfg.qkv_bias); },

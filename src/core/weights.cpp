@@ -108,6 +108,10 @@ weights weights::random(const config& cfg, std::uint64_t seed) {
   if (cfg.out_proj) {
     w.out_proj = random_linear(cfg.out_width(), cfg.d_out, cfg.out_proj_bias, seed, 3);
   }
+  if (cfg.sinks) {
+    w.sinks.resize(static_cast<std::size_t>(cfg.n_heads));
+    fill_uniform(w.sinks, 1, seed, 10);  // U(-1, 1)
+  }
   if (cfg.qk_norm) {
     for (auto [norm, id] : {std::pair{&w.q_norm, 8u}, std::pair{&w.k_norm, 9u}}) {
       norm->resize(static_cast<std::size_t>(cfg.head_dim()));
@@ -170,6 +174,16 @@ void validate(const config& cfg, const weights& w) {
   } else if (w.out_proj.out != 0 || !w.out_proj.weight.empty() || !w.out_proj.bias.empty()) {
     throw invalid_argument(text("mha: out_proj weights are present (", w.out_proj.out, " x ",
                                 w.out_proj.in, ") but the config has out_proj = false"));
+  }
+  const std::size_t sinks = cfg.sinks ? static_cast<std::size_t>(cfg.n_heads) : 0;
+  if (w.sinks.size() != sinks) {
+    throw invalid_argument(
+        cfg.sinks ? text("mha: sinks holds ", w.sinks.size(), " logits, expected n_heads = ", sinks)
+                  : text("mha: sinks are present (", w.sinks.size(),
+                         " logits) but the config has sinks = false"));
+  }
+  for (float s : w.sinks) {
+    if (!std::isfinite(s)) throw invalid_argument(text("mha: a sink is ", s, ", expected finite"));
   }
   for (auto [name, norm] : {std::pair{"q_norm", &w.q_norm}, std::pair{"k_norm", &w.k_norm}}) {
     const std::size_t expected = cfg.qk_norm ? static_cast<std::size_t>(cfg.head_dim()) : 0;

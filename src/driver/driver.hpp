@@ -46,6 +46,7 @@ class driver_plan final : public plan {
     }
     if (cfg.out_proj) out_proj_.emplace(kernels_.pack(w.out_proj));
     if (cfg.qk_norm) norms_ = {w.q_norm, w.k_norm};
+    sinks_ = w.sinks;
     if (cfg.rope_base != 0.0) rope_.emplace(cfg.context_length, mha::rope_frequencies(cfg));
   }
 
@@ -117,6 +118,7 @@ class driver_plan final : public plan {
       args.causal = cfg.causal;
       args.window = cfg.window;
       args.softcap = static_cast<float>(cfg.softcap);
+      args.sinks = sinks_.empty() ? nullptr : sinks_.data();
       args.bf16 = cfg.precision == precision::bf16;
       args.scale = 1.0f / std::sqrt(static_cast<float>(cfg.head_dim()));
       args.out = {buf.context, x.seq_len() * cfg.d_out, cfg.head_dim(), cfg.d_out};
@@ -260,6 +262,7 @@ class driver_plan final : public plan {
   std::vector<kv_layers> kv_groups_;                    // wrapper form: kv_heads
   std::optional<typename K::packed_linear> out_proj_;
   std::array<std::vector<float>, 2> norms_;  // qk_norm: q_norm's and k_norm's head_dim weights
+  std::vector<float> sinks_;                 // config::sinks: one logit per query head
   std::optional<rope_table> rope_;
   scratch_pool scratch_;
 };

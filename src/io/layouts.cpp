@@ -186,6 +186,15 @@ block_weights read_llama(tensor_map& block, std::string_view prefix, std::string
   read_qkv(block, prefix, llama_names, b.w, source);
   read_out(block, prefix, llama_names.out, b.w, source);
   read_norms(block, prefix, b.w, source);
+  // gpt-oss's sinks: one logit per query head (the module's config checks their count).
+  if (block.contains("sinks")) {
+    const std::vector<std::int64_t> shape = find(block, prefix, "sinks", source).shape;
+    if (shape.size() != 1 || shape[0] < 1) {
+      fail(source, "tensor ", printable(text(prefix, "sinks")), " has shape ", shape_text(shape),
+           ", expected (n_heads)");
+    }
+    b.w.sinks = take(block, prefix, "sinks", shape, source);
+  }
   // Older Hugging Face checkpoints store RoPE's inverse frequencies; the base says the same.
   block.erase("rotary_emb.inv_freq");
   check_all_used(block, prefix, layout::llama, source);
@@ -381,7 +390,8 @@ void require(bool holds, io::layout l, std::string_view what) {
 
 // Layouts other than llama's hold no q/k norms.
 void require_no_norms(const config& cfg, io::layout l) {
-  require(!cfg.qk_norm, l, "no q/k norms (Llama's layout holds q_norm and k_norm)");
+  require(!cfg.qk_norm && !cfg.sinks, l,
+          "no q/k norms or sinks (Llama's layout holds q_norm, k_norm and sinks)");
 }
 
 void write_separate(const weights& w, const projection_names& n, tensor_map& out) {
@@ -404,6 +414,7 @@ void write_llama(const config&, const weights& w, tensor_map& out) {
     out["q_norm.weight"] = {{hd}, w.q_norm};
     out["k_norm.weight"] = {{hd}, w.k_norm};
   }
+  if (!w.sinks.empty()) out["sinks"] = {{static_cast<std::int64_t>(w.sinks.size())}, w.sinks};
 }
 
 void write_bert(const config& cfg, const weights& w, tensor_map& out) {
@@ -503,7 +514,7 @@ constexpr layout_rules table[] = {
      gpt2_tensor, read_gpt2, write_gpt2, true},
     {layout::llama, "Llama's attention",
      "q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight (each with an optional .bias), "
-     "q_norm.weight and k_norm.weight (both or neither), rotary_emb.inv_freq",
+     "q_norm.weight and k_norm.weight (both or neither), sinks, rotary_emb.inv_freq",
      "k_proj.weight", llama_tensor, read_llama, write_llama, true},
     {layout::bert, "BERT's attention (BertSelfAttention and BertSelfOutput's dense layer)",
      "self.query.weight, self.key.weight, self.value.weight (each with an optional .bias), "

@@ -351,6 +351,11 @@ loaded_module load_model(const fs::path& dir, std::int64_t layer,
                  " features, but the block at ", printable(prefix), " maps ", found.d_in,
                  " features to ", found.d_out, " and back to ", found.out_width());
   }
+  if (found.sinks != cfg.sinks) {
+    detail::fail(config_source, "describes a ", m.model_type, " block ",
+                 cfg.sinks ? "with" : "without", " sinks, but the tensors at ", printable(prefix),
+                 cfg.sinks ? " lack" : " hold", " them");
+  }
   if (found.qk_norm != cfg.qk_norm) {
     detail::fail(config_source, "describes a ", m.model_type, " block ",
                  cfg.qk_norm ? "with" : "without", " q/k norms, but the tensors at ",

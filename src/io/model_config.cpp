@@ -38,7 +38,7 @@ constexpr model_type_rules gemma_rules(std::string_view type, bool qk_norm, std:
           {"", "model."},
           true,
           biases::attention_bias,
-          windowing::gemma,
+          windowing::layer_types,
           true,
           qk_norm,
           pattern,
@@ -60,6 +60,19 @@ constexpr model_type_rules model_rules[] = {
     decoder_rules("qwen2", biases::qkv_only, windowing::by_layer_type),
     gemma_rules("gemma2", false, 2, 50.0, 224.0),
     gemma_rules("gemma3_text", true, 6, 0.0, 256.0),
+    // gpt-oss: Llama's names with every bias and a sink per head, every other layer sliding.
+    {.type = "gpt_oss",
+     .layout = layout::llama,
+     .before = "layers.",
+     .after = ".self_attn.",
+     .roots = {"", "model."},
+     .rope = true,
+     .bias = biases::attention_bias,
+     .windows = windowing::layer_types,
+     .sliding_pattern = 2,
+     .sinks = true,
+     .attention_bias = true,
+     .sliding_window = 128},
     encoder_rules("bert", "bert."),
     encoder_rules("roberta", "roberta."),
     encoder_rules("xlm-roberta", "roberta."),
@@ -268,8 +281,8 @@ window_rule read_windows(const config_reader& c, const model_type_rules& rules,
     case windowing::by_layer_type:  // Qwen2Config
       w.size = c.boolean("use_sliding_window", false) ? window_size(c, "sliding_window", 4096) : 0;
       break;
-    case windowing::gemma:  // Gemma2Config, Gemma3TextConfig: sliding_window = 4096 unless stated
-      w.size = window_size(c, "sliding_window", 4096);
+    case windowing::layer_types:  // Gemma2Config, Gemma3TextConfig, GptOssConfig
+      w.size = window_size(c, "sliding_window", rules.sliding_window);
       if (!c.has("layer_types")) {
         // Configs before transformers 4.53 say which layers slide by a pattern.
         const std::string_view key =
@@ -397,6 +410,7 @@ model_json read_model_json(const json& top, std::string_view source) {
     }
   }
   cfg.qk_norm = rules.qk_norm;
+  cfg.sinks = rules.sinks;
   if (cfg.qk_norm) {
     cfg.qk_norm_eps = c.number("rms_norm_eps", 1e-6);
     if (!finite_above(cfg.qk_norm_eps, 0.0)) {
@@ -404,7 +418,7 @@ model_json read_model_json(const json& top, std::string_view source) {
     }
   }
   const bool attention_bias =
-      rules.bias == biases::attention_bias && c.boolean("attention_bias", false);
+      rules.bias == biases::attention_bias && c.boolean("attention_bias", rules.attention_bias);
   cfg.qkv_bias = rules.bias == biases::all || rules.bias == biases::qkv_only || attention_bias;
   cfg.out_proj_bias = rules.bias == biases::all || attention_bias;
   const json* typed = c.object("rope_parameters");

@@ -20,9 +20,9 @@ enum class biases { all, attention_bias, qkv_only, none };
 
 // Which layers transformers gives a sliding window: none, every layer (Mistral's
 // sliding_window, 4096 when the key is absent), by layer type (Qwen2's layer_types, or
-// use_sliding_window from max_window_layers on), or by layer type always (Gemma 3's layer_types,
-// or every layer but each sliding_window_pattern-th).
-enum class windowing { none, every_layer, by_layer_type, gemma };
+// use_sliding_window from max_window_layers on), or by layer type always (Gemma's and gpt-oss's
+// layer_types, or every layer but each sliding_pattern-th: Gemma's sliding_window_pattern).
+enum class windowing { none, every_layer, by_layer_type, layer_types };
 
 // How a model type names its attention blocks, and what of its attention config.json states.
 struct model_type_rules {
@@ -40,10 +40,13 @@ struct model_type_rules {
   // own rotary embedding (rope_parameters.sliding_attention, or rope_local_base_freq).
   bool gemma = false;
   bool qk_norm = false;              // the blocks hold q_norm and k_norm (Gemma 3)
-  std::int64_t sliding_pattern = 0;  // windowing::gemma without layer_types: each n-th is full
+  std::int64_t sliding_pattern = 0;  // windowing::layer_types without them: each n-th is full
   // Gemma's config defaults where a key is absent: attn_logit_softcapping (0: None) and
   // query_pre_attn_scalar.
   double softcap = 0.0, query_pre_attn_scalar = 0.0;
+  bool sinks = false;                  // the blocks hold a sink logit per head (gpt-oss)
+  bool attention_bias = false;         // config.json's attention_bias when absent
+  std::int64_t sliding_window = 4096;  // ... and its sliding_window
 };
 
 // The rules of `type`; an mha::invalid_argument listing the known ones.

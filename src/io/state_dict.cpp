@@ -266,6 +266,7 @@ loaded_module detail::map_state_dict(tensor_file file, std::span<const std::stri
   cfg.out_proj = m.w.out_proj.out != 0;
   cfg.out_proj_bias = !cfg.out_proj || m.w.out_proj.has_bias();
   cfg.out_features = cfg.out_proj && m.w.out_proj.out != cfg.d_out ? m.w.out_proj.out : 0;
+  cfg.sinks = !m.w.sinks.empty();
   cfg.qk_norm =
       !m.w.q_norm.empty();  // its epsilon: config::qk_norm_eps's default, or config.json's
   cfg.n_heads = resolve_heads(file, b, options, by, source);

@@ -210,8 +210,8 @@ NB_MODULE(_mha, m) {
           [](mha::config* c, int_arg d_in, int_arg d_out, int_arg n_heads, int_arg context_length,
              bool causal, bool qkv_bias, bool out_proj, bool out_proj_bias, float dropout,
              int_arg n_kv_heads, std::string_view precision, double rope_base,
-             const mha::rope_scaling& scaling, int_arg window, double softcap, int_arg out_features,
-             bool qk_norm, double qk_norm_eps) {
+             const mha::rope_scaling& scaling, int_arg window, double softcap, bool sinks,
+             int_arg out_features, bool qk_norm, double qk_norm_eps) {
             constexpr std::string_view where = "mha.Config";
             mha::config cfg;
             cfg.d_in = d_in.get(where, "d_in");
@@ -229,6 +229,7 @@ NB_MODULE(_mha, m) {
             cfg.rope_scaling = scaling;
             cfg.window = window.get(where, "window");
             cfg.softcap = softcap;
+            cfg.sinks = sinks;
             cfg.out_features = out_features.get(where, "out_features");
             cfg.qk_norm = qk_norm;
             cfg.qk_norm_eps = qk_norm_eps;
@@ -239,7 +240,8 @@ NB_MODULE(_mha, m) {
           "qkv_bias"_a = false, "out_proj"_a = true, "out_proj_bias"_a = true, "dropout"_a = 0.0f,
           "n_kv_heads"_a = nb::int_(0), "precision"_a = "fp32", "rope_base"_a = 0.0,
           "rope_scaling"_a = mha::rope_scaling{}, "window"_a = nb::int_(0), "softcap"_a = 0.0,
-          "out_features"_a = nb::int_(0), "qk_norm"_a = false, "qk_norm_eps"_a = 1e-6)
+          "sinks"_a = false, "out_features"_a = nb::int_(0), "qk_norm"_a = false,
+          "qk_norm_eps"_a = 1e-6)
       .def_ro("d_in", &mha::config::d_in)
       .def_ro("d_out", &mha::config::d_out)
       .def_ro("n_heads", &mha::config::n_heads)
@@ -257,6 +259,7 @@ NB_MODULE(_mha, m) {
       .def_ro("rope_scaling", &mha::config::rope_scaling)
       .def_ro("window", &mha::config::window)
       .def_ro("softcap", &mha::config::softcap)
+      .def_ro("sinks", &mha::config::sinks)
       .def_ro("out_features", &mha::config::out_features)
       .def_prop_ro("out_width", &mha::config::out_width)
       .def_ro("qk_norm", &mha::config::qk_norm)

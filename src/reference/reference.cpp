@@ -40,7 +40,8 @@ void round_operands(std::vector<double>& values, bool bf16) {
 
 // One head's attention for query row i, in double: out[e] = sum_j a_j v_j[e] with
 // a = dropout(softmax_j(cap(scale q . k_j)), -inf for j > i when causal and for j <= i - window
-// with a window), j < keys; cap(s) = softcap tanh(s / softcap) with a softcap, else s. key(j) and
+// with a window), j < keys; cap(s) = softcap tanh(s / softcap) with a softcap, else s; a sink's
+// exp(sink) joins the softmax's denominator only. key(j) and
 // value(j) give row j (head_dim elements); `a` has room for `keys` weights. b, h and i key the
 // dropout mask (i is the absolute position). bf16: q, k and v are already rounded, and the weights
 // are the unnormalised exp(s - max), dropped and rounded, the sum divided after (§1.5).
@@ -48,7 +49,7 @@ template <class KeyRow, class ValueRow>
 void attend(const double* q, KeyRow key, ValueRow value, std::int64_t keys, std::int64_t hd,
             std::int64_t i, bool causal, const mha::detail::dropout_spec& drop, std::int64_t b,
             std::int64_t h, double* a, double* out, bool bf16 = false, std::int64_t window = 0,
-            double softcap = 0.0) {
+            double softcap = 0.0, const float* sink = nullptr) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   double max = -std::numeric_limits<double>::infinity();
   for (std::int64_t j = 0; j < keys; ++j) {
@@ -61,7 +62,9 @@ void attend(const double* q, KeyRow key, ValueRow value, std::int64_t keys, std:
     a[j] = outside ? -std::numeric_limits<double>::infinity() : s;
     max = std::max(max, a[j]);
   }
-  double sum = 0.0;
+  if (sink != nullptr) max = std::max(max, double{*sink});
+  // A sink joins the denominator only.
+  double sum = sink != nullptr ? std::exp(*sink - max) : 0.0;
   for (std::int64_t j = 0; j < keys; ++j) sum += (a[j] = std::exp(a[j] - max));
   for (std::int64_t j = 0; j < keys; ++j) {
     if (!bf16) a[j] /= sum;
@@ -189,7 +192,8 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
           return j < zero_past ? v0.data() + g * hd : v.data() + (j - zero_past) * d_kv + g * hd;
         };
         attend(q.data() + h * hd, key, value, zero_past + seq_len, hd, zero_past + i, cfg.causal,
-               drop, b, h, a.data(), context.data() + h * hd, bf16, cfg.window, cfg.softcap);
+               drop, b, h, a.data(), context.data() + h * hd, bf16, cfg.window, cfg.softcap,
+               cfg.sinks ? w.sinks.data() + h : nullptr);
       }
       std::vector<double> c = context;
       round_operands(c, bf16 && cfg.out_proj);

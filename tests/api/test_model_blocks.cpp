@@ -1,7 +1,7 @@
 // The module axes of the models people run now (docs/design.md §1.9, §1.10): an out projection
 // back to a width of its own (config::out_features: Gemma, gpt-oss, Mistral NeMo), q/k norms
-// (config::qk_norm: Gemma 3, Qwen3) and logit soft-capping (config::softcap: Gemma 2), on every
-// backend and formulation against the float64
+// (config::qk_norm: Gemma 3, Qwen3), logit soft-capping (config::softcap: Gemma 2) and attention
+// sinks (config::sinks: gpt-oss), on every backend and formulation against the float64
 // reference, forward and decoding through fp32 and int8 caches, with a sliding window, grouped
 // heads and RoPE as Gemma 3's layers have them; what makes each axis the function it claims; the
 // errors they name.
@@ -20,8 +20,8 @@ using mha::precision;
 using mha_test::expect_error;
 
 // Gemma 3's layer in small: 4 query heads over 2 K/V heads of 8, an inner width (32) apart from
-// the hidden size (24 in, 40 out, so neither is the other), q/k norms, RoPE, a window of 16, and
-// Gemma 2's soft-capping at a cap the scores reach.
+// the hidden size (24 in, 40 out, so neither is the other), q/k norms, RoPE, a window of 16,
+// Gemma 2's soft-capping at a cap the scores reach, and gpt-oss's sinks.
 mha::config gemma_like() {
   mha::config cfg;
   cfg.d_in = 24;
@@ -35,6 +35,7 @@ mha::config gemma_like() {
   cfg.qk_norm = true;
   cfg.window = 16;
   cfg.softcap = 1.5;
+  cfg.sinks = true;
   return cfg;
 }
 
@@ -62,6 +63,14 @@ TEST(ModelBlocks, EveryBackendMatchesTheReferenceForwardAndDecoding) {
   EXPECT_GT(mha_test::max_abs_diff(std::vector<float>(want.begin(), want.end()),
                                    mha_reference::forward(uncapped, w, x, batch, seq_len)),
             1e-2);  // the cap changes the function here
+  mha::config sinkless = cfg;
+  sinkless.sinks = false;
+  mha::weights without_sinks = w;
+  without_sinks.sinks.clear();
+  EXPECT_GT(
+      mha_test::max_abs_diff(std::vector<float>(want.begin(), want.end()),
+                             mha_reference::forward(sinkless, without_sinks, x, batch, seq_len)),
+      1e-2);  // and so do the sinks
   const double scale = std::max(1.0, mha_test::max_abs(want));
   int ran = 0;
   for (const auto& [label, backend] : mha_test::backend_cases()) {
@@ -149,6 +158,10 @@ TEST(ModelBlocks, BadValuesAreNamed) {
   expect_error<mha::invalid_argument>([&] { mha::validate(cfg); },
                                       {"softcap (-1) must be finite and >= 0"});
   cfg = gemma_like();
+  mha::weights three_sinks = mha::weights::random(cfg, 1);
+  three_sinks.sinks.pop_back();
+  expect_error<mha::invalid_argument>([&] { mha::validate(cfg, three_sinks); },
+                                      {"sinks holds 3 logits, expected n_heads = 4"});
   cfg.qk_norm_eps = 0.0;
   expect_error<mha::invalid_argument>([&] { mha::validate(cfg); },
                                       {"qk_norm_eps (0) must be finite and > 0"});
@@ -179,7 +192,7 @@ TEST(ModelBlocks, BadValuesAreNamed) {
 TEST(ModelBlocks, TheProblemStringSpellsBothAxes) {
   const mha::problem p{gemma_like(), mha::formulation::split_weight, 1, 70};
   const std::string name = mha::to_string(p);
-  EXPECT_THAT(name, testing::HasSubstr("/w16/cap1.5/"));
+  EXPECT_THAT(name, testing::HasSubstr("/w16/cap1.5/sinks/"));
   EXPECT_THAT(name, testing::HasSubstr("/out40/qknorm1e-06"));
   EXPECT_EQ(mha::parse_problem(name).cfg, p.cfg);
   // The out projection counts out_features: 2 B T d_out out_features.

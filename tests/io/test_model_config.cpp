@@ -267,6 +267,30 @@ TEST(ModelConfig, Gemma3sLayersAsTransformersComputesThem) {
   EXPECT_EQ(parsed(gemma2, 1).cfg.window, 0);
 }
 
+// gpt-oss: a sink per head and every bias (as GptOssConfig: attention_bias true, sliding_window
+// 128 when absent), every other layer sliding; its YaRN rotary embedding is refused by name.
+TEST(ModelConfig, GptOsssLayersAsTransformersComputesThem) {
+  const json gpt_oss = {
+      {"model_type", "gpt_oss"},       {"hidden_size", 40}, {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},      {"head_dim", 16},    {"num_hidden_layers", 4},
+      {"max_position_embeddings", 64}, {"rope_theta", 1e4}};
+  const mha::config sliding = parsed(gpt_oss, 0).cfg, full = parsed(gpt_oss, 1).cfg;
+  EXPECT_TRUE(sliding.sinks && full.sinks);
+  EXPECT_TRUE(sliding.qkv_bias && sliding.out_proj_bias);
+  EXPECT_EQ(sliding.window, 128);
+  EXPECT_EQ(full.window, 0);
+  EXPECT_EQ((std::pair{sliding.d_out, sliding.out_features}),
+            (std::pair{std::int64_t{64}, std::int64_t{40}}));
+  EXPECT_FALSE(parsed(with(gpt_oss, {{"attention_bias", false}})).cfg.qkv_bias);
+  expect_error<mha::unsupported>(
+      [&] {
+        parsed(
+            with(gpt_oss, {{"rope_parameters",
+                            {{"rope_type", "yarn"}, {"factor", 32.0}, {"rope_theta", 150000.0}}}}));
+      },
+      {"rope_parameters.rope_type is 'yarn'"});
+}
+
 // What Gemma's attention does that a plan's module does not compute: refused naming the key.
 TEST(ModelConfig, GemmasKeysMhaDoesNotComputeAreRefusedByName) {
   expect_error<mha::unsupported>(

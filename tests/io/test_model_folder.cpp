@@ -366,9 +366,10 @@ TEST_F(ModelFolder, HostileOrWrongConfigs) {
       {"says hidden size 32 and heads of 64 features", "maps 32 features to 32 and back to 32"});
   json unknown = llama_json();
   unknown["model_type"] = "qwen3";
-  expect_error<mha::unsupported>([&] { io::read_model_folder(write_llama("unknown", unknown)); },
-                                 {"model_type 'qwen3' is not one mha reads",
-                                  "gpt2, llama, mistral, qwen2, gemma2, gemma3_text, bert"});
+  expect_error<mha::unsupported>(
+      [&] { io::read_model_folder(write_llama("unknown", unknown)); },
+      {"model_type 'qwen3' is not one mha reads",
+       "gpt2, llama, mistral, qwen2, gemma2, gemma3_text, gpt_oss, bert"});
 
   // Size and depth capped before anything is built from them.
   const fs::path folder = write_llama("huge");

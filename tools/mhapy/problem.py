@@ -50,6 +50,7 @@ class Shape:
     rope_scaling: str = ""
     window: int = 0
     softcap: float = 0.0  # logit soft-capping (0: none), config::softcap
+    sinks: bool = False  # a sink logit per query head, config::sinks
     out_features: int = 0  # out_proj's features (0: d_out), config::out_features
     qk_norm_eps: float = 0.0  # the q/k norms' epsilon (0: no q/k norm), config::qk_norm
 
@@ -193,6 +194,7 @@ PARTS = (
     Part("rope_", "rope_scaling", "", "rope_scaling"),
     Part("w", "window", 0),
     Part("cap", "softcap", 0.0, "decimal"),
+    Part("sinks", "sinks", False, "flag"),
     Part("noncausal", "causal", True, "flag"),
     Part("qkv_bias", "qkv_bias", False, "flag"),
     Part("no_out_proj", "out_proj", True, "flag"),

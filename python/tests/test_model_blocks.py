@@ -1,8 +1,9 @@
-"""Gemma 3's attention blocks as mha computes them (docs/design.md §1.10): a model folder's layer
-(Plan.from_pretrained, which `mha run --model` shares) and a live module (Plan.from_module)
-against transformers' own Gemma3Attention over a prompt longer than the window, its sliding and
-full layers each with their own rotary embedding, its q/k norms (1 + weight) and an inner width
-apart from the hidden size."""
+"""The attention blocks of the models people run now as mha computes them (docs/design.md §1.9,
+§1.10): a model folder's layer (Plan.from_pretrained, which `mha run --model` shares) and a live
+module (Plan.from_module) against transformers' own attention module over a prompt longer than
+the window. Gemma 3: sliding and full layers each with their own rotary embedding, q/k norms
+(1 + weight), an inner width apart from the hidden size; Gemma 2: soft-capping; gpt-oss: sinks
+and every bias."""
 
 import numpy as np
 import pytest
@@ -133,3 +134,53 @@ def test_a_gemma2_folders_layers_soft_cap_their_scores(tmp_path):
             uncapped = attention(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
         attention.attn_logit_softcapping = 2.0
         assert (uncapped - reference).abs().max() > 1e-2 * reference.abs().max()
+
+
+def test_a_gpt_oss_folders_layers_have_their_sinks(tmp_path):
+    """gpt-oss: a sink logit per head, biases on every projection, every other layer sliding, an
+    inner width apart from the hidden size (its YaRN rotary embedding is refused by name: this
+    one rotates by the default)."""
+    config = transformers.GptOssConfig(
+        vocab_size=64,
+        hidden_size=40,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        sliding_window=WINDOW,
+        max_position_embeddings=64,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+        attn_implementation="eager",
+    )
+    torch.manual_seed(2)
+    model = transformers.GptOssForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)  # sinks that take a share of every row
+    model.save_pretrained(tmp_path)
+    x = torch.randn(2, TOKENS, 40)
+    for layer, window in ((0, WINDOW), (1, 0)):
+        attention = model.model.layers[layer].self_attn
+        i, j = torch.arange(TOKENS)[:, None], torch.arange(TOKENS)[None, :]
+        hidden = (j > i) | ((j <= i - window) if window else torch.zeros_like(j > i))
+        mask = torch.zeros(TOKENS, TOKENS).masked_fill(hidden, -torch.inf).view(1, 1, TOKENS, TOKENS)
+        with torch.no_grad():
+            cos, sin = model.model.rotary_emb(x, torch.arange(TOKENS).unsqueeze(0))
+            reference = attention(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
+        plan = mha.Plan.from_pretrained(tmp_path, layer=layer)
+        c = plan.config
+        assert (c.sinks, c.window, c.qkv_bias, c.out_proj_bias, c.out_width) == (True, window, True, True, 40)
+        close(plan(x), reference)
+        close(mha.Plan.from_module(attention)(x), reference)
+        # The sinks change these rows: transformers' own module without them is far off.
+        sinks = attention.sinks.data.clone()
+        attention.sinks.data.fill_(-1e4)
+        with torch.no_grad():
+            sinkless = attention(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
+        attention.sinks.data.copy_(sinks)
+        assert (sinkless - reference).abs().max() > 1e-2 * reference.abs().max()
