@@ -32,18 +32,24 @@ precision parse_precision(std::string_view name);
 // (docs/design.md §1.6), as Hugging Face's rope_type names them: none ("default"), linear (every
 // frequency divided by `factor`), llama3 (Llama 3.1+: wavelengths longer than
 // original_context / low_freq_factor divided by `factor`, those shorter than
-// original_context / high_freq_factor kept, a linear blend in between).
+// original_context / high_freq_factor kept, a linear blend in between), yarn (gpt-oss, Qwen
+// long-context: the pairs that turn fewer than beta_slow times over original_context divided by
+// `factor`, those that turn more than beta_fast times kept, a linear ramp between, and cos and
+// sin scaled by rope_amplitude()).
 struct rope_scaling {
-  enum class type { none, linear, llama3 };
+  enum class type { none, linear, llama3, yarn };
   type kind = type::none;
-  double factor = 1.0;                // linear and llama3
+  double factor = 1.0;                // linear, llama3 and yarn
   double low_freq_factor = 1.0;       // llama3
   double high_freq_factor = 4.0;      // llama3
-  std::int64_t original_context = 0;  // llama3: the original max_position_embeddings
+  std::int64_t original_context = 0;  // llama3 and yarn: the original max_position_embeddings
+  double beta_fast = 32.0, beta_slow = 1.0;  // yarn: the ramp's ends, in turns
+  bool truncate = true;                      // yarn: the ramp's ends rounded out to whole pairs
+  double attention_factor = 0.0;             // yarn: 0 for 0.1 ln(factor) + 1
   bool operator==(const rope_scaling&) const = default;
 };
 
-// "none", "linear" or "llama3".
+// "none", "linear", "llama3" or "yarn".
 std::string_view to_string(rope_scaling::type t) noexcept;
 
 // One causal multi-head attention module, described as PyTorch's constructor arguments
@@ -55,10 +61,11 @@ std::string_view to_string(rope_scaling::type t) noexcept;
 // rope_base == 0, or rope_base > 1 and finite with an even head_dim; rope_scaling none (its
 // other fields at their defaults), or with a rotary embedding: linear with a finite factor >= 1,
 // llama3 with a finite factor >= 1, 0 < low_freq_factor < high_freq_factor (finite) and
-// original_context >= 1; window >= 0 (causal only); softcap finite and >= 0; out_features >= 0 (> 0
-// with out_proj only); qk_norm_eps finite and > 0 with qk_norm; every weight tensor's byte count
-// fits in std::int64_t. validate() checks exactly this and throws mha::invalid_argument naming the
-// bad value.
+// original_context >= 1, yarn with a finite factor >= 1, original_context >= 1, finite
+// beta_fast > beta_slow > 0 and a finite attention_factor >= 0; window >= 0 (causal only); softcap
+// finite and >= 0; out_features >= 0 (> 0 with out_proj only); qk_norm_eps finite and > 0 with
+// qk_norm; every weight tensor's byte count fits in std::int64_t. validate() checks exactly this
+// and throws mha::invalid_argument naming the bad value.
 struct config {
   std::int64_t d_in = 0;            // features of each input token
   std::int64_t d_out = 0;           // features of each output token (all heads together)
@@ -123,9 +130,10 @@ void validate(const config& cfg);
 std::string to_string(const config& cfg);
 
 // The rotary embedding's scaling as the canonical problem string spells it (include/mha/
-// problem.hpp): "linear<factor>" or "llama3_<factor>_<low>_<high>_<original_context>", numbers in
-// std::to_chars' shortest form; "" for none. parse_rope_scaling is its inverse (nullopt for a
-// text that is not such a spelling; the values are not validated).
+// problem.hpp): "linear<factor>", "llama3_<factor>_<low>_<high>_<original_context>" or
+// "yarn_<factor>_<beta_fast>_<beta_slow>_<original_context>_<attention_factor>_<truncate: 0|1>",
+// numbers in std::to_chars' shortest form; "" for none. parse_rope_scaling is its inverse (nullopt
+// for a text that is not such a spelling; the values are not validated).
 std::string rope_scaling_name(const rope_scaling& s);
 std::optional<rope_scaling> parse_rope_scaling(std::string_view name);
 
@@ -135,6 +143,9 @@ std::optional<rope_scaling> parse_rope_scaling(std::string_view name);
 // original_context / low_freq_factor and / high_freq_factor). In double; empty without a rotary
 // embedding. A position pos turns pair e by the angle pos * f_e.
 std::vector<double> rope_frequencies(const config& cfg);
+// The factor yarn scales cos and sin by: attention_factor, or 0.1 ln(factor) + 1 when that is 0
+// (1 for factor <= 1); 1 for every other scaling and without a rotary embedding.
+double rope_amplitude(const config& cfg);
 
 // How a backend computes the module. All compute the same function (docs/design.md §1).
 enum class formulation {

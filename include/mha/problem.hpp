@@ -35,8 +35,9 @@ struct problem {
 //   [/qknorm<eps>][/<precision>][/kv_<precision>]
 // with the bracketed parts only when not the default: past 0, kv_heads() == n_heads, no rotary
 // embedding (rope_base 0), no rotary scaling (<scaling> as mha::rope_scaling_name spells it:
-// linear4, llama3_8_1_4_8192), no sliding window (config::window 0), no soft-capping (cap<C>:
-// config::softcap, a decimal number), no sinks (config::sinks), causal, no qkv bias, out_proj,
+// linear4, llama3_8_1_4_8192, yarn_32_32_1_4096_0_1), no sliding window (config::window 0), no
+// soft-capping (cap<C>: config::softcap, a decimal number), no sinks (config::sinks), causal, no
+// qkv bias, out_proj,
 // out_proj with its bias (no_out_bias only with an out_proj), out_proj keeping d_out features
 // (out<N>: config::out_features), no q/k norms (qknorm<eps>: config::qk_norm with its epsilon,
 // a decimal number), precision fp32 (<precision> is its

@@ -9,7 +9,7 @@ from mha import (
 
 
 class RopeScaling:
-    def __init__(self, kind: str = 'none', factor: float = 1.0, low_freq_factor: float = 1.0, high_freq_factor: float = 4.0, original_context: int = 0) -> None: ...
+    def __init__(self, kind: str = 'none', factor: float = 1.0, low_freq_factor: float = 1.0, high_freq_factor: float = 4.0, original_context: int = 0, beta_fast: float = 32.0, beta_slow: float = 1.0, truncate: bool = True, attention_factor: float = 0.0) -> None: ...
 
     @staticmethod
     def from_name(name: str) -> RopeScaling: ...
@@ -28,6 +28,18 @@ class RopeScaling:
 
     @property
     def original_context(self) -> int: ...
+
+    @property
+    def beta_fast(self) -> float: ...
+
+    @property
+    def beta_slow(self) -> float: ...
+
+    @property
+    def truncate(self) -> bool: ...
+
+    @property
+    def attention_factor(self) -> float: ...
 
     def __eq__(self, arg: RopeScaling, /) -> bool: ...
 
@@ -169,4 +181,9 @@ openmp_executor: bool = True
 def rope_frequencies(config: Config) -> list[float]:
     """
     The rotary embedding's inverse frequencies of a config, one per pair of dimensions.
+    """
+
+def rope_amplitude(config: Config) -> float:
+    """
+    The factor a config's rotary embedding scales cos and sin by (yarn's attention factor, else 1).
     """

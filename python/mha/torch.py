@@ -237,8 +237,12 @@ class Attention(torch.nn.Module):
             freqs = np.asarray(_mha.rope_frequencies(self.plan.config))
             angles = np.outer(np.arange(tokens, dtype=np.float64), freqs)
             angles = np.concatenate([angles, angles], axis=1)
+            amplitude = _mha.rope_amplitude(self.plan.config)  # yarn's attention factor, else 1
             self._rope_cache = {
-                tokens: (torch.from_numpy(np.cos(angles)).float(), torch.from_numpy(np.sin(angles)).float())
+                tokens: (
+                    torch.from_numpy(amplitude * np.cos(angles)).float(),
+                    torch.from_numpy(amplitude * np.sin(angles)).float(),
+                )
             }
         return self._rope_cache[tokens]
 

@@ -138,8 +138,8 @@ def test_a_gemma2_folders_layers_soft_cap_their_scores(tmp_path):
 
 def test_a_gpt_oss_folders_layers_have_their_sinks(tmp_path):
     """gpt-oss: a sink logit per head, biases on every projection, every other layer sliding, an
-    inner width apart from the hidden size (its YaRN rotary embedding is refused by name: this
-    one rotates by the default)."""
+    inner width apart from the hidden size, and its YaRN rotary embedding (frequencies and
+    attention factor as transformers computes them, the ramp's ends inside the head)."""
     config = transformers.GptOssConfig(
         vocab_size=64,
         hidden_size=40,
@@ -152,7 +152,15 @@ def test_a_gpt_oss_folders_layers_have_their_sinks(tmp_path):
         num_experts_per_tok=1,
         sliding_window=WINDOW,
         max_position_embeddings=64,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 1e4,
+            "factor": 8.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+            "original_max_position_embeddings": 4096,
+        },
         attn_implementation="eager",
     )
     torch.manual_seed(2)
@@ -174,6 +182,11 @@ def test_a_gpt_oss_folders_layers_have_their_sinks(tmp_path):
             reference = attention(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
         plan = mha.Plan.from_pretrained(tmp_path, layer=layer)
         c = plan.config
+        assert c.rope_scaling.kind == "yarn"
+        np.testing.assert_allclose(
+            mha._mha.rope_frequencies(c), model.model.rotary_emb.inv_freq.numpy(), rtol=1e-6
+        )
+        assert mha._mha.rope_amplitude(c) == pytest.approx(model.model.rotary_emb.attention_scaling)
         assert (c.sinks, c.window, c.qkv_bias, c.out_proj_bias, c.out_width) == (True, window, True, True, 40)
         close(plan(x), reference)
         close(mha.Plan.from_module(attention)(x), reference)

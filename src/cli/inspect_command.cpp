@@ -33,6 +33,11 @@ std::string rope_text(const mha::config& cfg) {
       return base + ", llama3 scaling (factor " + number(s.factor) + ", low_freq_factor " +
              number(s.low_freq_factor) + ", high_freq_factor " + number(s.high_freq_factor) +
              ", original context " + std::to_string(s.original_context) + ")";
+    case mha::rope_scaling::type::yarn:
+      return base + ", yarn scaling (factor " + number(s.factor) + ", beta_fast " +
+             number(s.beta_fast) + ", beta_slow " + number(s.beta_slow) + ", original context " +
+             std::to_string(s.original_context) + ", attention factor " +
+             number(mha::rope_amplitude(cfg)) + (s.truncate ? "" : ", not truncated") + ")";
   }
   return base;
 }

@@ -1,9 +1,11 @@
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "core/checks.hpp"
 #include "core/text.hpp"
@@ -85,10 +87,12 @@ void check_rope_scaling(const config& cfg, std::string_view where) {
       return;
     case rope_scaling::type::linear:
     case rope_scaling::type::llama3:
+    case rope_scaling::type::yarn:
       break;
     default:
       throw invalid_argument(text(where, ": unknown rope_scaling type value ",
-                                  static_cast<int>(s.kind), "; expected none, linear or llama3"));
+                                  static_cast<int>(s.kind),
+                                  "; expected none, linear, llama3 or yarn"));
   }
   if (cfg.rope_base == 0.0) {
     throw invalid_argument(text(what, " scales a rotary embedding, but rope_base is 0 (none)"));
@@ -106,6 +110,20 @@ void check_rope_scaling(const config& cfg, std::string_view where) {
     if (s.original_context < 1) {
       throw invalid_argument(
           text(what, ": original_context (", s.original_context, ") must be >= 1"));
+    }
+  }
+  if (s.kind == rope_scaling::type::yarn) {
+    if (s.original_context < 1) {
+      throw invalid_argument(
+          text(what, ": original_context (", s.original_context, ") must be >= 1"));
+    }
+    if (!(s.beta_slow > 0.0 && s.beta_slow < s.beta_fast && finite_at_least(s.beta_fast, 0.0))) {
+      throw invalid_argument(text(what, ": beta_fast (", s.beta_fast, ") and beta_slow (",
+                                  s.beta_slow, ") must be finite with 0 < beta_slow < beta_fast"));
+    }
+    if (!finite_at_least(s.attention_factor, 0.0)) {
+      throw invalid_argument(text(what, ": attention_factor (", s.attention_factor,
+                                  ") must be finite and >= 0 (0: 0.1 ln(factor) + 1)"));
     }
   }
 }
@@ -218,6 +236,8 @@ std::string_view to_string(rope_scaling::type t) noexcept {
       return "linear";
     case rope_scaling::type::llama3:
       return "llama3";
+    case rope_scaling::type::yarn:
+      return "yarn";
   }
   return "unknown";
 }
@@ -231,6 +251,9 @@ std::string rope_scaling_name(const rope_scaling& s) {
     case rope_scaling::type::llama3:
       return detail::text("llama3_", s.factor, "_", s.low_freq_factor, "_", s.high_freq_factor, "_",
                           s.original_context);
+    case rope_scaling::type::yarn:
+      return detail::text("yarn_", s.factor, "_", s.beta_fast, "_", s.beta_slow, "_",
+                          s.original_context, "_", s.attention_factor, "_", s.truncate ? 1 : 0);
   }
   return "unknown";
 }
@@ -246,19 +269,35 @@ std::optional<rope_scaling> parse_rope_scaling(std::string_view name) {
     s.kind = rope_scaling::type::linear;
     return number(name.substr(6), s.factor) ? std::optional(s) : std::nullopt;
   }
-  if (!name.starts_with("llama3_")) return std::nullopt;
-  s.kind = rope_scaling::type::llama3;
-  std::string_view rest = name.substr(7);
-  std::string_view fields[4];
-  for (std::string_view& field : fields) {
-    const std::size_t sep = rest.find('_');
-    field = rest.substr(0, sep);
-    rest = sep == std::string_view::npos ? std::string_view() : rest.substr(sep + 1);
-    if (field.empty()) return std::nullopt;
+  // The '_'-separated fields after `prefix`: exactly `count` non-empty ones, else none.
+  auto fields = [&](std::string_view prefix, std::size_t count) {
+    std::vector<std::string_view> out;
+    std::string_view rest = name.substr(prefix.size());
+    while (out.size() < count) {
+      const std::size_t sep = rest.find('_');
+      out.push_back(rest.substr(0, sep));
+      rest = sep == std::string_view::npos ? std::string_view() : rest.substr(sep + 1);
+      if (out.back().empty()) return std::vector<std::string_view>{};
+    }
+    if (!rest.empty()) out.clear();
+    return out;
+  };
+  if (name.starts_with("llama3_")) {
+    s.kind = rope_scaling::type::llama3;
+    const auto f = fields("llama3_", 4);
+    const bool read = f.size() == 4 && number(f[0], s.factor) && number(f[1], s.low_freq_factor) &&
+                      number(f[2], s.high_freq_factor) && number(f[3], s.original_context);
+    return read ? std::optional(s) : std::nullopt;
   }
-  const bool read = rest.empty() && number(fields[0], s.factor) &&
-                    number(fields[1], s.low_freq_factor) && number(fields[2], s.high_freq_factor) &&
-                    number(fields[3], s.original_context);
+  if (!name.starts_with("yarn_")) return std::nullopt;
+  s.kind = rope_scaling::type::yarn;
+  const auto f = fields("yarn_", 6);
+  int truncate = -1;
+  const bool read = f.size() == 6 && number(f[0], s.factor) && number(f[1], s.beta_fast) &&
+                    number(f[2], s.beta_slow) && number(f[3], s.original_context) &&
+                    number(f[4], s.attention_factor) && number(f[5], truncate) &&
+                    (truncate == 0 || truncate == 1);
+  s.truncate = truncate == 1;
   return read ? std::optional(s) : std::nullopt;
 }
 
@@ -288,7 +327,32 @@ std::vector<double> rope_frequencies(const config& cfg) {
     }
     f.push_back(scaled);
   }
+  if (s.kind == rope_scaling::type::yarn) {
+    // Hugging Face's yarn rope type: pair e kept below the ramp's low end, divided by `factor`
+    // above its high end, blended linearly between; the ends are the pairs that turn beta_fast
+    // and beta_slow times over original_context.
+    const double dim = static_cast<double>(hd), context = static_cast<double>(s.original_context);
+    const auto pair_of = [&](double turns) {
+      return dim * std::log(context / (turns * two_pi)) / (2.0 * std::log(cfg.rope_base));
+    };
+    double low = pair_of(s.beta_fast), high = pair_of(s.beta_slow);
+    if (s.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1.0);
+    if (low == high) high += 0.001;  // as transformers avoids dividing by zero
+    for (std::size_t e = 0; e < f.size(); ++e) {
+      const double ramp = std::clamp((static_cast<double>(e) - low) / (high - low), 0.0, 1.0);
+      f[e] = f[e] / s.factor * ramp + f[e] * (1.0 - ramp);
+    }
+  }
   return f;
+}
+
+double rope_amplitude(const config& cfg) {
+  const rope_scaling& s = cfg.rope_scaling;
+  if (cfg.rope_base == 0.0 || s.kind != rope_scaling::type::yarn) return 1.0;
+  if (s.attention_factor > 0.0) return s.attention_factor;
+  return s.factor <= 1.0 ? 1.0 : 0.1 * std::log(s.factor) + 1.0;
 }
 
 std::string_view to_string(precision p) noexcept {

@@ -47,7 +47,9 @@ class driver_plan final : public plan {
     if (cfg.out_proj) out_proj_.emplace(kernels_.pack(w.out_proj));
     if (cfg.qk_norm) norms_ = {w.q_norm, w.k_norm};
     sinks_ = w.sinks;
-    if (cfg.rope_base != 0.0) rope_.emplace(cfg.context_length, mha::rope_frequencies(cfg));
+    if (cfg.rope_base != 0.0) {
+      rope_.emplace(cfg.context_length, mha::rope_frequencies(cfg), mha::rope_amplitude(cfg));
+    }
   }
 
   // The plan's kernel set, for a backend's introspection of its own plans.

@@ -14,7 +14,8 @@
 namespace mha::detail {
 
 // cos and sin of pos * f_e for pair e < head_dim / 2, with f the plan's inverse frequencies
-// (mha::rope_frequencies: base^(-2e / head_dim), scaled), computed in double and rounded once, so
+// (mha::rope_frequencies: base^(-2e / head_dim), scaled), times the amplitude yarn gives them
+// (mha::rope_amplitude, else 1), computed in double and rounded once, so
 // every backend turns a head by the same floats (the double oracle computes the angles exactly;
 // PyTorch's Llama computes them in float, which differs by up to pos * 2^-24 radians).
 //
@@ -26,10 +27,11 @@ namespace mha::detail {
 // for a growth they need.
 class rope_table {
  public:
-  rope_table(std::int64_t limit, std::vector<double> frequencies)
+  rope_table(std::int64_t limit, std::vector<double> frequencies, double amplitude)
       : limit_(limit),
         half_(static_cast<std::int64_t>(frequencies.size())),
-        frequencies_(std::move(frequencies)) {}
+        frequencies_(std::move(frequencies)),
+        amplitude_(amplitude) {}
 
   // Positions [0, end) readable while the returned lock is held; end <= limit (the plan checked
   // the call's positions against its context length).
@@ -76,8 +78,10 @@ class rope_table {
     for (std::int64_t pos = positions_; pos < end; ++pos) {
       for (std::int64_t e = 0; e < half_; ++e) {
         const double angle = static_cast<double>(pos) * frequencies_[static_cast<std::size_t>(e)];
-        cos_[static_cast<std::size_t>(pos * half_ + e)] = static_cast<float>(std::cos(angle));
-        sin_[static_cast<std::size_t>(pos * half_ + e)] = static_cast<float>(std::sin(angle));
+        cos_[static_cast<std::size_t>(pos * half_ + e)] =
+            static_cast<float>(amplitude_ * std::cos(angle));
+        sin_[static_cast<std::size_t>(pos * half_ + e)] =
+            static_cast<float>(amplitude_ * std::sin(angle));
       }
     }
     positions_ = end;
@@ -85,6 +89,7 @@ class rope_table {
 
   std::int64_t limit_, half_;
   std::vector<double> frequencies_;
+  double amplitude_;
   mutable std::shared_mutex mutex_;
   mutable std::int64_t positions_ = 0;
   mutable std::vector<float> cos_, sin_;  // positions_ x half_

@@ -254,9 +254,37 @@ void read_rope(const config_reader& top, std::string_view type, std::int64_t max
       inner.fail("high_freq_factor", "is ", s.high_freq_factor,
                  ", expected a number above low_freq_factor (", s.low_freq_factor, ")");
     }
+  } else if (kind == "yarn") {
+    // As transformers' _compute_yarn_parameters reads it: factor (else max_position_embeddings
+    // over the original), beta_fast 32 and beta_slow 1 when absent or 0, truncate true, and an
+    // attention_factor, else one from mscale and mscale_all_dim, else 0.1 ln(factor) + 1.
+    s.kind = rope_scaling::type::yarn;
+    s.original_context = top.has("original_max_position_embeddings")
+                             ? top.count("original_max_position_embeddings")
+                             : inner.count("original_max_position_embeddings");
+    s.factor = inner.number(
+        "factor", static_cast<double>(max_positions) / static_cast<double>(s.original_context));
+    const double fast = inner.number("beta_fast", 0.0), slow = inner.number("beta_slow", 0.0);
+    s.beta_fast = fast != 0.0 ? fast : 32.0;
+    s.beta_slow = slow != 0.0 ? slow : 1.0;
+    s.truncate = inner.boolean("truncate", true);
+    const auto mscale = [&](double m) {
+      return s.factor <= 1.0 ? 1.0 : 0.1 * m * std::log(s.factor) + 1.0;
+    };
+    const double m = inner.number("mscale", 0.0), all = inner.number("mscale_all_dim", 0.0);
+    s.attention_factor = inner.has("attention_factor") ? inner.number("attention_factor", 0.0)
+                         : m != 0.0 && all != 0.0      ? mscale(m) / mscale(all)
+                                                       : mscale(1.0);
+    if (!(s.beta_slow > 0.0 && s.beta_slow < s.beta_fast)) {
+      inner.fail("beta_slow", "is ", s.beta_slow, ", expected a number between 0 and beta_fast (",
+                 s.beta_fast, ")");
+    }
+    if (!(s.attention_factor > 0.0)) {
+      inner.fail("attention_factor", "is ", s.attention_factor, ", expected a number > 0");
+    }
   } else {
     inner.refuse(inner.has("rope_type") ? "rope_type" : "type", "is ", printable(kind),
-                 "; mha computes the rope types default, linear and llama3");
+                 "; mha computes the rope types default, linear, llama3 and yarn");
   }
   if (!(s.factor >= 1.0)) inner.fail("factor", "is ", s.factor, ", expected a number >= 1");
 }

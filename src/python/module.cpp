@@ -166,21 +166,32 @@ NB_MODULE(_mha, m) {
       .def(
           "__init__",
           [](mha::rope_scaling* s, std::string_view kind, double factor, double low_freq_factor,
-             double high_freq_factor, int_arg original_context) {
+             double high_freq_factor, int_arg original_context, double beta_fast, double beta_slow,
+             bool truncate, double attention_factor) {
             mha::rope_scaling::type t = mha::rope_scaling::type::none;
             if (kind == "linear") {
               t = mha::rope_scaling::type::linear;
             } else if (kind == "llama3") {
               t = mha::rope_scaling::type::llama3;
+            } else if (kind == "yarn") {
+              t = mha::rope_scaling::type::yarn;
             } else if (kind != "none") {
               throw mha::invalid_argument("mha: rope scaling kind \"" + std::string(kind) +
-                                          "\" is not one of none, linear, llama3");
+                                          "\" is not one of none, linear, llama3, yarn");
             }
-            new (s) mha::rope_scaling{t, factor, low_freq_factor, high_freq_factor,
-                                      original_context.get("mha.RopeScaling", "original_context")};
+            new (s) mha::rope_scaling{t,
+                                      factor,
+                                      low_freq_factor,
+                                      high_freq_factor,
+                                      original_context.get("mha.RopeScaling", "original_context"),
+                                      beta_fast,
+                                      beta_slow,
+                                      truncate,
+                                      attention_factor};
           },
           "kind"_a = "none", "factor"_a = 1.0, "low_freq_factor"_a = 1.0,
-          "high_freq_factor"_a = 4.0, "original_context"_a = nb::int_(0))
+          "high_freq_factor"_a = 4.0, "original_context"_a = nb::int_(0), "beta_fast"_a = 32.0,
+          "beta_slow"_a = 1.0, "truncate"_a = true, "attention_factor"_a = 0.0)
       // The scaling a problem name spells (mha::parse_rope_scaling; "" for none).
       .def_static(
           "from_name",
@@ -188,8 +199,10 @@ NB_MODULE(_mha, m) {
             if (name.empty()) return mha::rope_scaling{};
             if (const auto s = mha::parse_rope_scaling(name)) return *s;
             throw mha::invalid_argument("mha: rope scaling \"" + std::string(name) +
-                                        "\" is not linear<factor> or "
-                                        "llama3_<factor>_<low>_<high>_<original_context>");
+                                        "\" is not linear<factor>, "
+                                        "llama3_<factor>_<low>_<high>_<original_context> or "
+                                        "yarn_<factor>_<beta_fast>_<beta_slow>_<original_context>_"
+                                        "<attention_factor>_<truncate 0|1>");
           },
           "name"_a)
       .def_prop_ro("kind",
@@ -198,6 +211,10 @@ NB_MODULE(_mha, m) {
       .def_ro("low_freq_factor", &mha::rope_scaling::low_freq_factor)
       .def_ro("high_freq_factor", &mha::rope_scaling::high_freq_factor)
       .def_ro("original_context", &mha::rope_scaling::original_context)
+      .def_ro("beta_fast", &mha::rope_scaling::beta_fast)
+      .def_ro("beta_slow", &mha::rope_scaling::beta_slow)
+      .def_ro("truncate", &mha::rope_scaling::truncate)
+      .def_ro("attention_factor", &mha::rope_scaling::attention_factor)
       .def(nb::self == nb::self)
       .def("__repr__", [](const mha::rope_scaling& s) {
         const std::string name = mha::rope_scaling_name(s);
@@ -466,6 +483,9 @@ NB_MODULE(_mha, m) {
 
   m.def("rope_frequencies", &mha::rope_frequencies, "config"_a,
         "The rotary embedding's inverse frequencies of a config, one per pair of dimensions.");
+  m.def("rope_amplitude", &mha::rope_amplitude, "config"_a,
+        "The factor a config's rotary embedding scales cos and sin by (yarn's attention factor, "
+        "else 1).");
 
   mha_python::bind_attention(m);
   // The address of the data an input array is read from (the package's tests compare it with

@@ -113,14 +113,14 @@ void normalise(double* row, std::int64_t width, const mha::config& cfg,
 
 // Rotary position embedding (docs/design.md §1.6) of `row`, `width` features in heads of hd, at
 // position `pos`, in double: the pairs (e, e + hd/2) of each head turn by pos * f_e, f the
-// inverse frequencies (mha::rope_frequencies).
+// inverse frequencies (mha::rope_frequencies), scaled by `amplitude` (mha::rope_amplitude).
 void rotate(double* row, std::int64_t width, std::int64_t hd, std::int64_t pos,
-            const std::vector<double>& f) {
+            const std::vector<double>& f, double amplitude) {
   const std::int64_t half = hd / 2;
   for (std::int64_t head = 0; head < width; head += hd) {
     for (std::int64_t e = 0; e < half; ++e) {
       const double angle = static_cast<double>(pos) * f[static_cast<std::size_t>(e)];
-      const double c = std::cos(angle), s = std::sin(angle);
+      const double c = amplitude * std::cos(angle), s = amplitude * std::sin(angle);
       const double a = row[head + e], b = row[head + e + half];
       row[head + e] = a * c - b * s;
       row[head + e + half] = b * c + a * s;
@@ -139,6 +139,7 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
   const std::int64_t hd = cfg.head_dim(), d = cfg.d_out, d_kv = cfg.d_kv(), width = cfg.out_width();
   const std::int64_t group = cfg.n_heads / cfg.kv_heads();  // query heads per K/V head
   const std::vector<double> frequencies = mha::rope_frequencies(cfg);
+  const double amplitude = mha::rope_amplitude(cfg);  // yarn's attention factor, else 1
   const mha::detail::dropout_spec drop{options.training ? cfg.dropout : 0.0f, options.seed};
   std::vector<double> result(rows.size() * static_cast<std::size_t>(width));
   std::vector<double> a(static_cast<std::size_t>(zero_past + seq_len)),
@@ -151,7 +152,7 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
   if (cfg.rope_base != 0.0) {
     for (std::int64_t j = 0; j < zero_past; ++j) {
       zero_keys.insert(zero_keys.end(), k0.begin(), k0.end());
-      rotate(zero_keys.data() + j * d_kv, d_kv, hd, j, frequencies);
+      rotate(zero_keys.data() + j * d_kv, d_kv, hd, j, frequencies, amplitude);
     }
   }
   round_operands(k0, bf16);
@@ -168,7 +169,7 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
     for (std::int64_t j = 0; j < seq_len; ++j) normalise(k.data() + j * d_kv, d_kv, cfg, w.k_norm);
     if (cfg.rope_base != 0.0) {
       for (std::int64_t j = 0; j < seq_len; ++j)
-        rotate(k.data() + j * d_kv, d_kv, hd, zero_past + j, frequencies);
+        rotate(k.data() + j * d_kv, d_kv, hd, zero_past + j, frequencies, amplitude);
     }
     round_operands(k, bf16);
     round_operands(v, bf16);
@@ -177,7 +178,7 @@ std::vector<double> forward_rows(const mha::config& cfg, const mha::weights& wei
       const std::int64_t i = rows[r].token;
       std::vector<double> q = project(w.query, xb, i, 1);
       normalise(q.data(), d, cfg, w.q_norm);
-      if (cfg.rope_base != 0.0) rotate(q.data(), d, hd, zero_past + i, frequencies);
+      if (cfg.rope_base != 0.0) rotate(q.data(), d, hd, zero_past + i, frequencies, amplitude);
       round_operands(q, bf16);
       for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
         const std::int64_t g = h / group;
@@ -210,6 +211,7 @@ double max_abs_score(const mha::config& cfg, const mha::weights& w, std::span<co
   const std::int64_t group = cfg.n_heads / cfg.kv_heads();
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const std::vector<double> frequencies = mha::rope_frequencies(cfg);
+  const double amplitude = mha::rope_amplitude(cfg);  // yarn's attention factor, else 1
   double largest = 0.0;
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::vector<double> xb(x.begin() + b * seq_len * cfg.d_in,
@@ -221,8 +223,8 @@ double max_abs_score(const mha::config& cfg, const mha::weights& w, std::span<co
     }
     if (cfg.rope_base != 0.0) {
       for (std::int64_t i = 0; i < seq_len; ++i) {
-        rotate(q.data() + i * cfg.d_out, cfg.d_out, hd, i, frequencies);
-        rotate(k.data() + i * d_kv, d_kv, hd, i, frequencies);
+        rotate(q.data() + i * cfg.d_out, cfg.d_out, hd, i, frequencies, amplitude);
+        rotate(k.data() + i * d_kv, d_kv, hd, i, frequencies, amplitude);
       }
     }
     for (std::int64_t h = 0; h < cfg.n_heads; ++h) {
@@ -281,7 +283,7 @@ int8_bound_terms int8_terms(const mha::config& cfg, const mha::weights& w, std::
       if (norm != nullptr) normalise(y.data() + r * l.out, l.out, cfg, *norm);
       for (std::int64_t o = 0; o < l.out; ++o) m = std::max(m, std::abs(y[r * l.out + o]));
     }
-    return cfg.rope_base != 0.0 ? std::sqrt(2.0) * m : m;
+    return cfg.rope_base != 0.0 ? std::sqrt(2.0) * mha::rope_amplitude(cfg) * m : m;
   };
   double rows_sum = 1.0;
   if (cfg.out_proj) {

@@ -199,6 +199,60 @@ TEST(ModelBlocks, TheProblemStringSpellsBothAxes) {
   mha::problem narrower = p;
   narrower.cfg.out_features = 0;
   EXPECT_DOUBLE_EQ(mha::flops(p) - mha::flops(narrower), 2.0 * 70 * 32 * (40 - 32));
+  // A yarn rotary embedding's every parameter round-trips.
+  mha::problem yarn = p;
+  yarn.cfg.rope_scaling = {.kind = mha::rope_scaling::type::yarn,
+                           .factor = 4.0,
+                           .original_context = 16,
+                           .beta_fast = 8.0,
+                           .beta_slow = 0.5,
+                           .truncate = false,
+                           .attention_factor = 1.25};
+  EXPECT_THAT(mha::to_string(yarn), testing::HasSubstr("/rope_yarn_4_8_0.5_16_1.25_0/"));
+  EXPECT_EQ(mha::parse_problem(mha::to_string(yarn)).cfg, yarn.cfg);
+}
+
+// YaRN (gpt-oss): pairs that turn fewer than beta_slow times over the original context slowed by
+// `factor`, those turning more than beta_fast times kept, and cos and sin scaled by the attention
+// factor, which scales every score by its square; on every backend against the reference, whose
+// unscaled function differs.
+TEST(ModelBlocks, YarnsRotaryEmbeddingOnEveryBackend) {
+  mha::config cfg = gemma_like();
+  cfg.rope_scaling = {.kind = mha::rope_scaling::type::yarn,
+                      .factor = 8.0,
+                      .original_context = 4096,
+                      .truncate = false};
+  const std::vector<double> f = mha::rope_frequencies(cfg);
+  mha::config plain = cfg;
+  plain.rope_scaling = {};
+  const std::vector<double> unscaled = mha::rope_frequencies(plain);
+  ASSERT_EQ(f.size(), 4u);
+  // head_dim 8, base 10^4, 4096 positions: the ramp runs from pair 1.31 (32 turns) to pair 2.81
+  // (one turn): pairs 0 and 1 kept, pair 2 blended, pair 3 divided by the factor.
+  EXPECT_EQ(f[0], unscaled[0]);
+  EXPECT_EQ(f[1], unscaled[1]);
+  EXPECT_LT(f[2], unscaled[2]);
+  EXPECT_GT(f[2], unscaled[2] / 8.0);
+  EXPECT_DOUBLE_EQ(f[3], unscaled[3] / 8.0);
+  EXPECT_DOUBLE_EQ(mha::rope_amplitude(cfg), 0.1 * std::log(8.0) + 1.0);
+  const mha::weights w = mha::weights::random(cfg, 5);
+  const std::vector<float> x = mha_test::random_floats(2 * 30 * 24, 8, 2.0f);
+  const std::vector<double> want = mha_reference::forward(cfg, w, x, 2, 30);
+  EXPECT_GT(mha_test::max_abs_diff(std::vector<float>(want.begin(), want.end()),
+                                   mha_reference::forward(plain, w, x, 2, 30)),
+            1e-2);
+  for (const auto& [label, backend] : mha_test::backend_cases()) {
+    for (const mha::formulation form : mha::formulations()) {
+      if (!backend->supports(mha::problem{cfg, form})) continue;
+      SCOPED_TRACE(label + " " + std::string(mha::to_string(form)));
+      EXPECT_LE(mha_test::max_abs_diff(run(*backend, form, cfg, w, x, 2, 30), want),
+                2e-5 * std::max(1.0, mha_test::max_abs(want)));
+    }
+  }
+  cfg.rope_scaling.beta_slow = 40.0;
+  expect_error<mha::invalid_argument>(
+      [&] { mha::validate(cfg); },
+      {"beta_fast (32) and beta_slow (40)", "0 < beta_slow < beta_fast"});
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -161,9 +162,9 @@ TEST(ModelConfig, RopeValuesAreCheckedNamingTheirKey) {
   }
   expect_error<mha::unsupported>(
       [&] {
-        parsed(with(llama(), {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}}}}));
+        parsed(with(llama(), {{"rope_scaling", {{"rope_type", "longrope"}, {"factor", 4}}}}));
       },
-      {"rope_scaling.rope_type is 'yarn'", "default, linear and llama3"});
+      {"rope_scaling.rope_type is 'longrope'", "default, linear, llama3 and yarn"});
 }
 
 // Both rope_parameters and a rope_scaling: transformers 5 takes a non-empty rope_scaling (with
@@ -268,7 +269,8 @@ TEST(ModelConfig, Gemma3sLayersAsTransformersComputesThem) {
 }
 
 // gpt-oss: a sink per head and every bias (as GptOssConfig: attention_bias true, sliding_window
-// 128 when absent), every other layer sliding; its YaRN rotary embedding is refused by name.
+// 128 when absent), every other layer sliding, its YaRN rotary embedding as transformers reads it
+// (attention_factor from factor, or mscale over mscale_all_dim, or stated).
 TEST(ModelConfig, GptOsssLayersAsTransformersComputesThem) {
   const json gpt_oss = {
       {"model_type", "gpt_oss"},       {"hidden_size", 40}, {"num_attention_heads", 4},
@@ -282,13 +284,33 @@ TEST(ModelConfig, GptOsssLayersAsTransformersComputesThem) {
   EXPECT_EQ((std::pair{sliding.d_out, sliding.out_features}),
             (std::pair{std::int64_t{64}, std::int64_t{40}}));
   EXPECT_FALSE(parsed(with(gpt_oss, {{"attention_bias", false}})).cfg.qkv_bias);
-  expect_error<mha::unsupported>(
+  const json yarn = {{"rope_type", "yarn"},   {"factor", 32.0},
+                     {"beta_fast", 32.0},     {"beta_slow", 1.0},
+                     {"truncate", false},     {"original_max_position_embeddings", 4096},
+                     {"rope_theta", 150000.0}};
+  const mha::config cfg = parsed(with(gpt_oss, {{"rope_parameters", yarn}})).cfg;
+  EXPECT_EQ(cfg.rope_base, 150000.0);
+  EXPECT_EQ(cfg.rope_scaling.kind, mha::rope_scaling::type::yarn);
+  EXPECT_EQ(cfg.rope_scaling.original_context, 4096);
+  EXPECT_FALSE(cfg.rope_scaling.truncate);
+  EXPECT_DOUBLE_EQ(mha::rope_amplitude(cfg), 0.1 * std::log(32.0) + 1.0);
+  json scaled = yarn;
+  scaled.update({{"mscale", 2.0}, {"mscale_all_dim", 1.0}});
+  EXPECT_DOUBLE_EQ(
+      parsed(with(gpt_oss, {{"rope_parameters", scaled}})).cfg.rope_scaling.attention_factor,
+      (0.2 * std::log(32.0) + 1.0) / (0.1 * std::log(32.0) + 1.0));
+  scaled["attention_factor"] = 0.75;
+  EXPECT_EQ(parsed(with(gpt_oss, {{"rope_parameters", scaled}})).cfg.rope_scaling.attention_factor,
+            0.75);
+  scaled.erase("factor");  // max_position_embeddings over the original context
+  EXPECT_EQ(parsed(with(gpt_oss, {{"rope_parameters", scaled}, {"max_position_embeddings", 8192}}))
+                .cfg.rope_scaling.factor,
+            2.0);
+  expect_error<mha::format_error>(
       [&] {
-        parsed(
-            with(gpt_oss, {{"rope_parameters",
-                            {{"rope_type", "yarn"}, {"factor", 32.0}, {"rope_theta", 150000.0}}}}));
+        parsed(with(gpt_oss, {{"rope_parameters", with(yarn, {{"beta_slow", 40.0}})}}));
       },
-      {"rope_parameters.rope_type is 'yarn'"});
+      {"rope_parameters.beta_slow is 40", "between 0 and beta_fast (32)"});
 }
 
 // What Gemma's attention does that a plan's module does not compute: refused naming the key.

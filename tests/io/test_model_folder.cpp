@@ -347,11 +347,11 @@ TEST_F(ModelFolder, HostileOrWrongConfigs) {
   }
   // What mha does not compute: a rope type or a partial rotary embedding, a model type it does
   // not know.
-  json yarn = llama_json();
-  yarn["rope_parameters"]["rope_type"] = "yarn";
+  json longrope = llama_json();
+  longrope["rope_parameters"]["rope_type"] = "longrope";
   expect_error<mha::unsupported>(
-      [&] { io::read_model_folder(write_llama("yarn", yarn)); },
-      {"rope_parameters.rope_type is 'yarn'", "default, linear and llama3"});
+      [&] { io::read_model_folder(write_llama("longrope", longrope)); },
+      {"rope_parameters.rope_type is 'longrope'", "default, linear, llama3 and yarn"});
   json partial = llama_json();
   partial["rope_parameters"]["partial_rotary_factor"] = 0.5;
   expect_error<mha::unsupported>([&] { io::read_model_folder(write_llama("partial", partial)); },

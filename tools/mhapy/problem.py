@@ -132,10 +132,14 @@ class ProblemError(ValueError):
 
 # A rotary base after "rope": a decimal number as std::from_chars reads one (no '+', no hexadecimal).
 _DECIMAL = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-# A rotary scaling after "rope_" (mha::parse_rope_scaling): linear<factor> or
-# llama3_<factor>_<low>_<high>_<original context>.
+# A rotary scaling after "rope_" (mha::parse_rope_scaling): linear<factor>,
+# llama3_<factor>_<low>_<high>_<original context> or
+# yarn_<factor>_<beta_fast>_<beta_slow>_<original context>_<attention factor>_<truncate 0|1>.
 _NUMBER = _DECIMAL.pattern
-_ROPE_SCALING = re.compile(rf"linear{_NUMBER}|llama3_{_NUMBER}_{_NUMBER}_{_NUMBER}_-?[0-9]+")
+_ROPE_SCALING = re.compile(
+    rf"linear{_NUMBER}|llama3_{_NUMBER}_{_NUMBER}_{_NUMBER}_-?[0-9]+"
+    rf"|yarn_{_NUMBER}_{_NUMBER}_{_NUMBER}_-?[0-9]+_{_NUMBER}_[01]"
+)
 
 
 @dataclass(frozen=True)
