@@ -22,7 +22,9 @@ measures, each timed:
 
 The caches are mhapy.hf_models' implementations: "sdpa", "eager" and "mha" decode through
 transformers' DynamicCache (which keeps only the window of a sliding layer), "mha_fp32",
-"mha_bf16" and "mha_int8" through mha.transformers.MhaCache, "sdpa_static" through StaticCache.
+"mha_bf16" and "mha_int8" through mha.transformers.MhaCache, "sdpa_static" through StaticCache;
+and the formats mhapy.simulated_caches rounds in PyTorch ("sim_k8v4", "sim_int4_channel", ...,
+on sdpa), to choose a format before its kernels exist.
 A case that cannot run is recorded with the reason and the rest go on: "refused: ..." where mha
 refuses it (mha.Unsupported), "not run: ..." where mha is not importable, "skipped: ..." where
 eager's scores would not fit in memory, "error: ..." otherwise. Writes JSON (a context and a
@@ -50,6 +52,7 @@ from . import meminfo
 from .hf_models import CACHED, attention_of, cache_for
 from .json_file import read_json
 from .models_bench import steps
+from .simulated_caches import FORMATS, simulated_cache
 
 # The result file's kind and the version of its records' keys (bump on a change a reader must know).
 KIND = "model_accuracy"
@@ -98,7 +101,10 @@ class Case:
 
 
 def case(name: str) -> Case:
-    """hf_models' implementation `name` as a Case (mha_int8: "mha" with an int8 MhaCache, ...)."""
+    """hf_models' implementation `name` as a Case (mha_int8: "mha" with an int8 MhaCache, ...), or
+    a simulated format's (sdpa through it)."""
+    if name in FORMATS:
+        return Case(name, "sdpa", lambda model, capacity: simulated_cache(model, name))
     own = name not in CACHED and name != "sdpa_static"
     return Case(
         name, attention_of(name), None if own else (lambda model, capacity: cache_for(model, name, capacity))
