@@ -36,25 +36,32 @@ def tiny_gemma3(tmp_path):
         },
         attn_implementation="eager",
     )
-    torch.manual_seed(0)
-    model = transformers.Gemma3ForCausalLM(config).eval()
+    return saved(transformers.Gemma3ForCausalLM(config), tmp_path, seed=0)
+
+
+def saved(model, folder, seed, **normal):
+    """`model` with every weight drawn from N(0, 0.3) (the norms' too, which start at 0; each
+    parameter named in `normal` from N(0, its value)), saved to `folder`."""
+    torch.manual_seed(seed)
+    model.eval()
     with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-    model.save_pretrained(tmp_path)
+        for name, p in model.named_parameters():
+            p.normal_(0.0, next((s for n, s in normal.items() if name.endswith(n)), 0.3))
+    model.save_pretrained(folder)
     return model
 
 
 def want(model, layer, x):
-    """transformers' Gemma3Attention of layer `layer` on x, with its own rotary embedding and a
-    causal mask (sliding: the last WINDOW keys)."""
+    """transformers' own attention module of layer `layer` on x, with the model's rotary
+    embedding (Gemma 3's per layer type) and a causal mask (sliding: the last WINDOW keys)."""
     kind = model.config.layer_types[layer]
     attention = model.model.layers[layer].self_attn
     i, j = torch.arange(TOKENS)[:, None], torch.arange(TOKENS)[None, :]
     hidden = (j > i) | ((j <= i - WINDOW) if kind == "sliding_attention" else torch.zeros_like(j > i))
     mask = torch.zeros(TOKENS, TOKENS).masked_fill(hidden, -torch.inf).view(1, 1, TOKENS, TOKENS)
+    typed = "sliding_attention" in (model.config.rope_parameters or {})
     with torch.no_grad():
-        cos, sin = model.model.rotary_emb(x, torch.arange(TOKENS).unsqueeze(0), kind)
+        cos, sin = model.model.rotary_emb(x, torch.arange(TOKENS).unsqueeze(0), *([kind] if typed else []))
         return attention(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
 
 
@@ -109,29 +116,18 @@ def test_a_gemma2_folders_layers_soft_cap_their_scores(tmp_path):
         max_position_embeddings=64,
         attn_implementation="eager",
     )
-    torch.manual_seed(1)
-    model = transformers.Gemma2ForCausalLM(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-    model.save_pretrained(tmp_path)
+    model = saved(transformers.Gemma2ForCausalLM(config), tmp_path, seed=1)
     x = torch.randn(2, TOKENS, 48)
     for layer, window in ((0, WINDOW), (1, 0)):
         attention = model.model.layers[layer].self_attn
-        i, j = torch.arange(TOKENS)[:, None], torch.arange(TOKENS)[None, :]
-        hidden = (j > i) | ((j <= i - window) if window else torch.zeros_like(j > i))
-        mask = torch.zeros(TOKENS, TOKENS).masked_fill(hidden, -torch.inf).view(1, 1, TOKENS, TOKENS)
-        with torch.no_grad():
-            cos, sin = model.model.rotary_emb(x, torch.arange(TOKENS).unsqueeze(0))
-            reference = attention(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
+        reference = want(model, layer, x)
         plan = mha.Plan.from_pretrained(tmp_path, layer=layer)
         assert (plan.config.softcap, plan.config.window, plan.config.qk_norm) == (2.0, window, False)
         close(plan(x), reference)
         close(mha.Plan.from_module(attention)(x), reference)
         # The cap changes these scores: transformers' own module without it is far off.
         attention.attn_logit_softcapping = None
-        with torch.no_grad():
-            uncapped = attention(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
+        uncapped = want(model, layer, x)
         attention.attn_logit_softcapping = 2.0
         assert (uncapped - reference).abs().max() > 1e-2 * reference.abs().max()
 
@@ -163,23 +159,12 @@ def test_a_gpt_oss_folders_layers_have_their_sinks(tmp_path):
         },
         attn_implementation="eager",
     )
-    torch.manual_seed(2)
-    model = transformers.GptOssForCausalLM(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-        for layer in model.model.layers:
-            layer.self_attn.sinks.normal_(0.0, 2.0)  # sinks that take a share of every row
-    model.save_pretrained(tmp_path)
+    # Sinks from N(0, 2): they take a share of every row.
+    model = saved(transformers.GptOssForCausalLM(config), tmp_path, seed=2, sinks=2.0)
     x = torch.randn(2, TOKENS, 40)
     for layer, window in ((0, WINDOW), (1, 0)):
         attention = model.model.layers[layer].self_attn
-        i, j = torch.arange(TOKENS)[:, None], torch.arange(TOKENS)[None, :]
-        hidden = (j > i) | ((j <= i - window) if window else torch.zeros_like(j > i))
-        mask = torch.zeros(TOKENS, TOKENS).masked_fill(hidden, -torch.inf).view(1, 1, TOKENS, TOKENS)
-        with torch.no_grad():
-            cos, sin = model.model.rotary_emb(x, torch.arange(TOKENS).unsqueeze(0))
-            reference = attention(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
+        reference = want(model, layer, x)
         plan = mha.Plan.from_pretrained(tmp_path, layer=layer)
         c = plan.config
         assert c.rope_scaling.kind == "yarn"
@@ -193,7 +178,6 @@ def test_a_gpt_oss_folders_layers_have_their_sinks(tmp_path):
         # The sinks change these rows: transformers' own module without them is far off.
         sinks = attention.sinks.data.clone()
         attention.sinks.data.fill_(-1e4)
-        with torch.no_grad():
-            sinkless = attention(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
+        sinkless = want(model, layer, x)
         attention.sinks.data.copy_(sinks)
         assert (sinkless - reference).abs().max() > 1e-2 * reference.abs().max()

@@ -304,10 +304,12 @@ window_rule read_windows(const config_reader& c, const model_type_rules& rules,
     case windowing::none:
       return {};
     case windowing::every_layer:  // MistralConfig: sliding_window = 4096 unless stated
-      w.size = window_size(c, "sliding_window", 4096);
+      w.size = window_size(c, "sliding_window", rules.sliding_window);
       return w;
     case windowing::by_layer_type:  // Qwen2Config
-      w.size = c.boolean("use_sliding_window", false) ? window_size(c, "sliding_window", 4096) : 0;
+      w.size = c.boolean("use_sliding_window", false)
+                   ? window_size(c, "sliding_window", rules.sliding_window)
+                   : 0;
       break;
     case windowing::layer_types:  // Gemma2Config, Gemma3TextConfig, GptOssConfig
       w.size = window_size(c, "sliding_window", rules.sliding_window);

@@ -1,5 +1,5 @@
 """A causal LM's accuracy on real text through each attention implementation and KV cache: the
-judge of mha's cache formats (issue 76), on a real model with real weights (Gemma 3 270M:
+judge of mha's cache formats, on a real model with real weights (Gemma 3 270M:
 scripts/gemma3-model.sh makes its folder).
 
     PYTHONPATH=tools:<build>/python <peers' python> -m mhapy.model_accuracy \
