@@ -19,6 +19,15 @@
 // Counters: GFLOPS on causal pairs, 4 B H head_dim P with P = T (T + 1) / 2 (docs/design.md §3),
 // and pct_peak against threads x the measured FP32 FMA peak of one core, of the ISA the kernel
 // runs.
+// And a decode step's attention alone over a KV cache, per cache format:
+//   decode_<fp32|bf16|int8|k8v4>/b<B>/past<P>/h12/hd64  one new token per sequence through
+//            mha::attention over an attention cache (mha::make_attention_cache) holding P tokens,
+//            on the tbb backend, rolled back after each step (kv_cache::truncate); at (B, P) =
+//            (1, 8k), (1, 32k), (1, 128k), (8, 8k), (32, 2k). Checked against the naive backend's
+//            cache of the same format fed the same step. Counters: the cache's bytes per step over
+//            the time (GBps; key and value rows as the format keeps them, docs/design.md §1.7) and
+//            pct_read against the streaming read measured at that thread count
+//            (machine/stream_read.hpp): a step over a cache beyond the L3 runs at most at 100.
 //   bench_attention [--isa NAME] [--benchmark_filter=...] [google benchmark flags]
 // --isa caps the xsimd kernels and oneDNN to the same ISA (kernel_timing.hpp).
 #include <benchmark/benchmark.h>
@@ -33,9 +42,15 @@
 
 #include "backends/tbb/parallel.hpp"
 #include "core/text.hpp"
+#include "core/value4.hpp"
 #include "kernel_timing.hpp"
 #include "kernels/isa_kernels.hpp"
+#include "machine/stream_read.hpp"
+#include "mha/attention.hpp"
+#include "mha/backends/naive.hpp"
+#include "mha/backends/tbb.hpp"
 #include "mha/backends/xsimd.hpp"
+#include "mha_testing.hpp"
 #include "reference.hpp"
 
 #if MHA_BENCH_ONEDNN
@@ -206,6 +221,95 @@ void bm_onednn(benchmark::State& state, shape s, int threads) {
 }
 #endif
 
+// ---- a decode step's attention over a KV cache ----
+
+struct decode_shape {
+  std::int64_t batch, past, heads = 12, head_dim = 64;
+
+  std::string name() const { return text("b", batch, "/past", past, "/h", heads, "/hd", head_dim); }
+  // The bytes of one cached token's key and value rows (one K/V head) in format kv.
+  double token_bytes(mha::precision kv) const {
+    const double hd = static_cast<double>(head_dim);
+    switch (kv) {
+      case mha::precision::int8:
+        return 2 * (hd + 4);
+      case mha::precision::k8v4:
+        return hd + 4 + std::ceil(hd / 2) +
+               4.0 * static_cast<double>(mha::detail::value4_groups(head_dim));
+      case mha::precision::bf16:
+        return 4 * hd;
+      default:
+        return 8 * hd;
+    }
+  }
+};
+
+// One sequence over 8k, 32k and 128k (a cache beyond a 2-vCPU VM's L3 share: 170-805 MB), a
+// batch of 8 over 8k and of 32 over 2k.
+const std::vector<decode_shape> decode_shapes = {
+    {1, 8192}, {1, 32768}, {1, 131072}, {8, 8192}, {32, 2048}};
+
+// The streaming read at `threads` threads, GB/s, measured once per thread count.
+double stream_read_gbps(int threads) {
+  static std::vector<double> measured;
+  if (measured.size() <= static_cast<std::size_t>(threads)) measured.resize(threads + 1, 0.0);
+  if (measured[threads] == 0.0)
+    measured[threads] = mha_bench::measure_stream_read(threads, 2).gbps_all_cores;
+  return measured[threads];
+}
+
+void bm_decode(benchmark::State& state, decode_shape s, mha::precision kv, int threads) {
+  const mha::precision compute = kv == mha::precision::bf16 ? kv : mha::precision::fp32;
+  const std::int64_t rows = s.batch * s.heads * s.head_dim;
+  operands o({s.batch, 1, s.heads, s.head_dim});
+  const auto caches = [&](const mha::backend& backend) {
+    mha::kv_cache cache =
+        mha::make_attention_cache(backend, s.batch, s.past + 1, s.heads, s.head_dim, kv, compute);
+    mha_testing::hold_zero_tokens(cache, s.past);  // the bytes of s.past tokens, read as codes
+    return cache;
+  };
+  mha::kv_cache cache = caches(mha::tbb_backend()), naive = caches(mha::naive_backend());
+  mha::attention_options options;
+  options.causal = true;
+  options.precision = compute;
+  options.threads = threads;
+  const auto step = [&](const mha::backend& backend, mha::kv_cache& c, float* out) {
+    const auto view = [&](auto* data) {
+      return mha::heads_view<std::remove_pointer_t<decltype(data)>>::dense(data, s.batch, s.heads,
+                                                                           1, s.head_dim);
+    };
+    mha::attention(backend, view(static_cast<const float*>(o.q.data())),
+                   view(static_cast<const float*>(o.k.data())),
+                   view(static_cast<const float*>(o.v.data())), c, view(out), options);
+    for (std::int64_t b = 0; b < s.batch; ++b) c.truncate(b, s.past);
+  };
+  std::vector<float> want(static_cast<std::size_t>(rows));
+  step(mha::naive_backend(), naive, want.data());
+  state.SetLabel(text(mha::to_string(kv), " cache, tbb, ", mha::tbb_backend().description()));
+  const double bytes = s.token_bytes(kv) * static_cast<double>(s.batch * (s.past + 1) * s.heads);
+  mha_bench::check_then_time(
+      state, [&] { step(mha::tbb_backend(), cache, o.out.data()); },
+      [&] {
+        double error = 0.0, largest = 0.0;
+        for (std::int64_t i = 0; i < rows; ++i) {
+          error = std::max(error, static_cast<double>(std::abs(o.out[i] - want[i])));
+          largest = std::max(largest, static_cast<double>(std::abs(want[i])));
+        }
+        const double tolerance = kv == mha::precision::bf16 ? 1.0 / 128 : 1e-3;
+        if (error <= tolerance * largest) return std::string();
+        return text("wrong result: max error ", error, " > ", tolerance, " x max |naive| ",
+                    largest);
+      },
+      0.0, 1.0, threads);
+  state.counters.erase("GFLOPS");
+  state.counters.erase("pct_peak");
+  state.counters["GBps"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pct_read"] = benchmark::Counter(bytes * 1e-9 * 100.0 / stream_read_gbps(threads),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["n_threads"] = threads;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -236,6 +340,17 @@ int main(int argc, char** argv) {
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
 #endif
+    }
+  }
+  for (const decode_shape& s : decode_shapes) {
+    for (const mha::precision kv : mha::cache_precisions) {
+      for (const int threads : thread_counts) {
+        const std::string name =
+            text("attention/decode_", mha::to_string(kv), "/", s.name(), "/threads:", threads);
+        benchmark::RegisterBenchmark(name.c_str(), bm_decode, s, kv, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
     }
   }
   benchmark::RunSpecifiedBenchmarks();

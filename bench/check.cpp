@@ -68,15 +68,16 @@ shape_fixture::shape_fixture(const mha::problem& shape)
       rows_(sample_rows(shape.batch, shape.seq_len)),
       reference_(mha_reference::forward_rows(shape.cfg, weights_, x_, shape.batch, shape.seq_len,
                                              rows_, {}, shape.past)) {
-  if (shape.cache_precision() == mha::precision::int8) {
+  if (mha::coded(shape.cache_precision())) {
     mha::config exact = shape.cfg;
     exact.precision = mha::precision::fp32;
     double max_reference = 0;
     for (const double v : reference_) max_reference = std::max(max_reference, std::abs(v));
     if (max_reference > 0) {
-      int8_cache_tolerance_ = mha_reference::int8_cache_bound(
-                                  exact, weights_, x_, shape.batch * shape.seq_len, max_reference) /
-                              max_reference;
+      int8_cache_tolerance_ =
+          mha_reference::int8_cache_bound(exact, weights_, x_, shape.batch * shape.seq_len,
+                                          max_reference, shape.cache_precision()) /
+          max_reference;
     }
   }
 }

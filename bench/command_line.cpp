@@ -174,7 +174,7 @@ std::string usage(std::string_view program) {
          "  --window LIST         sliding windows (0 = plain causal attention; a window covering\n"
          "                        every key of a shape is dropped, with a notice); default 0\n"
          "  --precision LIST      fp32,bf16 (default fp32)\n"
-         "  --kv-precision LIST   the KV cache's: fp32,bf16,int8 (default: the plan's own; a\n"
+         "  --kv-precision LIST   the KV cache's: fp32,bf16,int8,k8v4 (default: the plan's own; a\n"
          "                        float cache runs with plans of its precision only)\n"
          "                        a backend that declines a problem (mha backends says which)\n"
          "                        is not run; the result file's context lists it (mha_declined)\n"

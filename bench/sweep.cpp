@@ -40,7 +40,7 @@ std::optional<std::string> cache_left_out(mha::precision cache, mha::precision p
     return "the " + name + " KV cache of forward passes (series " + series +
            "): a forward pass keeps no cache";
   }
-  if (cache != plan && cache != mha::precision::int8) {
+  if (cache != plan && !mha::coded(cache)) {
     return "the " + name + " KV cache with " + std::string(mha::to_string(plan)) +
            " plans (series " + series + "): a float cache is kept in its plan's precision";
   }

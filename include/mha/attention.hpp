@@ -63,7 +63,8 @@ struct attention_options {
   std::optional<float> scale;  // the scores' factor; nullopt: 1 / sqrt(head_dim)
   attention_mask mask;         // none by default
   // bf16: q, k, v and the weights rounded to bf16 as every product's operands, the sums in fp32
-  // (a bf16 module's arithmetic, docs/design.md §1.5); fp32 otherwise. int8 is refused. bfloat16
+  // (a bf16 module's arithmetic, docs/design.md §1.5); fp32 otherwise. int8 and k8v4 (a
+  // cache's formats) are refused. bfloat16
   // operands need bf16.
   mha::precision precision = mha::precision::fp32;
   int threads = 0;                          // as run_options::threads
@@ -114,9 +115,10 @@ void attention(const backend& backend, heads_view<const bfloat16> q, heads_view<
 // `batch` sequences of up to `capacity` tokens of `kv_heads` K/V heads of head_dim, its bytes
 // allocated now (kv_cache::bytes()), in the layout of `backend`'s kernels, keeping keys and
 // values in `kv` and computed in `precision`: an fp32 cache in fp32, a bf16 cache in bf16, an
-// int8 cache (codes with a scale and an offset per token and K/V head, docs/design.md §1.7) in
-// either. Throws mha::unsupported when the backend takes no cache in its attention calls (xsimd,
-// tbb and naive do), mha::invalid_argument naming a bad size or precision.
+// int8 cache (codes with a scale and an offset per token and K/V head, docs/design.md §1.7) or a
+// k8v4 one (int8's keys, values as 4-bit codes of turned groups of 32) in either. Throws
+// mha::unsupported when the backend takes no cache in its attention calls (xsimd, tbb and naive
+// do), mha::invalid_argument naming a bad size or precision.
 //
 // With a window (a sliding-window layer's cache, docs/design.md §1.9), every call over the cache
 // attends over each query's last `window` keys (its options.window must be 0 or the same), and
@@ -133,7 +135,7 @@ kv_cache make_attention_cache(const backend& backend, std::int64_t batch, std::i
 // b stands at position length(b) + i and sees the keys up to its own (for T = 1 the causal flag
 // makes no difference; non-causal T > 1 is refused: it would need keys the cache does not hold
 // yet). The lengths then grow by T. options: scale, threads and executor as above; precision
-// must be the cache's; no mask (refused). The cache's int8 codes and bf16 elements are read where
+// must be the cache's; no mask (refused). The cache's codes and bf16 elements are read where
 // they lie. Throws mha::invalid_argument, leaving the cache unchanged and out untouched, on a
 // shape that does not match the cache, a length that would pass its capacity (naming b), a cache
 // of a plan or another backend, out overlapping q, k, v or itself, or a cache in use by another

@@ -37,7 +37,7 @@ class plan {
   // Incremental calls (decode; docs/design.md §1.4). make_cache: an empty cache for `batch`
   // sequences of up to `capacity` tokens (1 <= capacity <= context_length), its bytes
   // allocated now (kv_cache::bytes()), keeping keys and values in `kv` (nullopt: the plan's
-  // precision; int8: §1.7). Throws mha::unsupported when the backend declines decode or that
+  // precision; int8, k8v4: §1.7). Throws mha::unsupported when the backend declines decode or that
   // cache (backend::supports with past > 0 and kv_precision kv), mha::invalid_argument on a
   // bad batch, capacity or precision.
   kv_cache make_cache(std::int64_t batch, std::int64_t capacity,

@@ -66,13 +66,15 @@ class kv_cache {
   // K/V heads per sequence.
   std::int64_t heads() const noexcept { return heads_; }
   const std::vector<std::int64_t>& lengths() const noexcept { return lengths_; }
-  // The format its keys and values are kept in: fp32, bf16 or int8 (codes, with a scale and an
-  // offset per token and K/V head).
+  // The format its keys and values are kept in: fp32, bf16, int8 (codes, with a scale and an
+  // offset per token and K/V head) or k8v4 (int8's keys; values as 4-bit codes with a scale and
+  // an offset per group of 32 elements).
   mha::precision precision() const noexcept { return precision_; }
   // The storage, allocated (and zeroed) once when the cache is made: 2 * batch * capacity *
   // heads * (head_dim * the element's bytes: 4 for fp32, 2 for bf16, 1 for int8; int8 adds 4
-  // bytes of scale and zero per row), plus the padding of the backend's layout (the SIMD
-  // backends round head_dim up to their panel width, e.g. 17 to 24).
+  // bytes of scale and zero per row; k8v4 keys as int8's, values half a byte an element and 4
+  // bytes per group of 32), plus the padding of the backend's layout (the SIMD backends round
+  // head_dim up to their panel width, e.g. 17 to 24) and head_dim key channel scales per head.
   std::size_t bytes() const noexcept { return static_cast<std::size_t>(bytes_); }
 
   // Forgets every sequence (lengths 0); the storage stays.

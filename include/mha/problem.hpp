@@ -41,8 +41,8 @@ struct problem {
 // out_proj with its bias (no_out_bias only with an out_proj), out_proj keeping d_out features
 // (out<N>: config::out_features), no q/k norms (qknorm<eps>: config::qk_norm with its epsilon,
 // a decimal number), precision fp32 (<precision> is its
-// name: bf16), a cache in the plan's precision (kv_int8; kv_fp32 or kv_bf16 only when it differs
-// from the plan's). Counts are decimal digits; the base is a decimal number, written in
+// name: bf16), a cache in the plan's precision (kv_int8, kv_k8v4; kv_fp32 or kv_bf16 only when it
+// differs from the plan's). Counts are decimal digits; the base is a decimal number, written in
 // std::to_chars' shortest form: "split_weight/b4/t256/din768/dout768/h12",
 // "fused_qkv/b1/t1/past1023/din4096/dout4096/h32/kvh8/rope5e+05/no_out_bias/bf16".
 // The parts' order, spelling and defaults are one table in src/core/problem.cpp, which

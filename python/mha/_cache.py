@@ -1,9 +1,10 @@
 """mha.AttentionCache: mha's KV cache for attention calls, and mha.attention's call over it
 (docs/python.md "A KV cache for attention calls"; include/mha/attention.hpp's
 make_attention_cache). A model that projects and rotates its own queries, keys and values
-decodes through it: each call appends the new tokens' keys and values, in fp32, bf16 or int8
-(codes with a scale and an offset per token and K/V head), and attends over all the sequence
-holds, reading the codes where they lie."""
+decodes through it: each call appends the new tokens' keys and values, in fp32, bf16, int8
+(codes with a scale and an offset per token and K/V head) or k8v4 (int8's keys, values as 4-bit
+codes of turned groups of 32), and attends over all the sequence holds, reading the codes where
+they lie."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ from . import _mha
 from ._arguments import _check_heads, _describe, _expanded_keys, _in_place, _mixed, _numpy_operand
 from ._mha import InvalidArgument, Unsupported
 
-_KV = ("fp32", "bf16", "int8")
+_KV = ("fp32", "bf16", "int8", "k8v4")
 _PRECISIONS = ("fp32", "bf16")
 
 
 class AttentionCache:
     """An empty KV cache for `batch` sequences of up to `capacity` tokens, `kv_heads` K/V heads
     of `head_dim`, its bytes allocated now: keys and values kept in `kv` ("int8", the default:
-    codes with a scale and an offset per token and head; "bf16"; "fp32"), the attention computed
+    codes with a scale and an offset per token and head; "k8v4": int8's keys, 4-bit values in
+    turned groups of 32 with a scale and an offset each, 0.8x int8's bytes; "bf16"; "fp32"), the
+    attention computed
     in `precision` ("fp32" or "bf16"; None: bf16 for a bf16 cache, else fp32), on `backend` (a
     name of mha.backends() whose attention calls take a cache: xsimd, tbb, naive; None: the
     default). mha.attention(q, k, v, cache=this) appends and attends. One caller at a time (a
@@ -90,7 +93,7 @@ class AttentionCache:
 
     @property
     def kv(self) -> str:
-        """What the keys and values are kept in: fp32, bf16 or int8."""
+        """What the keys and values are kept in: fp32, bf16, int8 or k8v4."""
         return self._cache.precision
 
     @property

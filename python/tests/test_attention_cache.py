@@ -78,6 +78,55 @@ def test_a_decode_stream_matches_sdpa_over_every_key_seen(backend, kv, precision
         assert cache.lengths == [keys[0].shape[2]] * batch
 
 
+# The SIMD kernels' 16-bit weights of a k8v4 cache's 4-bit values, for values in [-1, 1]: at most
+# value4_weight_error (src/core/value4.hpp) times the largest turned element, itself at most
+# sqrt(32); plus the int8 keys' 16-bit queries (a far smaller share) and fp32 rounding.
+VALUE4_WEIGHT_ERROR = math.sqrt(32) * 15 * 32 / (2 * 32767) * 2 * (1 + 1 / 128) / 15.4375
+K8V4_KERNELS_TOLERANCE = math.sqrt(32) * VALUE4_WEIGHT_ERROR + 1e-3
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "naive"])
+def test_a_k8v4_decode_stream_matches_the_naive_reference(backend):
+    """k8v4 (int8 keys, 4-bit values in turned groups of 32) fed the same stream on a SIMD backend
+    and on naive, its reference: the same codes, the kernels' 16-bit weights apart; further from
+    sdpa over the exact keys than an int8 cache, and 0.79x its bytes at head_dim 64."""
+    batch, heads, kv_heads, head_dim = 2, 4, 2, 64
+    caches = {
+        name: mha.AttentionCache(batch, 32, kv_heads, head_dim, kv=kv, backend=on)
+        for name, kv, on in (("k8v4", "k8v4", backend), ("naive", "k8v4", "naive"), ("int8", "int8", backend))
+    }
+    assert caches["k8v4"].kv == "k8v4" and "kv='k8v4'" in repr(caches["k8v4"])
+    assert 0.75 < caches["k8v4"].nbytes / caches["int8"].nbytes < 0.82
+    g = torch.Generator().manual_seed(7)
+    keys, values, far = [], [], {"k8v4": 0.0, "int8": 0.0}
+    for tokens in [9, 1, 1, 4, 1]:
+        q = torch.rand(batch, heads, tokens, head_dim, generator=g) * 2 - 1
+        k = torch.rand(batch, kv_heads, tokens, head_dim, generator=g) * 2 - 1
+        v = torch.rand(batch, kv_heads, tokens, head_dim, generator=g) * 2 - 1
+        out = {
+            name: mha.attention(
+                q, k, v, is_causal=True, causal_alignment="bottom_right", enable_gqa=True, cache=c
+            )
+            for name, c in caches.items()
+        }
+        assert (out["k8v4"] - out["naive"]).abs().max().item() <= K8V4_KERNELS_TOLERANCE
+        keys.append(k)
+        values.append(v)
+        exact = sdpa_over(q, torch.cat(keys, dim=2), torch.cat(values, dim=2))
+        for name in far:
+            far[name] = max(far[name], (out[name].double() - exact).abs().max().item())
+    # Each value element read back within sqrt(32) half-steps of its turned group (|H e|_inf <=
+    # sqrt(32) |e|_inf), the step the group's range / 15.4375 rounded up to bf16; a row that sees
+    # one key reads that key's value so. The keys' share: as int8's (its far, which holds it).
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < 32:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    turned = torch.cat(values, dim=2).double().reshape(-1, 2, 32) @ (h / math.sqrt(32))
+    step = (turned.amax(-1) - turned.amin(-1)).max().item() * 16 / 247 * (1 + 1 / 128)
+    assert far["int8"] < far["k8v4"] <= math.sqrt(32) * step / 2 + far["int8"], (far, step)
+    assert caches["k8v4"].lengths == [16, 16]
+
+
 def test_numpy_operands_and_what_the_cache_says():
     cache = mha.AttentionCache(1, 256, 1, 64, kv="int8")
     assert cache.kv == "int8" and cache.precision == "fp32" and cache.lengths == [0]
@@ -137,7 +186,7 @@ def test_what_a_call_over_a_cache_refuses():
         mha.AttentionCache(1, 4, 1, 8, backend="onednn")
 
 
-@pytest.mark.parametrize("kv", ["fp32", "bf16", "int8"])
+@pytest.mark.parametrize("kv", ["fp32", "bf16", "int8", "k8v4"])
 def test_plain_cache_calls_are_read_in_cpp_with_the_general_paths_bits(kv, monkeypatch):
     """A prefill and decode steps through two caches alike, one by the C++ reader (float32 tensors,
     K and V in (B, T, H, D) buffers seen as (B, H, T, D)), one by the general path: the same

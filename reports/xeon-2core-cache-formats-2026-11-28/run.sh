@@ -16,3 +16,6 @@ $py -m mhapy.model_accuracy --tokens "" --perplexity "" --caches "mha_int8,$form
 $py -m mhapy.model_accuracy --tokens "" --perplexity "" \
   --caches mha_int8,sim_int8,sim_k8v4g32,sim_k8v4g16,sim_int4_channel_v4g32,sim_int4_channel_v4g16,sim_int4_hadamard \
   --prefill 8192 --positions 256 --greedy-steps 0 --threads 2 --out "$out/formats-8k.json"
+
+$py -m mhapy.model_accuracy --tokens "" --perplexity "" --caches sim_k8v4g16,sim_k8v4h,sim_k8v4hg64,sim_k8v4hg32 \
+  --prefill 4096 --positions 256 --greedy-steps 0 --threads 2 --out "$out/formats-turned-4k.json"

@@ -222,9 +222,10 @@ const command& run_command() {
       "  --prefill N        with --incremental: the first call takes N tokens (default 0:\n"
       "                     none, chunks from the start); 0 <= N <= tokens\n"
       "  --chunk S          with --incremental: tokens per later call (default 1)\n"
-      "  --kv-precision P   with --incremental: the cache keeps keys and values in fp32, bf16\n"
-      "                     or int8 (default: the plan's --precision; int8: codes with a scale\n"
-      "                     and offset per token, a quarter of fp32's bytes)\n",
+      "  --kv-precision P   with --incremental: the cache keeps keys and values in fp32, bf16,\n"
+      "                     int8 or k8v4 (default: the plan's --precision; int8: codes with a\n"
+      "                     scale and offset per token, a quarter of fp32's bytes; k8v4: int8's\n"
+      "                     keys, 4-bit values in groups of 32, a fifth of fp32's bytes)\n",
       {"backend", "formulation", "weights", "model", "layer", "prefix", "input", "output", "heads",
        "kv-heads", "rope-base", "context-length", "precision", "threads", "dropout", "seed",
        "prefill", "chunk", "kv-precision"},

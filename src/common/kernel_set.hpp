@@ -53,7 +53,8 @@ concept kernel_set = std::constructible_from<K, const mha::config&> &&
 //   cache_head_bytes(capacity, head_dim, kv) -> std::int64_t: decode; the bytes of one
 //     (sequence, K/V head) of a cache in the set's layout, attention() then taking
 //     attention_args::cache
-//   static constexpr bool int8_cache: attention() also reads and appends an int8 cache (§1.7)
+//   static constexpr bool coded_cache: attention() also reads and appends int8 and k8v4 caches
+//   (§1.7)
 //   static constexpr bool extensions: attention() computes attention_args' window and softcap
 //     (§1.9)
 
@@ -74,8 +75,8 @@ inline constexpr bool set_decodes = requires(const K& k, std::int64_t n, mha::pr
   { k.cache_head_bytes(n, n, kv) } -> std::same_as<std::int64_t>;
 };
 template <class K>
-inline constexpr bool set_caches_int8 = requires {
-  requires K::int8_cache;
+inline constexpr bool set_caches_codes = requires {
+  requires K::coded_cache;
 };
 template <class K>
 inline constexpr bool set_groups_kv = requires {
@@ -98,7 +99,7 @@ support driver_support(const problem& p) {
   return supports_axes(p, {.grouped_kv = set_groups_kv<K>,
                            .decode = set_decodes<K>,
                            .bf16 = set_computes_bf16<K>,
-                           .int8_cache = set_caches_int8<K>,
+                           .coded_cache = set_caches_codes<K>,
                            .extensions = set_extends<K>});
 }
 

@@ -305,8 +305,9 @@ void attend(const backend& backend, heads_view<const T> q, heads_view<const T> k
                                 ": out may overlap the mask: their memory ranges intersect (out "
                                 "must not share memory with q, k, v or the mask)"));
   }
-  if (options.precision == precision::int8) {
-    throw invalid_argument(text(where, ": precision int8 is a KV cache's, expected fp32 or bf16"));
+  if (coded(options.precision)) {
+    throw invalid_argument(text(where, ": precision ", to_string(options.precision),
+                                " is a KV cache's, expected fp32 or bf16"));
   }
   if (bf16_operands && options.precision != precision::bf16) {
     throw invalid_argument(text(where, ": q, k and v are bfloat16 and the precision is ",
@@ -422,18 +423,19 @@ kv_cache make_attention_cache(const backend& backend, std::int64_t batch, std::i
     throw invalid_argument(
         text(made, ": window (", window, ") must be >= 0 (0: no sliding window)"));
   }
-  if (kv != precision::fp32 && kv != precision::bf16 && kv != precision::int8) {
+  if (std::find(std::begin(cache_precisions), std::end(cache_precisions), kv) ==
+      std::end(cache_precisions)) {
     throw invalid_argument(text(made, ": unknown KV cache precision value ", static_cast<int>(kv),
-                                "; expected fp32, bf16 or int8"));
+                                "; expected ", cache_precision_names));
   }
   if (compute != precision::fp32 && compute != precision::bf16) {
     throw invalid_argument(text(made, ": the attention's precision is ", to_string(compute),
                                 ", expected fp32 or bf16"));
   }
-  if (kv != precision::int8 && kv != compute) {
+  if (!coded(kv) && kv != compute) {
     throw invalid_argument(text(made, ": a ", to_string(kv), " cache is computed in ",
                                 to_string(kv), ", not ", to_string(compute),
-                                " (an int8 cache in either)"));
+                                " (an int8 or k8v4 cache in either)"));
   }
   if (batch < 1 || capacity < 1 || kv_heads < 1 || head_dim < 1) {
     throw invalid_argument(text(made, ": batch (", batch, "), capacity (", capacity,
@@ -553,7 +555,7 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
     a.scale = scale;
     a.bf16 = owner.precision == precision::bf16;
     a.cache = &store;
-    if (store.format == precision::int8) detail::check_int8_range(where, a);
+    if (coded(store.format)) detail::check_coded_range(where, a);
     // A ring holds a call of at most ring_chunk tokens beyond its window: a longer one is taken
     // that many at a time, each appended and attended before the next.
     const std::int64_t step = store.ring ? ring_chunk : tokens;

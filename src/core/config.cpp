@@ -146,10 +146,11 @@ void check_config(const config& cfg, std::string_view where) {
     throw invalid_argument(text(where, ": n_kv_heads (", cfg.n_kv_heads, ") must divide n_heads (",
                                 cfg.n_heads, "), or be 0 for n_kv_heads = n_heads"));
   }
-  if (cfg.precision == precision::int8) {
-    throw invalid_argument(text(where,
-                                ": precision int8 is a KV cache's format, not a plan's; a plan "
-                                "computes in fp32 or bf16 (make_cache takes int8)"));
+  if (coded(cfg.precision)) {
+    throw invalid_argument(text(where, ": precision ", to_string(cfg.precision),
+                                " is a KV cache's format, not a plan's; a plan computes in fp32 or "
+                                "bf16 (make_cache takes ",
+                                to_string(cfg.precision), ")"));
   }
   if (cfg.precision != precision::fp32 && cfg.precision != precision::bf16) {
     throw invalid_argument(text(where, ": unknown precision value ",
@@ -363,16 +364,18 @@ std::string_view to_string(precision p) noexcept {
       return "bf16";
     case precision::int8:
       return "int8";
+    case precision::k8v4:
+      return "k8v4";
   }
   return "unknown";
 }
 
 precision parse_precision(std::string_view name) {
-  for (precision p : {precision::fp32, precision::bf16, precision::int8}) {
+  for (precision p : cache_precisions) {
     if (name == to_string(p)) return p;
   }
   throw invalid_argument(
-      detail::text("mha: unknown precision '", name, "'; expected fp32, bf16 or int8"));
+      detail::text("mha: unknown precision '", name, "'; expected ", cache_precision_names));
 }
 
 std::span<const formulation> formulations() noexcept {

@@ -27,7 +27,7 @@ namespace mha::detail {
 // smallest normal float (its elements all within about 2^-111 of zero) reads as zeros; a row
 // holding a NaN, an Inf or an element of magnitude 2^127 or more (whose steps could pass the
 // largest float) gets a NaN scale, so what reads it reads NaN, as it would the row itself. The
-// calls into a cache refuse such finite elements before appending them (check_int8_range in
+// calls into a cache refuse such finite elements before appending them (check_coded_range in
 // driver/kv_cache_access.hpp): a NaN out of finite inputs would be no answer.
 struct int8_row {
   std::uint32_t word = 0;

@@ -181,9 +181,10 @@ std::int64_t plan::cache_heads() const noexcept { return config_.kv_heads(); }
 kv_cache plan::make_cache(std::int64_t batch, std::int64_t capacity,
                           std::optional<mha::precision> kv) const {
   const mha::precision format = kv.value_or(config_.precision);
-  if (format != precision::fp32 && format != precision::bf16 && format != precision::int8) {
+  if (std::find(std::begin(cache_precisions), std::end(cache_precisions), format) ==
+      std::end(cache_precisions)) {
     throw invalid_argument(text(backend_name_, ": unknown KV cache precision value ",
-                                static_cast<int>(format), "; expected fp32, bf16 or int8"));
+                                static_cast<int>(format), "; expected ", cache_precision_names));
   }
   if (cache_head_bytes(1, config_.precision) == 0)
     throw unsupported(text(backend_name_, ": ", decode_declined));
@@ -276,10 +277,11 @@ support detail::supports_axes(const problem& p, computed_axes axes) {
   if (!axes.extensions && p.cfg.softcap > 0.0) {
     return support::no(text("logit soft-capping (softcap ", p.cfg.softcap, ") is not implemented"));
   }
-  // The kernel sets keep a cache in their plan's precision, or (int8_cache) in int8.
+  // The kernel sets keep a cache in their plan's precision, or (coded_cache) in int8 or k8v4.
   const precision kv = p.cache_precision();
-  if (kv != p.cfg.precision && !(axes.int8_cache && kv == precision::int8)) {
-    if (kv != precision::fp32 && kv != precision::bf16 && kv != precision::int8) {
+  if (kv != p.cfg.precision && !(axes.coded_cache && coded(kv))) {
+    if (std::find(std::begin(cache_precisions), std::end(cache_precisions), kv) ==
+        std::end(cache_precisions)) {
       return support::no(text("unknown KV cache precision value ", static_cast<int>(kv)));
     }
     return support::no(cache_declined(kv, p.cfg.precision));

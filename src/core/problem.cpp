@@ -157,12 +157,12 @@ constexpr part parts[] = {
        }
        return false;
      }},
-    {"kv_", "kv_<fp32, bf16 or int8>", false,
+    {"kv_", "kv_<fp32, bf16, int8 or k8v4>", false,
      [](const problem& p) {
        return value_if(p.cache_precision() != p.cfg.precision, to_string(p.cache_precision()));
      },
      [](std::string_view v, problem& p) {
-       for (const precision named : {precision::fp32, precision::bf16, precision::int8}) {
+       for (const precision named : cache_precisions) {
          if (v == to_string(named)) {
            p.kv_precision = named;
            return true;

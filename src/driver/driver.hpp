@@ -75,7 +75,7 @@ class driver_plan final : public plan {
 
   std::int64_t cache_head_bytes(std::int64_t capacity, mha::precision kv) const noexcept override {
     if constexpr (decodes) {
-      const bool kept = kv == config().precision || (set_caches_int8<K> && kv == precision::int8);
+      const bool kept = kv == config().precision || (set_caches_codes<K> && coded(kv));
       return kept ? kernels_.cache_head_bytes(capacity, config().head_dim(), kv) : 0;
     } else {
       return 0;
@@ -135,7 +135,7 @@ class driver_plan final : public plan {
         const kv_store store = kv_cache_access::store(*cache);
         args.cache = &store;
         rotate(views, x, [&](std::int64_t b) { return store.lengths[b]; });
-        if (store.format == precision::int8) check_int8_range(backend_name(), args);
+        if (coded(store.format)) check_coded_range(backend_name(), args);
         kernels_.attention(args);
       } else {
         rotate(views, x, [](std::int64_t) { return std::int64_t{0}; });

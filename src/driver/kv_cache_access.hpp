@@ -12,6 +12,7 @@
 #include "common/attention_args.hpp"
 #include "core/int8.hpp"
 #include "core/text.hpp"
+#include "core/value4.hpp"
 #include "mha/error.hpp"
 #include "mha/kv_cache.hpp"
 
@@ -61,12 +62,13 @@ struct kv_cache_access {
 };
 
 // Refuses, before anything is appended, the new keys or values (a.k, a.v) of a call into an
-// int8 cache that the format cannot hold: a finite value of magnitude 2^127 or more (a key of
-// 2^124: its channel scale may grow it 8 times), whose row's 254 steps would pass float's range
-// (int8_row reads such a row as NaN, and a NaN out of finite inputs is no answer). NaN and Inf
-// pass: they propagate as IEEE arithmetic does (docs/design.md §1.2, §1.7). mha::invalid_argument
-// names `where`, the element and the range.
-inline void check_int8_range(std::string_view where, const attention_args& a) {
+// int8 or k8v4 cache that the format cannot hold: a finite value of magnitude 2^127 or more (a key
+// of 2^124: its channel scale may grow it 8 times; a k8v4 value of 2^124: turning its group may
+// grow it sqrt(32) times), whose row's steps would pass float's range (int8_row and value4_row
+// read such a row as NaN, and a NaN out of finite inputs is no answer). NaN and Inf pass: they
+// propagate as IEEE arithmetic does (docs/design.md §1.2, §1.7). mha::invalid_argument names
+// `where`, the element and the range.
+inline void check_coded_range(std::string_view where, const attention_args& a) {
   // Keys are divided by their channel scales first (key_channel_scales), at least
   // key_channel_floor: up to 8 times their size.
   const auto check = [&](const head_view<const float>& t, const char* name, float limit,
@@ -80,8 +82,8 @@ inline void check_int8_range(std::string_view where, const attention_args& a) {
           if (found == row + a.head_dim) continue;
           throw invalid_argument(text(where, ": ", name, " (sequence ", b, ", K/V head ", g,
                                       ", token ", i, ", element ", found - row, ") is ", *found,
-                                      ": an int8 cache holds finite ", range,
-                                      "; keep such a model's cache in fp32 or bf16"));
+                                      ": an ", to_string(a.cache->format), " cache holds finite ",
+                                      range, "; keep such a model's cache in fp32 or bf16"));
         }
       }
     }
@@ -89,7 +91,13 @@ inline void check_int8_range(std::string_view where, const attention_args& a) {
   check(a.k, "a key", 0x1p124f,
         "keys of magnitude below 2^124 (2.1267648e37: its channel scales grow them up to 8 "
         "times)");
-  check(a.v, "a value", 0x1p127f, "values of magnitude below 2^127 (1.7014118e38)");
+  if (a.cache->format == precision::k8v4) {
+    check(a.v, "a value", 0x1p124f,
+          "values of magnitude below 2^124 (2.1267648e37: turning a group of 32 grows them up to "
+          "sqrt(32) times)");
+  } else {
+    check(a.v, "a value", 0x1p127f, "values of magnitude below 2^127 (1.7014118e38)");
+  }
 }
 
 // The row-major layout: per (sequence, K/V head), `capacity` key rows of head_dim elements of T
@@ -183,6 +191,83 @@ inline void append_int8(const attention_args& a) {
       }
     }
   }
+}
+
+// A k8v4 cache (docs/design.md §1.7): its key codes and rows as int8's, its values as 4-bit
+// codes, two a byte (element d of a row in byte d / 2, the low half for even d), pairs(head_dim)
+// bytes a row after the key codes; after them, at a cache line, the int8_row of each key row,
+// then value4_groups(head_dim) value4_rows per value row, then the key channel scales.
+inline std::int64_t k8v4_codes_bytes(std::int64_t capacity, std::int64_t head_dim) noexcept {
+  return (capacity * (head_dim + (head_dim + 1) / 2) + 63) / 64 * 64;
+}
+inline std::int64_t k8v4_head_bytes(std::int64_t capacity, std::int64_t head_dim) noexcept {
+  return k8v4_codes_bytes(capacity, head_dim) +
+         capacity * (1 + value4_groups(head_dim)) * static_cast<std::int64_t>(sizeof(int8_row)) +
+         head_dim * static_cast<std::int64_t>(sizeof(float));
+}
+// Of K/V head g of sequence b: value row j's codes (a row of pairs(head_dim) bytes), key row 0's
+// int8_row, value row j's value4_rows (value4_groups(head_dim) of them), the channel scales.
+inline std::uint8_t* k8v4_value_codes(const kv_store& c, std::int64_t head_dim, std::int64_t b,
+                                      std::int64_t g, std::int64_t j) noexcept {
+  return reinterpret_cast<std::uint8_t*>(c.head(b, g)) + c.capacity * head_dim +
+         j * ((head_dim + 1) / 2);
+}
+inline int8_row* k8v4_key_rows(const kv_store& c, std::int64_t head_dim, std::int64_t b,
+                               std::int64_t g) noexcept {
+  return reinterpret_cast<int8_row*>(c.head(b, g) + k8v4_codes_bytes(c.capacity, head_dim));
+}
+inline value4_row* k8v4_value_rows(const kv_store& c, std::int64_t head_dim, std::int64_t b,
+                                   std::int64_t g, std::int64_t j) noexcept {
+  return reinterpret_cast<value4_row*>(k8v4_key_rows(c, head_dim, b, g) + c.capacity) +
+         j * value4_groups(head_dim);
+}
+inline float* k8v4_channels(const kv_store& c, std::int64_t head_dim, std::int64_t b,
+                            std::int64_t g) noexcept {
+  return reinterpret_cast<float*>(k8v4_value_rows(c, head_dim, b, g, c.capacity));
+}
+
+// ... into a k8v4 cache: keys as append_int8's, each value row turned and coded per group
+// (quantize_value4).
+inline void append_k8v4(const attention_args& a) {
+  const head_view<std::uint8_t> k = keys<std::uint8_t>(*a.cache, a.head_dim);
+  const std::int64_t hd = a.head_dim;
+  std::vector<float> scaled(static_cast<std::size_t>(hd));
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(hd));
+  for (std::int64_t b = 0; b < a.batch; ++b) {
+    const std::int64_t past = a.cache->lengths[b];
+    for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
+      int8_row* rows = k8v4_key_rows(*a.cache, hd, b, g);
+      float* channels = k8v4_channels(*a.cache, hd, b, g);
+      if (past == 0 || !channel_scales_set(channels)) {
+        key_channel_scales(a.k.row(b, g, 0), a.seq_len, a.k.row_stride, hd, channels);
+      }
+      for (std::int64_t i = 0; i < a.seq_len; ++i) {
+        const std::int64_t slot = a.cache->slot(past + i);
+        for (std::int64_t d = 0; d < hd; ++d)
+          scaled[static_cast<std::size_t>(d)] = scaled_key(a.k.row(b, g, i), channels, d);
+        rows[slot] = quantize_row(scaled.data(), hd, k.row(b, g, slot));
+        quantize_value4(a.v.row(b, g, i), hd, codes.data(),
+                        k8v4_value_rows(*a.cache, hd, b, g, slot));
+        std::uint8_t* to = k8v4_value_codes(*a.cache, hd, b, g, slot);
+        for (std::int64_t d = 0; d < hd; d += 2) {
+          const std::uint8_t high = d + 1 < hd ? codes[static_cast<std::size_t>(d + 1)] : 0;
+          to[d / 2] = static_cast<std::uint8_t>(codes[static_cast<std::size_t>(d)] | high << 4);
+        }
+      }
+    }
+  }
+}
+// Value row `slot` of K/V head g of sequence b of a k8v4 cache as floats (to[0, head_dim)): each
+// group's codes read back, then turned back.
+inline void k8v4_value(const kv_store& c, std::int64_t head_dim, std::int64_t b, std::int64_t g,
+                       std::int64_t slot, float* to) noexcept {
+  const std::uint8_t* codes = k8v4_value_codes(c, head_dim, b, g, slot);
+  const value4_row* rows = k8v4_value_rows(c, head_dim, b, g, slot);
+  for (std::int64_t d = 0; d < head_dim; ++d) {
+    const auto code = static_cast<std::uint8_t>(d % 2 == 0 ? codes[d / 2] & 15 : codes[d / 2] >> 4);
+    to[d] = dequantize(code, rows[d / value4_group]);
+  }
+  turn_groups(to, head_dim);
 }
 
 // Sequence b of a cached call (after append) as a cache-free call of one sequence: its queries

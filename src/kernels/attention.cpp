@@ -11,6 +11,7 @@
 
 #include "core/checks.hpp"
 #include "core/int8.hpp"
+#include "core/value4.hpp"
 #include "kernels/isa_kernels.hpp"
 
 namespace mha::detail {
@@ -22,6 +23,27 @@ constexpr std::int64_t line_floats = 16, line_bytes = 64;
 // Query rows per attention block (positions x grouped heads): 32 to 128 run alike (measurements:
 // docs/design.md §5.1); 64 also makes enough parallel tasks (12 heads x 16 blocks at T = 1024).
 constexpr std::int64_t attention_block_rows = 64;
+
+// Value row j (value[0, head_dim)) of a k8v4 layout: each group turned and coded
+// (quantize_group), its word into value_words[group * key_rows() + j], its codes into the 4-bit
+// panels at `panels` (attention_layout: word (j / 8, d % nr) of panel d / nr, bits 4 ((j % 8) /
+// 2) + 16 (j % 2)), each nibble replaced (a truncated cache's old codes may lie there).
+void pack_value4(const attention_layout& l, const float* value, std::int64_t j,
+                 std::uint8_t* panels, int8_row* value_words) noexcept {
+  const std::int64_t vr = l.values.nr, panel_words = l.key_rows() / 8 * vr;
+  auto* words = reinterpret_cast<std::uint32_t*>(panels);
+  const int shift = static_cast<int>(4 * ((j % 8) / 2) + 16 * (j % 2));
+  std::uint8_t codes[value4_group];
+  for (std::int64_t g = 0; g < l.value_groups(); ++g) {
+    const std::int64_t at = g * value4_group, n = value4_group_size(l.head_dim, g);
+    value_words[g * l.key_rows() + j] = {quantize_group(value + at, n, codes).word};
+    for (std::int64_t c = 0; c < n; ++c) {
+      const std::int64_t d = at + c;
+      std::uint32_t& word = words[d / vr * panel_words + j / 8 * vr + d % vr];
+      word = (word & ~(std::uint32_t{15} << shift)) | std::uint32_t{codes[c]} << shift;
+    }
+  }
+}
 
 // Keys [j0, j1) of a packed head at `head` from K/V head g of sequence b of args (its rows 0,
 // 1, ... of args.k and args.v), rounded to bf16 pairs in a bf16 layout; in an int8 layout coded
@@ -68,8 +90,13 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
           if (c + 1 < n) column[1] = chunk[c + 1];
         }
       }
-      // Element (j, d) of V: panel d / vr, pair row j / 2, column d % vr, byte j % 2.
+      scales[j] = ks;
       const float* value = v + (j - j0) * args.v.row_stride;
+      if (l.values4) {
+        pack_value4(l, value, j, codes + l.values_offset(), scales + rows);
+        continue;
+      }
+      // Element (j, d) of V: panel d / vr, pair row j / 2, column d % vr, byte j % 2.
       const int8_row vs = row_scale(value, l.head_dim);
       const int8_encoder value_code(vs);
       std::uint8_t* row = codes + l.values_offset() + j / 2 * 2 * vr + j % 2;
@@ -85,7 +112,6 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
           }
         }
       }
-      scales[j] = ks;
       scales[rows + j] = vs;
     }
   } else if (l.bf16) {
@@ -105,6 +131,10 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
 
 }  // namespace
 
+std::int64_t attention_layout::value_groups() const noexcept {
+  return values4 ? value4_groups(head_dim) : 1;
+}
+
 std::int64_t attention_layout::values_offset() const noexcept {
   if (int8) return round_up(2 * pairs(head_dim) * round_up(kv_rows, scores.nr), line_bytes);
   const std::int64_t keys_units = bf16 ? pairs(head_dim) * round_up(kv_rows, scores.nr)
@@ -119,11 +149,15 @@ std::int64_t attention_layout::head_units() const noexcept {
 }
 
 std::int64_t attention_layout::scales_offset() const noexcept {
-  return round_up(values_offset() + 2 * pairs(kv_rows) * round_up(head_dim, values.nr), line_bytes);
+  const std::int64_t value_bytes =
+      values4 ? acc_cols * key_rows() / 2 : 2 * pairs(kv_rows) * round_up(head_dim, values.nr);
+  return round_up(values_offset() + value_bytes, line_bytes);
 }
 
 std::int64_t attention_layout::channels_offset() const noexcept {
-  return round_up(scales_offset() + 2 * key_rows() * std::int64_t{sizeof(int8_row)}, line_bytes);
+  return round_up(
+      scales_offset() + (1 + value_groups()) * key_rows() * std::int64_t{sizeof(int8_row)},
+      line_bytes);
 }
 
 std::int64_t attention_layout::head_bytes() const noexcept {
@@ -133,6 +167,10 @@ std::int64_t attention_layout::head_bytes() const noexcept {
 
 std::int64_t attention_layout::key_bytes() const noexcept {
   const std::int64_t elements = head_dim + round_up(head_dim, values.nr);
+  if (values4) {
+    return head_dim + round_up(head_dim, values.nr) / 2 +
+           (1 + value_groups()) * std::int64_t{sizeof(int8_row)};
+  }
   if (int8) return elements + 2 * std::int64_t{sizeof(int8_row)};
   return (bf16 ? 2 : 4) * elements;
 }
@@ -153,11 +191,13 @@ std::int64_t attention_layout::scratch_floats() const noexcept {
   const std::int64_t pair_parts = bf16 ? round_up(block_rows * pairs(head_dim), line_floats) +
                                              round_up(block_rows * pairs(score_cols), line_floats)
                                        : 0;
-  const std::int64_t code_parts = int8 ? 3 * row_floats +
-                                             round_up(block_rows * pairs(head_dim), line_floats) +
-                                             round_up(block_rows * pairs(score_cols), line_floats) +
-                                             round_up(block_rows * weight_chunks(), line_floats)
-                                       : 0;
+  const std::int64_t groups = value_groups();
+  const std::int64_t code_parts =
+      int8 ? 2 * row_floats + round_up(block_rows * groups, line_floats) +
+                 round_up(block_rows * pairs(head_dim), line_floats) +
+                 round_up(block_rows * groups * pairs(score_cols), line_floats) +
+                 round_up(block_rows * groups * weight_chunks(), line_floats)
+           : 0;
   return round_up(block_rows * head_dim, line_floats) + score_floats() +
          round_up(block_rows * acc_cols, line_floats) + 3 * row_floats +
          round_up(score_cols, line_floats) + pair_parts + code_parts;
@@ -180,15 +220,17 @@ attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept
     parts.weight_pairs = parts.query_pairs + round_up(block_rows * pairs(head_dim), line_floats);
   }
   if (int8) {
+    const std::int64_t groups = value_groups();
     parts.query_sums = parts.dropout + round_up(score_cols, line_floats);
-    parts.value_offsets = parts.query_sums + row_floats;
-    parts.query_scales = parts.value_offsets + row_floats;
+    parts.query_scales = parts.query_sums + row_floats;
+    parts.value_offsets = parts.query_scales + row_floats;
     // 32-bit integers in float storage the fp32 parts never touch.
-    float* codes_start = parts.query_scales + row_floats;
+    float* codes_start = parts.value_offsets + round_up(block_rows * groups, line_floats);
     parts.query_codes = reinterpret_cast<std::int32_t*>(codes_start);
     float* weights_start = codes_start + round_up(block_rows * pairs(head_dim), line_floats);
     parts.weight_codes = reinterpret_cast<std::int32_t*>(weights_start);
-    parts.weight_scales = weights_start + round_up(block_rows * pairs(score_cols), line_floats);
+    parts.weight_scales =
+        weights_start + round_up(block_rows * groups * pairs(score_cols), line_floats);
   }
   return parts;
 }
@@ -223,9 +265,10 @@ void pack_head(const isa_kernels& kernels, const attention_args& args,
 
 attention_layout isa_kernels::layout(const attention_request& r) const noexcept {
   const auto [seq_len, keys, head_dim, key_tile, kv_rows, group, bf16_operands, int8_codes,
-              in_place] = r;
+              four_bit_values, in_place] = r;
   attention_layout l;
   l.int8 = int8_codes;
+  l.values4 = int8_codes && four_bit_values;
   l.bf16 = bf16_operands && !int8_codes;
   l.scores = tiles[0];
   // Heads packed per call (no cache) take V panels wide enough for tile products; a cache keeps
@@ -242,7 +285,8 @@ attention_layout isa_kernels::layout(const attention_request& r) const noexcept 
   l.block_rows = l.block_positions * group;
   // Key tiles start on a K^T panel, and the softmax reads rows as whole registers: both a
   // multiple of the lanes and of the scores panel width.
-  l.key_step = std::lcm(l.scores.nr, lanes);
+  // 4-bit values: a multiple of 8 keys too (a word row of their codes).
+  l.key_step = std::lcm(std::lcm(l.scores.nr, lanes), l.values4 ? 8 : 1);
   l.key_tile = round_up(std::max<std::int64_t>(key_tile, 1), l.key_step);
   l.score_cols = std::min(l.key_tile, round_up(keys, l.key_step));
   l.acc_cols = round_up(head_dim, l.values.nr);
@@ -302,7 +346,8 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
       .kv_rows = args.cache ? args.cache->capacity : 0,
       .group = args.kv_group,
       .bf16_operands = args.bf16,
-      .int8_codes = args.cache && args.cache->format == precision::int8,
+      .int8_codes = args.cache && coded(args.cache->format),
+      .four_bit_values = args.cache && args.cache->format == precision::k8v4,
       .in_place = args.heads_in_place && args.cache == nullptr &&
                   (!args.bf16 || args.bf16_operands()) && !args.dropout.active(),
   });
@@ -473,7 +518,8 @@ std::int64_t cache_head_bytes(const isa_kernels& kernels, std::int64_t capacity,
                .head_dim = head_dim,
                .kv_rows = capacity,
                .bf16_operands = bf16_operands,
-               .int8_codes = kv == precision::int8})
+               .int8_codes = coded(kv),
+               .four_bit_values = kv == precision::k8v4})
       .head_bytes();
 }
 

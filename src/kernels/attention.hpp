@@ -62,10 +62,12 @@ struct attention_scratch {
   float* query_sums;          // int8: block_rows: each row's sum of its (scaled) queries
   float* query_scales;        // int8: block_rows: each row's scale of its 16-bit integers
   std::int32_t* query_codes;  // int8: block_rows x pairs(head_dim): those integers in pairs
-  float* value_offsets;       // int8: block_rows: one key tile's sum of P times the values' offsets
-  std::int32_t* weight_codes;  // int8: block_rows x pairs(score_cols): P times the values'
-                               // scales as 16-bit integers in pairs of keys
-  float* weight_scales;        // int8: block_rows x weight_chunks(): each chunk's scale of them
+  float* value_offsets;       // int8: block_rows x value_groups(): one key tile's sum of P times
+                              // the values' offsets, per group of the values
+  std::int32_t* weight_codes;  // int8: block_rows x value_groups() x pairs(score_cols): P times
+                               // the values' scales as 16-bit integers in pairs of keys
+  float* weight_scales;        // int8: block_rows x value_groups() x weight_chunks(): each
+                               // chunk's scale of them
 };
 
 // What an attention geometry is asked for (isa_kernels::layout), one field per fact.
@@ -75,11 +77,12 @@ struct attention_request {
   std::int64_t head_dim = 0;
   std::int64_t key_tile = default_key_tile;  // keys per online-softmax step, rounded up to the
                                              // key step; keys or more: one step over whole rows
-  std::int64_t kv_rows = 0;    // room per packed head: 0 = keys (heads packed per call); a KV
-                               // cache's capacity (its bf16 V panels then stay the narrowest)
-  std::int64_t group = 1;      // query heads per K/V head, stacked in a block's rows
-  bool bf16_operands = false;  // K^T, V and P as bf16 pairs (ignored with int8_codes)
-  bool int8_codes = false;     // the heads of an int8 KV cache
+  std::int64_t kv_rows = 0;      // room per packed head: 0 = keys (heads packed per call); a KV
+                                 // cache's capacity (its bf16 V panels then stay the narrowest)
+  std::int64_t group = 1;        // query heads per K/V head, stacked in a block's rows
+  bool bf16_operands = false;    // K^T, V and P as bf16 pairs (ignored with int8_codes)
+  bool int8_codes = false;       // the heads of an int8 or k8v4 KV cache
+  bool four_bit_values = false;  // with int8_codes: a k8v4 cache's (values as 4-bit codes)
   // K and V may be read where they lie (attention_args::heads_in_place, no cache, no dropout,
   // operands in the compute precision): the layout then reads them so (direct) when a block
   // stacks at most direct_rows rows.
@@ -99,6 +102,8 @@ struct attention_layout {
   // K and V as 8-bit codes with a scale and a zero per key (an int8 KV cache, §1.7), read
   // with fp32 queries and weights (never bf16 pairs: bf16 is then false).
   bool int8 = false;
+  // With int8: V as 4-bit codes of turned groups (a k8v4 cache, core/value4.hpp), K as int8's.
+  bool values4 = false;
   // K and V read where they lie in attention_args (row-major rows of head_dim), not packed:
   // fp32, or bf16 with bf16 operands (attention_args::k16, v16), no cache, no dropout, at most
   // direct_rows stacked rows per block (a decode step or a chunk of a few tokens,
@@ -130,6 +135,11 @@ struct attention_layout {
   // panel row holds two codes of each of its dimensions, keys 2i and 2i + 1, as bf16's V), then
   // from scales_offset() two arrays of key_rows() int8_row words (a scale and a zero each,
   // core/int8.hpp): the keys', then the values'.
+  // values4: V's codes instead in panels of values.nr 32-bit words, key_rows() / 8 word rows a
+  // panel: word (w, c) holds column c's codes of keys 8w to 8w + 7, key 8w + 2i in bits 4i to
+  // 4i + 3 and key 8w + 2i + 1 sixteen bits above, so that (word >> 4i) & 0x000f000f is a pair
+  // of codes as int8's V pairs hold them; and after the keys' words, value_groups() arrays of
+  // key_rows() value4_row words (core/value4.hpp), one per group of the values.
   std::int64_t head_units() const noexcept;
   std::int64_t values_offset() const noexcept;
   std::int64_t scales_offset() const noexcept;
@@ -137,6 +147,8 @@ struct attention_layout {
   // key_channel_scales: its keys are coded over them, its queries multiplied by them).
   std::int64_t channels_offset() const noexcept;
   std::int64_t key_rows() const noexcept { return round_up(kv_rows, key_step); }
+  // The groups a value row's codes come in: value4_groups(head_dim) with values4, else 1.
+  std::int64_t value_groups() const noexcept;
   // The bytes of a packed head.
   std::int64_t head_bytes() const noexcept;
   // The bytes one key adds to a packed head: its key and value (head_dim padded to values.nr),
@@ -291,7 +303,8 @@ class attention_schedule {
 void attention(const isa_kernels& kernels, const attention_args& args, std::int64_t key_tile = 0);
 
 // Bytes of one (sequence, K/V head) of a KV cache of `capacity` tokens: a packed head with
-// kv_rows = capacity, in the layout of `kernels` for a cache of `kv` (bf16: pairs; int8: codes)
+// kv_rows = capacity, in the layout of `kernels` for a cache of `kv` (bf16: pairs; int8, k8v4:
+// codes)
 // in a plan of bf16 operands or not.
 std::int64_t cache_head_bytes(const isa_kernels& kernels, std::int64_t capacity,
                               std::int64_t head_dim, bool bf16_operands, precision kv) noexcept;

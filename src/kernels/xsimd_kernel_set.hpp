@@ -56,7 +56,7 @@ class xsimd_kernel_set : public sequential_execution {
     return detail::cache_head_bytes(kernels(), capacity, head_dim, bf16_, kv);
   }
   // ... or of int8 codes, widened in the kernel (docs/design.md §1.7).
-  static constexpr bool int8_cache = true;
+  static constexpr bool coded_cache = true;
   // attention_args' window and softcap (docs/design.md §1.9).
   static constexpr bool extensions = true;
 

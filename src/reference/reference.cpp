@@ -7,6 +7,7 @@
 #include "core/bf16.hpp"
 #include "core/dropout.hpp"
 #include "core/int8.hpp"
+#include "core/value4.hpp"
 
 namespace mha_reference {
 namespace {
@@ -298,10 +299,39 @@ int8_bound_terms int8_terms(const mha::config& cfg, const mha::weights& w, std::
   return {largest(w.query, &w.q_norm), largest(w.key, &w.k_norm), largest(w.value), rows_sum};
 }
 
+// The largest magnitude and the largest range of a turned group of the value rows of the first
+// `rows` rows of x (what a k8v4 cache codes, core/value4.hpp).
+struct turned_values {
+  double largest = 0.0, range = 0.0;
+};
+turned_values turned_value_groups(const mha::config& cfg, const mha::weights& w,
+                                  std::span<const float> x, std::int64_t rows) {
+  const std::vector<double> xs(x.begin(), x.begin() + rows * cfg.d_in);
+  const std::vector<double> y = project(w.value, xs, 0, rows);
+  const std::int64_t hd = cfg.head_dim();
+  turned_values t;
+  std::vector<float> group(static_cast<std::size_t>(mha::detail::value4_group));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t g = 0; g < cfg.kv_heads(); ++g) {
+      for (std::int64_t i = 0; i < mha::detail::value4_groups(hd); ++i) {
+        const std::int64_t n = mha::detail::value4_group_size(hd, i);
+        const double* from = y.data() + r * w.value.out + g * hd + i * mha::detail::value4_group;
+        std::transform(from, from + n, group.begin(),
+                       [](double e) { return static_cast<float>(e); });
+        mha::detail::turn(group.data(), n);
+        const auto [lo, hi] = std::minmax_element(group.begin(), group.begin() + n);
+        t.range = std::max(t.range, double{*hi} - *lo);
+        t.largest = std::max({t.largest, std::abs(double{*lo}), std::abs(double{*hi})});
+      }
+    }
+  }
+  return t;
+}
+
 }  // namespace
 
 double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
-                        std::int64_t rows, double max_y) {
+                        std::int64_t rows, double max_y, mha::precision kv) {
   const auto [q, k, v, rows_sum] = int8_terms(cfg, w, x, rows);
   // The codes' error in a score, plus the SIMD kernels' 16-bit queries'; in an output, the
   // values' codes' plus their 16-bit weights' (docs/design.md §1.7).
@@ -309,19 +339,31 @@ double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span
   const double code = mha::detail::int8_element_error;
   const double delta =
       std::sqrt(static_cast<double>(cfg.head_dim())) * q * k * (code + 1.0 / limit);
+  if (kv == mha::precision::k8v4) {
+    // Each turned element within value4_element_error of its group's range, so each element of a
+    // value row (turned back) within sqrt(32) times that; and the 16-bit weights' share.
+    const turned_values t = turned_value_groups(cfg, w, x, rows);
+    const double root = std::sqrt(double{mha::detail::value4_group});
+    const double values = root * mha::detail::value4_element_error * t.range;
+    const double heads = (v + values) * std::expm1(2.0 * delta) + values +
+                         mha::detail::value4_weight_error * t.largest;
+    return rows_sum * heads + 1e-5 * max_y;
+  }
   const double heads = v * (std::expm1(2.0 * delta) * (1.0 + code) + mha::detail::int8_value_error);
   return rows_sum * heads + 1e-5 * max_y;
 }
 
 double int8_kernels_bound(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
-                          std::int64_t rows, double max_y) {
+                          std::int64_t rows, double max_y, mha::precision kv) {
   const auto [q, k, v, rows_sum] = int8_terms(cfg, w, x, rows);
   // The 16-bit queries' share of a score, and the 16-bit weights' of an output.
   const double limit = mha::detail::query_code_limit(cfg.head_dim());
   const double code = mha::detail::int8_element_error;
   const double delta = std::sqrt(static_cast<double>(cfg.head_dim())) * q * k / limit;
-  const double heads =
-      v * (std::expm1(2.0 * delta) * (1.0 + code) + mha::detail::int8_value_error - code);
+  const double weights = kv == mha::precision::k8v4 ? std::sqrt(double{mha::detail::value4_group}) *
+                                                          mha::detail::value4_weight_error
+                                                    : mha::detail::int8_value_error - code;
+  const double heads = v * (std::expm1(2.0 * delta) * (1.0 + code) + weights);
   return rows_sum * heads + 1e-5 * max_y;
 }
 

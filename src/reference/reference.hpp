@@ -59,8 +59,12 @@ double max_abs_score(const mha::config& cfg, const mha::weights& w, std::span<co
 // (rows x d_in: every token whose keys and values are cached; times sqrt 2 with RoPE, which
 // mixes pairs). Plus the fp32 function's own rounding, 1e-5 max_y (max_y: max|y| of forward()).
 // Absolute, like max|y - y*|.
+// A k8v4 cache (kv): its keys' share as int8's; its values' from the turned groups of the value
+// rows (core/value4.hpp), computed from them: each element of a value row read back within
+// sqrt(32) value4_element_error times the largest range of a turned group, and the SIMD
+// kernels' 16-bit weights within value4_weight_error times the largest turned element.
 double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
-                        std::int64_t rows, double max_y);
+                        std::int64_t rows, double max_y, mha::precision kv = mha::precision::int8);
 
 // The bound of the SIMD kernels' int8 arithmetic against the naive backend's, which widens each
 // code to its value and computes the function of those in fp32: the SIMD kernels' 16-bit queries
@@ -68,8 +72,12 @@ double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span
 // 16-bit weights an output by at most (int8_value_error - int8_element_error) max|v|, so y by at
 // most out_proj's largest row sum of |W| times max|v| ((e^(2 delta_q) - 1)(1 + e) +
 // int8_value_error - e), plus 1e-5 max_y of fp32 rounding (docs/design.md §1.7). Absolute.
+// A k8v4 cache (kv): its keys' share as int8's; its 16-bit weights of the 4-bit values' move an
+// output by at most value4_weight_error max|u| (u: the turned values, max|u| <= sqrt(32) max|v|)
+// in place of int8's (core/value4.hpp).
 double int8_kernels_bound(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
-                          std::int64_t rows, double max_y);
+                          std::int64_t rows, double max_y,
+                          mha::precision kv = mha::precision::int8);
 
 // The attention core alone (no projections), for checking attention kernels: q, k, v and the
 // result are (batch, heads, seq_len, head_dim), dense row-major.

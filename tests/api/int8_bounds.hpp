@@ -6,6 +6,8 @@
 #include <cstdint>
 
 #include "core/int8.hpp"
+#include "core/value4.hpp"
+#include "mha/config.hpp"
 
 namespace mha_test {
 
@@ -29,6 +31,20 @@ inline double int8_kernels_tolerance(std::int64_t head_dim) {
   const double score =
       std::sqrt(static_cast<double>(head_dim)) / mha::detail::query_code_limit(head_dim);
   return 2e-5 + std::expm1(2.0 * score) * (1.0 + e) + mha::detail::int8_value_error - e;
+}
+
+// ... of a k8v4 cache: its keys as int8's; its 16-bit weights of the turned 4-bit values move the
+// result by at most value4_weight_error max|u|, max|u| <= sqrt(32) max|v| (core/value4.hpp), in
+// place of int8's weights' share.
+inline double k8v4_kernels_tolerance(std::int64_t head_dim) {
+  const double e = mha::detail::int8_element_error;
+  return int8_kernels_tolerance(head_dim) - (mha::detail::int8_value_error - e) +
+         std::sqrt(double{mha::detail::value4_group}) * mha::detail::value4_weight_error;
+}
+// The kernels' tolerance of a coded cache (int8 or k8v4).
+inline double kernels_tolerance(mha::precision kv, std::int64_t head_dim) {
+  return kv == mha::precision::k8v4 ? k8v4_kernels_tolerance(head_dim)
+                                    : int8_kernels_tolerance(head_dim);
 }
 
 }  // namespace mha_test

@@ -222,7 +222,7 @@ TEST(Config, KvHeadsMustDivideHeadsAndPrecisionBeNamed) {
   EXPECT_EQ(mha::parse_precision("bf16"), mha::precision::bf16);
   EXPECT_EQ(mha::parse_precision("int8"), mha::precision::int8);
   expect_error<mha::invalid_argument>([] { mha::parse_precision("fp16"); },
-                                      {"unknown precision 'fp16'", "fp32, bf16 or int8"});
+                                      {"unknown precision 'fp16'", "fp32, bf16, int8 or k8v4"});
 }
 
 // The rope scaling in the canonical string: its type and parameters, read back exactly.

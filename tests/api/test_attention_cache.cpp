@@ -1,9 +1,9 @@
 // mha::attention over a KV cache (mha::make_attention_cache, mha/attention.hpp): every backend
 // that runs attention calls, decoding the next tokens of sequences of different lengths through
 // its cache (a prefill, one-token steps, a chunk; grouped heads; head_dim 8, 16 and 64) against
-// mha::attention over all the keys each sequence has seen; fp32, bf16 and int8 caches (int8
-// against the derived bound of its codes, and against the naive backend's int8, its reference);
-// the errors it names.
+// mha::attention over all the keys each sequence has seen; fp32, bf16, int8 and k8v4 caches (int8
+// against the derived bound of its codes, and both coded caches against the naive backend's of
+// the same format, their reference); the errors it names.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,6 +27,7 @@ using mha::precision;
 using mha_test::expect_error;
 using mha_test::int8_bound;
 using mha_test::int8_kernels_tolerance;
+using mha_test::kernels_tolerance;
 
 struct cache_case {
   std::int64_t batch = 2, heads = 4, kv_heads = 2, head_dim = 16, capacity = 24;
@@ -62,6 +63,20 @@ heads_view<T> dense(T* data, std::int64_t b, std::int64_t h, std::int64_t t, std
 // and the largest |value| (for a relative bound), the reference being mha::attention on
 // `reference_backend` over each sequence's keys so far, bottom-right causal, in the cache's
 // compute precision.
+// out = causal mha::attention on `on` of q (batch, heads, t, d) and k, v (batch, kv_heads, t, d)
+// over `cache`, all dense.
+void causal_call(const mha::backend& on, mha::kv_cache& cache, const std::vector<float>& q,
+                 const std::vector<float>& k, const std::vector<float>& v, std::vector<float>& out,
+                 std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t t,
+                 std::int64_t d) {
+  mha::attention_options o;
+  o.causal = true;
+  mha::attention(on, dense<const float>(q.data(), batch, heads, t, d),
+                 dense<const float>(k.data(), batch, kv_heads, t, d),
+                 dense<const float>(v.data(), batch, kv_heads, t, d), cache,
+                 dense(out.data(), batch, heads, t, d), o);
+}
+
 struct step_error {
   double error = 0, max_value = 0;
 };
@@ -177,48 +192,54 @@ TEST_P(AttentionCache, Bf16DecodesAsTheBf16CallOverAllItsKeys) {
   run_stream(*GetParam().backend, c, 1.0 / 128, true);
 }
 
+// int8 (and k8v4, whose worst case is no useful bound against the exact call: docs/design.md
+// §1.7) against the naive backend's cache of the same format, fed the same stream: the same codes.
+// Head_dim 8, 64 and (k8v4) 80: one group of the values, two, and a last group of 16.
 TEST_P(AttentionCache, Int8StaysWithinItsCodesBoundAndMatchesTheNaiveReference) {
-  for (const precision compute : {precision::fp32, precision::bf16}) {
-    for (const std::int64_t head_dim : {8, 64}) {
-      cache_case c;
-      c.kv = precision::int8;
-      c.compute = compute;
-      c.head_dim = head_dim;
-      // Against the fp32 (bf16) call over the exact keys: the codes' bound (values in [-1, 1];
-      // bf16 adds its own step).
-      const double bound = int8_bound(head_dim) + (compute == precision::bf16 ? 1.0 / 128 : 0.0);
-      run_stream(*GetParam().backend, c, bound, false);
-      // Against the naive backend's int8 cache fed the same stream: the same codes.
-      stream mine(c), theirs(c);
-      mha::kv_cache a = mha::make_attention_cache(*GetParam().backend, c.batch, c.capacity,
-                                                  c.kv_heads, head_dim, c.kv, compute);
-      mha::kv_cache b = mha::make_attention_cache(mha::naive_backend(), c.batch, c.capacity,
-                                                  c.kv_heads, head_dim, c.kv, compute);
-      for (const std::int64_t t : {6, 1, 1}) {
-        // Both streams draw the same numbers (same seed, same order).
-        const std::int64_t d = head_dim;
-        std::vector<float> q = mine.random(c.batch * c.heads * t * d),
-                           k = mine.random(c.batch * c.kv_heads * t * d),
-                           v = mine.random(c.batch * c.kv_heads * t * d);
-        std::vector<float> out_a(q.size()), out_b(q.size());
-        mha::attention_options o;
-        o.causal = true;
-        o.precision = compute;
-        const auto call = [&](const mha::backend& on, mha::kv_cache& cache,
-                              std::vector<float>& out) {
-          mha::attention(on, dense<const float>(q.data(), c.batch, c.heads, t, d),
-                         dense<const float>(k.data(), c.batch, c.kv_heads, t, d),
-                         dense<const float>(v.data(), c.batch, c.kv_heads, t, d), cache,
-                         dense(out.data(), c.batch, c.heads, t, d), o);
-        };
-        call(*GetParam().backend, a, out_a);
-        call(mha::naive_backend(), b, out_b);
-        EXPECT_LE(mha_test::max_abs_diff(out_a, out_b),
-                  compute == precision::bf16 ? 1.0 / 128 : int8_kernels_tolerance(d))
-            << "head_dim " << d << ", " << t << " tokens";
+  for (const precision kv : {precision::int8, precision::k8v4})
+    for (const precision compute : {precision::fp32, precision::bf16}) {
+      for (const std::int64_t head_dim : {8, 64, 80}) {
+        if (head_dim == 80 && kv == precision::int8) continue;
+        SCOPED_TRACE(std::string(mha::to_string(kv)));
+        cache_case c;
+        c.kv = kv;
+        c.compute = compute;
+        c.head_dim = head_dim;
+        // Against the fp32 (bf16) call over the exact keys: the codes' bound (values in [-1, 1];
+        // bf16 adds its own step).
+        const double bound = int8_bound(head_dim) + (compute == precision::bf16 ? 1.0 / 128 : 0.0);
+        if (kv == precision::int8) run_stream(*GetParam().backend, c, bound, false);
+        // Against the naive backend's int8 cache fed the same stream: the same codes.
+        stream mine(c), theirs(c);
+        mha::kv_cache a = mha::make_attention_cache(*GetParam().backend, c.batch, c.capacity,
+                                                    c.kv_heads, head_dim, c.kv, compute);
+        mha::kv_cache b = mha::make_attention_cache(mha::naive_backend(), c.batch, c.capacity,
+                                                    c.kv_heads, head_dim, c.kv, compute);
+        for (const std::int64_t t : {6, 1, 1}) {
+          // Both streams draw the same numbers (same seed, same order).
+          const std::int64_t d = head_dim;
+          std::vector<float> q = mine.random(c.batch * c.heads * t * d),
+                             k = mine.random(c.batch * c.kv_heads * t * d),
+                             v = mine.random(c.batch * c.kv_heads * t * d);
+          std::vector<float> out_a(q.size()), out_b(q.size());
+          mha::attention_options o;
+          o.causal = true;
+          o.precision = compute;
+          const auto call = [&](const mha::backend& on, mha::kv_cache& cache,
+                                std::vector<float>& out) {
+            mha::attention(on, dense<const float>(q.data(), c.batch, c.heads, t, d),
+                           dense<const float>(k.data(), c.batch, c.kv_heads, t, d),
+                           dense<const float>(v.data(), c.batch, c.kv_heads, t, d), cache,
+                           dense(out.data(), c.batch, c.heads, t, d), o);
+          };
+          call(*GetParam().backend, a, out_a);
+          call(mha::naive_backend(), b, out_b);
+          EXPECT_LE(mha_test::max_abs_diff(out_a, out_b),
+                    (compute == precision::bf16 ? 1.0 / 128 : 0.0) + kernels_tolerance(kv, d))
+              << "head_dim " << d << ", " << t << " tokens";
+        }
       }
     }
-  }
 }
 
 // The SIMD kernels' 16-bit weights come in chunks of weight_chunk_keys keys, each with its own
@@ -228,42 +249,35 @@ TEST_P(AttentionCache, Int8StaysWithinItsCodesBoundAndMatchesTheNaiveReference) 
 // blocks whose later rows read keys the earlier ones must not) and two decode steps.
 TEST_P(AttentionCache, Int8WeightsOfEachChunkKeepTheirScale) {
   const mha::backend& backend = *GetParam().backend;
-  for (const std::int64_t head_dim : {16, 64}) {
-    const std::int64_t batch = 1, heads = 4, kv_heads = 2, capacity = 102;
-    mha::kv_cache mine = mha::make_attention_cache(backend, batch, capacity, kv_heads, head_dim,
-                                                   precision::int8, precision::fp32);
-    mha::kv_cache naive = mha::make_attention_cache(mha::naive_backend(), batch, capacity, kv_heads,
-                                                    head_dim, precision::int8, precision::fp32);
-    stream s(cache_case{});
-    std::int64_t seen = 0;
-    for (const std::int64_t t : {100, 1, 1}) {
-      const std::int64_t d = head_dim;
-      std::vector<float> q = s.random(batch * heads * t * d),
-                         k = s.random(batch * kv_heads * t * d),
-                         v = s.random(batch * kv_heads * t * d);
-      for (std::int64_t g = 0; g < kv_heads; ++g) {
-        for (std::int64_t i = 0; i < t; ++i) {
-          const float magnitude = std::exp2(static_cast<float>(seen + i - 101) / 16.0f);
-          for (std::int64_t e = 0; e < d; ++e)
-            v[static_cast<std::size_t>((g * t + i) * d + e)] *= magnitude;
+  for (const precision kv : {precision::int8, precision::k8v4})
+    for (const std::int64_t head_dim : {16, 64}) {
+      const std::int64_t batch = 1, heads = 4, kv_heads = 2, capacity = 102;
+      mha::kv_cache mine = mha::make_attention_cache(backend, batch, capacity, kv_heads, head_dim,
+                                                     kv, precision::fp32);
+      mha::kv_cache naive = mha::make_attention_cache(mha::naive_backend(), batch, capacity,
+                                                      kv_heads, head_dim, kv, precision::fp32);
+      stream s(cache_case{});
+      std::int64_t seen = 0;
+      for (const std::int64_t t : {100, 1, 1}) {
+        const std::int64_t d = head_dim;
+        std::vector<float> q = s.random(batch * heads * t * d),
+                           k = s.random(batch * kv_heads * t * d),
+                           v = s.random(batch * kv_heads * t * d);
+        for (std::int64_t g = 0; g < kv_heads; ++g) {
+          for (std::int64_t i = 0; i < t; ++i) {
+            const float magnitude = std::exp2(static_cast<float>(seen + i - 101) / 16.0f);
+            for (std::int64_t e = 0; e < d; ++e)
+              v[static_cast<std::size_t>((g * t + i) * d + e)] *= magnitude;
+          }
         }
+        std::vector<float> out_a(q.size()), out_b(q.size());
+        causal_call(backend, mine, q, k, v, out_a, batch, heads, kv_heads, t, d);
+        causal_call(mha::naive_backend(), naive, q, k, v, out_b, batch, heads, kv_heads, t, d);
+        EXPECT_LE(mha_test::max_abs_diff(out_a, out_b), kernels_tolerance(kv, d))
+            << mha::to_string(kv) << ", head_dim " << d << ", " << t << " tokens after " << seen;
+        seen += t;
       }
-      std::vector<float> out_a(q.size()), out_b(q.size());
-      mha::attention_options o;
-      o.causal = true;
-      const auto call = [&](const mha::backend& on, mha::kv_cache& cache, std::vector<float>& out) {
-        mha::attention(on, dense<const float>(q.data(), batch, heads, t, d),
-                       dense<const float>(k.data(), batch, kv_heads, t, d),
-                       dense<const float>(v.data(), batch, kv_heads, t, d), cache,
-                       dense(out.data(), batch, heads, t, d), o);
-      };
-      call(backend, mine, out_a);
-      call(mha::naive_backend(), naive, out_b);
-      EXPECT_LE(mha_test::max_abs_diff(out_a, out_b), int8_kernels_tolerance(d))
-          << "head_dim " << d << ", " << t << " tokens after " << seen;
-      seen += t;
     }
-  }
 }
 
 // Values at the ends of float's range: a chunk's weights w = p scale_j then lie far below 2^-96
@@ -274,37 +288,32 @@ TEST_P(AttentionCache, Int8WeightsOfEachChunkKeepTheirScale) {
 TEST_P(AttentionCache, Int8ValuesOfEveryMagnitudeKeepTheKernelsBound) {
   const mha::backend& backend = *GetParam().backend;
   const std::int64_t batch = 1, heads = 2, kv_heads = 1, d = 16, t = 40;
-  for (const float magnitude : {0x1p-110f, 0x1p-100f, 0x1p-88f, 0x1p-60f, 0x1p60f, 0x1p120f}) {
-    mha::kv_cache mine =
-        mha::make_attention_cache(backend, batch, t, kv_heads, d, precision::int8, precision::fp32);
-    mha::kv_cache naive = mha::make_attention_cache(mha::naive_backend(), batch, t, kv_heads, d,
-                                                    precision::int8, precision::fp32);
-    stream s(cache_case{});
-    std::vector<float> q = s.random(batch * heads * t * d), k = s.random(batch * kv_heads * t * d),
-                       v = s.random(batch * kv_heads * t * d);
-    for (float& e : v) e *= magnitude;
-    std::vector<float> out_a(q.size()), out_b(q.size());
-    mha::attention_options o;
-    o.causal = true;
-    const auto call = [&](const mha::backend& on, mha::kv_cache& cache, std::vector<float>& out) {
-      mha::attention(on, dense<const float>(q.data(), batch, heads, t, d),
-                     dense<const float>(k.data(), batch, kv_heads, t, d),
-                     dense<const float>(v.data(), batch, kv_heads, t, d), cache,
-                     dense(out.data(), batch, heads, t, d), o);
-    };
-    call(backend, mine, out_a);
-    call(mha::naive_backend(), naive, out_b);
-    double error = 0;
-    for (std::size_t i = 0; i < out_a.size(); ++i)
-      error = std::max(error, std::abs(double{out_a[i]} - out_b[i]) / magnitude);
-    EXPECT_LE(error, int8_kernels_tolerance(d)) << "values of magnitude " << magnitude;
-  }
+  for (const precision kv : {precision::int8, precision::k8v4})
+    for (const float magnitude : {0x1p-110f, 0x1p-100f, 0x1p-88f, 0x1p-60f, 0x1p60f, 0x1p120f}) {
+      mha::kv_cache mine =
+          mha::make_attention_cache(backend, batch, t, kv_heads, d, kv, precision::fp32);
+      mha::kv_cache naive = mha::make_attention_cache(mha::naive_backend(), batch, t, kv_heads, d,
+                                                      kv, precision::fp32);
+      stream s(cache_case{});
+      std::vector<float> q = s.random(batch * heads * t * d),
+                         k = s.random(batch * kv_heads * t * d),
+                         v = s.random(batch * kv_heads * t * d);
+      for (float& e : v) e *= magnitude;
+      std::vector<float> out_a(q.size()), out_b(q.size());
+      causal_call(backend, mine, q, k, v, out_a, batch, heads, kv_heads, t, d);
+      causal_call(mha::naive_backend(), naive, q, k, v, out_b, batch, heads, kv_heads, t, d);
+      double error = 0;
+      for (std::size_t i = 0; i < out_a.size(); ++i)
+        error = std::max(error, std::abs(double{out_a[i]} - out_b[i]) / magnitude);
+      EXPECT_LE(error, kernels_tolerance(kv, d))
+          << mha::to_string(kv) << ", values of magnitude " << magnitude;
+    }
 }
 
 // A copy (kv_cache::copy) holds the same tokens in storage of its own: the same next step gives
 // the same bits in both, and each grows and resets apart; a plan's cache copies too.
 TEST_P(AttentionCache, ACopyHoldsTheSameTokensApart) {
-  for (const precision kv : {precision::fp32, precision::int8}) {
+  for (const precision kv : {precision::fp32, precision::int8, precision::k8v4}) {
     cache_case c;
     c.kv = kv;
     stream s(c);

@@ -1,7 +1,7 @@
-// The int8 KV cache (docs/design.md §1.7) on every backend that keeps one: its rows' codes, the
-// same arithmetic as the naive reference, its derived bound against the exact function (random
-// inputs, an outlier channel, a long context), split keys bitwise for every thread count, and
-// what declines it.
+// The int8 and k8v4 KV caches (docs/design.md §1.7) on every backend that keeps them: their rows'
+// codes, the same arithmetic as the naive reference, int8's derived bound against the exact
+// function (random inputs, an outlier channel, a long context), split keys bitwise for every
+// thread count, and what declines them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/int8.hpp"
+#include "core/value4.hpp"
 #include "mha/backends/naive.hpp"
 #include "mha/error.hpp"
 #include "reference.hpp"
@@ -103,19 +104,92 @@ TEST(Int8Row, ANonFiniteOrHugeElementMakesTheRowNan) {
   EXPECT_TRUE(std::isfinite(mha::detail::dequantize(codes[1], row)));
 }
 
+// ---- a k8v4 value group's codes ----
+
+// Turning twice gives the group back (the rotation is its own inverse), and keeps its length.
+TEST(Value4Group, TurningIsItsOwnInverseAndKeepsTheLength) {
+  for (const std::int64_t n : {32, 24, 17, 8, 1}) {
+    const std::vector<float> x = mha_test::random_floats(static_cast<std::size_t>(n), 3, 2.0f);
+    std::vector<float> y = x;
+    mha::detail::turn(y.data(), n);
+    double before = 0.0, after = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      before += double{x[i]} * x[i];
+      after += double{y[i]} * y[i];
+    }
+    EXPECT_NEAR(after, before, 1e-5 * before) << n;
+    if (n & (n - 1) || n == 1) {  // blocks smaller than the group where n is no power of two
+      EXPECT_EQ(n & -n, n == 24 ? 8 : 1);
+    } else {
+      EXPECT_NE(y, x) << n;
+    }
+    mha::detail::turn(y.data(), n);
+    for (std::int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], x[i], 1e-6f) << n << ", " << i;
+  }
+  // One large element turned is spread over the whole group: every element 1 / sqrt(32) of it.
+  std::vector<float> spike(32, 0.0f);
+  spike[5] = 8.0f;
+  mha::detail::turn(spike.data(), 32);
+  for (const float e : spike) EXPECT_NEAR(std::abs(e), 8.0f / std::sqrt(32.0f), 1e-6f);
+}
+
+// Every turned element within half a step of its value, the step the smallest bf16 at or above
+// max(16 range / 247, 16 |min| / 32767), so within value4_element_error of the group's range;
+// the offset less than a sixteenth of a step below the smallest element, every code in [0, 15].
+TEST(Value4Group, EveryElementWithinHalfAStepOfTheSmallestBf16StepThatCoversTheGroup) {
+  for (const float shift : {0.0f, 3.0f, -40.0f}) {
+    std::vector<float> x = mha_test::random_floats(32, 11, 2.0f);
+    for (float& e : x) e += shift;
+    x[7] = 30.0f;  // an outlier
+    std::vector<std::uint8_t> codes(32);
+    const mha::detail::value4_row row = mha::detail::quantize_group(x.data(), 32, codes.data());
+    std::vector<float> turned = x;
+    mha::detail::turn(turned.data(), 32);
+    const auto [lo, hi] = std::minmax_element(turned.begin(), turned.end());
+    const float wanted =
+        std::max((*hi - *lo) * (16.0f / 247.0f), std::abs(*lo) * (16.0f / 32767.0f));
+    const float step = row.scale();
+    ASSERT_GE(step, wanted);
+    EXPECT_LT(std::bit_cast<float>(std::bit_cast<std::uint32_t>(step) - 0x10000u), wanted);
+    EXPECT_LE(row.offset(), *lo);
+    EXPECT_LT(*lo - row.offset(), step / 16.0f);
+    for (std::size_t d = 0; d < 32; ++d) {
+      EXPECT_LE(codes[d], 15) << d;
+      const float back = mha::detail::dequantize(codes[d], row);
+      EXPECT_LE(std::abs(back - turned[d]), step * (0.5f + 1e-4f)) << shift << ", " << d;
+      EXPECT_LE(std::abs(back - turned[d]),
+                mha::detail::value4_element_error * (*hi - *lo) + 1e-6 * std::abs(*lo))
+          << shift << ", " << d;
+    }
+  }
+}
+
+TEST(Value4Group, AConstantGroupIsExactAndANonFiniteOneIsNan) {
+  std::vector<float> zeros(32, 0.0f);
+  std::vector<std::uint8_t> codes(32);
+  const mha::detail::value4_row row = mha::detail::quantize_group(zeros.data(), 32, codes.data());
+  for (std::size_t d = 0; d < 32; ++d) EXPECT_EQ(mha::detail::dequantize(codes[d], row), 0.0f);
+  std::vector<float> bad(32, 1.0f);
+  bad[3] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(std::isnan(mha::detail::quantize_group(bad.data(), 32, codes.data()).scale()));
+}
+
 // ---- through a plan ----
 
 struct case_param {
   mha_test::backend_case backend;
   formulation form;
   precision plan;
+  precision kv;  // int8 or k8v4
 };
 
 std::vector<case_param> case_params() {
   std::vector<case_param> out;
   for (const mha_test::backend_case& b : mha_test::backend_cases()) {
     for (formulation form : mha::formulations()) {
-      for (precision p : {precision::fp32, precision::bf16}) out.push_back({b, form, p});
+      for (precision p : {precision::fp32, precision::bf16}) {
+        for (precision kv : {precision::int8, precision::k8v4}) out.push_back({b, form, p, kv});
+      }
     }
   }
   return out;
@@ -169,6 +243,10 @@ std::vector<float> first_tokens(const std::vector<float>& x, std::int64_t batch,
 
 class Int8Cache : public testing::TestWithParam<case_param> {};
 
+// k8v4's values: sqrt(32) times the turned values' 16-bit weights' error where int8 has its own
+// (int8_kernels_bound); against the exact function, the bound computed from the turned value
+// groups' ranges (int8_cache_bound with kv).
+
 // The SIMD kernels compute qscale scale_j (qi . c_j) + offset_j sum(q) and
 // sum_j s q_j c_j + sum_j p_j offset_j, with 16-bit queries qi and weights q_j, where naive
 // widens each code to offset + scale c first and computes in fp32: the same function within
@@ -177,40 +255,45 @@ class Int8Cache : public testing::TestWithParam<case_param> {};
 // land on the other side of a tie: the bf16 oracle's 2u (docs/design.md §1.5) on top.
 double naive_tolerance(const mha_test::shape& s, const mha::config& cfg, const mha::weights& w,
                        const std::vector<float>& x, std::int64_t tokens,
-                       const std::vector<float>& expected) {
+                       const std::vector<float>& expected, precision kv) {
   const std::vector<float> cached = first_tokens(x, s.batch, s.seq_len, tokens, s.d_in);
   const double max_y = mha_test::max_abs(expected);
   const double bf16 = cfg.precision == precision::bf16 ? mha_reference::bf16_bound * max_y : 0.0;
-  return bf16 + mha_reference::int8_kernels_bound(s.config(), w, cached, s.batch * tokens, max_y);
+  return bf16 +
+         mha_reference::int8_kernels_bound(s.config(), w, cached, s.batch * tokens, max_y, kv);
 }
 
 TEST_P(Int8Cache, DecodeMatchesTheNaiveReferenceAndItsBound) {
-  const auto& [backend, form, plan_precision] = GetParam();
+  const auto& [backend, form, plan_precision, kv] = GetParam();
   const mha_test::shape& s = decode_shape;
   const mha::config cfg = config_of(s, plan_precision);
-  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, 1, 8, precision::int8});
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, 1, 8, kv});
   const mha::weights w = mha::weights::random(cfg, 5);
   const std::vector<float> x =
       mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 6, 2.0f);
   const auto p = backend.backend->prepare(cfg, form, w);
-  const std::vector<float> got = decode(*p, x, s.batch, s.seq_len, 32, 20, precision::int8);
+  const std::vector<float> got = decode(*p, x, s.batch, s.seq_len, 32, 20, kv);
 
   const auto reference = mha::naive_backend().prepare(cfg, form, w);
-  const std::vector<float> expected =
-      decode(*reference, x, s.batch, s.seq_len, 32, 20, precision::int8);
-  EXPECT_LE(mha_test::max_abs_diff(got, expected), naive_tolerance(s, cfg, w, x, 32, expected));
+  const std::vector<float> expected = decode(*reference, x, s.batch, s.seq_len, 32, 20, kv);
+  EXPECT_LE(mha_test::max_abs_diff(got, expected), naive_tolerance(s, cfg, w, x, 32, expected, kv));
 
-  // Against the exact function of the same tokens (the fp32 module's, in double).
-  const std::vector<float> x32 = first_tokens(x, s.batch, s.seq_len, 32, s.d_in);
-  const std::vector<double> exact = mha_reference::forward(s.config(), w, x32, s.batch, 32);
-  const double bound =
-      mha_reference::int8_cache_bound(s.config(), w, x32, s.batch * 32, mha_test::max_abs(exact));
-  const double error = mha_test::max_abs_diff(got, exact);
-  EXPECT_LE(error, bound);
-  // The int8 cache is lossy: it must not be the fp32 cache by accident.
+  // The cache is lossy: it must not be the fp32 cache by accident.
   const std::vector<float> fp32 = decode(*backend.backend->prepare(s.config(), form, w), x, s.batch,
                                          s.seq_len, 32, 20, precision::fp32);
   EXPECT_GT(mha_test::max_abs_diff(got, fp32), 0.0);
+  // k8v4 reads 4-bit values: further from fp32 than int8 (its keys are int8's).
+  if (kv == precision::k8v4) {
+    const std::vector<float> int8 = decode(*p, x, s.batch, s.seq_len, 32, 20, precision::int8);
+    EXPECT_GT(mha_test::max_abs_diff(got, fp32), mha_test::max_abs_diff(int8, fp32));
+  }
+  // Against the exact function of the same tokens (the fp32 module's, in double).
+  const std::vector<float> x32 = first_tokens(x, s.batch, s.seq_len, 32, s.d_in);
+  const std::vector<double> exact = mha_reference::forward(s.config(), w, x32, s.batch, 32);
+  const double bound = mha_reference::int8_cache_bound(s.config(), w, x32, s.batch * 32,
+                                                       mha_test::max_abs(exact), kv);
+  const double error = mha_test::max_abs_diff(got, exact);
+  EXPECT_LE(error, bound);
   RecordProperty("error_over_bound", std::to_string(error / bound));
 }
 
@@ -219,20 +302,21 @@ TEST_P(Int8Cache, DecodeMatchesTheNaiveReferenceAndItsBound) {
 // stream (code_pair_row), its remainder pairs too; the same function as naive's. Head_dim 81 is
 // odd (its last pair half empty) and longer than the append's chunks of 64 codes.
 TEST_P(Int8Cache, OneRowPerHeadMatchesTheNaiveReference) {
-  const auto& [backend, form, plan_precision] = GetParam();
+  const auto& [backend, form, plan_precision, kv] = GetParam();
   for (const mha_test::shape& s : {mha_test::shape{2, 24, 16, 44, 2, true, true, true, 0, 0.0},
                                    mha_test::shape{1, 24, 16, 18, 3, true, false, true, 0, 0.0},
                                    mha_test::shape{1, 24, 16, 162, 2, true, false, true, 0, 0.0}}) {
     const mha::config cfg = config_of(s, plan_precision);
-    MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, 1, 8, precision::int8});
+    MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, 1, 8, kv});
     const mha::weights w = mha::weights::random(cfg, 7);
     const std::vector<float> x =
         mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 3, 2.0f);
-    const std::vector<float> got = decode(*backend.backend->prepare(cfg, form, w), x, s.batch,
-                                          s.seq_len, 24, 6, precision::int8);
-    const std::vector<float> expected = decode(*mha::naive_backend().prepare(cfg, form, w), x,
-                                               s.batch, s.seq_len, 24, 6, precision::int8);
-    EXPECT_LE(mha_test::max_abs_diff(got, expected), naive_tolerance(s, cfg, w, x, 24, expected))
+    const std::vector<float> got =
+        decode(*backend.backend->prepare(cfg, form, w), x, s.batch, s.seq_len, 24, 6, kv);
+    const std::vector<float> expected =
+        decode(*mha::naive_backend().prepare(cfg, form, w), x, s.batch, s.seq_len, 24, 6, kv);
+    EXPECT_LE(mha_test::max_abs_diff(got, expected),
+              naive_tolerance(s, cfg, w, x, 24, expected, kv))
         << "head_dim " << cfg.head_dim();
   }
 }
@@ -241,38 +325,43 @@ TEST_P(Int8Cache, OneRowPerHeadMatchesTheNaiveReference) {
 // weights as they are made and quantised (code_scales::value_weights), naive to the weights of
 // the widened rows; the same function (the multipliers are keyed on absolute positions). A kept
 // weight is scaled by 1 / (1 - p), so the kernels' bound grows by that factor; leaving the
-// multipliers out moves the outputs by more than twice that.
+// multipliers out moves the outputs by more than twice that (int8's), or (k8v4's looser bound)
+// the kernels' outputs lie nearer naive's with dropout than without it by a factor of 10.
 TEST_P(Int8Cache, DropoutMatchesTheNaiveReference) {
-  const auto& [backend, form, plan_precision] = GetParam();
+  const auto& [backend, form, plan_precision, kv] = GetParam();
   const mha_test::shape& s = decode_shape;
   mha::config cfg = config_of(s, plan_precision);
   cfg.dropout = 0.25f;
-  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, 1, 8, precision::int8});
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, s.batch, 1, 8, kv});
   const mha::weights w = mha::weights::random(cfg, 5);
   const std::vector<float> x =
       mha_test::random_floats(static_cast<std::size_t>(s.batch * s.seq_len * s.d_in), 6, 2.0f);
   const mha::run_options training{.training = true, .seed = 42};
-  const std::vector<float> got = decode(*backend.backend->prepare(cfg, form, w), x, s.batch,
-                                        s.seq_len, 32, 20, precision::int8, training);
+  const std::vector<float> got =
+      decode(*backend.backend->prepare(cfg, form, w), x, s.batch, s.seq_len, 32, 20, kv, training);
   const std::vector<float> expected = decode(*mha::naive_backend().prepare(cfg, form, w), x,
-                                             s.batch, s.seq_len, 32, 20, precision::int8, training);
-  const double tolerance = naive_tolerance(s, cfg, w, x, 32, expected) / (1.0 - cfg.dropout);
+                                             s.batch, s.seq_len, 32, 20, kv, training);
+  const double tolerance = naive_tolerance(s, cfg, w, x, 32, expected, kv) / (1.0 - cfg.dropout);
   EXPECT_LE(mha_test::max_abs_diff(got, expected), tolerance);
   // Dropout is applied: kernels that left it out (the inference outputs, within the tolerance)
   // would fail the check above.
-  const std::vector<float> inference = decode(*mha::naive_backend().prepare(cfg, form, w), x,
-                                              s.batch, s.seq_len, 32, 20, precision::int8);
-  EXPECT_GT(mha_test::max_abs_diff(inference, expected), 2.0 * tolerance);
+  const std::vector<float> inference =
+      decode(*mha::naive_backend().prepare(cfg, form, w), x, s.batch, s.seq_len, 32, 20, kv);
+  if (kv == precision::k8v4) {
+    EXPECT_GT(mha_test::max_abs_diff(inference, got), 10.0 * mha_test::max_abs_diff(got, expected));
+  } else {
+    EXPECT_GT(mha_test::max_abs_diff(inference, expected), 2.0 * tolerance);
+  }
 }
 
 // An outlier channel: key and value channel 0 of every head 50 times the rest (the pattern of
 // trained LLMs' keys), which coarsens every other channel's codes; still within the bound.
 TEST_P(Int8Cache, AnOutlierChannelStaysWithinTheBound) {
-  const auto& [backend, form, plan_precision] = GetParam();
+  const auto& [backend, form, plan_precision, kv] = GetParam();
   const mha_test::shape s{1, 48, 32, 64, 4, true, false, true, 0, 0.0};
   if (plan_precision != precision::fp32) GTEST_SKIP() << "the fp32 plan covers it";
   const mha::config cfg = s.config();
-  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, 1, 1, 8, precision::int8});
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, 1, 1, 8, kv});
   mha::weights w = mha::weights::random(cfg, 9);
   for (std::int64_t h = 0; h < cfg.kv_heads(); ++h) {
     for (std::int64_t i = 0; i < cfg.d_in; ++i) {
@@ -283,23 +372,23 @@ TEST_P(Int8Cache, AnOutlierChannelStaysWithinTheBound) {
   const std::vector<float> x =
       mha_test::random_floats(static_cast<std::size_t>(s.seq_len * s.d_in), 8, 1.0f);
   const auto p = backend.backend->prepare(cfg, form, w);
-  const std::vector<float> got = decode(*p, x, 1, s.seq_len, s.seq_len, 8, precision::int8);
+  const std::vector<float> got = decode(*p, x, 1, s.seq_len, s.seq_len, 8, kv);
   const std::vector<double> exact = mha_reference::forward(cfg, w, x, 1, s.seq_len);
   EXPECT_LE(mha_test::max_abs_diff(got, exact),
-            mha_reference::int8_cache_bound(cfg, w, x, s.seq_len, mha_test::max_abs(exact)));
+            mha_reference::int8_cache_bound(cfg, w, x, s.seq_len, mha_test::max_abs(exact), kv));
 }
 
 // A NaN key and value in a later token reach no earlier row (their codes are never read
 // there), as in an fp32 cache; the rows that see it are NaN.
 TEST_P(Int8Cache, NonFiniteTokensReachOnlyTheRowsThatSeeThem) {
-  const auto& [backend, form, plan_precision] = GetParam();
+  const auto& [backend, form, plan_precision, kv] = GetParam();
   const mha_test::shape s{1, 16, 8, 16, 2, true, false, true, 0, 0.0};
   const mha::config cfg = config_of(s, plan_precision);
-  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, 1, 1, 8, precision::int8});
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, 1, 1, 8, kv});
   const auto p = backend.backend->prepare(cfg, form, mha::weights::random(cfg, 2));
   std::vector<float> x = mha_test::random_floats(static_cast<std::size_t>(16 * 8), 4, 1.0f);
   x[10 * 8 + 3] = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<float> y = decode(*p, x, 1, 16, 16, 12, precision::int8);
+  const std::vector<float> y = decode(*p, x, 1, 16, 16, 12, kv);
   for (std::int64_t t = 0; t < 16; ++t) {
     const bool any_nan = std::any_of(y.begin() + t * 16, y.begin() + (t + 1) * 16,
                                      [](float v) { return std::isnan(v); });
@@ -312,10 +401,10 @@ TEST_P(Int8Cache, NonFiniteTokensReachOnlyTheRowsThatSeeThem) {
 // (its steps would pass float's range, read as NaN): the run is refused naming the element, the
 // cache unchanged; 2^123 is held and computed finite.
 TEST_P(Int8Cache, KeysPastTheFormatsRangeAreRefusedByName) {
-  const auto& [backend, form, plan_precision] = GetParam();
+  const auto& [backend, form, plan_precision, kv] = GetParam();
   const mha_test::shape s{1, 2, 8, 16, 2, true, false, true, 0, 0.0};
   const mha::config cfg = config_of(s, plan_precision);
-  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, 1, 1, 8, precision::int8});
+  MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, 1, 1, 8, kv});
   mha::weights w = mha::weights::random(cfg, 3);
   std::fill(w.key.weight.begin(), w.key.weight.end(), 0.0f);
   w.key.weight[0] = 1.0f;  // key element 0 of head 0 is x's element 0, which nothing else reads
@@ -323,7 +412,7 @@ TEST_P(Int8Cache, KeysPastTheFormatsRangeAreRefusedByName) {
     for (std::int64_t r = 0; r < other->out; ++r) other->weight[r * other->in] = 0.0f;
   }
   const auto p = backend.backend->prepare(cfg, form, w);
-  mha::kv_cache cache = p->make_cache(1, 2, precision::int8);
+  mha::kv_cache cache = p->make_cache(1, 2, kv);
   std::vector<float> x(16, 0.5f), y(2 * 16);
   x[0] = 0x1p124f;
   mha_test::expect_error<mha::invalid_argument>(
@@ -331,7 +420,8 @@ TEST_P(Int8Cache, KeysPastTheFormatsRangeAreRefusedByName) {
         p->run({x.data(), 1, 2, 8}, {y.data(), 1, 2, 16}, cache);
       },
       {"a key (sequence 0, K/V head 0, token 0, element 0) is 2.1267648e+37",
-       "an int8 cache holds finite keys of magnitude below 2^124"});
+       std::string("an ") + std::string(mha::to_string(kv)) +
+           " cache holds finite keys of magnitude below 2^124"});
   EXPECT_EQ(cache.length(0), 0);
   x[0] = 0x1p123f;
   p->run({x.data(), 1, 2, 8}, {y.data(), 1, 2, 16}, cache);
@@ -341,11 +431,12 @@ TEST_P(Int8Cache, KeysPastTheFormatsRangeAreRefusedByName) {
 
 INSTANTIATE_TEST_SUITE_P(All, Int8Cache, testing::ValuesIn(case_params()), [](const auto& p) {
   return p.param.backend.label + "_" + std::string(mha::to_string(p.param.form)) + "_" +
-         std::string(mha::to_string(p.param.plan));
+         std::string(mha::to_string(p.param.plan)) + "_" + std::string(mha::to_string(p.param.kv));
 });
 
 // A long context: 4200 keys split into chunks of 2048 (docs/design.md §1.4) read from codes;
-// every thread count gives the same bits, and the rows stay within the bound.
+// every thread count gives the same bits, and the rows stay within the bound (k8v4: within the
+// kernels' bound of the naive reference's).
 TEST(Int8CacheLong, SplitKeysAreBitwiseForEveryThreadCountAndWithinTheBound) {
   const mha_test::shape s{1, 4200, 16, 32, 2, true, false, true, 0, 0.0};
   const mha::config cfg = s.config();
@@ -355,18 +446,27 @@ TEST(Int8CacheLong, SplitKeysAreBitwiseForEveryThreadCountAndWithinTheBound) {
   const std::vector<double> exact = mha_reference::forward(cfg, w, x, 1, s.seq_len);
   const double bound =
       mha_reference::int8_cache_bound(cfg, w, x, s.seq_len, mha_test::max_abs(exact));
+  const std::vector<float> naive_k8v4 =
+      decode(*mha::naive_backend().prepare(cfg, formulation::split_weight, w), x, 1, s.seq_len,
+             s.seq_len, 4190, precision::k8v4);
   for (const mha_test::backend_case& b : mha_test::backend_cases()) {
-    if (mha_test::declined(b, {cfg, formulation::split_weight, 1, 1, 4100, precision::int8}))
-      continue;
-    const auto p = b.backend->prepare(cfg, formulation::split_weight, w);
-    const std::vector<float> one =
-        decode(*p, x, 1, s.seq_len, s.seq_len, 4190, precision::int8, {.threads = 1});
-    EXPECT_LE(mha_test::max_abs_diff(one, exact), bound) << b.label;
-    if (b.backend->max_threads() == 1) continue;
-    for (int threads : {2, 3}) {
-      EXPECT_EQ(decode(*p, x, 1, s.seq_len, s.seq_len, 4190, precision::int8, {.threads = threads}),
-                one)
-          << b.label << ", " << threads << " threads";
+    for (const precision kv : {precision::int8, precision::k8v4}) {
+      if (mha_test::declined(b, {cfg, formulation::split_weight, 1, 1, 4100, kv})) continue;
+      const auto p = b.backend->prepare(cfg, formulation::split_weight, w);
+      const std::vector<float> one =
+          decode(*p, x, 1, s.seq_len, s.seq_len, 4190, kv, {.threads = 1});
+      if (kv == precision::int8) {
+        EXPECT_LE(mha_test::max_abs_diff(one, exact), bound) << b.label;
+      } else {
+        EXPECT_LE(mha_test::max_abs_diff(one, naive_k8v4),
+                  naive_tolerance(s, cfg, w, x, s.seq_len, naive_k8v4, kv))
+            << b.label;
+      }
+      if (b.backend->max_threads() == 1) continue;
+      for (int threads : {2, 3}) {
+        EXPECT_EQ(decode(*p, x, 1, s.seq_len, s.seq_len, 4190, kv, {.threads = threads}), one)
+            << b.label << ", " << mha::to_string(kv) << ", " << threads << " threads";
+      }
     }
   }
 }
@@ -389,6 +489,13 @@ TEST(Int8CacheSupport, ACacheHoldsCodesAndSaysItsPrecision) {
     EXPECT_LE(cache.bytes(), codes + scales + 3 * 2 * 64 * 3) << b.label;  // lines of padding
     // 68 of a bf16 row's 128 bytes.
     EXPECT_LE(static_cast<double>(cache.bytes()), 0.54 * (2 * 3 * 4096 * 2 * 64 * 2)) << b.label;
+    // k8v4: the keys as int8's; a value row 32 bytes of codes and a word per group of 32, 40:
+    // 108 bytes a token and head where int8 takes 136.
+    const mha::kv_cache k8v4 = p->make_cache(3, 4096, precision::k8v4);
+    EXPECT_EQ(k8v4.precision(), precision::k8v4);
+    const std::size_t tokens = 3 * 4096 * 2, k8v4_bytes = tokens * 108 + 3 * 2 * 64 * 4;
+    EXPECT_GE(k8v4.bytes(), k8v4_bytes) << b.label;
+    EXPECT_LE(k8v4.bytes(), k8v4_bytes + 3 * 2 * 64 * 3) << b.label;
   }
 }
 
@@ -403,6 +510,10 @@ TEST(Int8CacheSupport, MakeCacheFollowsSupports) {
     if (b.backend->name() == "onednn") {
       EXPECT_FALSE(s);
       EXPECT_NE(s.reason().find("int8 KV cache"), std::string::npos) << s.reason();
+      const mha::support k8v4 =
+          b.backend->supports({cfg, formulation::split_weight, 1, 1, 3, precision::k8v4});
+      EXPECT_NE(k8v4.reason().find("k8v4 KV cache is not implemented"), std::string::npos)
+          << k8v4.reason();
     }
     const auto p = b.backend->prepare(cfg, formulation::split_weight, w);
     if (s) {
@@ -433,9 +544,12 @@ TEST(Int8CacheProblem, NamesSpellTheCacheOnlyWhenItIsNotThePlans) {
   p = mha::parse_problem("split_weight/b1/t1/past8/din8/dout8/h2/bf16/kv_bf16");
   EXPECT_EQ(p.kv_precision, std::nullopt);
   EXPECT_EQ(mha::to_string(p), "split_weight/b1/t1/past8/din8/dout8/h2/bf16");
+  p = mha::parse_problem("split_weight/b1/t1/past8/din8/dout8/h2/kv_k8v4");
+  EXPECT_EQ(p.cache_precision(), precision::k8v4);
+  EXPECT_EQ(mha::to_string(p), "split_weight/b1/t1/past8/din8/dout8/h2/kv_k8v4");
   mha_test::expect_error<mha::invalid_argument>(
       [] { mha::parse_problem("split_weight/b1/t1/din8/dout8/h2/kv_int4"); },
-      {"unknown part 'kv_int4'", "kv_<fp32, bf16 or int8>"});
+      {"unknown part 'kv_int4'", "kv_<fp32, bf16, int8 or k8v4>"});
 }
 
 }  // namespace

@@ -176,9 +176,9 @@ TEST(BenchPresets, DecodeHasGroupedQueryStepsAtLongCaches) {
 }
 
 // The cache precisions of the decode preset: each plan precision with its own cache and with an
-// int8 one, at B1 and B32 over 2k and 8k; the float pairs mha does not keep are dropped, once
-// each, with a notice naming the series.
-TEST(BenchPresets, DecodeCacheHasEachPlanWithItsOwnCacheAndAnInt8One) {
+// int8 and a k8v4 one, at B1 and B32 over 2k and 8k; the float pairs mha does not keep are
+// dropped, once each, with a notice naming the series.
+TEST(BenchPresets, DecodeCacheHasEachPlanWithItsOwnCacheAndCodedOnes) {
   using mha::precision;
   std::set<std::tuple<std::int64_t, std::int64_t, precision, precision>> steps;
   for (const sweep_point& p : in_series(points_of("decode", 2), "decode_cache")) {
@@ -193,6 +193,7 @@ TEST(BenchPresets, DecodeCacheHasEachPlanWithItsOwnCacheAndAnInt8One) {
       for (precision plan : {precision::fp32, precision::bf16}) {
         expected.insert({b, past, plan, plan});
         expected.insert({b, past, plan, precision::int8});
+        expected.insert({b, past, plan, precision::k8v4});
       }
     }
   }
@@ -209,8 +210,8 @@ TEST(BenchPresets, DecodeCacheHasEachPlanWithItsOwnCacheAndAnInt8One) {
                           "is kept in its plan's precision"));
 }
 
-// Long contexts: one sequence over 32k and 128k cached tokens, each plan with its own cache and
-// an int8 one.
+// Long contexts: one sequence over 32k and 128k cached tokens, each plan with its own cache, an
+// int8 one and a k8v4 one.
 TEST(BenchPresets, DecodeLongIsOneSequenceOver32kAnd128k) {
   using mha::precision;
   std::set<std::tuple<std::int64_t, precision, precision>> steps;
@@ -223,6 +224,7 @@ TEST(BenchPresets, DecodeLongIsOneSequenceOver32kAnd128k) {
     for (precision plan : {precision::fp32, precision::bf16}) {
       expected.insert({past, plan, plan});
       expected.insert({past, plan, precision::int8});
+      expected.insert({past, plan, precision::k8v4});
     }
   }
   EXPECT_EQ(steps, expected);

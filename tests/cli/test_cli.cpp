@@ -340,7 +340,8 @@ TEST_F(Cli, PrecisionOptionReachesThePlan) {
     EXPECT_THAT(r.output, HasSubstr("precision=bf16"));
     EXPECT_EQ(mha::io::read_npy(dir_ / "y.npy").values, bf16) << name;
   }
-  expect_usage_error(run_args({"--precision", "fp16"}), {"precision 'fp16'", "fp32, bf16 or int8"});
+  expect_usage_error(run_args({"--precision", "fp16"}),
+                     {"precision 'fp16'", "fp32, bf16, int8 or k8v4"});
 }
 
 TEST_F(Cli, ContextLengthOptionWithoutMask) {
@@ -400,19 +401,24 @@ TEST_F(Cli, IncrementalRunWritesTheFullForward) {
   expect_usage_error(run_args({"--incremental", "--chunk", "0"}), {"--chunk", "'0'"});
 }
 
-// --kv-precision int8 keeps the cache as codes (docs/design.md §1.7): y near the full forward's,
-// not equal to it; the option needs --incremental and a precision's name.
+// --kv-precision int8 (k8v4) keeps the cache as codes (docs/design.md §1.7): y near the full
+// forward's, not equal to it (k8v4's 4-bit values further); the option needs --incremental and a
+// precision's name.
 TEST_F(Cli, IncrementalRunKeepsTheCacheInTheGivenPrecision) {
   ASSERT_EQ(run_mha(run_args({"--backend", "naive"})).exit_code, 0);
   const std::vector<float> full = mha::io::read_npy(dir_ / "y.npy").values;
-  fs::remove(dir_ / "y.npy");
-  const mha_test::command_result r =
-      run_mha(run_args({"--backend", "naive", "--incremental", "--kv-precision", "int8"}));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("through a KV cache of int8")) << r.output;
-  const std::vector<float> y = mha::io::read_npy(dir_ / "y.npy").values;
-  EXPECT_NE(y, full);
-  EXPECT_LE(mha_test::max_abs_diff(y, full), 1e-2 * mha_test::max_abs(full));
+  double int8_error = 0.0;
+  for (const auto& [kv, within] : {std::pair{"int8", 1e-2}, std::pair{"k8v4", 1e-1}}) {
+    fs::remove(dir_ / "y.npy");
+    const mha_test::command_result r =
+        run_mha(run_args({"--backend", "naive", "--incremental", "--kv-precision", kv}));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr(std::string("through a KV cache of ") + kv)) << r.output;
+    const double error = mha_test::max_abs_diff(mha::io::read_npy(dir_ / "y.npy").values, full);
+    EXPECT_GT(error, int8_error) << kv;  // lossy; k8v4 more than int8
+    EXPECT_LE(error, within * mha_test::max_abs(full)) << kv;
+    int8_error = error;
+  }
   expect_usage_error(run_args({"--kv-precision", "int8"}), {"--kv-precision", "--incremental"});
   expect_usage_error(run_args({"--incremental", "--kv-precision", "int4"}),
                      {"unknown precision 'int4'"});
@@ -452,7 +458,7 @@ TEST_F(Cli, VerifyExitsOneWhenACheckFails) {
   EXPECT_THAT(r.output, HasSubstr("FAIL"));
   expect_usage_error({"verify", "--backend", "nosuch"}, {"unknown backend 'nosuch'"});
   expect_usage_error({"verify", "--precision", "fp32,fp16"},
-                     {"unknown precision 'fp16'", "fp32, bf16 or int8"});
+                     {"unknown precision 'fp16'", "fp32, bf16, int8 or k8v4"});
 }
 
 }  // namespace

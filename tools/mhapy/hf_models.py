@@ -80,9 +80,10 @@ IMPLEMENTATIONS = (
     "mha_fp32",
     "mha_int8",
     "mha_bf16",
+    "mha_k8v4",
     *OPENVINO,
 )
-CACHED = {"mha_fp32": "fp32", "mha_int8": "int8", "mha_bf16": "bf16"}
+CACHED = {"mha_fp32": "fp32", "mha_int8": "int8", "mha_bf16": "bf16", "mha_k8v4": "k8v4"}
 # GPT-2 small with 16k positions (random weights): a long context on a small model.
 MODELS["gpt2_16k"] = dict(MODELS["gpt2"], n_positions=16384)
 
@@ -95,8 +96,8 @@ def attention_of(implementation: str) -> str:
 
 
 def cache_for(model: Any, implementation: str, capacity: int) -> Any:
-    """The KV cache an implementation decodes through: an MhaCache for mha_fp32 / mha_int8 / mha_bf16, a
-    StaticCache for sdpa_static, else None (transformers' DynamicCache)."""
+    """The KV cache an implementation decodes through: an MhaCache for mha_fp32 / mha_int8 /
+    mha_bf16 / mha_k8v4, a StaticCache for sdpa_static, else None (transformers' DynamicCache)."""
     if implementation == "sdpa_static":
         import transformers
 

@@ -18,7 +18,10 @@ measures, each timed:
   DynamicCache: KL(reference || test) in nats (mean, median, max), the share of positions whose
   top-1 token is the reference's, and the perplexity of the true tokens over those positions;
 - greedy generation of --greedy-steps tokens after the same prompt: each cache's tokens and how
-  many agree with the reference's (position by position, and the first that differs).
+  many agree with the reference's (position by position, and the first that differs);
+- retrieval (--retrieval-tokens): a pass key (five digits) planted at each depth of
+  --retrieval-depths in a text of that many tokens, asked for at its end; each cache's greedy
+  answer, whether it holds the key, and whether it is the reference's answer.
 
 The caches are mhapy.hf_models' implementations: "sdpa", "eager" and "mha" decode through
 transformers' DynamicCache (which keeps only the window of a sliding layer), "mha_fp32",
@@ -52,6 +55,7 @@ from . import meminfo
 from .hf_models import CACHED, attention_of, cache_for
 from .json_file import read_json
 from .models_bench import steps
+from .passkey import ANSWER_TOKENS, passkey_prompts
 from .simulated_caches import FORMATS, simulated_cache
 
 # The result file's kind and the version of its records' keys (bump on a change a reader must know).
@@ -208,6 +212,11 @@ def greedy(model: Any, c: Case, prompt: Any, count: int) -> list[int]:
     return torch.cat([first, later], dim=1)[0].argmax(-1).tolist()
 
 
+def answer(model: Any, c: Case, prompt: Any) -> list[int]:
+    """The ANSWER_TOKENS tokens greedy decoding gives after a retrieval prompt."""
+    return greedy(model, c, prompt, ANSWER_TOKENS)
+
+
 def agreement(reference: list[int], got: list[int]) -> dict:
     """How many of `got`'s tokens are the reference's, position by position, and the first
     position that differs (None: none)."""
@@ -224,6 +233,7 @@ def evaluate(
     prefill: int = 0,
     positions: int = 0,
     greedy_steps: int = 0,
+    retrieval: list[dict] = (),
     unavailable: dict[str, str] | None = None,
     decode: Callable[[list[int]], str] | None = None,
     log: Callable[[dict], None] = lambda record: None,
@@ -231,9 +241,10 @@ def evaluate(
     """Every measure's records on `ids` (1-d token ids): perplexity over each N in `tokens` per
     implementation in `perplexity_on`; for each cache in `caches` (hf_models names or Cases)
     teacher-forced KL against the reference after `prefill` tokens over `positions` positions
-    (positions 0: none), and greedy tokens over `greedy_steps` steps after the same prompt (0:
-    none). `unavailable` maps an attn_implementation that cannot run to why ("not run: ...");
-    `decode` turns greedy tokens into text for the records; `log` sees each record as made."""
+    (positions 0: none), greedy tokens over `greedy_steps` steps after the same prompt (0:
+    none), and each `retrieval` prompt's answer (mhapy.passkey). `unavailable` maps an
+    attn_implementation that cannot run to why ("not run: ..."); `decode` turns greedy tokens
+    into text for the records; `log` sees each record as made."""
     import torch
 
     unavailable = unavailable or {}
@@ -301,6 +312,24 @@ def evaluate(
                 lambda: generated(c),
                 None if want else failed,
             )
+    for planted in retrieval if cases else ():
+        prompt, want = torch.tensor(planted["ids"]), []
+
+        def answered(c: Case) -> dict:
+            got = answer(model, c, prompt)
+            text = decode(got) if decode else ""
+            record = {"answer": got, "text": text, "found": planted["key"] in text}
+            if c is reference:  # computed first
+                want.extend(got)
+                return record
+            return record | {"same": got == want}
+
+        head = {"measure": "retrieval", "prefill": len(planted["ids"]), "depth": planted["depth"]}
+        run(dict(head, cache="reference", attention=REFERENCE), lambda: answered(reference))
+        for c in cases:
+            run(
+                dict(head, cache=c.name, attention=c.attention), lambda: answered(c), None if want else failed
+            )
     return records
 
 
@@ -342,6 +371,14 @@ TABLES = {
             + [f"{r['top1_agreement']:.2%}", f"{r['perplexity']:.4f}"]
         ),
     ),
+    "retrieval": (
+        "cache | attention | prompt (depth) | answer | holds the key | the reference's",
+        lambda r: [
+            repr(r["text"].strip()),
+            "yes" if r["found"] else "no",
+            "" if "same" not in r else ("same" if r["same"] else "differs"),
+        ],
+    ),
     "greedy": (
         "cache | attention | prompt | same tokens | first difference",
         lambda r: (
@@ -365,7 +402,13 @@ def markdown(records: list[dict]) -> str:
             if measure == "perplexity":
                 head = [str(r["tokens"]), r["attention"]]
             else:
-                span = f"{r['prefill']}+{r['positions']}" if measure == "kl" else str(r["prefill"])
+                span = (
+                    f"{r['prefill']}+{r['positions']}"
+                    if measure == "kl"
+                    else f"{r['prefill']} ({r['depth']:.0%})"
+                    if measure == "retrieval"
+                    else str(r["prefill"])
+                )
                 head = [r["cache"], r["attention"], span]
             cells = [r["error"]] if "error" in r else figures(r)
             width = columns.count("|") + 1 - len(head)
@@ -377,6 +420,10 @@ def markdown(records: list[dict]) -> str:
 
 def ints(text: str) -> list[int]:
     return [int(t) for t in text.split(",") if t]
+
+
+def floats(text: str) -> list[float]:
+    return [float(t) for t in text.split(",") if t]
 
 
 def names(text: str) -> list[str]:
@@ -409,13 +456,19 @@ def main(argv: list[str] | None = None) -> int:
         "--positions", type=int, default=256, help="teacher-forced positions compared (0: none)"
     )
     parser.add_argument("--greedy-steps", type=int, default=64, help="greedy tokens per cache (0: none)")
+    parser.add_argument(
+        "--retrieval-tokens", type=int, default=0, help="a pass key's prompt of this many tokens (0: none)"
+    )
+    parser.add_argument(
+        "--retrieval-depths", type=floats, default=[0.1, 0.5, 0.9], help="where the key is planted (shares)"
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     parser.add_argument(
         "--text", action="append", default=None, metavar="FILE", help="text files (default: the licences...)"
     )
     parser.add_argument("--out", required=True, help="the JSON file to write")
     args = parser.parse_args(argv)
-    for flag in ("prefill", "positions", "greedy_steps", "threads"):
+    for flag in ("prefill", "positions", "greedy_steps", "threads", "retrieval_tokens"):
         if getattr(args, flag) < 0:
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected 0 or more")
     if (args.positions or args.greedy_steps) and args.caches and args.prefill < 1:
@@ -449,12 +502,21 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     load_s = time.perf_counter() - begin
-    needed = max([*args.tokens, args.prefill + args.positions if args.caches else 0, 1])
+    needed = max(
+        [*args.tokens, args.prefill + args.positions if args.caches else 0, args.retrieval_tokens, 1]
+    )
     try:
         ids, sources = real_tokens(tokenizer, needed, args.text)
     except (OSError, ValueError) as e:
         print(f"model_accuracy: {e}", file=sys.stderr)
         return 1
+    planted = []
+    if args.retrieval_tokens:
+        try:
+            planted = passkey_prompts(tokenizer, ids, args.retrieval_tokens, args.retrieval_depths)
+        except ValueError as e:
+            print(f"model_accuracy: {e}", file=sys.stderr)
+            return 1
     ids = torch.tensor(ids)
     config, (cpu, flags) = model.config, cpu_model()
     context = dict(
@@ -491,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         prefill=args.prefill,
         positions=args.positions,
         greedy_steps=args.greedy_steps,
+        retrieval=planted,
         unavailable=unavailable,
         decode=tokenizer.decode,
         log=lambda r: print(

@@ -17,7 +17,7 @@ from decimal import Decimal
 
 PRECISIONS = ("fp32", "bf16")
 # A KV cache's formats (mha::precision: int8 is a cache's only).
-KV_PRECISIONS = ("fp32", "bf16", "int8")
+KV_PRECISIONS = ("fp32", "bf16", "int8", "k8v4")
 # mha::formulations(), in its order.
 FORMULATIONS = ("wrapper", "split_weight", "fused_qkv")
 
@@ -285,17 +285,28 @@ def element_bytes(precision: str) -> int:
 INT8_SCALE_BYTES = 4
 
 
-def cache_row_bytes(s: Shape, scale_bytes: int = INT8_SCALE_BYTES) -> int:
-    """Bytes of one cached key or value row (head_dim elements) in s's cache precision: 4 or 2 per
-    element, or for int8 one code per element and `scale_bytes` per row."""
+# Elements per group of a k8v4 cache's 4-bit values, each group with a 32-bit scale and offset
+# (src/core/value4.hpp).
+VALUE4_GROUP = 32
+
+
+def cache_token_bytes(s: Shape, scale_bytes: int = INT8_SCALE_BYTES) -> int:
+    """Bytes of one cached token's key and value rows (head_dim elements each) in s's cache
+    precision: 4 or 2 per element; int8 one code per element and `scale_bytes` per row; k8v4 the
+    key as int8's, the value half a byte per element and 4 bytes per group of VALUE4_GROUP."""
     cache = s.kv_precision or s.precision
-    return s.head_dim + scale_bytes if cache == "int8" else s.head_dim * element_bytes(cache)
+    if cache == "int8":
+        return 2 * (s.head_dim + scale_bytes)
+    if cache == "k8v4":
+        groups = -(-s.head_dim // VALUE4_GROUP)
+        return s.head_dim + scale_bytes + -(-s.head_dim // 2) + 4 * groups
+    return 2 * s.head_dim * element_bytes(cache)
 
 
 def cache_bytes(s: Shape, formulation: str, capacity: int, scale_bytes: int = INT8_SCALE_BYTES) -> int:
     """The stated size of s's KV cache of `capacity` tokens for s.batch sequences, without its
-    layout's padding: 2 · B · capacity · H_kv rows of cache_row_bytes (docs/design.md §1.4)."""
-    return 2 * s.batch * capacity * cache_heads(s, formulation) * cache_row_bytes(s, scale_bytes)
+    layout's padding: B · capacity · H_kv tokens of cache_token_bytes (docs/design.md §1.4)."""
+    return s.batch * capacity * cache_heads(s, formulation) * cache_token_bytes(s, scale_bytes)
 
 
 def decode_bytes(s: Shape, formulation: str, scale_bytes: int = INT8_SCALE_BYTES) -> int:

@@ -21,7 +21,11 @@ Formats (FORMATS), each a key scheme and a value scheme:
   token ("sim_int4_channel_v4g32", "sim_int4_channel_v4g16": in groups of 32 or 16);
 - "sim_int4_hadamard": keys turned by the normalised Hadamard rotation of head_dim (which spreads
   an outlier channel over every channel) before 4-bit per-token codes, and turned back (the
-  kernels would turn the query instead); values 4-bit per token.
+  kernels would turn the query instead); values 4-bit per token;
+- "sim_k8v4h": keys as sim_int8, values turned by the Hadamard rotation before 4-bit per-token
+  codes (a kernel would turn each output row back once: O = H sum_j p_j (H v_j));
+  "sim_k8v4hg64", "sim_k8v4hg32": turned, then in groups of 64 or 32 elements;
+  "sim_k8v4hb32": each group of 32 turned on its own (a block-diagonal rotation), then coded.
 
 Rows are asymmetric: code = round((x - min) / scale), scale = (max - min) / (levels - 1), read back
 as min + code * scale (a constant row reads back exactly).
@@ -36,7 +40,8 @@ GROUP = 64
 
 # Each format: (key scheme, value scheme); a scheme is (kind, bits, group): "token" rows of
 # head_dim elements (or of `group` elements), "scaled" rows over mha's key channel scales,
-# "channel" groups of GROUP tokens, "hadamard" rows turned first.
+# "channel" groups of GROUP tokens, "hadamard" rows turned first, "blocks" each group of a row
+# turned on its own first.
 FORMATS = {
     "sim_int8": (("scaled", 8, 0), ("token", 8, 0)),
     "sim_int8_unscaled": (("token", 8, 0), ("token", 8, 0)),
@@ -50,6 +55,10 @@ FORMATS = {
     "sim_int4_channel_v4g32": (("channel", 4, GROUP), ("token", 4, 32)),
     "sim_int4_channel_v4g16": (("channel", 4, GROUP), ("token", 4, 16)),
     "sim_int4_hadamard": (("hadamard", 4, 0), ("token", 4, 0)),
+    "sim_k8v4h": (("scaled", 8, 0), ("hadamard", 4, 0)),
+    "sim_k8v4hg64": (("scaled", 8, 0), ("hadamard", 4, 64)),
+    "sim_k8v4hg32": (("scaled", 8, 0), ("hadamard", 4, 32)),
+    "sim_k8v4hb32": (("scaled", 8, 0), ("blocks", 4, 32)),
 }
 
 
@@ -98,7 +107,7 @@ def simulated_cache(model: Any, name: str) -> Any:
 
     if name not in FORMATS:
         raise ValueError(f"simulated cache {name!r}: expected one of {', '.join(FORMATS)}")
-    (key_kind, key_bits, key_group), (_, value_bits, value_group) = FORMATS[name]
+    (key_kind, key_bits, key_group), (value_kind, value_bits, value_group) = FORMATS[name]
 
     class Simulated(transformers.DynamicCache):
         def __init__(self) -> None:
@@ -108,7 +117,14 @@ def simulated_cache(model: Any, name: str) -> Any:
 
         def update(self, key_states: Any, value_states: Any, layer_idx: int, *args: Any, **kwargs: Any):
             keys = self.keys_of(key_states, layer_idx)
-            values = by_token(value_states, value_bits, value_group)
+            if value_kind in ("hadamard", "blocks"):
+                d = value_states.shape[-1]
+                n = d if value_kind == "hadamard" else min(value_group, d)  # a group past d: the row
+                h = torch.block_diag(*[hadamard(n)] * (value_states.shape[-1] // n))
+                h = h.to(value_states.dtype)
+                values = by_token(value_states @ h, value_bits, value_group) @ h
+            else:
+                values = by_token(value_states, value_bits, value_group)
             return super().update(keys, values, layer_idx, *args, **kwargs)
 
         def keys_of(self, k: Any, layer_idx: int) -> Any:

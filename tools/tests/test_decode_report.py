@@ -276,7 +276,7 @@ def test_the_cache_precisions_side_by_side_with_the_peers_cache(tmp_path):
     # One step (B1 over 8k, 1 thread) in each (plan, cache) pair, each at 80% of its bound;
     # openvino_u8kv at the fp32 step with the u8 cache it recorded, at 50% of an int8 bound.
     step = Shape(1, 1, 768, 768, 12, past=8192)
-    pairs = {("fp32", ""): None, ("fp32", "int8"): None, ("bf16", ""): None, ("bf16", "int8"): None}
+    pairs = [(p, c) for p in ("fp32", "bf16") for c in ("", "int8", "k8v4")]
     run = []
     for precision, cache in pairs:
         s = Shape(1, 1, 768, 768, 12, past=8192, precision=precision, kv_precision=cache)
@@ -293,21 +293,25 @@ def test_the_cache_precisions_side_by_side_with_the_peers_cache(tmp_path):
     assert len(rows) == 1
     row = rows[0]
     assert row[:2] == ["B=1, past=8192", "1 thread"]
-    for cell, (precision, cache) in zip(row[2:6], pairs):
+    for cell, (precision, cache) in zip(row[2:8], pairs):
         s = Shape(1, 1, 768, 768, 12, past=8192, precision=precision, kv_precision=cache)
         assert cell == f"{fmt_time(decode_bytes(s, 'split_weight') / 32e9)} (80%) xsimd"
-    assert row[6] == f"{fmt_time(u8_bytes / 20e9)} openvino_u8kv (fp32 plan, u8 cache)"
-    assert row[7] == "mha xsimd (bf16 plan, int8 cache)"
+    assert row[8] == f"{fmt_time(u8_bytes / 20e9)} openvino_u8kv (fp32 plan, u8 cache)"
+    assert row[9] == "mha xsimd (bf16 plan, k8v4 cache)"
     fp32 = decode_bytes(step, "split_weight")
-    fastest_int8 = decode_bytes(
-        Shape(1, 1, 768, 768, 12, past=8192, precision="bf16", kv_precision="int8"), "split_weight"
-    )
-    assert row[8] == f"{fp32 / fastest_int8:.2f}×"
+    fastest = {
+        cache: decode_bytes(
+            Shape(1, 1, 768, 768, 12, past=8192, precision="bf16", kv_precision=cache), "split_weight"
+        )
+        for cache in ("int8", "k8v4")
+    }
+    assert row[10] == f"{fp32 / fastest['int8']:.2f}×"
+    assert row[11] == f"{fastest['int8'] / fastest['k8v4']:.2f}×"
     # The decode answer names the fastest path of the step, then the next two and the peer.
     answer = next(line for line in md.splitlines() if line.startswith("- **Decode B=1, past=8192"))
     assert answer.startswith(
-        f"- **Decode B=1, past=8192, 1 thread: mha xsimd (bf16 plan, int8 cache)**, "
-        f"{fmt_time(fastest_int8 / 32e9)} per step (then mha xsimd (fp32 plan, int8 cache)"
+        f"- **Decode B=1, past=8192, 1 thread: mha xsimd (bf16 plan, k8v4 cache)**, "
+        f"{fmt_time(fastest['k8v4'] / 32e9)} per step (then mha xsimd (bf16 plan, int8 cache)"
     )
     assert answer.endswith(f"; openvino_u8kv (fp32 plan, u8 cache) {fmt_time(u8_bytes / 20e9)}).")
 
@@ -327,6 +331,8 @@ def test_the_fastest_path_may_be_a_peer_with_a_wider_cache(tmp_path):
     assert cli.main([str(mha), str(peers), "--out", str(tmp_path / "out")]) == 0
     md = (tmp_path / "out" / "report.md").read_text()
     (row,) = table_after(md, "## Decode: the KV cache's precision")
-    assert row[6] == f"{fmt_time(0.5e-3)} openvino (bf16 plan, bf16 cache)"
-    assert row[7] == "openvino (bf16 plan, bf16 cache)"
+    assert row[4] == row[7] == "–"  # no k8v4 step measured
+    assert row[8] == f"{fmt_time(0.5e-3)} openvino (bf16 plan, bf16 cache)"
+    assert row[9] == "openvino (bf16 plan, bf16 cache)"
+    assert row[11] == "–"
     assert "**Decode B=1, past=8192, 1 thread: openvino (bf16 plan, bf16 cache)**" in md

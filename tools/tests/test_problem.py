@@ -80,6 +80,15 @@ def test_bytes_follow_the_plan_and_cache_precisions():
         assert cache_bytes(int8, "split_weight", 6) == 48 * (2 + 4)
         assert decode_bytes(int8, "split_weight") == weight_bytes * 52 + 48 * (2 + 4)
         assert decode_bytes(int8, "split_weight", scale_bytes=8) == weight_bytes * 52 + 48 * (2 + 8)
+        # k8v4: the key row as int8's; the value row a byte per two elements and a 4-byte word per
+        # group of 32 (one here): 24 tokens of (2 + 4) + (1 + 4) bytes.
+        k8v4 = dataclasses.replace(s, precision=plan, kv_precision="k8v4")
+        assert cache_bytes(k8v4, "split_weight", 6) == 24 * (6 + 5)
+    # At head_dim 64 a k8v4 token is 108 bytes where int8's is 136 (0.79x); at 256, 420 and 520.
+    for head_dim, k8v4_bytes, int8_bytes in ((64, 108, 136), (256, 420, 520)):
+        one = Shape(1, 1, head_dim, head_dim, 1, past=0)
+        assert cache_bytes(dataclasses.replace(one, kv_precision="k8v4"), "split_weight", 1) == k8v4_bytes
+        assert cache_bytes(dataclasses.replace(one, kv_precision="int8"), "split_weight", 1) == int8_bytes
     # GPT-2 small's step over 8k: 59.8 MB with an fp32 cache, 29.9 MB bf16/bf16.
     gpt2 = Shape(1, 1, 768, 768, 12, past=8192)
     assert round(decode_bytes(gpt2, "split_weight") / 1e6, 1) == 59.8

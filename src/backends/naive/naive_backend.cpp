@@ -140,10 +140,10 @@ class naive_kernels : public detail::sequential_execution {
   void linear(const packed_linear& w, const float* x, std::int64_t rows, float* y) const {
     project(w, x, rows, y, bf16_);
   }
-  static constexpr bool grouped_kv = true;  // each query head reads K/V head h / kv_group
-  static constexpr bool bf16 = true;        // the bf16 reference (docs/design.md §1.5)
-  static constexpr bool int8_cache = true;  // the int8 cache's reference (§1.7)
-  static constexpr bool extensions = true;  // config::window and softcap (§1.9)
+  static constexpr bool grouped_kv = true;   // each query head reads K/V head h / kv_group
+  static constexpr bool bf16 = true;         // the bf16 reference (docs/design.md §1.5)
+  static constexpr bool coded_cache = true;  // the int8 and k8v4 caches' reference (§1.7)
+  static constexpr bool extensions = true;   // config::window and softcap (§1.9)
   // Decode: the plain row-major cache (bf16 elements in bf16, int8 codes and their rows'
   // scales in int8); each sequence attends over its rows as a full forward with past = its
   // length would.
@@ -154,6 +154,8 @@ class naive_kernels : public detail::sequential_execution {
         return cache::head_bytes<detail::bf16>(capacity, head_dim);
       case precision::int8:
         return cache::int8_head_bytes(capacity, head_dim);
+      case precision::k8v4:
+        return cache::k8v4_head_bytes(capacity, head_dim);
       default:
         return cache::head_bytes<float>(capacity, head_dim);
     }
@@ -186,8 +188,14 @@ class naive_kernels : public detail::sequential_execution {
                      });
     } else {
       // int8: each element is scale * (zero + code), in fp32 (§1.7): K, V and the weights are
-      // not rounded to bf16; the queries are, in a bf16 plan, as its operands are.
-      cache::append_int8(a);
+      // not rounded to bf16; the queries are, in a bf16 plan, as its operands are. k8v4: its keys
+      // so, each value row's groups read back (scale code + offset) and turned back.
+      const bool k8v4 = a.cache->format == precision::k8v4;
+      if (k8v4) {
+        cache::append_k8v4(a);
+      } else {
+        cache::append_int8(a);
+      }
       const auto keys = cache::keys<std::uint8_t>(*a.cache, a.head_dim),
                  values = cache::values<std::uint8_t>(*a.cache, a.head_dim);
       std::vector<float> q;
@@ -208,11 +216,19 @@ class naive_kernels : public detail::sequential_execution {
       }
       attend_widened(rounded, false,
                      [&](std::int64_t b, std::int64_t g, std::int64_t slot, bool value, float* to) {
+                       if (k8v4 && value) {
+                         cache::k8v4_value(*a.cache, a.head_dim, b, g, slot, to);
+                         return;
+                       }
                        const std::uint8_t* codes = (value ? values : keys).row(b, g, slot);
-                       const detail::int8_row row = cache::int8_rows(
-                           *a.cache, a.head_dim, b, g)[value ? a.cache->capacity + slot : slot];
+                       const detail::int8_row row =
+                           k8v4 ? cache::k8v4_key_rows(*a.cache, a.head_dim, b, g)[slot]
+                                : cache::int8_rows(*a.cache, a.head_dim, b,
+                                                   g)[value ? a.cache->capacity + slot : slot];
                        // A key back over its channel scales: s_d (k_d / s_d).
-                       const float* channels = cache::int8_channels(*a.cache, a.head_dim, b, g);
+                       const float* channels =
+                           k8v4 ? cache::k8v4_channels(*a.cache, a.head_dim, b, g)
+                                : cache::int8_channels(*a.cache, a.head_dim, b, g);
                        for (std::int64_t d = 0; d < a.head_dim; ++d) {
                          to[d] = detail::dequantize(codes[d], row);
                          if (!value) to[d] *= channels[d];

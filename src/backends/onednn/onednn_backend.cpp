@@ -96,13 +96,14 @@ struct onednn_impl final : backend {
   // What the kernel set computes: grouped K/V heads, decode and bf16, the last only where
   // oneDNN runs bf16 matmuls natively.
   support supports(const problem& p) const override {
-    if (p.cache_precision() == precision::int8) {
+    if (coded(p.cache_precision())) {
       // oneDNN 2.6's matmul multiplies int8 weights only with int8 sources, and takes one zero
       // point per tensor, not one per key: the codes would be widened to fp32 first, which is
-      // the traffic the int8 cache exists to save.
+      // the traffic a coded cache exists to save.
       return support::no(
-          "an int8 KV cache is not implemented: oneDNN 2.6's matmul takes int8 weights only "
-          "with int8 sources and one zero point per tensor, not a scale and offset per key");
+          text("an ", to_string(p.cache_precision()),
+               " KV cache is not implemented: oneDNN 2.6's matmul takes int8 weights only "
+               "with int8 sources and one zero point per tensor, not a scale and offset per key"));
     }
     if (p.cfg.precision == precision::bf16 && !native_bf16()) {
       return support::no(

@@ -12,6 +12,7 @@
 
 #include "core/bf16.hpp"
 #include "core/dropout.hpp"
+#include "core/value4.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/micro/code_dot.hpp"
 #include "kernels/micro/micro_kernel.hpp"
@@ -383,13 +384,15 @@ struct attention_block {
   }
 
   // out = O / l; or, for a split's chunk, O, m and l per row (a row that sees no key of the
-  // chunk: zeros, -inf and 0).
+  // chunk: zeros, -inf and 0). A k8v4 cache's O is of turned values: each row's groups are turned
+  // back first (core/value4.hpp; a split's chunks so too, their merge being linear in O).
   void store() const noexcept {
     using batch = xsimd::batch<float, Arch>;
     constexpr std::int64_t lanes = batch::size;
     const std::int64_t hd = args.head_dim;
     for (std::int64_t r = 0; r < rows; ++r) {
-      const float* o = scratch.accumulators + r * layout.acc_cols;
+      float* o = scratch.accumulators + r * layout.acc_cols;
+      if (layout.values4) turn_groups(o, hd);
       if (task.partial != nullptr) {
         float* part = task.partial + (task.row_begin * layout.group + r) * (hd + 2);
         if (row_keys(r, task.key_begin, task.key_end) > 0) {

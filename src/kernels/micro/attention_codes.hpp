@@ -12,6 +12,12 @@
 // 16-bit integers per chunk of keys, meet the code pairs of V in exact integer sums
 // (code_pair_dot), each chunk's converted and scaled into O (add_chunk); each output row then
 // gains the second sum (add_value_offsets).
+//
+// A k8v4 cache's values (core/value4.hpp) come in groups of value4_group elements of turned rows,
+// each group's codes with a scale and an offset of their own: the weights are made per group
+// (value_weights, the exponentials once for all groups), P V reads the 4-bit codes
+// (nibble_panels) with each panel's group's weights, and each output row is turned back when it
+// is stored (attention_block::store).
 #pragma once
 
 #include <algorithm>
@@ -28,25 +34,32 @@ namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
 template <class Arch>
 struct code_scales {
-  // The keys' int8_row words, then the values': key_rows each (attention_layout::scales_offset()).
+  // The keys' int8_row words, then the values': key_rows each, per group of the values (int8: one
+  // group of int8_rows; k8v4: value_groups() of value4_rows; attention_layout::scales_offset()).
   const int8_row* rows;
   std::int64_t key_rows;
+  std::int64_t groups = 1;
+  // What a value word's zero counts: steps (int8_row), or sixteenths of one (value4_row).
+  float zero_unit = 1.0f;
 
   const int8_row* key_rows_at(std::int64_t j) const noexcept { return rows + j; }
-  const int8_row* value_rows_at(std::int64_t j) const noexcept { return rows + key_rows + j; }
+  const int8_row* value_rows_at(std::int64_t group, std::int64_t j) const noexcept {
+    return rows + key_rows * (1 + group) + j;
+  }
 
   // The scales and offsets of a batch of rows' words: the low half's bf16 (shifted up to a
-  // float's top bits), times the high half's int16 (shifted down with its sign): exact.
+  // float's top bits), times the high half's int16 (shifted down with its sign) in its unit (1 or
+  // 1/16): exact.
   template <class A>
   struct factors {
     xsimd::batch<float, A> scale, offset;
   };
   template <class A>
-  static factors<A> unpack(const int8_row* at) noexcept {
+  static factors<A> unpack(const int8_row* at, float zero_unit = 1.0f) noexcept {
     using words = xsimd::batch<std::int32_t, A>;
     const words w = words::load_unaligned(reinterpret_cast<const std::int32_t*>(at));
     const auto scale = xsimd::bitwise_cast<xsimd::batch<float, A>>(w << 16);
-    return {scale, scale * xsimd::to_float(w >> 16)};
+    return {scale, scale * (xsimd::to_float(w >> 16) * xsimd::batch<float, A>(zero_unit))};
   }
 
   // The R x nr tile of integer sums qi . c_j at `tile` (R rows of stride ld, keys [j, j + nr), as
@@ -70,70 +83,94 @@ struct code_scales {
     }
   }
 
-  // What one row's weights of a key tile give the softmax and P V (value_weights).
+  // Where one row's weights of a key tile go (value_weights): per group of the values, its
+  // 16-bit integer pairs at codes + group * code_stride, its chunks' scales at chunk_scales +
+  // group * scale_stride, and its offsets' sum at offsets[group].
   struct row_weights {
-    float sum;      // sum_j p_j, undropped: the row's share of the softmax's denominator
-    float offsets;  // sum_j p_j m_j offset_j: what every element of its output row gains
+    query_pair* codes;
+    std::int64_t code_stride;
+    float* chunk_scales;
+    std::int64_t scale_stride;
+    float* offsets;
   };
 
   // One row's weights of a key tile (keys from j0), made and quantised in one pass, in
   // registers: the weights p_j = 2^(scale x_j - shift) of its first len scores x (exp2_sum's, the
   // same bits; len <= 0: none), times dropout's multipliers m_j where there are any (nullptr:
-  // none), times their values' scales (unpacked as they are read), w_j = p_j m_j scale_j, as
-  // code_pair_dot's pairs of 16-bit integers for the keys P V reads of the row ([0, end)): per
-  // chunk of weight_chunk_keys keys w_j ~ s q_j, q_j = round(w_j / s) in [0, weight_code_limit],
-  // s the chunk's largest w over the limit (chunk_scales, one per chunk), keys from len on 0, so
-  // that P V adds nothing for keys past the row's own, however far its block reads. No fp32
-  // weight is stored: P V reads only the codes. The offsets' sum is NaN where a value row is read
-  // as NaN (its offset NaN), whatever its codes and weight then are.
-  row_weights value_weights(const float* x, std::int64_t j0, std::int64_t len, std::int64_t end,
-                            float shift, float scale, const float* multipliers, query_pair* codes,
-                            float* chunk_scales) const noexcept {
+  // none), times their values' scales (unpacked as they are read, per group of the values),
+  // w_j = p_j m_j scale_j, as code_pair_dot's pairs of 16-bit integers for the keys P V reads of
+  // the row ([0, end)): per chunk of weight_chunk_keys keys w_j ~ s q_j, q_j = round(w_j / s) in
+  // [0, weight_code_limit], s the chunk's largest w over the limit (one per chunk), keys from len
+  // on 0, so that P V adds nothing for keys past the row's own, however far its block reads; and
+  // each group's sum_j p_j m_j offset_j, what every element of its output group gains. No fp32
+  // weight is stored: P V reads only the codes. An offsets' sum is NaN where a value row is read
+  // as NaN (its offset NaN), whatever its codes and weight then are. Returns sum_j p_j,
+  // undropped: the row's share of the softmax's denominator.
+  float value_weights(const float* x, std::int64_t j0, std::int64_t len, std::int64_t end,
+                      float shift, float scale, const float* multipliers,
+                      const row_weights& to) const noexcept {
     using batch = xsimd::batch<float, Arch>;
     constexpr std::int64_t lanes = batch::size, chunk = weight_chunk_keys;
     constexpr int count = static_cast<int>(chunk / lanes);
     static_assert(chunk % (2 * lanes) == 0, "a chunk of whole pairs of batches");
     const batch minus_shift(-shift), c(scale), zero(0.0f);
-    const int8_row* words = value_rows_at(j0);  // in a register: no reload after each store
-    batch sum(0.0f), offsets(0.0f);
+    // 4-bit values' P V reads whole word rows of 8 keys (nibble_panels): pairs of 4.
+    const std::int64_t granule = zero_unit == 1.0f ? 1 : 4;
+    batch sum(0.0f);
+    for (std::int64_t g = 0; g < groups; ++g) to.offsets[g] = 0.0f;
     // The chunk from key c0; Whole: all of its keys within len (no lane past it).
     const auto weigh = [&]<bool Whole>(std::integral_constant<bool, Whole>, std::int64_t c0) {
-      batch w[count], largest(0.0f);
+      batch kept[count];
 #pragma GCC unroll 16
       for (int i = 0; i < count; ++i) {
         const std::int64_t j = c0 + i * lanes;
-        w[i] = zero;
+        kept[i] = zero;
         if (!Whole && j >= len) continue;
         const batch p = exp2_batch<Arch, false>(x, j, len, c, minus_shift);
         sum += p;  // in key order, as exp2_sum adds them
-        batch kept = multipliers != nullptr ? p * batch::load_unaligned(multipliers + j) : p;
-        factors<Arch> value = unpack<Arch>(words + j);
-        if (!Whole && j + lanes > len) {  // the lanes past len: no weight, no offset
-          const auto inside = lane_index<Arch>() < batch(static_cast<float>(len - j));
-          kept = xsimd::select(inside, kept, zero);
-          value = {xsimd::select(inside, value.scale, zero),
-                   xsimd::select(inside, value.offset, zero)};
+        kept[i] = multipliers != nullptr ? p * batch::load_unaligned(multipliers + j) : p;
+        if (!Whole && j + lanes > len) {  // the lanes past len: no weight
+          kept[i] =
+              xsimd::select(lane_index<Arch>() < batch(static_cast<float>(len - j)), kept[i], zero);
         }
-        offsets = fused_fma(kept, value.offset, offsets);
-        w[i] = kept * value.scale;
-        largest = xsimd::max(largest, w[i]);  // a NaN weight is passed over (its offset is NaN)
       }
-      quantize_chunk(w, largest, pairs(end) - c0 / 2, codes + c0 / 2,
-                     chunk_scales + c0 / weight_chunk_keys);
+      for (std::int64_t g = 0; g < groups; ++g) {
+        const int8_row* words = value_rows_at(g, j0);
+        batch w[count], largest(0.0f), offsets(0.0f);
+#pragma GCC unroll 16
+        for (int i = 0; i < count; ++i) {
+          const std::int64_t j = c0 + i * lanes;
+          w[i] = zero;
+          if (!Whole && j >= len) continue;
+          factors<Arch> value = unpack<Arch>(words + j, zero_unit);
+          if (!Whole && j + lanes > len) {  // the lanes past len: no offset (a NaN row's too)
+            const auto inside = lane_index<Arch>() < batch(static_cast<float>(len - j));
+            value = {xsimd::select(inside, value.scale, zero),
+                     xsimd::select(inside, value.offset, zero)};
+          }
+          offsets = fused_fma(kept[i], value.offset, offsets);
+          w[i] = kept[i] * value.scale;
+          largest = xsimd::max(largest, w[i]);  // a NaN weight is passed over (its offset is NaN)
+        }
+        to.offsets[g] += xsimd::hadd(offsets);
+        quantize_chunk(w, largest, pairs(end) - c0 / 2, granule,
+                       to.codes + g * to.code_stride + c0 / 2,
+                       to.chunk_scales + g * to.scale_stride + c0 / weight_chunk_keys);
+      }
     };
     std::int64_t c0 = 0;
     for (; c0 + chunk <= len && c0 + chunk <= end; c0 += chunk) weigh(std::true_type{}, c0);
     for (; c0 < end; c0 += chunk) weigh(std::false_type{}, c0);
-    return {xsimd::hadd(sum), xsimd::hadd(offsets)};
+    return xsimd::hadd(sum);
   }
 
   // One chunk of value_weights: its weights w (largest: their lanes' largest, a NaN passed over)
-  // as 16-bit integers, the first `words` pairs of them into codes (at most a chunk's), and the
-  // chunk's scale.
+  // as 16-bit integers, the first `words` pairs of them (rounded up to a multiple of granule, at
+  // most a chunk's) into codes, and the chunk's scale.
   static void quantize_chunk(
       const xsimd::batch<float, Arch> (&w)[weight_chunk_keys / xsimd::batch<float, Arch>::size],
-      xsimd::batch<float, Arch> largest, std::int64_t words, query_pair* codes,
-      float* chunk_scale) noexcept {
+      xsimd::batch<float, Arch> largest, std::int64_t words, std::int64_t granule,
+      query_pair* codes, float* chunk_scale) noexcept {
     using batch = xsimd::batch<float, Arch>;
     constexpr std::int64_t lanes = batch::size, chunk = weight_chunk_keys;
     constexpr int count = static_cast<int>(chunk / lanes);
@@ -157,6 +194,7 @@ struct code_scales {
       const batch r = (v * batch(lift) * batch(inverse) + batch(shift)) - batch(shift);
       return xsimd::to_int(xsimd::select(r < batch(limit), r, batch(limit)));
     };
+    words = (words + granule - 1) / granule * granule;
     query_pair pairs_out[chunk / 2];
     query_pair* out = words >= chunk / 2 ? codes : pairs_out;
     for (int i = 0; i < count; i += 2) {
@@ -196,14 +234,14 @@ struct code_scales {
   }
 
   // The R output rows of one V panel's nr columns at o (stride ld) gain their rows' sums of
-  // value_weights (value_offsets, one per row).
+  // value_weights (value_offsets, one per row, `stride` apart: the panel's group's).
   template <class T>
-  static void add_value_offsets(const float* value_offsets, int R, float* o,
+  static void add_value_offsets(const float* value_offsets, std::int64_t stride, int R, float* o,
                                 std::int64_t ld) noexcept {
     using batch = typename T::batch;
     constexpr std::int64_t lanes = batch::size;
     for (int rr = 0; rr < R; ++rr) {
-      const batch gain(value_offsets[rr]);
+      const batch gain(value_offsets[rr * stride]);
       float* out = o + rr * ld;
       for (int c = 0; c < T::nv; ++c)
         (batch::load_unaligned(out + c * lanes) + gain).store_unaligned(out + c * lanes);

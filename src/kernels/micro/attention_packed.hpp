@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/value4.hpp"
 #include "kernels/micro/attention_block.hpp"
 #include "kernels/micro/attention_codes.hpp"
 #include "kernels/micro/attention_tiles.hpp"
@@ -55,7 +56,9 @@ struct packed_attention : attention_block<Arch, Dot> {
   // int8: the codes' scales and zeros (code_scales::rows); nullptr otherwise.
   const int8_row* scales;
 
-  code_scales<Arch> code_terms() const noexcept { return {scales, layout.key_rows()}; }
+  code_scales<Arch> code_terms() const noexcept {
+    return {scales, layout.key_rows(), layout.value_groups(), layout.values4 ? 0.0625f : 1.0f};
+  }
 
   void run() const noexcept {
     this->start();
@@ -70,15 +73,16 @@ struct packed_attention : attention_block<Arch, Dot> {
       if constexpr (codes) {
         // int8: the weights times the values' scales as 16-bit integers, and the offsets' share
         // of each row, made with the exponentials.
+        const std::int64_t groups = layout.value_groups(), wu = this->weight_units();
+        const std::int64_t chunks = layout.weight_chunks();
         this->softmax(j0, j1, use,
                       [&](std::int64_t r, const float* p, std::int64_t len, std::int64_t end,
                           float shift, float scale, const float* multipliers) {
-                        const auto made = code_terms().value_weights(
+                        return code_terms().value_weights(
                             p, j0, len, end, shift, scale, multipliers,
-                            scratch.weight_codes + r * this->weight_units(),
-                            scratch.weight_scales + r * layout.weight_chunks());
-                        scratch.value_offsets[r] = made.offsets;
-                        return made.sum;
+                            {scratch.weight_codes + r * groups * wu, wu,
+                             scratch.weight_scales + r * groups * chunks, chunks,
+                             scratch.value_offsets + r * groups});
                       });
       } else {
         this->softmax(j0, j1, use);
@@ -236,6 +240,7 @@ struct packed_attention : attention_block<Arch, Dot> {
   // by the rows' chunk scales into O (add_chunk); then each row gains its sum of p_j offset_j.
   template <class T>
   void code_values(std::int64_t j0, std::int64_t j1) const noexcept {
+    if (layout.values4) return nibble_values<T>(j0, j1);
     const std::int64_t panels = layout.acc_cols / T::nr, wu = this->weight_units();
     const std::int64_t chunks = layout.weight_chunks(), stride = value_rows() * T::nr;
     for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
@@ -268,11 +273,70 @@ struct packed_attention : attention_block<Arch, Dot> {
           }
         }
         for (int q = 0; q < P; ++q) {
-          code_scales<Arch>::template add_value_offsets<T>(scratch.value_offsets + r, block_rows,
+          code_scales<Arch>::template add_value_offsets<T>(scratch.value_offsets + r, 1, block_rows,
                                                            o + q * T::nr, ldo);
         }
       };
       // A row block too short to hide the latency takes several panels at once.
+      for_panel_groups<panels_for<T, block_rows>>(0, panels, add);
+    });
+  }
+
+  // k8v4: code_values over 4-bit values (attention_layout::values4). The same steps, with each
+  // panel's rows' weights, chunk scales and offsets those of the group the panel lies in (a
+  // panel of nr columns, nr dividing value4_group, never straddles two), and V's codes read a
+  // word row of 8 keys at a time (nibble_panels: a chunk's keys rounded up to 8, whose weight
+  // codes past a row's keys are 0).
+  template <class T>
+  void nibble_values(std::int64_t j0, std::int64_t j1) const noexcept {
+    static_assert(value4_group % T::nr == 0, "a panel within one group of the values");
+    const std::int64_t panels = layout.acc_cols / T::nr, wu = this->weight_units();
+    const std::int64_t groups = layout.value_groups(), chunks = layout.weight_chunks();
+    const std::int64_t stride = layout.key_rows() / 8 * T::nr;  // words of a panel
+    const auto* words = reinterpret_cast<const std::uint32_t*>(v);
+    for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
+      const std::int64_t kc = this->block_keys(r, r + R, j0, j1).kc;
+      if (kc <= 0) return;  // no keys here for these rows: rescale is 1, nothing to add
+      constexpr int block_rows = decltype(R)::value;
+      const auto add = [&]<int P>(std::integral_constant<int, P>, std::int64_t p) {
+        constexpr int cols = P * T::nr;
+        float sums[block_rows * cols];
+        const std::uint32_t* panel = words + p * stride + j0 / 8 * T::nr;
+        const std::int64_t ldo = layout.acc_cols;
+        float* o = scratch.accumulators + r * ldo + p * T::nr;
+        std::int64_t group[P];
+        for (int q = 0; q < P; ++q) group[q] = (p + q) * T::nr / value4_group;
+        for (std::int64_t c0 = 0; c0 < kc; c0 += weight_chunk_keys) {
+          const std::int64_t keys = std::min(weight_chunk_keys, kc - c0);
+          const query_pair* a[P];
+          for (int q = 0; q < P; ++q) a[q] = weights() + (r * groups + group[q]) * wu + c0 / 2;
+          nibble_panels<T, block_rows, P>((keys + 7) / 8, a, groups * wu, panel + c0 / 8 * T::nr,
+                                          stride, sums, cols);
+          for (int q = 0; q < P; ++q) {
+            const float* s =
+                scratch.weight_scales + (r * groups + group[q]) * chunks + c0 / weight_chunk_keys;
+            float* oq = o + q * T::nr;
+            using terms = code_scales<Arch>;
+            const float* part = sums + q * T::nr;
+            if (c0 > 0) {
+              terms::template add_chunk<T, block_rows, T::nv>(part, cols, s, groups * chunks, oq,
+                                                              ldo, start_sum<T>{oq, ldo});
+            } else if (j0 == task.key_begin) {
+              terms::template add_chunk<T, block_rows, T::nv>(part, cols, s, groups * chunks, oq,
+                                                              ldo, start_bias<T>{nullptr});
+            } else {
+              terms::template add_chunk<T, block_rows, T::nv>(
+                  part, cols, s, groups * chunks, oq, ldo,
+                  start_scaled<T>{oq, ldo, scratch.rescale + r});
+            }
+          }
+        }
+        for (int q = 0; q < P; ++q) {
+          code_scales<Arch>::template add_value_offsets<T>(
+              scratch.value_offsets + r * groups + group[q], groups, block_rows, o + q * T::nr,
+              ldo);
+        }
+      };
       for_panel_groups<panels_for<T, block_rows>>(0, panels, add);
     });
   }

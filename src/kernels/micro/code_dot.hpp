@@ -104,6 +104,53 @@ void code_pair_row(std::int64_t du, const query_pair* a, const code_pair* panel,
   }
 }
 
+// P V of a k8v4 cache's 4-bit values (attention_layout::values4): the R x (P T::nr) integer sums
+// c (bits in floats, row stride ldc, as code_pair_dot's) of each row's weight pairs times the codes
+// of P panels of V, over `words` word rows (8 keys each) from the panels' starts at b (panel_stride
+// words apart). Panel q reads its rows' weights at a[q] (row stride lda): each panel's group's.
+// A word row's four pairs of keys are (word >> 4i) & 0x000f000f: two codes in 16-bit halves, as
+// code_pair_dot's pairs, multiplied by the same step (add_pair_products): one load and two
+// integer operations a pair (one for the first) where int8's pairs take a widening load. Every
+// weight pair of the word rows read must be there (zeros past the keys a row has).
+template <class T, int R, int P>
+void nibble_panels(std::int64_t words, const query_pair* const (&a)[P], std::int64_t lda,
+                   const std::uint32_t* b, std::int64_t panel_stride, float* c,
+                   std::int64_t ldc) noexcept {
+  using arch = typename T::arch;
+  using ints = xsimd::batch<std::int32_t, arch>;
+  constexpr int nv = T::nv, nr = T::nr, lanes = static_cast<int>(ints::size);
+  const ints low(0x000f000f);
+  ints acc[R][P * nv];
+  for (auto& row : acc)
+    for (ints& x : row) x = ints(0);
+  for (std::int64_t w = 0; w < words; ++w) {
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 8
+      for (int v = 0; v < nv; ++v) {
+        const ints x = ints::load_unaligned(
+            reinterpret_cast<const std::int32_t*>(b + p * panel_stride + w * nr + v * lanes));
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          // An arithmetic shift: the bits it brings in lie outside the mask.
+          const ints codes = (i == 0 ? x : x >> (4 * i)) & low;
+#pragma GCC unroll 32
+          for (int r = 0; r < R; ++r) {
+            acc[r][p * nv + v] =
+                add_pair_products<arch>(acc[r][p * nv + v], ints(a[p][r * lda + 4 * w + i]), codes);
+          }
+        }
+      }
+    }
+  }
+#pragma GCC unroll 32
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+    for (int v = 0; v < P * nv; ++v)
+      acc[r][v].store_unaligned(reinterpret_cast<std::int32_t*>(c + r * ldc + v * lanes));
+  }
+}
+
 // Row q (head_dim floats) as query_pairs q ~ scale * qi, |qi| <= query_code_limit (core/int8.hpp),
 // each within scale / 2 of q / scale, the missing odd one 0; returns the scale (0 for a row of
 // zeros; NaN when q holds a NaN or an Inf, so that every score of the row is NaN, as the float

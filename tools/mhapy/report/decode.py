@@ -264,7 +264,14 @@ def sections(results: ResultSet, bandwidths: Bandwidths, folder: Path, prefix: s
 # ---- the KV cache's precision ----
 
 # The (plan, cache) precisions a decode step can run with, in the order the table lists them.
-CACHE_COMBINATIONS = (("fp32", "fp32"), ("fp32", "int8"), ("bf16", "bf16"), ("bf16", "int8"))
+CACHE_COMBINATIONS = (
+    ("fp32", "fp32"),
+    ("fp32", "int8"),
+    ("fp32", "k8v4"),
+    ("bf16", "bf16"),
+    ("bf16", "int8"),
+    ("bf16", "k8v4"),
+)
 
 
 def peer_cache(m: Measurement) -> str:
@@ -333,8 +340,8 @@ def cache_steps(results: ResultSet) -> list[CacheStep]:
 
 def cache_precision_rows(results: ResultSet, bandwidths: Bandwidths) -> list[list[str]]:
     """One row per CacheStep: mha's time per (plan, cache) pair with % of its bandwidth bound,
-    the fastest peer with its plan and cache, the fastest path of all, and the best int8 step's
-    speedup over the fp32 one."""
+    the fastest peer with its plan and cache, the fastest path of all, the best int8 step's
+    speedup over the fp32 one, and the best k8v4 step's over the best int8 one."""
     rows = []
     for step in cache_steps(results):
         cells = []
@@ -352,9 +359,15 @@ def cache_precision_rows(results: ResultSet, bandwidths: Bandwidths) -> list[lis
         )
         cells.append(path_text(step.fastest()))
         fp32 = step.best.get(("fp32", "fp32"))
-        int8s = [step.best[p] for p in (("fp32", "int8"), ("bf16", "int8")) if p in step.best]
-        speedup = fmt_ratio(fp32.median_s / min(m.median_s for m in int8s)) if fp32 and int8s else "–"
-        rows.append([step.step_text(), threads_text(step.threads)] + cells + [speedup])
+        fastest = {
+            cache: min((step.best[(plan, cache)] for plan in ("fp32", "bf16") if (plan, cache) in step.best),
+                       key=lambda m: m.median_s, default=None)
+            for cache in ("int8", "k8v4")
+        }  # fmt: skip
+        int8, k8v4 = fastest["int8"], fastest["k8v4"]
+        speedup = fmt_ratio(fp32.median_s / int8.median_s) if fp32 and int8 else "–"
+        four_bit = fmt_ratio(int8.median_s / k8v4.median_s) if int8 and k8v4 else "–"
+        rows.append([step.step_text(), threads_text(step.threads)] + cells + [speedup, four_bit])
     return rows
 
 
@@ -384,6 +397,7 @@ def cache_precision_section(results: ResultSet, bandwidths: Bandwidths) -> list:
         return []
     header = ["step", "threads"] + [f"{plan} plan, {cache} cache" for plan, cache in CACHE_COMBINATIONS]
     header += ["fastest peer (its plan and KV cache)", "fastest path", "int8 / fp32 speedup"]
+    header += ["k8v4 / int8 speedup"]
     return [
         Heading(2, "Decode: the KV cache's precision"),
         Para(
@@ -391,13 +405,15 @@ def cache_precision_section(results: ResultSet, bandwidths: Bandwidths) -> list:
             "§1.7): the fastest mha backend's time per step, in brackets % of its bandwidth bound "
             "(`bytes_min` counts the weights in the plan's precision and the cache in its own: "
             "4, 2 or 1 byte per element, plus 4 bytes of scale and zero per int8 row, 8 per u8 row of "
-            "OpenVINO's). The peers' "
+            "OpenVINO's; k8v4's keys as int8's, its values half a byte per element and 4 bytes per "
+            "group of 32). The peers' "
             "column is the fastest peer of any of the step's (plan, cache) pairs, with the cache "
             "it kept as it recorded it (OpenVINO keeps the compute precision when pinned, u8 by "
             "default: openvino_u8kv, or pinned for an int8 step); the fastest path is the fastest "
-            "of them all. Speedup: the fp32 step's time over the faster int8 step's."
+            "of them all. Speedups: the fp32 step's time over the faster int8 step's, and that over "
+            "the faster k8v4 step's."
         ),
-        Table(header, rows, numeric=set(range(2, len(header) - 2)) | {len(header) - 1}),
+        Table(header, rows, numeric=set(range(2, len(header) - 3)) | {len(header) - 2, len(header) - 1}),
     ]
 
 
