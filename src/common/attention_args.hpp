@@ -110,7 +110,11 @@ struct attention_args {
   dropout_spec dropout;
   bool bf16 = false;  // a bf16 module: every product's operands rounded (docs/design.md §1.5)
   const kv_store* cache = nullptr;  // decode: where k and v are appended and keys are read
-  score_mask mask;                  // none unless set (never with a cache or dropout)
+  // An int8 or k8v4 cache: the rows of k from row 0 that set a sequence's key channel scales
+  // where this call sets them (core/int8.hpp; 0: the call's own seq_len). A call taken in parts
+  // (a ring's, mha::ring_chunk) sets them from all of its keys, not its first part's.
+  std::int64_t channel_rows = 0;
+  score_mask mask;  // none unless set (never with a cache or dropout)
   // K and V are this call's alone (mha::attention): a block of few fp32 query rows may read them
   // where they lie instead of packing them (attention_layout::direct). A plan's forward leaves
   // it false, so that its rows round as its decode steps over a packed cache do.

@@ -557,11 +557,13 @@ void attention(const backend& backend, heads_view<const float> q, heads_view<con
     a.cache = &store;
     if (coded(store.format)) detail::check_coded_range(where, a);
     // A ring holds a call of at most ring_chunk tokens beyond its window: a longer one is taken
-    // that many at a time, each appended and attended before the next.
+    // that many at a time, each appended and attended before the next; a coded cache's channel
+    // scales are set from all of the call's keys (each part's k rows to the call's end).
     const std::int64_t step = store.ring ? ring_chunk : tokens;
     for (std::int64_t r0 = 0; r0 < tokens; r0 += step) {
       detail::attention_args part = a;
       part.seq_len = std::min(step, tokens - r0);
+      part.channel_rows = tokens - r0;
       part.q.data = a.q.row(0, 0, r0);
       part.k.data = a.k.row(0, 0, r0);
       part.v.data = a.v.row(0, 0, r0);

@@ -179,7 +179,8 @@ inline void append_int8(const attention_args& a) {
       int8_row* rows = int8_rows(*a.cache, a.head_dim, b, g);
       float* channels = int8_channels(*a.cache, a.head_dim, b, g);
       if (past == 0 || !channel_scales_set(channels)) {
-        key_channel_scales(a.k.row(b, g, 0), a.seq_len, a.k.row_stride, a.head_dim, channels);
+        key_channel_scales(a.k.row(b, g, 0), a.channel_rows > 0 ? a.channel_rows : a.seq_len,
+                           a.k.row_stride, a.head_dim, channels);
       }
       for (std::int64_t i = 0; i < a.seq_len; ++i) {
         const std::int64_t slot = a.cache->slot(past + i);
@@ -239,7 +240,8 @@ inline void append_k8v4(const attention_args& a) {
       int8_row* rows = k8v4_key_rows(*a.cache, hd, b, g);
       float* channels = k8v4_channels(*a.cache, hd, b, g);
       if (past == 0 || !channel_scales_set(channels)) {
-        key_channel_scales(a.k.row(b, g, 0), a.seq_len, a.k.row_stride, hd, channels);
+        key_channel_scales(a.k.row(b, g, 0), a.channel_rows > 0 ? a.channel_rows : a.seq_len,
+                           a.k.row_stride, hd, channels);
       }
       for (std::int64_t i = 0; i < a.seq_len; ++i) {
         const std::int64_t slot = a.cache->slot(past + i);

@@ -316,6 +316,51 @@ TEST(AttentionExtensions, AWindowsRingMatchesTheWindowedCallOverEveryKey) {
   }
 }
 
+// A coded ring takes a long call ring_chunk tokens at a time, but sets a sequence's key channel
+// scales from all of the call's keys (core/int8.hpp: its prompt's), as a cache that takes the
+// call whole does: a window of 500 over a ring (capacity 5000) and over a cache too short to
+// need one (capacity 700 < its 896 slots), fed the same 700 tokens in one call whose key channel
+// 3 grows eightfold after token 300, hold the same codes, so their outputs differ by the
+// schedule's rounding only (scales from the first 256 keys alone moved them by 3.4e-3).
+TEST(AttentionExtensions, ACodedRingSetsItsChannelScalesFromTheWholeCall) {
+  const std::int64_t heads = 2, kv_heads = 1, d = 16, t = 700, window = 500;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const auto random = [&](std::int64_t n) {
+    std::vector<float> x(static_cast<std::size_t>(n));
+    for (float& e : x) e = u(rng);
+    return x;
+  };
+  const std::vector<float> q = random(heads * t * d), v = random(kv_heads * t * d);
+  std::vector<float> k = random(kv_heads * t * d);
+  for (std::int64_t i = 300; i < t; ++i) k[static_cast<std::size_t>(i * d + 3)] *= 8.0f;
+  int ran = 0;
+  for (const auto& [label, on] : mha_test::backend_cases()) {
+    if (!on->supports_attention(precision::fp32)) continue;
+    for (const precision kv : {precision::int8, precision::k8v4}) {
+      SCOPED_TRACE(label + " " + std::string(mha::to_string(kv)));
+      mha::kv_cache ring =
+          mha::make_attention_cache(*on, 1, 5000, kv_heads, d, kv, precision::fp32, window);
+      mha::kv_cache whole =
+          mha::make_attention_cache(*on, 1, t, kv_heads, d, kv, precision::fp32, window);
+      ASSERT_LT(ring.slots(), ring.capacity());
+      ASSERT_EQ(whole.slots(), whole.capacity());
+      std::vector<float> out_ring(q.size()), out_whole(q.size());
+      mha::attention_options o;
+      o.causal = true;
+      for (auto [cache, out] : {std::pair{&ring, &out_ring}, std::pair{&whole, &out_whole}}) {
+        mha::attention(*on, dense<const float>(q.data(), 1, heads, t, d),
+                       dense<const float>(k.data(), 1, kv_heads, t, d),
+                       dense<const float>(v.data(), 1, kv_heads, t, d), *cache,
+                       dense(out->data(), 1, heads, t, d), o);
+      }
+      EXPECT_LE(mha_test::max_abs_diff(out_ring, out_whole), 2e-5);
+      ++ran;
+    }
+  }
+  EXPECT_GE(ran, 6);
+}
+
 // A plan with a sliding window (config::window: a model folder's Mistral or Qwen2 layer): every
 // backend that computes it, in every formulation, with grouped heads and RoPE, against the
 // float64 reference over rows past the window; decoding through a cache (plain and int8) gives
