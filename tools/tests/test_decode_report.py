@@ -244,7 +244,7 @@ def test_a_real_decode_run_reads_and_reports(tmp_path):
     path = tmp_path / "decode.json"
     command = [MHA_BENCH, "--preset", "decode", "--batch", "1,2", "--past", "8,40", "--d-model", "32"]
     # Two formulations and no grouped K/V heads (--kv-heads 0 folds decode_kv into decode); each
-    # step in decode_cache's four (plan, cache) precision pairs.
+    # step in decode_cache's six (plan, cache) precision pairs.
     command += ["--heads", "2", "--kv-heads", "0", "--formulations", "wrapper,split_weight"]
     command += ["--backends", "naive", "--benchmark_min_time=0.01", "--quiet"]
     command += [f"--benchmark_out={path}", "--benchmark_out_format=json"]
@@ -255,9 +255,9 @@ def test_a_real_decode_run_reads_and_reports(tmp_path):
         assert key in doc["context"], key
     (results,) = load_machines([path])
     decode = results.decode().measurements
-    assert len(decode) == 2 * 2 * 4 * 2 and not results.forward().measurements
+    assert len(decode) == 2 * 2 * 6 * 2 and not results.forward().measurements
     pairs = {(k.shape.precision, k.shape.kv_precision) for k in decode}
-    assert pairs == {("fp32", ""), ("fp32", "int8"), ("bf16", ""), ("bf16", "int8")}
+    assert pairs == {(plan, cache) for plan in ("fp32", "bf16") for cache in ("", "int8", "k8v4")}
     for key, m in decode.items():
         assert key.shape.past in (8, 40) and key.shape.seq_len == 1
         assert key.name() + "/real_time" in {e["name"] for e in doc["benchmarks"]}
