@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The runs behind notes.md, on a 2-vCPU Intel Xeon VM with AMX: the k8v4 KV cache (int8 keys,
+# 4-bit values in turned groups of 32) beside int8, fp32 and bf16. mha built by scripts/test.sh
+# (build/test and its peers' environment); Gemma 3 270M's folder by scripts/gemma3-model.sh.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+out=${1:-build/k8v4}; mkdir -p "$out"
+# Decode attention alone over each cache format (nothing else on the machine while it runs).
+build/test/bench/bench_attention --benchmark_filter='decode_' --benchmark_min_time=0.3 \
+  --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true \
+  --benchmark_report_aggregates_only=true --benchmark_out="$out/decode.json" --benchmark_out_format=json
+# (inputs/decode-128k.json: the same over 128k alone, --benchmark_filter='decode_.*/b1/past131072'.)
+# Accuracy on the real model over real text, against sdpa's fp32 cache.
+export PYTHONPATH=tools:build/test/python PYTHONDONTWRITEBYTECODE=1
+py=build/peers-venv/bin/python
+scripts/gemma3-model.sh
+$py -m mhapy.model_accuracy --tokens "" --perplexity "" --caches mha_int8,mha_k8v4 --prefill 4096 \
+  --positions 1024 --greedy-steps 0 --retrieval-tokens 4096 --threads 2 --out "$out/acc-4k.json"
+$py -m mhapy.model_accuracy --tokens "" --perplexity "" --caches mha_int8,mha_k8v4 --prefill 8192 \
+  --positions 256 --greedy-steps 0 --retrieval-tokens 8192 --threads 2 --out "$out/acc-8k.json"
+$py -m mhapy.model_accuracy --tokens "" --perplexity "" --caches mha_int8,mha_k8v4 --prefill 32768 \
+  --positions 256 --greedy-steps 0 --threads 2 --out "$out/acc-32k.json"
