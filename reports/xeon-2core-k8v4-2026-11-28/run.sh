@@ -10,6 +10,11 @@ build/test/bench/bench_attention --benchmark_filter='decode_' --benchmark_min_ti
   --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true \
   --benchmark_report_aggregates_only=true --benchmark_out="$out/decode.json" --benchmark_out_format=json
 # (inputs/decode-128k.json: the same over 128k alone, --benchmark_filter='decode_.*/b1/past131072'.)
+# The module's decode step (projections included) with each coded cache.
+build/test/bench/mha_bench --preset decode --backends xsimd --formulations split_weight --batch 1 \
+  --past 8192,32768 --kv-precision int8,k8v4 --threads 1 --kv-heads 0 \
+  --benchmark_filter='din768/dout768/h12/kv_' --benchmark_repetitions=3 \
+  --benchmark_report_aggregates_only=true --benchmark_out="$out/module.json" --benchmark_out_format=json
 # Accuracy on the real model over real text, against sdpa's fp32 cache.
 export PYTHONPATH=tools:build/test/python PYTHONDONTWRITEBYTECODE=1
 py=build/peers-venv/bin/python
