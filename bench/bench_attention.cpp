@@ -41,8 +41,8 @@
 #include <vector>
 
 #include "backends/tbb/parallel.hpp"
+#include "cache_bytes.hpp"
 #include "core/text.hpp"
-#include "core/value4.hpp"
 #include "kernel_timing.hpp"
 #include "kernels/isa_kernels.hpp"
 #include "machine/stream_read.hpp"
@@ -227,21 +227,6 @@ struct decode_shape {
   std::int64_t batch, past, heads = 12, head_dim = 64;
 
   std::string name() const { return text("b", batch, "/past", past, "/h", heads, "/hd", head_dim); }
-  // The bytes of one cached token's key and value rows (one K/V head) in format kv.
-  double token_bytes(mha::precision kv) const {
-    const double hd = static_cast<double>(head_dim);
-    switch (kv) {
-      case mha::precision::int8:
-        return 2 * (hd + 4);
-      case mha::precision::k8v4:
-        return hd + 4 + std::ceil(hd / 2) +
-               4.0 * static_cast<double>(mha::detail::value4_groups(head_dim));
-      case mha::precision::bf16:
-        return 4 * hd;
-      default:
-        return 8 * hd;
-    }
-  }
 };
 
 // One sequence over 8k, 32k and 128k (a cache beyond a 2-vCPU VM's L3 share: 170-805 MB), a
@@ -286,7 +271,8 @@ void bm_decode(benchmark::State& state, decode_shape s, mha::precision kv, int t
   std::vector<float> want(static_cast<std::size_t>(rows));
   step(mha::naive_backend(), naive, want.data());
   state.SetLabel(text(mha::to_string(kv), " cache, tbb, ", mha::tbb_backend().description()));
-  const double bytes = s.token_bytes(kv) * static_cast<double>(s.batch * (s.past + 1) * s.heads);
+  const double bytes = mha_bench::cache_token_bytes(kv, s.head_dim) *
+                       static_cast<double>(s.batch * (s.past + 1) * s.heads);
   mha_bench::check_then_time(
       state, [&] { step(mha::tbb_backend(), cache, o.out.data()); },
       [&] {

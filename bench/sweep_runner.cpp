@@ -1,11 +1,10 @@
 #include "sweep_runner.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <exception>
 
-#include "core/value4.hpp"
+#include "cache_bytes.hpp"
 #include "mha_testing.hpp"
 #include "reference.hpp"
 
@@ -18,17 +17,8 @@ double decode_bytes(const mha::problem& p) {
                          (c.out_proj ? static_cast<double>(c.d_out) * c.d_out : 0.0);
   const auto element_bytes = [](mha::precision q) { return q == mha::precision::fp32 ? 4.0 : 2.0; };
   const mha::precision cache = p.cache_precision();
-  // A token's key and value rows: int8 one byte an element and a 4-byte word a row; k8v4 its key
-  // so and its value half a byte an element and a 4-byte word a group (core/value4.hpp).
-  const double hd = static_cast<double>(c.head_dim());
-  const double token_bytes =
-      cache == mha::precision::int8 ? 2.0 * (hd + 4)
-      : cache == mha::precision::k8v4
-          ? hd + 4 + std::ceil(hd / 2) +
-                4.0 * static_cast<double>(mha::detail::value4_groups(c.head_dim()))
-          : 2.0 * hd * element_bytes(cache);
   const double tokens = static_cast<double>(p.batch) * (p.past + p.seq_len) * cache_heads;
-  return weights * element_bytes(c.precision) + tokens * token_bytes;
+  return weights * element_bytes(c.precision) + tokens * cache_token_bytes(cache, c.head_dim());
 }
 
 void sweep_runner::run(benchmark::State& state, std::size_t index) {

@@ -114,6 +114,10 @@ struct attention_args {
   // where this call sets them (core/int8.hpp; 0: the call's own seq_len). A call taken in parts
   // (a ring's, mha::ring_chunk) sets them from all of its keys, not its first part's.
   std::int64_t channel_rows = 0;
+  // The rows that set the channel scales: channel_rows, or the call's own.
+  std::int64_t channel_scale_rows() const noexcept {
+    return channel_rows > 0 ? channel_rows : seq_len;
+  }
   score_mask mask;  // none unless set (never with a cache or dropout)
   // K and V are this call's alone (mha::attention): a block of few fp32 query rows may read them
   // where they lie instead of packing them (attention_layout::direct). A plan's forward leaves

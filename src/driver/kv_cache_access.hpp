@@ -167,33 +167,6 @@ void append(const attention_args& a, Convert to_element) noexcept {
 inline void append(const attention_args& a) noexcept {
   append<float>(a, [](float x) { return x; });
 }
-// ... into an int8 cache: each row quantised (quantize_row), a key over its head's channel
-// scales (set from the sequence's first call's keys: key_channel_scales).
-inline void append_int8(const attention_args& a) {
-  const head_view<std::uint8_t> k = keys<std::uint8_t>(*a.cache, a.head_dim),
-                                v = values<std::uint8_t>(*a.cache, a.head_dim);
-  std::vector<float> scaled(static_cast<std::size_t>(a.head_dim));
-  for (std::int64_t b = 0; b < a.batch; ++b) {
-    const std::int64_t past = a.cache->lengths[b];
-    for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
-      int8_row* rows = int8_rows(*a.cache, a.head_dim, b, g);
-      float* channels = int8_channels(*a.cache, a.head_dim, b, g);
-      if (past == 0 || !channel_scales_set(channels)) {
-        key_channel_scales(a.k.row(b, g, 0), a.channel_rows > 0 ? a.channel_rows : a.seq_len,
-                           a.k.row_stride, a.head_dim, channels);
-      }
-      for (std::int64_t i = 0; i < a.seq_len; ++i) {
-        const std::int64_t slot = a.cache->slot(past + i);
-        for (std::int64_t d = 0; d < a.head_dim; ++d)
-          scaled[static_cast<std::size_t>(d)] = scaled_key(a.k.row(b, g, i), channels, d);
-        rows[slot] = quantize_row(scaled.data(), a.head_dim, k.row(b, g, slot));
-        rows[a.cache->capacity + slot] =
-            quantize_row(a.v.row(b, g, i), a.head_dim, v.row(b, g, slot));
-      }
-    }
-  }
-}
-
 // A k8v4 cache (docs/design.md §1.7): its key codes and rows as int8's, its values as 4-bit
 // codes, two a byte (element d of a row in byte d / 2, the low half for even d), pairs(head_dim)
 // bytes a row after the key codes; after them, at a cache line, the int8_row of each key row,
@@ -227,27 +200,34 @@ inline float* k8v4_channels(const kv_store& c, std::int64_t head_dim, std::int64
   return reinterpret_cast<float*>(k8v4_value_rows(c, head_dim, b, g, c.capacity));
 }
 
-// ... into a k8v4 cache: keys as append_int8's, each value row turned and coded per group
-// (quantize_value4).
-inline void append_k8v4(const attention_args& a) {
-  const head_view<std::uint8_t> k = keys<std::uint8_t>(*a.cache, a.head_dim);
+// ... into an int8 or k8v4 cache: each key row over its head's channel scales (set from the
+// sequence's first call's keys: key_channel_scales) quantised (quantize_row); each value row so
+// (int8), or turned and coded per group, two codes a byte (k8v4: quantize_value4).
+inline void append_coded(const attention_args& a) {
+  const bool k8v4 = a.cache->format == precision::k8v4;
   const std::int64_t hd = a.head_dim;
+  const head_view<std::uint8_t> k = keys<std::uint8_t>(*a.cache, hd),
+                                v = values<std::uint8_t>(*a.cache, hd);
   std::vector<float> scaled(static_cast<std::size_t>(hd));
   std::vector<std::uint8_t> codes(static_cast<std::size_t>(hd));
   for (std::int64_t b = 0; b < a.batch; ++b) {
     const std::int64_t past = a.cache->lengths[b];
     for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
-      int8_row* rows = k8v4_key_rows(*a.cache, hd, b, g);
-      float* channels = k8v4_channels(*a.cache, hd, b, g);
+      int8_row* rows = k8v4 ? k8v4_key_rows(*a.cache, hd, b, g) : int8_rows(*a.cache, hd, b, g);
+      float* channels =
+          k8v4 ? k8v4_channels(*a.cache, hd, b, g) : int8_channels(*a.cache, hd, b, g);
       if (past == 0 || !channel_scales_set(channels)) {
-        key_channel_scales(a.k.row(b, g, 0), a.channel_rows > 0 ? a.channel_rows : a.seq_len,
-                           a.k.row_stride, hd, channels);
+        key_channel_scales(a.k.row(b, g, 0), a.channel_scale_rows(), a.k.row_stride, hd, channels);
       }
       for (std::int64_t i = 0; i < a.seq_len; ++i) {
         const std::int64_t slot = a.cache->slot(past + i);
         for (std::int64_t d = 0; d < hd; ++d)
           scaled[static_cast<std::size_t>(d)] = scaled_key(a.k.row(b, g, i), channels, d);
         rows[slot] = quantize_row(scaled.data(), hd, k.row(b, g, slot));
+        if (!k8v4) {
+          rows[a.cache->capacity + slot] = quantize_row(a.v.row(b, g, i), hd, v.row(b, g, slot));
+          continue;
+        }
         quantize_value4(a.v.row(b, g, i), hd, codes.data(),
                         k8v4_value_rows(*a.cache, hd, b, g, slot));
         std::uint8_t* to = k8v4_value_codes(*a.cache, hd, b, g, slot);

@@ -62,10 +62,8 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
     std::uint8_t* codes = static_cast<std::uint8_t*>(head);
     int8_row* scales = reinterpret_cast<int8_row*>(codes + l.scales_offset());
     float* channels = reinterpret_cast<float*>(codes + l.channels_offset());
-    if (first) {
-      key_channel_scales(k, args.channel_rows > 0 ? args.channel_rows : j1 - j0, args.k.row_stride,
-                         l.head_dim, channels);
-    }
+    if (first)
+      key_channel_scales(k, args.channel_scale_rows(), args.k.row_stride, l.head_dim, channels);
     const std::int64_t rows = l.key_rows(), kr = l.scores.nr, vr = l.values.nr;
     const std::int64_t key_panel = 2 * pairs(l.head_dim) * kr;  // bytes of a K^T panel
     // Each row's codes a chunk at a time into `chunk` (contiguous floats to contiguous bytes, a

@@ -191,11 +191,7 @@ class naive_kernels : public detail::sequential_execution {
       // not rounded to bf16; the queries are, in a bf16 plan, as its operands are. k8v4: its keys
       // so, each value row's groups read back (scale code + offset) and turned back.
       const bool k8v4 = a.cache->format == precision::k8v4;
-      if (k8v4) {
-        cache::append_k8v4(a);
-      } else {
-        cache::append_int8(a);
-      }
+      cache::append_coded(a);
       const auto keys = cache::keys<std::uint8_t>(*a.cache, a.head_dim),
                  values = cache::values<std::uint8_t>(*a.cache, a.head_dim);
       std::vector<float> q;

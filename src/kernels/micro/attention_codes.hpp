@@ -39,8 +39,11 @@ struct code_scales {
   const int8_row* rows;
   std::int64_t key_rows;
   std::int64_t groups = 1;
+  // The values are a k8v4 cache's 4-bit codes (value4_row words) rather than int8's.
+  bool four_bit = false;
+
   // What a value word's zero counts: steps (int8_row), or sixteenths of one (value4_row).
-  float zero_unit = 1.0f;
+  float zero_unit() const noexcept { return four_bit ? 0.0625f : 1.0f; }
 
   const int8_row* key_rows_at(std::int64_t j) const noexcept { return rows + j; }
   const int8_row* value_rows_at(std::int64_t group, std::int64_t j) const noexcept {
@@ -115,7 +118,7 @@ struct code_scales {
     static_assert(chunk % (2 * lanes) == 0, "a chunk of whole pairs of batches");
     const batch minus_shift(-shift), c(scale), zero(0.0f);
     // 4-bit values' P V reads whole word rows of 8 keys (nibble_panels): pairs of 4.
-    const std::int64_t granule = zero_unit == 1.0f ? 1 : 4;
+    const std::int64_t granule = four_bit ? 4 : 1;
     batch sum(0.0f);
     for (std::int64_t g = 0; g < groups; ++g) to.offsets[g] = 0.0f;
     // The chunk from key c0; Whole: all of its keys within len (no lane past it).
@@ -142,7 +145,7 @@ struct code_scales {
           const std::int64_t j = c0 + i * lanes;
           w[i] = zero;
           if (!Whole && j >= len) continue;
-          factors<Arch> value = unpack<Arch>(words + j, zero_unit);
+          factors<Arch> value = unpack<Arch>(words + j, zero_unit());
           if (!Whole && j + lanes > len) {  // the lanes past len: no offset (a NaN row's too)
             const auto inside = lane_index<Arch>() < batch(static_cast<float>(len - j));
             value = {xsimd::select(inside, value.scale, zero),

@@ -57,7 +57,7 @@ struct packed_attention : attention_block<Arch, Dot> {
   const int8_row* scales;
 
   code_scales<Arch> code_terms() const noexcept {
-    return {scales, layout.key_rows(), layout.value_groups(), layout.values4 ? 0.0625f : 1.0f};
+    return {scales, layout.key_rows(), layout.value_groups(), layout.values4};
   }
 
   void run() const noexcept {
@@ -238,86 +238,52 @@ struct packed_attention : attention_block<Arch, Dot> {
   // integers, not even 0 * NaN; no diagonal row by row. The keys go in chunks of
   // weight_chunk_keys, each chunk's integer sums (code_pair_dot over its pairs of keys) scaled
   // by the rows' chunk scales into O (add_chunk); then each row gains its sum of p_j offset_j.
+  // k8v4 (attention_layout::values4): each panel's weights, chunk scales and offsets are those of
+  // the group of the values it lies in (a panel of nr columns, nr dividing value4_group, never
+  // straddles two), and V's codes are read a word row of 8 keys at a time (nibble_panels: a
+  // chunk's keys rounded up to 8, whose weight codes past a row's keys are 0).
   template <class T>
   void code_values(std::int64_t j0, std::int64_t j1) const noexcept {
-    if (layout.values4) return nibble_values<T>(j0, j1);
+    static_assert(value4_group % T::nr == 0, "a panel within one group of the values");
+    const bool four_bit = layout.values4;
     const std::int64_t panels = layout.acc_cols / T::nr, wu = this->weight_units();
-    const std::int64_t chunks = layout.weight_chunks(), stride = value_rows() * T::nr;
+    const std::int64_t groups = layout.value_groups(), chunks = layout.weight_chunks();
+    // A panel's units: code pairs, pairs(kv_rows) rows of them; or 32-bit words of 8 keys each.
+    const std::int64_t stride = (four_bit ? layout.key_rows() / 8 : value_rows()) * T::nr;
     for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
       const std::int64_t kc = block_keys(r, r + R, j0, j1).kc;
       if (kc <= 0) return;  // no keys here for these rows: rescale is 1, nothing to add
       constexpr int block_rows = decltype(R)::value;
       const auto add = [&]<int P>(std::integral_constant<int, P>, std::int64_t p) {
-        constexpr int nv = P * T::nv, cols = P * T::nr;
-        float sums[block_rows * cols];
-        // Panels [p, p + P)'s pair rows from key j0 (even: a key tile is a multiple of the lanes).
-        const panel_unit* panel = v + p * stride + j0 / 2 * T::nr;
-        float* o = scratch.accumulators + r * layout.acc_cols + p * T::nr;
-        const std::int64_t ldo = layout.acc_cols;
-        for (std::int64_t c0 = 0; c0 < kc; c0 += weight_chunk_keys) {
-          const std::int64_t units = pairs(std::min(weight_chunk_keys, kc - c0));
-          panels_kernel<T, block_rows, P, Dot>(units, weights() + r * wu + c0 / 2, wu,
-                                               panel + c0 / 2 * T::nr, stride, sums, cols,
-                                               start_bias<T>{nullptr});
-          const float* s = scratch.weight_scales + r * chunks + c0 / weight_chunk_keys;
-          using terms = code_scales<Arch>;
-          if (c0 > 0) {
-            terms::template add_chunk<T, block_rows, nv>(sums, cols, s, chunks, o, ldo,
-                                                         start_sum<T>{o, ldo});
-          } else if (j0 == task.key_begin) {
-            terms::template add_chunk<T, block_rows, nv>(sums, cols, s, chunks, o, ldo,
-                                                         start_bias<T>{nullptr});
-          } else {
-            terms::template add_chunk<T, block_rows, nv>(
-                sums, cols, s, chunks, o, ldo, start_scaled<T>{o, ldo, scratch.rescale + r});
-          }
-        }
-        for (int q = 0; q < P; ++q) {
-          code_scales<Arch>::template add_value_offsets<T>(scratch.value_offsets + r, 1, block_rows,
-                                                           o + q * T::nr, ldo);
-        }
-      };
-      // A row block too short to hide the latency takes several panels at once.
-      for_panel_groups<panels_for<T, block_rows>>(0, panels, add);
-    });
-  }
-
-  // k8v4: code_values over 4-bit values (attention_layout::values4). The same steps, with each
-  // panel's rows' weights, chunk scales and offsets those of the group the panel lies in (a
-  // panel of nr columns, nr dividing value4_group, never straddles two), and V's codes read a
-  // word row of 8 keys at a time (nibble_panels: a chunk's keys rounded up to 8, whose weight
-  // codes past a row's keys are 0).
-  template <class T>
-  void nibble_values(std::int64_t j0, std::int64_t j1) const noexcept {
-    static_assert(value4_group % T::nr == 0, "a panel within one group of the values");
-    const std::int64_t panels = layout.acc_cols / T::nr, wu = this->weight_units();
-    const std::int64_t groups = layout.value_groups(), chunks = layout.weight_chunks();
-    const std::int64_t stride = layout.key_rows() / 8 * T::nr;  // words of a panel
-    const auto* words = reinterpret_cast<const std::uint32_t*>(v);
-    for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
-      const std::int64_t kc = this->block_keys(r, r + R, j0, j1).kc;
-      if (kc <= 0) return;  // no keys here for these rows: rescale is 1, nothing to add
-      constexpr int block_rows = decltype(R)::value;
-      const auto add = [&]<int P>(std::integral_constant<int, P>, std::int64_t p) {
         constexpr int cols = P * T::nr;
         float sums[block_rows * cols];
-        const std::uint32_t* panel = words + p * stride + j0 / 8 * T::nr;
         const std::int64_t ldo = layout.acc_cols;
         float* o = scratch.accumulators + r * ldo + p * T::nr;
+        // Each panel's group of the values (one group with int8).
         std::int64_t group[P];
-        for (int q = 0; q < P; ++q) group[q] = (p + q) * T::nr / value4_group;
+        for (int q = 0; q < P; ++q) group[q] = four_bit ? (p + q) * T::nr / value4_group : 0;
         for (std::int64_t c0 = 0; c0 < kc; c0 += weight_chunk_keys) {
           const std::int64_t keys = std::min(weight_chunk_keys, kc - c0);
-          const query_pair* a[P];
-          for (int q = 0; q < P; ++q) a[q] = weights() + (r * groups + group[q]) * wu + c0 / 2;
-          nibble_panels<T, block_rows, P>((keys + 7) / 8, a, groups * wu, panel + c0 / 8 * T::nr,
-                                          stride, sums, cols);
+          if (four_bit) {
+            const query_pair* a[P];
+            for (int q = 0; q < P; ++q) a[q] = weights() + (r * groups + group[q]) * wu + c0 / 2;
+            const auto* words = reinterpret_cast<const std::uint32_t*>(v);
+            nibble_panels<T, block_rows, P>((keys + 7) / 8, a, groups * wu,
+                                            words + p * stride + (j0 + c0) / 8 * T::nr, stride,
+                                            sums, cols);
+          } else {
+            // Panels [p, p + P)'s pair rows from key j0 + c0 (even: a key tile is a multiple of
+            // the lanes).
+            panels_kernel<T, block_rows, P, Dot>(pairs(keys), weights() + r * wu + c0 / 2, wu,
+                                                 v + p * stride + (j0 + c0) / 2 * T::nr, stride,
+                                                 sums, cols, start_bias<T>{nullptr});
+          }
           for (int q = 0; q < P; ++q) {
             const float* s =
                 scratch.weight_scales + (r * groups + group[q]) * chunks + c0 / weight_chunk_keys;
             float* oq = o + q * T::nr;
-            using terms = code_scales<Arch>;
             const float* part = sums + q * T::nr;
+            using terms = code_scales<Arch>;
             if (c0 > 0) {
               terms::template add_chunk<T, block_rows, T::nv>(part, cols, s, groups * chunks, oq,
                                                               ldo, start_sum<T>{oq, ldo});
@@ -337,6 +303,7 @@ struct packed_attention : attention_block<Arch, Dot> {
               ldo);
         }
       };
+      // A row block too short to hide the latency takes several panels at once.
       for_panel_groups<panels_for<T, block_rows>>(0, panels, add);
     });
   }
