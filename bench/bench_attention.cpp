@@ -20,7 +20,7 @@
 // and pct_peak against threads x the measured FP32 FMA peak of one core, of the ISA the kernel
 // runs.
 // And a decode step's attention alone over a KV cache, per cache format:
-//   decode_<fp32|bf16|int8|k8v4>/b<B>/past<P>/h12/hd64  one new token per sequence through
+//   decode_<fp32|bf16|int8|k8v4|int4>/b<B>/past<P>/h12/hd64  one new token per sequence through
 //            mha::attention over an attention cache (mha::make_attention_cache) holding P tokens,
 //            on the tbb backend, rolled back after each step (kv_cache::truncate); at (B, P) =
 //            (1, 8k), (1, 32k), (1, 128k), (8, 8k), (32, 2k). Checked against the naive backend's

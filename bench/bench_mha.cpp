@@ -377,7 +377,8 @@ void add_sweep_context(const command_line& cmd, const sweep_shapes& sweep, const
       "(mha_reference::forward_rows) on batch elements {0, B-1} x tokens {0, T/3, 2T/3, T-1}; "
       "passes when max|y - reference| <= mha_check_tolerance * max|reference| "
       "(mha_check_tolerance_bf16 for bf16: the oracle then rounds as the module does; with an "
-      "int8 or k8v4 KV cache plus that cache's derived bound, mha_reference::int8_cache_bound, "
+      "int8, k8v4 or int4 KV cache plus that cache's derived bound, "
+      "mha_reference::int8_cache_bound, "
       "over max|reference|)");
   benchmark::AddCustomContext("mha_check_tolerance", printed("%g", opt.tolerance));
   benchmark::AddCustomContext("mha_check_tolerance_bf16",

@@ -75,13 +75,13 @@ std::vector<series> decode(int hw) {
   grouped.kv_heads = {3, 1};
   grouped.past = {2048, 8192, 32768};
   // The KV cache's precisions (docs/design.md §1.7): fp32 and bf16 plans, each with its own
-  // cache and with an int8 and a k8v4 one, for one sequence over a long context and a batch over
-  // a middle one (the fp32 points are the decode series').
+  // cache and with an int8, a k8v4 and an int4 one, for one sequence over a long context and a
+  // batch over a middle one (the fp32 points are the decode series').
   series cache{"decode_cache", {1, 32}, {1}, {gpt2_heads}, {gpt2_d_model}, 0, one_and_all(hw)};
   cache.past = {2048, 8192};
   cache.precisions = {mha::precision::fp32, mha::precision::bf16};
   cache.kv_precisions = {mha::precision::fp32, mha::precision::bf16, mha::precision::int8,
-                         mha::precision::k8v4};
+                         mha::precision::k8v4, mha::precision::int4};
   // Long contexts: one sequence over 32k and 128k cached tokens in each cache precision (the
   // fp32 cache of 128k tokens is 805 MB: it fits where mha runs).
   series long_context = cache;

@@ -22,7 +22,8 @@ namespace mha_bench {
 // a bf16 one) and the keys and values of every cached and new token once (kv_heads K/V heads in
 // every formulation), each row of head_dim elements in the cache's precision: 4 or 2 bytes an
 // element, or 1 byte an element and a 4-byte word of scale and zero a row (int8; k8v4's value
-// rows half a byte an element and a word a group of 32: docs/design.md §1.7).
+// rows half a byte an element and a word a group of 32, int4's key rows so too with a word per
+// channel a group of 64 tokens: docs/design.md §1.7).
 double decode_bytes(const mha::problem& p);
 
 // Shared by every benchmark of the sweep. Google Benchmark calls one benchmark function several

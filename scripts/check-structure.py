@@ -54,7 +54,17 @@ LAYERS = [
         "shared utilities",
         [
             f"src/core/{name}.hpp"
-            for name in ("bf16", "int8", "value4", "text", "checks", "feature_probes", "philox", "dropout")
+            for name in (
+                "bf16",
+                "int8",
+                "value4",
+                "key4",
+                "text",
+                "checks",
+                "feature_probes",
+                "philox",
+                "dropout",
+            )
         ],
     ),
     # What the driver, the backends and the kernels all pass: an attention call's arguments,

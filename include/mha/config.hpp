@@ -13,26 +13,31 @@ namespace mha {
 // The number format a plan computes in (docs/design.md §1.5), and the one a KV cache keeps its
 // keys and values in (§1.7). fp32 is the function of §1 as written; bf16 rounds the weights and
 // the operands of every product to bfloat16 and sums in fp32: naive, xsimd and tbb compute it on
-// every CPU, onednn where its kernels are bf16-native (backend::supports says). int8 and k8v4
-// are a KV cache's formats only: int8 stores each cached key and value row as 8-bit codes with a
-// scale and an offset of its own; k8v4 its keys so and its values as 4-bit codes, each group of
-// 32 elements turned and given a scale and an offset (docs/design.md §1.7).
+// every CPU, onednn where its kernels are bf16-native (backend::supports says). int8, k8v4 and
+// int4 are a KV cache's formats only: int8 stores each cached key and value row as 8-bit codes
+// with a scale and an offset of its own; k8v4 its keys so and its values as 4-bit codes, each
+// group of 32 elements turned and given a scale and an offset; int4 its values as k8v4's and its
+// keys as 4-bit codes with a scale and an offset per channel of each group of 64 tokens, the
+// newest tokens of an unfilled group kept exact (docs/design.md §1.7).
 enum class precision {
   fp32,
   bf16,
   int8,
   k8v4,
+  int4,
 };
 
-// Whether a KV cache of p keeps codes (int8, k8v4), read by a plan of either precision.
-constexpr bool coded(precision p) noexcept { return p == precision::int8 || p == precision::k8v4; }
+// Whether a KV cache of p keeps codes (int8, k8v4, int4), read by a plan of either precision.
+constexpr bool coded(precision p) noexcept {
+  return p == precision::int8 || p == precision::k8v4 || p == precision::int4;
+}
 
 // The formats a KV cache may keep, and their names for messages.
 inline constexpr precision cache_precisions[] = {precision::fp32, precision::bf16, precision::int8,
-                                                 precision::k8v4};
-inline constexpr std::string_view cache_precision_names = "fp32, bf16, int8 or k8v4";
+                                                 precision::k8v4, precision::int4};
+inline constexpr std::string_view cache_precision_names = "fp32, bf16, int8, k8v4 or int4";
 
-// "fp32", "bf16", "int8" or "k8v4".
+// "fp32", "bf16", "int8", "k8v4" or "int4".
 std::string_view to_string(precision p) noexcept;
 
 // Inverse of to_string(precision); throws mha::invalid_argument listing the valid names.

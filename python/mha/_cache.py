@@ -2,9 +2,10 @@
 (docs/python.md "A KV cache for attention calls"; include/mha/attention.hpp's
 make_attention_cache). A model that projects and rotates its own queries, keys and values
 decodes through it: each call appends the new tokens' keys and values, in fp32, bf16, int8
-(codes with a scale and an offset per token and K/V head) or k8v4 (int8's keys, values as 4-bit
-codes of turned groups of 32), and attends over all the sequence holds, reading the codes where
-they lie."""
+(codes with a scale and an offset per token and K/V head), k8v4 (int8's keys, values as 4-bit
+codes of turned groups of 32) or int4 (k8v4's values, keys as 4-bit codes per channel of each
+group of 64 tokens, the newest exact), and attends over all the sequence holds, reading the codes
+where they lie."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from . import _mha
 from ._arguments import _check_heads, _describe, _expanded_keys, _in_place, _mixed, _numpy_operand
 from ._mha import InvalidArgument, Unsupported
 
-_KV = ("fp32", "bf16", "int8", "k8v4")
+_KV = ("fp32", "bf16", "int8", "k8v4", "int4")
 _PRECISIONS = ("fp32", "bf16")
 
 
@@ -25,8 +26,10 @@ class AttentionCache:
     """An empty KV cache for `batch` sequences of up to `capacity` tokens, `kv_heads` K/V heads
     of `head_dim`, its bytes allocated now: keys and values kept in `kv` ("int8", the default:
     codes with a scale and an offset per token and head; "k8v4": int8's keys, 4-bit values in
-    turned groups of 32 with a scale and an offset each, 0.8x int8's bytes; "bf16"; "fp32"), the
-    attention computed
+    turned groups of 32 with a scale and an offset each, 0.8x int8's bytes; "int4": k8v4's values,
+    4-bit keys with a scale and an offset per channel of each group of 64 tokens, the newest
+    group's kept exact, 0.56x int8's bytes, rolled back only within its last 128 tokens' exact
+    keys; "bf16"; "fp32"), the attention computed
     in `precision` ("fp32" or "bf16"; None: bf16 for a bf16 cache, else fp32), on `backend` (a
     name of mha.backends() whose attention calls take a cache: xsimd, tbb, naive; None: the
     default). mha.attention(q, k, v, cache=this) appends and attends. One caller at a time (a
@@ -93,7 +96,7 @@ class AttentionCache:
 
     @property
     def kv(self) -> str:
-        """What the keys and values are kept in: fp32, bf16, int8 or k8v4."""
+        """What the keys and values are kept in: fp32, bf16, int8, k8v4 or int4."""
         return self._cache.precision
 
     @property

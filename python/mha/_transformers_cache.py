@@ -243,7 +243,8 @@ class MhaCache(Cache):
     model loaded with attn_implementation="mha": one mha.AttentionCache per layer, up to `capacity`
     tokens per sequence (the prompt and every new token), keys and values in `kv` ("int8", the
     default: codes with a scale and an offset per token and K/V head, read in place by the decode
-    kernels; "k8v4": int8's keys, 4-bit values in turned groups of 32; "bf16"; "fp32"), on
+    kernels; "k8v4": int8's keys, 4-bit values in turned groups of 32; "int4": k8v4's values,
+    4-bit keys per channel of each group of 64 tokens; "bf16"; "fp32"), on
     `backend` (None: the default). config: the model's (its
     num_hidden_layers, and each layer's kind as transformers' caches read it: a sliding layer's
     cache keeps its window's last tokens, Gemma 2/3's, Mistral's, Qwen2's and gpt-oss's). A

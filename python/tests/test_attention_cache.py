@@ -85,6 +85,29 @@ VALUE4_WEIGHT_ERROR = math.sqrt(32) * 15 * 32 / (2 * 32767) * 2 * (1 + 1 / 128) 
 K8V4_KERNELS_TOLERANCE = math.sqrt(32) * VALUE4_WEIGHT_ERROR + 1e-3
 
 
+def decode_steps(caches, steps, heads):
+    """Per call of `steps` tokens: random q, k, v in [-1, 1] (the same for every cache: seed 7)
+    and each cache's causal bottom-right mha.attention over them, by name."""
+    cache = next(iter(caches.values()))
+    batch, kv_heads, head_dim = cache.batch, cache.kv_heads, cache.head_dim
+    g = torch.Generator().manual_seed(7)
+    for tokens in steps:
+        q = torch.rand(batch, heads, tokens, head_dim, generator=g) * 2 - 1
+        k = torch.rand(batch, kv_heads, tokens, head_dim, generator=g) * 2 - 1
+        v = torch.rand(batch, kv_heads, tokens, head_dim, generator=g) * 2 - 1
+        yield (
+            q,
+            k,
+            v,
+            {
+                name: mha.attention(
+                    q, k, v, is_causal=True, causal_alignment="bottom_right", enable_gqa=True, cache=c
+                )
+                for name, c in caches.items()
+            },
+        )
+
+
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "naive"])
 def test_a_k8v4_decode_stream_matches_the_naive_reference(backend):
     """k8v4 (int8 keys, 4-bit values in turned groups of 32) fed the same stream on a SIMD backend
@@ -97,18 +120,8 @@ def test_a_k8v4_decode_stream_matches_the_naive_reference(backend):
     }
     assert caches["k8v4"].kv == "k8v4" and "kv='k8v4'" in repr(caches["k8v4"])
     assert 0.75 < caches["k8v4"].nbytes / caches["int8"].nbytes < 0.82
-    g = torch.Generator().manual_seed(7)
     keys, values, far = [], [], {"k8v4": 0.0, "int8": 0.0}
-    for tokens in [9, 1, 1, 4, 1]:
-        q = torch.rand(batch, heads, tokens, head_dim, generator=g) * 2 - 1
-        k = torch.rand(batch, kv_heads, tokens, head_dim, generator=g) * 2 - 1
-        v = torch.rand(batch, kv_heads, tokens, head_dim, generator=g) * 2 - 1
-        out = {
-            name: mha.attention(
-                q, k, v, is_causal=True, causal_alignment="bottom_right", enable_gqa=True, cache=c
-            )
-            for name, c in caches.items()
-        }
+    for q, k, v, out in decode_steps(caches, [9, 1, 1, 4, 1], heads):
         assert (out["k8v4"] - out["naive"]).abs().max().item() <= K8V4_KERNELS_TOLERANCE
         keys.append(k)
         values.append(v)
@@ -125,6 +138,30 @@ def test_a_k8v4_decode_stream_matches_the_naive_reference(backend):
     step = (turned.amax(-1) - turned.amin(-1)).max().item() * 16 / 247 * (1 + 1 / 128)
     assert far["int8"] < far["k8v4"] <= math.sqrt(32) * step / 2 + far["int8"], (far, step)
     assert caches["k8v4"].lengths == [16, 16]
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "naive"])
+def test_an_int4_decode_stream_matches_the_naive_reference(backend):
+    """int4 (k8v4's values, keys as 4-bit codes per channel of each group of 64 tokens, the newest
+    exact) fed the same stream on a SIMD backend and on naive, its reference: the same codes, the
+    kernels' 16-bit weights and queries apart, across group ends (63, 64, 127, 128) and a chunk
+    that fills a group; 0.56x int8's bytes a token at head_dim 64 (plus each head's 128 recent
+    exact keys); a rollback past those exact keys is refused by name, one into them is not."""
+    batch, heads, kv_heads, head_dim = 2, 4, 2, 64
+    caches = {
+        name: mha.AttentionCache(batch, 4096, kv_heads, head_dim, kv=kv, backend=on)
+        for name, kv, on in (("int4", "int4", backend), ("naive", "int4", "naive"), ("int8", "int8", backend))
+    }
+    assert caches["int4"].kv == "int4" and "kv='int4'" in repr(caches["int4"])
+    recent = batch * kv_heads * 128 * (head_dim * 4 + 8)
+    assert 0.55 < (caches["int4"].nbytes - recent) / caches["int8"].nbytes < 0.57
+    for _, _, _, out in decode_steps(caches, [62, 1, 1, 1, 60, 1, 1, 70], heads):
+        assert (out["int4"] - out["naive"]).abs().max().item() <= K8V4_KERNELS_TOLERANCE
+    assert caches["int4"].lengths == [197, 197]
+    with pytest.raises(mha.InvalidArgument, match="an int4 cache codes its keys in groups of 64"):
+        caches["int4"].truncate(0, 10)
+    caches["int4"].truncate(0, 150)  # into the last coded group (128..191): its keys are exact
+    assert caches["int4"].lengths == [150, 197]
 
 
 def test_numpy_operands_and_what_the_cache_says():
@@ -176,8 +213,8 @@ def test_what_a_call_over_a_cache_refuses():
         call(causal_alignment="top_left")
     mha.attention(q[:, :, :1], q[:, :, :1], q[:, :, :1], cache=cache)  # one token: no flag needed
     assert cache.lengths == [4]
-    with pytest.raises(mha.InvalidArgument, match="kv 'int4' is not one of"):
-        mha.AttentionCache(1, 4, 1, 8, kv="int4")
+    with pytest.raises(mha.InvalidArgument, match="kv 'int2' is not one of"):
+        mha.AttentionCache(1, 4, 1, 8, kv="int2")
     with pytest.raises(mha.InvalidArgument, match="a bf16 cache is computed in bf16"):
         mha.AttentionCache(1, 4, 1, 8, kv="bf16", precision="fp32")
     with pytest.raises(mha.InvalidArgument, match="capacity"):
@@ -186,7 +223,7 @@ def test_what_a_call_over_a_cache_refuses():
         mha.AttentionCache(1, 4, 1, 8, backend="onednn")
 
 
-@pytest.mark.parametrize("kv", ["fp32", "bf16", "int8", "k8v4"])
+@pytest.mark.parametrize("kv", ["fp32", "bf16", "int8", "k8v4", "int4"])
 def test_plain_cache_calls_are_read_in_cpp_with_the_general_paths_bits(kv, monkeypatch):
     """A prefill and decode steps through two caches alike, one by the C++ reader (float32 tensors,
     K and V in (B, T, H, D) buffers seen as (B, H, T, D)), one by the general path: the same

@@ -223,9 +223,11 @@ const command& run_command() {
       "                     none, chunks from the start); 0 <= N <= tokens\n"
       "  --chunk S          with --incremental: tokens per later call (default 1)\n"
       "  --kv-precision P   with --incremental: the cache keeps keys and values in fp32, bf16,\n"
-      "                     int8 or k8v4 (default: the plan's --precision; int8: codes with a\n"
-      "                     scale and offset per token, a quarter of fp32's bytes; k8v4: int8's\n"
-      "                     keys, 4-bit values in groups of 32, a fifth of fp32's bytes)\n",
+      "                     int8, k8v4 or int4 (default: the plan's --precision; int8: codes\n"
+      "                     with a scale and offset per token, a quarter of fp32's bytes; k8v4:\n"
+      "                     int8's keys, 4-bit values in groups of 32, a fifth of fp32's bytes;\n"
+      "                     int4: k8v4's values, 4-bit keys per channel of each 64 tokens, the\n"
+      "                     newest exact, about a seventh of fp32's bytes)\n",
       {"backend", "formulation", "weights", "model", "layer", "prefix", "input", "output", "heads",
        "kv-heads", "rope-base", "context-length", "precision", "threads", "dropout", "seed",
        "prefill", "chunk", "kv-precision"},

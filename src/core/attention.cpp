@@ -435,7 +435,7 @@ kv_cache make_attention_cache(const backend& backend, std::int64_t batch, std::i
   if (!coded(kv) && kv != compute) {
     throw invalid_argument(text(made, ": a ", to_string(kv), " cache is computed in ",
                                 to_string(kv), ", not ", to_string(compute),
-                                " (an int8 or k8v4 cache in either)"));
+                                " (an int8, k8v4 or int4 cache in either)"));
   }
   if (batch < 1 || capacity < 1 || kv_heads < 1 || head_dim < 1) {
     throw invalid_argument(text(made, ": batch (", batch, "), capacity (", capacity,

@@ -34,7 +34,8 @@ namespace mha::detail {
 // What a backend computes beyond the default (fp32 multi-head attention, full forward).
 struct computed_axes {
   bool grouped_kv = false, decode = false, bf16 = false;
-  bool coded_cache = false;  // a KV cache of int8 or k8v4 with a plan of either precision (§1.7)
+  bool coded_cache = false;  // a KV cache of int8, k8v4 or int4 with a plan of either precision
+                             // (§1.7)
   bool extensions = false;   // config::window, softcap and sinks (§1.9)
 };
 

@@ -366,6 +366,8 @@ std::string_view to_string(precision p) noexcept {
       return "int8";
     case precision::k8v4:
       return "k8v4";
+    case precision::int4:
+      return "int4";
   }
   return "unknown";
 }

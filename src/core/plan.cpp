@@ -8,6 +8,7 @@
 #endif
 
 #include "core/checks.hpp"
+#include "core/key4.hpp"
 #include "core/text.hpp"
 #include "mha/backend.hpp"
 #include "mha/error.hpp"
@@ -160,6 +161,21 @@ void kv_cache::truncate(std::int64_t b, std::int64_t length) {
                                 ring_chunk,
                                 " tokens past the window, so at most that many can be taken back"));
   }
+  if (precision_ == mha::precision::int4 && length < held) {
+    // Its keys are coded in channel groups of 64 tokens: the group a rollback leaves unfilled
+    // must have its keys exact (core/key4.hpp keeps the last 128 positions').
+    for (std::int64_t g = 0; g < heads_; ++g) {
+      std::byte* head = data_.get() + (b * heads_ + g) * head_bytes_;
+      if (detail::key4_can_truncate(detail::key4_positions(head, head_bytes_), length)) continue;
+      throw invalid_argument(
+          text("kv_cache: truncate sequence ", b, " from ", held, " to ", length,
+               " tokens: an int4 cache codes its keys in groups of ", detail::key4_group,
+               " tokens and keeps the exact keys of its last ", detail::key4_recent,
+               " positions only; tokens ", detail::key4_coded_end(length), " to ", length - 1,
+               " would be left uncoded without them (take it back to ",
+               detail::key4_coded_end(length), ", a whole group, instead)"));
+    }
+  }
   lengths_[static_cast<std::size_t>(b)] = length;
 }
 
@@ -277,7 +293,8 @@ support detail::supports_axes(const problem& p, computed_axes axes) {
   if (!axes.extensions && p.cfg.softcap > 0.0) {
     return support::no(text("logit soft-capping (softcap ", p.cfg.softcap, ") is not implemented"));
   }
-  // The kernel sets keep a cache in their plan's precision, or (coded_cache) in int8 or k8v4.
+  // The kernel sets keep a cache in their plan's precision, or (coded_cache) in int8, k8v4 or
+  // int4.
   const precision kv = p.cache_precision();
   if (kv != p.cfg.precision && !(axes.coded_cache && coded(kv))) {
     if (std::find(std::begin(cache_precisions), std::end(cache_precisions), kv) ==

@@ -157,7 +157,7 @@ constexpr part parts[] = {
        }
        return false;
      }},
-    {"kv_", "kv_<fp32, bf16, int8 or k8v4>", false,
+    {"kv_", "kv_<fp32, bf16, int8, k8v4 or int4>", false,
      [](const problem& p) {
        return value_if(p.cache_precision() != p.cfg.precision, to_string(p.cache_precision()));
      },

@@ -11,6 +11,7 @@
 
 #include "common/attention_args.hpp"
 #include "core/int8.hpp"
+#include "core/key4.hpp"
 #include "core/text.hpp"
 #include "core/value4.hpp"
 #include "mha/error.hpp"
@@ -62,12 +63,12 @@ struct kv_cache_access {
 };
 
 // Refuses, before anything is appended, the new keys or values (a.k, a.v) of a call into an
-// int8 or k8v4 cache that the format cannot hold: a finite value of magnitude 2^127 or more (a key
-// of 2^124: its channel scale may grow it 8 times; a k8v4 value of 2^124: turning its group may
-// grow it sqrt(32) times), whose row's steps would pass float's range (int8_row and value4_row
-// read such a row as NaN, and a NaN out of finite inputs is no answer). NaN and Inf pass: they
-// propagate as IEEE arithmetic does (docs/design.md §1.2, §1.7). mha::invalid_argument names
-// `where`, the element and the range.
+// int8, k8v4 or int4 cache that the format cannot hold: a finite value of magnitude 2^127 or more
+// (a key of 2^124: its channel scale may grow it 8 times; a k8v4 value of 2^124: turning its group
+// may grow it sqrt(32) times; an int4 key of 2^126: a channel's range may double it), whose steps
+// would pass float's range (int8_row and value4_row read such a row as NaN, and a NaN out of finite
+// inputs is no answer). NaN and Inf pass: they propagate as IEEE arithmetic does (docs/design.md
+// §1.2, §1.7). mha::invalid_argument names `where`, the element and the range.
 inline void check_coded_range(std::string_view where, const attention_args& a) {
   // Keys are divided by their channel scales first (key_channel_scales), at least
   // key_channel_floor: up to 8 times their size.
@@ -88,10 +89,16 @@ inline void check_coded_range(std::string_view where, const attention_args& a) {
       }
     }
   };
-  check(a.k, "a key", 0x1p124f,
-        "keys of magnitude below 2^124 (2.1267648e37: its channel scales grow them up to 8 "
-        "times)");
-  if (a.cache->format == precision::k8v4) {
+  if (a.cache->format == precision::int4) {
+    check(a.k, "a key", 0x1p126f,
+          "keys of magnitude below 2^126 (8.507059e37: a channel's range over a group of 64 "
+          "tokens must stay finite)");
+  } else {
+    check(a.k, "a key", 0x1p124f,
+          "keys of magnitude below 2^124 (2.1267648e37: its channel scales grow them up to 8 "
+          "times)");
+  }
+  if (a.cache->format != precision::int8) {
     check(a.v, "a value", 0x1p124f,
           "values of magnitude below 2^124 (2.1267648e37: turning a group of 32 grows them up to "
           "sqrt(32) times)");
@@ -200,16 +207,116 @@ inline float* k8v4_channels(const kv_store& c, std::int64_t head_dim, std::int64
   return reinterpret_cast<float*>(k8v4_value_rows(c, head_dim, b, g, c.capacity));
 }
 
+// A value row v[0, head_dim) as k8v4 and int4 caches hold it: each group turned and coded
+// (quantize_value4), two codes a byte into codes[0, (head_dim + 1) / 2) (element d in byte d / 2,
+// the low half for even d), the groups' words into words[0, value4_groups(head_dim)).
+inline void write_value4(const float* v, std::int64_t head_dim, std::uint8_t* codes,
+                         value4_row* words) {
+  std::vector<std::uint8_t> each(static_cast<std::size_t>(head_dim));
+  quantize_value4(v, head_dim, each.data(), words);
+  for (std::int64_t d = 0; d < head_dim; d += 2) {
+    const std::uint8_t high = d + 1 < head_dim ? each[static_cast<std::size_t>(d + 1)] : 0;
+    codes[d / 2] = static_cast<std::uint8_t>(each[static_cast<std::size_t>(d)] | high << 4);
+  }
+}
+// The row write_value4 wrote, read back: each group's codes as values, then turned back.
+inline void read_value4(const std::uint8_t* codes, const value4_row* words, std::int64_t head_dim,
+                        float* to) noexcept {
+  for (std::int64_t d = 0; d < head_dim; ++d) {
+    const auto code = static_cast<std::uint8_t>(d % 2 == 0 ? codes[d / 2] & 15 : codes[d / 2] >> 4);
+    to[d] = dequantize(code, words[d / value4_group]);
+  }
+  turn_groups(to, head_dim);
+}
+
+// An int4 cache (docs/design.md §1.7): key codes, then value codes, two a byte as write_value4
+// writes them, (head_dim + 1) / 2 bytes a row, `capacity` rows each; after them, at a cache line,
+// the keys' channel groups' value4_rows (head_dim per group of key4_group slots), then
+// value4_groups(head_dim) value4_rows per value row; then, at the head's end, its recent exact
+// keys (core/key4.hpp).
+inline std::int64_t int4_codes_bytes(std::int64_t capacity, std::int64_t head_dim) noexcept {
+  return (2 * capacity * ((head_dim + 1) / 2) + 63) / 64 * 64;
+}
+inline std::int64_t int4_head_bytes(std::int64_t capacity, std::int64_t head_dim) noexcept {
+  const std::int64_t words = key4_groups(capacity) * head_dim + capacity * value4_groups(head_dim);
+  return int4_codes_bytes(capacity, head_dim) +
+         (words * static_cast<std::int64_t>(sizeof(value4_row)) + 63) / 64 * 64 +
+         key4_recent_bytes(head_dim);
+}
+// Of K/V head g of sequence b: key (value) row `slot`'s codes, the keys' channel group words
+// (group s / key4_group's at s / key4_group * head_dim), value row `slot`'s words, the recent keys.
+inline std::uint8_t* int4_codes(const kv_store& c, std::int64_t head_dim, std::int64_t b,
+                                std::int64_t g, std::int64_t slot, bool value) noexcept {
+  return reinterpret_cast<std::uint8_t*>(c.head(b, g)) +
+         (slot + (value ? c.capacity : 0)) * ((head_dim + 1) / 2);
+}
+inline value4_row* int4_key_words(const kv_store& c, std::int64_t head_dim, std::int64_t b,
+                                  std::int64_t g) noexcept {
+  return reinterpret_cast<value4_row*>(c.head(b, g) + int4_codes_bytes(c.capacity, head_dim));
+}
+inline value4_row* int4_value_words(const kv_store& c, std::int64_t head_dim, std::int64_t b,
+                                    std::int64_t g, std::int64_t slot) noexcept {
+  return int4_key_words(c, head_dim, b, g) + key4_groups(c.capacity) * head_dim +
+         slot * value4_groups(head_dim);
+}
+inline key4_recent_rows int4_recent(const kv_store& c, std::int64_t head_dim, std::int64_t b,
+                                    std::int64_t g) noexcept {
+  return key4_recent_of(c.head(b, g), c.head_bytes, head_dim);
+}
+
+// ... into an int4 cache: each key kept exact (key4_keep), each group of key4_group keys coded
+// per channel when its last one arrives (key4_code_group); each value row as k8v4's.
+inline void append_int4(const attention_args& a) {
+  const std::int64_t hd = a.head_dim;
+  for (std::int64_t b = 0; b < a.batch; ++b) {
+    const std::int64_t past = a.cache->lengths[b];
+    for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
+      const key4_recent_rows recent = int4_recent(*a.cache, hd, b, g);
+      for (std::int64_t i = 0; i < a.seq_len; ++i) {
+        const std::int64_t position = past + i, slot = a.cache->slot(position);
+        write_value4(a.v.row(b, g, i), hd, int4_codes(*a.cache, hd, b, g, slot, true),
+                     int4_value_words(*a.cache, hd, b, g, slot));
+        if (!key4_keep(recent, hd, position, a.k.row(b, g, i))) continue;
+        const std::int64_t first = position + 1 - key4_group, at = a.cache->slot(first);
+        key4_code_group(recent, hd, first,
+                        int4_key_words(*a.cache, hd, b, g) + at / key4_group * hd,
+                        [&](std::int64_t t, std::int64_t d, std::uint8_t code) {
+                          std::uint8_t& byte = int4_codes(*a.cache, hd, b, g, at + t, false)[d / 2];
+                          byte = d % 2 == 0 ? static_cast<std::uint8_t>((byte & 0xf0) | code)
+                                            : static_cast<std::uint8_t>((byte & 0x0f) | code << 4);
+                        });
+      }
+    }
+  }
+}
+// Key row `slot` (at `position`) of K/V head g of sequence b of an int4 cache holding n keys, as
+// floats: coded (its channel group's scale code + offset) before key4_coded_end(n), else exact.
+inline void int4_key(const kv_store& c, std::int64_t head_dim, std::int64_t b, std::int64_t g,
+                     std::int64_t position, std::int64_t n, float* to) noexcept {
+  if (position >= key4_coded_end(n)) {
+    const float* row = int4_recent(c, head_dim, b, g).row(position, head_dim);
+    std::copy(row, row + head_dim, to);
+    return;
+  }
+  const std::int64_t slot = c.slot(position);
+  const std::uint8_t* codes = int4_codes(c, head_dim, b, g, slot, false);
+  const value4_row* words = int4_key_words(c, head_dim, b, g) + slot / key4_group * head_dim;
+  for (std::int64_t d = 0; d < head_dim; ++d) {
+    const auto code = static_cast<std::uint8_t>(d % 2 == 0 ? codes[d / 2] & 15 : codes[d / 2] >> 4);
+    to[d] = dequantize(code, words[d]);
+  }
+}
+
 // ... into an int8 or k8v4 cache: each key row over its head's channel scales (set from the
 // sequence's first call's keys: key_channel_scales) quantised (quantize_row); each value row so
-// (int8), or turned and coded per group, two codes a byte (k8v4: quantize_value4).
+// (int8), or turned and coded per group, two codes a byte (k8v4: write_value4).
 inline void append_coded(const attention_args& a) {
+  if (a.cache->format == precision::int4) return append_int4(a);
   const bool k8v4 = a.cache->format == precision::k8v4;
   const std::int64_t hd = a.head_dim;
   const head_view<std::uint8_t> k = keys<std::uint8_t>(*a.cache, hd),
                                 v = values<std::uint8_t>(*a.cache, hd);
   std::vector<float> scaled(static_cast<std::size_t>(hd));
-  std::vector<std::uint8_t> codes(static_cast<std::size_t>(hd));
   for (std::int64_t b = 0; b < a.batch; ++b) {
     const std::int64_t past = a.cache->lengths[b];
     for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
@@ -228,28 +335,17 @@ inline void append_coded(const attention_args& a) {
           rows[a.cache->capacity + slot] = quantize_row(a.v.row(b, g, i), hd, v.row(b, g, slot));
           continue;
         }
-        quantize_value4(a.v.row(b, g, i), hd, codes.data(),
-                        k8v4_value_rows(*a.cache, hd, b, g, slot));
-        std::uint8_t* to = k8v4_value_codes(*a.cache, hd, b, g, slot);
-        for (std::int64_t d = 0; d < hd; d += 2) {
-          const std::uint8_t high = d + 1 < hd ? codes[static_cast<std::size_t>(d + 1)] : 0;
-          to[d / 2] = static_cast<std::uint8_t>(codes[static_cast<std::size_t>(d)] | high << 4);
-        }
+        write_value4(a.v.row(b, g, i), hd, k8v4_value_codes(*a.cache, hd, b, g, slot),
+                     k8v4_value_rows(*a.cache, hd, b, g, slot));
       }
     }
   }
 }
-// Value row `slot` of K/V head g of sequence b of a k8v4 cache as floats (to[0, head_dim)): each
-// group's codes read back, then turned back.
+// Value row `slot` of K/V head g of sequence b of a k8v4 cache as floats (to[0, head_dim)).
 inline void k8v4_value(const kv_store& c, std::int64_t head_dim, std::int64_t b, std::int64_t g,
                        std::int64_t slot, float* to) noexcept {
-  const std::uint8_t* codes = k8v4_value_codes(c, head_dim, b, g, slot);
-  const value4_row* rows = k8v4_value_rows(c, head_dim, b, g, slot);
-  for (std::int64_t d = 0; d < head_dim; ++d) {
-    const auto code = static_cast<std::uint8_t>(d % 2 == 0 ? codes[d / 2] & 15 : codes[d / 2] >> 4);
-    to[d] = dequantize(code, rows[d / value4_group]);
-  }
-  turn_groups(to, head_dim);
+  read_value4(k8v4_value_codes(c, head_dim, b, g, slot), k8v4_value_rows(c, head_dim, b, g, slot),
+              head_dim, to);
 }
 
 // Sequence b of a cached call (after append) as a cache-free call of one sequence: its queries

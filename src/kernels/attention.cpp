@@ -11,6 +11,7 @@
 
 #include "core/checks.hpp"
 #include "core/int8.hpp"
+#include "core/key4.hpp"
 #include "core/value4.hpp"
 #include "kernels/isa_kernels.hpp"
 
@@ -94,7 +95,7 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
       scales[j] = ks;
       const float* value = v + (j - j0) * args.v.row_stride;
       if (l.values4) {
-        pack_value4(l, value, j, codes + l.values_offset(), scales + rows);
+        pack_value4(l, value, j, codes + l.values_offset(), scales + l.key_words());
         continue;
       }
       // Element (j, d) of V: panel d / vr, pair row j / 2, column d % vr, byte j % 2.
@@ -130,13 +131,55 @@ void pack_keys(const isa_kernels& kernels, const attention_args& args, const att
   }
 }
 
+// The new keys and values of K/V head g of sequence b of a call into an int4 cache (args' rows
+// 0 to seq_len - 1 at positions past, past + 1, ...) into its packed head at `head`: each value
+// as k8v4's (pack_value4), each key kept exact in the head's recent keys, and each group of
+// key4_group keys coded per channel when its last one arrives, into K^T's 4-bit panels (whole
+// words: a truncated cache's old codes may lie there) and its group's channel words.
+void pack_keys4(const attention_args& args, const attention_layout& l, std::int64_t b,
+                std::int64_t g, std::int64_t past, std::byte* head) noexcept {
+  const kv_store& cache = *args.cache;
+  const std::int64_t hd = l.head_dim, kr = l.scores.nr, words = key4_words(hd);
+  auto* codes = reinterpret_cast<std::uint8_t*>(head);
+  auto* scales = reinterpret_cast<int8_row*>(codes + l.scales_offset());
+  auto* panels = reinterpret_cast<std::uint32_t*>(codes);
+  const key4_recent_rows recent = key4_recent_of(head, cache.head_bytes, hd);
+  for (std::int64_t i = 0; i < args.seq_len; ++i) {
+    const std::int64_t position = past + i, slot = cache.slot(position);
+    pack_value4(l, args.v.row(b, g, i), slot, codes + l.values_offset(), scales + l.key_words());
+    if (!key4_keep(recent, hd, position, args.k.row(b, g, i))) continue;
+    const std::int64_t first = position + 1 - key4_group, at = cache.slot(first);
+    // Word (w, j % kr) of panel j / kr holds key j's dimensions 8w to 8w + 7.
+    const auto word = [&](std::int64_t j, std::int64_t w) -> std::uint32_t& {
+      return panels[j / kr * words * kr + w * kr + j % kr];
+    };
+    for (std::int64_t t = 0; t < key4_group; ++t) {
+      for (std::int64_t w = 0; w < words; ++w) word(at + t, w) = 0;  // dimensions past hd: 0
+    }
+    key4_code_group(recent, hd, first, reinterpret_cast<value4_row*>(scales) + at / key4_group * hd,
+                    [&](std::int64_t t, std::int64_t d, std::uint8_t c) {
+                      const int shift = static_cast<int>(4 * ((d % 8) / 2) + 16 * (d % 2));
+                      word(at + t, d / 8) |= std::uint32_t{c} << shift;
+                    });
+  }
+}
+
 }  // namespace
 
 std::int64_t attention_layout::value_groups() const noexcept {
   return values4 ? value4_groups(head_dim) : 1;
 }
 
+std::int64_t attention_layout::key_words() const noexcept {
+  return keys4 ? key_rows() / key4_group * head_dim : key_rows();
+}
+
+std::int64_t attention_layout::query_units() const noexcept {
+  return keys4 ? 4 * key4_words(head_dim) : pairs(head_dim);
+}
+
 std::int64_t attention_layout::values_offset() const noexcept {
+  if (keys4) return round_up(4 * key4_words(head_dim) * key_rows(), line_bytes);
   if (int8) return round_up(2 * pairs(head_dim) * round_up(kv_rows, scores.nr), line_bytes);
   const std::int64_t keys_units = bf16 ? pairs(head_dim) * round_up(kv_rows, scores.nr)
                                        : packed_size(head_dim, kv_rows, scores.nr);
@@ -156,18 +199,24 @@ std::int64_t attention_layout::scales_offset() const noexcept {
 }
 
 std::int64_t attention_layout::channels_offset() const noexcept {
-  return round_up(
-      scales_offset() + (1 + value_groups()) * key_rows() * std::int64_t{sizeof(int8_row)},
-      line_bytes);
+  return round_up(scales_offset() +
+                      (key_words() + value_groups() * key_rows()) * std::int64_t{sizeof(int8_row)},
+                  line_bytes);
 }
 
 std::int64_t attention_layout::head_bytes() const noexcept {
   // Floats and bf16 pairs are both 4 bytes.
+  // keys4: its recent exact keys where the channel scales would be (core/key4.hpp).
+  if (keys4) return channels_offset() + key4_recent_bytes(head_dim);
   return int8 ? channels_offset() + head_dim * std::int64_t{sizeof(float)} : head_units() * 4;
 }
 
 std::int64_t attention_layout::key_bytes() const noexcept {
   const std::int64_t elements = head_dim + round_up(head_dim, values.nr);
+  if (keys4) {  // a key's codes and its share of its group's channel words, a value as k8v4's
+    return 4 * key4_words(head_dim) + head_dim * std::int64_t{sizeof(value4_row)} / key4_group +
+           round_up(head_dim, values.nr) / 2 + value_groups() * std::int64_t{sizeof(value4_row)};
+  }
   if (values4) {
     return head_dim + round_up(head_dim, values.nr) / 2 +
            (1 + value_groups()) * std::int64_t{sizeof(int8_row)};
@@ -195,7 +244,7 @@ std::int64_t attention_layout::scratch_floats() const noexcept {
   const std::int64_t groups = value_groups();
   const std::int64_t code_parts =
       int8 ? 2 * row_floats + round_up(block_rows * groups, line_floats) +
-                 round_up(block_rows * pairs(head_dim), line_floats) +
+                 round_up(block_rows * query_units(), line_floats) +
                  round_up(block_rows * groups * pairs(score_cols), line_floats) +
                  round_up(block_rows * groups * weight_chunks(), line_floats)
            : 0;
@@ -228,7 +277,7 @@ attention_scratch attention_layout::scratch_parts(float* scratch) const noexcept
     // 32-bit integers in float storage the fp32 parts never touch.
     float* codes_start = parts.value_offsets + round_up(block_rows * groups, line_floats);
     parts.query_codes = reinterpret_cast<std::int32_t*>(codes_start);
-    float* weights_start = codes_start + round_up(block_rows * pairs(head_dim), line_floats);
+    float* weights_start = codes_start + round_up(block_rows * query_units(), line_floats);
     parts.weight_codes = reinterpret_cast<std::int32_t*>(weights_start);
     parts.weight_scales =
         weights_start + round_up(block_rows * groups * pairs(score_cols), line_floats);
@@ -266,10 +315,11 @@ void pack_head(const isa_kernels& kernels, const attention_args& args,
 
 attention_layout isa_kernels::layout(const attention_request& r) const noexcept {
   const auto [seq_len, keys, head_dim, key_tile, kv_rows, group, bf16_operands, int8_codes,
-              four_bit_values, in_place] = r;
+              four_bit_values, four_bit_keys, in_place] = r;
   attention_layout l;
   l.int8 = int8_codes;
   l.values4 = int8_codes && four_bit_values;
+  l.keys4 = l.values4 && four_bit_keys;
   l.bf16 = bf16_operands && !int8_codes;
   l.scores = tiles[0];
   // Heads packed per call (no cache) take V panels wide enough for tile products; a cache keeps
@@ -286,8 +336,9 @@ attention_layout isa_kernels::layout(const attention_request& r) const noexcept 
   l.block_rows = l.block_positions * group;
   // Key tiles start on a K^T panel, and the softmax reads rows as whole registers: both a
   // multiple of the lanes and of the scores panel width.
-  // 4-bit values: a multiple of 8 keys too (a word row of their codes).
-  l.key_step = std::lcm(std::lcm(l.scores.nr, lanes), l.values4 ? 8 : 1);
+  // 4-bit values: a multiple of 8 keys too (a word row of their codes); 4-bit keys: of a channel
+  // group (key4_group keys: a tile's groups are whole).
+  l.key_step = std::lcm(std::lcm(l.scores.nr, lanes), l.keys4 ? key4_group : l.values4 ? 8 : 1);
   l.key_tile = round_up(std::max<std::int64_t>(key_tile, 1), l.key_step);
   l.score_cols = std::min(l.key_tile, round_up(keys, l.key_step));
   l.acc_cols = round_up(head_dim, l.values.nr);
@@ -348,7 +399,9 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
       .group = args.kv_group,
       .bf16_operands = args.bf16,
       .int8_codes = args.cache && coded(args.cache->format),
-      .four_bit_values = args.cache && args.cache->format == precision::k8v4,
+      .four_bit_values = args.cache && (args.cache->format == precision::k8v4 ||
+                                        args.cache->format == precision::int4),
+      .four_bit_keys = args.cache && args.cache->format == precision::int4,
       .in_place = args.heads_in_place && args.cache == nullptr &&
                   (!args.bf16 || args.bf16_operands()) && !args.dropout.active(),
   });
@@ -374,6 +427,7 @@ std::int64_t attention_schedule::appends() const noexcept {
 void attention_schedule::append(std::int64_t i) const noexcept {
   const std::int64_t b = i / args_.kv_heads(), g = i % args_.kv_heads(), past = this->past(b);
   const kv_store& cache = *args_.cache;
+  if (layout_.keys4) return pack_keys4(args_, layout_, b, g, past, cache.head(b, g));
   // An int8 head's channel scales are set by these keys (the sequence's first, or the first
   // appended at all: channel_scales_set).
   const bool first =
@@ -520,7 +574,8 @@ std::int64_t cache_head_bytes(const isa_kernels& kernels, std::int64_t capacity,
                .kv_rows = capacity,
                .bf16_operands = bf16_operands,
                .int8_codes = coded(kv),
-               .four_bit_values = kv == precision::k8v4})
+               .four_bit_values = kv == precision::k8v4 || kv == precision::int4,
+               .four_bit_keys = kv == precision::int4})
       .head_bytes();
 }
 

@@ -59,9 +59,10 @@ struct attention_scratch {
   float* row_sum;             // block_rows: running sum of exp(score - row_max), undropped
   float* rescale;             // block_rows: exp(previous row_max - row_max) of the current key tile
   float* dropout;             // score_cols: one row's dropout multipliers over a key tile
-  float* query_sums;          // int8: block_rows: each row's sum of its (scaled) queries
+  float* query_sums;          // int8: block_rows: each row's sum of its (scaled) queries (int4:
+                              // its sum of the queries times a key group's channel offsets)
   float* query_scales;        // int8: block_rows: each row's scale of its 16-bit integers
-  std::int32_t* query_codes;  // int8: block_rows x pairs(head_dim): those integers in pairs
+  std::int32_t* query_codes;  // int8: block_rows x query_units(): those integers in pairs
   float* value_offsets;       // int8: block_rows x value_groups(): one key tile's sum of P times
                               // the values' offsets, per group of the values
   std::int32_t* weight_codes;  // int8: block_rows x value_groups() x pairs(score_cols): P times
@@ -81,8 +82,9 @@ struct attention_request {
                                  // cache's capacity (its bf16 V panels then stay the narrowest)
   std::int64_t group = 1;        // query heads per K/V head, stacked in a block's rows
   bool bf16_operands = false;    // K^T, V and P as bf16 pairs (ignored with int8_codes)
-  bool int8_codes = false;       // the heads of an int8 or k8v4 KV cache
-  bool four_bit_values = false;  // with int8_codes: a k8v4 cache's (values as 4-bit codes)
+  bool int8_codes = false;       // the heads of an int8, k8v4 or int4 KV cache
+  bool four_bit_values = false;  // with int8_codes: a k8v4 or int4 cache's (values as 4-bit codes)
+  bool four_bit_keys = false;    // with four_bit_values: an int4 cache's (keys as 4-bit codes)
   // K and V may be read where they lie (attention_args::heads_in_place, no cache, no dropout,
   // operands in the compute precision): the layout then reads them so (direct) when a block
   // stacks at most direct_rows rows.
@@ -104,6 +106,9 @@ struct attention_layout {
   bool int8 = false;
   // With int8: V as 4-bit codes of turned groups (a k8v4 cache, core/value4.hpp), K as int8's.
   bool values4 = false;
+  // With values4: K as 4-bit codes per channel of each group of key4_group keys, the newest
+  // keys exact (an int4 cache, core/key4.hpp).
+  bool keys4 = false;
   // K and V read where they lie in attention_args (row-major rows of head_dim), not packed:
   // fp32, or bf16 with bf16 operands (attention_args::k16, v16), no cache, no dropout, at most
   // direct_rows stacked rows per block (a decode step or a chunk of a few tokens,
@@ -140,6 +145,12 @@ struct attention_layout {
   // 4i + 3 and key 8w + 2i + 1 sixteen bits above, so that (word >> 4i) & 0x000f000f is a pair
   // of codes as int8's V pairs hold them; and after the keys' words, value_groups() arrays of
   // key_rows() value4_row words (core/value4.hpp), one per group of the values.
+  // keys4: K^T's codes instead in panels of scores.nr 32-bit words, key4_words(head_dim) word
+  // rows a panel: word (w, c) holds key c's codes of dimensions 8w to 8w + 7, dimension 8w + 2i in
+  // bits 4i to 4i + 3 and 8w + 2i + 1 sixteen bits above (nibble_panels' pairs, as values4's V
+  // words hold keys); the keys' words are then head_dim value4_rows per group of key4_group keys
+  // (channel d of group t at t * head_dim + d), and the head ends with its recent exact keys
+  // (key4_recent_bytes: no channel scales).
   std::int64_t head_units() const noexcept;
   std::int64_t values_offset() const noexcept;
   std::int64_t scales_offset() const noexcept;
@@ -147,6 +158,11 @@ struct attention_layout {
   // key_channel_scales: its keys are coded over them, its queries multiplied by them).
   std::int64_t channels_offset() const noexcept;
   std::int64_t key_rows() const noexcept { return round_up(kv_rows, key_step); }
+  // The keys' words before the values' in the scales arrays: one per key row, or keys4's
+  // channel group words.
+  std::int64_t key_words() const noexcept;
+  // The 16-bit query integers of a row, in pairs: pairs(head_dim), or keys4's 4 a word row.
+  std::int64_t query_units() const noexcept;
   // The groups a value row's codes come in: value4_groups(head_dim) with values4, else 1.
   std::int64_t value_groups() const noexcept;
   // The bytes of a packed head.

@@ -7,6 +7,7 @@
 #include "core/bf16.hpp"
 #include "core/dropout.hpp"
 #include "core/int8.hpp"
+#include "core/key4.hpp"
 #include "core/value4.hpp"
 
 namespace mha_reference {
@@ -337,9 +338,15 @@ double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span
   // values' codes' plus their 16-bit weights' (docs/design.md §1.7).
   const double limit = mha::detail::query_code_limit(cfg.head_dim());
   const double code = mha::detail::int8_element_error;
-  const double delta =
-      std::sqrt(static_cast<double>(cfg.head_dim())) * q * k * (code + 1.0 / limit);
-  if (kv == mha::precision::k8v4) {
+  double delta = std::sqrt(static_cast<double>(cfg.head_dim())) * q * k * (code + 1.0 / limit);
+  if (kv == mha::precision::int4) {
+    // Each key element within key4_element_error of its channel group's range (2 max|k| at
+    // most); the 16-bit queries times a group's scales as int8's queries (key4_query_limit).
+    const double key4_limit = mha::detail::key4_query_limit(cfg.head_dim());
+    delta = std::sqrt(static_cast<double>(cfg.head_dim())) * q * k *
+            (2.0 * mha::detail::key4_element_error + 1.0 / key4_limit);
+  }
+  if (kv == mha::precision::k8v4 || kv == mha::precision::int4) {
     // Each turned element within value4_element_error of its group's range, so each element of a
     // value row (turned back) within sqrt(32) times that; and the 16-bit weights' share.
     const turned_values t = turned_value_groups(cfg, w, x, rows);
@@ -359,10 +366,16 @@ double int8_kernels_bound(const mha::config& cfg, const mha::weights& w, std::sp
   // The 16-bit queries' share of a score, and the 16-bit weights' of an output.
   const double limit = mha::detail::query_code_limit(cfg.head_dim());
   const double code = mha::detail::int8_element_error;
-  const double delta = std::sqrt(static_cast<double>(cfg.head_dim())) * q * k / limit;
-  const double weights = kv == mha::precision::k8v4 ? std::sqrt(double{mha::detail::value4_group}) *
-                                                          mha::detail::value4_weight_error
-                                                    : mha::detail::int8_value_error - code;
+  // int4's queries are made integers per key group, times the group's channel scales, whose
+  // codes of at most 15 weigh at most a channel's range (2 max|k|): the same share of a score
+  // with key4_query_limit.
+  const double query_limit =
+      kv == mha::precision::int4 ? mha::detail::key4_query_limit(cfg.head_dim()) : limit;
+  const double delta = std::sqrt(static_cast<double>(cfg.head_dim())) * q * k / query_limit;
+  const bool values4 = kv == mha::precision::k8v4 || kv == mha::precision::int4;
+  const double weights =
+      values4 ? std::sqrt(double{mha::detail::value4_group}) * mha::detail::value4_weight_error
+              : mha::detail::int8_value_error - code;
   const double heads = v * (std::expm1(2.0 * delta) * (1.0 + code) + weights);
   return rows_sum * heads + 1e-5 * max_y;
 }

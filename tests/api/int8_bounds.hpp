@@ -41,10 +41,11 @@ inline double k8v4_kernels_tolerance(std::int64_t head_dim) {
   return int8_kernels_tolerance(head_dim) - (mha::detail::int8_value_error - e) +
          std::sqrt(double{mha::detail::value4_group}) * mha::detail::value4_weight_error;
 }
-// The kernels' tolerance of a coded cache (int8 or k8v4).
+// The kernels' tolerance of a coded cache (int8, k8v4 or int4: its values as k8v4's, its 16-bit
+// queries made per key group over key4_query_limit, query_code_limit's 32767 up to head_dim 4368).
 inline double kernels_tolerance(mha::precision kv, std::int64_t head_dim) {
-  return kv == mha::precision::k8v4 ? k8v4_kernels_tolerance(head_dim)
-                                    : int8_kernels_tolerance(head_dim);
+  return kv == mha::precision::int8 ? int8_kernels_tolerance(head_dim)
+                                    : k8v4_kernels_tolerance(head_dim);
 }
 
 }  // namespace mha_test

@@ -221,8 +221,9 @@ TEST(Config, KvHeadsMustDivideHeadsAndPrecisionBeNamed) {
                                       {"precision int8 is a KV cache's format", "fp32 or bf16"});
   EXPECT_EQ(mha::parse_precision("bf16"), mha::precision::bf16);
   EXPECT_EQ(mha::parse_precision("int8"), mha::precision::int8);
-  expect_error<mha::invalid_argument>([] { mha::parse_precision("fp16"); },
-                                      {"unknown precision 'fp16'", "fp32, bf16, int8 or k8v4"});
+  expect_error<mha::invalid_argument>(
+      [] { mha::parse_precision("fp16"); },
+      {"unknown precision 'fp16'", "fp32, bf16, int8, k8v4 or int4"});
 }
 
 // The rope scaling in the canonical string: its type and parameters, read back exactly.

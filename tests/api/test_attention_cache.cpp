@@ -310,6 +310,64 @@ TEST_P(AttentionCache, Int8ValuesOfEveryMagnitudeKeepTheKernelsBound) {
     }
 }
 
+// int4 (core/key4.hpp): keys coded per channel of each group of 64 tokens when its last token
+// arrives, the newest (an unfilled group's) exact. Against the naive backend's int4 cache fed the
+// same stream (the same codes, read as scale code + offset in fp32): a call of 40 (every key
+// exact), one of 60 (the first group coded), single steps across the next group's end (127, 128,
+// 129), then a chunk of 70 that fills a group within the call; grouped heads; head_dim 8, 64, 80
+// and 81 (word rows of 8 dimensions, a last one part empty), in fp32 and bf16. The keys are
+// coded: k8v4 holds the same values' codes with 8-bit keys, so int4's outputs differ from its by
+// the keys' codes alone, and by far more once the groups are coded (4 bits a key element where
+// k8v4 has 8) than while every key read is exact.
+TEST_P(AttentionCache, Int4CodesKeyGroupsAsTheyFillAndMatchesTheNaiveReference) {
+  const mha::backend& backend = *GetParam().backend;
+  for (const precision compute : {precision::fp32, precision::bf16}) {
+    for (const std::int64_t d : {8, 64, 80, 81}) {
+      SCOPED_TRACE(std::string(mha::to_string(compute)) + ", head_dim " + std::to_string(d));
+      const std::int64_t batch = 2, heads = 4, kv_heads = 2, capacity = 300;
+      stream s(cache_case{});
+      const auto make = [&](const mha::backend& on, precision kv) {
+        return mha::make_attention_cache(on, batch, capacity, kv_heads, d, kv, compute);
+      };
+      mha::kv_cache mine = make(backend, precision::int4),
+                    naive = make(mha::naive_backend(), precision::int4),
+                    k8v4 = make(backend, precision::k8v4);
+      double exact_keys = 0.0;  // the mean |int4 - k8v4| of the call whose keys are all exact
+      for (const std::int64_t t : {40, 60, 1, 1, 1, 25, 1, 1, 1, 70}) {
+        const std::vector<float> q = s.random(batch * heads * t * d),
+                                 k = s.random(batch * kv_heads * t * d),
+                                 v = s.random(batch * kv_heads * t * d);
+        std::vector<float> out(q.size()), out_naive(q.size()), out_k8v4(q.size());
+        mha::attention_options o;
+        o.causal = true;
+        o.precision = compute;
+        const auto call = [&](const mha::backend& on, mha::kv_cache& cache,
+                              std::vector<float>& to) {
+          mha::attention(on, dense<const float>(q.data(), batch, heads, t, d),
+                         dense<const float>(k.data(), batch, kv_heads, t, d),
+                         dense<const float>(v.data(), batch, kv_heads, t, d), cache,
+                         dense(to.data(), batch, heads, t, d), o);
+        };
+        call(backend, mine, out);
+        call(mha::naive_backend(), naive, out_naive);
+        call(backend, k8v4, out_k8v4);
+        const std::int64_t held = mine.length(0);
+        EXPECT_LE(
+            mha_test::max_abs_diff(out, out_naive),
+            (compute == precision::bf16 ? 1.0 / 128 : 0.0) + kernels_tolerance(precision::int4, d))
+            << t << " tokens after " << held - t;
+        double mean = 0.0;
+        for (std::size_t i = 0; i < out.size(); ++i) mean += std::abs(double{out[i]} - out_k8v4[i]);
+        mean /= static_cast<double>(out.size());
+        if (held == 40) exact_keys = mean;
+        if (held >= 128 && compute == precision::fp32) {
+          EXPECT_GT(mean, 4.0 * exact_keys) << t << " tokens after " << held - t;
+        }
+      }
+    }
+  }
+}
+
 // A copy (kv_cache::copy) holds the same tokens in storage of its own: the same next step gives
 // the same bits in both, and each grows and resets apart; a plan's cache copies too.
 TEST_P(AttentionCache, ACopyHoldsTheSameTokensApart) {

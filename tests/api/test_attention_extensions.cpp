@@ -203,11 +203,12 @@ TEST(AttentionExtensions, EveryThreadCountGivesTheSameBits) {
 // tokens per sequence, whatever the capacity, read in key order. A prefill longer than the ring
 // (taken ring_chunk tokens at a time), single steps that wrap it several times, a chunk, a
 // rollback; each call against the windowed call over every key the sequence has seen (fp32:
-// rounding; bf16: its step; int8: the naive backend's ring within the kernels' bound; k8v4 the
-// same, its values' worst case being no useful bound against the exact call).
+// rounding; bf16: its step; int8: the naive backend's ring within the kernels' bound; k8v4 and
+// int4 the same, their 4-bit codes' worst case being no useful bound against the exact call).
 void ring_stream(const mha::backend& backend) {
   const std::int64_t batch = 2, heads = 4, kv_heads = 2, d = 16, window = 40, capacity = 5000;
-  for (const precision kv : {precision::fp32, precision::bf16, precision::int8, precision::k8v4}) {
+  for (const precision kv :
+       {precision::fp32, precision::bf16, precision::int8, precision::k8v4, precision::int4}) {
     const precision compute = kv == precision::bf16 ? precision::bf16 : precision::fp32;
     mha::kv_cache cache =
         mha::make_attention_cache(backend, batch, capacity, kv_heads, d, kv, compute, window);
@@ -272,8 +273,8 @@ void ring_stream(const mha::backend& backend) {
           naive_error = std::max(naive_error, std::abs(double{out[at]} - out_naive[at]));
         }
       }
-      if (kv == precision::k8v4) {
-        EXPECT_LE(naive_error, mha_test::k8v4_kernels_tolerance(d)) << t << " tokens after " << fed;
+      if (kv == precision::k8v4 || kv == precision::int4) {
+        EXPECT_LE(naive_error, mha_test::kernels_tolerance(kv, d)) << t << " tokens after " << fed;
       } else if (kv == precision::int8) {
         EXPECT_LE(naive_error, int8_kernels_tolerance(d)) << t << " tokens after " << fed;
         EXPECT_LE(error, int8_bound(d)) << t << " tokens";
@@ -337,7 +338,7 @@ TEST(AttentionExtensions, ACodedRingSetsItsChannelScalesFromTheWholeCall) {
   int ran = 0;
   for (const auto& [label, on] : mha_test::backend_cases()) {
     if (!on->supports_attention(precision::fp32)) continue;
-    for (const precision kv : {precision::int8, precision::k8v4}) {
+    for (const precision kv : {precision::int8, precision::k8v4, precision::int4}) {
       SCOPED_TRACE(label + " " + std::string(mha::to_string(kv)));
       mha::kv_cache ring =
           mha::make_attention_cache(*on, 1, 5000, kv_heads, d, kv, precision::fp32, window);

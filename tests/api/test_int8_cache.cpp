@@ -435,8 +435,9 @@ INSTANTIATE_TEST_SUITE_P(All, Int8Cache, testing::ValuesIn(case_params()), [](co
 });
 
 // A long context: 4200 keys split into chunks of 2048 (docs/design.md §1.4) read from codes;
-// every thread count gives the same bits, and the rows stay within the bound (k8v4: within the
-// kernels' bound of the naive reference's).
+// every thread count gives the same bits, and the rows stay within the bound (k8v4 and int4:
+// within the kernels' bound of the naive reference's; int4's keys coded in 65 groups of 64, the
+// last 40 exact).
 TEST(Int8CacheLong, SplitKeysAreBitwiseForEveryThreadCountAndWithinTheBound) {
   const mha_test::shape s{1, 4200, 16, 32, 2, true, false, true, 0, 0.0};
   const mha::config cfg = s.config();
@@ -446,11 +447,13 @@ TEST(Int8CacheLong, SplitKeysAreBitwiseForEveryThreadCountAndWithinTheBound) {
   const std::vector<double> exact = mha_reference::forward(cfg, w, x, 1, s.seq_len);
   const double bound =
       mha_reference::int8_cache_bound(cfg, w, x, s.seq_len, mha_test::max_abs(exact));
+  const auto naive = mha::naive_backend().prepare(cfg, formulation::split_weight, w);
   const std::vector<float> naive_k8v4 =
-      decode(*mha::naive_backend().prepare(cfg, formulation::split_weight, w), x, 1, s.seq_len,
-             s.seq_len, 4190, precision::k8v4);
+      decode(*naive, x, 1, s.seq_len, s.seq_len, 4190, precision::k8v4);
+  const std::vector<float> naive_int4 =
+      decode(*naive, x, 1, s.seq_len, s.seq_len, 4190, precision::int4);
   for (const mha_test::backend_case& b : mha_test::backend_cases()) {
-    for (const precision kv : {precision::int8, precision::k8v4}) {
+    for (const precision kv : {precision::int8, precision::k8v4, precision::int4}) {
       if (mha_test::declined(b, {cfg, formulation::split_weight, 1, 1, 4100, kv})) continue;
       const auto p = b.backend->prepare(cfg, formulation::split_weight, w);
       const std::vector<float> one =
@@ -458,9 +461,10 @@ TEST(Int8CacheLong, SplitKeysAreBitwiseForEveryThreadCountAndWithinTheBound) {
       if (kv == precision::int8) {
         EXPECT_LE(mha_test::max_abs_diff(one, exact), bound) << b.label;
       } else {
-        EXPECT_LE(mha_test::max_abs_diff(one, naive_k8v4),
-                  naive_tolerance(s, cfg, w, x, s.seq_len, naive_k8v4, kv))
-            << b.label;
+        const std::vector<float>& same = kv == precision::k8v4 ? naive_k8v4 : naive_int4;
+        EXPECT_LE(mha_test::max_abs_diff(one, same),
+                  naive_tolerance(s, cfg, w, x, s.seq_len, same, kv))
+            << b.label << ", " << mha::to_string(kv);
       }
       if (b.backend->max_threads() == 1) continue;
       for (int threads : {2, 3}) {
@@ -496,6 +500,14 @@ TEST(Int8CacheSupport, ACacheHoldsCodesAndSaysItsPrecision) {
     const std::size_t tokens = 3 * 4096 * 2, k8v4_bytes = tokens * 108 + 3 * 2 * 64 * 4;
     EXPECT_GE(k8v4.bytes(), k8v4_bytes) << b.label;
     EXPECT_LE(k8v4.bytes(), k8v4_bytes + 3 * 2 * 64 * 3) << b.label;
+    // int4: a key row 32 bytes of codes and its share of its group's channel words (64 of them
+    // per 64 tokens: 4 bytes), a value row as k8v4's: 76 bytes a token and head (0.56 of int8's);
+    // and a head's 128 recent exact keys (32 KiB and their positions).
+    const mha::kv_cache int4 = p->make_cache(3, 4096, precision::int4);
+    EXPECT_EQ(int4.precision(), precision::int4);
+    const std::size_t int4_bytes = tokens * 76 + 3 * 2 * (128 * 64 * 4 + 128 * 8);
+    EXPECT_GE(int4.bytes(), int4_bytes) << b.label;
+    EXPECT_LE(int4.bytes(), int4_bytes + 3 * 2 * 64 * 3) << b.label;
   }
 }
 
@@ -514,6 +526,10 @@ TEST(Int8CacheSupport, MakeCacheFollowsSupports) {
           b.backend->supports({cfg, formulation::split_weight, 1, 1, 3, precision::k8v4});
       EXPECT_NE(k8v4.reason().find("k8v4 KV cache is not implemented"), std::string::npos)
           << k8v4.reason();
+      const mha::support int4 =
+          b.backend->supports({cfg, formulation::split_weight, 1, 1, 3, precision::int4});
+      EXPECT_NE(int4.reason().find("int4 KV cache is not implemented"), std::string::npos)
+          << int4.reason();
     }
     const auto p = b.backend->prepare(cfg, formulation::split_weight, w);
     if (s) {
@@ -547,9 +563,11 @@ TEST(Int8CacheProblem, NamesSpellTheCacheOnlyWhenItIsNotThePlans) {
   p = mha::parse_problem("split_weight/b1/t1/past8/din8/dout8/h2/kv_k8v4");
   EXPECT_EQ(p.cache_precision(), precision::k8v4);
   EXPECT_EQ(mha::to_string(p), "split_weight/b1/t1/past8/din8/dout8/h2/kv_k8v4");
+  p = mha::parse_problem("split_weight/b1/t1/past8/din8/dout8/h2/kv_int4");
+  EXPECT_EQ(p.cache_precision(), precision::int4);
   mha_test::expect_error<mha::invalid_argument>(
-      [] { mha::parse_problem("split_weight/b1/t1/din8/dout8/h2/kv_int4"); },
-      {"unknown part 'kv_int4'", "kv_<fp32, bf16, int8 or k8v4>"});
+      [] { mha::parse_problem("split_weight/b1/t1/din8/dout8/h2/kv_int2"); },
+      {"unknown part 'kv_int2'", "kv_<fp32, bf16, int8, k8v4 or int4>"});
 }
 
 }  // namespace

@@ -194,6 +194,7 @@ TEST(BenchPresets, DecodeCacheHasEachPlanWithItsOwnCacheAndCodedOnes) {
         expected.insert({b, past, plan, plan});
         expected.insert({b, past, plan, precision::int8});
         expected.insert({b, past, plan, precision::k8v4});
+        expected.insert({b, past, plan, precision::int4});
       }
     }
   }
@@ -211,7 +212,7 @@ TEST(BenchPresets, DecodeCacheHasEachPlanWithItsOwnCacheAndCodedOnes) {
 }
 
 // Long contexts: one sequence over 32k and 128k cached tokens, each plan with its own cache, an
-// int8 one and a k8v4 one.
+// int8, a k8v4 and an int4 one.
 TEST(BenchPresets, DecodeLongIsOneSequenceOver32kAnd128k) {
   using mha::precision;
   std::set<std::tuple<std::int64_t, precision, precision>> steps;
@@ -225,6 +226,7 @@ TEST(BenchPresets, DecodeLongIsOneSequenceOver32kAnd128k) {
       expected.insert({past, plan, plan});
       expected.insert({past, plan, precision::int8});
       expected.insert({past, plan, precision::k8v4});
+      expected.insert({past, plan, precision::int4});
     }
   }
   EXPECT_EQ(steps, expected);

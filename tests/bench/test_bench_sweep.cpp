@@ -287,7 +287,7 @@ TEST(BenchCommandLine, ParsesFlagsInBothForms) {
   const mha_bench::options kv =
       mha_bench::parse_command_line(std::vector<std::string>{"--kv-precision=int8,fp32"});
   EXPECT_THAT(*kv.lists.kv_precisions, ElementsAre(mha::precision::int8, mha::precision::fp32));
-  EXPECT_THROW(mha_bench::parse_command_line(std::vector<std::string>{"--kv-precision=int4"}),
+  EXPECT_THROW(mha_bench::parse_command_line(std::vector<std::string>{"--kv-precision=int2"}),
                mha::invalid_argument);
 }
 

@@ -341,7 +341,7 @@ TEST_F(Cli, PrecisionOptionReachesThePlan) {
     EXPECT_EQ(mha::io::read_npy(dir_ / "y.npy").values, bf16) << name;
   }
   expect_usage_error(run_args({"--precision", "fp16"}),
-                     {"precision 'fp16'", "fp32, bf16, int8 or k8v4"});
+                     {"precision 'fp16'", "fp32, bf16, int8, k8v4 or int4"});
 }
 
 TEST_F(Cli, ContextLengthOptionWithoutMask) {
@@ -401,7 +401,7 @@ TEST_F(Cli, IncrementalRunWritesTheFullForward) {
   expect_usage_error(run_args({"--incremental", "--chunk", "0"}), {"--chunk", "'0'"});
 }
 
-// --kv-precision int8 (k8v4) keeps the cache as codes (docs/design.md §1.7): y near the full
+// --kv-precision int8 (k8v4, int4) keeps the cache as codes (docs/design.md §1.7): y near the full
 // forward's, not equal to it (k8v4's 4-bit values further); the option needs --incremental and a
 // precision's name.
 TEST_F(Cli, IncrementalRunKeepsTheCacheInTheGivenPrecision) {
@@ -419,9 +419,18 @@ TEST_F(Cli, IncrementalRunKeepsTheCacheInTheGivenPrecision) {
     EXPECT_LE(error, within * mha_test::max_abs(full)) << kv;
     int8_error = error;
   }
+  // int4: k8v4's values, 4-bit keys per channel group of 64 tokens (these few kept exact).
+  fs::remove(dir_ / "y.npy");
+  const mha_test::command_result r =
+      run_mha(run_args({"--backend", "naive", "--incremental", "--kv-precision", "int4"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("through a KV cache of int4")) << r.output;
+  const double int4_error = mha_test::max_abs_diff(mha::io::read_npy(dir_ / "y.npy").values, full);
+  EXPECT_GT(int4_error, 0.0);
+  EXPECT_LE(int4_error, 1e-1 * mha_test::max_abs(full));
   expect_usage_error(run_args({"--kv-precision", "int8"}), {"--kv-precision", "--incremental"});
-  expect_usage_error(run_args({"--incremental", "--kv-precision", "int4"}),
-                     {"unknown precision 'int4'"});
+  expect_usage_error(run_args({"--incremental", "--kv-precision", "int2"}),
+                     {"unknown precision 'int2'"});
 }
 
 TEST_F(Cli, VerifyPassesEveryBackendAndFormulation) {
@@ -458,7 +467,7 @@ TEST_F(Cli, VerifyExitsOneWhenACheckFails) {
   EXPECT_THAT(r.output, HasSubstr("FAIL"));
   expect_usage_error({"verify", "--backend", "nosuch"}, {"unknown backend 'nosuch'"});
   expect_usage_error({"verify", "--precision", "fp32,fp16"},
-                     {"unknown precision 'fp16'", "fp32, bf16, int8 or k8v4"});
+                     {"unknown precision 'fp16'", "fp32, bf16, int8, k8v4 or int4"});
 }
 
 }  // namespace

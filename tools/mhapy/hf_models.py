@@ -64,8 +64,8 @@ MODELS = {
 }
 # "mha" is mha's attention on the executor it picks (inside PyTorch: PyTorch's own OpenMP
 # workers); "mha_tbb" the same on mha's own oneTBB workers (what "mha" ran on before), beside it;
-# "mha_fp32", "mha_int8" and "mha_bf16" mha's attention with its own KV cache in fp32 / int8 /
-# bf16 (mha.transformers.MhaCache, appended in place) instead of transformers' DynamicCache
+# "mha_fp32", "mha_int8", "mha_bf16", "mha_k8v4" and "mha_int4" mha's attention with its own KV
+# cache in that format (mha.transformers.MhaCache, appended in place) instead of transformers' DynamicCache
 # (concatenated into new tensors at each step): mha_fp32 against mha is the cache alone.
 # "sdpa_static" is sdpa with transformers' StaticCache (preallocated, written in place: no
 # concatenation per step), the strongest of transformers' own caches for a long decode.
@@ -81,9 +81,10 @@ IMPLEMENTATIONS = (
     "mha_int8",
     "mha_bf16",
     "mha_k8v4",
+    "mha_int4",
     *OPENVINO,
 )
-CACHED = {"mha_fp32": "fp32", "mha_int8": "int8", "mha_bf16": "bf16", "mha_k8v4": "k8v4"}
+CACHED = {"mha_fp32": "fp32", "mha_int8": "int8", "mha_bf16": "bf16", "mha_k8v4": "k8v4", "mha_int4": "int4"}
 # GPT-2 small with 16k positions (random weights): a long context on a small model.
 MODELS["gpt2_16k"] = dict(MODELS["gpt2"], n_positions=16384)
 
@@ -97,7 +98,8 @@ def attention_of(implementation: str) -> str:
 
 def cache_for(model: Any, implementation: str, capacity: int) -> Any:
     """The KV cache an implementation decodes through: an MhaCache for mha_fp32 / mha_int8 /
-    mha_bf16 / mha_k8v4, a StaticCache for sdpa_static, else None (transformers' DynamicCache)."""
+    mha_bf16 / mha_k8v4 / mha_int4, a StaticCache for sdpa_static, else None (transformers'
+    DynamicCache)."""
     if implementation == "sdpa_static":
         import transformers
 

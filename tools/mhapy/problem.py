@@ -17,7 +17,7 @@ from decimal import Decimal
 
 PRECISIONS = ("fp32", "bf16")
 # A KV cache's formats (mha::precision: int8 is a cache's only).
-KV_PRECISIONS = ("fp32", "bf16", "int8", "k8v4")
+KV_PRECISIONS = ("fp32", "bf16", "int8", "k8v4", "int4")
 # mha::formulations(), in its order.
 FORMULATIONS = ("wrapper", "split_weight", "fused_qkv")
 
@@ -288,22 +288,30 @@ INT8_SCALE_BYTES = 4
 # Elements per group of a k8v4 cache's 4-bit values, each group with a 32-bit scale and offset
 # (src/core/value4.hpp).
 VALUE4_GROUP = 32
+# Tokens per channel group of an int4 cache's 4-bit keys, each channel of a group with a 32-bit
+# scale and offset (src/core/key4.hpp).
+KEY4_GROUP = 64
 
 
-def cache_token_bytes(s: Shape, scale_bytes: int = INT8_SCALE_BYTES) -> int:
+def cache_token_bytes(s: Shape, scale_bytes: int = INT8_SCALE_BYTES) -> float:
     """Bytes of one cached token's key and value rows (head_dim elements each) in s's cache
     precision: 4 or 2 per element; int8 one code per element and `scale_bytes` per row; k8v4 the
-    key as int8's, the value half a byte per element and 4 bytes per group of VALUE4_GROUP."""
+    key as int8's, the value half a byte per element and 4 bytes per group of VALUE4_GROUP; int4
+    the value as k8v4's, the key half a byte per element and 4 bytes per channel over KEY4_GROUP
+    tokens."""
     cache = s.kv_precision or s.precision
     if cache == "int8":
         return 2 * (s.head_dim + scale_bytes)
     if cache == "k8v4":
         groups = -(-s.head_dim // VALUE4_GROUP)
         return s.head_dim + scale_bytes + -(-s.head_dim // 2) + 4 * groups
+    if cache == "int4":
+        groups = -(-s.head_dim // VALUE4_GROUP)
+        return 2 * -(-s.head_dim // 2) + 4 * s.head_dim / KEY4_GROUP + 4 * groups
     return 2 * s.head_dim * element_bytes(cache)
 
 
-def cache_bytes(s: Shape, formulation: str, capacity: int, scale_bytes: int = INT8_SCALE_BYTES) -> int:
+def cache_bytes(s: Shape, formulation: str, capacity: int, scale_bytes: int = INT8_SCALE_BYTES) -> float:
     """The stated size of s's KV cache of `capacity` tokens for s.batch sequences, without its
     layout's padding: B · capacity · H_kv tokens of cache_token_bytes (docs/design.md §1.4)."""
     return s.batch * capacity * cache_heads(s, formulation) * cache_token_bytes(s, scale_bytes)

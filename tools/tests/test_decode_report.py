@@ -244,7 +244,7 @@ def test_a_real_decode_run_reads_and_reports(tmp_path):
     path = tmp_path / "decode.json"
     command = [MHA_BENCH, "--preset", "decode", "--batch", "1,2", "--past", "8,40", "--d-model", "32"]
     # Two formulations and no grouped K/V heads (--kv-heads 0 folds decode_kv into decode); each
-    # step in decode_cache's six (plan, cache) precision pairs.
+    # step in decode_cache's eight (plan, cache) precision pairs.
     command += ["--heads", "2", "--kv-heads", "0", "--formulations", "wrapper,split_weight"]
     command += ["--backends", "naive", "--benchmark_min_time=0.01", "--quiet"]
     command += [f"--benchmark_out={path}", "--benchmark_out_format=json"]
@@ -255,9 +255,9 @@ def test_a_real_decode_run_reads_and_reports(tmp_path):
         assert key in doc["context"], key
     (results,) = load_machines([path])
     decode = results.decode().measurements
-    assert len(decode) == 2 * 2 * 6 * 2 and not results.forward().measurements
+    assert len(decode) == 2 * 2 * 8 * 2 and not results.forward().measurements
     pairs = {(k.shape.precision, k.shape.kv_precision) for k in decode}
-    assert pairs == {(plan, cache) for plan in ("fp32", "bf16") for cache in ("", "int8", "k8v4")}
+    assert pairs == {(plan, cache) for plan in ("fp32", "bf16") for cache in ("", "int8", "k8v4", "int4")}
     for key, m in decode.items():
         assert key.shape.past in (8, 40) and key.shape.seq_len == 1
         assert key.name() + "/real_time" in {e["name"] for e in doc["benchmarks"]}
@@ -276,7 +276,7 @@ def test_the_cache_precisions_side_by_side_with_the_peers_cache(tmp_path):
     # One step (B1 over 8k, 1 thread) in each (plan, cache) pair, each at 80% of its bound;
     # openvino_u8kv at the fp32 step with the u8 cache it recorded, at 50% of an int8 bound.
     step = Shape(1, 1, 768, 768, 12, past=8192)
-    pairs = [(p, c) for p in ("fp32", "bf16") for c in ("", "int8", "k8v4")]
+    pairs = [(p, c) for p in ("fp32", "bf16") for c in ("", "int8", "k8v4", "int4")]
     run = []
     for precision, cache in pairs:
         s = Shape(1, 1, 768, 768, 12, past=8192, precision=precision, kv_precision=cache)
@@ -293,25 +293,26 @@ def test_the_cache_precisions_side_by_side_with_the_peers_cache(tmp_path):
     assert len(rows) == 1
     row = rows[0]
     assert row[:2] == ["B=1, past=8192", "1 thread"]
-    for cell, (precision, cache) in zip(row[2:8], pairs):
+    for cell, (precision, cache) in zip(row[2:10], pairs):
         s = Shape(1, 1, 768, 768, 12, past=8192, precision=precision, kv_precision=cache)
         assert cell == f"{fmt_time(decode_bytes(s, 'split_weight') / 32e9)} (80%) xsimd"
-    assert row[8] == f"{fmt_time(u8_bytes / 20e9)} openvino_u8kv (fp32 plan, u8 cache)"
-    assert row[9] == "mha xsimd (bf16 plan, k8v4 cache)"
+    assert row[10] == f"{fmt_time(u8_bytes / 20e9)} openvino_u8kv (fp32 plan, u8 cache)"
+    assert row[11] == "mha xsimd (bf16 plan, int4 cache)"
     fp32 = decode_bytes(step, "split_weight")
     fastest = {
         cache: decode_bytes(
             Shape(1, 1, 768, 768, 12, past=8192, precision="bf16", kv_precision=cache), "split_weight"
         )
-        for cache in ("int8", "k8v4")
+        for cache in ("int8", "k8v4", "int4")
     }
-    assert row[10] == f"{fp32 / fastest['int8']:.2f}×"
-    assert row[11] == f"{fastest['int8'] / fastest['k8v4']:.2f}×"
+    assert row[12] == f"{fp32 / fastest['int8']:.2f}×"
+    assert row[13] == f"{fastest['int8'] / fastest['k8v4']:.2f}×"
+    assert row[14] == f"{fastest['int8'] / fastest['int4']:.2f}×"
     # The decode answer names the fastest path of the step, then the next two and the peer.
     answer = next(line for line in md.splitlines() if line.startswith("- **Decode B=1, past=8192"))
     assert answer.startswith(
-        f"- **Decode B=1, past=8192, 1 thread: mha xsimd (bf16 plan, k8v4 cache)**, "
-        f"{fmt_time(fastest['k8v4'] / 32e9)} per step (then mha xsimd (bf16 plan, int8 cache)"
+        f"- **Decode B=1, past=8192, 1 thread: mha xsimd (bf16 plan, int4 cache)**, "
+        f"{fmt_time(fastest['int4'] / 32e9)} per step (then mha xsimd (bf16 plan, k8v4 cache)"
     )
     assert answer.endswith(f"; openvino_u8kv (fp32 plan, u8 cache) {fmt_time(u8_bytes / 20e9)}).")
 
@@ -331,8 +332,8 @@ def test_the_fastest_path_may_be_a_peer_with_a_wider_cache(tmp_path):
     assert cli.main([str(mha), str(peers), "--out", str(tmp_path / "out")]) == 0
     md = (tmp_path / "out" / "report.md").read_text()
     (row,) = table_after(md, "## Decode: the KV cache's precision")
-    assert row[4] == row[7] == "–"  # no k8v4 step measured
-    assert row[8] == f"{fmt_time(0.5e-3)} openvino (bf16 plan, bf16 cache)"
-    assert row[9] == "openvino (bf16 plan, bf16 cache)"
-    assert row[11] == "–"
+    assert row[4] == row[5] == row[8] == row[9] == "–"  # no k8v4 or int4 step measured
+    assert row[10] == f"{fmt_time(0.5e-3)} openvino (bf16 plan, bf16 cache)"
+    assert row[11] == "openvino (bf16 plan, bf16 cache)"
+    assert row[13] == row[14] == "–"
     assert "**Decode B=1, past=8192, 1 thread: openvino (bf16 plan, bf16 cache)**" in md

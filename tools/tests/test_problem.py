@@ -84,10 +84,13 @@ def test_bytes_follow_the_plan_and_cache_precisions():
         # group of 32 (one here): 24 tokens of (2 + 4) + (1 + 4) bytes.
         k8v4 = dataclasses.replace(s, precision=plan, kv_precision="k8v4")
         assert cache_bytes(k8v4, "split_weight", 6) == 24 * (6 + 5)
-    # At head_dim 64 a k8v4 token is 108 bytes where int8's is 136 (0.79x); at 256, 420 and 520.
-    for head_dim, k8v4_bytes, int8_bytes in ((64, 108, 136), (256, 420, 520)):
+    # At head_dim 64 a k8v4 token is 108 bytes where int8's is 136 (0.79x) and int4's 76 (0.56x:
+    # 32 bytes of key codes, 4 of its channel group's words, a value as k8v4's); at 256, 420, 520
+    # and 304.
+    for head_dim, k8v4_bytes, int8_bytes, int4_bytes in ((64, 108, 136, 76), (256, 420, 520, 304)):
         one = Shape(1, 1, head_dim, head_dim, 1, past=0)
         assert cache_bytes(dataclasses.replace(one, kv_precision="k8v4"), "split_weight", 1) == k8v4_bytes
+        assert cache_bytes(dataclasses.replace(one, kv_precision="int4"), "split_weight", 1) == int4_bytes
         assert cache_bytes(dataclasses.replace(one, kv_precision="int8"), "split_weight", 1) == int8_bytes
     # GPT-2 small's step over 8k: 59.8 MB with an fp32 cache, 29.9 MB bf16/bf16.
     gpt2 = Shape(1, 1, 768, 768, 12, past=8192)

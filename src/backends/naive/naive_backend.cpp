@@ -142,7 +142,7 @@ class naive_kernels : public detail::sequential_execution {
   }
   static constexpr bool grouped_kv = true;   // each query head reads K/V head h / kv_group
   static constexpr bool bf16 = true;         // the bf16 reference (docs/design.md §1.5)
-  static constexpr bool coded_cache = true;  // the int8 and k8v4 caches' reference (§1.7)
+  static constexpr bool coded_cache = true;  // the int8, k8v4, int4 caches' reference (§1.7)
   static constexpr bool extensions = true;   // config::window and softcap (§1.9)
   // Decode: the plain row-major cache (bf16 elements in bf16, int8 codes and their rows'
   // scales in int8); each sequence attends over its rows as a full forward with past = its
@@ -156,6 +156,8 @@ class naive_kernels : public detail::sequential_execution {
         return cache::int8_head_bytes(capacity, head_dim);
       case precision::k8v4:
         return cache::k8v4_head_bytes(capacity, head_dim);
+      case precision::int4:
+        return cache::int4_head_bytes(capacity, head_dim);
       default:
         return cache::head_bytes<float>(capacity, head_dim);
     }
@@ -172,7 +174,8 @@ class naive_kernels : public detail::sequential_execution {
       const auto keys = cache::keys<float>(*a.cache, a.head_dim),
                  values = cache::values<float>(*a.cache, a.head_dim);
       attend_widened(a, bf16_,
-                     [&](std::int64_t b, std::int64_t g, std::int64_t slot, bool value, float* to) {
+                     [&](std::int64_t b, std::int64_t g, std::int64_t, std::int64_t slot,
+                         bool value, float* to) {
                        const float* row = (value ? values : keys).row(b, g, slot);
                        std::copy(row, row + a.head_dim, to);
                      });
@@ -182,15 +185,19 @@ class naive_kernels : public detail::sequential_execution {
       const auto keys = cache::keys<detail::bf16>(*a.cache, a.head_dim),
                  values = cache::values<detail::bf16>(*a.cache, a.head_dim);
       attend_widened(a, bf16_,
-                     [&](std::int64_t b, std::int64_t g, std::int64_t slot, bool value, float* to) {
+                     [&](std::int64_t b, std::int64_t g, std::int64_t, std::int64_t slot,
+                         bool value, float* to) {
                        const detail::bf16* row = (value ? values : keys).row(b, g, slot);
                        std::transform(row, row + a.head_dim, to, detail::from_bf16);
                      });
     } else {
       // int8: each element is scale * (zero + code), in fp32 (§1.7): K, V and the weights are
       // not rounded to bf16; the queries are, in a bf16 plan, as its operands are. k8v4: its keys
-      // so, each value row's groups read back (scale code + offset) and turned back.
+      // so, each value row's groups read back (scale code + offset) and turned back. int4: its
+      // values as k8v4's, its keys from their channel groups' codes, or exact where their group is
+      // not yet coded.
       const bool k8v4 = a.cache->format == precision::k8v4;
+      const bool int4 = a.cache->format == precision::int4;
       cache::append_coded(a);
       const auto keys = cache::keys<std::uint8_t>(*a.cache, a.head_dim),
                  values = cache::values<std::uint8_t>(*a.cache, a.head_dim);
@@ -210,32 +217,39 @@ class naive_kernels : public detail::sequential_execution {
         }
         rounded.q = to;
       }
-      attend_widened(rounded, false,
-                     [&](std::int64_t b, std::int64_t g, std::int64_t slot, bool value, float* to) {
-                       if (k8v4 && value) {
-                         cache::k8v4_value(*a.cache, a.head_dim, b, g, slot, to);
-                         return;
-                       }
-                       const std::uint8_t* codes = (value ? values : keys).row(b, g, slot);
-                       const detail::int8_row row =
-                           k8v4 ? cache::k8v4_key_rows(*a.cache, a.head_dim, b, g)[slot]
-                                : cache::int8_rows(*a.cache, a.head_dim, b,
-                                                   g)[value ? a.cache->capacity + slot : slot];
-                       // A key back over its channel scales: s_d (k_d / s_d).
-                       const float* channels =
-                           k8v4 ? cache::k8v4_channels(*a.cache, a.head_dim, b, g)
-                                : cache::int8_channels(*a.cache, a.head_dim, b, g);
-                       for (std::int64_t d = 0; d < a.head_dim; ++d) {
-                         to[d] = detail::dequantize(codes[d], row);
-                         if (!value) to[d] *= channels[d];
-                       }
-                     });
+      attend_widened(
+          rounded, false,
+          [&](std::int64_t b, std::int64_t g, std::int64_t j, std::int64_t slot, bool value,
+              float* to) {
+            if (int4) {
+              if (!value) return cache::int4_key(*a.cache, a.head_dim, b, g, j, a.keys(b), to);
+              return cache::read_value4(cache::int4_codes(*a.cache, a.head_dim, b, g, slot, true),
+                                        cache::int4_value_words(*a.cache, a.head_dim, b, g, slot),
+                                        a.head_dim, to);
+            }
+            if (k8v4 && value) {
+              cache::k8v4_value(*a.cache, a.head_dim, b, g, slot, to);
+              return;
+            }
+            const std::uint8_t* codes = (value ? values : keys).row(b, g, slot);
+            const detail::int8_row row =
+                k8v4 ? cache::k8v4_key_rows(*a.cache, a.head_dim, b, g)[slot]
+                     : cache::int8_rows(*a.cache, a.head_dim, b,
+                                        g)[value ? a.cache->capacity + slot : slot];
+            // A key back over its channel scales: s_d (k_d / s_d).
+            const float* channels = k8v4 ? cache::k8v4_channels(*a.cache, a.head_dim, b, g)
+                                         : cache::int8_channels(*a.cache, a.head_dim, b, g);
+            for (std::int64_t d = 0; d < a.head_dim; ++d) {
+              to[d] = detail::dequantize(codes[d], row);
+              if (!value) to[d] *= channels[d];
+            }
+          });
     }
   }
 
  private:
   // Attention over a cache after the append: each sequence's keys and values widened to float
-  // rows by row(b, g, slot, value, to) (the key row in `slot`, or the value row when `value`),
+  // rows by row(b, g, j, slot, value, to) (key j's row in `slot`, or its value row when `value`),
   // key j from slot(j), then attended as a full forward with past = the sequence's length. A
   // ring holds only its last keys: the earlier ones, which no window reaches, stay zeros.
   template <class Widen>
@@ -248,8 +262,8 @@ class naive_kernels : public detail::sequential_execution {
       std::vector<float> k(static_cast<std::size_t>(a.kv_heads() * n * hd)), v(k.size());
       for (std::int64_t g = 0; g < a.kv_heads(); ++g) {
         for (std::int64_t j = first; j < n; ++j) {
-          row(b, g, a.cache->slot(j), false, k.data() + (g * n + j) * hd);
-          row(b, g, a.cache->slot(j), true, v.data() + (g * n + j) * hd);
+          row(b, g, j, a.cache->slot(j), false, k.data() + (g * n + j) * hd);
+          row(b, g, j, a.cache->slot(j), true, v.data() + (g * n + j) * hd);
         }
       }
       attend(cache::sequence(a, b, {k.data(), 0, n * hd, hd}, {v.data(), 0, n * hd, hd}), rounded);

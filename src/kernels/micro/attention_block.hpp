@@ -206,6 +206,11 @@ struct attention_block {
       if constexpr (pairs_of_bf16) {
         Dot::to_pairs(row, hd, scratch.query_pairs + r * pairs(hd));
       } else if constexpr (codes) {
+        if (layout.keys4) {  // made integers per channel group of the keys (key4_scores)
+          for (std::int64_t d = 0; d < hd; ++d)
+            scratch.queries[r * hd + d] = c * (args.bf16 ? round_bf16(row[d]) : row[d]);
+          continue;
+        }
         // Times the keys' channel scales (q . k = (q s) . (k / s), core/int8.hpp).
         const float* channels = reinterpret_cast<const float*>(
             static_cast<const std::uint8_t*>(task.head) + layout.channels_offset());

@@ -23,9 +23,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "core/int8.hpp"
+#include "core/key4.hpp"
+#include "core/value4.hpp"
 #include "kernels/micro/code_dot.hpp"
 #include "kernels/micro/micro_kernel.hpp"
 #include "kernels/micro/softmax_kernel.hpp"
@@ -34,10 +37,11 @@ namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
 template <class Arch>
 struct code_scales {
-  // The keys' int8_row words, then the values': key_rows each, per group of the values (int8: one
-  // group of int8_rows; k8v4: value_groups() of value4_rows; attention_layout::scales_offset()).
+  // The keys' words (key_words of them: int8_rows, one per key row; int4: its channel groups'
+  // value4_rows), then the values': key_rows each, per group of the values (int8: one group of
+  // int8_rows; k8v4, int4: value_groups() of value4_rows; attention_layout::scales_offset()).
   const int8_row* rows;
-  std::int64_t key_rows;
+  std::int64_t key_rows, key_words;
   std::int64_t groups = 1;
   // The values are a k8v4 cache's 4-bit codes (value4_row words) rather than int8's.
   bool four_bit = false;
@@ -47,7 +51,7 @@ struct code_scales {
 
   const int8_row* key_rows_at(std::int64_t j) const noexcept { return rows + j; }
   const int8_row* value_rows_at(std::int64_t group, std::int64_t j) const noexcept {
-    return rows + key_rows * (1 + group) + j;
+    return rows + key_words + key_rows * group + j;
   }
 
   // The scales and offsets of a batch of rows' words: the low half's bf16 (shifted up to a
@@ -251,5 +255,67 @@ struct code_scales {
     }
   }
 };
+
+// Query row q (head_dim floats: the block's scaled queries) against one channel group of an int4
+// cache's keys (core/key4.hpp; channel d's value4_row at words[d]): x = q s (times the channels'
+// scales) as 16-bit integers x ~ scale xi, |xi| <= key4_query_limit, in query_pairs for
+// nibble_panels (4 key4_words(head_dim) of them, 0 past head_dim), the scale returned (0 for a row
+// of zeros; NaN where x holds a NaN or an Inf, so that the group's scores are NaN, as the float
+// product would make them); *offsets = sum_d q_d o_d (o: the channels' offsets). A key's score is
+// then scale (xi . c) + *offsets.
+template <class Arch>
+float key4_query(const float* q, const value4_row* words, std::int64_t head_dim, query_pair* out,
+                 float* offsets) noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  constexpr std::int64_t lanes = batch::size;
+  constexpr float most_finite = std::numeric_limits<float>::max();
+  const auto* rows = reinterpret_cast<const int8_row*>(words);  // the same 32-bit word
+  batch largest(0.0f), sum(0.0f);
+  auto bad = batch(0.0f) != batch(0.0f);
+  std::int64_t d = 0;
+  for (; d + lanes <= head_dim; d += lanes) {
+    const auto channel = code_scales<Arch>::template unpack<Arch>(rows + d, 0.0625f);
+    const batch x = batch::load_unaligned(q + d), y = x * channel.scale;
+    bad = bad | (xsimd::abs(y) > batch(most_finite)) | (y != y);  // Inf and NaN
+    largest = xsimd::max(largest, xsimd::abs(y));
+    sum = fused_fma(x, channel.offset, sum);
+  }
+  float most = largest_lane<Arch>(largest), beta = xsimd::hadd(sum);
+  bool finite = !xsimd::any(bad);
+  for (std::int64_t e = d; e < head_dim; ++e) {
+    const float y = q[e] * words[e].scale();
+    finite = finite && std::fabs(y) <= most_finite;
+    most = std::fabs(y) > most ? std::fabs(y) : most;
+    beta += q[e] * words[e].offset();
+  }
+  *offsets = beta;
+  const std::int64_t units = 4 * key4_words(head_dim);
+  if (!finite || !(most > 0.0f)) {
+    std::fill(out, out + units, query_pair{0});
+    return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  }
+  const float limit = static_cast<float>(key4_query_limit(head_dim)), inverse = limit / most;
+  // Rounded to the nearest integer, ties to even (round_ties_even), within the limit.
+  constexpr float shift = 12582912.0f;  // 1.5 * 2^23
+  const auto code = [&](std::int64_t at) {
+    const auto channel = code_scales<Arch>::template unpack<Arch>(rows + at, 0.0625f);
+    const batch r =
+        (batch::load_unaligned(q + at) * channel.scale * batch(inverse) + batch(shift)) -
+        batch(shift);
+    return xsimd::to_int(xsimd::min(xsimd::max(r, batch(-limit)), batch(limit)));
+  };
+  std::int64_t e = 0;
+  for (; e + 2 * lanes <= head_dim; e += 2 * lanes)
+    narrow_pairs<Arch>(code(e), code(e + lanes)).store_unaligned(out + e / 2);
+  const auto scalar = [&](std::int64_t at) -> std::uint32_t {
+    if (at >= head_dim) return 0;
+    const float r = round_ties_even(q[at] * words[at].scale() * inverse);
+    const float c = r > limit ? limit : r < -limit ? -limit : r;
+    return static_cast<std::uint16_t>(static_cast<std::int16_t>(c));
+  };
+  for (; e < 2 * units; e += 2)
+    out[e / 2] = static_cast<query_pair>(scalar(e) | scalar(e + 1) << 16);
+  return most / limit;
+}
 
 }  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/key4.hpp"
 #include "core/value4.hpp"
 #include "kernels/micro/attention_block.hpp"
 #include "kernels/micro/attention_codes.hpp"
@@ -57,7 +58,7 @@ struct packed_attention : attention_block<Arch, Dot> {
   const int8_row* scales;
 
   code_scales<Arch> code_terms() const noexcept {
-    return {scales, layout.key_rows(), layout.value_groups(), layout.values4};
+    return {scales, layout.key_rows(), layout.key_words(), layout.value_groups(), layout.values4};
   }
 
   void run() const noexcept {
@@ -132,6 +133,7 @@ struct packed_attention : attention_block<Arch, Dot> {
     const std::int64_t last = rows_end(0, rows);
     const std::int64_t panels = ((last < j1 ? last : j1) - j0 + T::nr - 1) / T::nr;
     if constexpr (codes) {
+      if (layout.keys4) return key4_scores<T>(j0, j1);
       if (rows == 1) {  // a decode step's one row: K^T read as one stream (code_pair_row)
         const std::int64_t du = dim_units();
         for (std::int64_t p = 0; p < panels; ++p) {
@@ -156,6 +158,78 @@ struct packed_attention : attention_block<Arch, Dot> {
         if (j0 + p * T::nr >= rows_end(r, r + R)) return;  // above the diagonal
         score_panels<T, R, 1>(r, j0, p);
       });
+    }
+  }
+
+  // An int4 cache's scores of keys [j0, j1) (core/key4.hpp): per channel group of key4_group
+  // keys (a key tile's groups are whole: its key step), each row's queries times the group's
+  // channel scales as 16-bit integers (key4_query), their integer sums with the keys' 4-bit codes
+  // (nibble_panels, K^T's word rows as V's are read for P V), each score then scale (sum) +
+  // offsets; the keys of the unfilled group, not yet coded, scored exact from the head's recent
+  // keys. Task keys are slots; key j stands at position base + j (base: a ring piece's first).
+  template <class T>
+  void key4_scores(std::int64_t j0, std::int64_t j1) const noexcept {
+    using batch = typename T::batch;
+    using ints = xsimd::batch<std::int32_t, typename T::arch>;
+    constexpr std::int64_t lanes = batch::size;
+    const std::int64_t hd = args.head_dim, words = key4_words(hd), units = layout.query_units();
+    const std::int64_t last = rows_end(0, rows), end = last < j1 ? last : j1;
+    const std::int64_t base = args.cache->lengths[task.b] - task.past;
+    const std::int64_t coded = std::min(end, key4_coded_end(args.keys(task.b)) - base);
+    const auto* panels = reinterpret_cast<const std::uint32_t*>(kt);
+    const auto* channel_words = reinterpret_cast<const value4_row*>(scales);
+    const std::int64_t ld = layout.score_cols, panel_words = words * T::nr;
+    for (std::int64_t g0 = j0; g0 < coded; g0 += key4_group) {
+      const value4_row* group = channel_words + g0 / key4_group * hd;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        scratch.query_scales[r] =
+            key4_query<Arch>(scratch.queries + r * hd, group, hd, scratch.query_codes + r * units,
+                             scratch.query_sums + r);
+      }
+      const std::int64_t cols = std::min(g0 + key4_group, end) - g0;
+      const std::int64_t group_panels = (cols + T::nr - 1) / T::nr;
+      float* tile = scratch.scores + (g0 - j0);
+      for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
+        constexpr int block_rows = decltype(R)::value;
+        // One row (a decode step's) takes one panel at a time, so that K^T's codes are read as
+        // one stream (as code_pair_row does: panels side by side are streams too short for the
+        // hardware prefetcher); nibble_panels' chains then hide the latency.
+        constexpr int side_by_side = block_rows == 1 ? 1 : panels_for<T, block_rows>;
+        for_panel_groups<side_by_side>(
+            0, group_panels, [&]<int P>(std::integral_constant<int, P>, std::int64_t p) {
+              const query_pair* a[P];
+              for (int q = 0; q < P; ++q) a[q] = scratch.query_codes + r * units;
+              nibble_panels<T, block_rows, P>(words, a, units,
+                                              panels + (g0 / T::nr + p) * panel_words, panel_words,
+                                              tile + r * ld + p * T::nr, ld);
+            });
+      });
+      // The sums (bits in floats) into scores, whole batches of the panels written.
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const batch scale(scratch.query_scales[r]), offset(scratch.query_sums[r]);
+        float* x = tile + r * ld;
+        for (std::int64_t c = 0; c < group_panels * T::nr; c += lanes) {
+          const batch sums =
+              xsimd::to_float(ints::load_unaligned(reinterpret_cast<const std::int32_t*>(x + c)));
+          fused_fma(sums, scale, offset).store_unaligned(x + c);
+        }
+      }
+    }
+    const key4_recent_rows recent =
+        key4_recent_of(const_cast<std::byte*>(static_cast<const std::byte*>(task.head)),
+                       args.cache->head_bytes, hd);
+    for (std::int64_t j = std::max(j0, coded); j < end; ++j) {
+      const float* key = recent.row(base + j, hd);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float* q = scratch.queries + r * hd;
+        batch acc(0.0f);
+        std::int64_t d = 0;
+        for (; d + lanes <= hd; d += lanes)
+          acc = fused_fma(batch::load_unaligned(q + d), batch::load_unaligned(key + d), acc);
+        float score = xsimd::hadd(acc);
+        for (; d < hd; ++d) score = std::fma(q[d], key[d], score);
+        scratch.scores[r * ld + (j - j0)] = score;
+      }
     }
   }
 

@@ -268,9 +268,11 @@ CACHE_COMBINATIONS = (
     ("fp32", "fp32"),
     ("fp32", "int8"),
     ("fp32", "k8v4"),
+    ("fp32", "int4"),
     ("bf16", "bf16"),
     ("bf16", "int8"),
     ("bf16", "k8v4"),
+    ("bf16", "int4"),
 )
 
 
@@ -341,7 +343,7 @@ def cache_steps(results: ResultSet) -> list[CacheStep]:
 def cache_precision_rows(results: ResultSet, bandwidths: Bandwidths) -> list[list[str]]:
     """One row per CacheStep: mha's time per (plan, cache) pair with % of its bandwidth bound,
     the fastest peer with its plan and cache, the fastest path of all, the best int8 step's
-    speedup over the fp32 one, and the best k8v4 step's over the best int8 one."""
+    speedup over the fp32 one, and the best k8v4 and int4 steps' over the best int8 one."""
     rows = []
     for step in cache_steps(results):
         cells = []
@@ -362,12 +364,15 @@ def cache_precision_rows(results: ResultSet, bandwidths: Bandwidths) -> list[lis
         fastest = {
             cache: min((step.best[(plan, cache)] for plan in ("fp32", "bf16") if (plan, cache) in step.best),
                        key=lambda m: m.median_s, default=None)
-            for cache in ("int8", "k8v4")
+            for cache in ("int8", "k8v4", "int4")
         }  # fmt: skip
-        int8, k8v4 = fastest["int8"], fastest["k8v4"]
+        int8 = fastest["int8"]
         speedup = fmt_ratio(fp32.median_s / int8.median_s) if fp32 and int8 else "–"
-        four_bit = fmt_ratio(int8.median_s / k8v4.median_s) if int8 and k8v4 else "–"
-        rows.append([step.step_text(), threads_text(step.threads)] + cells + [speedup, four_bit])
+        four_bit = [
+            fmt_ratio(int8.median_s / fastest[cache].median_s) if int8 and fastest[cache] else "–"
+            for cache in ("k8v4", "int4")
+        ]
+        rows.append([step.step_text(), threads_text(step.threads)] + cells + [speedup] + four_bit)
     return rows
 
 
@@ -397,7 +402,7 @@ def cache_precision_section(results: ResultSet, bandwidths: Bandwidths) -> list:
         return []
     header = ["step", "threads"] + [f"{plan} plan, {cache} cache" for plan, cache in CACHE_COMBINATIONS]
     header += ["fastest peer (its plan and KV cache)", "fastest path", "int8 / fp32 speedup"]
-    header += ["k8v4 / int8 speedup"]
+    header += ["k8v4 / int8 speedup", "int4 / int8 speedup"]
     return [
         Heading(2, "Decode: the KV cache's precision"),
         Para(
@@ -406,14 +411,17 @@ def cache_precision_section(results: ResultSet, bandwidths: Bandwidths) -> list:
             "(`bytes_min` counts the weights in the plan's precision and the cache in its own: "
             "4, 2 or 1 byte per element, plus 4 bytes of scale and zero per int8 row, 8 per u8 row of "
             "OpenVINO's; k8v4's keys as int8's, its values half a byte per element and 4 bytes per "
-            "group of 32). The peers' "
+            "group of 32; int4's values as k8v4's, its keys half a byte per element and 4 bytes per "
+            "channel a group of 64 tokens). The peers' "
             "column is the fastest peer of any of the step's (plan, cache) pairs, with the cache "
             "it kept as it recorded it (OpenVINO keeps the compute precision when pinned, u8 by "
             "default: openvino_u8kv, or pinned for an int8 step); the fastest path is the fastest "
             "of them all. Speedups: the fp32 step's time over the faster int8 step's, and that over "
-            "the faster k8v4 step's."
+            "the faster k8v4 step's and the faster int4 step's."
         ),
-        Table(header, rows, numeric=set(range(2, len(header) - 3)) | {len(header) - 2, len(header) - 1}),
+        Table(
+            header, rows, numeric=set(range(2, len(header) - 4)) | set(range(len(header) - 3, len(header)))
+        ),
     ]
 
 
