@@ -130,6 +130,11 @@ void nibble_panels(std::int64_t words, const query_pair* const (&a)[P], std::int
   // `words` word rows of weights up to 32767 (key4_query_limit) do: the value side's chunks of 4
   // word rows, and a head of up to 1,092 dimensions.
   constexpr bool split = R * P * nv < 8;
+  // The codes are read ahead in software: a decode step's 4-bit codes are consumed twice as fast
+  // per byte as int8's, and the hardware prefetcher alone left a step over 128k keys at 77% of the
+  // streaming read (int4, one thread: 11.5 ms; 9.7 ms, 91%, read 32 word rows ahead: 4 KiB of a
+  // panel of 32 keys or columns). A prefetch past the panel's end is harmless (it never faults).
+  constexpr std::int64_t ahead_rows = 32;
   constexpr int chains = split ? 4 : 1;
   const ints low(0x000f000f), high(0x00f000f0);
   ints acc[chains][R][P * nv];
@@ -139,6 +144,10 @@ void nibble_panels(std::int64_t words, const query_pair* const (&a)[P], std::int
   for (std::int64_t w = 0; w < words; ++w) {
 #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) {
+      // Each panel's word rows ahead_rows ahead, a cache line at a time.
+      const auto* ahead =
+          reinterpret_cast<const char*>(b + p * panel_stride + (w + ahead_rows) * nr);
+      for (int line = 0; line < nr * 4; line += 64) __builtin_prefetch(ahead + line);
 #pragma GCC unroll 8
       for (int v = 0; v < nv; ++v) {
         const ints x = ints::load_unaligned(
