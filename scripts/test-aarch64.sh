@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The aarch64 build, cross-compiled on a Debian x86-64 host and tested under emulation: installs
 # what is missing (the arm64 architecture in dpkg, Debian's cross compiler g++-aarch64-linux-gnu,
-# qemu-user, and the arm64 builds of oneTBB, GoogleTest, Google Benchmark and xsimd), builds
-# with the toolchain file cmake/aarch64-linux-gnu.cmake, then under qemu-aarch64 runs the unit
-# suite (mha_tests, as one gtest shard per core), `mha backends`, `mha verify`, the per-ISA
-# symbol check, the README's API tour and the benchmark's checks, and prints its wall time and
-# the suite's counts (passed, skipped with each reason). Speed under emulation is qemu's, not an
-# Arm CPU's: nothing here times anything.
+# qemu-user, and the arm64 builds of oneTBB, GoogleTest, Google Benchmark, xsimd and libgomp,
+# which mha_tests links), builds with the toolchain file cmake/aarch64-linux-gnu.cmake, then under
+# qemu-aarch64 runs the unit suite (mha_tests, as one gtest shard per core), `mha backends`,
+# `mha verify`, the per-ISA symbol check, the README's API tour and the benchmark's checks, and
+# prints its wall time and the suite's counts (passed, skipped with each reason). Speed under
+# emulation is qemu's, not an Arm CPU's: nothing here times anything.
 #   MHA_AARCH64_BUILD_DIR  build directory (default: build/aarch64)
 # oneDNN is not built for aarch64 here: Debian's libdnnl-dev:arm64 cannot be installed beside the
 # host's libdnnl-dev (each ships its own /usr/include/oneapi/dnnl/dnnl_config.h), so the
@@ -26,7 +26,7 @@ if ! dpkg --print-foreign-architectures | grep -qx arm64; then
 fi
 "$root/scripts/deps.sh" cmake ninja-build ccache nlohmann-json3-dev g++-aarch64-linux-gnu \
   qemu-user libxsimd-dev:arm64 libtbb-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 \
-  libbenchmark-dev:arm64
+  libbenchmark-dev:arm64 libgomp1:arm64
 
 echo "test-aarch64: oneDNN is not built for aarch64 here: libdnnl-dev:arm64 cannot be installed" \
   "beside the host's libdnnl-dev (both ship /usr/include/oneapi/dnnl/dnnl_config.h)"
