@@ -129,6 +129,14 @@ const std::vector<backend_case>& backend_cases() {
   return cases;
 }
 
+std::vector<backend_case> attention_backend_cases() {
+  std::vector<backend_case> cases;
+  for (const backend_case& b : backend_cases()) {
+    if (b.backend->supports_attention(mha::precision::fp32)) cases.push_back(b);
+  }
+  return cases;
+}
+
 std::string conformance_param_name(const testing::TestParamInfo<conformance_param>& info) {
   const auto& [backend, form, s] = info.param;
   return backend.label + "_" + std::string(mha::to_string(form)) + "_" + s.name();

@@ -74,6 +74,8 @@ struct backend_case {
 // Every backend of mha::available_backends(), best first, plus variants a backend offers for
 // testing (an xsimd ISA other than the one dispatched to, ...).
 const std::vector<backend_case>& backend_cases();
+// ... those whose attention calls take a KV cache (backend::supports_attention).
+std::vector<backend_case> attention_backend_cases();
 
 // The parameter of the suites that run the conformance set (conformance, decode, bf16): every
 // backend case x formulation x conformance shape, their generator, and the test names they carry

@@ -207,6 +207,15 @@ inline float* k8v4_channels(const kv_store& c, std::int64_t head_dim, std::int64
   return reinterpret_cast<float*>(k8v4_value_rows(c, head_dim, b, g, c.capacity));
 }
 
+// Element d of a row of 4-bit codes two a byte (element d in byte d / 2, the low half for even d).
+inline std::uint8_t nibble(const std::uint8_t* codes, std::int64_t d) noexcept {
+  return static_cast<std::uint8_t>(d % 2 == 0 ? codes[d / 2] & 15 : codes[d / 2] >> 4);
+}
+inline void set_nibble(std::uint8_t* codes, std::int64_t d, std::uint8_t code) noexcept {
+  std::uint8_t& byte = codes[d / 2];
+  byte = static_cast<std::uint8_t>(d % 2 == 0 ? (byte & 0xf0) | code : (byte & 0x0f) | code << 4);
+}
+
 // A value row v[0, head_dim) as k8v4 and int4 caches hold it: each group turned and coded
 // (quantize_value4), two codes a byte into codes[0, (head_dim + 1) / 2) (element d in byte d / 2,
 // the low half for even d), the groups' words into words[0, value4_groups(head_dim)).
@@ -222,10 +231,8 @@ inline void write_value4(const float* v, std::int64_t head_dim, std::uint8_t* co
 // The row write_value4 wrote, read back: each group's codes as values, then turned back.
 inline void read_value4(const std::uint8_t* codes, const value4_row* words, std::int64_t head_dim,
                         float* to) noexcept {
-  for (std::int64_t d = 0; d < head_dim; ++d) {
-    const auto code = static_cast<std::uint8_t>(d % 2 == 0 ? codes[d / 2] & 15 : codes[d / 2] >> 4);
-    to[d] = dequantize(code, words[d / value4_group]);
-  }
+  for (std::int64_t d = 0; d < head_dim; ++d)
+    to[d] = dequantize(nibble(codes, d), words[d / value4_group]);
   turn_groups(to, head_dim);
 }
 
@@ -281,9 +288,7 @@ inline void append_int4(const attention_args& a) {
         key4_code_group(recent, hd, first,
                         int4_key_words(*a.cache, hd, b, g) + at / key4_group * hd,
                         [&](std::int64_t t, std::int64_t d, std::uint8_t code) {
-                          std::uint8_t& byte = int4_codes(*a.cache, hd, b, g, at + t, false)[d / 2];
-                          byte = d % 2 == 0 ? static_cast<std::uint8_t>((byte & 0xf0) | code)
-                                            : static_cast<std::uint8_t>((byte & 0x0f) | code << 4);
+                          set_nibble(int4_codes(*a.cache, hd, b, g, at + t, false), d, code);
                         });
       }
     }
@@ -301,10 +306,7 @@ inline void int4_key(const kv_store& c, std::int64_t head_dim, std::int64_t b, s
   const std::int64_t slot = c.slot(position);
   const std::uint8_t* codes = int4_codes(c, head_dim, b, g, slot, false);
   const value4_row* words = int4_key_words(c, head_dim, b, g) + slot / key4_group * head_dim;
-  for (std::int64_t d = 0; d < head_dim; ++d) {
-    const auto code = static_cast<std::uint8_t>(d % 2 == 0 ? codes[d / 2] & 15 : codes[d / 2] >> 4);
-    to[d] = dequantize(code, words[d]);
-  }
+  for (std::int64_t d = 0; d < head_dim; ++d) to[d] = dequantize(nibble(codes, d), words[d]);
 }
 
 // ... into an int8 or k8v4 cache: each key row over its head's channel scales (set from the

@@ -390,7 +390,7 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
   }
   const bool split = args.seq_len <= split_rows && span > split_keys;
   if (key_tile == 0) key_tile = split ? decode_key_tile : default_key_tile;
-  layout_ = kernels.layout({
+  attention_request request{
       .seq_len = args.seq_len,
       .keys = keys,
       .head_dim = args.head_dim,
@@ -398,13 +398,11 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
       .kv_rows = args.cache ? args.cache->capacity : 0,
       .group = args.kv_group,
       .bf16_operands = args.bf16,
-      .int8_codes = args.cache && coded(args.cache->format),
-      .four_bit_values = args.cache && (args.cache->format == precision::k8v4 ||
-                                        args.cache->format == precision::int4),
-      .four_bit_keys = args.cache && args.cache->format == precision::int4,
       .in_place = args.heads_in_place && args.cache == nullptr &&
                   (!args.bf16 || args.bf16_operands()) && !args.dropout.active(),
-  });
+  };
+  if (args.cache) request.cache_format(args.cache->format);
+  layout_ = kernels.layout(request);
   if (args.cache && args.cache->ring) pieces_ = 2;
   // Counted from the first key rounded down to the key step, as chunk_keys sizes them: one chunk
   // more than the window's own keys make where the rounding passes a multiple of split_keys (a
@@ -567,16 +565,12 @@ void attention(const isa_kernels& kernels, const attention_args& args, std::int6
 
 std::int64_t cache_head_bytes(const isa_kernels& kernels, std::int64_t capacity,
                               std::int64_t head_dim, bool bf16_operands, precision kv) noexcept {
-  return kernels
-      .layout({.seq_len = 1,
-               .keys = capacity,
-               .head_dim = head_dim,
-               .kv_rows = capacity,
-               .bf16_operands = bf16_operands,
-               .int8_codes = coded(kv),
-               .four_bit_values = kv == precision::k8v4 || kv == precision::int4,
-               .four_bit_keys = kv == precision::int4})
-      .head_bytes();
+  attention_request request{.seq_len = 1,
+                            .keys = capacity,
+                            .head_dim = head_dim,
+                            .kv_rows = capacity,
+                            .bf16_operands = bf16_operands};
+  return kernels.layout(request.cache_format(kv)).head_bytes();
 }
 
 }  // namespace mha::detail

@@ -85,6 +85,13 @@ struct attention_request {
   bool int8_codes = false;       // the heads of an int8, k8v4 or int4 KV cache
   bool four_bit_values = false;  // with int8_codes: a k8v4 or int4 cache's (values as 4-bit codes)
   bool four_bit_keys = false;    // with four_bit_values: an int4 cache's (keys as 4-bit codes)
+  // The three fields above for a KV cache kept in `kv` (none for fp32 or bf16).
+  constexpr attention_request& cache_format(precision kv) noexcept {
+    int8_codes = coded(kv);
+    four_bit_values = kv == precision::k8v4 || kv == precision::int4;
+    four_bit_keys = kv == precision::int4;
+    return *this;
+  }
   // K and V may be read where they lie (attention_args::heads_in_place, no cache, no dropout,
   // operands in the compute precision): the layout then reads them so (direct) when a block
   // stacks at most direct_rows rows.

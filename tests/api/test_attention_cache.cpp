@@ -136,15 +136,8 @@ step_error step(const mha::backend& backend, const mha::backend& reference_backe
 
 class AttentionCache : public testing::TestWithParam<mha_test::backend_case> {};
 
-std::vector<mha_test::backend_case> attention_backends() {
-  std::vector<mha_test::backend_case> cases;
-  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
-    if (b.backend->supports_attention(precision::fp32)) cases.push_back(b);
-  }
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Backends, AttentionCache, testing::ValuesIn(attention_backends()),
+INSTANTIATE_TEST_SUITE_P(Backends, AttentionCache,
+                         testing::ValuesIn(mha_test::attention_backend_cases()),
                          [](const auto& param_info) { return param_info.param.label; });
 
 // Prefill of 5, three one-token steps, a chunk of 2, then sequence 1 restarted (reset) and

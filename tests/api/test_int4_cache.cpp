@@ -62,15 +62,8 @@ TEST(Key4Group, EachChannelIsCodedOnItsOwnWithinHalfItsStep) {
 
 class Int4Cache : public testing::TestWithParam<mha_test::backend_case> {};
 
-std::vector<mha_test::backend_case> attention_backends() {
-  std::vector<mha_test::backend_case> cases;
-  for (const mha_test::backend_case& b : mha_test::backend_cases()) {
-    if (b.backend->supports_attention(precision::fp32)) cases.push_back(b);
-  }
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Backends, Int4Cache, testing::ValuesIn(attention_backends()),
+INSTANTIATE_TEST_SUITE_P(Backends, Int4Cache,
+                         testing::ValuesIn(mha_test::attention_backend_cases()),
                          [](const auto& param_info) { return param_info.param.label; });
 
 // out = causal mha::attention on `on` of q (1, heads, t, d) and k, v (1, kv_heads, t, d) over

@@ -206,20 +206,22 @@ struct attention_block {
       if constexpr (pairs_of_bf16) {
         Dot::to_pairs(row, hd, scratch.query_pairs + r * pairs(hd));
       } else if constexpr (codes) {
-        if (layout.keys4) {  // made integers per channel group of the keys (key4_scores)
-          for (std::int64_t d = 0; d < hd; ++d)
-            scratch.queries[r * hd + d] = c * (args.bf16 ? round_bf16(row[d]) : row[d]);
-          continue;
-        }
-        // Times the keys' channel scales (q . k = (q s) . (k / s), core/int8.hpp).
-        const float* channels = reinterpret_cast<const float*>(
-            static_cast<const std::uint8_t*>(task.head) + layout.channels_offset());
+        // Times the keys' channel scales (q . k = (q s) . (k / s), core/int8.hpp); an int4
+        // cache's have none: its queries are made integers per channel group of the keys
+        // (key4_scores), from these.
+        const float* channels =
+            layout.keys4
+                ? nullptr
+                : reinterpret_cast<const float*>(static_cast<const std::uint8_t*>(task.head) +
+                                                 layout.channels_offset());
         float* scaled = scratch.queries + r * hd;
         float sum = 0.0f;
         for (std::int64_t d = 0; d < hd; ++d) {
-          scaled[d] = c * (args.bf16 ? round_bf16(row[d]) : row[d]) * channels[d];
+          scaled[d] =
+              c * (args.bf16 ? round_bf16(row[d]) : row[d]) * (channels ? channels[d] : 1.0f);
           sum += scaled[d];
         }
+        if (layout.keys4) continue;
         scratch.query_sums[r] = sum;
         scratch.query_scales[r] = quantize_query(scaled, hd, scratch.query_codes + r * pairs(hd));
       } else {
