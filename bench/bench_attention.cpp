@@ -20,11 +20,15 @@
 // and pct_peak against threads x the measured FP32 FMA peak of one core, of the ISA the kernel
 // runs.
 // And a decode step's attention alone over a KV cache, per cache format:
-//   decode_<fp32|bf16|int8|k8v4|int4>/b<B>/past<P>/h12/hd64  one new token per sequence through
+//   decode_<fp32|bf16|int8|k8v4|int4>/b<B>/t<T>/past<P>/h12/hd64  T new tokens per sequence
+//            (causal, bottom-right: new token i sees the P cached ones and new ones 0..i) through
 //            mha::attention over an attention cache (mha::make_attention_cache) holding P tokens,
-//            on the tbb backend, rolled back after each step (kv_cache::truncate); at (B, P) =
-//            (1, 8k), (1, 32k), (1, 128k), (8, 8k), (32, 2k). Checked against the naive backend's
-//            cache of the same format fed the same step. Counters: the cache's bytes per step over
+//            on the tbb backend, rolled back after each step (kv_cache::truncate); T = 1, 2, 4,
+//            8, 16 at (B, P) = (1, 2k), (1, 8k), (1, 32k), (8, 8k) (T > 1: a speculative
+//            decoder's verification step, whose time over T = 1's is what the drafter's
+//            accepted tokens must pay for), and T = 1 at (1, 128k) and (32, 2k). Checked
+//            against the naive backend's cache of the same format fed the same step. Counters:
+//            the cache's bytes per step over
 //            the time (GBps; key and value rows as the format keeps them, docs/design.md §1.7) and
 //            pct_read against the streaming read measured at that thread count
 //            (machine/stream_read.hpp): a step over a cache beyond the L3 runs at most at 100.
@@ -38,6 +42,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/tbb/parallel.hpp"
@@ -224,15 +229,25 @@ void bm_onednn(benchmark::State& state, shape s, int threads) {
 // ---- a decode step's attention over a KV cache ----
 
 struct decode_shape {
-  std::int64_t batch, past, heads = 12, head_dim = 64;
+  std::int64_t batch, rows, past, heads = 12, head_dim = 64;  // rows: new tokens per sequence
 
-  std::string name() const { return text("b", batch, "/past", past, "/h", heads, "/hd", head_dim); }
+  std::string name() const {
+    return text("b", batch, "/t", rows, "/past", past, "/h", heads, "/hd", head_dim);
+  }
 };
 
-// One sequence over 8k, 32k and 128k (a cache beyond a 2-vCPU VM's L3 share: 170-805 MB), a
-// batch of 8 over 8k and of 32 over 2k.
-const std::vector<decode_shape> decode_shapes = {
-    {1, 8192}, {1, 32768}, {1, 131072}, {8, 8192}, {32, 2048}};
+// 1, 2, 4, 8 and 16 new tokens per sequence (more than one: a speculative decoder's drafted
+// tokens to verify) for one sequence over 2k, 8k and 32k cached tokens and for 8 over 8k; one
+// new token for one sequence over 128k (a cache beyond a 2-vCPU VM's L3 share: 170-805 MB) and
+// for 32 over 2k.
+const std::vector<decode_shape> decode_shapes = [] {
+  std::vector<decode_shape> steps;
+  for (const auto& [batch, past] : {std::pair{1, 2048}, {1, 8192}, {1, 32768}, {8, 8192}})
+    for (const std::int64_t rows : {1, 2, 4, 8, 16}) steps.push_back({batch, rows, past});
+  steps.push_back({1, 1, 131072});
+  steps.push_back({32, 1, 2048});
+  return steps;
+}();
 
 // The streaming read at `threads` threads, GB/s, measured once per thread count.
 double stream_read_gbps(int threads) {
@@ -245,11 +260,11 @@ double stream_read_gbps(int threads) {
 
 void bm_decode(benchmark::State& state, decode_shape s, mha::precision kv, int threads) {
   const mha::precision compute = kv == mha::precision::bf16 ? kv : mha::precision::fp32;
-  const std::int64_t rows = s.batch * s.heads * s.head_dim;
-  operands o({s.batch, 1, s.heads, s.head_dim});
+  const std::int64_t rows = s.batch * s.rows * s.heads * s.head_dim;
+  operands o({s.batch, s.rows, s.heads, s.head_dim});
   const auto caches = [&](const mha::backend& backend) {
-    mha::kv_cache cache =
-        mha::make_attention_cache(backend, s.batch, s.past + 1, s.heads, s.head_dim, kv, compute);
+    mha::kv_cache cache = mha::make_attention_cache(backend, s.batch, s.past + s.rows, s.heads,
+                                                    s.head_dim, kv, compute);
     mha_testing::hold_zero_tokens(cache, s.past);  // the bytes of s.past tokens, read as codes
     return cache;
   };
@@ -261,7 +276,7 @@ void bm_decode(benchmark::State& state, decode_shape s, mha::precision kv, int t
   const auto step = [&](const mha::backend& backend, mha::kv_cache& c, float* out) {
     const auto view = [&](auto* data) {
       return mha::heads_view<std::remove_pointer_t<decltype(data)>>::dense(data, s.batch, s.heads,
-                                                                           1, s.head_dim);
+                                                                           s.rows, s.head_dim);
     };
     mha::attention(backend, view(static_cast<const float*>(o.q.data())),
                    view(static_cast<const float*>(o.k.data())),
@@ -272,7 +287,7 @@ void bm_decode(benchmark::State& state, decode_shape s, mha::precision kv, int t
   step(mha::naive_backend(), naive, want.data());
   state.SetLabel(text(mha::to_string(kv), " cache, tbb, ", mha::tbb_backend().description()));
   const double bytes = mha_bench::cache_token_bytes(kv, s.head_dim) *
-                       static_cast<double>(s.batch * (s.past + 1) * s.heads);
+                       static_cast<double>(s.batch * (s.past + s.rows) * s.heads);
   mha_bench::check_then_time(
       state, [&] { step(mha::tbb_backend(), cache, o.out.data()); },
       [&] {

@@ -233,6 +233,16 @@ struct packed_attention : attention_block<Arch, Dot> {
     }
   }
 
+  // Panel rows read ahead in software (panels_kernel's ahead) by a block of several rows over a
+  // KV cache: 4 KiB of a panel, as nibble_panels reads a decode step's 4-bit codes. Heads packed
+  // by the call (in cache already) and a single row (whose loads come fast enough for the
+  // hardware prefetcher) read none.
+  template <class T>
+  std::int64_t ahead_rows() const noexcept {
+    constexpr std::int64_t row_bytes = T::nr * std::int64_t{sizeof(panel_unit)};
+    return args.cache != nullptr && rows > 1 ? 4096 / row_bytes : 0;
+  }
+
   // The scores of rows [r, r + R) and the keys of panels [p, p + P) from key j0.
   template <class T, int R, int P>
   void score_panels(std::int64_t r, std::int64_t j0, std::int64_t p) const noexcept {
@@ -240,7 +250,8 @@ struct packed_attention : attention_block<Arch, Dot> {
     float* tile = scratch.scores + r * layout.score_cols + p * T::nr;
     // Panel j0 / nr + p, each du * nr units.
     panels_kernel<T, R, P, Dot>(du, queries() + r * du, du, kt + j0 * du + p * du * T::nr,
-                                du * T::nr, tile, layout.score_cols, start_bias<T>{nullptr});
+                                du * T::nr, tile, layout.score_cols, start_bias<T>{nullptr},
+                                ahead_rows<T>());
     if constexpr (codes) {
       for (int q = 0; q < P; ++q) {
         code_terms().template key_scores<T>(scratch.query_scales + r, scratch.query_sums + r, R,
@@ -291,11 +302,12 @@ struct packed_attention : attention_block<Arch, Dot> {
         float* o = scratch.accumulators + r * layout.acc_cols + p * T::nr;
         if (j0 == task.key_begin) {
           panels_kernel<T, block_rows, P, Dot>(common_units, weights() + r * wu, wu, panel, stride,
-                                               o, layout.acc_cols, start_bias<T>{nullptr});
+                                               o, layout.acc_cols, start_bias<T>{nullptr},
+                                               ahead_rows<T>());
         } else {
           panels_kernel<T, block_rows, P, Dot>(
               common_units, weights() + r * wu, wu, panel, stride, o, layout.acc_cols,
-              start_scaled<T>{o, layout.acc_cols, scratch.rescale + r});
+              start_scaled<T>{o, layout.acc_cols, scratch.rescale + r}, ahead_rows<T>());
         }
         for (int q = 0; q < P; ++q) {
           if (done < kc) diagonal<T>(r, R, j0, done, j1, panel + q * stride, o + q * T::nr);
@@ -350,7 +362,8 @@ struct packed_attention : attention_block<Arch, Dot> {
             // the lanes).
             panels_kernel<T, block_rows, P, Dot>(pairs(keys), weights() + r * wu + c0 / 2, wu,
                                                  v + p * stride + (j0 + c0) / 2 * T::nr, stride,
-                                                 sums, cols, start_bias<T>{nullptr});
+                                                 sums, cols, start_bias<T>{nullptr},
+                                                 ahead_rows<T>());
           }
           for (int q = 0; q < P; ++q) {
             const float* s =

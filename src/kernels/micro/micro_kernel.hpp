@@ -204,18 +204,30 @@ struct start_sum {
 // over kk in order whatever P is, so P panels at once give bitwise what P calls of one give:
 // P > 1 only adds independent FMA chains where R * NV are too few to hide the FMA's latency
 // (panels_for).
+// ahead > 0: each panel's row kk + ahead is read ahead in software as row kk is taken (a KV
+// cache's panels streamed from memory by a block of several rows, whose products between loads
+// leave the hardware prefetcher too few misses in flight; a prefetch past a panel's end never
+// faults).
 template <class T, int R, int P, class Dot = fma_dot, class Start>
 void panels_kernel(std::int64_t kc, const typename Dot::unit* a, std::int64_t lda,
                    const b_unit_t<Dot>* b, std::int64_t panel_stride, float* c, std::int64_t ldc,
-                   const Start& start) noexcept {
+                   const Start& start, std::int64_t ahead = 0) noexcept {
   using arch = typename T::arch;
   using batch = typename T::batch;
   constexpr int lanes = static_cast<int>(batch::size), nv = T::nv, nr = T::nr;
   static_assert(R >= 1 && R <= T::mr && P >= 1, "a micro-kernel of at most the tile's rows");
   using b_operand = decltype(Dot::template load_b<arch>(b));
+  constexpr int row_bytes = nr * static_cast<int>(sizeof(b_unit_t<Dot>));
   batch acc[R][P * nv];
   start(acc);
   for (std::int64_t kk = 0; kk < kc; ++kk) {
+    if (ahead > 0) {
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) {
+        const auto* row = reinterpret_cast<const char*>(b + p * panel_stride + (kk + ahead) * nr);
+        for (int line = 0; line < row_bytes; line += 64) __builtin_prefetch(row + line);
+      }
+    }
     if constexpr (P == 1) {
       // The B row first, then one broadcast per row: R * nv + nv + 1 registers.
       b_operand bk[nv];
