@@ -95,7 +95,25 @@ std::vector<series> decode(int hw) {
   llama.kv_heads = {8};
   llama.past = {8192};
   llama.precisions = {mha::precision::fp32, mha::precision::bf16};
-  return {s, grouped, cache, long_context, llama};
+  // Speculative decoding's verification: T = 1, 2, 4, 8, 16 new tokens per sequence (T - 1
+  // drafted ones and the last accepted one, causal bottom-right) over 2k to 32k cached tokens,
+  // one sequence, and 8 sequences over 8k: the fp32 plan with each cache it keeps in fp32, int8,
+  // k8v4 and int4, the bf16 plan with its bf16 cache. The report holds each T-token step against
+  // the one-token step (the acceptance a drafter must reach for it to pay).
+  series verify{"decode_verify", {1}, {1, 2, 4, 8, 16}, {gpt2_heads},
+                {gpt2_d_model},  0,   one_and_all(hw)};
+  verify.past = {2048, 8192, 32768};
+  verify.kv_precisions = {mha::precision::fp32, mha::precision::int8, mha::precision::k8v4,
+                          mha::precision::int4};
+  series verify_bf16 = verify;
+  verify_bf16.name = "decode_verify_bf16";
+  verify_bf16.precisions = {mha::precision::bf16};
+  verify_bf16.kv_precisions = {mha::precision::bf16};
+  series verify_batch = verify;
+  verify_batch.name = "decode_verify_batch";
+  verify_batch.batch = {8};
+  verify_batch.past = {8192};
+  return {s, grouped, cache, long_context, llama, verify, verify_bf16, verify_batch};
 }
 
 std::vector<series> window(int hw) {

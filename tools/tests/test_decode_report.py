@@ -243,9 +243,10 @@ MHA_BENCH = os.environ.get("MHA_BENCH")
 def test_a_real_decode_run_reads_and_reports(tmp_path):
     path = tmp_path / "decode.json"
     command = [MHA_BENCH, "--preset", "decode", "--batch", "1,2", "--past", "8,40", "--d-model", "32"]
-    # Two formulations and no grouped K/V heads (--kv-heads 0 folds decode_kv into decode); each
-    # step in decode_cache's eight (plan, cache) precision pairs.
-    command += ["--heads", "2", "--kv-heads", "0", "--formulations", "wrapper,split_weight"]
+    # Two formulations, no grouped K/V heads (--kv-heads 0 folds decode_kv into decode) and one
+    # new token (--seq 1 folds decode_verify into decode_cache); each step in decode_cache's
+    # eight (plan, cache) precision pairs.
+    command += ["--heads", "2", "--kv-heads", "0", "--seq", "1", "--formulations", "wrapper,split_weight"]
     command += ["--backends", "naive", "--benchmark_min_time=0.01", "--quiet"]
     command += [f"--benchmark_out={path}", "--benchmark_out_format=json"]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -270,6 +271,28 @@ def test_a_real_decode_run_reads_and_reports(tmp_path):
         "### B=2, T=1, d_model = 32, H = 2, 1 thread" in md and "**fp32 decode, 1 thread: link naive**" in md
     )
     assert len(table_after(md, "## Decode: the KV cache's precision")) == 2 * 2
+
+
+@pytest.mark.skipif(not MHA_BENCH, reason="MHA_BENCH (the mha_bench binary) not given; ctest gives it")
+def test_a_real_verification_run_reports_each_t_against_one(tmp_path):
+    path = tmp_path / "verify.json"
+    command = [MHA_BENCH, "--preset", "decode", "--batch", "1", "--past", "40", "--d-model", "32"]
+    command += ["--heads", "2", "--kv-heads", "0", "--precision", "fp32", "--kv-precision", "fp32,int8"]
+    command += ["--threads", "1", "--formulations", "split_weight", "--backends", "naive"]
+    command += ["--benchmark_min_time=0.01", "--quiet", f"--benchmark_out={path}", "--benchmark_out_format=json"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    (results,) = load_machines([path])
+    assert {k.shape.seq_len for k in results.decode().measurements} == {1, 2, 4, 8, 16}
+    out = tmp_path / "r"
+    assert cli.main([str(path), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    section = md.split("## Verifying drafted tokens")[1].split("\n## ")[0]
+    assert "### B=1, past=40, 1 thread" in section and "| T=1 | T=2 | T=4 | T=8 | T=16 |" in section
+    assert "| mha (fp32 plan, fp32 cache) |" in section and "| mha (fp32 plan, int8 cache) |" in section
+    # The decode sections keep the one-token steps only.
+    decode = md.split("## Decode: time per step")[1].split("## Verifying drafted tokens")[0]
+    assert "T=1" in decode and "T=8" not in decode
 
 
 def test_the_cache_precisions_side_by_side_with_the_peers_cache(tmp_path):

@@ -395,6 +395,12 @@ class Sweep:
 
 def run_library(args, library: str, jobs: list[Job], out: Path) -> None:
     variants, peer, unavailable = load(library)
+    if args.variants:
+        wanted = set(args.variants.split(","))
+        if unknown := wanted - {v.backend for v in variants}:
+            names = ", ".join(sorted({v.backend for v in variants}))
+            raise UsageError(f"--variants {','.join(sorted(unknown))}: {library} has {names}")
+        variants = [v for v in variants if v.backend in wanted]
     sweep = Sweep(args, sum(len(j.threads) for j in jobs) * len(variants))
     for family, job in enumerate(jobs):
         s = job.shape
@@ -465,6 +471,9 @@ def parse_args(argv):
     )
     p.add_argument("--repetitions", type=int, default=3, help="repetitions per benchmark (default 3)")
     p.add_argument("--time-budget", type=float, help="seconds per library; later benchmarks are skipped")
+    p.add_argument(
+        "--variants", help="comma-separated backends of one library to run (e.g. torch_sdpa; default all)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p.parse_args(argv)
 
@@ -504,6 +513,7 @@ def run(args) -> int:
         command += [f"--shape={text}" for text in args.shape]
         command += ["--threads", args.threads] if args.threads else []
         command += ["--time-budget", str(args.time_budget)] if args.time_budget is not None else []
+        command += ["--variants", args.variants] if args.variants else []
         command += ["--quiet"] if args.quiet else []
         status = max(status, subprocess.run(command).returncode)
     return status

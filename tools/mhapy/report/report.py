@@ -35,6 +35,7 @@ from . import (
     precision,
     scaling,
     throughput,
+    verify,
     whole_models,
     windows,
 )
@@ -134,7 +135,7 @@ def _machine_blocks(
     if not bf16:
         absent.append("fp32 vs bf16: no bf16 benchmarks in the inputs (`mha_bench --precision fp32,bf16`).")
     bandwidths = decode.find_bandwidths(results)
-    steps = decode.sections(results.decode(), bandwidths, folder, prefix)
+    steps = decode.sections(verify.others(results.decode()), bandwidths, folder, prefix)
     if not steps:
         absent.append("decode: no incremental calls (past > 0) in the inputs (`mha_bench --preset decode`).")
     elif not bandwidths.any():
@@ -150,6 +151,7 @@ def _machine_blocks(
                 f"{context.get('mha_peers', 'a peer library')}: {context['peers_unavailable']} (`{Path(path).name}`)."
             )
     blocks += steps
+    blocks += verify.section(results.decode(), folder, prefix)
     grouped = grouped_query.section(results, kv, bandwidths, folder, prefix)
     if not grouped:
         absent.append(

@@ -198,3 +198,21 @@ def test_tolerance_is_mha_bench_s_in_fp32_and_the_bf16_bound_otherwise():
     bf16 = parse_shape("b1/t9/din8/dout8/h2/bf16".split("/"))
     call.kv_cache_precision = None
     assert run.tolerance(bf16, call, rows) == pytest.approx(2**-9 * 17)
+
+
+def test_variants_runs_those_backends_only(tmp_path):
+    backends = sorted({v.backend for v in run.load(LIBRARY)[0]})
+    out = tmp_path / "one.json"
+    result = peers(
+        "--libraries", LIBRARY, "--variants", backends[0], "--shape", "b1/t4/din8/dout8/h2",
+        "--repetitions", "1", "--out", out,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    assert {parse_name(b["name"]).backend for b in doc["benchmarks"]} == {backends[0]}
+    result = peers(
+        "--libraries", LIBRARY, "--variants", "no_such", "--shape", "b1/t4/din8/dout8/h2", "--out", tmp_path / "x.json"
+    )  # fmt: skip
+    assert (
+        result.returncode == 2 and f"--variants no_such: {LIBRARY} has {', '.join(backends)}" in result.stderr
+    )
