@@ -19,6 +19,7 @@ transformers = pytest.importorskip("transformers", reason="needs transformers (t
 
 from mhapy import model_accuracy as ma
 from mhapy import passkey
+from tiny_gemma3 import tiny_gemma3  # noqa: E402
 
 VOCAB = 320
 WINDOW = 8
@@ -28,26 +29,7 @@ POSITIONS = 16
 
 @pytest.fixture(scope="module")
 def model():
-    torch.set_num_threads(1)
-    config = transformers.Gemma3TextConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=1,
-        head_dim=16,
-        sliding_window=WINDOW,
-        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
-        max_position_embeddings=256,
-        # Wider random weights than the default 0.02: peaked next-token distributions, so that a
-        # wrong cache moves them measurably.
-        initializer_range=0.3,
-    )
-    torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(
-        config, attn_implementation="sdpa", dtype=torch.float32
-    ).eval()
+    return tiny_gemma3(VOCAB, WINDOW)
 
 
 @pytest.fixture(scope="module")

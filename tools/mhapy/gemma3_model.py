@@ -37,6 +37,24 @@ def folder() -> Path:
     return Path(os.environ.get(ENV) or DEFAULT_DIR)
 
 
+def load(path: str | Path | None = None) -> tuple:
+    """The tokenizer and the model (fp32, attn_implementation "sdpa", in eval mode) of the folder
+    at `path` (default: folder()). OSError naming the folder and how to make it where it cannot
+    be read."""
+    import torch
+    import transformers
+
+    where = Path(path) if path else folder()
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(where)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            where, dtype=torch.float32, attn_implementation="sdpa"
+        ).eval()
+    except (OSError, ValueError) as e:
+        raise OSError(f"cannot load {where}: {e} (scripts/gemma3-model.sh makes Gemma 3 270M's)") from e
+    return tokenizer, model
+
+
 def is_made(path: str | Path | None = None) -> bool:
     """True when `path` (default: folder()) holds a saved model and its tokenizer."""
     path = Path(path or folder())

@@ -491,15 +491,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(args.model) if args.model else gemma3_model.folder()
     begin = time.perf_counter()
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            folder, dtype=torch.float32, attn_implementation="sdpa"
-        ).eval()
-    except (OSError, ValueError) as e:
-        print(
-            f"model_accuracy: cannot load {folder}: {e} (scripts/gemma3-model.sh makes Gemma 3 270M's)",
-            file=sys.stderr,
-        )
+        tokenizer, model = gemma3_model.load(folder)
+    except OSError as e:
+        print(f"model_accuracy: {e}", file=sys.stderr)
         return 1
     load_s = time.perf_counter() - begin
     needed = max(
