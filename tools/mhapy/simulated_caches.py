@@ -19,6 +19,8 @@ Formats (FORMATS), each a key scheme and a value scheme:
 - "sim_int4_channel": keys 4-bit per channel over groups of GROUP tokens (KIVI, KVQuant), the
   newest tokens of an unfilled group kept at full precision until it fills; values 4-bit per
   token ("sim_int4_channel_v4g32", "sim_int4_channel_v4g16": in groups of 32 or 16);
+  "sim_int4_channel_hb32": values as mha's int4 holds them (sim_k8v4hb32's), the key groups of 64
+  (mha's int4), 32 or 16 tokens ("sim_int4_channel32_hb32", "sim_int4_channel16_hb32");
 - "sim_int4_hadamard": keys turned by the normalised Hadamard rotation of head_dim (which spreads
   an outlier channel over every channel) before 4-bit per-token codes, and turned back (the
   kernels would turn the query instead); values 4-bit per token;
@@ -40,8 +42,8 @@ GROUP = 64
 
 # Each format: (key scheme, value scheme); a scheme is (kind, bits, group): "token" rows of
 # head_dim elements (or of `group` elements), "scaled" rows over mha's key channel scales,
-# "channel" groups of GROUP tokens, "hadamard" rows turned first, "blocks" each group of a row
-# turned on its own first.
+# "channel" groups of `group` tokens (GROUP in most), "hadamard" rows turned first, "blocks"
+# each group of a row turned on its own first.
 FORMATS = {
     "sim_int8": (("scaled", 8, 0), ("token", 8, 0)),
     "sim_int8_unscaled": (("token", 8, 0), ("token", 8, 0)),
@@ -54,6 +56,9 @@ FORMATS = {
     "sim_int4_channel": (("channel", 4, GROUP), ("token", 4, 0)),
     "sim_int4_channel_v4g32": (("channel", 4, GROUP), ("token", 4, 32)),
     "sim_int4_channel_v4g16": (("channel", 4, GROUP), ("token", 4, 16)),
+    "sim_int4_channel_hb32": (("channel", 4, GROUP), ("blocks", 4, 32)),
+    "sim_int4_channel32_hb32": (("channel", 4, 32), ("blocks", 4, 32)),
+    "sim_int4_channel16_hb32": (("channel", 4, 16), ("blocks", 4, 32)),
     "sim_int4_hadamard": (("hadamard", 4, 0), ("token", 4, 0)),
     "sim_k8v4h": (("scaled", 8, 0), ("hadamard", 4, 0)),
     "sim_k8v4hg64": (("scaled", 8, 0), ("hadamard", 4, 64)),
