@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
 """The house's rules, checked over the tracked files (scripts/test.sh runs it; so can anyone):
 
-  lines       no source, test, tool or script file over 600 lines (a file that long holds
-              more than one thing: split it by what it holds);
-  intrinsics  no x86 intrinsic (_mm*, _tile_*, __m128/256/512 types) outside src/kernels/arch/:
-              kernels above arch/ are written in xsimd and arch/'s primitives;
+  lines       no source, test, tool, script, CMake, .inl or .def file over 600 lines (a file
+              that long holds more than one thing: split it by what it holds);
+  intrinsics  no x86 intrinsic (_mm*, _tile_*, __m128/256/512 types, __builtin_ia32_*) and no
+              inline assembly (asm, __asm__) outside src/kernels/arch/: kernels above arch/ are
+              written in xsimd and arch/'s primitives (ASM_ELSEWHERE: what is not a kernel);
   isa-list    no C++ or CMake file names three or more of mha's ISAs unless it expands their rows
               (include/mha/isas.def: every isa; src/kernels/arch/<arch>/kernel_isas.def: those
               the kernels are built for) or translates another library's names (FOREIGN_ISAS):
               the list is written once;
   layers      includes point down: a file includes files of its own layer or of the layers below
-              (LAYERS, bottom first), and a backend's files no other backend's.
+              (LAYERS, bottom first), and a backend's files no other backend's; "x" and <x>
+              includes alike, a relative path resolved, a generated header by its template
+              (x.in).
+
+The files are those git tracks and those it would add (untracked, not ignored): a new file is
+checked before its first commit.
 
 Each finding names the file, the rule and what to do. KNOWN holds the findings the tree had when
 a rule came in, each with what removes it: they are reported as known, not failures, and an
@@ -21,6 +27,7 @@ entry that no longer occurs fails (remove it from KNOWN: the list only shrinks).
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -28,11 +35,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 600
-CHECKED = (".cpp", ".hpp", ".h", ".py", ".sh", ".cmake")
+CHECKED = (".cpp", ".hpp", ".h", ".inl", ".def", ".py", ".sh", ".cmake", "CMakeLists.txt")
 # Made by tools (nanobind's stub generator), not written.
 GENERATED = ("python/mha/_mha.pyi",)
 
-INTRINSIC = re.compile(r"\b(_mm\d*_\w+|_tile_\w+|__m(?:128|256|512)[a-z]*)\b")
+INTRINSIC = re.compile(
+    r"\b(_mm\d*_\w+|_tile_\w+|__m(?:128|256|512)[a-z]*|__builtin_ia32_\w+)\b"
+    r"|\b(?:__asm__|__asm|asm)\b(?=\s*(?:volatile|__volatile__|goto)?\s*\()"
+)
+# Files outside arch/ whose inline assembly is no kernel, with why.
+ASM_ELSEWHERE = {
+    "bench/machine/machine_cpu_aarch64.cpp": "reads MIDR_EL1 to name the core, which no intrinsic does",
+}
 ISA_HOME = "src/kernels/arch/"
 ISAS = ("sse2", "avx2", "avx512", "avx512bf16", "amx", "neon64")
 ISA_NAME = re.compile(r"\b(" + "|".join(ISAS) + r")\b")
@@ -97,15 +111,21 @@ LAYERS = [
     ),
 ]
 BACKEND = re.compile(r"^(?:src/backends/([a-z0-9_]+)/|include/mha/backends/([a-z0-9_]+)\.hpp$)")
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+INCLUDE = re.compile(r'^\s*#\s*include\s+["<]([^">]+)[">]', re.M)
 
 # Findings present when each rule came in, with what removes them. Keys: (rule, file[, target]).
 KNOWN: dict[tuple[str, ...], str] = {}
 
 
 def tracked() -> list[str]:
-    out = subprocess.run(["git", "ls-files"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
-    return [p for p in out.splitlines() if (ROOT / p).is_file()]
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return sorted({p for p in out.splitlines() if (ROOT / p).is_file()})
 
 
 def layer_index(path: str) -> int | None:
@@ -121,13 +141,18 @@ def layer_index(path: str) -> int | None:
 
 
 def resolve(including: str, name: str, files: set[str]) -> str | None:
-    """The tracked file `#include "name"` in `including` reads (its own folder, then src/,
-    include/, tests/, bench/); None for a generated header or one found on a target's own
-    include path (arch/<arch>/'s arch_simd.hpp, kernel_isas.def), which the layers leave alone."""
-    here = str(Path(including).parent / name)
-    for candidate in (here, f"src/{name}", f"include/{name}", f"tests/{name}", f"bench/{name}"):
-        if candidate in files:
-            return candidate
+    """The file `#include "name"` (or <name>) in `including` reads (its own folder, then src/,
+    include/, tests/, bench/; "../" resolved), or the template a generated header is made from
+    (name.in); None for a system header or one found on a target's own include path
+    (arch/<arch>/'s arch_simd.hpp, kernel_isas.def), which the layers leave alone."""
+    here = os.path.normpath(Path(including).parent / name)
+    for candidate in (
+        here,
+        *(os.path.normpath(f"{top}/{name}") for top in ("src", "include", "tests", "bench")),
+    ):
+        for made in (candidate, candidate + ".in"):
+            if made in files:
+                return made
     return None
 
 
@@ -143,13 +168,13 @@ def findings(files: list[str], root: Path = ROOT) -> dict[tuple[str, ...], str]:
     for path in files:
         if path.startswith("reports/") or path in GENERATED:
             continue
-        cpp = path.endswith((".cpp", ".hpp", ".h", ".def"))
+        cpp = path.endswith((".cpp", ".hpp", ".h", ".inl", ".def"))
         text = (root / path).read_text(encoding="utf-8", errors="replace")
         if path.endswith(CHECKED):
             lines = text.count("\n")
             if lines > MAX_LINES:
                 found[("lines", path)] = f"{lines} lines, over {MAX_LINES}: split it by what it holds"
-        if cpp and not path.startswith(ISA_HOME):
+        if cpp and not path.startswith(ISA_HOME) and path not in ASM_ELSEWHERE:
             hit = INTRINSIC.search(text)
             if hit:
                 line = text.count("\n", 0, hit.start()) + 1

@@ -79,3 +79,62 @@ def test_an_include_that_points_up_or_sideways_is_found(tmp_path):
         "of the driver, above its own layer (micro-kernels)"
         in found[("layers", "src/kernels/micro/k.hpp", "src/driver/args.hpp")]
     )
+
+
+@pytest.mark.parametrize(
+    "leak",
+    ["__builtin_ia32_vfmaddps512_mask(a, b, c, -1, 4);", 'asm volatile("vzeroupper");', '__asm__("nop");'],
+)
+def test_a_builtin_or_inline_assembly_outside_arch_is_found(tmp_path, leak):
+    found = tree(
+        tmp_path,
+        {
+            "src/kernels/micro/softmax_kernel.hpp": f"void f() {{\n  {leak}\n}}\n",
+            "src/kernels/arch/x86_64/a.hpp": f"void g() {{ {leak} }}\n",
+            "bench/machine/machine_cpu_aarch64.cpp": f"#include <asm/hwcap.h>\nvoid h() {{ {leak} }}\n",
+            "src/core/words.cpp": "// an asm listing; int plasma(int);\n#include <asm/hwcap.h>\n",
+        },
+    )
+    assert list(found) == [("intrinsics", "src/kernels/micro/softmax_kernel.hpp")]
+
+
+@pytest.mark.parametrize("name", ["long.inl", "rows.def", "CMakeLists.txt"])
+def test_a_long_inl_def_or_cmake_file_is_found(tmp_path, name):
+    found = tree(tmp_path, {f"src/kernels/{name}": "x\n" * 700})
+    assert list(found) == [("lines", f"src/kernels/{name}")]
+
+
+@pytest.mark.parametrize(
+    "include",
+    [
+        '#include "../core/plan_parts.hpp"',  # a relative path
+        "#include <core/plan_parts.hpp>",  # angle brackets
+        '#include "core/build_info.hpp"',  # a generated header: its template's layer
+    ],
+)
+def test_an_include_up_is_found_however_it_is_spelled(tmp_path, include):
+    found = tree(
+        tmp_path,
+        {
+            "src/core/plan_parts.hpp": "",
+            "src/core/build_info.hpp.in": "",
+            "src/kernels/gemm.cpp": f"{include}\n#include <vector>\n",
+        },
+    )
+    target = "src/core/build_info.hpp.in" if "build_info" in include else "src/core/plan_parts.hpp"
+    assert list(found) == [("layers", "src/kernels/gemm.cpp", target)]
+
+
+def test_files_not_yet_added_to_git_are_checked(tmp_path, monkeypatch):
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("build/\n")
+    (tmp_path / "src" / "core").mkdir(parents=True)
+    (tmp_path / "src" / "core" / "new.cpp").write_text("int x;\n" * 601)
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "made.cpp").write_text("int x;\n" * 601)
+    monkeypatch.setattr(check, "ROOT", tmp_path)
+    files = check.tracked()
+    assert "src/core/new.cpp" in files and "build/made.cpp" not in files
+    assert list(check.findings(files, tmp_path)) == [("lines", "src/core/new.cpp")]
