@@ -8,7 +8,8 @@
 # as root; it says why when it is skipped), then fuzzes each file parser for a few seconds
 # (scripts/fuzz.sh; longer runs: scripts/fuzz.sh SECONDS). The formatting check
 # (scripts/format.sh --check) and the house's rules (scripts/check-structure.py) run after
-# ctest; their failure fails the command at the end.
+# ctest; their failure fails the command at the end. At its end, passed or not, it prints the
+# seconds each phase took.
 #   MHA_TEST_BUILD_DIR     build directory (default: build/test); the sanitizer builds go next
 #                          to it (<dir>/../asan, <dir>/../tsan unless MHA_TEST_ASAN_DIR /
 #                          MHA_TEST_TSAN_DIR say otherwise)
@@ -27,14 +28,29 @@ build=${MHA_TEST_BUILD_DIR:-$root/build/test}
 asan=${MHA_TEST_ASAN_DIR:-$(dirname "$build")/asan}
 tsan=${MHA_TEST_TSAN_DIR:-$(dirname "$build")/tsan}
 jobs=$(nproc)
+# Seconds per phase, printed as a table when the command ends (passed or not): where CI's time
+# goes.
+phases=()
+mark=$SECONDS
+phase() {
+  phases+=("$((SECONDS - mark)) $1")
+  mark=$SECONDS
+}
+phase_table() {
+  echo "test.sh: seconds per phase:"
+  for p in "${phases[@]}"; do printf '  %6s  %s\n' "${p%% *}" "${p#* }"; done
+}
+trap phase_table EXIT
 
 "$root/scripts/deps.sh"
+phase "install missing packages (deps.sh)"
 # The peers' environment (PyTorch, OpenVINO, ONNX Runtime) for their tests; without it those
 # tests say SKIPPED and why, and the rest runs.
 "$root/scripts/peers-env.sh" || echo "test.sh: the peers' tests will be skipped (above: why)"
 # OpenVINO through optimum-intel, the whole-model peer, in its own environment (it needs an older
 # transformers); without it, its test in the models bench's says SKIPPED.
 "$root/scripts/peers-env.sh" optimum || echo "test.sh: the optimum-intel test will be skipped (above: why)"
+phase "the peers' environments (peers-env.sh)"
 
 # The Python package's extension, for the peers' environment's Python, where it has nanobind
 # (scripts/peers-env.sh puts an environment there only once complete). Without one, the
@@ -49,7 +65,9 @@ else
 fi
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${python_args[@]}"
 cmake --build "$build" --parallel "$jobs"
+phase "configure and build ($build)"
 ctest --test-dir "$build" --output-on-failure --parallel "$jobs"
+phase "ctest"
 
 # The formatting check (clang-format, ruff: scripts/format.sh formats) and the house's rules
 # (scripts/check-structure.py: file length, intrinsics only in arch/, one ISA list, includes
@@ -58,6 +76,7 @@ format_ok=1
 "$root/scripts/format.sh" --check || format_ok=0
 structure_ok=1
 /usr/bin/python3 "$root/scripts/check-structure.py" | tail -n 1 || structure_ok=0
+phase "format check and house rules"
 
 # The fleet sweep (scripts/fleet/) as a user submits it, on a real Slurm cluster of this host:
 # a two-shard job array and the report job after it. Needs root and Debian's slurm-wlm and
@@ -67,6 +86,7 @@ if [[ -x $build/bench/mha_bench ]]; then
 else
   echo "fleet-slurm-test: SKIPPED: no mha_bench in $build (Google Benchmark not found?)"
 fi
+phase "fleet scripts on Slurm"
 
 if [[ ${MHA_TEST_SANITIZERS:-1} != 0 ]]; then
   # ASan + UBSan, any finding fatal: the unit, bad-input, io, command and conformance tests (the
@@ -101,6 +121,7 @@ if [[ ${MHA_TEST_SANITIZERS:-1} != 0 ]]; then
   done
   ((asan_failed == 0)) || exit 1
   echo "test.sh: ASan + UBSan run took $((SECONDS - sanitize_start)) s"
+  phase "ASan + UBSan build and run"
 
   # TSan on the tests that share a plan, primitive cache or output file between threads. Not on
   # the tbb backend's: Debian's libtbb is not instrumented, so TSan misses the synchronisation
@@ -114,12 +135,15 @@ if [[ ${MHA_TEST_SANITIZERS:-1} != 0 ]]; then
     "$tsan/tests/mha_concurrency_tests" \
     --gtest_filter='*Concurrent*:*OnednnPlan.*:-*tbb*:*Tbb*' --gtest_brief=1
   echo "test.sh: TSan run took $((SECONDS - tsan_start)) s"
+  phase "TSan build and run"
 fi
 
 "$root/scripts/fuzz.sh" "${MHA_TEST_FUZZ_SECONDS:-5}"
+phase "fuzzing the parsers"
 
 if [[ ${MHA_TEST_AARCH64:-0} != 0 ]]; then
   "$root/scripts/test-aarch64.sh"
+  phase "aarch64 under qemu"
 fi
 
 if ((!format_ok)); then
