@@ -279,7 +279,12 @@ def test_a_real_verification_run_reports_each_t_against_one(tmp_path):
     command = [MHA_BENCH, "--preset", "decode", "--batch", "1", "--past", "40", "--d-model", "32"]
     command += ["--heads", "2", "--kv-heads", "0", "--precision", "fp32", "--kv-precision", "fp32,int8"]
     command += ["--threads", "1", "--formulations", "split_weight", "--backends", "naive"]
-    command += ["--benchmark_min_time=0.01", "--quiet", f"--benchmark_out={path}", "--benchmark_out_format=json"]
+    command += [
+        "--benchmark_min_time=0.01",
+        "--quiet",
+        f"--benchmark_out={path}",
+        "--benchmark_out_format=json",
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     (results,) = load_machines([path])
