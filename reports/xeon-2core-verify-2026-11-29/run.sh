@@ -18,6 +18,16 @@ for round in 1 2 3; do
       --benchmark_out="$out/kernel-$v-$round.json" --benchmark_out_format=json
   done
 done
+# The one-token step (T = 1) before and after a single bf16 or int8 row read its panels ahead
+# (bench_single_before: bench_attention built at the commit before it), interleaved.
+filter='decode_(fp32|bf16|int8)/b(1/t1/past(8192|32768|131072)|32/t1/past2048)/'
+for round in 1 2 3; do
+  for v in before after; do
+    bench=build/test/bench/bench_attention; [[ $v == before ]] && bench=${BENCH_SINGLE_BEFORE:-/tmp/bench_single_before}
+    "$bench" --benchmark_filter="$filter" --benchmark_min_time=0.3 \
+      --benchmark_out="$out/single-row-$v-$round.json" --benchmark_out_format=json
+  done
+done
 # The module's verification steps (the decode preset's decode_verify series, tbb, split-weight)
 # and PyTorch's SDPA on the same shapes (its explicit bottom-right mask), then the report.
 steps='/b(1/t[0-9]+/past(2048|8192|32768)|8/t[0-9]+/past8192)/din768/dout768/h12/(bf16/)?(kv_[a-z0-9]+/)?threads'

@@ -233,14 +233,17 @@ struct packed_attention : attention_block<Arch, Dot> {
     }
   }
 
-  // Panel rows read ahead in software (panels_kernel's ahead) by a block of several rows over a
-  // KV cache: 4 KiB of a panel, as nibble_panels reads a decode step's 4-bit codes. Heads packed
-  // by the call (in cache already) and a single row (whose loads come fast enough for the
-  // hardware prefetcher) read none.
+  // Panel rows read ahead in software (panels_kernel's ahead) over a KV cache: 4 KiB of a panel,
+  // as nibble_panels reads a decode step's 4-bit codes. A block of several rows has too many
+  // products between its loads for the hardware prefetcher to keep enough misses in flight; a
+  // single row of pairs (bf16, int8 codes) takes its panels side by side, streams too short for
+  // it. A single fp32 row, which streams at the read rate without, and heads packed by the call
+  // (in cache already) read none.
   template <class T>
   std::int64_t ahead_rows() const noexcept {
     constexpr std::int64_t row_bytes = T::nr * std::int64_t{sizeof(panel_unit)};
-    return args.cache != nullptr && rows > 1 ? 4096 / row_bytes : 0;
+    const bool reads_ahead = rows > 1 || !std::is_same_v<panel_unit, float>;
+    return args.cache != nullptr && reads_ahead ? 4096 / row_bytes : 0;
   }
 
   // The scores of rows [r, r + R) and the keys of panels [p, p + P) from key j0.
