@@ -252,9 +252,9 @@ struct packed_attention : attention_block<Arch, Dot> {
     const std::int64_t du = dim_units();
     float* tile = scratch.scores + r * layout.score_cols + p * T::nr;
     // Panel j0 / nr + p, each du * nr units.
-    panels_kernel<T, R, P, Dot>(du, queries() + r * du, du, kt + j0 * du + p * du * T::nr,
-                                du * T::nr, tile, layout.score_cols, start_bias<T>{nullptr},
-                                ahead_rows<T>());
+    panels_kernel<T, R, P, Dot, true>(du, queries() + r * du, du, kt + j0 * du + p * du * T::nr,
+                                      du * T::nr, tile, layout.score_cols, start_bias<T>{nullptr},
+                                      ahead_rows<T>());
     if constexpr (codes) {
       for (int q = 0; q < P; ++q) {
         code_terms().template key_scores<T>(scratch.query_scales + r, scratch.query_sums + r, R,
@@ -304,11 +304,11 @@ struct packed_attention : attention_block<Arch, Dot> {
         const panel_unit* panel = v + p * stride + (pairs_of_bf16 ? j0 / 2 : j0) * T::nr;
         float* o = scratch.accumulators + r * layout.acc_cols + p * T::nr;
         if (j0 == task.key_begin) {
-          panels_kernel<T, block_rows, P, Dot>(common_units, weights() + r * wu, wu, panel, stride,
-                                               o, layout.acc_cols, start_bias<T>{nullptr},
-                                               ahead_rows<T>());
+          panels_kernel<T, block_rows, P, Dot, true>(common_units, weights() + r * wu, wu, panel,
+                                                     stride, o, layout.acc_cols,
+                                                     start_bias<T>{nullptr}, ahead_rows<T>());
         } else {
-          panels_kernel<T, block_rows, P, Dot>(
+          panels_kernel<T, block_rows, P, Dot, true>(
               common_units, weights() + r * wu, wu, panel, stride, o, layout.acc_cols,
               start_scaled<T>{o, layout.acc_cols, scratch.rescale + r}, ahead_rows<T>());
         }
@@ -363,10 +363,10 @@ struct packed_attention : attention_block<Arch, Dot> {
           } else {
             // Panels [p, p + P)'s pair rows from key j0 + c0 (even: a key tile is a multiple of
             // the lanes).
-            panels_kernel<T, block_rows, P, Dot>(pairs(keys), weights() + r * wu + c0 / 2, wu,
-                                                 v + p * stride + (j0 + c0) / 2 * T::nr, stride,
-                                                 sums, cols, start_bias<T>{nullptr},
-                                                 ahead_rows<T>());
+            panels_kernel<T, block_rows, P, Dot, true>(pairs(keys), weights() + r * wu + c0 / 2, wu,
+                                                       v + p * stride + (j0 + c0) / 2 * T::nr,
+                                                       stride, sums, cols, start_bias<T>{nullptr},
+                                                       ahead_rows<T>());
           }
           for (int q = 0; q < P; ++q) {
             const float* s =
