@@ -1,6 +1,6 @@
 """mha.attention's arguments checked and read (python/mha/_attention.py calls these): its scale,
 threads, extensions (window, softcap, sinks) and shapes, NumPy operands and masks, and the errors
-that name an argument of the wrong kind. _cache and _plan share them."""
+that name an argument of the wrong kind. _cache, _plan and _modules share them."""
 
 from __future__ import annotations
 
@@ -108,6 +108,15 @@ def _scale(scale: Any) -> float:
             "mha scales the scores in float32"
         )
     return value
+
+
+def _count(name: str, value: Any, least: int = 0) -> int:
+    """An integer argument that the library takes as int64, checked here so that the message
+    names it (nanobind's would list signatures); the library checks its range."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not least <= value < 2**63:
+        low = "-2^63" if least == -(2**63) else least
+        raise InvalidArgument(f"mha: {name} ({value!r}) must be an integer in [{low}, 2^63)")
+    return int(value)
 
 
 def _threads(where: str, threads: Any) -> int:

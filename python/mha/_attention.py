@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _executor, _mha
+from . import _cache, _executor, _mha
 from ._arguments import (
     _FLOAT32_MAX,
     _NO_EXTENSIONS,
@@ -110,8 +110,6 @@ def attention(
     if more is None:
         more = _extensions(window, softcap, sinks)
     if cache is not None:
-        from . import _cache
-
         return _cache.attend(
             query,
             key,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _mha
+from ._arguments import _count
 from ._mha import InvalidArgument, RopeScaling, Unsupported
 
 # The kinds, as mha.torch.Attention adapts their forward signatures.
@@ -43,8 +44,6 @@ def describe(
     """The module's description, or mha.Unsupported naming what it has that mha does not
     compute, or mha.InvalidArgument naming the argument it needs."""
     import torch
-
-    from ._plan import _count
 
     if context_length is not None:  # as the library takes it (int64), named here
         context_length = _count("context_length", context_length)

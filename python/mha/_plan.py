@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from . import _executor, _mha
-from ._arguments import _threads
+from ._arguments import _count, _threads
 from ._mha import Backend, Cache, Config, InvalidArgument, Unsupported
+from ._modules import describe
 
 _FORMULATIONS = ("wrapper", "split_weight", "fused_qkv")
 
@@ -90,15 +91,6 @@ def _float32_tensors(state_dict: Mapping[str, Any], prefix: str = "") -> dict[st
             value = value.detach().to("cpu", torch.float32).contiguous().numpy()
         out[name] = np.ascontiguousarray(value, dtype=np.float32)
     return out
-
-
-def _count(name: str, value: Any, least: int = 0) -> int:
-    """An integer argument that the library takes as int64, checked here so that the message
-    names it (nanobind's would list signatures); the library checks its range."""
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not least <= value < 2**63:
-        low = "-2^63" if least == -(2**63) else least
-        raise InvalidArgument(f"mha: {name} ({value!r}) must be an integer in [{low}, 2^63)")
-    return int(value)
 
 
 class Plan:
@@ -301,8 +293,6 @@ class Plan:
         its tables), or Hugging Face's GPT2Attention, LlamaAttention (Mistral's and Qwen2's
         alike) and BertSelfAttention. Its weights are copied into the plan (a later change to
         the module does not reach it); mha.torch.Attention wraps a module as a drop-in."""
-        from ._modules import describe
-
         d = describe(module, context_length=context_length, rope_base=rope_base)
         return cls._from_description(d, causal, precision, backend, formulation, threads)
 
