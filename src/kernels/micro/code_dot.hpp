@@ -144,10 +144,8 @@ void nibble_panels(std::int64_t words, const query_pair* const (&a)[P], std::int
   for (std::int64_t w = 0; w < words; ++w) {
 #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) {
-      // Each panel's word rows ahead_rows ahead, a cache line at a time.
-      const auto* ahead =
-          reinterpret_cast<const char*>(b + p * panel_stride + (w + ahead_rows) * nr);
-      for (int line = 0; line < nr * 4; line += 64) __builtin_prefetch(ahead + line);
+      // Each panel's word rows ahead_rows ahead.
+      read_ahead<nr * 4>(b + p * panel_stride + (w + ahead_rows) * nr);
 #pragma GCC unroll 8
       for (int v = 0; v < nv; ++v) {
         const ints x = ints::load_unaligned(

@@ -194,6 +194,15 @@ struct start_sum {
   }
 };
 
+// The cache lines of Bytes bytes from `row` read ahead in software (a prefetch never faults,
+// even past an operand's end): the panels a KV cache streams (panels_kernel's ReadAhead,
+// nibble_panels).
+template <int Bytes>
+inline void read_ahead(const void* row) noexcept {
+  for (int line = 0; line < Bytes; line += 64)
+    __builtin_prefetch(static_cast<const char*>(row) + line);
+}
+
 // The micro-kernel over P adjacent panels: the (R, P * T::nr) tile c = start + sum over kk < kc
 // of a(:, kk) b(kk, :), kc and every offset in units of Dot (floats, or bf16 pairs; B in
 // b_unit_t<Dot>).
@@ -218,17 +227,14 @@ void panels_kernel(std::int64_t kc, const typename Dot::unit* a, std::int64_t ld
   constexpr int lanes = static_cast<int>(batch::size), nv = T::nv, nr = T::nr;
   static_assert(R >= 1 && R <= T::mr && P >= 1, "a micro-kernel of at most the tile's rows");
   using b_operand = decltype(Dot::template load_b<arch>(b));
-  constexpr int row_bytes = nr * static_cast<int>(sizeof(b_unit_t<Dot>));
   batch acc[R][P * nv];
   start(acc);
   for (std::int64_t kk = 0; kk < kc; ++kk) {
     if constexpr (ReadAhead) {
       if (ahead > 0) {
 #pragma GCC unroll 16
-        for (int p = 0; p < P; ++p) {
-          const auto* row = reinterpret_cast<const char*>(b + p * panel_stride + (kk + ahead) * nr);
-          for (int line = 0; line < row_bytes; line += 64) __builtin_prefetch(row + line);
-        }
+        for (int p = 0; p < P; ++p)
+          read_ahead<nr * sizeof(b_unit_t<Dot>)>(b + p * panel_stride + (kk + ahead) * nr);
       }
     }
     if constexpr (P == 1) {
