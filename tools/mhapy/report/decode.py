@@ -283,7 +283,7 @@ def peer_cache(m: Measurement) -> str:
     return found.group(1) if found else "not recorded"
 
 
-def _family(s: Shape) -> Shape:
+def step_family(s: Shape) -> Shape:
     """A decode shape without its precisions: the step every (plan, cache) pair computes."""
     return replace(s, precision="fp32", kv_precision="")
 
@@ -311,10 +311,14 @@ class CacheStep:
 def _pair_text(m: Measurement) -> str:
     """The plan and cache precisions a step ran with: mha's from its shape, a peer's cache as it
     recorded it."""
-    plan = m.key.shape.precision
     if is_peer(m.key.backend):
-        return f"{plan} plan, {peer_cache(m)} cache"
-    return f"{plan} plan, {m.key.shape.kv_precision or plan} cache"
+        return f"{m.key.shape.precision} plan, {peer_cache(m)} cache"
+    return cache_pair(m.key.shape)
+
+
+def cache_pair(s: Shape) -> str:
+    """The plan and cache precisions mha's step at `s` runs with: "fp32 plan, int8 cache"."""
+    return f"{s.precision} plan, {s.kv_precision or s.precision} cache"
 
 
 def path_text(m: Measurement) -> str:
@@ -325,7 +329,7 @@ def path_text(m: Measurement) -> str:
 
 def cache_steps(results: ResultSet) -> list[CacheStep]:
     """The decode steps measured with several (plan, cache) pairs (linking.choose per pair)."""
-    steps = sorted({(_family(k.shape), k.threads) for k in results.measurements if k.shape.is_decode})
+    steps = sorted({(step_family(k.shape), k.threads) for k in results.measurements if k.shape.is_decode})
     out = []
     for family, threads in steps:
         chosen = {

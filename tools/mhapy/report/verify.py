@@ -13,6 +13,7 @@ from pathlib import Path
 from ..problem import Shape
 from ..schema import is_peer
 from . import figures
+from .decode import cache_pair, step_family
 from .document import Figure, Heading, Para, Table
 from .results import Measurement, ResultSet
 from .wording import fmt_time, threads_text
@@ -52,10 +53,6 @@ class Step:
         return f"B={self.family.batch}, past={self.family.past}, {threads_text(self.threads)}"
 
 
-def _pair(shape: Shape) -> str:
-    return f"{shape.precision} plan, {shape.kv_precision or shape.precision} cache"
-
-
 def _fastest(ms: list[Measurement]) -> Measurement | None:
     return min(ms, key=lambda m: m.median_s) if ms else None
 
@@ -78,8 +75,8 @@ def costs(results: ResultSet) -> dict[Step, dict[str, PathCosts]]:
         s = key.shape
         if not s.is_decode:
             continue
-        path = f"{key.backend} ({s.precision} plan)" if is_peer(key.backend) else f"mha ({_pair(s)})"
-        family = Step(replace(s, seq_len=1, precision="fp32", kv_precision=""), key.threads)
+        path = f"{key.backend} ({s.precision} plan)" if is_peer(key.backend) else f"mha ({cache_pair(s)})"
+        family = Step(replace(step_family(s), seq_len=1), key.threads)
         by.setdefault((family, path, s.seq_len), []).append(m)
     out: dict[Step, dict[str, PathCosts]] = {}
     for (family, path, rows), ms in by.items():
