@@ -22,7 +22,7 @@ decoding runs --new-tokens greedy tokens, --rounds times:
 
 Recorded: the new tokens and whether they equal greedy's through the same cache (speculation must
 not change them), the decode time (generate() of all the new tokens less generate() of the first,
-the prefill's: medians over the rounds), tokens/s, and the model's forward calls (the first
+the prefill's, measured once per prompt and cache: medians over the rounds), tokens/s, and the model's forward calls (the first
 prefills the prompt; each verifies the drafted tokens it is fed, the first's too) with the tokens
 they fed: accepted drafted tokens = new tokens - calls, acceptance = accepted / drafted. Writes
 JSON (a context and a record per case) and prints a Markdown table.
@@ -137,9 +137,10 @@ def run(
 
     model.set_attn_implementation(c.attention)
     cache = c.cache(model, prompt.shape[-1] + new_tokens + 64) if c.cache else None
-    extra = dict(prompt_lookup_num_tokens=options["lookup"]) if way == "lookup" else {}
-    if way == "assisted":
-        extra = dict(assistant_model=options["draft"])
+    extra = {
+        "lookup": dict(prompt_lookup_num_tokens=options["lookup"]),
+        "assisted": dict(assistant_model=options["draft"]),
+    }.get(way, {})
     counter = StepCounter(model)
     try:
         begin = time.perf_counter()
@@ -159,16 +160,23 @@ def run(
     return out[0, prompt.shape[-1] :].tolist(), seconds, counter.fed
 
 
-def measure(model: Any, name: str, prompt: Any, way: str, options: dict) -> dict:
-    """Decoding `way` through cache `name`: tokens, decode seconds (medians over the rounds of the
-    full run less a one-token run), tokens/s and the verification steps' counts."""
+def prefill_seconds(model: Any, name: str, prompt: Any, options: dict) -> float:
+    """generate() of one token after `prompt` through cache `name` (its prefill): the median of
+    the rounds, what every way of decoding through that cache is held against."""
     c = case(name)
-    full, prefill = [], []
+    return statistics.median(run(model, c, prompt, 1, "greedy", options)[1] for _ in range(options["rounds"]))
+
+
+def measure(model: Any, name: str, prompt: Any, way: str, options: dict, prefill_s: float) -> dict:
+    """Decoding `way` through cache `name`: tokens, decode seconds (the median over the rounds of
+    the full run less the prefill's, prefill_seconds), tokens/s and the verification steps'
+    counts."""
+    c = case(name)
+    full = []
     for _ in range(options["rounds"]):
         tokens, seconds, fed = run(model, c, prompt, options["new_tokens"], way, options)
-        prefill.append(run(model, c, prompt, 1, "greedy", options)[1])
         full.append(seconds)
-    decode_s = max(statistics.median(full) - statistics.median(prefill), 1e-9)
+    decode_s = max(statistics.median(full) - prefill_s, 1e-9)
     # Each call feeds the prompt (the first) or the last token, then the drafted tokens it
     # verifies, and gains the drafted tokens it accepts and one of its own.
     drafted = fed[0] - prompt.shape[-1] + sum(n - 1 for n in fed[1:])
@@ -176,7 +184,7 @@ def measure(model: Any, name: str, prompt: Any, way: str, options: dict) -> dict
     return dict(
         tokens=tokens,
         decode_s=decode_s,
-        prefill_s=statistics.median(prefill),
+        prefill_s=prefill_s,
         tokens_per_s=(len(tokens) - 1) / decode_s,
         calls=len(fed),
         drafted=drafted,
@@ -193,11 +201,13 @@ def evaluate(
     records = []
     for doc, prompt in prompts.items():
         for name in caches:
-            greedy_tokens = None
+            greedy_tokens, prefill_s = None, None
             for way in ways:
                 record = dict(prompt=doc, prompt_tokens=int(prompt.shape[-1]), cache=name, way=way)
                 try:
-                    record.update(measure(model, name, prompt, way, options))
+                    if prefill_s is None:
+                        prefill_s = prefill_seconds(model, name, prompt, options)
+                    record.update(measure(model, name, prompt, way, options, prefill_s))
                 except Exception as e:  # recorded, not fatal: the other cases still run
                     record["failure"] = failure(e)
                 if "tokens" in record:
