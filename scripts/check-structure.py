@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The house's rules, checked over the tracked files (scripts/test.sh runs it; so can anyone):
+"""The house's rules, checked over the files git tracks or would add (scripts/test.sh runs it; so
+can anyone):
 
   lines       no source, test, tool, script, CMake, .inl or .def file over 600 lines (a file
               that long holds more than one thing: split it by what it holds);
@@ -117,7 +118,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+["<]([^">]+)[">]', re.M)
 KNOWN: dict[tuple[str, ...], str] = {}
 
 
-def tracked() -> list[str]:
+def checked_files() -> list[str]:
+    """The files git tracks and those it would add (untracked, not ignored), sorted."""
     out = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
@@ -215,7 +217,7 @@ def findings(files: list[str], root: Path = ROOT) -> dict[tuple[str, ...], str]:
 
 
 def main() -> int:
-    found = findings(tracked())
+    found = findings(checked_files())
     failed = False
     for key, why in sorted(found.items()):
         where = f"{key[1]}" + (f" -> {key[2]}" if len(key) > 2 else "")

@@ -94,7 +94,6 @@ if [[ ${MHA_TEST_SANITIZERS:-1} != 0 ]]; then
   # install test, the benchmark and the Python tests are left to the Release run). As $jobs
   # gtest shards of one process each, not a process per test: an instrumented process takes
   # ~0.5 s of CPU to start and end (leak check included), which made 4000 tests ~30 minutes.
-  sanitize_start=$SECONDS
   cmake -S "$root" -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_BUILD_BENCH=OFF \
     "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
     "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" >/dev/null
@@ -120,21 +119,18 @@ if [[ ${MHA_TEST_SANITIZERS:-1} != 0 ]]; then
     grep -E '^\[(==========|  PASSED  )\]' "$asan/shard-$shard.log" || true
   done
   ((asan_failed == 0)) || exit 1
-  echo "test.sh: ASan + UBSan run took $((SECONDS - sanitize_start)) s"
   phase "ASan + UBSan build and run"
 
   # TSan on the tests that share a plan, primitive cache or output file between threads. Not on
   # the tbb backend's: Debian's libtbb is not instrumented, so TSan misses the synchronisation
   # at a task's end and reports every output a TBB worker wrote as a race with the caller's read,
   # in mha's own frames, where no suppression can tell it from a real one (tests/tsan.supp).
-  tsan_start=$SECONDS
   cmake -S "$root" -B "$tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_BUILD_BENCH=OFF \
     "-DCMAKE_CXX_FLAGS=-fsanitize=thread" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread" >/dev/null
   cmake --build "$tsan" --parallel "$jobs" --target mha_concurrency_tests
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/tests/tsan.supp" \
     "$tsan/tests/mha_concurrency_tests" \
     --gtest_filter='*Concurrent*:*OnednnPlan.*:-*tbb*:*Tbb*' --gtest_brief=1
-  echo "test.sh: TSan run took $((SECONDS - tsan_start)) s"
   phase "TSan build and run"
 fi
 

@@ -7,27 +7,25 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=${1:-build/verify}; mkdir -p "$out"
+# bench_attention's steps matching $1 before (the binary $2: bench_attention built at the commit
+# before the change) and after it, interleaved, three rounds, each $3 seconds at least, into
+# $out/$4-<before|after>-<round>.json.
+before_after() {
+  for round in 1 2 3; do
+    for v in before after; do
+      bench=build/test/bench/bench_attention; [[ $v == before ]] && bench=$2
+      "$bench" --benchmark_filter="$1" --benchmark_min_time="$3" \
+        --benchmark_out="$out/$4-$v-$round.json" --benchmark_out_format=json
+    done
+  done
+}
 # The kernel alone: T = 1 and 8 over 8k and 32k, B1 and B8, every cache format, before and after
-# the panels were read ahead (bench_before: bench_attention built at the commit before it),
-# interleaved, three rounds.
-filter='decode_(fp32|bf16|int8|k8v4|int4)/b(1/t(1|8)/past(8192|32768)|8/t(1|8)/past8192)/'
-for round in 1 2 3; do
-  for v in before after; do
-    bench=build/test/bench/bench_attention; [[ $v == before ]] && bench=${BENCH_BEFORE:-/tmp/bench_before}
-    "$bench" --benchmark_filter="$filter" --benchmark_min_time=0.2 \
-      --benchmark_out="$out/kernel-$v-$round.json" --benchmark_out_format=json
-  done
-done
-# The one-token step (T = 1) before and after a single bf16 or int8 row read its panels ahead
-# (bench_single_before: bench_attention built at the commit before it), interleaved.
-filter='decode_(fp32|bf16|int8)/b(1/t1/past(8192|32768|131072)|32/t1/past2048)/'
-for round in 1 2 3; do
-  for v in before after; do
-    bench=build/test/bench/bench_attention; [[ $v == before ]] && bench=${BENCH_SINGLE_BEFORE:-/tmp/bench_single_before}
-    "$bench" --benchmark_filter="$filter" --benchmark_min_time=0.3 \
-      --benchmark_out="$out/single-row-$v-$round.json" --benchmark_out_format=json
-  done
-done
+# the panels were read ahead.
+before_after 'decode_(fp32|bf16|int8|k8v4|int4)/b(1/t(1|8)/past(8192|32768)|8/t(1|8)/past8192)/' \
+  "${BENCH_BEFORE:-/tmp/bench_before}" 0.2 kernel
+# The one-token step (T = 1) before and after a single bf16 or int8 row read its panels ahead.
+before_after 'decode_(fp32|bf16|int8)/b(1/t1/past(8192|32768|131072)|32/t1/past2048)/' \
+  "${BENCH_SINGLE_BEFORE:-/tmp/bench_single_before}" 0.3 single-row
 # The module's verification steps (the decode preset's decode_verify series, tbb, split-weight)
 # and PyTorch's SDPA on the same shapes (its explicit bottom-right mask), then the report.
 steps='/b(1/t[0-9]+/past(2048|8192|32768)|8/t[0-9]+/past8192)/din768/dout768/h12/(bf16/)?(kv_[a-z0-9]+/)?threads'

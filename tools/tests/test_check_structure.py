@@ -135,6 +135,6 @@ def test_files_not_yet_added_to_git_are_checked(tmp_path, monkeypatch):
     (tmp_path / "build").mkdir()
     (tmp_path / "build" / "made.cpp").write_text("int x;\n" * 601)
     monkeypatch.setattr(check, "ROOT", tmp_path)
-    files = check.tracked()
+    files = check.checked_files()
     assert "src/core/new.cpp" in files and "build/made.cpp" not in files
     assert list(check.findings(files, tmp_path)) == [("lines", "src/core/new.cpp")]
