@@ -167,15 +167,17 @@ constexpr std::int32_t query_code_limit(std::int64_t head_dim) noexcept {
 // The weights that meet an int8 cache's values in the SIMD kernels (P V) are 16-bit integers
 // too: each row's weights p_j scale_j of a chunk of weight_chunk_keys keys quantised to
 // [0, weight_code_limit] with one scale, the chunk's largest over the limit (micro/code_dot.hpp),
-// and a chunk's integer sums (at most 32 * 32767 * 255 < 2^31) converted to fp32 once.
-inline constexpr std::int64_t weight_chunk_keys = 32;
+// and a chunk's integer sums converted to fp32 once.
+inline constexpr std::int64_t weight_chunk_keys = 128;
 inline constexpr std::int32_t weight_code_limit = 32767;
+static_assert(weight_chunk_keys * weight_code_limit * 255 < (std::int64_t{1} << 31),
+              "a chunk's integer sums within 32 bits");
 
 // The largest error a value's code and its weight's quantisation make in an output element,
 // over max|v|: int8_element_error for the code, and, since a chunk's weights move by at most
 // half its step (its largest weight p scale / (2 limit)), with scale * 255 at most
 // 2 int8_element_error max|v| and the keys' largest weights summing to at most the row's sum,
-// int8_element_error * 255 * weight_chunk_keys / weight_code_limit (a quarter more) for the
+// int8_element_error * 255 * weight_chunk_keys / weight_code_limit (about as much again) for the
 // weights (docs/design.md §1.7).
 inline constexpr double int8_value_error =
     int8_element_error * (1.0 + 255.0 * static_cast<double>(weight_chunk_keys) / weight_code_limit);

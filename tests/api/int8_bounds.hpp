@@ -14,7 +14,7 @@ namespace mha_test {
 // The worst error of an int8 cache's call over inputs in [-1, 1] (docs/design.md §1.7): a code
 // is within e = int8_element_error (about 1/252) of its element, so a score moves by at most
 // sum|q_d| e = sqrt(D) e, a softmax weight by the factor exp(2 that) - 1 of itself, and the
-// result by int8_value_error (the values' codes and their 16-bit weights', 1.25 e) +
+// result by int8_value_error (the values' codes and their 16-bit weights', about 2 e) +
 // 2 (exp(2 sqrt(D) e) - 1) max|v|.
 inline double int8_bound(std::int64_t head_dim) {
   const double e = mha::detail::int8_element_error;

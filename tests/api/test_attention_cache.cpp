@@ -236,29 +236,31 @@ TEST_P(AttentionCache, Int8StaysWithinItsCodesBoundAndMatchesTheNaiveReference) 
 }
 
 // The SIMD kernels' 16-bit weights come in chunks of weight_chunk_keys keys, each with its own
-// scale (code_scales::value_weights). Value rows whose magnitude doubles every 16 tokens give
+// scale (code_scales::value_weights). Value rows whose magnitude doubles every half chunk give
 // neighbouring chunks largest weights 4x apart, so a chunk scaled as another would be off by a
-// large share of the output, far past the kernels' bound; a causal prefill of 100 tokens (row
-// blocks whose later rows read keys the earlier ones must not) and two decode steps.
+// large share of the output, far past the kernels' bound; a causal prefill of three chunks and 4
+// tokens (row blocks whose later rows read keys the earlier ones must not) and two decode steps.
 TEST_P(AttentionCache, Int8WeightsOfEachChunkKeepTheirScale) {
   const mha::backend& backend = *GetParam().backend;
   for (const precision kv : {precision::int8, precision::k8v4})
     for (const std::int64_t head_dim : {16, 64}) {
-      const std::int64_t batch = 1, heads = 4, kv_heads = 2, capacity = 102;
+      constexpr std::int64_t chunk = mha::detail::weight_chunk_keys, prefill = 3 * chunk + 4;
+      const std::int64_t batch = 1, heads = 4, kv_heads = 2, capacity = prefill + 2;
       mha::kv_cache mine = mha::make_attention_cache(backend, batch, capacity, kv_heads, head_dim,
                                                      kv, precision::fp32);
       mha::kv_cache naive = mha::make_attention_cache(mha::naive_backend(), batch, capacity,
                                                       kv_heads, head_dim, kv, precision::fp32);
       stream s(cache_case{});
       std::int64_t seen = 0;
-      for (const std::int64_t t : {100, 1, 1}) {
+      for (const std::int64_t t : {prefill, std::int64_t{1}, std::int64_t{1}}) {
         const std::int64_t d = head_dim;
         std::vector<float> q = s.random(batch * heads * t * d),
                            k = s.random(batch * kv_heads * t * d),
                            v = s.random(batch * kv_heads * t * d);
         for (std::int64_t g = 0; g < kv_heads; ++g) {
           for (std::int64_t i = 0; i < t; ++i) {
-            const float magnitude = std::exp2(static_cast<float>(seen + i - 101) / 16.0f);
+            const float magnitude =
+                std::exp2(static_cast<float>(seen + i - prefill - 1) / (chunk / 2));
             for (std::int64_t e = 0; e < d; ++e)
               v[static_cast<std::size_t>((g * t + i) * d + e)] *= magnitude;
           }

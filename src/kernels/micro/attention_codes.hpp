@@ -193,15 +193,15 @@ struct code_scales {
     const bool tiny = most < 0x1p-64f;
     const float lift = tiny ? 0x1p64f : 1.0f;
     const float inverse = most > 0.0f ? limit / (most * lift) : 0.0f;
-    *chunk_scale = inverse > 0.0f ? most / limit : 0.0f;
-    // Rounded to the nearest integer, ties to even (core/int8.hpp's round_ties_even, by batch),
-    // at most the limit (a NaN weight: the limit).
-    constexpr float shift = 12582912.0f;  // 1.5 * 2^23
+    *chunk_scale = inverse > 0.0f ? most * (1.0f / limit) : 0.0f;
+    // Rounded to the nearest integer, ties to even (core/int8.hpp's round_ties_even: the
+    // conversion's, in the default rounding mode), at most the limit (w is at most the chunk's
+    // largest); a NaN weight's code is what the conversion makes of it (its row's offsets' sum is
+    // NaN: value_weights).
     const auto code = [&](batch v) {
-      const batch r = (v * batch(lift) * batch(inverse) + batch(shift)) - batch(shift);
-      return xsimd::to_int(xsimd::select(r < batch(limit), r, batch(limit)));
+      return xsimd::nearbyint_as_int(tiny ? v * batch(lift) * batch(inverse) : v * batch(inverse));
     };
-    words = (words + granule - 1) / granule * granule;
+    words = (words + granule - 1) & -granule;  // granule: a power of two
     query_pair pairs_out[chunk / 2];
     query_pair* out = words >= chunk / 2 ? codes : pairs_out;
     for (int i = 0; i < count; i += 2) {
