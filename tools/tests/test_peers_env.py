@@ -1,0 +1,103 @@
+"""scripts/peers-env.sh keeps the peers' environment in a per-user cache keyed by what it is made
+from, linked from build/, so that a second clone reuses it. Each case runs the script on a copy
+of it whose requirements pin only pip (already in a new environment: nothing is downloaded)."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def make_clone(tmp_path):
+    if subprocess.run(["/usr/bin/python3", "-c", "import ensurepip, venv"], check=False).returncode:
+        pytest.skip("/usr/bin/python3 has no venv (the script would install python3-venv)")
+
+    def clone(name, requirements="pip\n"):
+        root = tmp_path / name
+        (root / "scripts").mkdir(parents=True)
+        (root / "tools").mkdir()
+        shutil.copy(ROOT / "scripts" / "peers-env.sh", root / "scripts" / "peers-env.sh")
+        (root / "tools" / "peers-requirements.txt").write_text(requirements)
+        return root
+
+    return clone
+
+
+def run_script(root, cache):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "MHA_"))}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", MHA_ENV_CACHE=str(cache))
+    run = subprocess.run(
+        ["bash", str(root / "scripts" / "peers-env.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout
+
+
+def entries(cache):
+    return sorted(p.name for p in cache.iterdir() if p.is_dir())
+
+
+def test_a_second_clone_reuses_the_first_clones_environment(make_clone, tmp_path):
+    cache = tmp_path / "cache"
+    first = make_clone("first")
+    out = run_script(first, cache)
+    assert "installing into" in out
+    link = first / "build" / "peers-venv"
+    assert link.is_symlink()
+    [entry] = entries(cache)
+    assert entry.startswith("peers-venv-")
+    assert link.resolve() == (cache / entry).resolve()
+    python = link / "bin" / "python"
+    assert subprocess.run([str(python), "-c", "import pip"], check=False).returncode == 0
+
+    second = make_clone("second")
+    out = run_script(second, cache)
+    assert "installing into" not in out
+    assert f"ready: {cache / entry}/bin/python" in out
+    assert (second / "build" / "peers-venv").resolve() == (cache / entry).resolve()
+    assert entries(cache) == [entry]
+
+
+def test_other_requirements_make_an_entry_of_their_own(make_clone, tmp_path):
+    cache = tmp_path / "cache"
+    run_script(make_clone("first"), cache)
+    other = make_clone("other", requirements="# another pin\npip\n")
+    out = run_script(other, cache)
+    assert "installing into" in out
+    assert len(entries(cache)) == 2
+
+
+def test_an_environment_made_in_build_moves_into_the_cache(make_clone, tmp_path):
+    # Made where earlier versions of the script made it (MHA_PEERS_VENV), then found there.
+    root = make_clone("old")
+    old = root / "build" / "peers-venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "MHA_"))}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", MHA_PEERS_VENV=str(old))
+    subprocess.run(
+        ["bash", str(root / "scripts" / "peers-env.sh")],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert old.is_dir() and not old.is_symlink()
+
+    cache = tmp_path / "cache"
+    out = run_script(root, cache)
+    assert "moving" in out and "installing into" not in out
+    [entry] = entries(cache)
+    assert old.is_symlink() and old.resolve() == (cache / entry).resolve()
+    # Its scripts name where it now lies.
+    assert str(cache / entry) in (cache / entry / "bin" / "pip").read_text().splitlines()[0]
+    python = old / "bin" / "python"
+    assert subprocess.run([str(python), "-m", "pip", "--version"], check=False).returncode == 0
