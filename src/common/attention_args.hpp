@@ -120,7 +120,7 @@ struct attention_args {
   }
   score_mask mask;  // none unless set (never with a cache or dropout)
   // K and V are this call's alone (mha::attention): a block of few fp32 query rows may read them
-  // where they lie instead of packing them (attention_layout::direct). A plan's forward leaves
+  // where they lie instead of packing them (attention_layout::in_place). A plan's forward leaves
   // it false, so that its rows round as its decode steps over a packed cache do.
   bool heads_in_place = false;
   // The function's extensions (docs/design.md §1.9), each off at its default:

@@ -315,7 +315,7 @@ void pack_head(const isa_kernels& kernels, const attention_args& args,
 
 attention_layout isa_kernels::layout(const attention_request& r) const noexcept {
   const auto [seq_len, keys, head_dim, key_tile, kv_rows, group, bf16_operands, int8_codes,
-              four_bit_values, four_bit_keys, in_place] = r;
+              four_bit_values, four_bit_keys, in_place, plain_scores] = r;
   attention_layout l;
   l.int8 = int8_codes;
   l.values4 = int8_codes && four_bit_values;
@@ -342,7 +342,17 @@ attention_layout isa_kernels::layout(const attention_request& r) const noexcept 
   l.key_tile = round_up(std::max<std::int64_t>(key_tile, 1), l.key_step);
   l.score_cols = std::min(l.key_tile, round_up(keys, l.key_step));
   l.acc_cols = round_up(head_dim, l.values.nr);
-  l.direct = in_place && l.block_rows <= direct_rows;
+  l.in_place = in_place && l.block_rows <= direct_rows;
+  if (l.int8) {
+    l.path = attention_path::codes;
+  } else if (!l.bf16 && head_dim <= narrow_dims && plain_scores) {
+    l.path = attention_path::narrow;
+  } else if (l.in_place) {
+    l.path = attention_path::direct;
+  } else {
+    l.path = l.bf16 && pair_tile_cols > 0 && l.block_rows > 1 ? attention_path::tiles
+                                                              : attention_path::packed;
+  }
   return l;
 }
 
@@ -400,6 +410,8 @@ attention_schedule::attention_schedule(const isa_kernels& kernels, const attenti
       .bf16_operands = args.bf16,
       .in_place = args.heads_in_place && args.cache == nullptr &&
                   (!args.bf16 || args.bf16_operands()) && !args.dropout.active(),
+      .plain_scores = !args.dropout.active() && !args.masks_keys() && args.softcap == 0.0f &&
+                      args.sinks == nullptr,
   };
   if (args.cache) request.cache_format(args.cache->format);
   layout_ = kernels.layout(request);

@@ -43,8 +43,25 @@ inline constexpr std::int64_t split_keys = 2048;
 // default_key_tile, so that it rounds exactly as the full forward's rows do.
 inline constexpr std::int64_t decode_key_tile = split_keys;
 
-// The most stacked query rows of a block that reads K and V in place (attention_layout::direct).
+// The most stacked query rows of a block that reads K and V in place (attention_layout::in_place).
 inline constexpr std::int64_t direct_rows = 8;
+
+// The most dimensions of a head the narrow path takes (attention_path::narrow).
+inline constexpr std::int64_t narrow_dims = 8;
+
+// The attention kernel's paths, one type each in its own file under micro/, chosen once per call
+// by isa_kernels::layout (attention_layout::path); micro/attention_kernel.hpp runs the chosen one.
+//   codes   an int8, k8v4 or int4 cache's codes: Q K^T and P V on integers (packed_attention
+//           over code_pair_dot)
+//   packed  K^T and V in the GEMM's panels (packed by the call, or a cache's), fp32 or bf16
+//           pairs, on the register-tiled micro-kernels (packed_attention)
+//   tiles   packed bf16 pairs on the ISA's tile products (AMX), for blocks of several rows (a
+//           panel narrower than a tile, or a block of one row, still takes vectors)
+//   direct  K and V read where they lie (attention_layout::in_place), fp32 or bf16: a block of
+//           a few rows reads each key once (direct_attention)
+//   narrow  fp32 heads of at most narrow_dims dimensions whose scores go to the softmax as they
+//           are: a register of rows per key, K and V packed or in place (narrow_attention)
+enum class attention_path : std::uint8_t { codes, packed, tiles, direct, narrow };
 
 // The parts of one query block's scratch (attention_layout::scratch_parts).
 struct attention_scratch {
@@ -93,9 +110,12 @@ struct attention_request {
     return *this;
   }
   // K and V may be read where they lie (attention_args::heads_in_place, no cache, no dropout,
-  // operands in the compute precision): the layout then reads them so (direct) when a block
+  // operands in the compute precision): the layout then reads them so (in_place) when a block
   // stacks at most direct_rows rows.
   bool in_place = false;
+  // No key mask, dropout, soft-cap or sinks: the scores go to the softmax as they are (the narrow
+  // path computes nothing else).
+  bool plain_scores = false;
 };
 
 // The geometry of the attention kernel on one ISA for one call: panel widths, the query-row
@@ -116,12 +136,14 @@ struct attention_layout {
   // With values4: K as 4-bit codes per channel of each group of key4_group keys, the newest
   // keys exact (an int4 cache, core/key4.hpp).
   bool keys4 = false;
+  // The kernel's path (attention_path), decided here and nowhere else.
+  attention_path path = attention_path::packed;
   // K and V read where they lie in attention_args (row-major rows of head_dim), not packed:
   // fp32, or bf16 with bf16 operands (attention_args::k16, v16), no cache, no dropout, at most
   // direct_rows stacked rows per block (a decode step or a chunk of a few tokens,
   // attention_args::heads_in_place). Packing a head costs as much memory traffic as reading it,
-  // and such a block reads each key once.
-  bool direct = false;
+  // and such a block reads each key once. The direct path, or the narrow one.
+  bool in_place = false;
   std::int64_t seq_len = 0;  // query positions per head
   std::int64_t group = 1;    // query heads per K/V head, stacked in a block's rows
   std::int64_t keys = 0;     // most keys any sequence attends over (past + seq_len)
@@ -275,7 +297,7 @@ class attention_schedule {
   const attention_layout& layout() const noexcept { return layout_; }
   // Whether tasks read heads packed by the workspace (no cache, not direct) rather than from the
   // cache or in place.
-  bool packs_heads() const noexcept { return args_.cache == nullptr && !layout_.direct; }
+  bool packs_heads() const noexcept { return args_.cache == nullptr && !layout_.in_place; }
 
   std::int64_t appends() const noexcept;
   void append(std::int64_t i) const noexcept;

@@ -53,7 +53,7 @@ struct isa_kernels {
   //   reads:    query positions [task.row_begin, task.row_end) of the query heads of K/V head
   //             (task.b, task.g) in args, stacked position-major (attention_layout); keys
   //             [task.key_begin, task.key_end) of the packed head task.head (args' own K and V
-  //             where layout.direct)
+  //             where layout.in_place)
   //   writes:   those rows of args.out, or with task.partial the chunk's partial softmax there
   //   requires: task.row_end - task.row_begin <= layout.block_positions; scratch holds
   //             layout.scratch_floats() floats, the caller's, not shared

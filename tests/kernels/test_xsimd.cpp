@@ -527,18 +527,6 @@ TEST_P(XsimdKernels, AttentionMatchesReferenceForEveryKeyTile) {
   }
 }
 
-// Per-thread scratch is O(tile): it stops growing with the sequence once that passes the key
-// tile; the packed head grows linearly (T * head_dim), never with T^2.
-TEST_P(XsimdKernels, AttentionWorkspaceGrowsLinearlyInSequence) {
-  const mha::detail::attention_layout small = kernels().layout(
-                                          {.seq_len = 1024, .keys = 1024, .head_dim = 64}),
-                                      large = kernels().layout(
-                                          {.seq_len = 8192, .keys = 8192, .head_dim = 64});
-  EXPECT_EQ(small.scratch_floats(), large.scratch_floats());
-  EXPECT_LE(large.head_units(), 8 * small.head_units() + 64);
-  EXPECT_GE(large.head_units(), 2 * 8192 * 64);
-}
-
 // The death tests' style: "threadsafe" (the child re-executes this program), or "fast" (fork
 // only) where the suite runs under an emulator (MHA_TEST_EMULATOR: qemu-user cannot start the
 // cross-built program again without a binfmt handler).

@@ -194,7 +194,7 @@ struct attention_block {
             const bf16 odd = 2 * i + 1 < hd ? row[2 * i + 1] : bf16{0};
             to[i] = row[2 * i] | static_cast<bf16_pair>(odd) << 16;
           }
-          if (layout.direct) {
+          if (layout.path == attention_path::direct) {
             for (std::int64_t d = 0; d < hd; ++d) scratch.queries[r * hd + d] = from_bf16(row[d]);
           }
         }

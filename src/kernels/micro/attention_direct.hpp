@@ -1,6 +1,6 @@
-// Internal: the attention kernel's direct path (micro/attention_kernel.hpp chooses it for an
-// attention_layout::direct block of fp32 or bf16 operands): K and V read where they lie, not
-// packed. Per-ISA code: see micro/micro_kernel.hpp for how it is compiled.
+// Internal: the attention kernel's direct path (attention_path::direct: a layout in place, fp32
+// or bf16 operands): K and V read where they lie, not packed. Per-ISA code: see
+// micro/micro_kernel.hpp for how it is compiled.
 #pragma once
 
 #include <algorithm>

@@ -13,12 +13,8 @@
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
-// The paths, by the layout's unit and where K and V are read:
-//   int8 codes      packed_attention over code_pair_dot (Q K^T and P V on integers): a cache's
-//   bf16 pairs      direct_attention (a direct layout), else packed_attention over PairDot, its
-//                   products on tiles where PairDot has them (tile_path)
-//   fp32            narrow_attention (head_dim <= 8, no mask or dropout; packed or direct),
-//                   else direct_attention (a direct layout), else packed_attention
+// The layout's path (attention_path, chosen by isa_kernels::layout) in the layout's unit: fp32,
+// bf16 pairs (PairDot: on tiles where it has tile products, tile_path), or an int8 cache's codes.
 template <class Arch, class Dot>
 attention_block<Arch, Dot> block_of(const attention_args& args, const attention_layout& layout,
                                     const attention_task& task, float* scratch) noexcept {
@@ -29,37 +25,45 @@ attention_block<Arch, Dot> block_of(const attention_args& args, const attention_
 template <class Arch, class Tiles, class PairDot>
 void attention_rows(const attention_args& args, const attention_layout& layout,
                     const attention_task& task, float* scratch) noexcept {
-  // A direct layout has no packed head (task.head is nullptr): K and V are read from `args`.
+  // A layout in place has no packed head (task.head is nullptr): K and V are read from `args`.
   const auto* head = static_cast<const std::uint8_t*>(task.head);
   const std::int64_t unit_bytes = layout.int8 ? 1 : 4;  // the layout's offsets count its units
   const std::uint8_t* values = head ? head + unit_bytes * layout.values_offset() : nullptr;
-  if (layout.int8) {
-    MHA_EXPECTS(!layout.direct);  // only a cache holds codes
-    const packed_attention<Arch, Tiles, code_pair_dot> path{
-        block_of<Arch, code_pair_dot>(args, layout, task, scratch),
-        reinterpret_cast<const code_pair*>(head), reinterpret_cast<const code_pair*>(values),
-        reinterpret_cast<const int8_row*>(head + layout.scales_offset())};
-    path.run();
-  } else if (layout.bf16 && layout.direct) {
-    direct_attention<Arch, PairDot>{block_of<Arch, PairDot>(args, layout, task, scratch)}.run();
-  } else if (layout.bf16) {
-    const packed_attention<Arch, Tiles, PairDot> path{
-        block_of<Arch, PairDot>(args, layout, task, scratch),
-        reinterpret_cast<const bf16_pair*>(head), reinterpret_cast<const bf16_pair*>(values),
-        nullptr};
-    path.run();
-  } else if (narrow_attention<Arch>::takes(args)) {
-    narrow_attention<Arch>{block_of<Arch, fma_dot>(args, layout, task, scratch),
-                           reinterpret_cast<const float*>(head),
-                           reinterpret_cast<const float*>(values)}
-        .run();
-  } else if (layout.direct) {
-    direct_attention<Arch, fma_dot>{block_of<Arch, fma_dot>(args, layout, task, scratch)}.run();
-  } else {
-    const packed_attention<Arch, Tiles, fma_dot> path{
-        block_of<Arch, fma_dot>(args, layout, task, scratch), reinterpret_cast<const float*>(head),
-        reinterpret_cast<const float*>(values), nullptr};
-    path.run();
+  switch (layout.path) {
+    case attention_path::codes:
+      packed_attention<Arch, Tiles, code_pair_dot>{
+          block_of<Arch, code_pair_dot>(args, layout, task, scratch),
+          reinterpret_cast<const code_pair*>(head), reinterpret_cast<const code_pair*>(values),
+          reinterpret_cast<const int8_row*>(head + layout.scales_offset())}
+          .run();
+      return;
+    case attention_path::packed:
+    case attention_path::tiles:
+      if (layout.bf16) {
+        packed_attention<Arch, Tiles, PairDot>{block_of<Arch, PairDot>(args, layout, task, scratch),
+                                               reinterpret_cast<const bf16_pair*>(head),
+                                               reinterpret_cast<const bf16_pair*>(values), nullptr}
+            .run();
+      } else {
+        packed_attention<Arch, Tiles, fma_dot>{block_of<Arch, fma_dot>(args, layout, task, scratch),
+                                               reinterpret_cast<const float*>(head),
+                                               reinterpret_cast<const float*>(values), nullptr}
+            .run();
+      }
+      return;
+    case attention_path::direct:
+      if (layout.bf16) {
+        direct_attention<Arch, PairDot>{block_of<Arch, PairDot>(args, layout, task, scratch)}.run();
+      } else {
+        direct_attention<Arch, fma_dot>{block_of<Arch, fma_dot>(args, layout, task, scratch)}.run();
+      }
+      return;
+    case attention_path::narrow:
+      narrow_attention<Arch>{block_of<Arch, fma_dot>(args, layout, task, scratch),
+                             reinterpret_cast<const float*>(head),
+                             reinterpret_cast<const float*>(values)}
+          .run();
+      return;
   }
 }
 

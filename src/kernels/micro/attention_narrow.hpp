@@ -1,5 +1,5 @@
 // Internal: the attention kernel's path for heads of at most narrow_dims dimensions in fp32
-// (micro/attention_kernel.hpp chooses it): a register of rows transposed into lanes. Per-ISA
+// (attention_path::narrow): a register of rows transposed into lanes. Per-ISA
 // code: see micro/micro_kernel.hpp for how it is compiled.
 #pragma once
 
@@ -10,8 +10,9 @@
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
-// Heads of at most narrow_dims dimensions in fp32 without dropout or a mask take the rows of a
-// block a register of rows at a time (K and V packed, or in place in a direct block),
+// Heads of at most narrow_dims dimensions in fp32 whose scores go to the softmax as they are (no
+// key mask, dropout, soft-cap or sinks) take the rows of a block a register of rows at a time (K
+// and V packed, or in place),
 // transposed: lane i is row r0 + i, Q^T and O^T are head_dim registers each, and per key one
 // register of scores (K's row broadcast against Q^T), so the row maxima and sums are lane-wise,
 // never horizontal, and a key's P V is head_dim FMAs with V's row broadcast. At head_dim 8 the
@@ -27,15 +28,8 @@ struct narrow_attention : attention_block<Arch, fma_dot> {
   using block::args, block::layout, block::task, block::rows, block::scratch;
   using block::rows_end, block::row_keys, block::head, block::pos;
 
-  static constexpr int narrow_dims = 8;
-  // Whether a call's heads take this path.
-  static bool takes(const attention_args& args) noexcept {
-    return args.head_dim <= narrow_dims && !args.dropout.active() && !args.masks_keys() &&
-           args.softcap == 0.0f && args.sinks == nullptr;
-  }
-
-  const float* kt;  // packed K^T (layout.scores.nr panels), nullptr in a direct block
-  const float* v;   // packed V (layout.values.nr panels), nullptr in a direct block
+  const float* kt;  // packed K^T (layout.scores.nr panels), nullptr where K and V are read in place
+  const float* v;   // packed V (layout.values.nr panels), nullptr where K and V are read in place
 
   void run() const noexcept {
     this->start();
@@ -72,11 +66,11 @@ struct narrow_attention : attention_block<Arch, fma_dot> {
     // value_rows[j * value_stride + d]. Packed: K^T in panels of nr keys (element (d, j) at panel j
     // / nr, row d, column j % nr), V's rows whole in its first panel (narrow_dims is no wider than
     // any ISA's narrowest panel), row j at v + j * vr; key tiles, and split-KV chunks, start on a
-    // panel. Direct (a call of at most direct_rows rows, attention_layout::direct): K and V rows
-    // where they lie, and no packed head exists.
+    // panel. In place (a call of at most direct_rows rows, attention_layout::in_place): K and V
+    // rows where they lie, and no packed head exists.
     const std::int64_t nr = layout.scores.nr, vr = layout.values.nr;
     MHA_EXPECTS(HD <= vr && task.key_begin % nr == 0 && layout.key_tile % nr == 0);
-    const bool in_place = layout.direct;
+    const bool in_place = layout.in_place;
     const std::int64_t key_dim_stride = in_place ? 1 : nr;
     const float* const key_rows = in_place ? args.k.row(task.b, task.g, 0) : nullptr;
     const float* const value_rows = in_place ? args.v.row(task.b, task.g, 0) : v;

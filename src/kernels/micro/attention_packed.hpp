@@ -99,12 +99,13 @@ struct packed_attention : attention_block<Arch, Dot> {
     this->store();
   }
 
-  // Whether the products over panels of nr columns go on tiles: a Dot with tile products, bf16
-  // pairs (not an int8 cache's codes), panels a multiple of the tile's width, and more than one
-  // row (a decode step's single query row stays on vectors, where a tile would be 1/16 full).
+  // Whether the products over panels of nr columns go on tiles: the tiles path (the ISA has tile
+  // products, and the layout's blocks have several rows), panels a multiple of the tile's width,
+  // and more than one row in this block (a call's last block of one row stays on vectors, where a
+  // tile would be 1/16 full).
   bool on_tiles(int nr) const noexcept {
     if constexpr (tile_products<Dot> && pairs_of_bf16) {
-      return nr % Dot::tile_cols == 0 && rows > 1;
+      return layout.path == attention_path::tiles && nr % Dot::tile_cols == 0 && rows > 1;
     } else {
       return false;
     }
