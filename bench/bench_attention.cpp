@@ -46,10 +46,10 @@
 #include <vector>
 
 #include "backends/tbb/parallel.hpp"
+#include "base/text.hpp"
 #include "cache_bytes.hpp"
-#include "core/text.hpp"
 #include "kernel_timing.hpp"
-#include "kernels/isa_kernels.hpp"
+#include "kernels/interface/isa_kernels.hpp"
 #include "machine/stream_read.hpp"
 #include "mha/attention.hpp"
 #include "mha/backends/naive.hpp"

@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "base/bf16.hpp"
+#include "base/text.hpp"
 #include "common/buffer.hpp"
-#include "core/bf16.hpp"
-#include "core/text.hpp"
 #include "kernel_timing.hpp"
-#include "kernels/isa_kernels.hpp"
+#include "kernels/interface/isa_kernels.hpp"
 #include "mha/backends/xsimd.hpp"
 
 #if MHA_BENCH_ONEDNN

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "core/key4.hpp"
-#include "core/value4.hpp"
+#include "base/key4.hpp"
+#include "base/value4.hpp"
 #include "mha/config.hpp"
 
 namespace mha_bench {

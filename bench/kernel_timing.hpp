@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/text.hpp"
+#include "base/text.hpp"
 #include "machine/fma_peak.hpp"
 #include "machine/machine_context.hpp"
 #include "mha/backends/xsimd.hpp"

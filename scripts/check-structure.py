@@ -63,33 +63,17 @@ ISA_DERIVED = re.compile(
 
 # The layers, bottom first: each a list of folders (ending in "/": the folder's whole tree) and
 # files. A file belongs to the layer of its own path if listed, else of its longest listed folder.
+# Every layer is folders but the front ends' umbrella header (include/mha/mha.hpp, where users
+# include it).
 LAYERS = [
     ("the public API", ["include/mha/"]),
-    (
-        "shared utilities",
-        [
-            f"src/core/{name}.hpp"
-            for name in (
-                "bf16",
-                "int8",
-                "value4",
-                "key4",
-                "text",
-                "checks",
-                "feature_probes",
-                "philox",
-                "dropout",
-            )
-        ],
-    ),
+    # What every layer uses: bf16 and the coded caches' formats, text, checks, dropout's stream.
+    ("shared utilities", ["src/base/"]),
     # What the driver, the backends and the kernels all pass: an attention call's arguments,
     # aligned buffers, the kernel set's concept.
     ("common types", ["src/common/"]),
     # What the kernels are called with and through: argument structs, the kernel-set table.
-    (
-        "the kernels' interface",
-        [f"src/kernels/{name}.hpp" for name in ("gemm", "attention", "isa_kernels", "dispatch")],
-    ),
+    ("the kernels' interface", ["src/kernels/interface/"]),
     ("arch primitives", ["src/kernels/arch/"]),
     ("micro-kernels", ["src/kernels/micro/"]),
     ("kernels", ["src/kernels/"]),

@@ -8,7 +8,7 @@
 #include "fma_peak_kernels.hpp"
 
 #if MHA_PEAK_KERNELS
-#include "kernels/isa_kernels.hpp"
+#include "kernels/interface/isa_kernels.hpp"
 #endif
 
 namespace mha_bench {

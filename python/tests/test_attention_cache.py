@@ -29,7 +29,7 @@ def sdpa_over(q, keys, values):
 
 
 # An int8 code's largest error over its row's largest magnitude: half a step of 2/254 rounded up
-# to bf16 (docs/design.md §1.7; int8_element_error in src/core/int8.hpp).
+# to bf16 (docs/design.md §1.7; int8_element_error in src/base/int8.hpp).
 CODE_ERROR = (1 + 1 / 128) / 254
 
 
@@ -79,7 +79,7 @@ def test_a_decode_stream_matches_sdpa_over_every_key_seen(backend, kv, precision
 
 
 # The SIMD kernels' 16-bit weights of a k8v4 cache's 4-bit values, for values in [-1, 1]: at most
-# value4_weight_error (src/core/value4.hpp) times the largest turned element, itself at most
+# value4_weight_error (src/base/value4.hpp) times the largest turned element, itself at most
 # sqrt(32); plus the int8 keys' 16-bit queries (a far smaller share) and fp32 rounding.
 VALUE4_WEIGHT_ERROR = math.sqrt(32) * 15 * 32 / (2 * 32767) * 2 * (1 + 1 / 128) / 15.4375
 K8V4_KERNELS_TOLERANCE = math.sqrt(32) * VALUE4_WEIGHT_ERROR + 1e-3

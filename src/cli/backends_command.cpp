@@ -4,8 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/feature_probes.hpp"
 #include "cli/arguments.hpp"
-#include "core/feature_probes.hpp"
 #include "mha/registry.hpp"
 
 namespace mha_cli {

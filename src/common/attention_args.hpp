@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <limits>
 
-#include "core/bf16.hpp"
-#include "core/dropout.hpp"
+#include "base/bf16.hpp"
+#include "base/dropout.hpp"
 #include "mha/config.hpp"
 
 namespace mha::detail {
@@ -96,7 +96,7 @@ struct score_mask {
 struct attention_args {
   head_view<const float> q, k, v;
   // mha::attention's bf16 operands (then bf16 is set, and q, k and v above are empty): read as
-  // the kernels read q, k and v, each value already a bf16 (core/bf16.hpp). Never with a cache.
+  // the kernels read q, k and v, each value already a bf16 (base/bf16.hpp). Never with a cache.
   head_view<const detail::bf16> q16, k16, v16;
   head_view<float> out;
   head_view<detail::bf16> out16;  // with bf16 operands: bf16 results (rounded) instead of out
@@ -111,7 +111,7 @@ struct attention_args {
   bool bf16 = false;  // a bf16 module: every product's operands rounded (docs/design.md §1.5)
   const kv_store* cache = nullptr;  // decode: where k and v are appended and keys are read
   // An int8 or k8v4 cache: the rows of k from row 0 that set a sequence's key channel scales
-  // where this call sets them (core/int8.hpp; 0: the call's own seq_len). A call taken in parts
+  // where this call sets them (base/int8.hpp; 0: the call's own seq_len). A call taken in parts
   // (a ring's, mha::ring_chunk) sets them from all of its keys, not its first part's.
   std::int64_t channel_rows = 0;
   // The rows that set the channel scales: channel_rows, or the call's own.

@@ -7,8 +7,8 @@
 #include <concepts>
 #include <cstdint>
 
+#include "base/checks.hpp"
 #include "common/attention_args.hpp"
-#include "core/checks.hpp"
 #include "mha/backend.hpp"
 
 namespace mha::detail {

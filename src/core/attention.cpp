@@ -18,10 +18,10 @@
 #include <string_view>
 #include <type_traits>
 
+#include "base/checks.hpp"
+#include "base/text.hpp"
 #include "common/attention_args.hpp"
 #include "common/attention_calls.hpp"
-#include "core/checks.hpp"
-#include "core/text.hpp"
 #include "driver/kv_cache_access.hpp"
 #include "mha/backend.hpp"
 #include "mha/error.hpp"

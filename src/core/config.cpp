@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/checks.hpp"
-#include "core/text.hpp"
+#include "base/checks.hpp"
+#include "base/text.hpp"
 #include "mha/error.hpp"
 #include "mha/run_options.hpp"
 

@@ -7,9 +7,9 @@
 #include <sys/mman.h>
 #endif
 
-#include "core/checks.hpp"
-#include "core/key4.hpp"
-#include "core/text.hpp"
+#include "base/checks.hpp"
+#include "base/key4.hpp"
+#include "base/text.hpp"
 #include "mha/backend.hpp"
 #include "mha/error.hpp"
 
@@ -163,7 +163,7 @@ void kv_cache::truncate(std::int64_t b, std::int64_t length) {
   }
   if (precision_ == mha::precision::int4 && length < held) {
     // Its keys are coded in channel groups of 64 tokens: the group a rollback leaves unfilled
-    // must have its keys exact (core/key4.hpp keeps the last 128 positions').
+    // must have its keys exact (base/key4.hpp keeps the last 128 positions').
     for (std::int64_t g = 0; g < heads_; ++g) {
       std::byte* head = data_.get() + (b * heads_ + g) * head_bytes_;
       if (detail::key4_can_truncate(detail::key4_positions(head, head_bytes_), length)) continue;

@@ -5,7 +5,7 @@
 #include <iterator>
 #include <optional>
 
-#include "core/text.hpp"
+#include "base/text.hpp"
 #include "mha/error.hpp"
 
 namespace mha {

@@ -3,8 +3,8 @@
 
 #include <cstdlib>
 
+#include "base/text.hpp"
 #include "core/backend_list.hpp"
-#include "core/text.hpp"
 #include "mha/backends/all.hpp"  // the backends MHA_BACKEND_LIST names
 #include "mha/error.hpp"
 

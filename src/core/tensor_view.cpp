@@ -1,6 +1,6 @@
 #include "mha/tensor_view.hpp"
 
-#include "core/text.hpp"
+#include "base/text.hpp"
 #include "mha/error.hpp"
 
 namespace mha {

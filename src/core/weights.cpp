@@ -4,9 +4,9 @@
 #include <string_view>
 #include <utility>
 
-#include "core/checks.hpp"
-#include "core/philox.hpp"
-#include "core/text.hpp"
+#include "base/checks.hpp"
+#include "base/philox.hpp"
+#include "base/text.hpp"
 #include "mha/error.hpp"
 
 namespace mha {

@@ -8,10 +8,10 @@
 #include <optional>
 #include <vector>
 
+#include "base/checks.hpp"
 #include "common/attention_args.hpp"
 #include "common/buffer.hpp"
 #include "common/kernel_set.hpp"
-#include "core/checks.hpp"
 #include "driver/kv_cache_access.hpp"
 #include "driver/rope.hpp"
 #include "mha/backend.hpp"

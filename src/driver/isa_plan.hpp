@@ -5,7 +5,7 @@
 #include <memory>
 #include <string_view>
 
-#include "core/text.hpp"
+#include "base/text.hpp"
 #include "driver/driver.hpp"
 #include "mha/error.hpp"
 #include "mha/isa.hpp"

@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/int8.hpp"
+#include "base/key4.hpp"
+#include "base/text.hpp"
+#include "base/value4.hpp"
 #include "common/attention_args.hpp"
-#include "core/int8.hpp"
-#include "core/key4.hpp"
-#include "core/text.hpp"
-#include "core/value4.hpp"
 #include "mha/error.hpp"
 #include "mha/kv_cache.hpp"
 
@@ -240,7 +240,7 @@ inline void read_value4(const std::uint8_t* codes, const value4_row* words, std:
 // writes them, (head_dim + 1) / 2 bytes a row, `capacity` rows each; after them, at a cache line,
 // the keys' channel groups' value4_rows (head_dim per group of key4_group slots), then
 // value4_groups(head_dim) value4_rows per value row; then, at the head's end, its recent exact
-// keys (core/key4.hpp).
+// keys (base/key4.hpp).
 inline std::int64_t int4_codes_bytes(std::int64_t capacity, std::int64_t head_dim) noexcept {
   return (2 * capacity * ((head_dim + 1) / 2) + 63) / 64 * 64;
 }

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/text.hpp"
+#include "base/text.hpp"
 #include "mha/error.hpp"
 #include "mha/io.hpp"
 

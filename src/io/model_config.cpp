@@ -8,7 +8,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/checks.hpp"
+#include "base/checks.hpp"
 #include "io/common.hpp"
 #include "io/json.hpp"
 

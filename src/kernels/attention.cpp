@@ -1,7 +1,7 @@
 // The attention framework of the SIMD kernels: the geometry of the fused kernel, packing a head
 // (into a workspace or a KV cache), the per-thread workspace, the schedule of a call and its
 // single-threaded loop. Compiled with the baseline flags.
-#include "kernels/attention.hpp"
+#include "kernels/interface/attention.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,11 +9,11 @@
 #include <numeric>
 #include <optional>
 
-#include "core/checks.hpp"
-#include "core/int8.hpp"
-#include "core/key4.hpp"
-#include "core/value4.hpp"
-#include "kernels/isa_kernels.hpp"
+#include "base/checks.hpp"
+#include "base/int8.hpp"
+#include "base/key4.hpp"
+#include "base/value4.hpp"
+#include "kernels/interface/isa_kernels.hpp"
 
 namespace mha::detail {
 namespace {
@@ -206,7 +206,7 @@ std::int64_t attention_layout::channels_offset() const noexcept {
 
 std::int64_t attention_layout::head_bytes() const noexcept {
   // Floats and bf16 pairs are both 4 bytes.
-  // keys4: its recent exact keys where the channel scales would be (core/key4.hpp).
+  // keys4: its recent exact keys where the channel scales would be (base/key4.hpp).
   if (keys4) return channels_offset() + key4_recent_bytes(head_dim);
   return int8 ? channels_offset() + head_dim * std::int64_t{sizeof(float)} : head_units() * 4;
 }

@@ -2,7 +2,7 @@
 // (MHA_XSIMD_ISA or the best), which the xsimd and tbb backends share (xsimd's public
 // xsimd_supported_isas and xsimd_default_isa return them). The architecture's own part (its rows,
 // what they ask of the CPU) is in kernels/arch/<arch>/. Compiled with the baseline flags.
-#include "kernels/dispatch.hpp"
+#include "kernels/interface/dispatch.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,8 +11,8 @@
 
 // What the rows' `runs` ask of the CPU (cpu_has on x86-64).
 #include "arch_cpu.hpp"
-#include "core/checks.hpp"
-#include "core/text.hpp"
+#include "base/checks.hpp"
+#include "base/text.hpp"
 #include "mha/error.hpp"
 
 namespace mha {

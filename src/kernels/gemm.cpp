@@ -1,13 +1,13 @@
 // The GEMM framework of the SIMD kernels: packing B into panels, and the loop over the heads of a
 // head-major projection. Compiled with the baseline flags.
-#include "kernels/gemm.hpp"
+#include "kernels/interface/gemm.hpp"
 
 #include <algorithm>
 
 // transpose_4x4 and copy_4: this architecture's (kernels/arch/<arch>/arch_block.hpp).
 #include "arch_block.hpp"
-#include "core/bf16.hpp"
-#include "kernels/isa_kernels.hpp"
+#include "base/bf16.hpp"
+#include "kernels/interface/isa_kernels.hpp"
 
 namespace mha::detail {
 

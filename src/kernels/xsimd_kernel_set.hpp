@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "common/kernel_set.hpp"
-#include "kernels/isa_kernels.hpp"
+#include "kernels/interface/isa_kernels.hpp"
 #include "mha/weights.hpp"
 
 namespace mha::detail {

@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/feature_probes.hpp"
 #include "bindings.hpp"
-#include "core/feature_probes.hpp"
 #include "io/model_config.hpp"
 #include "mha/mha.hpp"
 

@@ -4,11 +4,11 @@
 #include <cmath>
 #include <limits>
 
-#include "core/bf16.hpp"
-#include "core/dropout.hpp"
-#include "core/int8.hpp"
-#include "core/key4.hpp"
-#include "core/value4.hpp"
+#include "base/bf16.hpp"
+#include "base/dropout.hpp"
+#include "base/int8.hpp"
+#include "base/key4.hpp"
+#include "base/value4.hpp"
 
 namespace mha_reference {
 namespace {
@@ -301,7 +301,7 @@ int8_bound_terms int8_terms(const mha::config& cfg, const mha::weights& w, std::
 }
 
 // The largest magnitude and the largest range of a turned group of the value rows of the first
-// `rows` rows of x (what a k8v4 cache codes, core/value4.hpp).
+// `rows` rows of x (what a k8v4 cache codes, base/value4.hpp).
 struct turned_values {
   double largest = 0.0, range = 0.0;
 };

@@ -60,7 +60,7 @@ double max_abs_score(const mha::config& cfg, const mha::weights& w, std::span<co
 // mixes pairs). Plus the fp32 function's own rounding, 1e-5 max_y (max_y: max|y| of forward()).
 // Absolute, like max|y - y*|.
 // A k8v4 cache (kv): its keys' share as int8's; its values' from the turned groups of the value
-// rows (core/value4.hpp), computed from them: each element of a value row read back within
+// rows (base/value4.hpp), computed from them: each element of a value row read back within
 // sqrt(32) value4_element_error times the largest range of a turned group, and the SIMD
 // kernels' 16-bit weights within value4_weight_error times the largest turned element. An int4
 // cache (kv): its values' share as k8v4's; its keys' codes move a score by at most
@@ -77,7 +77,7 @@ double int8_cache_bound(const mha::config& cfg, const mha::weights& w, std::span
 // int8_value_error - e), plus 1e-5 max_y of fp32 rounding (docs/design.md §1.7). Absolute.
 // A k8v4 cache (kv): its keys' share as int8's; its 16-bit weights of the 4-bit values' move an
 // output by at most value4_weight_error max|u| (u: the turned values, max|u| <= sqrt(32) max|v|)
-// in place of int8's (core/value4.hpp). An int4 cache (kv): as k8v4's, its 16-bit queries made
+// in place of int8's (base/value4.hpp). An int4 cache (kv): as k8v4's, its 16-bit queries made
 // per key group over key4_query_limit.
 double int8_kernels_bound(const mha::config& cfg, const mha::weights& w, std::span<const float> x,
                           std::int64_t rows, double max_y,

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "core/bf16.hpp"
+#include "base/bf16.hpp"
 #include "mha/mha.hpp"
 #include "support.hpp"
 

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/int8.hpp"
-#include "core/value4.hpp"
+#include "base/int8.hpp"
+#include "base/value4.hpp"
 #include "mha/config.hpp"
 
 namespace mha_test {
@@ -34,7 +34,7 @@ inline double int8_kernels_tolerance(std::int64_t head_dim) {
 }
 
 // ... of a k8v4 cache: its keys as int8's; its 16-bit weights of the turned 4-bit values move the
-// result by at most value4_weight_error max|u|, max|u| <= sqrt(32) max|v| (core/value4.hpp), in
+// result by at most value4_weight_error max|u|, max|u| <= sqrt(32) max|v| (base/value4.hpp), in
 // place of int8's weights' share.
 inline double k8v4_kernels_tolerance(std::int64_t head_dim) {
   const double e = mha::detail::int8_element_error;

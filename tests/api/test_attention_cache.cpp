@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/int8.hpp"
+#include "base/int8.hpp"
 #include "int8_bounds.hpp"
 #include "mha/mha.hpp"
 #include "mha_testing.hpp"
@@ -305,7 +305,7 @@ TEST_P(AttentionCache, Int8ValuesOfEveryMagnitudeKeepTheKernelsBound) {
     }
 }
 
-// int4 (core/key4.hpp): keys coded per channel of each group of 64 tokens when its last token
+// int4 (base/key4.hpp): keys coded per channel of each group of 64 tokens when its last token
 // arrives, the newest (an unfilled group's) exact. Against the naive backend's int4 cache fed the
 // same stream (the same codes, read as scale code + offset in fp32): a call of 40 (every key
 // exact), one of 60 (the first group coded), single steps across the next group's end (127, 128,

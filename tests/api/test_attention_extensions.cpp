@@ -318,7 +318,7 @@ TEST(AttentionExtensions, AWindowsRingMatchesTheWindowedCallOverEveryKey) {
 }
 
 // A coded ring takes a long call ring_chunk tokens at a time, but sets a sequence's key channel
-// scales from all of the call's keys (core/int8.hpp: its prompt's), as a cache that takes the
+// scales from all of the call's keys (base/int8.hpp: its prompt's), as a cache that takes the
 // call whole does: a window of 500 over a ring (capacity 5000) and over a cache too short to
 // need one (capacity 700 < its 896 slots), fed the same 700 tokens in one call whose key channel
 // 3 grows eightfold after token 300, hold the same codes, so their outputs differ by the

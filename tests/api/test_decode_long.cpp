@@ -28,11 +28,12 @@ namespace {
 using namespace mha_test::decode_calls;
 
 // Long caches: a decode call of few rows over more than 2048 keys splits them into chunks on the
-// SIMD backends (src/kernels/attention.hpp, split-KV). Sequence 0 crosses a chunk boundary inside a
-// call (its rows 0-1 see no key of the third chunk, rows 2-4 do); sequence 1 restarts, so one
-// call mixes 3 chunks and 1. Every output is the full forward's within the conformance bound,
-// and every thread count gives the same bits (onednn: within onednn_thread_tolerance). Heads of
-// head_dim 16 (the register tiles) and 8 (the SIMD backends' narrow-head kernel with 16 lanes).
+// SIMD backends (src/kernels/interface/attention.hpp, split-KV). Sequence 0 crosses a chunk
+// boundary inside a call (its rows 0-1 see no key of the third chunk, rows 2-4 do); sequence 1
+// restarts, so one call mixes 3 chunks and 1. Every output is the full forward's within the
+// conformance bound, and every thread count gives the same bits (onednn: within
+// onednn_thread_tolerance). Heads of head_dim 16 (the register tiles) and 8 (the SIMD backends'
+// narrow-head kernel with 16 lanes).
 class DecodeLongCache
     : public testing::TestWithParam<
           std::tuple<mha_test::backend_case, formulation, std::int64_t /* n_heads */>> {

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "core/dropout.hpp"
-#include "core/philox.hpp"
+#include "base/dropout.hpp"
+#include "base/philox.hpp"
 #include "mha/registry.hpp"
 #include "reference.hpp"
 #include "support.hpp"

@@ -1,4 +1,4 @@
-// The int4 KV cache's own rules (core/key4.hpp; docs/design.md §1.7): each channel of a group of
+// The int4 KV cache's own rules (base/key4.hpp; docs/design.md §1.7): each channel of a group of
 // 64 tokens coded on its own, and a rollback only where the exact keys it needs are kept. Its
 // calls against the naive reference are in test_attention_cache.cpp and test_int8_cache.cpp.
 #include <gtest/gtest.h>
@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/key4.hpp"
-#include "core/value4.hpp"
+#include "base/key4.hpp"
+#include "base/value4.hpp"
 #include "mha/mha.hpp"
 #include "support.hpp"
 
@@ -18,7 +18,7 @@ namespace {
 using mha::precision;
 using mha_test::expect_error;
 
-// An int4 cache's key group (core/key4.hpp): each channel of 64 tokens coded on its own, every
+// An int4 cache's key group (base/key4.hpp): each channel of 64 tokens coded on its own, every
 // element within half its channel's step (value4_row's: the smallest bf16 at or above
 // range / 15.4375), so a channel 1000 times the others' costs only itself.
 TEST(Key4Group, EachChannelIsCodedOnItsOwnWithinHalfItsStep) {

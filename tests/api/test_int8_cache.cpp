@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "core/int8.hpp"
-#include "core/value4.hpp"
+#include "base/int8.hpp"
+#include "base/value4.hpp"
 #include "mha/backends/naive.hpp"
 #include "mha/error.hpp"
 #include "reference.hpp"

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "kernels/attention.hpp"
-#include "kernels/isa_kernels.hpp"
+#include "kernels/interface/attention.hpp"
+#include "kernels/interface/isa_kernels.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/config.hpp"
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "backends/onednn/attention_plan.hpp"
+#include "base/bf16.hpp"
 #include "common/attention_args.hpp"
-#include "core/bf16.hpp"
 #include "driver/kv_cache_access.hpp"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/isa_kernels.hpp"
+#include "kernels/interface/isa_kernels.hpp"
 #include "mha/backends/xsimd.hpp"
 
 namespace {

@@ -10,10 +10,10 @@
 #include <cstdlib>
 #include <limits>
 
-#include "core/bf16.hpp"
-#include "core/checks.hpp"
-#include "kernels/gemm.hpp"
-#include "kernels/isa_kernels.hpp"
+#include "base/bf16.hpp"
+#include "base/checks.hpp"
+#include "kernels/interface/gemm.hpp"
+#include "kernels/interface/isa_kernels.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/error.hpp"
 #include "reference.hpp"

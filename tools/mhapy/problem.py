@@ -286,10 +286,10 @@ INT8_SCALE_BYTES = 4
 
 
 # Elements per group of a k8v4 cache's 4-bit values, each group with a 32-bit scale and offset
-# (src/core/value4.hpp).
+# (src/base/value4.hpp).
 VALUE4_GROUP = 32
 # Tokens per channel group of an int4 cache's 4-bit keys, each channel of a group with a 32-bit
-# scale and offset (src/core/key4.hpp).
+# scale and offset (src/base/key4.hpp).
 KEY4_GROUP = 64
 
 

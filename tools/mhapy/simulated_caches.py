@@ -6,7 +6,7 @@ harness (mhapy.model_accuracy) judges a format's accuracy, not its speed.
 Formats (FORMATS), each a key scheme and a value scheme:
 
 - "sim_int8": keys and values 8-bit per token (a scale and an offset per row over head_dim), the
-  keys over mha's channel scales (src/core/int8.hpp: each channel divided by its largest prompt
+  keys over mha's channel scales (src/base/int8.hpp: each channel divided by its largest prompt
   key over the largest channel's, at least 1/8): mha's int8 cache, the simulation's calibration
   against the real mha_int8;
 - "sim_int8_unscaled": the same without the channel scales (what they buy);

@@ -125,6 +125,25 @@ def test_an_include_up_is_found_however_it_is_spelled(tmp_path, include):
     assert list(found) == [("layers", "src/kernels/gemm.cpp", target)]
 
 
+def test_every_header_of_the_core_is_above_the_kernels(tmp_path):
+    # The core's headers were once the bottom layer by name (bf16.hpp, int8.hpp, ...), so any
+    # other header there was legal from the kernels; the bottom layer is now a folder of its own.
+    found = tree(
+        tmp_path,
+        {
+            "src/core/bf16.hpp": "",
+            "src/base/bf16.hpp": "",
+            "src/kernels/micro/k.hpp": '#include "core/bf16.hpp"\n#include "base/bf16.hpp"\n',
+        },
+    )
+    assert list(found) == [("layers", "src/kernels/micro/k.hpp", "src/core/bf16.hpp")]
+
+
+def test_every_layer_is_folders_but_the_umbrella_header():
+    places = [place for _, layer in check.LAYERS for place in layer]
+    assert [p for p in places if not p.endswith("/")] == ["include/mha/mha.hpp"]
+
+
 def test_files_not_yet_added_to_git_are_checked(tmp_path, monkeypatch):
     import subprocess
 

@@ -5,10 +5,10 @@
 #include <limits>
 #include <vector>
 
+#include "base/bf16.hpp"
+#include "base/checks.hpp"
+#include "base/int8.hpp"
 #include "common/attention_calls.hpp"
-#include "core/bf16.hpp"
-#include "core/checks.hpp"
-#include "core/int8.hpp"
 #include "driver/driver.hpp"
 #include "mha/backends/naive.hpp"
 

@@ -10,9 +10,9 @@
 
 #include "backends/onednn/attention_plan.hpp"
 #include "backends/onednn/runtime.hpp"
-#include "core/bf16.hpp"
-#include "core/checks.hpp"
-#include "core/dropout.hpp"
+#include "base/bf16.hpp"
+#include "base/checks.hpp"
+#include "base/dropout.hpp"
 #include "driver/kv_cache_access.hpp"
 
 namespace mha::detail {

@@ -22,7 +22,7 @@ namespace mha::detail {
 //
 // Primitives come from (and are built into) `primitives`; buffers are one lease of `scratch`
 // per call. Throws mha::error when oneDNN fails, mha::invalid_argument when the scores exceed
-// max_score_bytes() (core/checks.hpp).
+// max_score_bytes() (base/checks.hpp).
 void onednn_attention(const attention_args& a, const primitive_caches& primitives,
                       const scratch_pool& scratch);
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cassert>
 
-#include "core/bf16.hpp"
+#include "base/bf16.hpp"
 #include "driver/kv_cache_access.hpp"
 
 namespace mha::detail {

@@ -10,9 +10,9 @@
 #include "backends/onednn/primitive_cache.hpp"
 #include "backends/onednn/primitives.hpp"
 #include "backends/onednn/runtime.hpp"
+#include "base/bf16.hpp"
 #include "common/attention_args.hpp"
 #include "common/buffer.hpp"
-#include "core/bf16.hpp"
 #include "driver/kv_cache_access.hpp"
 #include "mha/backend.hpp"
 

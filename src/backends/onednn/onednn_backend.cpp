@@ -8,7 +8,7 @@
 #include "backends/onednn/introspection.hpp"
 #include "backends/onednn/kernel_set.hpp"
 #include "backends/onednn/runtime.hpp"
-#include "core/text.hpp"
+#include "base/text.hpp"
 #include "driver/driver.hpp"
 #include "mha/backends/onednn.hpp"
 #include "mha/error.hpp"

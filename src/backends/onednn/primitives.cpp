@@ -4,7 +4,7 @@
 #include <limits>
 #include <unordered_map>
 
-#include "core/bf16.hpp"
+#include "base/bf16.hpp"
 
 namespace mha::detail {
 namespace {

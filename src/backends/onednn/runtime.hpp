@@ -5,7 +5,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string_view>
 
-#include "core/text.hpp"
+#include "base/text.hpp"
 #include "mha/error.hpp"
 
 namespace mha::detail {

@@ -1,6 +1,7 @@
-// Internal: the TBB backend's parallel framework over the SIMD kernels (kernels/isa_kernels.hpp): a
-// task arena (or the caller's executor) per run, the GEMM over a fixed grid of (row block, panel
-// group) tiles, and attention over (batch, head, query block) tasks with per-thread workspaces.
+// Internal: the TBB backend's parallel framework over the SIMD kernels
+// (kernels/interface/isa_kernels.hpp): a task arena (or the caller's executor) per run, the GEMM
+// over a fixed grid of (row block, panel group) tiles, and attention over (batch, head, query
+// block) tasks with per-thread workspaces.
 //
 // Determinism: every partition is fixed by the problem, never by the thread count or the
 // executor, and each output element is computed by exactly one task with the arithmetic of the
@@ -15,7 +16,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "kernels/isa_kernels.hpp"
+#include "kernels/interface/isa_kernels.hpp"
 #include "mha/executor.hpp"
 #include "mha/run_options.hpp"
 

@@ -8,8 +8,8 @@
 
 #include "backends/tbb/parallel.hpp"
 #include "backends/tbb/task_trace.hpp"
+#include "base/text.hpp"
 #include "common/attention_calls.hpp"
-#include "core/text.hpp"
 #include "driver/isa_plan.hpp"
 #include "kernels/xsimd_kernel_set.hpp"
 #include "mha/backends/tbb.hpp"

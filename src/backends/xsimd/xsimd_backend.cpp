@@ -5,8 +5,8 @@
 #include <iterator>
 #include <optional>
 
+#include "base/text.hpp"
 #include "common/attention_calls.hpp"
-#include "core/text.hpp"
 #include "driver/isa_plan.hpp"
 #include "kernels/xsimd_kernel_set.hpp"
 #include "mha/backends/xsimd.hpp"

@@ -10,10 +10,10 @@
 #include <type_traits>
 #include <utility>
 
-#include "core/bf16.hpp"
-#include "core/dropout.hpp"
-#include "core/value4.hpp"
-#include "kernels/attention.hpp"
+#include "base/bf16.hpp"
+#include "base/dropout.hpp"
+#include "base/value4.hpp"
+#include "kernels/interface/attention.hpp"
 #include "kernels/micro/code_dot.hpp"
 #include "kernels/micro/micro_kernel.hpp"
 #include "kernels/micro/softmax_kernel.hpp"
@@ -206,7 +206,7 @@ struct attention_block {
       if constexpr (pairs_of_bf16) {
         Dot::to_pairs(row, hd, scratch.query_pairs + r * pairs(hd));
       } else if constexpr (codes) {
-        // Times the keys' channel scales (q . k = (q s) . (k / s), core/int8.hpp); an int4
+        // Times the keys' channel scales (q . k = (q s) . (k / s), base/int8.hpp); an int4
         // cache's have none: its queries are made integers per channel group of the keys
         // (key4_scores), from these.
         const float* channels =
@@ -392,7 +392,7 @@ struct attention_block {
 
   // out = O / l; or, for a split's chunk, O, m and l per row (a row that sees no key of the
   // chunk: zeros, -inf and 0). A k8v4 cache's O is of turned values: each row's groups are turned
-  // back first (core/value4.hpp; a split's chunks so too, their merge being linear in O).
+  // back first (base/value4.hpp; a split's chunks so too, their merge being linear in O).
   void store() const noexcept {
     using batch = xsimd::batch<float, Arch>;
     constexpr std::int64_t lanes = batch::size;

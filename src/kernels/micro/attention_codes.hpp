@@ -3,7 +3,7 @@
 // micro/micro_kernel.hpp for how it is compiled.
 //
 // The cache holds K and V as codes c with k = offset + scale c per key (a scale and a zero per
-// key in one word: offset = scale zero, core/int8.hpp). Each query row (of a bf16
+// key in one word: offset = scale zero, base/int8.hpp). Each query row (of a bf16
 // plan: rounded to bf16 first) is quantised to 16-bit integers q ~ qscale qi
 // (attention_block::scale_queries), and its integer products with the code pairs of K^T are
 // summed exactly (code_pair_dot); each score is then qscale scale_j (qi . c_j) + offset_j sum(q)
@@ -13,7 +13,7 @@
 // (code_pair_dot), each chunk's converted and scaled into O (add_chunk); each output row then
 // gains the second sum (add_value_offsets).
 //
-// A k8v4 cache's values (core/value4.hpp) come in groups of value4_group elements of turned rows,
+// A k8v4 cache's values (base/value4.hpp) come in groups of value4_group elements of turned rows,
 // each group's codes with a scale and an offset of their own: the weights are made per group
 // (value_weights, the exponentials once for all groups), P V reads the 4-bit codes
 // (nibble_panels) with each panel's group's weights, and each output row is turned back when it
@@ -26,9 +26,9 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/int8.hpp"
-#include "core/key4.hpp"
-#include "core/value4.hpp"
+#include "base/int8.hpp"
+#include "base/key4.hpp"
+#include "base/value4.hpp"
 #include "kernels/micro/code_dot.hpp"
 #include "kernels/micro/micro_kernel.hpp"
 #include "kernels/micro/softmax_kernel.hpp"
@@ -194,7 +194,7 @@ struct code_scales {
     const float lift = tiny ? 0x1p64f : 1.0f;
     const float inverse = most > 0.0f ? limit / (most * lift) : 0.0f;
     *chunk_scale = inverse > 0.0f ? most * (1.0f / limit) : 0.0f;
-    // Rounded to the nearest integer, ties to even (core/int8.hpp's round_ties_even: the
+    // Rounded to the nearest integer, ties to even (base/int8.hpp's round_ties_even: the
     // conversion's, in the default rounding mode), at most the limit (w is at most the chunk's
     // largest); a NaN weight's code is what the conversion makes of it (its row's offsets' sum is
     // NaN: value_weights).
@@ -257,7 +257,7 @@ struct code_scales {
 };
 
 // Query row q (head_dim floats: the block's scaled queries) against one channel group of an int4
-// cache's keys (core/key4.hpp; channel d's value4_row at words[d]): x = q s (times the channels'
+// cache's keys (base/key4.hpp; channel d's value4_row at words[d]): x = q s (times the channels'
 // scales) as 16-bit integers x ~ scale xi, |xi| <= key4_query_limit, in query_pairs for
 // nibble_panels (4 key4_words(head_dim) of them, 0 past head_dim), the scale returned (0 for a row
 // of zeros; NaN where x holds a NaN or an Inf, so that the group's scores are NaN, as the float

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/key4.hpp"
-#include "core/value4.hpp"
+#include "base/key4.hpp"
+#include "base/value4.hpp"
 #include "kernels/micro/attention_block.hpp"
 #include "kernels/micro/attention_codes.hpp"
 #include "kernels/micro/attention_tiles.hpp"
@@ -162,7 +162,7 @@ struct packed_attention : attention_block<Arch, Dot> {
     }
   }
 
-  // An int4 cache's scores of keys [j0, j1) (core/key4.hpp): per channel group of key4_group
+  // An int4 cache's scores of keys [j0, j1) (base/key4.hpp): per channel group of key4_group
   // keys (a key tile's groups are whole: its key step), each row's queries times the group's
   // channel scales as 16-bit integers (key4_query), their integer sums with the keys' 4-bit codes
   // (nibble_panels, K^T's word rows as V's are read for P V), each score then scale (sum) +

@@ -17,7 +17,7 @@
 #include <cstring>
 #include <limits>
 
-#include "core/int8.hpp"
+#include "base/int8.hpp"
 #include "kernels/micro/micro_kernel.hpp"
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
@@ -176,7 +176,7 @@ void nibble_panels(std::int64_t words, const query_pair* const (&a)[P], std::int
   }
 }
 
-// Row q (head_dim floats) as query_pairs q ~ scale * qi, |qi| <= query_code_limit (core/int8.hpp),
+// Row q (head_dim floats) as query_pairs q ~ scale * qi, |qi| <= query_code_limit (base/int8.hpp),
 // each within scale / 2 of q / scale, the missing odd one 0; returns the scale (0 for a row of
 // zeros; NaN when q holds a NaN or an Inf, so that every score of the row is NaN, as the float
 // product would make it).

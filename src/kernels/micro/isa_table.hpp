@@ -3,7 +3,7 @@
 // MHA_SIMD_ISA_NAMESPACE; see micro/micro_kernel.hpp.
 #pragma once
 
-#include "kernels/dispatch.hpp"
+#include "kernels/interface/dispatch.hpp"
 #include "kernels/micro/attention_kernel.hpp"
 #include "kernels/micro/gemm_kernel.hpp"
 #include "kernels/micro/pack_kernel.hpp"

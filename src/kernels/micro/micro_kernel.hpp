@@ -18,8 +18,8 @@
 // The architecture's vector primitives (kernels/arch/<arch>/): fused_fma, gather_floats,
 // lane_sums, largest_lane, code_words, narrow_pairs, add_pair_products, pair_products_in_place.
 #include "arch_simd.hpp"
-#include "core/checks.hpp"
-#include "kernels/gemm.hpp"
+#include "base/checks.hpp"
+#include "kernels/interface/gemm.hpp"
 
 #ifndef MHA_SIMD_ISA_NAMESPACE
 #error "define MHA_SIMD_ISA_NAMESPACE (the ISA's name) before including micro_kernel.hpp"

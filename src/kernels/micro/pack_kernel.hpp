@@ -1,4 +1,4 @@
-// Internal: isa_kernels::pack_pairs, pack_pair_block (kernels/gemm.hpp) with its interior
+// Internal: isa_kernels::pack_pairs, pack_pair_block (kernels/interface/gemm.hpp) with its interior
 // vectorised: whole pairs of k over registers of columns that stay in one panel, rows of B read
 // in place (V, stride_n 1) or gathered a column per lane (K^T, nn.Linear's W). The same words for
 // every input: the edges (the half pair at an odd end of [k0, k1), columns short of a register)
@@ -8,12 +8,12 @@
 
 #include <cstdint>
 
-#include "kernels/gemm.hpp"
+#include "kernels/interface/gemm.hpp"
 #include "kernels/micro/micro_kernel.hpp"
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 
-// Each float rounded as to_bf16 (core/bf16.hpp), its bf16 in the upper half of the word and
+// Each float rounded as to_bf16 (base/bf16.hpp), its bf16 in the upper half of the word and
 // zeros below.
 template <class Arch>
 xsimd::batch<std::uint32_t, Arch> rounded_high(xsimd::batch<float, Arch> x) noexcept {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/isa_kernels.hpp"
+#include "kernels/interface/isa_kernels.hpp"
 #include "kernels/micro/micro_kernel.hpp"
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dispatch.hpp"
+#include "kernels/interface/dispatch.hpp"
 
 namespace mha::detail {
 

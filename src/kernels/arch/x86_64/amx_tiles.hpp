@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "kernels/gemm.hpp"
+#include "kernels/interface/gemm.hpp"
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/text.hpp"
-#include "kernels/dispatch.hpp"
+#include "base/text.hpp"
+#include "kernels/interface/dispatch.hpp"
 
 namespace mha::detail {
 namespace {

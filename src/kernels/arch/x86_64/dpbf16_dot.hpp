@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <xsimd/xsimd.hpp>
 
-#include "kernels/gemm.hpp"
+#include "kernels/interface/gemm.hpp"
 
 namespace mha::detail::MHA_SIMD_ISA_NAMESPACE {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "core/bf16.hpp"
+#include "base/bf16.hpp"
 
 namespace mha::detail {
 

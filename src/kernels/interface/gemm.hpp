@@ -84,7 +84,7 @@ using pair_block_packer = decltype(&pack_pair_block);
 void pack_pair_panels(const float* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
                       std::int64_t stride_n, int nr, bf16_pair* dst,
                       pair_block_packer pack = &pack_pair_block) noexcept;
-// pack_pair_panels of a B whose elements are bf16 already (core/bf16.hpp): each as it is.
+// pack_pair_panels of a B whose elements are bf16 already (base/bf16.hpp): each as it is.
 void pack_pair_panels(const bf16* src, std::int64_t k, std::int64_t n, std::int64_t stride_k,
                       std::int64_t stride_n, int nr, bf16_pair* dst) noexcept;
 

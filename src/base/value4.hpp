@@ -1,5 +1,5 @@
 // Internal: the values of a k8v4 KV cache (docs/design.md §1.7): keys as the int8 cache keeps
-// them (core/int8.hpp), values as 4-bit codes. Every backend that keeps one codes with these, so
+// them (base/int8.hpp), values as 4-bit codes. Every backend that keeps one codes with these, so
 // "a value in a k8v4 cache" means one thing everywhere.
 //
 // A value row is taken in groups of value4_group elements (the last group head_dim % 32 when
@@ -18,8 +18,8 @@
 #include <cstdint>
 #include <limits>
 
-#include "core/bf16.hpp"
-#include "core/int8.hpp"
+#include "base/bf16.hpp"
+#include "base/int8.hpp"
 
 namespace mha::detail {
 

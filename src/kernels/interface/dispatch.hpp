@@ -3,7 +3,7 @@
 // ISA (micro/kernels_<name>.cpp), and what the architecture's arch_cpu.cpp adds to the dispatch.
 #pragma once
 
-#include "kernels/isa_kernels.hpp"
+#include "kernels/interface/isa_kernels.hpp"
 
 namespace mha::detail {
 

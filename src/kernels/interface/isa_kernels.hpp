@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "common/attention_args.hpp"
-#include "kernels/attention.hpp"
-#include "kernels/gemm.hpp"
+#include "kernels/interface/attention.hpp"
+#include "kernels/interface/gemm.hpp"
 #include "mha/isa.hpp"
 
 namespace mha::detail {

@@ -15,7 +15,7 @@
 
 #include "common/attention_args.hpp"
 #include "common/buffer.hpp"
-#include "kernels/gemm.hpp"
+#include "kernels/interface/gemm.hpp"
 
 namespace mha::detail {
 
@@ -131,10 +131,10 @@ struct attention_layout {
   // K and V as 8-bit codes with a scale and a zero per key (an int8 KV cache, §1.7), read
   // with fp32 queries and weights (never bf16 pairs: bf16 is then false).
   bool int8 = false;
-  // With int8: V as 4-bit codes of turned groups (a k8v4 cache, core/value4.hpp), K as int8's.
+  // With int8: V as 4-bit codes of turned groups (a k8v4 cache, base/value4.hpp), K as int8's.
   bool values4 = false;
   // With values4: K as 4-bit codes per channel of each group of key4_group keys, the newest
-  // keys exact (an int4 cache, core/key4.hpp).
+  // keys exact (an int4 cache, base/key4.hpp).
   bool keys4 = false;
   // The kernel's path (attention_path), decided here and nowhere else.
   attention_path path = attention_path::packed;
@@ -168,12 +168,12 @@ struct attention_layout {
   // V codes (kv_rows, head_dim) in panels of values.nr at values_offset() (pairs along keys: a
   // panel row holds two codes of each of its dimensions, keys 2i and 2i + 1, as bf16's V), then
   // from scales_offset() two arrays of key_rows() int8_row words (a scale and a zero each,
-  // core/int8.hpp): the keys', then the values'.
+  // base/int8.hpp): the keys', then the values'.
   // values4: V's codes instead in panels of values.nr 32-bit words, key_rows() / 8 word rows a
   // panel: word (w, c) holds column c's codes of keys 8w to 8w + 7, key 8w + 2i in bits 4i to
   // 4i + 3 and key 8w + 2i + 1 sixteen bits above, so that (word >> 4i) & 0x000f000f is a pair
   // of codes as int8's V pairs hold them; and after the keys' words, value_groups() arrays of
-  // key_rows() value4_row words (core/value4.hpp), one per group of the values.
+  // key_rows() value4_row words (base/value4.hpp), one per group of the values.
   // keys4: K^T's codes instead in panels of scores.nr 32-bit words, key4_words(head_dim) word
   // rows a panel: word (w, c) holds key c's codes of dimensions 8w to 8w + 7, dimension 8w + 2i in
   // bits 4i to 4i + 3 and 8w + 2i + 1 sixteen bits above (nibble_panels' pairs, as values4's V
@@ -183,7 +183,7 @@ struct attention_layout {
   std::int64_t head_units() const noexcept;
   std::int64_t values_offset() const noexcept;
   std::int64_t scales_offset() const noexcept;
-  // int8: after them, at a cache line, the head's head_dim key channel scales (core/int8.hpp's
+  // int8: after them, at a cache line, the head's head_dim key channel scales (base/int8.hpp's
   // key_channel_scales: its keys are coded over them, its queries multiplied by them).
   std::int64_t channels_offset() const noexcept;
   std::int64_t key_rows() const noexcept { return round_up(kv_rows, key_step); }
@@ -202,7 +202,7 @@ struct attention_layout {
   // One query block's scratch in floats: O(block_rows * (score_cols + head_dim)), independent
   // of the keys once keys >= key_tile.
   std::int64_t scratch_floats() const noexcept;
-  // int8: the chunks of weight_chunk_keys keys (core/int8.hpp) a key tile's weights come in.
+  // int8: the chunks of weight_chunk_keys keys (base/int8.hpp) a key tile's weights come in.
   std::int64_t weight_chunks() const noexcept;
   // Its scores part (attention_scratch::scores).
   std::int64_t score_floats() const noexcept;

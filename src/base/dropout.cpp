@@ -1,6 +1,6 @@
-#include "core/dropout.hpp"
+#include "base/dropout.hpp"
 
-#include "core/philox.hpp"
+#include "base/philox.hpp"
 
 namespace mha::detail {
 namespace {

@@ -1,5 +1,5 @@
 // Internal: the keys of an int4 KV cache (docs/design.md §1.7): values as the k8v4 cache keeps
-// them (core/value4.hpp), keys as 4-bit codes per channel of each group of key4_group tokens.
+// them (base/value4.hpp), keys as 4-bit codes per channel of each group of key4_group tokens.
 // Every backend that keeps one codes with these, so "a key in an int4 cache" means one thing
 // everywhere.
 //
@@ -23,7 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/value4.hpp"
+#include "base/value4.hpp"
 
 namespace mha::detail {
 
