@@ -110,12 +110,21 @@ def attention(
     if more is None:
         more = _extensions(window, softcap, sinks)
     if cache is not None:
-        return _cache.attend(
+        if not isinstance(cache, _cache.AttentionCache):
+            raise InvalidArgument(
+                f"mha.attention: cache is a {_describe(cache)}, expected an mha.AttentionCache"
+            )
+        if attn_mask is not None:
+            raise Unsupported(
+                "mha.attention: attn_mask with a cache is not implemented (the call is causal over what "
+                "each sequence holds)"
+            )
+        if out is not None:
+            raise Unsupported("mha.attention: out= with a cache is not implemented (the result is returned)")
+        return cache._attend(
             query,
             key,
             value,
-            cache,
-            attn_mask,
             is_causal,
             scale,
             enable_gqa,
@@ -123,7 +132,6 @@ def attention(
             backend,
             threads,
             executor,
-            out,
             first_sequence,
             more,
         )

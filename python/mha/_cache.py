@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import _mha
-from ._arguments import _check_heads, _describe, _expanded_keys, _in_place, _mixed, _numpy_operand
+from ._arguments import _check_heads, _expanded_keys, _in_place, _mixed, _numpy_operand
 from ._mha import InvalidArgument, Unsupported
 
 _KV = ("fp32", "bf16", "int8", "k8v4", "int4")
@@ -112,6 +112,103 @@ class AttentionCache:
         """Keeps the first `length` tokens of sequence b."""
         self._cache.truncate(b, length)
 
+    def _attend(
+        self,
+        query: Any,
+        key: Any,
+        value: Any,
+        is_causal: bool,
+        scale: float | None,
+        enable_gqa: bool,
+        alignment: str,
+        backend: str | None,
+        threads: int,
+        executor: str | None,
+        first_sequence: int,
+        more: tuple,
+    ) -> Any:
+        """mha.attention's call over this cache, its arguments checked and resolved (executor: the
+        binding's name; more: the window, soft-cap and sinks as _arguments._extensions makes them):
+        the new tokens appended and attended over what each sequence holds. The route of both
+        mha.attention(cache=) and the transformers MhaCache's layers; the library checks the
+        backend against the cache's (None: the cache's)."""
+        where = "mha.attention"
+        backend = self.backend if backend is None else backend
+        torch = sys.modules.get("torch")
+        is_tensor = torch is not None and isinstance(query, torch.Tensor)
+        # The plain call, read in C++ (float32 only: bfloat16 tokens are the general path's, which
+        # copies them to float32); None: not plain, the general path's.
+        if is_tensor and query.dtype == torch.float32:
+            result = _mha._attention_tensors_over_cache(
+                query,
+                key,
+                value,
+                self._cache,
+                bool(is_causal),
+                alignment == "bottom_right",
+                scale,
+                self.precision == "bf16",
+                bool(enable_gqa),
+                backend,
+                threads,
+                executor,
+                first_sequence,
+                *more,
+            )
+            if result is not None:
+                return result
+        if is_tensor:
+            dtypes = [getattr(t, "dtype", None) for t in (query, key, value)]
+            if dtypes[1:] != dtypes[:1] * 2 and all(isinstance(t, torch.Tensor) for t in (key, value)):
+                raise InvalidArgument(
+                    f"{where}: query, key and value have dtypes {dtypes[0]}, {dtypes[1]}, {dtypes[2]}: "
+                    "expected all float32 or all bfloat16"
+                )
+        arrays = [
+            _operand(torch, is_tensor, name, t)
+            for name, t in (("query", query), ("key", key), ("value", value))
+        ]
+        q, k, v = arrays
+        if any(a.ndim != 4 for a in arrays):
+            raise InvalidArgument(
+                f"{where}: query, key and value are of shapes {q.shape}, {k.shape}, {v.shape}: expected "
+                "(B, H, T, D) and (B, H_kv, T, D) with a cache"
+            )
+        _check_heads(q.shape, k.shape, v.shape, enable_gqa)
+        tokens = q.shape[2]
+        held = (
+            self.lengths[first_sequence : first_sequence + q.shape[0]]
+            if type(first_sequence) is int and first_sequence >= 0
+            else []
+        )
+        if is_causal and tokens > 1 and alignment == "top_left" and any(held):
+            raise InvalidArgument(
+                f"{where}: {tokens} new tokens, causal top-left, over a cache that holds tokens: with a cache "
+                "the queries stand after what it holds; pass causal_alignment='bottom_right'"
+            )
+        result = np.empty(q.shape, np.float32)
+        # The tensors' memory held for the call (another thread's set_() frees it only afterwards).
+        held = [t.untyped_storage() for t in (query, key, value)] if is_tensor else []
+        _mha._attention_over_cache(
+            q,
+            k,
+            v,
+            self._cache,
+            result,
+            bool(is_causal),
+            scale,
+            self.precision == "bf16",
+            backend,
+            threads,
+            executor,
+            first_sequence,
+            *more,
+        )
+        del held
+        if not is_tensor:
+            return result
+        return torch.from_numpy(result).to(query.dtype)
+
     def __deepcopy__(self, memo: dict) -> AttentionCache:
         """A new cache holding the same tokens (its storage copied): a prompt's cache reused by
         several continuations, as transformers' copy.deepcopy(prompt_cache) pattern does."""
@@ -142,114 +239,6 @@ class AttentionCache:
             + (f"window={self.window}, slots={self.slots}, " if self.window else "")
             + f"backend={self.backend!r}, lengths={self.lengths}, nbytes={self.nbytes})"
         )
-
-
-def attend(
-    query: Any,
-    key: Any,
-    value: Any,
-    cache: Any,
-    attn_mask: Any,
-    is_causal: bool,
-    scale: float | None,
-    enable_gqa: bool,
-    alignment: str,
-    backend: str | None,
-    threads: int,
-    executor: str | None,
-    out: Any,
-    first_sequence: int,
-    more: tuple,
-) -> Any:
-    """mha.attention with cache= (its arguments already checked but for these; more: the
-    window, soft-cap and sinks, as _arguments._extensions makes them)."""
-    where = "mha.attention"
-    if not isinstance(cache, AttentionCache):
-        raise InvalidArgument(f"{where}: cache is a {_describe(cache)}, expected an mha.AttentionCache")
-    if attn_mask is not None:
-        raise Unsupported(
-            f"{where}: attn_mask with a cache is not implemented (the call is causal over what each "
-            "sequence holds)"
-        )
-    if out is not None:
-        raise Unsupported(f"{where}: out= with a cache is not implemented (the result is returned)")
-    if backend is not None and backend != cache.backend:
-        raise InvalidArgument(
-            f"{where}: backend {backend!r}, and the cache was made for {cache.backend!r}'s attention calls"
-        )
-    torch = sys.modules.get("torch")
-    is_tensor = torch is not None and isinstance(query, torch.Tensor)
-    # The plain call, read in C++ (float32 only: bfloat16 tokens are the general path's, which
-    # copies them to float32); None: not plain, the general path's.
-    if is_tensor and query.dtype == torch.float32:
-        result = _mha._attention_tensors_over_cache(
-            query,
-            key,
-            value,
-            cache._cache,
-            bool(is_causal),
-            alignment == "bottom_right",
-            scale,
-            cache.precision == "bf16",
-            bool(enable_gqa),
-            cache.backend,
-            threads,
-            executor,
-            first_sequence,
-            *more,
-        )
-        if result is not None:
-            return result
-    if is_tensor:
-        dtypes = [getattr(t, "dtype", None) for t in (query, key, value)]
-        if dtypes[1:] != dtypes[:1] * 2 and all(isinstance(t, torch.Tensor) for t in (key, value)):
-            raise InvalidArgument(
-                f"{where}: query, key and value have dtypes {dtypes[0]}, {dtypes[1]}, {dtypes[2]}: "
-                "expected all float32 or all bfloat16"
-            )
-    arrays = [
-        _operand(torch, is_tensor, name, t) for name, t in (("query", query), ("key", key), ("value", value))
-    ]
-    q, k, v = arrays
-    if any(a.ndim != 4 for a in arrays):
-        raise InvalidArgument(
-            f"{where}: query, key and value are of shapes {q.shape}, {k.shape}, {v.shape}: expected "
-            "(B, H, T, D) and (B, H_kv, T, D) with a cache"
-        )
-    _check_heads(q.shape, k.shape, v.shape, enable_gqa)
-    tokens = q.shape[2]
-    held = (
-        cache.lengths[first_sequence : first_sequence + q.shape[0]]
-        if type(first_sequence) is int and first_sequence >= 0
-        else []
-    )
-    if is_causal and tokens > 1 and alignment == "top_left" and any(held):
-        raise InvalidArgument(
-            f"{where}: {tokens} new tokens, causal top-left, over a cache that holds tokens: with a cache "
-            "the queries stand after what it holds; pass causal_alignment='bottom_right'"
-        )
-    result = np.empty(q.shape, np.float32)
-    # The tensors' memory held for the call (another thread's set_() frees it only afterwards).
-    held = [t.untyped_storage() for t in (query, key, value)] if is_tensor else []
-    _mha._attention_over_cache(
-        q,
-        k,
-        v,
-        cache._cache,
-        result,
-        bool(is_causal),
-        scale,
-        cache.precision == "bf16",
-        cache.backend,
-        threads,
-        executor,
-        first_sequence,
-        *more,
-    )
-    del held
-    if not is_tensor:
-        return result
-    return torch.from_numpy(result).to(query.dtype)
 
 
 def _operand(torch: Any, is_tensor: bool, name: str, t: Any) -> np.ndarray:

@@ -1,7 +1,7 @@
 """mha.transformers.MhaCache: transformers' Cache kept in mha's KV cache, one mha.AttentionCache
 per layer (docs/python.md "A KV cache for attention calls"). Imported by mha.transformers, which
 re-exports MhaCache; its update() hands each step's keys and values to mha's attention function
-(_taken), which appends and attends in one call."""
+(_taken), which appends and attends in one call through the layer's own cache (attend)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, DummyLayer, get_layer_types_and_kwargs
 
-from ._attention import attention
+from ._arguments import _NO_EXTENSIONS, _extensions
 from ._cache import _KV, AttentionCache
+from ._executor import resolve
 from ._mha import InvalidArgument, Unsupported
 
 # The attribute of a key tensor that an MhaCacheLayer's update() returned, naming the layer (until
@@ -107,37 +108,49 @@ class MhaCacheLayer(CacheLayerMixin):
         more: dict[str, Any],
     ) -> tuple[torch.Tensor, None]:
         """The attention function's call: key and value the new tokens update() handed it; more:
-        the call's window, softcap and sinks (mha.attention's keywords)."""
+        the call's window, softcap and sinks (mha.attention's keywords). Made on the layer's cache
+        directly (AttentionCache._attend, as mha.attention(cache=) makes it); the library refuses
+        a backend other than the cache's."""
         rows = query.shape[2]
         if not causal and rows > 1:
             raise Unsupported(
                 "mha.transformers.MhaCache: a non-causal model (an encoder) has no KV cache to keep"
             )
-        if backend is not None and backend != self.cache.backend:
-            raise InvalidArgument(
-                f"mha.transformers: backend {backend!r}, and the MhaCache was made for {self.cache.backend!r}"
-            )
         pads = self._padding(mask, query.shape[0], rows)
-        options = dict(
-            is_causal=True,
-            causal_alignment="bottom_right",
-            scale=scaling,
-            enable_gqa=True,
-            threads=threads,
-            executor=executor,
-            cache=self.cache,
-            **more,
+        window, softcap, sinks = more["window"], more["softcap"], more["sinks"]
+        extensions = (
+            _NO_EXTENSIONS
+            if window is None and softcap is None and sinks is None
+            else _extensions(window, softcap, sinks)
         )
+        executor, threads = resolve(executor, threads)
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, first_sequence: int) -> torch.Tensor:
+            return self.cache._attend(
+                q,
+                k,
+                v,
+                True,
+                scaling,
+                True,
+                "bottom_right",
+                backend,
+                threads,
+                executor,
+                first_sequence,
+                extensions,
+            )
+
         # This call's rows of padding, per sequence: its prefill's first ones.
         skip = [min(rows, max(0, pad - self.seen)) for pad in pads]
         if not any(skip):
-            result = attention(query, key, value, **options)
+            result = attend(query, key, value, 0)
         else:  # each sequence on its own, without its padding
             result = torch.zeros(query.shape, dtype=query.dtype)
             for b, n in enumerate(skip):
                 if n < rows:
                     part = (slice(b, b + 1), slice(None), slice(n, None))
-                    result[part] = attention(query[part], key[part], value[part], first_sequence=b, **options)
+                    result[part] = attend(query[part], key[part], value[part], b)
         self.seen += rows
         return result.transpose(1, 2).contiguous(), None
 

@@ -206,8 +206,16 @@ def test_register_under_another_name_with_settings(folders):
         assert mapping["mha_naive"] is not mha.transformers.attention_forward
         ids = prompts()
         want = outputs(load(folders, "gpt2", "sdpa"), ids)
-        err, scale = max_error(outputs(load(folders, "gpt2", "mha_naive"), ids), want)
+        naive = load(folders, "gpt2", "mha_naive")
+        err, scale = max_error(outputs(naive, ids), want)
         assert err <= 2e-5 * scale
+        # An MhaCache of another backend's kernels: the library names both.
+        cache = mha.transformers.MhaCache(naive.config, 16, backend="xsimd")
+        with pytest.raises(
+            mha.InvalidArgument, match="made for the attention calls of xsimd, not for naive's"
+        ):
+            with torch.no_grad():
+                naive(input_ids=ids, past_key_values=cache, use_cache=True)
         with pytest.raises(mha.InvalidArgument, match="no_such_backend"):
             mha.transformers.register("mha_bad", backend="no_such_backend")
             outputs(load(folders, "gpt2", "mha_bad"), ids)

@@ -19,6 +19,7 @@
 
 namespace nb = nanobind;
 using namespace nb::literals;
+using mha_python::backend_named;
 using mha_python::executor_named;
 using mha_python::int_arg;
 
@@ -117,10 +118,6 @@ mha::attention_options call_options(bool causal, bool bottom_right, std::optiona
   o.executor = executor_named(executor);
   more.set(o);
   return o;
-}
-
-const mha::backend& backend_named(const std::optional<std::string>& backend) {
-  return backend ? mha::require_backend(*backend) : mha::default_backend();
 }
 
 // q, k and v of Input: float32 (computed in fp32, or in bf16 when `bf16`) into float32, or
@@ -452,7 +449,7 @@ void mha_python::bind_attention(nb::module_& m) {
          int_arg kv_heads, int_arg head_dim, std::string_view kv, std::string_view precision,
          int_arg window) {
         constexpr std::string_view where = "mha.AttentionCache";
-        const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
+        const mha::backend& b = backend_named(backend);
         return mha::make_attention_cache(
             b, batch.get(where, "batch"), capacity.get(where, "capacity"),
             kv_heads.get(where, "kv_heads"), head_dim.get(where, "head_dim"),
@@ -470,7 +467,7 @@ void mha_python::bind_attention(nb::module_& m) {
         mha::attention_options o =
             call_options(causal, false, scale, bf16, threads, executor, {window, softcap, sinks});
         const std::int64_t first = first_sequence.get("mha.attention", "first_sequence");
-        const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
+        const mha::backend& b = backend_named(backend);
         const auto qv = heads_of(q, "query"), kv = heads_of(k, "key"), vv = heads_of(v, "value");
         const auto ov = heads_of(out, "out");
         nb::gil_scoped_release unlocked;

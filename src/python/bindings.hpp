@@ -46,6 +46,9 @@ struct int_arg {
 // picks one per call (python/mha/_executor.py).
 const mha::executor* executor_named(const std::optional<std::string>& name);
 
+// The backend a call names (one of mha.backends()), or the default backend for None.
+const mha::backend& backend_named(const std::optional<std::string>& name);
+
 // Defines mha.attention's calls in m: _attention, _attention_bf16, _make_attention_cache and
 // _attention_over_cache.
 void bind_attention(nb::module_& m);

@@ -30,6 +30,7 @@
 
 namespace nb = nanobind;
 using namespace nb::literals;
+using mha_python::backend_named;
 using mha_python::executor_named;
 using mha_python::int_arg;
 
@@ -56,6 +57,10 @@ mha::tensor_view<float> view(const output_array& y) {
 }
 
 }  // namespace
+
+const mha::backend& mha_python::backend_named(const std::optional<std::string>& name) {
+  return name ? mha::require_backend(*name) : mha::default_backend();
+}
 
 const mha::executor* mha_python::executor_named(const std::optional<std::string>& name) {
   if (!name || *name == "tbb") return nullptr;
@@ -88,7 +93,7 @@ struct loaded_module {
 
   std::unique_ptr<mha::plan> prepare(const std::optional<std::string>& backend,
                                      std::string_view formulation) const {
-    const mha::backend& b = backend ? mha::require_backend(*backend) : mha::default_backend();
+    const mha::backend& b = backend_named(backend);
     return b.prepare(module.cfg, mha::parse_formulation(formulation), module.w);
   }
 };
