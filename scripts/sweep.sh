@@ -13,7 +13,7 @@
 # takes a subset; --with-pytorch is --with-peers --peers pytorch.
 # When the environment cannot be made, the sweep says why and goes on without peers.
 # --with-models also times whole Hugging Face models (random weights) on attn_implementation
-# "eager", "sdpa" and mha's (its own KV cache in int8 and bf16 too: python -m mhapy.models_bench,
+# "eager", "sdpa" and mha's (its own KV cache in int8 and bf16 too: python -m mhapy.models.bench,
 # in the peers' environment) and on OpenVINO through optimum-intel (in its own environment,
 # scripts/peers-env.sh optimum; without it those rows say why they were not run), writing
 # results/<...>-models.json and the report's "Whole models" section; --models-args passes it
@@ -217,7 +217,7 @@ if ((with_models)); then
     optimum_log=$("$root/scripts/peers-env.sh" optimum 2>&1) || echo "$optimum_log" >&2
     optimum_python=${MHA_OPTIMUM_VENV:-$root/build/peers-optimum-venv}/bin/python
     # shellcheck disable=SC2086  # --models-args is a list of flags
-    if PYTHONPATH=$root/tools:$(dirname "$bench")/../python "${env_log##*ready: }" -m mhapy.models_bench \
+    if PYTHONPATH=$root/tools:$(dirname "$bench")/../python "${env_log##*ready: }" -m mhapy.models.bench \
       --openvino-python "$optimum_python" --out "$models_out" $models_flags; then
       models_report=(--models "$models_out")
       echo "sweep.sh: wrote ${models_out#"$root"/}"

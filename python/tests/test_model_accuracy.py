@@ -1,4 +1,4 @@
-"""mhapy.model_accuracy on a tiny randomly initialised Gemma 3 (4 layers, sliding window 8 and full
+"""mhapy.models.accuracy on a tiny randomly initialised Gemma 3 (4 layers, sliding window 8 and full
 layers mixed, head_dim 16, 320 tokens; seconds, no download): the measures are right where the
 answer is known (sdpa against itself is 0, eager against sdpa tiny, the perplexity the model's own
 loss), a wrong cache is caught, and a case that fails is recorded, not fatal. Needs torch and
@@ -17,8 +17,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs torch (the peers' environment: build/peers-venv)")
 transformers = pytest.importorskip("transformers", reason="needs transformers (the peers' environment)")
 
-from mhapy import model_accuracy as ma
-from mhapy import passkey
+from mhapy.models import accuracy as ma
+from mhapy.models import passkey
 from tiny_gemma3 import tiny_gemma3  # noqa: E402
 
 VOCAB = 320

@@ -1,4 +1,4 @@
-"""mhapy.models_bench (whole models on each attention implementation) on a tiny model: every
+"""mhapy.models.bench (whole models on each attention implementation) on a tiny model: every
 implementation checked against sdpa first, then timed; a wrong one is recorded, not timed."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-models_bench = pytest.importorskip("mhapy.models_bench")
+models_bench = pytest.importorskip("mhapy.models.bench")
 
 import mha.transformers  # noqa: E402
 

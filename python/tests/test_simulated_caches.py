@@ -1,4 +1,4 @@
-"""mhapy.simulated_caches: each format's codes as it defines them (a row's error within half a
+"""mhapy.models.simulated_caches: each format's codes as it defines them (a row's error within half a
 step, a constant row exact, the Hadamard rotation its own inverse), the per-channel keys' groups
 filled and rewritten as tokens arrive, and the formats ranked on a tiny random Gemma 3 as their
 bits say (8-bit nearer sdpa than 4-bit). Needs torch and transformers (the peers' environment).
@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs torch (the peers' environment: build/peers-venv)")
 transformers = pytest.importorskip("transformers", reason="needs transformers (the peers' environment)")
 
-from mhapy import model_accuracy as ma  # noqa: E402
-from mhapy import simulated_caches as sc  # noqa: E402
+from mhapy.models import accuracy as ma  # noqa: E402
+from mhapy.models import simulated_caches as sc  # noqa: E402
 
 
 def test_a_rows_codes_are_within_half_a_step():

@@ -1,4 +1,4 @@
-"""mhapy.speculative on a tiny randomly initialised Gemma 3 (4 layers, sliding window 8 and full
+"""mhapy.models.speculative on a tiny randomly initialised Gemma 3 (4 layers, sliding window 8 and full
 layers mixed; seconds, no download): prompt-lookup decoding and assisted generation through
 mha's caches (every format) give greedy decoding's tokens while verifying several drafted tokens
 a step and rolling back the rejected ones, past the sliding window; the counts of steps, drafted
@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="needs torch (the peers' environment
 transformers = pytest.importorskip("transformers", reason="needs transformers (the peers' environment)")
 
 pytest.importorskip("mha.transformers", reason="needs mha's Python package (build/<build>/python)")
-from mhapy import speculative as sp  # noqa: E402
+from mhapy.models import speculative as sp  # noqa: E402
 from tiny_gemma3 import tiny_gemma3  # noqa: E402
 
 VOCAB = 96

@@ -1,5 +1,5 @@
-"""A tiny randomly initialised Gemma 3 for the real-model harnesses' tests (mhapy.model_accuracy,
-mhapy.speculative): 4 layers, sliding (window `window`) and full ones mixed, 4 query heads of 16
+"""A tiny randomly initialised Gemma 3 for the real-model harnesses' tests (mhapy.models.accuracy,
+mhapy.models.speculative): 4 layers, sliding (window `window`) and full ones mixed, 4 query heads of 16
 over one K/V head; seconds to make, no download. Needs torch and transformers."""
 
 from __future__ import annotations

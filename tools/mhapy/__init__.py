@@ -5,6 +5,8 @@
   peers       the shapes mha_bench runs, timed in PyTorch (needs python3-torch)
   golden      writes the PyTorch goldens in tests/golden (needs python3-torch)
   peak_rss    peak memory of one forward pass per backend, through `mha run` (standard library)
+  models      whole models on each attention implementation, and the real-model harnesses
+              (models.bench, models.accuracy, models.speculative, ...; need torch, transformers)
 
 Importing the package imports nothing: only the modules that say so need torch, numpy or
 matplotlib (tools/README.md).

@@ -1,4 +1,4 @@
-"""mhapy.step_profile: torch.profiler's events of decode steps as ms a step per op, the attention
+"""mhapy.models.step_profile: torch.profiler's events of decode steps as ms a step per op, the attention
 function's whole time apart from the ops outside it, and the wall time no op covers."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mhapy.step_profile import OUTSIDE_OPS, per_step
-from mhapy.timed_attention import ATTENTION_FUNCTION
+from mhapy.models.step_profile import OUTSIDE_OPS, per_step
+from mhapy.models.timed_attention import ATTENTION_FUNCTION
 
 
 def event(name, total_us, self_us, parent=None):

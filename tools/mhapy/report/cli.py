@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FILE",
-        help="whole models on each attention implementation (python -m mhapy.models_bench --out FILE): "
+        help="whole models on each attention implementation (python -m mhapy.models.bench --out FILE): "
         "adds the 'Whole models' section; repeat for several files",
     )
     p.add_argument("--alpha", type=float, default=ab.ALPHA, help="A/B significance level (default 0.05)")
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.ab:
             before, after = (loading.load([path]) for path in args.ab)
             ab.generate(before, after, tuple(args.ab), staging, args.alpha, not args.no_scipy, args.html)
-        elif not args.results:  # whole models only: a run of mhapy.models_bench without a sweep
+        elif not args.results:  # whole models only: a run of mhapy.models.bench without a sweep
             report.generate_models(_models(args), args.models, staging, args.title, _notes(args), args.html)
         else:
             machines = loading.load_machines(args.results, args.best_run)

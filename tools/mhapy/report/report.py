@@ -247,7 +247,7 @@ def build(
 ) -> list:
     """Writes the figures into folder and returns the report's blocks: title, warnings, the
     answer, then one machine's sections (or a section per machine, after a cross-machine
-    table), whole models on each attention implementation (`models`: mhapy.models_bench's
+    table), whole models on each attention implementation (`models`: mhapy.models.bench's
     records), and the machine context as an appendix. `notes` (Markdown: see
     document.parse_notes) is the run's written analysis, placed after the summary."""
     if isinstance(machines, ResultSet):
@@ -327,7 +327,7 @@ def generate_models(
     notes: str = "",
     with_html: bool = False,
 ) -> list:
-    """A report of whole models alone (mhapy.models_bench's records, without a sweep: no answer,
+    """A report of whole models alone (mhapy.models.bench's records, without a sweep: no answer,
     peaks or appendix, which come from a sweep's context): title, notes, the whole-models
     section. Writes report.md (with_html also report.html) into folder."""
     if not models:

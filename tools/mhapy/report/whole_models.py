@@ -1,5 +1,5 @@
 """The report's "Whole models" section: Hugging Face models on each attention implementation
-(python -m mhapy.models_bench), with what choosing mha's attention does to them."""
+(python -m mhapy.models.bench), with what choosing mha's attention does to them."""
 
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ def section(records: list[dict]) -> list[Block]:
             Heading(2, "Whole models: what mha's attention does to them"),
             Para(
                 "Hugging Face models with random weights (the same in every run) on each attention implementation "
-                "(`python -m mhapy.models_bench`, on "
+                "(`python -m mhapy.models.bench`, on "
                 + ", ".join(cpus)
                 + "): the time to the first token (a "
                 "prefill; where the tokens say 'synthetic', every cache was filled with the same random keys and "

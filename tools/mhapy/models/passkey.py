@@ -1,4 +1,4 @@
-"""A long-context retrieval test for mhapy.model_accuracy: a pass key (five digits) planted at a
+"""A long-context retrieval test for mhapy.models.accuracy: a pass key (five digits) planted at a
 depth of real text and asked for at its end, the way long-context KV cache formats are judged
 beside their KL divergence (a format may keep the distribution close on average and still lose
 one far token)."""

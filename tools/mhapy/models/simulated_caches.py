@@ -1,7 +1,7 @@
 """KV cache formats simulated in PyTorch, for choosing a format before its kernels exist: each is
 a transformers DynamicCache whose keys and values are rounded to the format's codes and back as
 they enter it (the attention then reads what the format would hold), so that the real-model
-harness (mhapy.model_accuracy) judges a format's accuracy, not its speed.
+harness (mhapy.models.accuracy) judges a format's accuracy, not its speed.
 
 Formats (FORMATS), each a key scheme and a value scheme:
 

@@ -1,7 +1,7 @@
 """Whole models on each attention implementation: what choosing mha's attention does to a
 Hugging Face model's prefill and decode on this machine (scripts/sweep.sh --with-models).
 
-    PYTHONPATH=tools:<build>/python <peers' python> -m mhapy.models_bench --out results/x-models.json
+    PYTHONPATH=tools:<build>/python <peers' python> -m mhapy.models.bench --out results/x-models.json
 
 For each model (random weights from a fixed seed: the same weights in every run and for every
 implementation; --layers N keeps its first N layers), precision, batch and thread count, and for
@@ -26,12 +26,12 @@ logits against sdpa's over --logits-steps steps (the error and the top-1 agreeme
 Face models take: the same weights exported (from a folder the bench saves) to a stateful model
 whose KV cache lives inside it, in the precision OpenVINO picks on this CPU / in u8; it runs in
 its own environment (scripts/peers-env.sh optimum; --openvino-python) as a subprocess
-(mhapy.models_openvino), needs --fill prefill (its cache cannot be filled from outside) and
+(mhapy.models.openvino), needs --fill prefill (its cache cannot be filled from outside) and
 records the precisions it reports. Every case records the process's peak RSS over its round
 (the model's weights included; OpenVINO's in its own process). --profile-steps N runs N decode
 steps of each in-process implementation under torch.profiler after its rounds: the ms a step
 spends in the attention function, in each other PyTorch op and outside every op
-(mhapy.step_profile), for a step that is slower while its attention call is not.
+(mhapy.models.step_profile), for a step that is slower while its attention call is not.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from typing import Any
 
 from .busy_threads import BusyThreads
 from .between_ops import between_ops
-from .hf_models import (
+from .hf import (
     IMPLEMENTATIONS,
     MODELS,
     attention_of,
@@ -56,9 +56,9 @@ from .hf_models import (
     cache_for,
     filled_synthetically,
 )
-from .models_openvino import DEFAULT_PYTHON, OpenVinoRuns
-from .models_openvino import IMPLEMENTATIONS as OPENVINO
-from .peak_rss import peak_rss_bytes, reset_peak_rss
+from .openvino import DEFAULT_PYTHON, OpenVinoRuns
+from .openvino import IMPLEMENTATIONS as OPENVINO
+from ..peak_rss import peak_rss_bytes, reset_peak_rss
 from .step_profile import per_step
 from .timed_attention import labelled_attention, timed_attention
 
@@ -317,7 +317,7 @@ def openvino_failure(implementation: str, failed: dict[str, str]) -> Iterator[No
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mhapy.models_bench", description=__doc__.split("\n\n")[0]
+        prog="python -m mhapy.models.bench", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--models", default="gpt2,llama1b", help=f"of {', '.join(MODELS)}")
     parser.add_argument("--dtypes", default="float32,bfloat16")

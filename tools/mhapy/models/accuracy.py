@@ -2,7 +2,7 @@
 judge of mha's cache formats, on a real model with real weights (Gemma 3 270M:
 scripts/gemma3-model.sh makes its folder).
 
-    PYTHONPATH=tools:<build>/python <peers' python> -m mhapy.model_accuracy \
+    PYTHONPATH=tools:<build>/python <peers' python> -m mhapy.models.accuracy \
         [--model DIR] --tokens 1024,4096 --prefill 1024 --positions 256 --out build/accuracy.json
 
 The text is real English from this machine (--text; default: Debian's GPL-3, then the other
@@ -23,10 +23,10 @@ measures, each timed:
   --retrieval-depths in a text of that many tokens, asked for at its end; each cache's greedy
   answer, whether it holds the key, and whether it is the reference's answer.
 
-The caches are mhapy.hf_models' implementations: "sdpa", "eager" and "mha" decode through
+The caches are mhapy.models.hf' implementations: "sdpa", "eager" and "mha" decode through
 transformers' DynamicCache (which keeps only the window of a sliding layer), "mha_fp32",
 "mha_bf16" and "mha_int8" through mha.transformers.MhaCache, "sdpa_static" through StaticCache;
-and the formats mhapy.simulated_caches rounds in PyTorch ("sim_k8v4", "sim_int4_channel", ...,
+and the formats mhapy.models.simulated_caches rounds in PyTorch ("sim_k8v4", "sim_int4_channel", ...,
 on sdpa), to choose a format before its kernels exist.
 A case that cannot run is recorded with the reason and the rest go on: "refused: ..." where mha
 refuses it (mha.Unsupported), "not run: ..." where mha is not importable, "skipped: ..." where
@@ -51,10 +51,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import meminfo
-from .hf_models import CACHED, attention_of, cache_for
-from .json_file import read_json
-from .models_bench import steps
+from .. import meminfo
+from .hf import CACHED, attention_of, cache_for
+from ..json_file import read_json
+from .bench import steps
 from .passkey import ANSWER_TOKENS, passkey_prompts
 from .simulated_caches import FORMATS, simulated_cache
 
@@ -242,7 +242,7 @@ def evaluate(
     implementation in `perplexity_on`; for each cache in `caches` (hf_models names or Cases)
     teacher-forced KL against the reference after `prefill` tokens over `positions` positions
     (positions 0: none), greedy tokens over `greedy_steps` steps after the same prompt (0:
-    none), and each `retrieval` prompt's answer (mhapy.passkey). `unavailable` maps an
+    none), and each `retrieval` prompt's answer (mhapy.models.passkey). `unavailable` maps an
     attn_implementation that cannot run to why ("not run: ..."); `decode` turns greedy tokens
     into text for the records; `log` sees each record as made."""
     import torch
@@ -431,12 +431,12 @@ def names(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import gemma3_model
+    from . import gemma3
 
     parser = argparse.ArgumentParser(
-        prog="python -m mhapy.model_accuracy", description=__doc__.split("\n\n")[0]
+        prog="python -m mhapy.models.accuracy", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--model", default=None, help=f"a model folder (default: {gemma3_model.folder()})")
+    parser.add_argument("--model", default=None, help=f"a model folder (default: {gemma3.folder()})")
     parser.add_argument(
         "--tokens", type=ints, default=[1024], help="perplexity over the first N tokens, each N"
     )
@@ -488,10 +488,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    folder = Path(args.model) if args.model else gemma3_model.folder()
+    folder = Path(args.model) if args.model else gemma3.folder()
     begin = time.perf_counter()
     try:
-        tokenizer, model = gemma3_model.load(folder)
+        tokenizer, model = gemma3.load(folder)
     except OSError as e:
         print(f"model_accuracy: {e}", file=sys.stderr)
         return 1
@@ -536,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         text=sources,
         tokens=needed,
         reference=f"{REFERENCE} with DynamicCache, fp32",
-        command=" ".join(["python -m mhapy.model_accuracy", *(sys.argv[1:] if argv is None else argv)]),
+        command=" ".join(["python -m mhapy.models.accuracy", *(sys.argv[1:] if argv is None else argv)]),
     )
     records = evaluate(
         model,

@@ -1,4 +1,4 @@
-"""The model's attention function, wrapped: how the models bench (mhapy.models_bench) times
+"""The model's attention function, wrapped: how the models bench (mhapy.models.bench) times
 attention's share of a step and one call, and marks the calls for torch.profiler, for any
 implementation transformers dispatches to (its registry, or the eager module-level function)."""
 

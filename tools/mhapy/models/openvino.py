@@ -1,4 +1,4 @@
-"""OpenVINO through optimum-intel, the whole-model peer of mhapy.models_bench: the path CPU users
+"""OpenVINO through optimum-intel, the whole-model peer of mhapy.models.bench: the path CPU users
 of Hugging Face models take (OVModelForCausalLM: the model exported to OpenVINO, stateful, its KV
 cache inside the compiled model in the precision the runtime picks).
 
@@ -9,7 +9,7 @@ line on its stdout, tensors through .npy files. It exports the folder models_ben
 same weights: `load_in_8bit=False`, since optimum-intel would otherwise store the weights of a
 model of 1B parameters or more in int8), then compiles it per thread count and KV precision.
 
-    <optimum python> -m mhapy.models_openvino      (serves requests; models_bench starts it)
+    <optimum python> -m mhapy.models.openvino      (serves requests; models_bench starts it)
 
 Requests (each reply is a JSON object; {"error": why} where a request fails):
   load      folder            export the model: {"export_s"}
@@ -53,7 +53,7 @@ _ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "u8": 1, "i8": 1, "u4": 0.5, "i
 # The implementations models_bench names, and the KV_CACHE_PRECISION each asks for ("": none,
 # the precision OpenVINO picks on this CPU).
 IMPLEMENTATIONS = {"openvino": "", "openvino_u8": "u8"}
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_PYTHON = os.environ.get("MHA_OPTIMUM_PYTHON") or str(
     ROOT / "build" / "peers-optimum-venv" / "bin" / "python"
 )
@@ -151,7 +151,7 @@ class Server:
         import torch
 
         from .busy_threads import BusyThreads
-        from .peak_rss import peak_rss_bytes, reset_peak_rss
+        from ..peak_rss import peak_rss_bytes, reset_peak_rss
 
         prompt = torch.from_numpy(np.load(ids))
         fed = torch.from_numpy(np.load(feed)) if feed else None
@@ -227,7 +227,7 @@ class OpenVinoRuns:
         self.folder = tempfile.TemporaryDirectory(prefix="mha-models-openvino-")
         model.save_pretrained(self.folder.name)
         self.process = subprocess.Popen(
-            [python, "-m", "mhapy.models_openvino"],
+            [python, "-m", "mhapy.models.openvino"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

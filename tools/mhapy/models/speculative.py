@@ -4,13 +4,13 @@ assisted generation (a draft model), against plain greedy decoding, per attentio
 and KV cache, on Gemma 3 270M's real weights (scripts/gemma3-model.sh) over real text that
 repeats itself.
 
-    PYTHONPATH=tools:<build>/python <peers' python> -m mhapy.speculative \
+    PYTHONPATH=tools:<build>/python <peers' python> -m mhapy.models.speculative \
         [--model DIR] --prompt-tokens 1024 --new-tokens 128 --caches sdpa,mha_int8 --out F
 
 Each prompt is a real document (GPL-3 from /usr/share/common-licenses, the source of Python's
 json.encoder module) cut to --prompt-tokens tokens, followed by a request to quote it and its
 first line again, so that the continuation repeats the prompt (what prompt lookup is for: code
-edits, quoting, summaries that cite). Per prompt and cache (mhapy.hf_models' implementations:
+edits, quoting, summaries that cite). Per prompt and cache (mhapy.models.hf' implementations:
 "sdpa" with transformers' DynamicCache, "mha_int8" with an int8 MhaCache, ...), each way of
 decoding runs --new-tokens greedy tokens, --rounds times:
 
@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .hf_models import CACHED
-from .model_accuracy import LICENCES, case, cpu_model, failure
+from .hf import CACHED
+from .accuracy import LICENCES, case, cpu_model, failure
 
 KIND = "speculative"
 VERSION = 1
@@ -249,10 +249,12 @@ def names(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import gemma3_model
+    from . import gemma3
 
-    parser = argparse.ArgumentParser(prog="python -m mhapy.speculative", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=None, help=f"a model folder (default: {gemma3_model.folder()})")
+    parser = argparse.ArgumentParser(
+        prog="python -m mhapy.models.speculative", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--model", default=None, help=f"a model folder (default: {gemma3.folder()})")
     parser.add_argument("--prompt-tokens", type=int, default=1024)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument(
@@ -285,9 +287,9 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     transformers.logging.set_verbosity_error()
-    folder = Path(args.model) if args.model else gemma3_model.folder()
+    folder = Path(args.model) if args.model else gemma3.folder()
     try:
-        tokenizer, model = gemma3_model.load(folder)
+        tokenizer, model = gemma3.load(folder)
     except OSError as e:
         print(f"speculative: {e}", file=sys.stderr)
         return 1

@@ -1,5 +1,5 @@
 """One decode step's attention call between two torch ops, as a model runs it: sdpa against mha
-on either executor (mhapy.models_bench --between-ops). A runtime whose workers spin between
+on either executor (mhapy.models.bench --between-ops). A runtime whose workers spin between
 parallel regions shows here."""
 
 from __future__ import annotations
