@@ -263,3 +263,20 @@ def test_openvino_through_optimum_intel_is_checked_and_timed(tmp_path):
     assert u8["openvino_kv_precision"] == "u8" and u8["cache_bytes"] == rows * (head_dim + 8)
     element = {"f32": 4, "f16": 2, "bf16": 2, "u8": 1}[records["openvino"]["openvino_kv_precision"]]
     assert records["openvino"]["cache_bytes"] == rows * head_dim * element + (8 * rows if element == 1 else 0)
+
+
+@pytest.mark.parametrize(
+    "option, value, said",
+    [
+        ("--dtypes", "fp32", "argument --dtypes: 'fp32' is not one of float32, bfloat16"),
+        ("--models", "gpt2,gpt5", "argument --models: 'gpt5' is not one of gpt2,"),
+        ("--attention", "sdpa,flash", "argument --attention: 'flash' is not one of "),
+        ("--threads", "1,two", "argument --threads: 'two' is not an integer of at least 0"),
+        ("--batches", "0", "argument --batches: '0' is not an integer of at least 1"),
+    ],
+)
+def test_a_list_option_names_the_value_it_refuses(tmp_path, capsys, option, value, said):
+    with pytest.raises(SystemExit):
+        models_bench.main([*ARGS, option, value, "--out", str(tmp_path / "m.json")])
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "m.json").exists()

@@ -315,15 +315,58 @@ def openvino_failure(implementation: str, failed: dict[str, str]) -> Iterator[No
         failed[implementation] = f"not run: OpenVINO failed while timed: {e}"
 
 
+DTYPES = ("float32", "bfloat16")
+
+
+def _listed(choices: tuple[str, ...]) -> Any:
+    """An argparse type: a comma-separated list of some of `choices`."""
+
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        for name in names:
+            if name not in choices:
+                raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(choices)}")
+        return names
+
+    return parse
+
+
+def _counts(least: int) -> Any:
+    """An argparse type: a comma-separated list of integers of at least `least`."""
+
+    def parse(text: str) -> list[int]:
+        counts = []
+        for item in text.split(","):
+            try:
+                count = int(item)
+            except ValueError:
+                count = least - 1
+            if count < least:
+                raise argparse.ArgumentTypeError(f"{item!r} is not an integer of at least {least}")
+            counts.append(count)
+        return counts
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mhapy.models.bench", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--models", default="gpt2,llama1b", help=f"of {', '.join(MODELS)}")
-    parser.add_argument("--dtypes", default="float32,bfloat16")
-    parser.add_argument("--batches", default="1,8")
-    parser.add_argument("--threads", default="1,0", help="0: all cores")
-    parser.add_argument("--attention", default=",".join(IMPLEMENTATIONS))
+    parser.add_argument(
+        "--models", type=_listed(tuple(MODELS)), default="gpt2,llama1b", help=f"of {', '.join(MODELS)}"
+    )
+    parser.add_argument(
+        "--dtypes", type=_listed(DTYPES), default="float32,bfloat16", help=f"of {', '.join(DTYPES)}"
+    )
+    parser.add_argument("--batches", type=_counts(1), default="1,8")
+    parser.add_argument("--threads", type=_counts(0), default="1,0", help="0: all cores")
+    parser.add_argument(
+        "--attention",
+        type=_listed(tuple(IMPLEMENTATIONS)),
+        default=",".join(IMPLEMENTATIONS),
+        help=f"of {', '.join(IMPLEMENTATIONS)}",
+    )
     parser.add_argument("--prefill", type=int, default=1024)
     parser.add_argument("--decode", type=int, default=128)
     parser.add_argument(
@@ -390,14 +433,12 @@ def main(argv: list[str] | None = None) -> int:
         platform.processor(),
     )
     records = []
-    for name in args.models.split(","):
-        if name not in MODELS:
-            parser.error(f"--models: {name!r} is not one of {', '.join(MODELS)}")
-        for dtype_name in args.dtypes.split(","):
+    for name in args.models:
+        for dtype_name in args.dtypes:
             dtype = getattr(torch, dtype_name)
             model = build(name, dtype, args.layers)
             openvino, declined = None, ""
-            if any(impl in OPENVINO for impl in args.attention.split(",")):
+            if any(impl in OPENVINO for impl in args.attention):
                 if args.fill != "prefill":
                     declined = (
                         "not run: OpenVINO's cache lives inside its compiled model, filled only by a prefill"
@@ -416,13 +457,13 @@ def main(argv: list[str] | None = None) -> int:
                 except RuntimeError as e:
                     return f"not run: {e}"
 
-            verdicts = {impl: verdict(impl) for impl in args.attention.split(",")}
+            verdicts = {impl: verdict(impl) for impl in args.attention}
             # OpenVINO's implementations whose process failed after their check, and how.
             failed: dict[str, str] = {}
-            for threads in (int(t) for t in args.threads.split(",")):
+            for threads in args.threads:
                 torch.set_num_threads(threads or os.cpu_count() or 1)
-                for batch in (int(b) for b in args.batches.split(",")):
-                    timed = [impl for impl in args.attention.split(",") if not verdicts[impl]]
+                for batch in args.batches:
+                    timed = [impl for impl in args.attention if not verdicts[impl]]
                     # Rounds of every implementation in turn: a drift of the machine's speed
                     # meets them all alike.
                     rounds: dict[str, list[dict]] = {impl: [] for impl in timed}
@@ -435,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
                                     )
                                 )
                     reference = None
-                    for impl in args.attention.split(","):
+                    for impl in args.attention:
                         case = dict(
                             model=name,
                             dtype=dtype_name,
@@ -485,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
                 openvino.close()
     calls = []
     if args.between_ops:
-        for threads in (int(t) for t in args.threads.split(",")):
+        for threads in args.threads:
             torch.set_num_threads(threads or os.cpu_count() or 1)
             for result in between_ops(
                 ["sdpa", "mha", "mha_tbb"], args.prefill, args.between_ops, args.repetitions
