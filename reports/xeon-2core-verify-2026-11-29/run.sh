@@ -31,7 +31,7 @@ before_after 'decode_(fp32|bf16|int8)/b(1/t1/past(8192|32768|131072)|32/t1/past2
 steps='/b(1/t[0-9]+/past(2048|8192|32768)|8/t[0-9]+/past8192)/din768/dout768/h12/(bf16/)?(kv_[a-z0-9]+/)?threads'
 verify() { build/test/bench/mha_bench --preset decode --backends tbb --formulations split_weight \
   --benchmark_filter="$steps" "$@"; }
-# (inputs/verify.json came from a looser filter, which also took the decode_kv series' grouped
+# (inputs/verify.json.gz came from a looser filter, which also took the decode_kv series' grouped
 # heads at those lengths: the report's grouped-query section.)
 verify --benchmark_min_time=0.2 --benchmark_out="$out/verify.json" --benchmark_out_format=json
 verify --dump-shapes "$out/shapes.json"
