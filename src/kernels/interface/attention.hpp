@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "common/attention_args.hpp"
@@ -242,11 +243,21 @@ inline float output_factor(const attention_args& args, std::int64_t h, float m, 
   return down / (l * down + 1.0f);
 }
 
-// Head (b, g) of args.k and args.v (all keys, from row 0) packed into `head`
-// (layout.head_units() units, kv_rows == keys), rounded to bf16 in a bf16 layout (never int8:
-// only a cache holds codes).
+// Packing (attention_pack.cpp). Head (b, g) of args.k and args.v (all keys, from row 0) packed
+// into `head` (layout.head_units() units, kv_rows == keys), rounded to bf16 in a bf16 layout
+// (never int8: only a cache holds codes).
 void pack_head(const isa_kernels& kernels, const attention_args& args,
                const attention_layout& layout, std::int64_t b, std::int64_t g, void* head) noexcept;
+// Keys [j0, j1) of a cache's packed head at `head` from K/V head g of sequence b of args (its
+// rows 0, 1, ... of args.k and args.v), rounded to bf16 pairs in a bf16 layout; in an int8 layout
+// coded over the head's key channel scales, which the sequence's first keys (`first`) set.
+void pack_keys(const isa_kernels& kernels, const attention_args& args, const attention_layout& l,
+               std::int64_t b, std::int64_t g, std::int64_t j0, std::int64_t j1, void* head,
+               bool first) noexcept;
+// The new keys and values of K/V head g of sequence b of a call into an int4 cache's packed
+// head at `head` (args' rows 0 to seq_len - 1 at positions past, past + 1, ...).
+void pack_keys4(const attention_args& args, const attention_layout& l, std::int64_t b,
+                std::int64_t g, std::int64_t past, std::byte* head) noexcept;
 
 // One thread's attention workspace for one attention call (one layout): one query block's
 // scratch and, when the heads are not in a cache, a packed head, O(keys * head_dim +
