@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 
 #include "base/int8.hpp"
@@ -316,6 +317,81 @@ float key4_query(const float* q, const value4_row* words, std::int64_t head_dim,
   for (; e < 2 * units; e += 2)
     out[e / 2] = static_cast<query_pair>(scalar(e) | scalar(e + 1) << 16);
   return most / limit;
+}
+
+// The packed path's scores of keys [j0, j1) over an int4 cache (base/key4.hpp; Path:
+// packed_attention): per channel group of key4_group
+// keys (a key tile's groups are whole: its key step), each row's queries times the group's
+// channel scales as 16-bit integers (key4_query), their integer sums with the keys' 4-bit codes
+// (nibble_panels, K^T's word rows as V's are read for P V), each score then scale (sum) +
+// offsets; the keys of the unfilled group, not yet coded, scored exact from the head's recent
+// keys. Task keys are slots; key j stands at position base + j (base: a ring piece's first).
+template <class T, class Path>
+void key4_scores(const Path& path, std::int64_t j0, std::int64_t j1) noexcept {
+  using Arch = typename Path::arch;
+  const auto& [args, layout, task, rows, scratch] =
+      std::tie(path.args, path.layout, path.task, path.rows, path.scratch);
+  using batch = typename T::batch;
+  using ints = xsimd::batch<std::int32_t, typename T::arch>;
+  constexpr std::int64_t lanes = batch::size;
+  const std::int64_t hd = args.head_dim, words = key4_words(hd), units = layout.query_units();
+  const std::int64_t last = path.rows_end(0, rows), end = last < j1 ? last : j1;
+  const std::int64_t base = args.cache->lengths[task.b] - task.past;
+  const std::int64_t coded = std::min(end, key4_coded_end(args.keys(task.b)) - base);
+  const auto* panels = reinterpret_cast<const std::uint32_t*>(path.kt);
+  const auto* channel_words = reinterpret_cast<const value4_row*>(path.scales);
+  const std::int64_t ld = layout.score_cols, panel_words = words * T::nr;
+  for (std::int64_t g0 = j0; g0 < coded; g0 += key4_group) {
+    const value4_row* group = channel_words + g0 / key4_group * hd;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      scratch.query_scales[r] =
+          key4_query<Arch>(scratch.queries + r * hd, group, hd, scratch.query_codes + r * units,
+                           scratch.query_sums + r);
+    }
+    const std::int64_t cols = std::min(g0 + key4_group, end) - g0;
+    const std::int64_t group_panels = (cols + T::nr - 1) / T::nr;
+    float* tile = scratch.scores + (g0 - j0);
+    for_row_blocks<T::mr>(0, rows, [&](std::int64_t r, auto R) {
+      constexpr int block_rows = decltype(R)::value;
+      // One row (a decode step's) takes one panel at a time, so that K^T's codes are read as
+      // one stream (as code_pair_row does: panels side by side are streams too short for the
+      // hardware prefetcher); nibble_panels' chains then hide the latency.
+      constexpr int side_by_side = block_rows == 1 ? 1 : panels_for<T, block_rows>;
+      for_panel_groups<side_by_side>(
+          0, group_panels, [&]<int P>(std::integral_constant<int, P>, std::int64_t p) {
+            const query_pair* a[P];
+            for (int q = 0; q < P; ++q) a[q] = scratch.query_codes + r * units;
+            nibble_panels<T, block_rows, P>(words, a, units,
+                                            panels + (g0 / T::nr + p) * panel_words, panel_words,
+                                            tile + r * ld + p * T::nr, ld);
+          });
+    });
+    // The sums (bits in floats) into scores, whole batches of the panels written.
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const batch scale(scratch.query_scales[r]), offset(scratch.query_sums[r]);
+      float* x = tile + r * ld;
+      for (std::int64_t c = 0; c < group_panels * T::nr; c += lanes) {
+        const batch sums =
+            xsimd::to_float(ints::load_unaligned(reinterpret_cast<const std::int32_t*>(x + c)));
+        fused_fma(sums, scale, offset).store_unaligned(x + c);
+      }
+    }
+  }
+  const key4_recent_rows recent = key4_recent_of(
+      const_cast<std::byte*>(static_cast<const std::byte*>(task.head)), args.cache->head_bytes, hd);
+  for (std::int64_t j = std::max(j0, coded); j < end; ++j) {
+    const float* key = recent.row(base + j, hd);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* q = scratch.queries + r * hd;
+      batch acc(0.0f);
+      std::int64_t d = 0;
+      for (; d + lanes <= hd; d += lanes)
+        acc = fused_fma(batch::load_unaligned(q + d), batch::load_unaligned(key + d), acc);
+      float score = xsimd::hadd(acc);
+      for (; d < hd; ++d) score = std::fma(q[d], key[d], score);
+      scratch.scores[r * ld + (j - j0)] = score;
+    }
+  }
 }
 
 }  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE

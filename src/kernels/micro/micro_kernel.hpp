@@ -289,4 +289,26 @@ void micro_kernel(std::int64_t kc, const typename Dot::unit* a, std::int64_t lda
 template <class T, int R>
 inline constexpr int panels_for = R* T::nv >= 8 ? 1 : 8 / (R * T::nv);
 
+// f(r, R) for the row blocks of rows [r, rows): blocks of R rows (a micro-kernel's), then the
+// remainder in blocks of the smaller power-of-two row counts (the edge micro-kernels, as the
+// GEMM's panel_rows), so no padding row is computed: a decode step's one query row costs one
+// row. R is passed as std::integral_constant.
+template <int R, class F>
+void for_row_blocks(std::int64_t r, std::int64_t rows, F&& f) noexcept {
+  for (; r + R <= rows; r += R) f(r, std::integral_constant<int, R>{});
+  if constexpr (smaller_rows < R >> 0) {
+    if (r < rows) for_row_blocks<smaller_rows<R>>(r, rows, f);
+  }
+}
+
+// f(std::integral_constant<int, P>{}, p) for the panel groups of panels [p, panels): groups of
+// G panels (panels_for's count), then of G / 2, ..., 1 for the panels left, each group as wide as
+// what is left allows (a decode row over head_dim 64 in panels of 32 takes its two panels
+// together, not one at a time with half the FMA chains). G is a power of two.
+template <int G, class F>
+void for_panel_groups(std::int64_t p, std::int64_t panels, F&& f) noexcept {
+  for (; p + G <= panels; p += G) f(std::integral_constant<int, G>{}, p);
+  if constexpr (G > 1) for_panel_groups<G / 2>(p, panels, f);
+}
+
 }  // namespace mha::detail::MHA_SIMD_ISA_NAMESPACE
