@@ -62,9 +62,9 @@ fail() {
 }
 
 torch_index=${MHA_TORCH_INDEX_URL:-}
-# The environment is current when it was made from these exact requirements (and PyTorch's index).
+# The environment is current when it was made from these exact pins (and PyTorch's index).
 made_for() {
-  cat "$requirements"
+  grep -vE '^\s*(#|$)' "$requirements"  # the pins, not the comments: editing one remakes nothing
   if [[ -n $torch_index ]]; then echo "# MHA_TORCH_INDEX_URL=$torch_index"; fi
 }
 current() {

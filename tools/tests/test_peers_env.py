@@ -68,10 +68,12 @@ def test_a_second_clone_reuses_the_first_clones_environment(make_clone, tmp_path
     assert entries(cache) == [entry]
 
 
-def test_other_requirements_make_an_entry_of_their_own(make_clone, tmp_path):
+def test_other_pins_make_an_entry_of_their_own_and_comments_none(make_clone, tmp_path):
     cache = tmp_path / "cache"
     run_script(make_clone("first"), cache)
-    other = make_clone("other", requirements="# another pin\npip\n")
+    commented = make_clone("commented", requirements="# what the pins are for\npip\n\n")
+    assert "installing into" not in run_script(commented, cache)
+    other = make_clone("other", requirements="pip\nsetuptools\n")
     out = run_script(other, cache)
     assert "installing into" in out
     assert len(entries(cache)) == 2
