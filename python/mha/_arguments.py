@@ -133,21 +133,9 @@ def _threads(where: str, threads: Any) -> int:
 
 
 def _check_heads(q: Any, k: Any, v: Any, enable_gqa: bool) -> None:
-    """Shapes (tuples or torch.Size) of 4-D operands."""
-    if k != v or k[0] != q[0] or k[3] != q[3]:
-        raise InvalidArgument(
-            f"mha.attention: query {tuple(q)}, key {tuple(k)} and value {tuple(v)}: expected query "
-            "(B, H, L, D) and key, value (B, H_kv, S, D) of the same B and D"
-        )
-    if q[1] != k[1] and not (enable_gqa and q[1] % k[1] == 0):
-        raise InvalidArgument(
-            f"mha.attention: query has {q[1]} heads and key {k[1]}: "
-            + (
-                "the query heads must be a multiple of the key heads"
-                if enable_gqa
-                else "pass enable_gqa=True for grouped-query attention (as SDPA)"
-            )
-        )
+    """Shapes (tuples or torch.Size) of 4-D operands, by the library's rule (the bindings'
+    heads_refusal, which its plain call follows too)."""
+    _mha._check_heads(tuple(q), tuple(k), tuple(v), bool(enable_gqa))
 
 
 def _expanded_keys(shape: Any, strides: Any) -> bool:

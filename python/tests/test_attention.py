@@ -166,6 +166,9 @@ def test_errors_name_what_is_wrong():
         mha.attention(q.requires_grad_(), k, v, enable_gqa=True)
     with pytest.raises(mha.InvalidArgument, match="same B and D"):
         mha.attention(q.detach(), k[:, :, :, :8], v[:, :, :, :8], enable_gqa=True)
+    # Key heads of none: named as any other count (once a ZeroDivisionError in the package).
+    with pytest.raises(mha.InvalidArgument, match="heads and key 0: the query heads must be a multiple"):
+        mha.attention(q.detach(), k[:, :0], v[:, :0], enable_gqa=True)
     if "onednn" in [b.name for b in mha.backends()]:
         with pytest.raises(mha.Unsupported, match="onednn"):
             mha.attention(q.detach(), k, v, enable_gqa=True, backend="onednn")

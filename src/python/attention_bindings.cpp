@@ -3,11 +3,13 @@
 // mha::attention with the GIL released.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/unique_ptr.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -196,6 +198,9 @@ const torch_objects& torch_api() {
   return *api;
 }
 
+// A 4-d tensor's shape or strides.
+using shape4 = std::array<std::int64_t, 4>;
+
 // A tensor as the plain call reads it: a torch.Tensor (not a subclass: those may redefine what
 // a call on them means) in CPU memory, strided, float32 or bfloat16 without the negative bit,
 // 4-d with no empty dimension, the last contiguous. `storage` holds its memory for the call: a
@@ -203,7 +208,7 @@ const torch_objects& torch_api() {
 // call has let go of it.
 struct plain_tensor {
   void* data = nullptr;
-  std::int64_t shape[4] = {}, stride[4] = {};
+  shape4 shape = {}, stride = {};
   bool bf16 = false, requires_grad = false;
   nb::object storage;
 };
@@ -222,7 +227,7 @@ bool is_object(PyObject* t, PyObject* name, PyObject* expected, bool call = fals
 }
 
 // A 4-tuple of ints (torch.Size, or stride()'s tuple) into v; false on anything else.
-bool four_ints(PyObject* tuple, std::int64_t (&v)[4]) {
+bool four_ints(PyObject* tuple, shape4& v) {
   if (tuple == nullptr || !PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != 4) return false;
   for (Py_ssize_t i = 0; i < 4; ++i) {
     v[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
@@ -293,9 +298,31 @@ PyObject* empty_like(PyObject* query, const torch_objects& torch) {
   return r;
 }
 
+// mha.attention's rule for its operands' shapes (SDPA's): query (B, H, L, D), key and value
+// (B, H_kv, S, D) of the same B and D, H_kv == H or, with enable_gqa, dividing it. What it
+// refuses, said, or nullopt. Written here alone: plain_call_of declines what it refuses, and the
+// package's general path raises it (_check_heads).
+std::optional<std::string> heads_refusal(const shape4& q, const shape4& k, const shape4& v,
+                                         bool enable_gqa) {
+  const auto text = [](const shape4& s) {
+    return "(" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + ", " + std::to_string(s[2]) +
+           ", " + std::to_string(s[3]) + ")";
+  };
+  if (k != v || k[0] != q[0] || k[3] != q[3]) {
+    return "mha.attention: query " + text(q) + ", key " + text(k) + " and value " + text(v) +
+           ": expected query (B, H, L, D) and key, value (B, H_kv, S, D) of the same B and D";
+  }
+  if (q[1] != k[1] && !(enable_gqa && k[1] > 0 && q[1] % k[1] == 0)) {
+    return "mha.attention: query has " + std::to_string(q[1]) + " heads and key " +
+           std::to_string(k[1]) + ": " +
+           (enable_gqa ? "the query heads must be a multiple of the key heads"
+                       : "pass enable_gqa=True for grouped-query attention (as SDPA)");
+  }
+  return std::nullopt;
+}
+
 // The plain call's operands and result: q, k and v plain() and of one dtype, of the shapes
-// the package's _check_heads takes (query (B, H, L, D), key and value (B, H_kv, S, D), H_kv
-// == H or dividing it with enable_gqa), each key its own row (a key dimension expanded with
+// heads_refusal takes, each key its own row (a key dimension expanded with
 // stride 0 is the general path's, which copies it); the result `out` (None: a new contiguous
 // tensor of the query's shape and dtype), plain() and of the query's shape and dtype, not an
 // inference tensor outside inference mode (torch refuses to write one there: the general path
@@ -313,14 +340,8 @@ std::optional<plain_call> plain_call_of(nb::handle query, nb::handle key, nb::ha
   const auto q = plain(query.ptr(), torch), k = plain(key.ptr(), torch),
              v = plain(value.ptr(), torch);
   if (!q || !k || !v || k->bf16 != q->bf16 || v->bf16 != q->bf16) return std::nullopt;
-  for (int i = 0; i < 4; ++i) {
-    if (k->shape[i] != v->shape[i]) return std::nullopt;
-  }
   if (k->shape[2] > 1 && (k->stride[2] == 0 || v->stride[2] == 0)) return std::nullopt;
-  if (k->shape[0] != q->shape[0] || k->shape[3] != q->shape[3] ||
-      (k->shape[1] != q->shape[1] && !(enable_gqa && q->shape[1] % k->shape[1] == 0))) {
-    return std::nullopt;
-  }
+  if (heads_refusal(q->shape, k->shape, v->shape, enable_gqa)) return std::nullopt;
   nb::object result = out.is_none() ? nb::steal(empty_like(query.ptr(), torch)) : nb::borrow(out);
   if (!result.is_valid()) return std::nullopt;
   const auto o = plain(result.ptr(), torch);
@@ -432,6 +453,15 @@ void mha_python::bind_attention(nb::module_& m) {
         "value"_a, "cache"_a, "causal"_a, "bottom_right"_a, "scale"_a.none(), "bf16"_a,
         "enable_gqa"_a, "backend"_a.none(), "threads"_a, "executor"_a.none(), "first_sequence"_a,
         "window"_a = 0, "softcap"_a = 0.0f, "sinks"_a.none() = nb::none());
+  // mha.attention's shape rule, raised for the package's general path (heads_refusal).
+  m.def(
+      "_check_heads",
+      [](const shape4& q, const shape4& k, const shape4& v, bool enable_gqa) {
+        if (const auto refusal = heads_refusal(q, k, v, enable_gqa)) {
+          throw mha::invalid_argument(*refusal);
+        }
+      },
+      "q"_a, "k"_a, "v"_a, "enable_gqa"_a);
   // mha.attention's call (python/mha/_attention.py checks and shapes its arguments first).
   m.def("_attention", &attention_call<heads_input, heads_output>, "q"_a, "k"_a, "v"_a, "out"_a,
         "additive"_a.none(), "boolean"_a.none(), "causal"_a, "bottom_right"_a, "scale"_a.none(),
