@@ -1,7 +1,7 @@
 // Internal: what every path of the per-ISA attention kernel shares (micro/attention_kernel.hpp
-// chooses the path): one block of query rows, its row geometry, its queries in the operands'
-// unit, the mask, the online-softmax step and the store. Per-ISA code: see micro/micro_kernel.hpp
-// for how it is compiled.
+// runs the layout's attention_path): one block of query rows, its row geometry, its queries in the
+// operands' unit, the mask, the online-softmax step and the store. Per-ISA code: see
+// micro/micro_kernel.hpp for how it is compiled.
 #pragma once
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// Internal: the attention kernel's packed path (micro/attention_kernel.hpp chooses it): K^T and
+// Internal: the attention kernel's packed path (attention_path packed, tiles and codes): K^T and
 // V in the GEMM's panels (a workspace's, packed by the call, or a KV cache's), in fp32, bf16
 // pairs or int8 codes, Q K^T and P V on the register-tiled micro-kernels, or on tiles where the
 // Dot has tile products (micro/attention_tiles.hpp). Per-ISA code: see micro/micro_kernel.hpp for
