@@ -1,15 +1,10 @@
 """The Python package under hostile use, continued: models under autograd and in training mode,
-register()'s arguments, the peers' environment made offline, and the library's fixes as Python
-reaches them (narrow heads of a few rows, a cache shared by two threads, out overlapping the mask
-or itself, finite extreme masks, empty tensors). Every refusal is an mha.Error naming the
+register()'s arguments, and the library's fixes as Python reaches them (narrow heads of a few
+rows, a cache shared by two threads, out overlapping the mask or itself, finite extreme masks,
+empty tensors). Every refusal is an mha.Error naming the
 argument; every accepted input is computed as SDPA computes it (float64 SDPA the oracle)."""
 
 from __future__ import annotations
-
-import os
-import shutil
-import subprocess
-from pathlib import Path
 
 import mha
 import numpy as np
@@ -18,8 +13,6 @@ import pytest
 torch = pytest.importorskip("torch")
 import mha.torch
 from sdpa_oracle import F, close, operands, randn, sdpa
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- mha.transformers under autograd, in training mode, and register() -----------------------------
@@ -124,43 +117,6 @@ def test_register_checks_its_arguments(llama):
     finally:
         register("mha")
     assert AttentionInterface()["mha"] is mha.transformers.attention_forward
-
-
-# -- the peers' environment where pip cannot reach an index ----------------------------------------
-
-
-def test_peers_env_made_offline_leaves_no_environment(tmp_path):
-    """scripts/peers-env.sh, with no package index: it fails saying pip's error, and leaves no
-    environment where the tests look for one (nor a half-made one beside it)."""
-    if shutil.which("bash") is None or not Path("/usr/bin/python3").exists():
-        pytest.skip("needs bash and /usr/bin/python3")
-    if subprocess.run(
-        ["/usr/bin/python3", "-c", "import ensurepip, venv"], capture_output=True, check=False
-    ).returncode:
-        pytest.skip("/usr/bin/python3 has no venv (the script would install python3-venv)")
-    # A checkout of the script with a one-line requirements file: its torch line is what the
-    # script resolves first.
-    root = tmp_path / "root"
-    (root / "scripts").mkdir(parents=True)
-    (root / "tools").mkdir()
-    shutil.copy(ROOT / "scripts" / "peers-env.sh", root / "scripts" / "peers-env.sh")
-    (root / "tools" / "peers-requirements.txt").write_text("torch==2.13.0\npytest==9.2.0\n")
-    venv = tmp_path / "peers-venv"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", MHA_PEERS_VENV=str(venv))
-    run = subprocess.run(
-        ["bash", str(root / "scripts" / "peers-env.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 1, run.stdout + run.stderr
-    assert "cannot make the peers' environment" in run.stderr
-    assert "ERROR:" in run.stderr  # pip's own message, shown
-    assert not venv.exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["root"]
 
 
 # -- the library's own fixes, reached from Python --------------------------------------------------
