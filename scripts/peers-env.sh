@@ -6,7 +6,7 @@
 # environment already holds what the requirements pin.
 #
 # The environment itself lies outside the clone, in a per-user cache keyed by what it is made
-# from (the requirements, PyTorch's index, Debian's Python):
+# from (the requirements' pins, PyTorch's index, Debian's Python):
 # ${MHA_ENV_CACHE:-${XDG_CACHE_HOME:-~/.cache}/mha}/peers-venv-<key>, and build/peers-venv is a
 # link to it, so that a fresh clone (CI's) reuses what an earlier one made rather than downloading
 # PyTorch again. One made in build/ by an earlier version of this script moves there when it is
@@ -91,6 +91,7 @@ EOF
 
 # Where the environment lies: MHA_PEERS_VENV's place; else the cache's entry for this key, linked
 # from build/ (one current in build/ from before moves there); else build/ itself.
+cached=0
 if [[ -z $venv ]]; then
   if [[ -n ${MHA_ENV_CACHE:-} ]]; then
     cache=$MHA_ENV_CACHE
@@ -102,6 +103,7 @@ if [[ -z $venv ]]; then
   key=$({ made_for; /usr/bin/python3 -VV; } | sha256sum | cut -c1-16)
   if [[ -n $cache ]] && mkdir -p "$cache" 2>/dev/null && [[ -w $cache ]]; then
     venv=$cache/$(basename "$link")-$key
+    cached=1
     # One maker per entry: another clone making the same one is waited for.
     exec 9>"$venv.lock"
     flock 9
@@ -122,9 +124,9 @@ if [[ -z $venv ]]; then
     venv=$link
   fi
 fi
-# build/ names the environment by its link.
+# build/ names the cache's environment by its link.
 link_it() {
-  if [[ -n ${link:-} && $venv != "$link" ]]; then
+  if ((cached)); then
     mkdir -p "$(dirname "$link")"
     ln -sfn "$venv" "$link"
   fi
@@ -148,7 +150,7 @@ rm -rf "$venv" "$partial"
 mkdir -p "$(dirname "$venv")"
 report=
 trap 'rm -rf "$partial" ${report:+"$report"}' EXIT
-/usr/bin/python3 -m venv --prompt "$(basename "${link:-$venv}")" "$partial" || fail "python3 -m venv $partial failed"
+/usr/bin/python3 -m venv --prompt "$(basename "$link")" "$partial" || fail "python3 -m venv $partial failed"
 pip=("$partial/bin/python" -m pip --disable-pip-version-check)
 index=()
 [[ -z $torch_index ]] || index=(--extra-index-url "$torch_index")

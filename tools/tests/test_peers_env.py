@@ -104,6 +104,13 @@ def test_an_environment_made_in_build_moves_into_the_cache(make_clone, tmp_path)
     assert subprocess.run([str(python), "-m", "pip", "--version"], check=False).returncode == 0
 
 
+def test_a_place_named_by_mha_peers_venv_is_used_as_it_is(make_clone, tmp_path):
+    root = make_clone("named")
+    venv = tmp_path / "elsewhere"
+    assert f"ready: {venv}/bin/python" in run_script(root, venv=venv).stdout
+    assert not (root / "build" / "peers-venv").exists()  # no link, no cache
+
+
 def test_made_offline_it_leaves_no_environment(make_clone, tmp_path):
     """With no package index, pip fails: the script says so with pip's own error, and leaves no
     environment where the tests look for one (nor a half-made one beside it). The torch pin is
