@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, DummyLayer, get_layer_types_and_kwargs
 
-from ._arguments import _NO_EXTENSIONS, _extensions
+from ._arguments import _extensions
 from ._cache import _KV, AttentionCache
 from ._executor import resolve
 from ._mha import InvalidArgument, Unsupported
@@ -117,12 +117,7 @@ class MhaCacheLayer(CacheLayerMixin):
                 "mha.transformers.MhaCache: a non-causal model (an encoder) has no KV cache to keep"
             )
         pads = self._padding(mask, query.shape[0], rows)
-        window, softcap, sinks = more["window"], more["softcap"], more["sinks"]
-        extensions = (
-            _NO_EXTENSIONS
-            if window is None and softcap is None and sinks is None
-            else _extensions(window, softcap, sinks)
-        )
+        extensions = _extensions(more["window"], more["softcap"], more["sinks"])
         executor, threads = resolve(executor, threads)
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, first_sequence: int) -> torch.Tensor:
