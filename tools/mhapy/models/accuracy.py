@@ -54,6 +54,7 @@ from typing import Any
 from .. import meminfo
 from .hf import CACHED, attention_of, cache_for
 from ..json_file import read_json
+from .arguments import floats, ints, names
 from .bench import steps
 from .passkey import ANSWER_TOKENS, passkey_prompts
 from .simulated_caches import FORMATS, simulated_cache
@@ -416,18 +417,6 @@ def markdown(records: list[dict]) -> str:
             out.append(f"| {' | '.join(head + cells)} | {r['seconds']:.1f} |")
         out.append("")
     return "\n".join(out)
-
-
-def ints(text: str) -> list[int]:
-    return [int(t) for t in text.split(",") if t]
-
-
-def floats(text: str) -> list[float]:
-    return [float(t) for t in text.split(",") if t]
-
-
-def names(text: str) -> list[str]:
-    return [t for t in text.split(",") if t]
 
 
 def main(argv: list[str] | None = None) -> int:

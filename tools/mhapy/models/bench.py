@@ -45,6 +45,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from .arguments import counts, listed
 from .busy_threads import BusyThreads
 from .between_ops import between_ops
 from .hf import (
@@ -318,52 +319,21 @@ def openvino_failure(implementation: str, failed: dict[str, str]) -> Iterator[No
 DTYPES = ("float32", "bfloat16")
 
 
-def _listed(choices: tuple[str, ...]) -> Any:
-    """An argparse type: a comma-separated list of some of `choices`."""
-
-    def parse(text: str) -> list[str]:
-        names = text.split(",")
-        for name in names:
-            if name not in choices:
-                raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(choices)}")
-        return names
-
-    return parse
-
-
-def _counts(least: int) -> Any:
-    """An argparse type: a comma-separated list of integers of at least `least`."""
-
-    def parse(text: str) -> list[int]:
-        counts = []
-        for item in text.split(","):
-            try:
-                count = int(item)
-            except ValueError:
-                count = least - 1
-            if count < least:
-                raise argparse.ArgumentTypeError(f"{item!r} is not an integer of at least {least}")
-            counts.append(count)
-        return counts
-
-    return parse
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mhapy.models.bench", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
-        "--models", type=_listed(tuple(MODELS)), default="gpt2,llama1b", help=f"of {', '.join(MODELS)}"
+        "--models", type=listed(tuple(MODELS)), default="gpt2,llama1b", help=f"of {', '.join(MODELS)}"
     )
     parser.add_argument(
-        "--dtypes", type=_listed(DTYPES), default="float32,bfloat16", help=f"of {', '.join(DTYPES)}"
+        "--dtypes", type=listed(DTYPES), default="float32,bfloat16", help=f"of {', '.join(DTYPES)}"
     )
-    parser.add_argument("--batches", type=_counts(1), default="1,8")
-    parser.add_argument("--threads", type=_counts(0), default="1,0", help="0: all cores")
+    parser.add_argument("--batches", type=counts(1), default="1,8")
+    parser.add_argument("--threads", type=counts(0), default="1,0", help="0: all cores")
     parser.add_argument(
         "--attention",
-        type=_listed(tuple(IMPLEMENTATIONS)),
+        type=listed(tuple(IMPLEMENTATIONS)),
         default=",".join(IMPLEMENTATIONS),
         help=f"of {', '.join(IMPLEMENTATIONS)}",
     )

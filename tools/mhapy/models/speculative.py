@@ -39,8 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .hf import CACHED
 from .accuracy import LICENCES, case, cpu_model, failure
+from .arguments import names
+from .hf import CACHED
 
 KIND = "speculative"
 VERSION = 1
@@ -242,10 +243,6 @@ def markdown(records: list[dict]) -> str:
             f"{ratio(sdpa)} | {acceptance} | {r['calls']} | {same} |"
         )
     return "\n".join(lines)
-
-
-def names(text: str) -> list[str]:
-    return [t for t in text.split(",") if t]
 
 
 def main(argv: list[str] | None = None) -> int:
