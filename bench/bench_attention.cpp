@@ -271,6 +271,7 @@ void bm_decode(benchmark::State& state, decode_shape s, mha::precision kv, int t
   mha::kv_cache cache = caches(mha::tbb_backend()), naive = caches(mha::naive_backend());
   mha::attention_options options;
   options.causal = true;
+  options.alignment = mha::causal_alignment::bottom_right;  // after the P held
   options.precision = compute;
   options.threads = threads;
   const auto step = [&](const mha::backend& backend, mha::kv_cache& c, float* out) {

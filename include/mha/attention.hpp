@@ -134,7 +134,9 @@ kv_cache make_attention_cache(const backend& backend, std::int64_t batch, std::i
 // their queries q (B, H, T, D) over all the sequence then holds, causal: query row i of sequence
 // b stands at position length(b) + i and sees the keys up to its own (for T = 1 the causal flag
 // makes no difference; non-causal T > 1 is refused: it would need keys the cache does not hold
-// yet). The lengths then grow by T. options: scale, threads and executor as above; precision
+// yet). That is bottom_right causal: T > 1 rows top_left (attention_options' default) over a
+// sequence that holds tokens are refused, naming bottom_right; into an empty one the two agree.
+// The lengths then grow by T. options: scale, threads and executor as above; precision
 // must be the cache's; no mask (refused). The cache's codes and bf16 elements are read where
 // they lie. Throws mha::invalid_argument, leaving the cache unchanged and out untouched, on a
 // shape that does not match the cache, a length that would pass its capacity (naming b), a cache

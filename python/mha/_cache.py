@@ -175,17 +175,6 @@ class AttentionCache:
                 "(B, H, T, D) and (B, H_kv, T, D) with a cache"
             )
         _check_heads(q.shape, k.shape, v.shape, enable_gqa)
-        tokens = q.shape[2]
-        held = (
-            self.lengths[first_sequence : first_sequence + q.shape[0]]
-            if type(first_sequence) is int and first_sequence >= 0
-            else []
-        )
-        if is_causal and tokens > 1 and alignment == "top_left" and any(held):
-            raise InvalidArgument(
-                f"{where}: {tokens} new tokens, causal top-left, over a cache that holds tokens: with a cache "
-                "the queries stand after what it holds; pass causal_alignment='bottom_right'"
-            )
         result = np.empty(q.shape, np.float32)
         # The tensors' memory held for the call (another thread's set_() frees it only afterwards).
         held = [t.untyped_storage() for t in (query, key, value)] if is_tensor else []
@@ -196,6 +185,7 @@ class AttentionCache:
             self._cache,
             result,
             bool(is_causal),
+            alignment == "bottom_right",
             scale,
             self.precision == "bf16",
             backend,

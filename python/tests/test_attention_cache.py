@@ -185,7 +185,7 @@ def test_numpy_operands_and_what_the_cache_says():
     assert cache.lengths == [0]
 
 
-def test_what_a_call_over_a_cache_refuses():
+def test_what_a_call_over_a_cache_refuses(monkeypatch):
     cache = mha.AttentionCache(1, 4, 1, 8, kv="fp32", backend="naive")
     q = torch.zeros(1, 1, 3, 8)
 
@@ -209,8 +209,16 @@ def test_what_a_call_over_a_cache_refuses():
     with pytest.raises(mha.InvalidArgument, match="expected an mha.AttentionCache"):
         mha.attention(q, q, q, is_causal=True, cache="cache")
     call()
-    with pytest.raises(mha.InvalidArgument, match="causal_alignment='bottom_right'"):
-        call(causal_alignment="top_left")
+    # Top-left, 3 new rows would stand before the 3 held (the library's rule, in either path).
+    for general in (False, True):
+        with monkeypatch.context() as m:
+            if general:
+                m.setattr(mha._cache._mha, "_attention_tensors_over_cache", lambda *a: None)
+            with pytest.raises(
+                mha.InvalidArgument, match="sequence 0 holds 3 tokens: .* pass causal_alignment bottom_right"
+            ):
+                call(causal_alignment="top_left")
+    assert cache.lengths == [3]
     mha.attention(q[:, :, :1], q[:, :, :1], q[:, :, :1], cache=cache)  # one token: no flag needed
     assert cache.lengths == [4]
     with pytest.raises(mha.InvalidArgument, match="kv 'int2' is not one of"):
@@ -227,10 +235,11 @@ def test_what_a_call_over_a_cache_refuses():
 def test_plain_cache_calls_are_read_in_cpp_with_the_general_paths_bits(kv, monkeypatch):
     """A prefill and decode steps through two caches alike, one by the C++ reader (float32 tensors,
     K and V in (B, T, H, D) buffers seen as (B, H, T, D)), one by the general path: the same
-    bits, the same lengths; bfloat16 tokens and a causal top-left prefill take the general path."""
+    bits, the same lengths (a top-left prefill into empty sequences among them); bfloat16 tokens
+    take the general path."""
     caches = [mha.AttentionCache(2, 16, 2, 16, kv=kv) for _ in range(2)]
     g = torch.Generator().manual_seed(9)
-    steps = [(4, "bottom_right"), (1, "top_left"), (1, "bottom_right"), (3, "bottom_right")]
+    steps = [(4, "top_left"), (1, "top_left"), (1, "bottom_right"), (3, "bottom_right")]
     tokens = [[torch.randn(2, h, t, 16, generator=g) for h in (4, 2, 2)] for t, _ in steps]
     tokens = [(q, k.transpose(1, 2).contiguous().transpose(1, 2), v) for q, k, v in tokens]
     results = []
@@ -264,4 +273,4 @@ def test_plain_cache_calls_are_read_in_cpp_with_the_general_paths_bits(kv, monke
     general.clear()
     q, k, v = tokens[0]
     mha.attention(q, k, v, is_causal=True, enable_gqa=True, cache=caches[0])  # top-left, nothing held
-    assert general and caches[0].lengths == [4, 4]
+    assert not general and caches[0].lengths == [4, 4]

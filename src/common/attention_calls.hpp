@@ -1,7 +1,7 @@
 // Internal: what a backend that runs mha::attention implements beside mha::backend, whose public
 // interface names no internal type: the kernel call over validated arguments, and the bytes of
 // its cache. A backend class derives from both (xsimd, tbb, naive); mha::attention and
-// mha::make_attention_cache find it with dynamic_cast (src/core/attention.cpp).
+// mha::make_attention_cache find it with dynamic_cast (detail::attend, src/core/attention.cpp).
 #pragma once
 
 #include <cstdint>

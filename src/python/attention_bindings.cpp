@@ -413,8 +413,7 @@ nb::object tensor_attention(nb::handle query, nb::handle key, nb::handle value, 
 
 // The same over an mha.AttentionCache (mha.attention(..., cache=)): float32 tensors only (the
 // cache's call takes float32 new tokens: the general path copies bfloat16 ones), causal over
-// what each sequence holds; a causal top-left call of several rows is the general path's (it
-// refuses one over a cache that holds tokens). The result a new float32 tensor, or None.
+// what each sequence holds. The result a new float32 tensor, or None.
 nb::object tensor_attention_over_cache(nb::handle query, nb::handle key, nb::handle value,
                                        mha::kv_cache& cache, bool causal, bool bottom_right,
                                        std::optional<float> scale, bool bf16, bool enable_gqa,
@@ -423,9 +422,7 @@ nb::object tensor_attention_over_cache(nb::handle query, nb::handle key, nb::han
                                        int_arg first_sequence, std::int64_t window, float softcap,
                                        const std::optional<sink_array>& sinks) {
   const auto call = plain_call_of(query, key, value, nb::none(), enable_gqa);
-  if (!call || call->q.bf16 || (causal && !bottom_right && call->q.shape[2] > 1)) {
-    return nb::none();
-  }
+  if (!call || call->q.bf16) return nb::none();
   const mha::attention_options options =
       call_options(causal, bottom_right, scale, bf16, threads, executor, {window, softcap, sinks});
   const std::int64_t first = first_sequence.get("mha.attention", "first_sequence");
@@ -490,12 +487,12 @@ void mha_python::bind_attention(nb::module_& m) {
   m.def(
       "_attention_over_cache",
       [](const heads_input& q, const heads_input& k, const heads_input& v, mha::kv_cache& cache,
-         const heads_output& out, bool causal, std::optional<float> scale, bool bf16,
-         const std::optional<std::string>& backend, int threads,
+         const heads_output& out, bool causal, bool bottom_right, std::optional<float> scale,
+         bool bf16, const std::optional<std::string>& backend, int threads,
          const std::optional<std::string>& executor, int_arg first_sequence, std::int64_t window,
          float softcap, const std::optional<sink_array>& sinks) {
-        mha::attention_options o =
-            call_options(causal, false, scale, bf16, threads, executor, {window, softcap, sinks});
+        mha::attention_options o = call_options(causal, bottom_right, scale, bf16, threads,
+                                                executor, {window, softcap, sinks});
         const std::int64_t first = first_sequence.get("mha.attention", "first_sequence");
         const mha::backend& b = backend_named(backend);
         const auto qv = heads_of(q, "query"), kv = heads_of(k, "key"), vv = heads_of(v, "value");
@@ -503,7 +500,7 @@ void mha_python::bind_attention(nb::module_& m) {
         nb::gil_scoped_release unlocked;
         mha::attention(b, qv, kv, vv, cache, ov, o, first);
       },
-      "q"_a, "k"_a, "v"_a, "cache"_a, "out"_a, "causal"_a, "scale"_a.none(), "bf16"_a,
-      "backend"_a.none(), "threads"_a, "executor"_a.none(), "first_sequence"_a, "window"_a = 0,
-      "softcap"_a = 0.0f, "sinks"_a.none() = nb::none());
+      "q"_a, "k"_a, "v"_a, "cache"_a, "out"_a, "causal"_a, "bottom_right"_a, "scale"_a.none(),
+      "bf16"_a, "backend"_a.none(), "threads"_a, "executor"_a.none(), "first_sequence"_a,
+      "window"_a = 0, "softcap"_a = 0.0f, "sinks"_a.none() = nb::none());
 }

@@ -71,6 +71,7 @@ void causal_call(const mha::backend& on, mha::kv_cache& cache, const std::vector
                  std::int64_t d) {
   mha::attention_options o;
   o.causal = true;
+  o.alignment = mha::causal_alignment::bottom_right;
   mha::attention(on, dense<const float>(q.data(), batch, heads, t, d),
                  dense<const float>(k.data(), batch, kv_heads, t, d),
                  dense<const float>(v.data(), batch, kv_heads, t, d), cache,
@@ -92,6 +93,7 @@ step_error step(const mha::backend& backend, const mha::backend& reference_backe
   std::vector<float> out(q.size(), std::nanf(""));
   mha::attention_options o;
   o.causal = true;
+  o.alignment = mha::causal_alignment::bottom_right;
   o.precision = c.compute;
   mha::attention(backend, dense<const float>(q.data(), c.batch, c.heads, t, d),
                  dense<const float>(k.data(), c.batch, c.kv_heads, t, d),
@@ -118,7 +120,6 @@ step_error step(const mha::backend& backend, const mha::backend& reference_backe
     s.values[b] = values;
     s.tokens[b] = after;
     std::vector<float> expected(static_cast<std::size_t>(c.heads * t * d));
-    o.alignment = mha::causal_alignment::bottom_right;
     mha::attention(reference_backend,
                    dense<const float>(&q[call_b * c.heads * t * d], 1, c.heads, t, d),
                    dense<const float>(keys.data(), 1, c.kv_heads, after, d),
@@ -217,6 +218,7 @@ TEST_P(AttentionCache, Int8StaysWithinItsCodesBoundAndMatchesTheNaiveReference) 
           std::vector<float> out_a(q.size()), out_b(q.size());
           mha::attention_options o;
           o.causal = true;
+          o.alignment = mha::causal_alignment::bottom_right;
           o.precision = compute;
           const auto call = [&](const mha::backend& on, mha::kv_cache& cache,
                                 std::vector<float>& out) {
@@ -335,6 +337,7 @@ TEST_P(AttentionCache, Int4CodesKeyGroupsAsTheyFillAndMatchesTheNaiveReference) 
         std::vector<float> out(q.size()), out_naive(q.size()), out_k8v4(q.size());
         mha::attention_options o;
         o.causal = true;
+        o.alignment = mha::causal_alignment::bottom_right;
         o.precision = compute;
         const auto call = [&](const mha::backend& on, mha::kv_cache& cache,
                               std::vector<float>& to) {
@@ -419,6 +422,7 @@ TEST_P(AttentionCache, SequencesOfOneCacheAreCalledApartOrTogether) {
   std::vector<float> q(4 * 16), k(2 * 16), out(q.size());
   mha::attention_options o;
   o.causal = true;
+  o.alignment = mha::causal_alignment::bottom_right;
   for (const std::int64_t first : {-1, 3}) {
     expect_error<mha::invalid_argument>(
         [&] {
@@ -448,6 +452,7 @@ TEST_P(AttentionCache, ItsCacheIsItsOwnAndItsCallsAreChecked) {
   std::vector<float> q(4 * 3 * d, 0.5f), k(2 * 3 * d, 0.25f), v(2 * 3 * d, 1.0f), out(q.size());
   mha::attention_options o;
   o.causal = true;
+  o.alignment = mha::causal_alignment::bottom_right;
   const auto call = [&](mha::kv_cache& with, std::int64_t t, const mha::attention_options& opts) {
     mha::attention(
         backend, dense<const float>(q.data(), 1, 4, t, d), dense<const float>(k.data(), 1, 2, t, d),
@@ -465,6 +470,23 @@ TEST_P(AttentionCache, ItsCacheIsItsOwnAndItsCallsAreChecked) {
   loose.causal = false;
   expect_error<mha::invalid_argument>([&] { call(cache, 2, loose); }, {"not causal"});
   call(cache, 1, loose);  // one token: the flag makes no difference
+  // Top-left, several new rows over held tokens would stand before them: refused, naming the
+  // sequence, the cache unchanged. One row, or rows into an empty sequence, agree with
+  // bottom-right and are taken.
+  mha::attention_options top_left = o;
+  top_left.alignment = mha::causal_alignment::top_left;
+  expect_error<mha::invalid_argument>([&] { call(cache, 2, top_left); },
+                                      {"2 new tokens, causal top-left", "sequence 0 holds 1 tokens",
+                                       "pass causal_alignment "
+                                       "bottom_right"});
+  EXPECT_EQ(cache.length(0), 1);
+  call(cache, 1, top_left);
+  EXPECT_EQ(cache.length(0), 2);
+  cache.reset();
+  call(cache, 2, top_left);
+  EXPECT_EQ(cache.length(0), 2);
+  cache.reset();
+  call(cache, 1, loose);
   const float zeros[4] = {};
   mha::attention_options masked = o;
   masked.mask = {mha::attention_mask::kind::additive, zeros, 1, 1, 1, 1, 0, 0, 1};

@@ -232,6 +232,7 @@ void ring_stream(const mha::backend& backend) {
       std::vector<float> out(q.size()), out_naive(q.size());
       mha::attention_options o;
       o.causal = true;
+      o.alignment = mha::causal_alignment::bottom_right;
       o.precision = compute;
       mha::attention(backend, dense<const float>(q.data(), batch, heads, t, d),
                      dense<const float>(k.data(), batch, kv_heads, t, d),
@@ -349,6 +350,7 @@ TEST(AttentionExtensions, ACodedRingSetsItsChannelScalesFromTheWholeCall) {
       std::vector<float> out_ring(q.size()), out_whole(q.size());
       mha::attention_options o;
       o.causal = true;
+      o.alignment = mha::causal_alignment::bottom_right;
       for (auto [cache, out] : {std::pair{&ring, &out_ring}, std::pair{&whole, &out_whole}}) {
         mha::attention(*on, dense<const float>(q.data(), 1, heads, t, d),
                        dense<const float>(k.data(), 1, kv_heads, t, d),

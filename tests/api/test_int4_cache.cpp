@@ -73,6 +73,7 @@ void causal_call(const mha::backend& on, mha::kv_cache& cache, const std::vector
                  std::int64_t heads, std::int64_t kv_heads, std::int64_t t, std::int64_t d) {
   mha::attention_options o;
   o.causal = true;
+  o.alignment = mha::causal_alignment::bottom_right;
   using view = mha::heads_view<const float>;
   mha::attention(on, view::dense(q.data(), 1, heads, t, d),
                  view::dense(k.data(), 1, kv_heads, t, d), view::dense(v.data(), 1, kv_heads, t, d),
