@@ -1,5 +1,7 @@
 """The numbers the report prints: peak rule, series, speedups, GFLOP/s, scaling, choices."""
 
+from dataclasses import replace
+
 import pytest
 from conftest import (
     HEADS,
@@ -78,6 +80,28 @@ def test_seq_series_groups_shapes_that_differ_only_in_t():
     (series,) = seq_series(shapes)
     assert [series.x(s) for s in series.shapes] == [64, 256, 1024]
     assert series.x_name == "T (tokens)"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(softcap=30.0),
+        dict(sinks=True),
+        dict(qk_norm_eps=1e-6),
+        dict(rope_scaling="llama3"),
+        dict(out_features=512),
+    ],
+)
+def test_every_field_a_series_does_not_vary_parts_its_series(change):
+    """A series keeps every field of the shape fixed but its axis: shapes that differ in any other
+    (each field added to Shape since the series were first keyed among them) are on two lines."""
+    plain = [Shape(1, t, 768, 768, h) for t in (64, 256) for h in (6, 12)]
+    other = [replace(s, **change) for s in plain]
+    d_model = lambda shapes: [s for s in heads_series(shapes) if s.kind == "d_model"]  # noqa: E731
+    for series in (seq_series, d_model):
+        found = series(plain + other)
+        assert len(found) == 2 * len(series(plain)) >= 4
+        assert all(len({replace(s, seq_len=1, n_heads=1) for s in line.shapes}) == 1 for line in found)
 
 
 def test_speedup_is_wrapper_time_over_split_time_per_backend(heads):

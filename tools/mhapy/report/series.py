@@ -5,7 +5,7 @@ Shared by every topic that draws or tabulates against an axis.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from ..problem import Shape
 from ..schema import is_peer
@@ -61,21 +61,10 @@ def kv_group_text(group: str) -> str:
     return f"{group} K/V heads (groups of {group[2:]})"
 
 
-def _flag_key(s: Shape) -> tuple:
-    """What a series keeps fixed besides its sizes: flags, K/V heads, precision, RoPE base, the
-    KV cache's precision, the sliding window, past (last: past_series drops it)."""
-    return (
-        s.causal,
-        s.qkv_bias,
-        s.out_proj,
-        s.out_proj_bias,
-        s.n_kv_heads,
-        s.precision,
-        s.rope_base,
-        s.kv_precision,
-        s.window,
-        s.past,
-    )
+def _fixed(s: Shape, *varying: str) -> tuple:
+    """What a series keeps fixed: every field of the shape but those it varies, so that a field
+    added to Shape (a flag, a precision, a window) parts series without being listed here."""
+    return tuple(getattr(s, f.name) for f in fields(Shape) if f.name not in varying)
 
 
 def _series_from_groups(kind: str, groups: dict, x, least: int = 2) -> list[Series]:
@@ -92,15 +81,15 @@ def _series_from_groups(kind: str, groups: dict, x, least: int = 2) -> list[Seri
 def heads_series(shapes: list[Shape]) -> list[Series]:
     """Every group of >= 2 shapes that differ only in H (fixed d_model), then every group that
     keeps head_dim fixed with d_in = d_out = head_dim * H. A shape may be in several series.
-    K/V heads are fixed along a series (_flag_key): a shape with grouped K/V heads is never on
+    K/V heads are fixed along a series (_fixed): a shape with grouped K/V heads is never on
     a line of shapes with H K/V heads. The report passes the shapes outside kv_series here
     (mha_heads_series)."""
     by_d_model: dict[tuple, list[Shape]] = {}
     by_head_dim: dict[tuple, list[Shape]] = {}
     for s in set(shapes):
-        by_d_model.setdefault((s.batch, s.seq_len, s.d_in, s.d_out) + _flag_key(s), []).append(s)
+        by_d_model.setdefault(_fixed(s, "n_heads"), []).append(s)
         if s.d_in == s.d_out:
-            by_head_dim.setdefault((s.batch, s.seq_len, s.head_dim) + _flag_key(s), []).append(s)
+            by_head_dim.setdefault((s.head_dim,) + _fixed(s, "n_heads", "d_in", "d_out"), []).append(s)
     h = lambda s: s.n_heads  # noqa: E731
     return _series_from_groups("d_model", by_d_model, h) + _series_from_groups("head_dim", by_head_dim, h)
 
@@ -127,8 +116,7 @@ def kv_series(shapes: list[Shape]) -> list[Series]:
     families: dict[tuple, list[Shape]] = {}
     for s in grouped_kv_shapes(shapes):
         if not s.is_decode:
-            key = (s.batch, s.seq_len, s.d_in, s.d_out) + _flag_key(replace(s, n_kv_heads=0))
-            families.setdefault(key, []).append(s)
+            families.setdefault(_fixed(s, "n_heads", "n_kv_heads"), []).append(s)
     found = []
     for key, members in families.items():
         sizes = {s.n_heads // s.n_kv_heads for s in members if s.n_kv_heads > 1}
@@ -141,7 +129,9 @@ def kv_series(shapes: list[Shape]) -> list[Series]:
                 groups.setdefault("1", []).append(s)
         for group, members_ in groups.items():
             series = Series("kv", tuple(sorted(members_, key=lambda s: s.n_heads)), group)
-            found.append(((key[:4], repr(key), _kv_group_rank(group)), series))
+            first = members[0]
+            order = (first.batch, first.seq_len, first.d_in, first.d_out)
+            found.append(((order, repr(key), _kv_group_rank(group)), series))
     return [series for _, series in sorted(found, key=lambda t: t[0])]
 
 
@@ -159,7 +149,7 @@ def seq_series(shapes: list[Shape]) -> list[Series]:
     """Every group of >= 2 shapes that differ only in T."""
     groups: dict[tuple, list[Shape]] = {}
     for s in set(shapes):
-        groups.setdefault((s.batch, s.d_in, s.d_out, s.n_heads) + _flag_key(s), []).append(s)
+        groups.setdefault(_fixed(s, "seq_len"), []).append(s)
     return _series_from_groups("seq", groups, lambda s: s.seq_len)
 
 
@@ -169,8 +159,7 @@ def past_series(shapes: list[Shape]) -> list[Series]:
     groups: dict[tuple, list[Shape]] = {}
     for s in set(shapes):
         if s.is_decode:
-            key = (s.batch, s.seq_len, s.d_in, s.d_out, s.n_heads) + _flag_key(s)[:-1]
-            groups.setdefault(key, []).append(s)
+            groups.setdefault(_fixed(s, "past"), []).append(s)
     return _series_from_groups("past", groups, lambda s: s.past, least=1)
 
 
