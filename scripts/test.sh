@@ -89,12 +89,21 @@ fi
 phase "fleet scripts on Slurm"
 
 if [[ ${MHA_TEST_SANITIZERS:-1} != 0 ]]; then
+  # Both sanitizer builds: line tables only (-g1: a report's frames keep their files and lines)
+  # and -O1, but for the ISA kernels, which are built at -O2 in every build type
+  # (src/kernels/CMakeLists.txt). -O2 -g's variable tracking over the instrumented kernels made the
+  # ASan build most of this command's time. On the 2-vCPU Xeon without ccache: one AMX kernel
+  # object 449 s at -O2 -g, 270 s at -O2 -g1 (63 s at -O1 -g1, which the kernels may not take);
+  # the whole ASan build 824 s (about 1,690 s at -O2 -g, in a run that shared the CPU), its run
+  # 504 s (510 s at -O2 -g).
+  sanitized=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
+    -DMHA_BUILD_BENCH=OFF)
   # ASan + UBSan, any finding fatal: the unit, bad-input, io, command and conformance tests (the
   # conformance suite runs every xsimd ISA in-process, so the capped-dispatch reruns, the
   # install test, the benchmark and the Python tests are left to the Release run). As $jobs
   # gtest shards of one process each, not a process per test: an instrumented process takes
   # ~0.5 s of CPU to start and end (leak check included), which made 4000 tests ~30 minutes.
-  cmake -S "$root" -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_BUILD_BENCH=OFF \
+  cmake -S "$root" -B "$asan" "${sanitized[@]}" \
     "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
     "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" >/dev/null
   cmake --build "$asan" --parallel "$jobs" --target mha_tests mha_cli
@@ -125,7 +134,7 @@ if [[ ${MHA_TEST_SANITIZERS:-1} != 0 ]]; then
   # the tbb backend's: Debian's libtbb is not instrumented, so TSan misses the synchronisation
   # at a task's end and reports every output a TBB worker wrote as a race with the caller's read,
   # in mha's own frames, where no suppression can tell it from a real one (tests/tsan.supp).
-  cmake -S "$root" -B "$tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_BUILD_BENCH=OFF \
+  cmake -S "$root" -B "$tsan" "${sanitized[@]}" \
     "-DCMAKE_CXX_FLAGS=-fsanitize=thread" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread" >/dev/null
   cmake --build "$tsan" --parallel "$jobs" --target mha_concurrency_tests
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/tests/tsan.supp" \
