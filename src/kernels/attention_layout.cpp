@@ -15,6 +15,9 @@ namespace {
 
 // Scratch parts start on a cache line (and an AVX-512 register boundary).
 constexpr std::int64_t line_floats = 16, line_bytes = 64;
+// Strides of a multiple of this many floats (1 KiB) put rows into few L1 sets: with 64 sets of
+// 64-byte lines, rows 2 KiB apart fall in 2 of them.
+constexpr std::int64_t set_aliasing_floats = 256;
 
 // Query rows per attention block (positions x grouped heads): 32 to 128 run alike (measurements:
 // docs/design.md §5.1); 64 also makes enough parallel tasks (12 heads x 16 blocks at T = 1024).
@@ -168,7 +171,11 @@ attention_layout isa_kernels::layout(const attention_request& r) const noexcept 
   // group (key4_group keys: a tile's groups are whole).
   l.key_step = std::lcm(std::lcm(l.scores.nr, lanes), l.keys4 ? key4_group : l.values4 ? 8 : 1);
   l.key_tile = round_up(std::max<std::int64_t>(key_tile, 1), l.key_step);
+  // The scores' row stride: two lines more where it would be a multiple of 1 KiB, so that the
+  // rows of P's pairs (half as wide) stay whole lines and neither falls into few L1 sets: at 512
+  // keys a 2 x 2 tile block's 64 lines fell into 4 sets of 12 ways (docs/design.md §5.1).
   l.score_cols = std::min(l.key_tile, round_up(keys, l.key_step));
+  if (l.score_cols % set_aliasing_floats == 0) l.score_cols += 2 * line_floats;
   l.acc_cols = round_up(head_dim, l.values.nr);
   l.in_place = in_place && l.block_rows <= direct_rows;
   if (l.int8) {

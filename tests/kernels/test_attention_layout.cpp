@@ -28,6 +28,41 @@ TEST_P(AttentionLayout, AttentionWorkspaceGrowsLinearlyInSequence) {
   EXPECT_GE(large.head_units(), 2 * 8192 * 64);
 }
 
+// The scores' row stride holds a key tile and is never a multiple of 1 KiB: such rows share a
+// few L1 sets (the key tile of 512 floats, 2 KiB, is the case that matters). Where it is padded
+// for that, it grows by at most two lines and stays whole lines for P's pairs (half as wide),
+// for fp32, bf16 and int8 layouts alike.
+TEST_P(AttentionLayout, ScoreRowsAreOffL1SetAliasing) {
+  constexpr std::int64_t line_floats = 16, aliasing_floats = 256;
+  int padded = 0;
+  for (const std::int64_t keys : {48, 256, 300, 512, 1024, 8192}) {
+    for (const std::int64_t key_tile : {256, 512, 1024}) {
+      for (const bool bf16 : {false, true}) {
+        mha::detail::attention_request r{.seq_len = 64,
+                                         .keys = keys,
+                                         .head_dim = 64,
+                                         .key_tile = key_tile,
+                                         .bf16_operands = bf16};
+        for (const bool coded : {false, true}) {
+          const auto l = kernels().layout(coded ? r.cache_format(mha::precision::int8) : r);
+          const std::int64_t row =
+              std::min(l.key_tile, (keys + l.key_step - 1) / l.key_step * l.key_step);
+          const std::string what = "keys " + std::to_string(keys) + " tile " +
+                                   std::to_string(l.key_tile) + (bf16 ? " bf16" : "") +
+                                   (coded ? " int8" : "");
+          EXPECT_NE(l.score_cols % aliasing_floats, 0) << what;
+          EXPECT_GE(l.score_cols, row) << what;
+          EXPECT_LE(l.score_cols, row + 2 * line_floats) << what;
+          if (l.score_cols == row) continue;
+          ++padded;
+          EXPECT_EQ(l.score_cols % (2 * line_floats), 0) << what;
+        }
+      }
+    }
+  }
+  EXPECT_GT(padded, 0);  // the 512-key tile, at least
+}
+
 // The layout names the kernel's path once (attention_path): an int8 cache's codes; narrow fp32
 // heads whose scores go to the softmax as they are, packed or in place; K and V read in place by
 // a block of at most direct_rows rows; else packed, bf16 blocks of several rows on tiles where

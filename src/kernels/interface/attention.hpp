@@ -156,8 +156,9 @@ struct attention_layout {
   std::int64_t block_rows = 0;       // block_positions * group stacked rows
   std::int64_t key_tile = 0;         // keys per online-softmax step: a multiple of scores.nr and of
                                      // the lanes; >= keys means one step over whole rows
-  std::int64_t score_cols = 0;       // columns of a scores tile: key_tile, or keys rounded up
-                                     // like key_tile when that is smaller
+  std::int64_t score_cols = 0;       // row stride of a scores tile: key_tile, or keys rounded
+                                     // up like key_tile when that is smaller, plus two lines
+                                     // where that is a multiple of 1 KiB (L1's sets)
   std::int64_t acc_cols = 0;         // head_dim rounded up to values.nr
   std::int64_t key_step = 0;         // the key tile's granule: scores.nr and the lanes divide it
 
