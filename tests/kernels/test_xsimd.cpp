@@ -12,6 +12,7 @@
 
 #include "base/bf16.hpp"
 #include "base/checks.hpp"
+#include "common/buffer.hpp"
 #include "kernels/interface/gemm.hpp"
 #include "kernels/interface/isa_kernels.hpp"
 #include "mha/backends/xsimd.hpp"
@@ -313,7 +314,9 @@ TEST_P(XsimdKernels, PairGemmSubRangesMatchRoundedProducts) {
                                  {33, 31, nr},
                                  {70, 256, 2 * nr + 3},
                                  {40, 2 * mha::detail::gemm_k_slice + 88, 2 * nr + 3},
-                                 {300, 45, 2 * nr + 3}}) {
+                                 {300, 45, 2 * nr + 3},
+                                 // C's rows 2 KiB apart over many k slices (AMX: the edge buffer)
+                                 {34, 4096, 512}}) {
       const std::vector<float> a = mha_test::random_floats(m * k, 1),
                                w = mha_test::random_floats(n * k, 2),
                                bias = mha_test::random_floats(n, 3);
@@ -322,9 +325,14 @@ TEST_P(XsimdKernels, PairGemmSubRangesMatchRoundedProducts) {
       kernels().to_pairs(a.data(), m, k, k, a_pairs.data());
       const mha::detail::packed_matrix packed(w.data(), bias.data(), n, k, nr, true);
       const mha::detail::pair_panels_view b = packed.pair_view();
-      std::vector<float> whole(m * n, std::numeric_limits<float>::quiet_NaN()), split = whole;
-      kernels().pair_gemm({a_pairs.data(), kp, b, whole.data(), n, m}, 0, m, 0, b.panels());
-      const mha::detail::pair_gemm_args g{a_pairs.data(), kp, b, split.data(), n, m};
+      // C whole on cache lines (the tiles keep partial sums in it, unless its rows alias), and
+      // split one float past them (the tiles keep them in their edge buffer): the same bits.
+      mha::detail::float_buffer whole_buffer(m * n), split_buffer(m * n + 1);
+      float *whole = whole_buffer.data(), *split = split_buffer.data() + 1;
+      std::fill_n(whole, m * n, std::numeric_limits<float>::quiet_NaN());
+      std::fill_n(split, m * n, std::numeric_limits<float>::quiet_NaN());
+      kernels().pair_gemm({a_pairs.data(), kp, b, whole, n, m}, 0, m, 0, b.panels());
+      const mha::detail::pair_gemm_args g{a_pairs.data(), kp, b, split, n, m};
       const std::int64_t row_split = m / 2 + 1 < m ? m / 2 + 1 : m, panel_split = b.panels() / 2;
       kernels().pair_gemm(g, 0, row_split, 0, panel_split);
       kernels().pair_gemm(g, 0, row_split, panel_split, b.panels());

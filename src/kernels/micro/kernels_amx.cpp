@@ -25,6 +25,11 @@ thread_local tile_state tiles_loaded;
 constexpr std::int64_t tile_gemm_rows = 256;
 constexpr std::int64_t tile_k_slice = 128;
 static_assert(tile_k_slice % tile_pairs == 0 && tile_gemm_rows % (2 * tile_rows) == 0);
+// C's rows a multiple of 2 KiB apart put a block's 64 lines into a few of L1's sets, and each k
+// slice loads and stores them: from this many slices on, such a C's partial sums wait in the edge
+// buffer (copied into C once per panel); over fewer the copy costs more than the misses
+// (measurements: docs/design.md §5.1).
+constexpr std::int64_t aliased_c_floats = 512, aliased_c_slices = 16;
 
 // The products of bf16 pairs on tiles: dpbf16_dot (vdpbf16ps, for what tiles do not cover: a
 // single row, 8-column panels, an int8 cache) with tile products of up to pair_rows rows, which
@@ -94,6 +99,8 @@ void tile_pair_gemm(const pair_gemm_args& g, std::int64_t row_begin, std::int64_
   const std::int64_t k = b.k, full_steps = k / tile_pairs, k_tail = k % tile_pairs;
   const bool c_aligned =
       reinterpret_cast<std::uintptr_t>(g.c) % 64 == 0 && g.ldc * sizeof(float) % 64 == 0;
+  const bool c_aliased =
+      g.ldc % aliased_c_floats == 0 && full_steps >= aliased_c_slices * (tile_k_slice / tile_pairs);
   // C of the last panel past n, or of a strip of fewer than 16 rows; A's rows of such a strip
   // (one slice and its tail); A's and B's k tails.
   alignas(64) float edge[(tile_gemm_rows + strip) * 2 * tile_cols];
@@ -112,8 +119,8 @@ void tile_pair_gemm(const pair_gemm_args& g, std::int64_t row_begin, std::int64_
       }
       // Where block rows [r, r + 16) keep their partial sums: C, or the edge buffer (C's rows
       // past n, or not on cache lines: a tile row that spans two lines loads and stores at half
-      // speed, as in a caller's output of odd alignment).
-      const bool in_place = cols == width && c_aligned;
+      // speed, as in a caller's output of odd alignment; or aliased over many slices).
+      const bool in_place = cols == width && c_aligned && !c_aliased;
       const auto sums = [&](std::int64_t r, bool whole_rows) {
         return in_place && whole_rows ? std::pair{g.c + r * g.ldc + first_col, g.ldc}
                                       : std::pair{edge + (r - r0) * width, width};
