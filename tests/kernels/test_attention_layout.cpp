@@ -45,8 +45,7 @@ TEST_P(AttentionLayout, ScoreRowsAreOffL1SetAliasing) {
                                          .bf16_operands = bf16};
         for (const bool coded : {false, true}) {
           const auto l = kernels().layout(coded ? r.cache_format(mha::precision::int8) : r);
-          const std::int64_t row =
-              std::min(l.key_tile, (keys + l.key_step - 1) / l.key_step * l.key_step);
+          const std::int64_t row = std::min(l.key_tile, mha::detail::round_up(keys, l.key_step));
           const std::string what = "keys " + std::to_string(keys) + " tile " +
                                    std::to_string(l.key_tile) + (bf16 ? " bf16" : "") +
                                    (coded ? " int8" : "");
