@@ -95,7 +95,10 @@ if [[ ${MHA_TEST_SANITIZERS:-1} != 0 ]]; then
   # ASan build most of this command's time. On the 2-vCPU Xeon without ccache: one AMX kernel
   # object 449 s at -O2 -g, 270 s at -O2 -g1 (63 s at -O1 -g1, which the kernels may not take);
   # the whole ASan build 824 s (about 1,690 s at -O2 -g, in a run that shared the CPU), its run
-  # 504 s (510 s at -O2 -g).
+  # 504 s (510 s at -O2 -g). Every ASan check a call instead (--param
+  # asan-instrumentation-with-call-threshold=0): that build 512 s, but its run past 1,000 s against
+  # 524-581 s, so not taken: with a warm ccache the build is a small part, and the run is paid
+  # every time.
   sanitized=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
     -DMHA_BUILD_BENCH=OFF)
   # ASan + UBSan, any finding fatal: the unit, bad-input, io, command and conformance tests (the
