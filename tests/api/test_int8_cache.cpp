@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/int8.hpp"
@@ -182,6 +184,13 @@ struct case_param {
   precision plan;
   precision kv;  // int8 or k8v4
 };
+// "xsimd_avx2_wrapper_bf16_int8": the test's name, and how gtest prints the case
+// (tests/support.hpp says why).
+std::string case_name(const case_param& c) {
+  return c.backend.label + "_" + std::string(mha::to_string(c.form)) + "_" +
+         std::string(mha::to_string(c.plan)) + "_" + std::string(mha::to_string(c.kv));
+}
+void PrintTo(const case_param& c, std::ostream* os) { *os << case_name(c); }
 
 std::vector<case_param> case_params() {
   std::vector<case_param> out;
@@ -429,10 +438,8 @@ TEST_P(Int8Cache, KeysPastTheFormatsRangeAreRefusedByName) {
   for (const float e : y) EXPECT_TRUE(std::isfinite(e));
 }
 
-INSTANTIATE_TEST_SUITE_P(All, Int8Cache, testing::ValuesIn(case_params()), [](const auto& p) {
-  return p.param.backend.label + "_" + std::string(mha::to_string(p.param.form)) + "_" +
-         std::string(mha::to_string(p.param.plan)) + "_" + std::string(mha::to_string(p.param.kv));
-});
+INSTANTIATE_TEST_SUITE_P(All, Int8Cache, testing::ValuesIn(case_params()),
+                         [](const auto& p) { return case_name(p.param); });
 
 // A long context: 4200 keys split into chunks of 2048 (docs/design.md §1.4) read from codes;
 // every thread count gives the same bits, and the rows stay within the bound (k8v4 and int4:

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <ostream>
 #include <sstream>
 
 #include "mha/backend.hpp"
@@ -43,6 +44,8 @@ struct golden_case {
   // `chunk`; the output is every call's y in order. nullopt: one full forward pass.
   std::optional<std::int64_t> prefill, chunk;
 };
+// gtest prints a case by its name (tests/support.hpp says why).
+void PrintTo(const golden_case& c, std::ostream* os) { *os << c.name; }
 
 // The cases of cases.json that are incremental, or those that are not.
 std::vector<golden_case> golden_cases(bool incremental) {

@@ -8,6 +8,7 @@
 #include "kernels/interface/isa_kernels.hpp"
 #include "mha/backends/xsimd.hpp"
 #include "mha/config.hpp"
+#include "support.hpp"  // how gtest prints an isa
 
 namespace {
 
