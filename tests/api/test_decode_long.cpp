@@ -28,73 +28,82 @@ namespace {
 using namespace mha_test::decode_calls;
 
 // Long caches: a decode call of few rows over more than 2048 keys splits them into chunks on the
-// SIMD backends (src/kernels/interface/attention.hpp, split-KV). Sequence 0 crosses a chunk
-// boundary inside a call (its rows 0-1 see no key of the third chunk, rows 2-4 do); sequence 1
-// restarts, so one call mixes 3 chunks and 1. Every output is the full forward's within the
-// conformance bound, and every thread count gives the same bits (onednn: within
-// onednn_thread_tolerance). Heads of head_dim 16 (the register tiles) and 8 (the SIMD backends'
-// narrow-head kernel with 16 lanes).
+// SIMD backends (src/kernels/interface/attention.hpp, split-KV). One call of 4102 tokens of both
+// sequences gives the expected rows and, rolled back to 4094 tokens, the prompt. Then sequence 0
+// crosses a chunk boundary inside a call (its rows 0-1 see no key of the third chunk, rows 2-4
+// do) and sequence 1 restarts, so one call mixes 3 chunks and 1. Every row is the long call's
+// within the conformance bound, and every thread count gives the same bits (onednn: within
+// onednn_thread_tolerance), each on a copy of the prompt's cache. (That a call through a cache
+// gives the full forward's rows: test_decode.cpp; the long call's thread counts:
+// TbbPlan.ThreadCountNeverChangesTheResult, OnednnPlan.ThreadCountKeepsResultAndCallerSetting.)
+// Heads of head_dim 16 (the register tiles) and 8 (the SIMD backends' narrow-head kernel with 16
+// lanes).
 class DecodeLongCache
     : public testing::TestWithParam<
           std::tuple<mha_test::backend_case, formulation, std::int64_t /* n_heads */>> {
  protected:
-  static constexpr std::int64_t batch = 2, seq_len = 4200;
+  static constexpr std::int64_t batch = 2, prompt = 4094, seq_len = prompt + 8;
   const mha::config cfg{
       .d_in = 16, .d_out = 32, .n_heads = std::get<2>(GetParam()), .context_length = seq_len};
 
-  // The calls' outputs: 4094 tokens of both sequences; reset sequence 1; 5 tokens; 3 tokens.
-  std::vector<float> calls(const mha::plan& p, const std::vector<float>& x, int threads) const {
-    mha::kv_cache cache = p.make_cache(batch, seq_len);
-    std::vector<float> out;
-    const auto call = [&](const std::vector<std::int64_t>& starts, std::int64_t t) {
-      std::vector<float> xs, ys(static_cast<std::size_t>(batch * t * cfg.d_out));
-      for (std::int64_t b = 0; b < batch; ++b) {
-        const auto from =
-            x.begin() + (b * seq_len + starts[static_cast<std::size_t>(b)]) * cfg.d_in;
-        xs.insert(xs.end(), from, from + t * cfg.d_in);
-      }
-      p.run({xs.data(), batch, t, cfg.d_in}, {ys.data(), batch, t, cfg.d_out}, cache,
-            {.threads = threads});
-      out.insert(out.end(), ys.begin(), ys.end());
-    };
-    call({0, 0}, 4094);
+  // Runs tokens [starts[b], starts[b] + t) of each sequence b of x through `cache` on `threads`
+  // threads and appends the call's rows to `out`.
+  void call(const mha::plan& p, mha::kv_cache& cache, const std::vector<float>& x,
+            const std::vector<std::int64_t>& starts, std::int64_t t, int threads,
+            std::vector<float>& out) const {
+    std::vector<float> xs, ys(static_cast<std::size_t>(batch * t * cfg.d_out));
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const auto from = x.begin() + (b * seq_len + starts[static_cast<std::size_t>(b)]) * cfg.d_in;
+      xs.insert(xs.end(), from, from + t * cfg.d_in);
+    }
+    p.run({xs.data(), batch, t, cfg.d_in}, {ys.data(), batch, t, cfg.d_out}, cache,
+          {.threads = threads});
+    out.insert(out.end(), ys.begin(), ys.end());
+  }
+
+  // The calls after the prompt, on a copy of its cache: sequence 1 restarts; 5 tokens; 3 tokens.
+  std::vector<float> continuation(const mha::plan& p, const mha::kv_cache& prompted,
+                                  const std::vector<float>& x, int threads) const {
+    mha::kv_cache cache = prompted.copy();
     cache.reset(1);
-    call({4094, 0}, 5);
-    call({4099, 5}, 3);
+    std::vector<float> out;
+    call(p, cache, x, {prompt, 0}, 5, threads, out);
+    call(p, cache, x, {prompt + 5, 5}, 3, threads, out);
     return out;
   }
 };
 
-TEST_P(DecodeLongCache, SplitKeysMatchTheFullForwardAndEveryThreadCount) {
+TEST_P(DecodeLongCache, SplitKeysMatchTheLongCallAndEveryThreadCount) {
   const mha_test::backend_case& backend = std::get<0>(GetParam());
   const formulation form = std::get<1>(GetParam());
   MHA_TEST_SKIP_IF_DECLINED(backend, {cfg, form, batch, 1, 4100});
   const auto p = backend.backend->prepare(cfg, form, mha::weights::random(cfg, 5));
   const std::vector<float> x =
       mha_test::random_floats(static_cast<std::size_t>(batch * seq_len * cfg.d_in), 17, 3.0f);
-  std::vector<float> full(static_cast<std::size_t>(batch * seq_len * cfg.d_out));
-  p->run({x.data(), batch, seq_len, cfg.d_in}, {full.data(), batch, seq_len, cfg.d_out});
+  mha::kv_cache prompted = p->make_cache(batch, seq_len);
+  std::vector<float> long_call;
+  call(*p, prompted, x, {0, 0}, seq_len, 1, long_call);
+  prompted.truncate(0, prompt);
 
-  const std::vector<float> got = calls(*p, x, 1);
-  // The rows each call computed, from the full forward: call 1 rows 0..4093 of both sequences,
-  // call 2 rows 4094..4098 of sequence 0 and 0..4 of sequence 1, call 3 4099..4101 and 5..7.
+  // The rows the calls after the prompt compute, from the long call: rows 4094..4098 of sequence
+  // 0 and 0..4 of sequence 1, then 4099..4101 and 5..7.
   std::vector<float> expected;
   const auto rows = [&](std::int64_t b, std::int64_t first, std::int64_t n) {
-    const auto from = full.begin() + (b * seq_len + first) * cfg.d_out;
+    const auto from = long_call.begin() + (b * seq_len + first) * cfg.d_out;
     expected.insert(expected.end(), from, from + n * cfg.d_out);
   };
-  rows(0, 0, 4094), rows(1, 0, 4094), rows(0, 4094, 5), rows(1, 0, 5), rows(0, 4099, 3),
-      rows(1, 5, 3);
-  ASSERT_EQ(got.size(), expected.size());
-  EXPECT_LE(mha_test::max_abs_diff(got, expected), 1e-5 * mha_test::max_abs(expected));
+  rows(0, prompt, 5), rows(1, 0, 5), rows(0, prompt + 5, 3), rows(1, 5, 3);
+  const std::vector<float> one = continuation(*p, prompted, x, 1);
+  ASSERT_EQ(one.size(), expected.size());
+  EXPECT_LE(mha_test::max_abs_diff(one, expected), 1e-5 * mha_test::max_abs(expected));
   for (int threads : {2, 3}) {
     if (backend.backend->max_threads() == 1) break;
-    const std::vector<float> other = calls(*p, x, threads);
+    const std::vector<float> other = continuation(*p, prompted, x, threads);
     if (mha_test::decodes_bitwise(*backend.backend)) {
-      EXPECT_EQ(other, got) << threads << " threads";
+      EXPECT_EQ(other, one) << threads << " threads";
     } else {  // onednn: its strided decode matmuls split reductions by thread count
-      EXPECT_LE(mha_test::max_abs_diff(other, got),
-                mha::onednn_thread_tolerance * mha_test::max_abs(got))
+      EXPECT_LE(mha_test::max_abs_diff(other, one),
+                mha::onednn_thread_tolerance * mha_test::max_abs(one))
           << threads << " threads";
     }
   }
