@@ -81,8 +81,8 @@ TEST_P(DecodeLongCache, SplitKeysMatchTheLongCallAndEveryThreadCount) {
   const std::vector<float> x =
       mha_test::random_floats(static_cast<std::size_t>(batch * seq_len * cfg.d_in), 17, 3.0f);
   mha::kv_cache prompted = p->make_cache(batch, seq_len);
-  std::vector<float> long_call;
-  call(*p, prompted, x, {0, 0}, seq_len, 1, long_call);
+  const std::vector<float> long_call =
+      incremental(*p, prompted, x, batch, seq_len, seq_len, seq_len, {.threads = 1});
   prompted.truncate(0, prompt);
 
   // The rows the calls after the prompt compute, from the long call: rows 4094..4098 of sequence
